@@ -1,0 +1,1 @@
+//! The NATS JetStream adapter: the whole message topology and the stage runner.

@@ -1,0 +1,1 @@
+//! The Kubernetes adapter: clients from kubeconfigs, dynamic watches and server-side apply.

@@ -1,0 +1,1 @@
+//! Process kit shared by the services: telemetry, shutdown, health endpoint.

@@ -1,0 +1,1 @@
+//! Go text/template compatible engine with sprig and the Sveltos functions, and Tera as a second syntax.

@@ -1,0 +1,1 @@
+//! Test support: starts real nats-server processes and the API test server for integration tests.

@@ -1,0 +1,1 @@
+//! The applier service.

@@ -1,0 +1,1 @@
+//! Whole-stack tests live in `tests/`; this library holds their shared helpers.
