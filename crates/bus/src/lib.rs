@@ -1,1 +1,16 @@
-//! The NATS JetStream adapter: the whole message topology and the stage runner.
+//! The NATS JetStream adapter of sluice: the message topology ([`topology`]), the connection
+//! with its streams ([`Bus`]), state replay and durable consumption ([`feed`]), and the
+//! in-order ack window that keeps publish acks in flight ([`window`]).
+//! It knows nothing of Kubernetes or of what the messages mean.
+
+pub mod feed;
+pub mod topology;
+pub mod window;
+
+mod bus;
+mod error;
+
+pub use bus::{message_id, Bus, Outgoing};
+pub use error::{Error, Result};
+pub use feed::Delivered;
+pub use window::AckWindow;

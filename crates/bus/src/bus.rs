@@ -1,0 +1,160 @@
+//! The connection to NATS with the pipeline's streams set up.
+
+use std::time::Duration;
+
+use async_nats::header::HeaderMap;
+use async_nats::jetstream::{self, context::PublishAckFuture, stream};
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::topology::{self, StreamSpec, ALL_STREAMS};
+
+/// A connected bus. Cheap to clone.
+#[derive(Clone)]
+pub struct Bus {
+    client: async_nats::Client,
+    js: jetstream::Context,
+}
+
+/// One message a stage wants published.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outgoing {
+    pub subject: String,
+    /// Deterministic: derived from the input, so a redelivered input publishes a duplicate that
+    /// JetStream drops.
+    pub msg_id: String,
+    pub payload: Bytes,
+    pub traceparent: Option<String>,
+}
+
+impl Bus {
+    /// Connects and makes sure every stream of the topology exists with its configuration.
+    pub async fn connect(url: &str) -> Result<Bus> {
+        let client = async_nats::ConnectOptions::new()
+            .name("sluice")
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|source| Error::Connect {
+                url: url.to_string(),
+                source,
+            })?;
+        let js = jetstream::ContextBuilder::new()
+            .timeout(Duration::from_secs(10))
+            .max_ack_inflight(20_000)
+            .build(client.clone());
+        let bus = Bus { client, js };
+        for spec in ALL_STREAMS {
+            bus.ensure_stream(spec).await?;
+        }
+        Ok(bus)
+    }
+
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    async fn ensure_stream(&self, spec: StreamSpec) -> Result<stream::Stream> {
+        let config = stream_config(spec);
+        self.js
+            .create_or_update_stream(config)
+            .await
+            .map_err(|source| Error::Stream {
+                stream: spec.name.to_string(),
+                source: Box::new(source),
+            })?;
+        self.js
+            .get_stream(spec.name)
+            .await
+            .map_err(|source| Error::Stream {
+                stream: spec.name.to_string(),
+                source: Box::new(source),
+            })
+    }
+
+    pub(crate) async fn stream(&self, spec: StreamSpec) -> Result<stream::Stream> {
+        self.js
+            .get_stream(spec.name)
+            .await
+            .map_err(|source| Error::Stream {
+                stream: spec.name.to_string(),
+                source: Box::new(source),
+            })
+    }
+
+    /// Sends one message and returns the future of its ack, so that callers keep many in flight.
+    pub async fn publish(&self, out: Outgoing) -> Result<PublishAckFuture> {
+        let mut headers = HeaderMap::new();
+        if let Some(trace) = &out.traceparent {
+            headers.insert(topology::TRACEPARENT, trace.as_str());
+        }
+        let publish = jetstream::message::PublishMessage::build()
+            .payload(out.payload)
+            .message_id(&out.msg_id)
+            .headers(headers);
+        self.js
+            .send_publish(out.subject.clone(), publish)
+            .await
+            .map_err(|source| Error::Publish {
+                subject: out.subject,
+                source: Box::new(source),
+            })
+    }
+
+    /// Publishes and waits until the stream has stored the message.
+    pub async fn publish_durably(&self, out: Outgoing) -> Result<()> {
+        let subject = out.subject.clone();
+        self.publish(out)
+            .await?
+            .await
+            .map_err(|source| Error::Publish {
+                subject,
+                source: Box::new(source),
+            })?;
+        Ok(())
+    }
+
+    /// Deletes every message on subjects matching `filter` (used to forget a removed cluster).
+    pub async fn purge(&self, spec: StreamSpec, filter: &str) -> Result<u64> {
+        let stream = self.stream(spec).await?;
+        let response = stream
+            .purge()
+            .filter(filter)
+            .await
+            .map_err(|source| Error::Stream {
+                stream: spec.name.to_string(),
+                source: Box::new(source),
+            })?;
+        Ok(response.purged)
+    }
+}
+
+fn stream_config(spec: StreamSpec) -> stream::Config {
+    stream::Config {
+        name: spec.name.to_string(),
+        subjects: vec![spec.subjects.to_string()],
+        max_messages_per_subject: spec.max_per_subject.unwrap_or(-1),
+        max_age: spec.max_age.unwrap_or_default(),
+        storage: stream::StorageType::File,
+        duplicate_window: topology::DEDUPE_WINDOW,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// A message id derived from the parts that identify an input and the output it caused.
+pub fn message_id(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0u8]);
+    }
+    let digest = hasher.finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}

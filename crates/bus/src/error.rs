@@ -1,0 +1,45 @@
+//! Errors of the bus adapter.
+
+/// What went wrong talking to NATS. Every variant is transient from a stage's point of view:
+/// the input is not acked and will be delivered again.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to connect to nats at {url}")]
+    Connect {
+        url: String,
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    #[error("failed to set up stream {stream}")]
+    Stream {
+        stream: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to set up consumer {consumer} on {stream}")]
+    Consumer {
+        stream: String,
+        consumer: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to publish to {subject}")]
+    Publish {
+        subject: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to read from {stream}")]
+    Read {
+        stream: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to acknowledge a message")]
+    Ack {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,129 @@
+//! Reading the pipeline: replaying the current state of a state stream, and the durable
+//! consumer a stage acks after its outputs are stored.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{self, pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::Message;
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::bus::Bus;
+use crate::error::{Error, Result};
+use crate::topology::{ConsumerSpec, StreamSpec, TRACEPARENT};
+
+/// One message read from a stream, decoupled from the ack handle.
+#[derive(Clone, Debug)]
+pub struct Delivered {
+    pub subject: String,
+    pub sequence: u64,
+    pub payload: Bytes,
+    pub traceparent: Option<String>,
+}
+
+impl Delivered {
+    pub fn from_message(stream: &str, message: &Message) -> Result<Delivered> {
+        let info = message.info().map_err(|source| Error::Read {
+            stream: stream.to_string(),
+            source,
+        })?;
+        Ok(Delivered {
+            subject: message.subject.to_string(),
+            sequence: info.stream_sequence,
+            payload: message.payload.clone(),
+            traceparent: message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(TRACEPARENT))
+                .map(|v| v.as_str().to_string()),
+        })
+    }
+}
+
+impl Bus {
+    /// The last message of every subject matching `filter`, in stream order, as stored now.
+    /// A restarted stage rebuilds its state from this before it follows its durable consumer.
+    pub async fn replay_state(&self, spec: StreamSpec, filter: &str) -> Result<Vec<Delivered>> {
+        let stream = self.stream(spec).await?;
+        let read_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Read {
+            stream: spec.name.to_string(),
+            source,
+        };
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: filter.to_string(),
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| read_err(Box::new(e)))?;
+        let mut consumer = consumer;
+        let pending = consumer
+            .info()
+            .await
+            .map_err(|e| read_err(Box::new(e)))?
+            .num_pending;
+        let mut out = Vec::with_capacity(pending as usize);
+        if pending == 0 {
+            return Ok(out);
+        }
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| read_err(Box::new(e)))?;
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
+            let message = match next {
+                Ok(Some(Ok(message))) => message,
+                Ok(Some(Err(e))) => return Err(read_err(Box::new(e))),
+                Ok(None) => break,
+                Err(elapsed) => return Err(read_err(Box::new(elapsed))),
+            };
+            let delivered = Delivered::from_message(spec.name, &message)?;
+            let remaining = message.info().map(|i| i.pending).unwrap_or(0);
+            out.push(delivered);
+            if remaining == 0 {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The durable consumer of a stage. Created on first use to start from the last message of
+    /// every subject; afterwards it resumes where the stage's acks left it.
+    pub async fn durable(
+        &self,
+        spec: ConsumerSpec,
+        filter: Option<&str>,
+    ) -> Result<pull::Stream> {
+        let stream = self.stream(spec.stream).await?;
+        let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
+            stream: spec.stream.name.to_string(),
+            consumer: spec.durable.to_string(),
+            source,
+        };
+        let consumer: consumer::Consumer<pull::Config> = stream
+            .get_or_create_consumer(
+                spec.durable,
+                pull::Config {
+                    durable_name: Some(spec.durable.to_string()),
+                    deliver_policy: DeliverPolicy::LastPerSubject,
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: Duration::from_secs(30),
+                    max_ack_pending: 20_000,
+                    filter_subject: filter.unwrap_or_default().to_string(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| consumer_err(Box::new(e)))?;
+        consumer
+            .stream()
+            .max_messages_per_batch(500)
+            .heartbeat(Duration::from_secs(5))
+            .expires(Duration::from_secs(30))
+            .messages()
+            .await
+            .map_err(|e| consumer_err(Box::new(e)))
+    }
+}

@@ -1,0 +1,293 @@
+//! The whole message topology of sluice in one place: subjects, streams, consumers, retention and
+//! the dedupe window. Read this file to draw the pipeline; nothing else names a subject.
+//!
+//! ```text
+//! management cluster ──watch──► watcher ──ConfigObject──────► sluice.v1.config.>    (CONFIG)
+//! managed clusters   ──watch──► watcher ──ResourceChange────► sluice.v1.change.>    (CHANGES)
+//! managed NATS       ─subscribe► watcher ──CloudEventReceived► sluice.v1.cloudevent.> (CLOUDEVENTS)
+//! CHANGES + CLOUDEVENTS + CONFIG ──► evaluator ──MatchSet──► sluice.v1.match.>     (MATCH)
+//! MATCH + CONFIG ──► reporter (EventReport objects) ──MatchSet──► sluice.v1.report.> (REPORT)
+//! REPORT + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>                (DESIRED)
+//! DESIRED ──► applier (ClusterProfiles, ConfigMaps, Secrets) ──ApplyResult──► sluice.v1.applied.> (APPLIED)
+//! ```
+//!
+//! Every state stream keeps only the last message per subject: a subject is a key (one object,
+//! one match set, one desired state), and the stream is the current state a restarted service
+//! rebuilds from. Only CloudEvents form a plain log, because each one is an event, not a state.
+
+use std::time::Duration;
+
+/// Every subject starts with this prefix; the version lets a v2 pipeline run beside v1.
+pub const PREFIX: &str = "sluice.v1";
+
+/// How long JetStream remembers a `Nats-Msg-Id` to drop a duplicate publish.
+pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
+
+/// Publish acks a stage keeps in flight (see notes/nats-limits.md: a stage that awaits each ack
+/// caps near 4k/s; about 256 in flight is the measured sweet spot).
+pub const PUBLISH_WINDOW: usize = 256;
+
+/// A JetStream stream of the pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamSpec {
+    pub name: &'static str,
+    /// Subject filter the stream captures.
+    pub subjects: &'static str,
+    /// `Some(1)` for state streams (last value per key), `None` for logs.
+    pub max_per_subject: Option<i64>,
+    /// Age limit for logs; state streams keep their values until overwritten.
+    pub max_age: Option<Duration>,
+}
+
+pub const CONFIG: StreamSpec = StreamSpec {
+    name: "SLUICE_CONFIG",
+    subjects: "sluice.v1.config.>",
+    max_per_subject: Some(1),
+    max_age: None,
+};
+pub const CHANGES: StreamSpec = StreamSpec {
+    name: "SLUICE_CHANGES",
+    subjects: "sluice.v1.change.>",
+    max_per_subject: Some(1),
+    max_age: None,
+};
+pub const CLOUDEVENTS: StreamSpec = StreamSpec {
+    name: "SLUICE_CLOUDEVENTS",
+    subjects: "sluice.v1.cloudevent.>",
+    max_per_subject: None,
+    max_age: Some(Duration::from_secs(24 * 3600)),
+};
+pub const MATCH: StreamSpec = StreamSpec {
+    name: "SLUICE_MATCH",
+    subjects: "sluice.v1.match.>",
+    max_per_subject: Some(1),
+    max_age: None,
+};
+pub const REPORT: StreamSpec = StreamSpec {
+    name: "SLUICE_REPORT",
+    subjects: "sluice.v1.report.>",
+    max_per_subject: Some(1),
+    max_age: None,
+};
+pub const DESIRED: StreamSpec = StreamSpec {
+    name: "SLUICE_DESIRED",
+    subjects: "sluice.v1.desired.>",
+    max_per_subject: Some(1),
+    max_age: None,
+};
+pub const APPLIED: StreamSpec = StreamSpec {
+    name: "SLUICE_APPLIED",
+    subjects: "sluice.v1.applied.>",
+    max_per_subject: Some(1),
+    max_age: None,
+};
+/// Messages a stage rejected for good, with the reason in the `Sluice-Error` header.
+pub const DEAD: StreamSpec = StreamSpec {
+    name: "SLUICE_DEAD",
+    subjects: "sluice.v1.dead.>",
+    max_per_subject: None,
+    max_age: Some(Duration::from_secs(7 * 24 * 3600)),
+};
+
+pub const ALL_STREAMS: [StreamSpec; 8] = [
+    CONFIG,
+    CHANGES,
+    CLOUDEVENTS,
+    MATCH,
+    REPORT,
+    DESIRED,
+    APPLIED,
+    DEAD,
+];
+
+/// A durable consumer: which stage reads which stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConsumerSpec {
+    pub stream: StreamSpec,
+    pub durable: &'static str,
+}
+
+pub const EVALUATOR_CHANGES: ConsumerSpec = ConsumerSpec {
+    stream: CHANGES,
+    durable: "evaluator",
+};
+pub const EVALUATOR_CLOUDEVENTS: ConsumerSpec = ConsumerSpec {
+    stream: CLOUDEVENTS,
+    durable: "evaluator",
+};
+pub const REPORTER_MATCH: ConsumerSpec = ConsumerSpec {
+    stream: MATCH,
+    durable: "reporter",
+};
+pub const RENDERER_REPORT: ConsumerSpec = ConsumerSpec {
+    stream: REPORT,
+    durable: "renderer",
+};
+pub const APPLIER_DESIRED: ConsumerSpec = ConsumerSpec {
+    stream: DESIRED,
+    durable: "applier",
+};
+
+/// Header carrying W3C trace context, so one event is one trace across the services.
+pub const TRACEPARENT: &str = "traceparent";
+/// Header on dead letters: why the message was rejected.
+pub const ERROR_HEADER: &str = "Sluice-Error";
+
+/// The cluster part of a subject: `<type>.<namespace>.<name>`.
+pub fn cluster_tokens(cluster_type: &str, namespace: &str, name: &str) -> String {
+    format!(
+        "{}.{}.{}",
+        encode_token(cluster_type),
+        encode_token(namespace),
+        encode_token(name)
+    )
+}
+
+pub fn config_subject(kind: &str, namespace: &str, name: &str) -> String {
+    format!(
+        "{PREFIX}.config.{}.{}.{}",
+        encode_token(kind),
+        encode_token(namespace),
+        encode_token(name)
+    )
+}
+
+/// `group` is empty for the core group; it is encoded as `core`.
+pub fn change_subject(
+    cluster: &str,
+    group: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!(
+        "{PREFIX}.change.{cluster}.{}.{}.{}.{}",
+        encode_token(group),
+        encode_token(kind),
+        encode_token(namespace),
+        encode_token(name)
+    )
+}
+
+/// All changes of one cluster, for purging or tapping.
+pub fn change_cluster_filter(cluster: &str) -> String {
+    format!("{PREFIX}.change.{cluster}.>")
+}
+
+pub fn cloudevent_subject(cluster: &str) -> String {
+    format!("{PREFIX}.cloudevent.{cluster}")
+}
+
+pub fn match_subject(cluster: &str, event_source: &str) -> String {
+    format!("{PREFIX}.match.{cluster}.{}", encode_token(event_source))
+}
+
+pub fn report_subject(cluster: &str, event_source: &str) -> String {
+    format!("{PREFIX}.report.{cluster}.{}", encode_token(event_source))
+}
+
+pub fn desired_subject(event_trigger: &str, cluster: &str) -> String {
+    format!("{PREFIX}.desired.{}.{cluster}", encode_token(event_trigger))
+}
+
+pub fn applied_subject(event_trigger: &str, cluster: &str) -> String {
+    format!("{PREFIX}.applied.{}.{cluster}", encode_token(event_trigger))
+}
+
+pub fn dead_subject(stage: &str) -> String {
+    format!("{PREFIX}.dead.{}", encode_token(stage))
+}
+
+/// Encodes a Kubernetes name (or any string) into one subject token, injectively:
+/// ASCII letters, digits and `-` stay; every other byte becomes `_XX` (hex). An empty string
+/// becomes `_` so that it still fills its token.
+pub fn encode_token(raw: &str) -> String {
+    if raw.is_empty() {
+        return "_".to_string();
+    }
+    let mut out = String::with_capacity(raw.len());
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("_{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Inverse of [`encode_token`]; `None` when the token was not produced by it.
+pub fn decode_token(token: &str) -> Option<String> {
+    if token == "_" {
+        return Some(String::new());
+    }
+    let bytes = token.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'_' {
+            let hex = token.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_never_contain_separators() {
+        for raw in [
+            "",
+            "a",
+            "my-service",
+            "sveltos.io",
+            "_x_",
+            "a.b.c",
+            "ns/name",
+            "*",
+            ">",
+            "é",
+        ] {
+            let token = encode_token(raw);
+            assert!(!token.contains('.') && !token.contains('*') && !token.contains('>'));
+            assert!(!token.is_empty());
+            assert_eq!(decode_token(&token).as_deref(), Some(raw), "{raw}");
+        }
+    }
+
+    #[test]
+    fn encoding_is_injective_on_lookalikes() {
+        assert_ne!(encode_token("a.b"), encode_token("a_b"));
+        assert_ne!(encode_token("a_2Eb"), encode_token("a.b"));
+    }
+
+    #[test]
+    fn every_subject_falls_in_its_stream() {
+        let c = cluster_tokens("sveltos", "default", "cluster-a");
+        let cases = [
+            (config_subject("EventSource", "", "es"), CONFIG),
+            (
+                change_subject(&c, "", "Service", "default", "my-service"),
+                CHANGES,
+            ),
+            (cloudevent_subject(&c), CLOUDEVENTS),
+            (match_subject(&c, "sveltos-service"), MATCH),
+            (report_subject(&c, "sveltos-service"), REPORT),
+            (desired_subject("trigger", &c), DESIRED),
+            (applied_subject("trigger", &c), APPLIED),
+            (dead_subject("renderer"), DEAD),
+        ];
+        for (subject, stream) in cases {
+            let prefix = stream.subjects.trim_end_matches('>');
+            assert!(subject.starts_with(prefix), "{subject} not in {}", stream.name);
+        }
+    }
+}
