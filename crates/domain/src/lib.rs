@@ -1,2 +1,3 @@
 //! Domain types and pure logic of sluice: the Sveltos API objects, selectors, names and labels. Knows nothing of the wire, the bus or the cluster.
 pub mod selector;
+pub mod eventsource;

@@ -1,0 +1,193 @@
+//! Conversions between JSON objects and Lua values with the quirks of libsveltos' `MapToTable`
+//! (object into Lua) and gopher-lua's `ToGoValue` followed by Go's `encoding/json` (result out of
+//! Lua). Does not run scripts.
+
+use mlua::{Lua, Table, Value as LuaValue};
+use serde_json::{Map, Number, Value};
+
+/// Deepest table nesting read back from Lua; deeper (or cyclic) results are rejected.
+const MAX_RESULT_DEPTH: usize = 200;
+
+/// Builds the Lua value for a JSON value as `MapToTable` does: `None` for `null` (a map entry
+/// holding `null` is left out). Arrays keep only maps, non-integral numbers, strings and booleans:
+/// apimachinery decodes integral numbers as int64, which `MapToTable` silently drops from arrays,
+/// as it drops nested arrays and nulls.
+pub(crate) fn to_lua(lua: &Lua, value: &Value) -> mlua::Result<Option<LuaValue>> {
+    Ok(match value {
+        Value::Null => None,
+        Value::Bool(b) => Some(LuaValue::Boolean(*b)),
+        Value::Number(n) => Some(LuaValue::Number(n.as_f64().unwrap_or(f64::NAN))),
+        Value::String(s) => Some(LuaValue::String(lua.create_string(s)?)),
+        Value::Object(map) => Some(LuaValue::Table(map_to_table(lua, map)?)),
+        Value::Array(items) => {
+            let table = lua.create_table_with_capacity(items.len(), 0)?;
+            let mut index = 1;
+            for item in items.iter().filter(|item| kept_in_array(item)) {
+                if let Some(v) = to_lua(lua, item)? {
+                    table.raw_set(index, v)?;
+                    index += 1;
+                }
+            }
+            Some(LuaValue::Table(table))
+        }
+    })
+}
+
+/// A JSON object as a Lua table (see [`to_lua`]).
+pub(crate) fn map_to_table(lua: &Lua, map: &Map<String, Value>) -> mlua::Result<Table> {
+    let table = lua.create_table_with_capacity(0, map.len())?;
+    for (key, value) in map {
+        if let Some(v) = to_lua(lua, value)? {
+            table.raw_set(lua.create_string(key)?, v)?;
+        }
+    }
+    Ok(table)
+}
+
+/// Whether `MapToTable` keeps this element of an array.
+fn kept_in_array(item: &Value) -> bool {
+    match item {
+        Value::Object(_) | Value::String(_) | Value::Bool(_) => true,
+        Value::Number(n) => !is_int64(n),
+        Value::Null | Value::Array(_) => false,
+    }
+}
+
+/// Whether apimachinery decodes this number as int64 (an integral JSON number within range).
+fn is_int64(n: &Number) -> bool {
+    n.is_i64()
+}
+
+/// A Lua value as Go sees it after `ToGoValue` and a `json.Marshal`: a table whose length is
+/// positive is an array (its other keys are lost), any other table is an object with stringified
+/// keys. NaN and infinities, functions and other non-data values are errors, worded like Go's.
+pub(crate) fn to_json(value: &LuaValue) -> Result<Value, String> {
+    to_json_at(value, 0)
+}
+
+fn to_json_at(value: &LuaValue, depth: usize) -> Result<Value, String> {
+    if depth > MAX_RESULT_DEPTH {
+        return Err(format!(
+            "result nests deeper than {MAX_RESULT_DEPTH} tables (cyclic table?)"
+        ));
+    }
+    Ok(match value {
+        LuaValue::Nil => Value::Null,
+        LuaValue::Boolean(b) => Value::Bool(*b),
+        LuaValue::Integer(i) => Value::from(*i),
+        LuaValue::Number(f) => number_to_json(*f)?,
+        LuaValue::String(s) => Value::String(s.to_string_lossy()),
+        LuaValue::Table(t) => {
+            let len = t.raw_len();
+            if len > 0 {
+                let mut items = Vec::with_capacity(len);
+                for i in 1..=len {
+                    let item: LuaValue = t.raw_get(i).map_err(|e| e.to_string())?;
+                    items.push(to_json_at(&item, depth + 1)?);
+                }
+                Value::Array(items)
+            } else {
+                let mut map = Map::new();
+                for pair in t.pairs::<LuaValue, LuaValue>() {
+                    let (k, v) = pair.map_err(|e| e.to_string())?;
+                    let key = match &k {
+                        LuaValue::String(s) => s.to_string_lossy(),
+                        LuaValue::Number(f) => format_number(*f),
+                        LuaValue::Integer(i) => i.to_string(),
+                        LuaValue::Boolean(b) => b.to_string(),
+                        other => {
+                            return Err(format!(
+                                "json: unsupported map key of type {}",
+                                other.type_name()
+                            ))
+                        }
+                    };
+                    map.insert(key, to_json_at(&v, depth + 1)?);
+                }
+                Value::Object(map)
+            }
+        }
+        other => return Err(format!("json: unsupported type: {}", other.type_name())),
+    })
+}
+
+/// A Lua number as JSON: integral values as integers (Go prints `3`, not `3.0`).
+fn number_to_json(f: f64) -> Result<Value, String> {
+    if f.is_nan() {
+        return Err("json: unsupported value: NaN".into());
+    }
+    if f.is_infinite() {
+        let sign = if f > 0.0 { "+" } else { "-" };
+        return Err(format!("json: unsupported value: {sign}Inf"));
+    }
+    if f.fract() == 0.0 && f.abs() < 9.2e18 {
+        return Ok(Value::from(f as i64));
+    }
+    Ok(Number::from_f64(f).map_or(Value::Null, Value::Number))
+}
+
+/// Formats a number as gopher-lua does (`LNumber.String`): integral values that fit int64 as
+/// integers, others as Go's `%v` (shortest round trip, exponent below 1e-4 and from 1e21).
+pub(crate) fn format_number(f: f64) -> String {
+    if f.fract() == 0.0 && f.abs() < 9.2e18 {
+        return format!("{}", f as i64);
+    }
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-4..1e21).contains(&abs) {
+        // Rust prints `1e-5`, Go `1e-05`: a signed exponent of at least two digits.
+        let s = format!("{f:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let (sign, digits) = match exp.strip_prefix('-') {
+            Some(d) => ('-', d),
+            None => ('+', exp),
+        };
+        return format!("{mantissa}e{sign}{digits:0>2}");
+    }
+    format!("{f}")
+}
+
+/// The JSON type name Go's decoder reports in "cannot unmarshal X into ...".
+pub(crate) fn json_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_like_gopher_lua() {
+        let cases = [
+            (2.5, "2.5"),
+            (1.0, "1"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (2f64.powi(53), "9007199254740992"),
+            (1e16, "10000000000000000"),
+            (-0.0, "0"),
+            (1e-5, "1e-05"),
+            (1e21 + 0.5, "1e+21"),
+            (1.5e300, "1.5e+300"),
+            (-3.0, "-3"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(format_number(input), want, "{input}");
+        }
+    }
+}

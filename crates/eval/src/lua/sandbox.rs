@@ -1,0 +1,285 @@
+//! The sandboxed Lua (Luau) environment EventSource scripts run in: which globals exist, the
+//! helper modules Sveltos users expect (`json`, `strings`, `base64Encode`, `base64Decode`,
+//! `getLabel`, `getAnnotation`), and the per-evaluation driver that gives every object a fresh
+//! global table. Does not convert objects or read results (see `convert`).
+
+use base64::Engine as _;
+use mlua::{Function, Lua, Table, Value as LuaValue};
+use serde_json::Value;
+
+use super::convert;
+
+/// Trusted setup code, run once per state before the globals are frozen. It removes everything
+/// that reaches outside the evaluation (there is no `io`, no `os.execute`, no file loading in Luau
+/// to begin with; `require`, `print` and `collectgarbage` are removed or neutered here), keeps
+/// `os.time`/`os.date`/`os.difftime`/`os.clock`, installs the Lua-side helpers and returns the
+/// driver used for every evaluation.
+const SETUP: &str = r#"
+local G = ...
+G.require = nil
+G.print = function() end
+G.collectgarbage = nil
+G.newproxy = nil
+local rawtostring = G.tostring
+-- gopher-lua prints negative zero as "0"; Luau as "-0".
+G.tostring = function(v)
+  if v == 0 and type(v) == "number" then return "0" end
+  return rawtostring(v)
+end
+G.getLabel = function(obj, key)
+  local m = type(obj) == "table" and obj.metadata
+  local l = type(m) == "table" and m.labels
+  if type(l) ~= "table" then return nil end
+  return l[key]
+end
+G.getAnnotation = function(obj, key)
+  local m = type(obj) == "table" and obj.metadata
+  local a = type(m) == "table" and m.annotations
+  if type(a) ~= "table" then return nil end
+  return a[key]
+end
+
+local setfenv, setmetatable, type, error = setfenv, setmetatable, type, error
+local META = { __index = G }
+
+-- Runs one compiled chunk in a fresh global table (as sveltos-agent's new state per object
+-- does), then calls the `evaluate` it defined with the input, also visible as the global `name`.
+return function(chunk, name, input)
+  local env = setmetatable({ [name] = input }, META)
+  setfenv(chunk, env)
+  chunk()
+  local f = env.evaluate
+  if type(f) ~= "function" then
+    error("attempt to call a non-function object (the script defines no evaluate function)", 0)
+  end
+  return (f(input))
+end
+"#;
+
+/// Builds the sandboxed globals in `lua` and returns the evaluation driver.
+pub(crate) fn install(lua: &Lua) -> mlua::Result<Function> {
+    let globals = lua.globals();
+    install_rust_helpers(lua, &globals)?;
+    let driver: Function = lua
+        .load(SETUP)
+        .set_name("=sluice-sandbox")
+        .call(globals.clone())?;
+    freeze(&globals)?;
+    Ok(driver)
+}
+
+/// Makes the globals and every library table read-only, so that one evaluation cannot change
+/// what the next one sees (scripts' own globals go to their per-evaluation table).
+fn freeze(globals: &Table) -> mlua::Result<()> {
+    for pair in globals.pairs::<LuaValue, LuaValue>() {
+        if let (_, LuaValue::Table(t)) = pair? {
+            t.set_readonly(true);
+        }
+    }
+    globals.set_readonly(true);
+    Ok(())
+}
+
+fn install_rust_helpers(lua: &Lua, globals: &Table) -> mlua::Result<()> {
+    globals.set(
+        "base64Encode",
+        lua.create_function(|lua, s: mlua::LuaString| {
+            lua.create_string(base64::engine::general_purpose::STANDARD.encode(s.as_bytes()))
+        })?,
+    )?;
+    globals.set(
+        "base64Decode",
+        lua.create_function(|lua, s: mlua::LuaString| {
+            match base64::engine::general_purpose::STANDARD.decode(s.as_bytes()) {
+                Ok(bytes) => Ok((LuaValue::String(lua.create_string(bytes)?), LuaValue::Nil)),
+                Err(e) => Ok((
+                    LuaValue::Nil,
+                    LuaValue::String(lua.create_string(format!("base64 decode failed: {e}"))?),
+                )),
+            }
+        })?,
+    )?;
+
+    let json = lua.create_table()?;
+    json.set(
+        "encode",
+        lua.create_function(|lua, v: LuaValue| match convert::to_json(&v) {
+            Ok(value) => {
+                let text = serde_json::to_string(&empty_objects_as_arrays(value))
+                    .map_err(mlua::Error::external)?;
+                Ok((LuaValue::String(lua.create_string(text)?), LuaValue::Nil))
+            }
+            Err(e) => Ok((LuaValue::Nil, LuaValue::String(lua.create_string(e)?))),
+        })?,
+    )?;
+    json.set(
+        "decode",
+        lua.create_function(|lua, s: mlua::LuaString| {
+            match serde_json::from_slice::<Value>(&s.as_bytes()) {
+                Ok(v) => Ok((plain_to_lua(lua, &v)?, LuaValue::Nil)),
+                Err(e) => Ok((
+                    LuaValue::Nil,
+                    LuaValue::String(lua.create_string(format!("json decode failed: {e}"))?),
+                )),
+            }
+        })?,
+    )?;
+    globals.set("json", json)?;
+    globals.set("strings", strings_module(lua)?)?;
+    Ok(())
+}
+
+/// `json.encode` writes an empty table as `[]`, as libsveltos' json module does.
+fn empty_objects_as_arrays(v: Value) -> Value {
+    match v {
+        Value::Object(m) if m.is_empty() => Value::Array(Vec::new()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, empty_objects_as_arrays(v)))
+                .collect(),
+        ),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(empty_objects_as_arrays).collect())
+        }
+        other => other,
+    }
+}
+
+/// JSON into Lua for `json.decode`: every array element is kept (no `MapToTable` quirks).
+fn plain_to_lua(lua: &Lua, v: &Value) -> mlua::Result<LuaValue> {
+    Ok(match v {
+        Value::Null => LuaValue::Nil,
+        Value::Bool(b) => LuaValue::Boolean(*b),
+        Value::Number(n) => LuaValue::Number(n.as_f64().unwrap_or(f64::NAN)),
+        Value::String(s) => LuaValue::String(lua.create_string(s)?),
+        Value::Array(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, plain_to_lua(lua, item)?)?;
+            }
+            LuaValue::Table(t)
+        }
+        Value::Object(m) => {
+            let t = lua.create_table_with_capacity(0, m.len())?;
+            for (k, item) in m {
+                t.raw_set(k.as_str(), plain_to_lua(lua, item)?)?;
+            }
+            LuaValue::Table(t)
+        }
+    })
+}
+
+/// The `strings` module: Go's `strings` package functions with Go's names and semantics
+/// (byte indices are 0-based, -1 when absent).
+fn strings_module(lua: &Lua) -> mlua::Result<Table> {
+    let m = lua.create_table()?;
+    macro_rules! f2 {
+        ($name:literal, |$a:ident, $b:ident| $body:expr) => {
+            m.set(
+                $name,
+                lua.create_function(|_, ($a, $b): (String, String)| Ok($body))?,
+            )?;
+        };
+    }
+    macro_rules! f1 {
+        ($name:literal, |$a:ident| $body:expr) => {
+            m.set($name, lua.create_function(|_, $a: String| Ok($body))?)?;
+        };
+    }
+    f2!("Contains", |s, sub| s.contains(sub.as_str()));
+    f2!("ContainsAny", |s, chars| s
+        .chars()
+        .any(|c| chars.contains(c)));
+    f2!("HasPrefix", |s, p| s.starts_with(p.as_str()));
+    f2!("HasSuffix", |s, p| s.ends_with(p.as_str()));
+    f2!("Index", |s, sub| s
+        .find(sub.as_str())
+        .map_or(-1, |i| i as i64));
+    f2!("LastIndex", |s, sub| s
+        .rfind(sub.as_str())
+        .map_or(-1, |i| i as i64));
+    f2!("Count", |s, sub| if sub.is_empty() {
+        s.chars().count() as i64 + 1
+    } else {
+        s.matches(sub.as_str()).count() as i64
+    });
+    f2!("EqualFold", |a, b| a.to_lowercase() == b.to_lowercase());
+    f2!("Compare", |a, b| match a.cmp(&b) {
+        std::cmp::Ordering::Less => -1,
+        std::cmp::Ordering::Equal => 0,
+        std::cmp::Ordering::Greater => 1,
+    });
+    f2!("TrimPrefix", |s, p| s
+        .strip_prefix(p.as_str())
+        .unwrap_or(&s)
+        .to_string());
+    f2!("TrimSuffix", |s, p| s
+        .strip_suffix(p.as_str())
+        .unwrap_or(&s)
+        .to_string());
+    f2!("Trim", |s, cut| s
+        .trim_matches(|c| cut.contains(c))
+        .to_string());
+    f2!("TrimLeft", |s, cut| s
+        .trim_start_matches(|c| cut.contains(c))
+        .to_string());
+    f2!("TrimRight", |s, cut| s
+        .trim_end_matches(|c| cut.contains(c))
+        .to_string());
+    f1!("ToLower", |s| s.to_lowercase());
+    f1!("ToUpper", |s| s.to_uppercase());
+    f1!("TrimSpace", |s| s.trim().to_string());
+    m.set(
+        "ReplaceAll",
+        lua.create_function(|_, (s, old, new): (String, String, String)| {
+            Ok(s.replace(old.as_str(), &new))
+        })?,
+    )?;
+    m.set(
+        "Replace",
+        lua.create_function(|_, (s, old, new, n): (String, String, String, i64)| {
+            Ok(if n < 0 {
+                s.replace(old.as_str(), &new)
+            } else {
+                s.replacen(old.as_str(), &new, n as usize)
+            })
+        })?,
+    )?;
+    m.set(
+        "Repeat",
+        lua.create_function(|_, (s, n): (String, i64)| {
+            if n < 0 {
+                return Err(mlua::Error::runtime("strings: negative Repeat count"));
+            }
+            Ok(s.repeat(n as usize))
+        })?,
+    )?;
+    m.set(
+        "Split",
+        lua.create_function(|lua, (s, sep): (String, String)| {
+            let parts: Vec<String> = if sep.is_empty() {
+                s.chars().map(String::from).collect()
+            } else {
+                s.split(sep.as_str()).map(String::from).collect()
+            };
+            lua.create_sequence_from(parts)
+        })?,
+    )?;
+    m.set(
+        "Fields",
+        lua.create_function(|lua, s: String| {
+            lua.create_sequence_from(s.split_whitespace().map(String::from).collect::<Vec<_>>())
+        })?,
+    )?;
+    m.set(
+        "Join",
+        lua.create_function(|_, (parts, sep): (Table, String)| {
+            let mut out = Vec::new();
+            for item in parts.sequence_values::<String>() {
+                out.push(item?);
+            }
+            Ok(out.join(&sep))
+        })?,
+    )?;
+    Ok(m)
+}
