@@ -1,1 +1,65 @@
-//! Process kit shared by the services: telemetry, shutdown, health endpoint.
+//! Process kit shared by the services: configuration, telemetry, shutdown, health and metrics
+//! endpoints, W3C trace context.
+//!
+//! It knows nothing of NATS, Kubernetes or the pipeline stages; a service's `main.rs` wires these
+//! pieces together and then calls its `App::run`.
+//!
+//! A service's `main.rs`:
+//!
+//! ```no_run
+//! use clap::Parser;
+//! use sluice_runtime::{CommonArgs, Health};
+//!
+//! #[derive(Debug, Parser)]
+//! #[command(name = "sluice-watcher", version)]
+//! struct Config {
+//!     #[command(flatten)]
+//!     common: CommonArgs,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     // bad flags or values: one line on stderr, exit 64, before any port is bound
+//!     let config: Config = sluice_runtime::parse_config();
+//!     if let Err(error) = config.common.validate() {
+//!         sluice_runtime::exit_on_bad_config(error);
+//!     }
+//!     sluice_runtime::init_telemetry("watcher", config.common.log_format)?;
+//!     tracing::info!(config = %config.common.redacted(), "starting");
+//!     let token = sluice_runtime::shutdown_token()?;
+//!     let health = Health::new();
+//!     let server =
+//!         sluice_runtime::serve_health(config.common.health_addr, health.clone(), token.clone())
+//!             .await?;
+//!     health.set_ready(true);
+//!     // App::run(config, health, token.clone()).await?; returns once the token is cancelled
+//!     // and its in-flight work is drained
+//!     token.cancelled().await;
+//!     server.await?;
+//!     Ok(())
+//! }
+//! ```
+
+mod config;
+mod error;
+mod health;
+mod shutdown;
+mod telemetry;
+mod trace;
+
+pub use config::{
+    common_env_vars, exit_on_bad_config, parse_config, CommonArgs, LogFormat, EXIT_BAD_CONFIG,
+    LOG_FILTER_ENV,
+};
+pub use error::{Error, Result};
+pub use health::{serve_health, serve_health_on, Counter, Health};
+pub use shutdown::{drain, shutdown_token, EXIT_SECOND_SIGNAL};
+pub use telemetry::init_telemetry;
+pub use trace::{
+    child_traceparent, new_traceparent, parse_traceparent, InvalidTraceparent, TraceContext,
+    TRACEPARENT_HEADER,
+};
+
+/// Re-exported so services name one version of the lifecycle types.
+pub use tokio_util::sync::CancellationToken;
+pub use tokio_util::task::TaskTracker;

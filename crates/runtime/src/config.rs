@@ -1,0 +1,274 @@
+//! The configuration every service accepts (flags with environment fallbacks), its validation,
+//! and the bad-config exit path. Service-specific options live in each service.
+
+use std::fmt::{self, Display};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, ValueEnum};
+
+use crate::error::{Error, Result};
+
+/// Exit code for unusable configuration (`EX_USAGE` from sysexits.h).
+pub const EXIT_BAD_CONFIG: i32 = 64;
+
+/// Environment variable holding the tracing filter (`info` when unset).
+pub const LOG_FILTER_ENV: &str = "RUST_LOG";
+
+/// Options shared by all five services; flatten it into a service's clap struct with
+/// `#[command(flatten)] common: CommonArgs`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct CommonArgs {
+    /// NATS server URL
+    #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+
+    /// Kubeconfig file of the management cluster; without it: in-cluster config, then KUBECONFIG
+    #[arg(long, env = "SLUICE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Context to use from the kubeconfig (its current context when unset)
+    #[arg(long, env = "SLUICE_KUBE_CONTEXT")]
+    pub kube_context: Option<String>,
+
+    /// Address of the /healthz, /readyz and /metrics endpoint
+    #[arg(long, env = "SLUICE_HEALTH_ADDR", default_value = "0.0.0.0:8080")]
+    pub health_addr: SocketAddr,
+
+    /// Log line format
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Namespace holding the Sveltos resources (EventReports, ClusterProfiles, ConfigMaps)
+    #[arg(
+        long,
+        env = "SLUICE_SVELTOS_NAMESPACE",
+        default_value = "projectsveltos"
+    )]
+    pub sveltos_namespace: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl CommonArgs {
+    /// Checks what clap's types cannot: URL scheme, kubeconfig presence, namespace syntax.
+    pub fn validate(&self) -> Result<()> {
+        let scheme_ok = ["nats://", "tls://", "ws://", "wss://"]
+            .iter()
+            .any(|scheme| self.nats_url.starts_with(scheme));
+        if !scheme_ok {
+            return Err(Error::InvalidNatsUrl {
+                url: redact_url(&self.nats_url),
+            });
+        }
+        if let Some(path) = &self.kubeconfig {
+            if !path.is_file() {
+                return Err(Error::MissingKubeconfig { path: path.clone() });
+            }
+        }
+        if !is_dns_label(&self.sveltos_namespace) {
+            return Err(Error::InvalidNamespace {
+                namespace: self.sveltos_namespace.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One line for the startup log with credentials in the NATS URL masked.
+    pub fn redacted(&self) -> String {
+        let kubeconfig = self.kubeconfig.as_ref().map_or_else(
+            || "in-cluster".to_owned(),
+            |path| path.display().to_string(),
+        );
+        format!(
+            "nats_url={} kubeconfig={} kube_context={} health_addr={} log_format={} \
+             sveltos_namespace={}",
+            redact_url(&self.nats_url),
+            kubeconfig,
+            self.kube_context.as_deref().unwrap_or("-"),
+            self.health_addr,
+            self.log_format,
+            self.sveltos_namespace,
+        )
+    }
+}
+
+impl Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
+}
+
+/// The environment variables [`CommonArgs`] reads, taken from its clap definition (so tests of
+/// manifests and compose files cannot drift from the code). [`LOG_FILTER_ENV`] is not included.
+pub fn common_env_vars() -> Vec<String> {
+    let command = CommonArgs::augment_args(clap::Command::new("common"));
+    command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env())
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Parses the process arguments into `C`. `--help` and `--version` print and exit 0; any other
+/// error exits with [`EXIT_BAD_CONFIG`] and clap's one-line message.
+pub fn parse_config<C: Parser>() -> C {
+    parse_config_from::<C, _, _>(std::env::args_os())
+}
+
+fn parse_config_from<C, I, T>(args: I) -> C
+where
+    C: Parser,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut command = C::command();
+    let parsed = command
+        .try_get_matches_from_mut(args)
+        .and_then(|mut matches| C::from_arg_matches_mut(&mut matches));
+    match parsed {
+        Ok(config) => config,
+        Err(error) if !error.use_stderr() => error.exit(),
+        Err(error) => {
+            let rendered = error.render().to_string();
+            let line = rendered.lines().next().unwrap_or("invalid arguments");
+            exit_on_bad_config(line.trim_start_matches("error: "))
+        }
+    }
+}
+
+/// Prints `invalid configuration: {err}` as one line on stderr and exits with
+/// [`EXIT_BAD_CONFIG`]. Call it before any port is bound.
+pub fn exit_on_bad_config(err: impl Display) -> ! {
+    let message = err.to_string().replace('\n', " ");
+    eprintln!("invalid configuration: {message}");
+    std::process::exit(EXIT_BAD_CONFIG)
+}
+
+/// Masks the user-info part of a URL: `nats://user:pw@host` -> `nats://***@host`.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// RFC 1123 label: lowercase alphanumerics and `-`, at most 63, no leading or trailing `-`.
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
+        let argv = std::iter::once("svc").chain(args.iter().copied());
+        Cli::try_parse_from(argv).map(|cli| cli.common)
+    }
+
+    #[test]
+    fn defaults_match_the_service_convention() {
+        // the environment of the test process must not leak into the defaults
+        for name in common_env_vars() {
+            assert!(
+                std::env::var_os(&name).is_none(),
+                "{name} is set in the test environment"
+            );
+        }
+        let common = parse(&[]).unwrap();
+        assert_eq!(common.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(common.kubeconfig, None);
+        assert_eq!(common.kube_context, None);
+        assert_eq!(common.health_addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(common.log_format, LogFormat::Text);
+        assert_eq!(common.sveltos_namespace, "projectsveltos");
+        common.validate().unwrap();
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let common = parse(&[
+            "--nats-url=nats://10.0.0.1:4222",
+            "--kube-context=mgmt",
+            "--health-addr=127.0.0.1:9090",
+            "--log-format=json",
+            "--sveltos-namespace=fleet",
+        ])
+        .unwrap();
+        assert_eq!(common.nats_url, "nats://10.0.0.1:4222");
+        assert_eq!(common.kube_context.as_deref(), Some("mgmt"));
+        assert_eq!(common.health_addr.port(), 9090);
+        assert_eq!(common.log_format, LogFormat::Json);
+        assert_eq!(common.sveltos_namespace, "fleet");
+    }
+
+    #[test]
+    fn env_vars_come_from_the_clap_definition() {
+        assert_eq!(
+            common_env_vars(),
+            [
+                "SLUICE_NATS_URL",
+                "SLUICE_KUBECONFIG",
+                "SLUICE_KUBE_CONTEXT",
+                "SLUICE_HEALTH_ADDR",
+                "SLUICE_LOG_FORMAT",
+                "SLUICE_SVELTOS_NAMESPACE",
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(parse(&["--health-addr=nonsense"]).is_err());
+        assert!(parse(&["--log-format=xml"]).is_err());
+        let check = |args: &[&str], expected: &str| {
+            let error = parse(args).unwrap().validate().unwrap_err().to_string();
+            assert!(error.contains(expected), "{error}");
+        };
+        check(&["--nats-url=http://x:4222"], "invalid nats url");
+        check(
+            &["--kubeconfig=/no/such/kubeconfig"],
+            "/no/such/kubeconfig does not exist",
+        );
+        check(
+            &["--sveltos-namespace=Not_A_Label"],
+            "invalid sveltos namespace",
+        );
+    }
+
+    #[test]
+    fn redacted_masks_credentials() {
+        let common = parse(&["--nats-url=nats://alice:s3cret@nats:4222"]).unwrap();
+        let line = common.redacted();
+        assert!(!line.contains("s3cret"), "{line}");
+        assert!(!line.contains("alice"), "{line}");
+        assert!(line.contains("nats_url=nats://***@nats:4222"), "{line}");
+        assert!(line.contains("kubeconfig=in-cluster"), "{line}");
+        assert_eq!(redact_url("nats://nats:4222/x@y"), "nats://nats:4222/x@y");
+    }
+}

@@ -1,0 +1,231 @@
+//! Liveness, readiness and Prometheus counters, served over HTTP on `/healthz`, `/readyz` and
+//! `/metrics`. Counters only: the pipeline's numbers are event counts; latency lives in traces.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+
+/// Shared process health: a readiness flag and a registry of counters. Cheap to clone; all
+/// clones share state.
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    inner: Arc<Inner>,
+}
+
+/// A monotonically increasing counter registered in a [`Health`].
+#[derive(Clone, Debug)]
+pub struct Counter(Arc<AtomicU64>);
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+#[derive(Debug, Default)]
+struct Inner {
+    ready: AtomicBool,
+    counters: Mutex<BTreeMap<&'static str, BTreeMap<Labels, Arc<AtomicU64>>>>,
+}
+
+impl Health {
+    /// A health that is alive, not ready, with no counters.
+    pub fn new() -> Health {
+        Health::default()
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.inner.ready.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::SeqCst)
+    }
+
+    /// The counter `name` without labels, created at 0 on first use. Names follow
+    /// `sluice_<area>_<noun>_<unit>_total`, e.g. `sluice_evaluator_messages_rejected_total`.
+    pub fn counter(&self, name: &'static str) -> Counter {
+        self.counter_with(name, &[])
+    }
+
+    /// The counter `name` with `labels`; label values are static so they come from bounded sets.
+    pub fn counter_with(
+        &self,
+        name: &'static str,
+        labels: &[(&'static str, &'static str)],
+    ) -> Counter {
+        debug_assert!(
+            name.starts_with("sluice_") && name.ends_with("_total"),
+            "counter {name} does not follow sluice_<area>_<noun>_<unit>_total"
+        );
+        let mut labels = labels.to_vec();
+        labels.sort_unstable();
+        let mut counters = self.lock_counters();
+        let value = counters.entry(name).or_default().entry(labels).or_default();
+        Counter(Arc::clone(value))
+    }
+
+    /// All counters in the Prometheus text exposition format (version 0.0.4).
+    pub fn render_metrics(&self) -> String {
+        let counters = self.lock_counters();
+        let mut out = String::new();
+        for (name, series) in counters.iter() {
+            // writing to a String cannot fail
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for (labels, value) in series {
+                let value = value.load(Ordering::Relaxed);
+                if labels.is_empty() {
+                    let _ = writeln!(out, "{name} {value}");
+                } else {
+                    let rendered: Vec<String> = labels
+                        .iter()
+                        .map(|(key, val)| format!("{key}=\"{}\"", escape_label(val)))
+                        .collect();
+                    let _ = writeln!(out, "{name}{{{}}} {value}", rendered.join(","));
+                }
+            }
+        }
+        out
+    }
+
+    fn lock_counters(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, BTreeMap<Labels, Arc<AtomicU64>>>> {
+        // a panic while holding the lock leaves the map consistent (entries are only inserted)
+        self.inner
+            .counters
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+impl Counter {
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Binds `addr` and serves the health endpoints until `token` is cancelled. Binding happens
+/// before this returns, so a taken port is a startup error rather than a log line.
+pub async fn serve_health(
+    addr: SocketAddr,
+    health: Health,
+    token: CancellationToken,
+) -> Result<JoinHandle<()>> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::BindHealth { addr, source })?;
+    Ok(serve_health_on(listener, health, token))
+}
+
+/// Serves the health endpoints on an already bound listener until `token` is cancelled.
+pub fn serve_health_on(
+    listener: TcpListener,
+    health: Health,
+    token: CancellationToken,
+) -> JoinHandle<()> {
+    let addr = listener.local_addr().ok();
+    let router = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health);
+    tokio::spawn(async move {
+        tracing::info!(addr = ?addr, "serving /healthz, /readyz and /metrics");
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await;
+        if let Err(error) = served {
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "health endpoint failed"
+            );
+        }
+    })
+}
+
+async fn readyz(State(health): State<Health>) -> impl IntoResponse {
+    if health.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn metrics(State(health): State<Health>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        health.render_metrics(),
+    )
+}
+
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_in_prometheus_text_format() {
+        let health = Health::new();
+        let events = health.counter("sluice_watcher_events_observed_total");
+        events.inc();
+        events.add(2);
+        let ok = health.counter_with(
+            "sluice_applier_plans_applied_total",
+            &[("result", "ok"), ("cluster_type", "capi")],
+        );
+        ok.inc();
+        health.counter_with(
+            "sluice_applier_plans_applied_total",
+            &[("result", "failed"), ("cluster_type", "capi")],
+        );
+        // the same name and labels (in any order) is the same counter
+        health
+            .counter_with(
+                "sluice_applier_plans_applied_total",
+                &[("cluster_type", "capi"), ("result", "ok")],
+            )
+            .inc();
+        assert_eq!(ok.get(), 2);
+        assert_eq!(
+            health.render_metrics(),
+            "# TYPE sluice_applier_plans_applied_total counter\n\
+             sluice_applier_plans_applied_total{cluster_type=\"capi\",result=\"failed\"} 0\n\
+             sluice_applier_plans_applied_total{cluster_type=\"capi\",result=\"ok\"} 2\n\
+             # TYPE sluice_watcher_events_observed_total counter\n\
+             sluice_watcher_events_observed_total 3\n"
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
