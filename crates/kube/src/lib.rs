@@ -1,1 +1,11 @@
-//! The Kubernetes adapter: clients from kubeconfigs, dynamic watches and server-side apply.
+//! The Kubernetes adapter of sluice: clients built from kubeconfigs exactly as for a real API
+//! server, level-based watches of any kind, and server-side apply. It holds no policy: what
+//! to watch and what to write is decided by the services.
+
+pub mod apply;
+pub mod client;
+pub mod watch;
+
+mod error;
+
+pub use error::{Error, Result};

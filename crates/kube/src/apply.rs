@@ -1,0 +1,158 @@
+//! Writing to a cluster: server-side apply of whole objects, deletion, listing by labels.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{self, Scope};
+use kube::Client;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// A resolved kind: what the API server calls it and whether it is namespaced.
+#[derive(Clone, Debug)]
+pub struct Kind {
+    pub resource: ApiResource,
+    pub namespaced: bool,
+}
+
+/// Asks the API server (discovery) how it serves `apiVersion`/`kind`.
+pub async fn resolve(client: &Client, api_version: &str, kind: &str) -> Result<Kind> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) =
+        discovery::pinned_kind(client, &gvk)
+            .await
+            .map_err(|source| Error::UnknownKind {
+                gvk: format!("{api_version}/{kind}"),
+                source,
+            })?;
+    Ok(Kind {
+        resource,
+        namespaced: caps.scope == Scope::Namespaced,
+    })
+}
+
+fn api(client: &Client, kind: &Kind, namespace: &str) -> Api<DynamicObject> {
+    if kind.namespaced {
+        Api::namespaced_with(client.clone(), namespace, &kind.resource)
+    } else {
+        Api::all_with(client.clone(), &kind.resource)
+    }
+}
+
+/// Server-side applies a whole object (force: sluice owns what it generates).
+pub async fn apply(client: &Client, kind: &Kind, object: &Value, field_manager: &str) -> Result<Value> {
+    let metadata = object.get("metadata").ok_or(Error::Malformed("metadata"))?;
+    let name = metadata
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or(Error::Malformed("metadata.name"))?;
+    let namespace = metadata
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let params = PatchParams::apply(field_manager).force();
+    let applied = api(client, kind, namespace)
+        .patch(name, &params, &Patch::Apply(object))
+        .await
+        .map_err(|source| Error::Request {
+            verb: "apply",
+            kind: kind.resource.kind.clone(),
+            name: qualified(namespace, name),
+            source,
+        })?;
+    serde_json::to_value(applied).map_err(|_| Error::Malformed("serializable object"))
+}
+
+/// Server-side applies only the `status` of an object.
+pub async fn apply_status(
+    client: &Client,
+    kind: &Kind,
+    namespace: &str,
+    name: &str,
+    patch: &Value,
+    field_manager: &str,
+) -> Result<()> {
+    let params = PatchParams::apply(field_manager).force();
+    api(client, kind, namespace)
+        .patch_status(name, &params, &Patch::Apply(patch))
+        .await
+        .map_err(|source| Error::Request {
+            verb: "apply status of",
+            kind: kind.resource.kind.clone(),
+            name: qualified(namespace, name),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Deletes an object; an object already gone counts as deleted.
+pub async fn delete(client: &Client, kind: &Kind, namespace: &str, name: &str) -> Result<()> {
+    match api(client, kind, namespace)
+        .delete(name, &DeleteParams::background())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(Error::Request {
+            verb: "delete",
+            kind: kind.resource.kind.clone(),
+            name: qualified(namespace, name),
+            source,
+        }),
+    }
+}
+
+/// Reads one object; `None` when it does not exist.
+pub async fn get(client: &Client, kind: &Kind, namespace: &str, name: &str) -> Result<Option<Value>> {
+    match api(client, kind, namespace).get_opt(name).await {
+        Ok(found) => Ok(found.and_then(|o| serde_json::to_value(o).ok())),
+        Err(source) => Err(Error::Request {
+            verb: "get",
+            kind: kind.resource.kind.clone(),
+            name: qualified(namespace, name),
+            source,
+        }),
+    }
+}
+
+/// Lists objects of a kind in all namespaces (or cluster-wide) carrying all the given labels.
+pub async fn list_labelled(
+    client: &Client,
+    kind: &Kind,
+    labels: &BTreeMap<String, String>,
+) -> Result<Vec<Value>> {
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
+    let list = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::Request {
+            verb: "list",
+            kind: kind.resource.kind.clone(),
+            name: selector.clone(),
+            source,
+        })?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect())
+}
+
+fn qualified(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}

@@ -1,0 +1,47 @@
+//! Errors of the Kubernetes adapter.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid kubeconfig")]
+    Kubeconfig {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to read kubeconfig {path}")]
+    ReadKubeconfig {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("kind {gvk} is not served")]
+    UnknownKind {
+        gvk: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to {verb} {kind} {name}")]
+    Request {
+        verb: &'static str,
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("object has no {0}")]
+    Malformed(&'static str),
+}
+
+impl Error {
+    /// Whether retrying the same request later can succeed (server busy, unreachable, conflict).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Request { source, .. } | Error::UnknownKind { source, .. } => match source {
+                kube::Error::Api(status) => status.code == 409 || status.code == 429 || status.code >= 500,
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,210 @@
+//! Level-based watching: turns a Kubernetes watch (with its re-lists after dropped streams,
+//! 410 Gone and restarts) into changes of the current state. A re-list yields only real
+//! differences, so a transient empty or partial view never reads as deletions.
+
+use std::collections::HashMap;
+
+use futures::{Stream, StreamExt};
+use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use serde_json::Value;
+
+use crate::apply::Kind;
+
+/// (namespace, name) of an object.
+pub type ObjectKey = (String, String);
+
+/// A change of the current state of one object.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The object exists with this content (new or changed).
+    Upsert(Value),
+    /// The object is gone; the last known key and resourceVersion are given.
+    Delete {
+        namespace: String,
+        name: String,
+        resource_version: String,
+    },
+}
+
+/// The pure part of a level watch: what is known, and what a watch event changes.
+#[derive(Debug, Default)]
+pub struct LevelState {
+    known: HashMap<ObjectKey, String>,
+    relist: Option<HashMap<ObjectKey, Value>>,
+}
+
+impl LevelState {
+    /// Starts from what an earlier run published, so deletions that happened while nobody
+    /// watched are found at the first complete list.
+    pub fn with_known(known: HashMap<ObjectKey, String>) -> LevelState {
+        LevelState {
+            known,
+            relist: None,
+        }
+    }
+
+    pub fn known(&self) -> &HashMap<ObjectKey, String> {
+        &self.known
+    }
+
+    /// Feeds one watch event and returns the resulting state changes.
+    pub fn on_event(&mut self, event: Event<Value>) -> Vec<Change> {
+        match event {
+            Event::Apply(object) => self.upsert(object).into_iter().collect(),
+            Event::Delete(object) => {
+                let (key, rv) = key_of(&object);
+                self.known.remove(&key);
+                vec![Change::Delete {
+                    namespace: key.0,
+                    name: key.1,
+                    resource_version: rv,
+                }]
+            }
+            Event::Init => {
+                self.relist = Some(HashMap::new());
+                Vec::new()
+            }
+            Event::InitApply(object) => {
+                let (key, _) = key_of(&object);
+                self.relist.get_or_insert_with(HashMap::new).insert(key, object);
+                Vec::new()
+            }
+            Event::InitDone => {
+                let listed = self.relist.take().unwrap_or_default();
+                let mut changes: Vec<Change> = self
+                    .known
+                    .iter()
+                    .filter(|(key, _)| !listed.contains_key(*key))
+                    .map(|((namespace, name), rv)| Change::Delete {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        resource_version: rv.clone(),
+                    })
+                    .collect();
+                for change in &changes {
+                    if let Change::Delete { namespace, name, .. } = change {
+                        self.known.remove(&(namespace.clone(), name.clone()));
+                    }
+                }
+                let mut listed: Vec<_> = listed.into_values().collect();
+                listed.sort_by(|a, b| key_of(a).0.cmp(&key_of(b).0));
+                changes.extend(listed.into_iter().filter_map(|o| self.upsert(o)));
+                changes
+            }
+        }
+    }
+
+    fn upsert(&mut self, object: Value) -> Option<Change> {
+        let (key, rv) = key_of(&object);
+        if self.known.get(&key) == Some(&rv) {
+            return None;
+        }
+        self.known.insert(key, rv);
+        Some(Change::Upsert(object))
+    }
+}
+
+fn key_of(object: &Value) -> (ObjectKey, String) {
+    let meta = object.get("metadata");
+    let field = |f: &str| {
+        meta.and_then(|m| m.get(f))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    ((field("namespace"), field("name")), field("resourceVersion"))
+}
+
+/// Watches every object of `kind` in the cluster and yields batches of state changes.
+/// Errors from the API server are yielded and the watch goes on with backoff.
+pub fn watch_kind(
+    client: Client,
+    kind: Kind,
+    known: HashMap<ObjectKey, String>,
+) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
+    let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
+    let mut state = LevelState::with_known(known);
+    watcher::watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .map(move |event| {
+            let event = event?;
+            Ok(state.on_event(to_json_event(event)))
+        })
+}
+
+fn to_json_event(event: Event<DynamicObject>) -> Event<Value> {
+    let json = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+    match event {
+        Event::Apply(o) => Event::Apply(json(o)),
+        Event::Delete(o) => Event::Delete(json(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(json(o)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(name: &str, rv: &str) -> Value {
+        json!({"metadata": {"namespace": "default", "name": name, "resourceVersion": rv}})
+    }
+
+    fn names(changes: &[Change]) -> Vec<String> {
+        changes
+            .iter()
+            .map(|c| match c {
+                Change::Upsert(o) => format!("+{}", o["metadata"]["name"].as_str().unwrap_or("")),
+                Change::Delete { name, .. } => format!("-{name}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn relist_yields_only_differences() {
+        let mut s = LevelState::default();
+        for e in [Event::Init, Event::InitApply(obj("a", "1")), Event::InitApply(obj("b", "1"))] {
+            assert!(s.on_event(e).is_empty());
+        }
+        assert_eq!(names(&s.on_event(Event::InitDone)), ["+a", "+b"]);
+        // A dropped stream: the watch re-lists; a is unchanged, b changed, c is new, nothing lost.
+        s.on_event(Event::Init);
+        s.on_event(Event::InitApply(obj("a", "1")));
+        s.on_event(Event::InitApply(obj("b", "2")));
+        s.on_event(Event::InitApply(obj("c", "3")));
+        assert_eq!(names(&s.on_event(Event::InitDone)), ["+b", "+c"]);
+    }
+
+    #[test]
+    fn relist_finds_deletions_missed_while_not_watching() {
+        let known = HashMap::from([(("default".to_string(), "gone".to_string()), "7".to_string())]);
+        let mut s = LevelState::with_known(known);
+        s.on_event(Event::Init);
+        s.on_event(Event::InitApply(obj("kept", "8")));
+        assert_eq!(names(&s.on_event(Event::InitDone)), ["-gone", "+kept"]);
+    }
+
+    #[test]
+    fn an_empty_view_mid_relist_deletes_nothing() {
+        let mut s = LevelState::default();
+        s.on_event(Event::Apply(obj("a", "1")));
+        assert!(s.on_event(Event::Init).is_empty());
+        // No InitDone yet: nothing is withdrawn while the list is incomplete.
+        assert_eq!(s.known().len(), 1);
+        s.on_event(Event::InitApply(obj("a", "1")));
+        assert!(s.on_event(Event::InitDone).is_empty());
+    }
+
+    #[test]
+    fn same_resource_version_is_not_repeated() {
+        let mut s = LevelState::default();
+        assert_eq!(names(&s.on_event(Event::Apply(obj("a", "1")))), ["+a"]);
+        assert!(s.on_event(Event::Apply(obj("a", "1"))).is_empty());
+        assert_eq!(names(&s.on_event(Event::Delete(obj("a", "1")))), ["-a"]);
+    }
+}
