@@ -23,9 +23,10 @@ pub struct ServiceProcess {
 }
 
 impl ServiceProcess {
-    /// Spawns `bin` with `args` and extra `env` (added to the inherited environment). `bin` is a
-    /// workspace binary name resolved with [`crate::bin_path`], or a path if it contains `/`.
-    /// Output goes to a fresh file under `target/<profile>/sluice-test-logs/`.
+    /// Spawns `bin` with `args` and extra `env`. `bin` is a workspace binary name resolved with
+    /// [`crate::bin_path`], or a path if it contains `/`. The child inherits the environment
+    /// except `SLUICE_*` variables, so a developer's shell cannot steer a test; `RUST_LOG` does
+    /// pass through. Output goes to a fresh file under `target/<profile>/sluice-test-logs/`.
     pub fn spawn(bin: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<ServiceProcess> {
         let program = if bin.contains('/') {
             PathBuf::from(bin)
@@ -42,7 +43,13 @@ impl ServiceProcess {
         let log_err = log
             .try_clone()
             .with_context(|| format!("failed to share log file {}", log_path.display()))?;
-        let child = Command::new(&program)
+        let mut command = Command::new(&program);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("SLUICE_") {
+                command.env_remove(name);
+            }
+        }
+        let child = command
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())

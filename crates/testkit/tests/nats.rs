@@ -110,6 +110,25 @@ async fn service_process_captures_output_and_terminates_with_sigterm() {
     assert!(process.log_path().is_file());
 }
 
+#[tokio::test]
+async fn service_process_does_not_inherit_sluice_variables() {
+    // SAFETY: set_var is unsound only with concurrent readers of the environment; this test
+    // binary reads no SLUICE_ variable anywhere else.
+    unsafe { std::env::set_var("SLUICE_FROM_SHELL", "leaked") };
+    let mut process = ServiceProcess::spawn(
+        "/bin/sh",
+        &[
+            "-c",
+            "echo shell=${SLUICE_FROM_SHELL:-unset} given=$SLUICE_GIVEN",
+        ],
+        &[("SLUICE_GIVEN", "yes")],
+    )
+    .unwrap();
+    let status = process.wait_exit(Duration::from_secs(10)).unwrap();
+    assert!(status.success());
+    assert_eq!(process.log(), "shell=unset given=yes\n");
+}
+
 #[test]
 fn missing_workspace_binary_is_a_clear_error() {
     let error = ServiceProcess::spawn("sluice-no-such-binary", &[], &[])
