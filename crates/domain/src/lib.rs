@@ -1,3 +1,7 @@
 //! Domain types and pure logic of sluice: the Sveltos API objects, selectors, names and labels. Knows nothing of the wire, the bus or the cluster.
-pub mod selector;
+pub mod cluster;
+pub mod config;
 pub mod eventsource;
+pub mod eventtrigger;
+pub mod naming;
+pub mod selector;

@@ -1,0 +1,250 @@
+//! The management-cluster configuration as the services see it (EventSources, EventTriggers,
+//! clusters, ClusterSets, ConfigMaps, Secrets), and the decisions that follow from it alone:
+//! which EventSource is deployed to which cluster, and which triggers apply to a cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::cluster::{string_map, Cluster, ClusterId};
+use crate::eventsource::EventSource;
+use crate::eventtrigger::EventTrigger;
+
+/// Kinds mirrored from the management cluster, as named in config subjects.
+pub const CONFIG_KINDS: [&str; 8] = [
+    "EventSource",
+    "EventTrigger",
+    "EventBasedAddOn",
+    "SveltosCluster",
+    "Cluster",
+    "ClusterSet",
+    "ConfigMap",
+    "Secret",
+];
+
+/// The current configuration. Objects that fail to parse are kept with their error, so the
+/// failure is reported where it belongs and nothing else is affected.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigState {
+    pub event_sources: BTreeMap<String, Result<EventSource, String>>,
+    pub event_triggers: BTreeMap<String, Result<EventTrigger, String>>,
+    pub clusters: BTreeMap<ClusterId, Cluster>,
+    /// ClusterSet name -> selected clusters (`status.selectedClusterRefs`).
+    pub cluster_sets: BTreeMap<String, Vec<ClusterId>>,
+    /// (namespace, name) -> object.
+    pub config_maps: BTreeMap<(String, String), Value>,
+    pub secrets: BTreeMap<(String, String), Value>,
+}
+
+impl ConfigState {
+    /// Applies one object's new state (`None` when deleted). Returns false for kinds not mirrored.
+    pub fn apply(
+        &mut self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        object: Option<&Value>,
+    ) -> bool {
+        let key = (namespace.to_string(), name.to_string());
+        match kind {
+            "EventSource" => set(
+                &mut self.event_sources,
+                name.to_string(),
+                object
+                    .map(|o| crate::eventsource::parse_event_source(o).map_err(|e| e.to_string())),
+            ),
+            "EventTrigger" | "EventBasedAddOn" => set(
+                &mut self.event_triggers,
+                name.to_string(),
+                object.map(|o| EventTrigger::from_object(o).map_err(|e| e.to_string())),
+            ),
+            "SveltosCluster" | "Cluster" => {
+                let cluster_type = if kind == "Cluster" {
+                    crate::cluster::ClusterType::Capi
+                } else {
+                    crate::cluster::ClusterType::Sveltos
+                };
+                let id = ClusterId {
+                    cluster_type,
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                };
+                set(
+                    &mut self.clusters,
+                    id,
+                    object.and_then(Cluster::from_object),
+                );
+            }
+            "ClusterSet" => set(
+                &mut self.cluster_sets,
+                name.to_string(),
+                object.map(selected_cluster_refs),
+            ),
+            "ConfigMap" => set(&mut self.config_maps, key, object.cloned()),
+            "Secret" => set(&mut self.secrets, key, object.cloned()),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Usable clusters a trigger's source selector or cluster sets select.
+    pub fn source_clusters(&self, trigger: &EventTrigger) -> BTreeSet<ClusterId> {
+        let mut out: BTreeSet<ClusterId> = self
+            .clusters
+            .values()
+            .filter(|c| c.is_usable() && trigger.source_cluster_selector.matches(&c.labels))
+            .map(|c| c.id.clone())
+            .collect();
+        for set_name in &trigger.cluster_set_refs {
+            for id in self.cluster_sets.get(set_name).into_iter().flatten() {
+                if self.clusters.get(id).is_some_and(Cluster::is_usable) {
+                    out.insert(id.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Every (cluster, EventSource name) some trigger asks to watch, with the triggers asking.
+    /// `event_source_name` renders the trigger's (possibly templated) eventSourceName for a cluster.
+    pub fn deployments<F>(
+        &self,
+        mut event_source_name: F,
+    ) -> BTreeMap<(ClusterId, String), BTreeSet<String>>
+    where
+        F: FnMut(&EventTrigger, &Cluster) -> Option<String>,
+    {
+        let mut out: BTreeMap<(ClusterId, String), BTreeSet<String>> = BTreeMap::new();
+        for trigger in self.event_triggers.values().filter_map(|t| t.as_ref().ok()) {
+            for id in self.source_clusters(trigger) {
+                let Some(cluster) = self.clusters.get(&id) else {
+                    continue;
+                };
+                if let Some(es) = event_source_name(trigger, cluster) {
+                    out.entry((id, es))
+                        .or_default()
+                        .insert(trigger.name.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+fn set<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, value: Option<V>) {
+    match value {
+        Some(v) => {
+            map.insert(key, v);
+        }
+        None => {
+            map.remove(&key);
+        }
+    }
+}
+
+fn selected_cluster_refs(object: &Value) -> Vec<ClusterId> {
+    object
+        .pointer("/status/selectedClusterRefs")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| {
+                    let kind = r.get("kind").and_then(Value::as_str)?;
+                    let cluster_type = match kind {
+                        "Cluster" => crate::cluster::ClusterType::Capi,
+                        _ => crate::cluster::ClusterType::Sveltos,
+                    };
+                    Some(ClusterId {
+                        cluster_type,
+                        namespace: r.get("namespace").and_then(Value::as_str)?.to_string(),
+                        name: r.get("name").and_then(Value::as_str)?.to_string(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Labels of an object's metadata.
+pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
+    string_map(object.pointer("/metadata/labels"))
+}
+
+/// Annotations of an object's metadata.
+pub fn annotations_of(object: &Value) -> BTreeMap<String, String> {
+    string_map(object.pointer("/metadata/annotations"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state() -> ConfigState {
+        let mut s = ConfigState::default();
+        s.apply(
+            "SveltosCluster",
+            "default",
+            "a",
+            Some(&json!({"kind": "SveltosCluster", "metadata": {"name": "a", "namespace": "default", "labels": {"env": "fv"}}, "status": {"ready": true}})),
+        );
+        s.apply(
+            "SveltosCluster",
+            "default",
+            "b",
+            Some(&json!({"kind": "SveltosCluster", "metadata": {"name": "b", "namespace": "default", "labels": {"env": "prod"}}, "status": {"ready": true}})),
+        );
+        s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&json!({"kind": "EventBasedAddOn", "metadata": {"name": "t"}, "spec": {"clusterSelector": "env=fv", "eventSourceName": "es"}})),
+        );
+        s
+    }
+
+    #[test]
+    fn deployments_follow_selectors_and_deletions() {
+        let mut s = state();
+        let d = s.deployments(|t, _| Some(t.event_source_name.clone()));
+        let keys: Vec<_> = d.keys().map(|(c, es)| format!("{}/{es}", c.name)).collect();
+        assert_eq!(keys, ["a/es"]);
+        s.apply("EventBasedAddOn", "", "t", None);
+        assert!(s
+            .deployments(|t, _| Some(t.event_source_name.clone()))
+            .is_empty());
+    }
+
+    #[test]
+    fn broken_objects_are_kept_with_their_error() {
+        let mut s = state();
+        s.apply(
+            "EventTrigger",
+            "",
+            "bad",
+            Some(&json!({"kind": "EventTrigger", "metadata": {"name": "bad"}, "spec": {}})),
+        );
+        let err = s.event_triggers["bad"].as_ref().expect_err("broken");
+        assert!(err.contains("eventSourceName"), "{err}");
+        // The good trigger still deploys.
+        assert_eq!(
+            s.deployments(|t, _| Some(t.event_source_name.clone()))
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn cluster_sets_add_clusters() {
+        let mut s = state();
+        s.apply("ClusterSet", "", "set", Some(&json!({"status": {"selectedClusterRefs": [{"kind": "SveltosCluster", "namespace": "default", "name": "b"}]}})));
+        s.apply(
+            "EventTrigger",
+            "",
+            "t2",
+            Some(&json!({"kind": "EventTrigger", "metadata": {"name": "t2"}, "spec": {"clusterSetRefs": ["set"], "eventSourceName": "es2"}})),
+        );
+        let d = s.deployments(|t, _| Some(t.event_source_name.clone()));
+        assert!(d.keys().any(|(c, es)| c.name == "b" && es == "es2"));
+    }
+}
