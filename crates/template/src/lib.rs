@@ -1,1 +1,193 @@
-//! Go text/template compatible engine with sprig and the Sveltos functions, and Tera as a second syntax.
+//! Go text/template compatible engine with sprig and the Sveltos functions, and Tera as a second
+//! syntax. Templates are parsed once and rendered many times; rendering reads neither the
+//! environment nor the file system.
+
+mod ast;
+mod builtins;
+mod cache;
+mod exec;
+mod funcs;
+mod gojson;
+mod gofmt;
+mod lex;
+mod methods;
+pub mod oracle;
+mod parse;
+mod printf;
+mod sprig;
+mod sveltos;
+mod tera_engine;
+mod value;
+mod yaml;
+
+use std::sync::Arc;
+
+pub use cache::TemplateCache;
+pub use value::{event_data, Map, MapRef, Value};
+
+/// The template syntax and escaping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// Go `text/template` (event-manager).
+    #[default]
+    Text,
+    /// Go `html/template` escaping of action output (libsveltos, `eventSourceName`).
+    Html,
+    /// Tera (Jinja2-like) syntax with the same data and the Sveltos functions.
+    Tera,
+}
+
+/// What a missing map key yields (Go's `missingkey` option).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MissingKey {
+    /// An execution error (event-manager's setting).
+    #[default]
+    Error,
+    /// Go's "invalid" value, printed `<no value>`.
+    Default,
+    /// The zero value of the map's element type (`nil` for `interface{}`).
+    Zero,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Options {
+    pub engine: Engine,
+    pub missing_key: MissingKey,
+    /// The template name used in error messages and by `{{ template "name" }}`.
+    pub name: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { engine: Engine::Text, missing_key: MissingKey::Error, name: "sluice".into() }
+    }
+}
+
+/// Whether an error happened while parsing or while rendering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    Parse,
+    Exec,
+}
+
+/// A template failure with its position. Both kinds are permanent for the message that
+/// triggered them: retrying the same template over the same data fails the same way.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("template: {name}:{line}:{column}: {context}{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    name: String,
+    line: usize,
+    column: usize,
+    context: String,
+    message: String,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    fn at(kind: ErrorKind, name: &str, src: &str, pos: usize, context: String, message: String) -> Error {
+        let pos = pos.min(src.len());
+        let before = src.get(..pos).unwrap_or(src);
+        let line = 1 + before.matches('\n').count();
+        // Go counts the column in bytes from the start of the line, from zero.
+        let column = before.rfind('\n').map(|i| pos - i - 1).unwrap_or(pos);
+        Error { kind, name: name.to_string(), line, column, context, message }
+    }
+
+    pub(crate) fn parse(name: &str, src: &str, pos: usize, message: String) -> Error {
+        Error::at(ErrorKind::Parse, name, src, pos, String::new(), message)
+    }
+
+    pub(crate) fn exec(name: &str, src: &str, span: ast::Span, message: String) -> Error {
+        let text = src.get(span.start as usize..span.end as usize).unwrap_or_default().trim();
+        let context = format!("executing {name:?} at <{text}>: ");
+        Error::at(ErrorKind::Exec, name, src, span.start as usize, context, message)
+    }
+
+    pub(crate) fn tera(name: &str, kind: ErrorKind, message: String) -> Error {
+        Error { kind, name: name.to_string(), line: 0, column: 0, context: String::new(), message }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// 1-based line of the failing node (0 when the engine reports no position).
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// 0-based byte column in that line, as Go reports it.
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// What went wrong, without the position prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// A parsed template, ready to render any number of times from any thread.
+#[derive(Debug)]
+pub struct Template {
+    inner: Inner,
+    options: Options,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Go { src: Arc<str>, tree: ast::Tree },
+    Tera(tera_engine::TeraTemplate),
+}
+
+impl Template {
+    /// Parses `text`; parse-time errors (syntax, undefined functions or variables) fail here.
+    pub fn parse(text: &str, options: &Options) -> Result<Template> {
+        let inner = match options.engine {
+            Engine::Text | Engine::Html => {
+                let tree = parse::parse(text, &options.name, options.engine)
+                    .map_err(|e| Error::parse(&options.name, text, e.pos, e.message))?;
+                Inner::Go { src: Arc::from(text), tree }
+            }
+            Engine::Tera => Inner::Tera(tera_engine::TeraTemplate::parse(text, &options.name)?),
+        };
+        Ok(Template { inner, options: options.clone() })
+    }
+
+    /// Renders with `data` as dot. The output of a failed render is discarded, as Sveltos does.
+    pub fn render(&self, data: &Value) -> Result<String> {
+        let mut out = String::new();
+        self.render_into(data, &mut out)?;
+        Ok(out)
+    }
+
+    /// Renders into `out` (appending); on error `out` holds partial output.
+    pub fn render_into(&self, data: &Value, out: &mut String) -> Result<()> {
+        match &self.inner {
+            Inner::Go { src, tree } => {
+                let name = self.options.name.as_str();
+                let Some(main) = tree.templates.get(name) else {
+                    return Err(Error::parse(name, src, 0, format!("no template {name:?}")));
+                };
+                let mut exec =
+                    exec::Exec::new(tree, src, name, self.options.engine, self.options.missing_key, out);
+                exec.run(main, data)
+            }
+            Inner::Tera(t) => {
+                out.push_str(&t.render(data)?);
+                Ok(())
+            }
+        }
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+}
+
+/// Every function name the text engine knows (Go builtins, sprig, Sveltos), sorted.
+pub fn function_names() -> Vec<&'static str> {
+    funcs::names()
+}

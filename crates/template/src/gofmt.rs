@@ -1,0 +1,262 @@
+//! Go's `fmt` printing rules for template values: `%v` (what `{{ . }}` prints), `Sprint`,
+//! `Sprintln` and `Sprintf` with the verbs and flags templates use. Not a general fmt port:
+//! argument indexes (`%[1]d`) and `*` widths are reported as bad verbs.
+
+use std::fmt::Write;
+
+use crate::value::Value;
+
+/// Appends `%v` of `value`, exactly as Go prints it.
+pub fn write_value(out: &mut String, value: &Value) {
+    match value {
+        Value::Nil => out.push_str("<nil>"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Int(i) | Value::GoInt(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Float(f) => out.push_str(&format_g(*f, None, false)),
+        Value::String(s) => out.push_str(s),
+        Value::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                write_value(out, item);
+            }
+            out.push(']');
+        }
+        Value::Map(map) => {
+            out.push_str("map[");
+            for (i, (k, v)) in map.read().iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(k);
+                out.push(':');
+                write_value(out, v);
+            }
+            out.push(']');
+        }
+        Value::Time(t) => out.push_str(&t.go_string()),
+        Value::Semver(v) => out.push_str(&v.to_string()),
+    }
+}
+
+/// `%v` of `value` as a new string.
+pub fn to_string(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value);
+    out
+}
+
+/// Go's `fmt.Sprint`: a space between operands when neither side is a string.
+pub fn sprint(args: &[Value]) -> String {
+    let mut out = String::new();
+    let mut prev_string = false;
+    for (i, arg) in args.iter().enumerate() {
+        let is_string = matches!(arg, Value::String(_));
+        if i > 0 && !is_string && !prev_string {
+            out.push(' ');
+        }
+        write_value(&mut out, arg);
+        prev_string = is_string;
+    }
+    out
+}
+
+/// Go's `fmt.Sprintln`: spaces between all operands and a trailing newline.
+pub fn sprintln(args: &[Value]) -> String {
+    let mut out = String::new();
+    for (i, arg) in args.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        write_value(&mut out, arg);
+    }
+    out.push('\n');
+    out
+}
+
+/// Formats a float like Go's `strconv.FormatFloat(f, 'g', prec, 64)` (`prec` None = shortest).
+pub fn format_g(f: f64, prec: Option<usize>, sharp: bool) -> String {
+    if let Some(special) = special_float(f) {
+        return special.to_string();
+    }
+    let (neg, digits, exp) = decimal_digits(f, prec.map(|p| p.max(1)));
+    let nd = digits.len() as i32;
+    let dp = exp + 1;
+    let mut eprec = match prec {
+        None => 6,
+        Some(p) => {
+            let p = p.max(1) as i32;
+            if p > nd && nd >= dp {
+                nd
+            } else {
+                p
+            }
+        }
+    };
+    if sharp {
+        eprec = prec.map(|p| p.max(1) as i32).unwrap_or(6);
+    }
+    let mut out = String::new();
+    if neg {
+        out.push('-');
+    }
+    if exp < -4 || exp >= eprec {
+        let frac = if sharp { eprec - 1 } else { nd - 1 };
+        push_e(&mut out, &digits, frac.max(0) as usize, exp, 'e');
+    } else {
+        let frac = if sharp { (eprec - dp).max(0) } else { (nd - dp).max(0) };
+        push_f(&mut out, &digits, dp, frac as usize);
+    }
+    out
+}
+
+/// Formats a float like `%e` / `%E` with `prec` fraction digits (default 6).
+pub fn format_e(f: f64, prec: usize, upper: bool) -> String {
+    if let Some(special) = special_float(f) {
+        return special.to_string();
+    }
+    let (neg, digits, exp) = decimal_digits(f, Some(prec + 1));
+    let mut out = String::new();
+    if neg {
+        out.push('-');
+    }
+    push_e(&mut out, &digits, prec, exp, if upper { 'E' } else { 'e' });
+    out
+}
+
+/// Formats a float like `%f` with `prec` fraction digits.
+pub fn format_f(f: f64, prec: usize) -> String {
+    if let Some(special) = special_float(f) {
+        return special.to_string();
+    }
+    let s = format!("{:.*}", prec, f);
+    if s.starts_with('-') && s[1..].bytes().all(|b| b == b'0' || b == b'.') && !f.is_sign_negative() {
+        return s[1..].to_string();
+    }
+    s
+}
+
+fn special_float(f: f64) -> Option<&'static str> {
+    if f.is_nan() {
+        Some("NaN")
+    } else if f == f64::INFINITY {
+        Some("+Inf")
+    } else if f == f64::NEG_INFINITY {
+        Some("-Inf")
+    } else {
+        None
+    }
+}
+
+/// Decimal digits (no trailing zeros) and decimal exponent of `f`, rounded to `sig`
+/// significant digits, or the shortest round-trip digits when `sig` is None.
+fn decimal_digits(f: f64, sig: Option<usize>) -> (bool, Vec<u8>, i32) {
+    let neg = f.is_sign_negative();
+    let a = f.abs();
+    let s = match sig {
+        Some(n) => format!("{:.*e}", n - 1, a),
+        None => format!("{:e}", a),
+    };
+    let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let mut digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    while digits.len() > 1 && digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits == [b'0'] {
+        return (neg, digits, 0);
+    }
+    (neg, digits, exp)
+}
+
+fn push_e(out: &mut String, digits: &[u8], frac: usize, exp: i32, e: char) {
+    out.push(digits[0] as char);
+    if frac > 0 {
+        out.push('.');
+        for i in 1..=frac {
+            out.push(*digits.get(i).unwrap_or(&b'0') as char);
+        }
+    }
+    out.push(e);
+    out.push(if exp < 0 { '-' } else { '+' });
+    let a = exp.unsigned_abs();
+    if a < 10 {
+        out.push('0');
+    }
+    let _ = write!(out, "{a}");
+}
+
+fn push_f(out: &mut String, digits: &[u8], dp: i32, frac: usize) {
+    if dp <= 0 {
+        out.push('0');
+    } else {
+        for i in 0..dp as usize {
+            out.push(*digits.get(i).unwrap_or(&b'0') as char);
+        }
+    }
+    if frac > 0 {
+        out.push('.');
+        for i in 0..frac as i32 {
+            let idx = dp + i;
+            let d = if idx < 0 { b'0' } else { *digits.get(idx as usize).unwrap_or(&b'0') };
+            out.push(d as char);
+        }
+    }
+}
+
+/// Go's `strconv.Quote`.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        push_escaped(&mut out, c, '"');
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `strconv.QuoteRune`.
+pub fn quote_rune(c: char) -> String {
+    let mut out = String::from("'");
+    push_escaped(&mut out, c, '\'');
+    out.push('\'');
+    out
+}
+
+fn push_escaped(out: &mut String, c: char, quote: char) {
+    match c {
+        '\x07' => out.push_str("\\a"),
+        '\x08' => out.push_str("\\b"),
+        '\x0c' => out.push_str("\\f"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\x0b' => out.push_str("\\v"),
+        '\\' => out.push_str("\\\\"),
+        c if c == quote => {
+            out.push('\\');
+            out.push(c);
+        }
+        c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if (c as u32) >= 0x80 && !is_print(c) => {
+            if (c as u32) < 0x10000 {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            } else {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
+        }
+        c => out.push(c),
+    }
+}
+
+fn is_print(c: char) -> bool {
+    !c.is_control() && !matches!(c as u32, 0xad | 0x2028 | 0x2029 | 0xfeff | 0xfff9..=0xfffb)
+}
+
+pub use crate::printf::sprintf;

@@ -1,0 +1,522 @@
+//! Parser from tokens to the node tree, with Go's parse-time checks: undefined functions and
+//! variables, misplaced `{{end}}`/`{{else}}`, `{{break}}` outside `{{range}}`, and pipeline shape.
+
+use std::sync::Arc;
+
+use crate::ast::{Arg, Branch, Command, Node, Number, Operand, Pipeline, Span, Tree};
+use crate::funcs;
+use crate::lex::{lex, Keyword, Tok, Token};
+use crate::value::Value;
+use crate::Engine;
+
+/// A parse failure at a byte offset.
+#[derive(Debug)]
+pub struct ParseError {
+    pub pos: usize,
+    pub message: String,
+}
+
+type PResult<T> = Result<T, ParseError>;
+
+/// Parses `src`; the main template is stored under `name`.
+pub fn parse(src: &str, name: &str, engine: Engine) -> PResult<Tree> {
+    let tokens = lex(src).map_err(|e| ParseError { pos: e.pos, message: e.message })?;
+    let mut p = Parser { tokens, idx: 0, vars: vec!["$".into()], range_depth: 0, tree: Tree::default(), engine };
+    let mut main = Vec::new();
+    loop {
+        match p.peek().clone() {
+            Tok::Eof => break,
+            Tok::Text(t) => {
+                p.idx += 1;
+                main.push(Node::Text(t.into()));
+            }
+            Tok::Open => {
+                if matches!(p.peek_non_space_at(1), Some(Tok::Keyword(Keyword::Define))) {
+                    p.idx += 1;
+                    p.skip_space();
+                    p.idx += 1;
+                    p.definition()?;
+                    continue;
+                }
+                match p.action()? {
+                    Item::Node(n) => main.push(n),
+                    Item::End(pos) => return Err(ParseError { pos, message: "unexpected {{end}}".into() }),
+                    Item::Else(pos) => return Err(ParseError { pos, message: "unexpected {{else}}".into() }),
+                }
+            }
+            _ => return p.unexpected("in input"),
+        }
+    }
+    // Go: a main template that is only whitespace does not replace a define of the same name.
+    let keep_defined = main.iter().all(|n| matches!(n, Node::Text(t) if t.trim().is_empty()))
+        && p.tree.templates.contains_key(name);
+    if !keep_defined {
+        p.tree.templates.insert(name.into(), Arc::new(main));
+    }
+    Ok(p.tree)
+}
+
+enum Item {
+    Node(Node),
+    End(usize),
+    Else(usize),
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    idx: usize,
+    vars: Vec<String>,
+    range_depth: usize,
+    tree: Tree,
+    engine: Engine,
+}
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.tokens[self.idx.min(self.tokens.len() - 1)].kind
+    }
+
+    fn pos(&self) -> usize {
+        self.tokens[self.idx.min(self.tokens.len() - 1)].pos
+    }
+
+    fn peek_non_space_at(&self, offset: usize) -> Option<&Tok> {
+        self.tokens[self.idx + offset..].iter().map(|t| &t.kind).find(|k| **k != Tok::Space)
+    }
+
+    fn skip_space(&mut self) {
+        while *self.peek() == Tok::Space {
+            self.idx += 1;
+        }
+    }
+
+    fn next_non_space(&mut self) -> Token {
+        self.skip_space();
+        let t = self.tokens[self.idx.min(self.tokens.len() - 1)].clone();
+        self.idx += 1;
+        t
+    }
+
+    fn unexpected<T>(&self, context: &str) -> PResult<T> {
+        let message = match self.peek() {
+            Tok::Eof => format!("unexpected EOF {context}").trim_end().to_string(),
+            t => format!("unexpected {} {context}", describe(t)),
+        };
+        Err(ParseError { pos: self.pos(), message })
+    }
+
+    fn expect_close(&mut self, context: &str) -> PResult<()> {
+        let t = self.next_non_space();
+        if t.kind != Tok::Close {
+            self.idx -= 1;
+            return self.unexpected(&format!("in {context}"));
+        }
+        Ok(())
+    }
+
+    /// After `{{ define`: `"name" }} list {{ end }}`.
+    fn definition(&mut self) -> PResult<()> {
+        let t = self.next_non_space();
+        let Tok::Str(name) = t.kind else {
+            self.idx -= 1;
+            return self.unexpected("in define clause");
+        };
+        self.expect_close("define clause")?;
+        let saved = std::mem::replace(&mut self.vars, vec!["$".into()]);
+        let (list, end) = self.item_list()?;
+        self.vars = saved;
+        if let Item::Else(pos) = end {
+            return Err(ParseError { pos, message: "unexpected {{else}} in define".into() });
+        }
+        self.tree.templates.insert(name.into(), Arc::new(list));
+        Ok(())
+    }
+
+    /// Parses nodes until `{{end}}` or `{{else}}`.
+    fn item_list(&mut self) -> PResult<(Vec<Node>, Item)> {
+        let mut list = Vec::new();
+        loop {
+            match self.peek().clone() {
+                Tok::Eof => return self.unexpected(""),
+                Tok::Text(t) => {
+                    self.idx += 1;
+                    list.push(Node::Text(t.into()));
+                }
+                Tok::Open => match self.action()? {
+                    Item::Node(n) => list.push(n),
+                    end => return Ok((list, end)),
+                },
+                _ => return self.unexpected("in input"),
+            }
+        }
+    }
+
+    /// Parses one action after `{{`.
+    fn action(&mut self) -> PResult<Item> {
+        let open = self.pos();
+        self.idx += 1; // Open
+        self.skip_space();
+        let pos = self.pos();
+        let kw = match self.peek() {
+            Tok::Keyword(k) => Some(*k),
+            _ => None,
+        };
+        if let Some(kw) = kw {
+            self.idx += 1;
+            match kw {
+                Keyword::End => {
+                    self.expect_close("end")?;
+                    return Ok(Item::End(pos));
+                }
+                Keyword::Else => {
+                    // `{{ else if ... }}` / `{{ else with ... }}` stay open for the caller.
+                    if matches!(self.peek_non_space_at(0), Some(Tok::Keyword(Keyword::If | Keyword::With))) {
+                        return Ok(Item::Else(pos));
+                    }
+                    self.expect_close("else")?;
+                    return Ok(Item::Else(pos));
+                }
+                Keyword::If => return Ok(Item::Node(Node::If(self.control("if")?))),
+                Keyword::With => return Ok(Item::Node(Node::With(self.control("with")?))),
+                Keyword::Range => {
+                    self.range_depth += 1;
+                    let branch = self.control("range");
+                    self.range_depth -= 1;
+                    return Ok(Item::Node(Node::Range(branch?)));
+                }
+                Keyword::Break | Keyword::Continue => {
+                    if self.range_depth == 0 {
+                        let which = if kw == Keyword::Break { "break" } else { "continue" };
+                        return Err(ParseError { pos, message: format!("{{{{{which}}}}} outside {{{{range}}}}") });
+                    }
+                    self.expect_close("break or continue")?;
+                    return Ok(Item::Node(if kw == Keyword::Break { Node::Break } else { Node::Continue }));
+                }
+                Keyword::Template | Keyword::Block => return self.template(kw == Keyword::Block, open).map(Item::Node),
+                Keyword::Define => {
+                    return Err(ParseError { pos, message: "unexpected <define> in command".into() });
+                }
+            }
+        }
+        let pipe = self.pipeline("command", true)?;
+        Ok(Item::Node(Node::Action(pipe)))
+    }
+
+    /// `{{ template "name" [pipeline] }}` or `{{ block "name" pipeline }} list {{ end }}`.
+    fn template(&mut self, block: bool, open: usize) -> PResult<Node> {
+        let context = if block { "block clause" } else { "template clause" };
+        let t = self.next_non_space();
+        let Tok::Str(name) = t.kind else {
+            self.idx -= 1;
+            return self.unexpected(&format!("in {context}"));
+        };
+        self.skip_space();
+        let pipe = if *self.peek() == Tok::Close {
+            self.idx += 1;
+            None
+        } else {
+            Some(self.pipeline(context, true)?)
+        };
+        if block {
+            let saved = std::mem::replace(&mut self.vars, vec!["$".into()]);
+            let (list, end) = self.item_list()?;
+            self.vars = saved;
+            if let Item::Else(pos) = end {
+                return Err(ParseError { pos, message: "unexpected {{else}} in block clause".into() });
+            }
+            self.tree.templates.insert(name.as_str().into(), Arc::new(list));
+        }
+        let span = Span { start: open as u32, end: self.tokens[self.idx - 1].pos as u32 + 2 };
+        Ok(Node::Template { name: name.into(), pipe, span })
+    }
+
+    /// `if`/`with`/`range`: pipeline, list, optional else (with `else if`/`else with` chains).
+    fn control(&mut self, context: &str) -> PResult<Branch> {
+        let mark = self.vars.len();
+        let result = self.control_inner(context);
+        self.vars.truncate(mark);
+        result
+    }
+
+    fn control_inner(&mut self, context: &str) -> PResult<Branch> {
+        let pipe = self.pipeline(context, true)?;
+        let (list, end) = self.item_list()?;
+        let else_list = match end {
+            Item::End(_) => None,
+            Item::Else(pos) => {
+                self.skip_space();
+                let chained = match (context, self.peek()) {
+                    ("if", Tok::Keyword(Keyword::If)) => Some("if"),
+                    ("with", Tok::Keyword(Keyword::With)) => Some("with"),
+                    _ => None,
+                };
+                if let Some(kind) = chained {
+                    self.idx += 1;
+                    let inner = self.control(kind)?;
+                    Some(vec![if kind == "if" { Node::If(inner) } else { Node::With(inner) }])
+                } else {
+                    if matches!(self.peek(), Tok::Keyword(_)) {
+                        return Err(ParseError { pos, message: format!("unexpected {{{{else}}}} in {context}") });
+                    }
+                    let (else_list, end) = self.item_list()?;
+                    if let Item::Else(pos) = end {
+                        return Err(ParseError { pos, message: "expected end; found {{else}}".into() });
+                    }
+                    Some(else_list)
+                }
+            }
+            Item::Node(_) => None,
+        };
+        Ok(Branch { pipe, list, else_list })
+    }
+
+    /// A pipeline up to `}}` (when `at_close`) or `)`.
+    fn pipeline(&mut self, context: &str, at_close: bool) -> PResult<Pipeline> {
+        self.skip_space();
+        let start = self.pos();
+        let mut decl = Vec::new();
+        let mut is_assign = false;
+        // Declarations: `$x :=`, `$x =`, `$k, $v :=` (range only).
+        if let Tok::Variable(_) = self.peek() {
+            let save = self.idx;
+            let mut names = Vec::new();
+            loop {
+                let Tok::Variable(name) = self.peek().clone() else { break };
+                self.idx += 1;
+                self.skip_space();
+                match self.peek() {
+                    Tok::Declare | Tok::Assign => {
+                        is_assign = *self.peek() == Tok::Assign;
+                        self.idx += 1;
+                        names.push(name);
+                        decl = names.clone();
+                        break;
+                    }
+                    Tok::Comma if context == "range" && names.is_empty() => {
+                        self.idx += 1;
+                        self.skip_space();
+                        names.push(name);
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+            if decl.is_empty() {
+                self.idx = save;
+            } else if decl.len() > 1 && is_assign && context != "range" {
+                return Err(ParseError { pos: start, message: "too many declarations".into() });
+            }
+            for name in &decl {
+                if is_assign && !self.vars.contains(name) {
+                    return Err(ParseError { pos: start, message: format!("undefined variable {name:?}") });
+                }
+                self.vars.push(name.clone());
+            }
+        }
+        let mut cmds = Vec::new();
+        loop {
+            self.skip_space();
+            match self.peek() {
+                Tok::Close if at_close => {
+                    self.idx += 1;
+                    break;
+                }
+                Tok::RParen if !at_close => {
+                    self.idx += 1;
+                    break;
+                }
+                Tok::Pipe if !cmds.is_empty() => {
+                    self.idx += 1;
+                }
+                _ => cmds.push(self.command(context, at_close)?),
+            }
+        }
+        if cmds.is_empty() {
+            return Err(ParseError { pos: start, message: format!("missing value for {context}") });
+        }
+        for (i, cmd) in cmds.iter().enumerate().skip(1) {
+            if matches!(cmd.args[0].kind, Arg::Literal(_) | Arg::Number(_) | Arg::Nil | Arg::Dot) {
+                return Err(ParseError {
+                    pos: cmd.span.start as usize,
+                    message: format!("non executable command in pipeline stage {}", i + 1),
+                });
+            }
+        }
+        let end = self.tokens[self.idx - 1].pos;
+        let decl = decl.into_iter().map(String::into_boxed_str).collect();
+        Ok(Pipeline { span: Span { start: start as u32, end: end as u32 }, decl, is_assign, cmds })
+    }
+
+    fn command(&mut self, context: &str, at_close: bool) -> PResult<Command> {
+        let start = self.pos();
+        let mut args = Vec::new();
+        let mut end = start;
+        loop {
+            self.skip_space();
+            match self.peek() {
+                Tok::Close | Tok::RParen | Tok::Pipe => break,
+                Tok::Eof => return self.unexpected(&format!("in {context}")),
+                _ => {}
+            }
+            let op = self.operand()?;
+            end = op.span.end as usize;
+            args.push(op);
+            // Arguments must be separated by space.
+            match self.peek() {
+                Tok::Space | Tok::Close | Tok::RParen | Tok::Pipe => {}
+                _ => return self.unexpected("in operand"),
+            }
+        }
+        let _ = at_close;
+        if args.is_empty() {
+            return Err(ParseError { pos: start, message: "empty command".into() });
+        }
+        Ok(Command { span: Span { start: start as u32, end: end as u32 }, args })
+    }
+
+    /// A term followed by any `.field` chain.
+    fn operand(&mut self) -> PResult<Operand> {
+        let start = self.pos();
+        let term = self.term()?;
+        let mut fields: Vec<Box<str>> = Vec::new();
+        while let Tok::Field(f) = self.peek() {
+            fields.push(f.as_str().into());
+            self.idx += 1;
+        }
+        let end = self.tokens[self.idx].pos;
+        let span = Span { start: start as u32, end: end as u32 };
+        if fields.is_empty() {
+            return Ok(Operand { kind: term, span });
+        }
+        let kind = match term {
+            Arg::Field(mut base) => {
+                base.extend(fields);
+                Arg::Field(base)
+            }
+            Arg::Variable(name, mut base) => {
+                base.extend(fields);
+                Arg::Variable(name, base)
+            }
+            Arg::Literal(_) | Arg::Number(_) | Arg::Nil | Arg::Dot => {
+                return Err(ParseError { pos: start, message: "unexpected . after term".into() });
+            }
+            other => Arg::Chain(Box::new(Operand { kind: other, span }), fields),
+        };
+        Ok(Operand { kind, span })
+    }
+
+    fn term(&mut self) -> PResult<Arg> {
+        let t = self.tokens[self.idx].clone();
+        self.idx += 1;
+        Ok(match t.kind {
+            Tok::Ident(name) => match funcs::lookup(&name, self.engine) {
+                Some(f) => Arg::Func(f),
+                None => return Err(ParseError { pos: t.pos, message: format!("function {name:?} not defined") }),
+            },
+            Tok::Dot => Arg::Dot,
+            Tok::Nil => Arg::Nil,
+            Tok::Variable(name) => {
+                if !self.vars.iter().any(|v| *v == name) {
+                    return Err(ParseError { pos: t.pos, message: format!("undefined variable {name:?}") });
+                }
+                Arg::Variable(name.into(), Vec::new())
+            }
+            Tok::Field(f) => Arg::Field(vec![f.into()]),
+            Tok::Bool(b) => Arg::Literal(Value::Bool(b)),
+            Tok::Str(s) => Arg::Literal(Value::string(s)),
+            Tok::Char(c) => {
+                let n = c as i64;
+                Arg::Number(Number { int: Some(n), float: Some(n as f64), ideal: Value::GoInt(n) })
+            }
+            Tok::Number(text) => Arg::Number(number(&text).map_err(|message| ParseError { pos: t.pos, message })?),
+            Tok::LParen => {
+                let pipe = self.pipeline("parenthesized pipeline", false)?;
+                Arg::Pipe(Box::new(pipe))
+            }
+            other => {
+                self.idx -= 1;
+                return Err(ParseError { pos: t.pos, message: format!("unexpected {} in operand", describe(&other)) });
+            }
+        })
+    }
+}
+
+/// Go's `parse.newNumber` for a number token.
+fn number(text: &str) -> Result<Number, String> {
+    let int = parse_go_int(text);
+    let float = match int {
+        Some(i) => Some(i as f64),
+        None => {
+            let cleaned = text.replace('_', "");
+            match cleaned.parse::<f64>() {
+                Ok(f) if !text.contains(['.', 'e', 'E', 'p', 'P']) && !text.starts_with("0x") => {
+                    let _ = f;
+                    return Err(format!("integer overflow: {text:?}"));
+                }
+                Ok(f) => Some(f),
+                Err(_) => None,
+            }
+        }
+    };
+    let int = int.or_else(|| float.filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64));
+    let is_hex = text.trim_start_matches(['+', '-']).starts_with("0x") || text.trim_start_matches(['+', '-']).starts_with("0X");
+    let ideal = match (int, float) {
+        (_, Some(f)) if !is_hex && text.contains(['.', 'e', 'E', 'p', 'P']) => Value::Float(f),
+        (Some(i), _) => Value::GoInt(i),
+        (None, Some(f)) => Value::Float(f),
+        (None, None) => return Err(format!("illegal number syntax: {text:?}")),
+    };
+    Ok(Number { int, float, ideal })
+}
+
+/// `strconv.ParseInt(text, 0, 64)`: sign, `0x`/`0o`/`0b`/leading-0 octal, underscores.
+pub fn parse_go_int(text: &str) -> Option<i64> {
+    let (neg, body) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..])
+    } else {
+        (10, lower.as_str())
+    };
+    if digits.is_empty() || digits.starts_with('_') && radix == 10 {
+        return None;
+    }
+    let digits: String = digits.chars().filter(|c| *c != '_').collect();
+    let magnitude = u64::from_str_radix(&digits, radix).ok()?;
+    if neg {
+        if magnitude <= i64::MAX as u64 + 1 {
+            Some((magnitude as i64).wrapping_neg())
+        } else {
+            None
+        }
+    } else {
+        i64::try_from(magnitude).ok()
+    }
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Keyword(k) => format!("<{}>", format!("{k:?}").to_lowercase()),
+        Tok::Close => "\"}}\"".into(),
+        Tok::RParen => "\")\"".into(),
+        Tok::LParen => "\"(\"".into(),
+        Tok::Pipe => "\"|\"".into(),
+        Tok::Declare => "\":=\"".into(),
+        Tok::Assign => "\"=\"".into(),
+        Tok::Comma => "\",\"".into(),
+        Tok::Ident(s) | Tok::Number(s) | Tok::Variable(s) => format!("<{s}>"),
+        Tok::Field(s) => format!("<.{s}>"),
+        Tok::Str(s) => format!("{s:?}"),
+        other => format!("{other:?}"),
+    }
+}

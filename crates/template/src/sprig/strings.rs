@@ -1,0 +1,350 @@
+//! sprig string functions: case, trim, truncate/abbreviate, indent, quote, replace, split/join,
+//! wrap, regular expressions (Go's RE2 syntax through the `regex` crate), random strings.
+
+use rand::Rng;
+
+use super::{strslice, strval};
+use crate::funcs::{arg_int, arg_str, def, FuncDef, FuncResult};
+use crate::gofmt::quote;
+use crate::value::{Map, Value};
+
+fn s(v: String) -> FuncResult {
+    Ok(Value::string(v))
+}
+
+pub static FUNCS: &[FuncDef] = &[
+    def!("hello", [], |_| s("Hello!".into())),
+    def!("upper", [Str], |a| s(arg_str(&a, 0).to_uppercase())),
+    def!("lower", [Str], |a| s(arg_str(&a, 0).to_lowercase())),
+    def!("title", [Str], |a| s(title(arg_str(&a, 0)))),
+    def!("untitle", [Str], |a| s(map_words(arg_str(&a, 0), |w| first_to(w, false)))),
+    def!("substr", [Int, Int, Str], substr),
+    def!("repeat", [Int, Str], |a| match usize::try_from(arg_int(&a, 0)) {
+        Ok(n) => s(arg_str(&a, 1).repeat(n)),
+        Err(_) => Err("strings: negative Repeat count".into()),
+    }),
+    def!("trim", [Str], |a| s(arg_str(&a, 0).trim().to_string())),
+    def!("trimAll", [Str, Str], trim_all),
+    def!("trimall", [Str, Str], trim_all),
+    def!("trimSuffix", [Str, Str], |a| s(arg_str(&a, 1).strip_suffix(arg_str(&a, 0)).unwrap_or(arg_str(&a, 1)).into())),
+    def!("trimPrefix", [Str, Str], |a| s(arg_str(&a, 1).strip_prefix(arg_str(&a, 0)).unwrap_or(arg_str(&a, 1)).into())),
+    def!("nospace", [Str], |a| s(arg_str(&a, 0).chars().filter(|c| !c.is_whitespace()).collect())),
+    def!("initials", [Str], |a| s(arg_str(&a, 0).split_whitespace().filter_map(|w| w.chars().next()).collect())),
+    def!("randAlphaNum", [Int], |a| random(arg_int(&a, 0), b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")),
+    def!("randAlpha", [Int], |a| random(arg_int(&a, 0), b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")),
+    def!("randAscii", [Int], |a| random(arg_int(&a, 0), &(32u8..127).collect::<Vec<u8>>())),
+    def!("randNumeric", [Int], |a| random(arg_int(&a, 0), b"0123456789")),
+    def!("swapcase", [Str], |a| s(swapcase(arg_str(&a, 0)))),
+    def!("shuffle", [Str], shuffle),
+    def!("snakecase", [Str], |a| s(words(arg_str(&a, 0)).join("_"))),
+    def!("kebabcase", [Str], |a| s(words(arg_str(&a, 0)).join("-"))),
+    def!("camelcase", [Str], |a| s(camelcase(arg_str(&a, 0)))),
+    def!("wrap", [Int, Str], |a| s(wrap(arg_str(&a, 1), arg_int(&a, 0), "\n"))),
+    def!("wrapWith", [Int, Str, Str], |a| s(wrap(arg_str(&a, 2), arg_int(&a, 0), arg_str(&a, 1)))),
+    def!("contains", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).contains(arg_str(&a, 0))))),
+    def!("hasPrefix", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).starts_with(arg_str(&a, 0))))),
+    def!("hasSuffix", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).ends_with(arg_str(&a, 0))))),
+    def!("quote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| quote(&strval(v))).collect::<Vec<_>>().join(" "))),
+    def!("squote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| format!("'{}'", strval(v))).collect::<Vec<_>>().join(" "))),
+    def!("cat", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(strval).collect::<Vec<_>>().join(" "))),
+    def!("indent", [Int, Str], |a| s(indent(arg_int(&a, 0), arg_str(&a, 1)))),
+    def!("nindent", [Int, Str], |a| s(format!("\n{}", indent(arg_int(&a, 0), arg_str(&a, 1))))),
+    def!("replace", [Str, Str, Str], |a| s(arg_str(&a, 2).replace(arg_str(&a, 0), arg_str(&a, 1)))),
+    def!("plural", [Str, Str, Int], |a| s(if arg_int(&a, 2) == 1 { arg_str(&a, 0) } else { arg_str(&a, 1) }.into())),
+    def!("trunc", [Int, Str], trunc),
+    def!("abbrev", [Int, Str], |a| s(abbrev(arg_str(&a, 1), arg_int(&a, 0)))),
+    def!("abbrevboth", [Int, Int, Str], abbrevboth),
+    def!("split", [Str, Str], |a| Ok(indexed(arg_str(&a, 1).split(arg_str(&a, 0)).collect()))),
+    def!("splitList", [Str, Str], |a| Ok(Value::list(arg_str(&a, 1).split(arg_str(&a, 0)).map(Value::str).collect()))),
+    def!("splitn", [Str, Int, Str], splitn),
+    def!("join", [Str, Any], |a| s(strslice(&a[1]).join(arg_str(&a, 0)))),
+    def!("sortAlpha", [Any], |a| {
+        let mut l = strslice(&a[0]);
+        l.sort();
+        Ok(Value::list(l.into_iter().map(Value::string).collect()))
+    }),
+    def!("regexMatch", [Str, Str], |a| Ok(Value::Bool(regex(&a, 0).map(|r| r.is_match(arg_str(&a, 1))).unwrap_or(false)))),
+    def!("mustRegexMatch", [Str, Str], |a| Ok(Value::Bool(regex(&a, 0)?.is_match(arg_str(&a, 1))))),
+    def!("regexFindAll", [Str, Str, Int], |a| Ok(find_all(a).unwrap_or_else(|_| Value::list(vec![])))),
+    def!("mustRegexFindAll", [Str, Str, Int], find_all),
+    def!("regexFind", [Str, Str], |a| Ok(find(a).unwrap_or_else(|_| Value::str("")))),
+    def!("mustRegexFind", [Str, Str], find),
+    def!("regexReplaceAll", [Str, Str, Str], |a| Ok(replace_all(&a, false).unwrap_or_else(|_| a[1].clone()))),
+    def!("mustRegexReplaceAll", [Str, Str, Str], |a| replace_all(&a, false)),
+    def!("regexReplaceAllLiteral", [Str, Str, Str], |a| Ok(replace_all(&a, true).unwrap_or_else(|_| a[1].clone()))),
+    def!("mustRegexReplaceAllLiteral", [Str, Str, Str], |a| replace_all(&a, true)),
+    def!("regexSplit", [Str, Str, Int], |a| Ok(regex_split(a).unwrap_or_else(|_| Value::list(vec![])))),
+    def!("mustRegexSplit", [Str, Str, Int], regex_split),
+    def!("regexQuoteMeta", [Str], |a| s(quote_meta(arg_str(&a, 0)))),
+];
+
+fn title(s: &str) -> String {
+    // strings.Title: upper-case letters that follow a separator (not letter, digit or '_').
+    let mut out = String::with_capacity(s.len());
+    let mut prev_sep = true;
+    for c in s.chars() {
+        if prev_sep {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        prev_sep = !(c.is_alphanumeric() || c == '_');
+    }
+    out
+}
+
+fn first_to(w: &str, upper: bool) -> String {
+    let mut chars = w.chars();
+    match chars.next() {
+        Some(c) if upper => c.to_uppercase().chain(chars).collect(),
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// Applies `f` to each whitespace-delimited word, keeping the whitespace.
+fn map_words(s: &str, f: impl Fn(&str) -> String) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut word = String::new();
+    for c in s.chars() {
+        if c.is_whitespace() {
+            out.push_str(&f(&word));
+            word.clear();
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    out.push_str(&f(&word));
+    out
+}
+
+fn substr(a: Vec<Value>) -> FuncResult {
+    let (start, end, s) = (arg_int(&a, 0), arg_int(&a, 1), arg_str(&a, 2));
+    let len = s.len() as i64;
+    let slice = |from: i64, to: i64| -> FuncResult {
+        if from < 0 || to > len || from > to || !s.is_char_boundary(from as usize) || !s.is_char_boundary(to as usize) {
+            return Err(format!("runtime error: slice bounds out of range [{from}:{to}]"));
+        }
+        Ok(Value::str(&s[from as usize..to as usize]))
+    };
+    if start < 0 {
+        return slice(0, end);
+    }
+    if end < 0 || end > len {
+        return slice(start, len);
+    }
+    slice(start, end)
+}
+
+fn trim_all(a: Vec<Value>) -> FuncResult {
+    let cutset: Vec<char> = arg_str(&a, 0).chars().collect();
+    s(arg_str(&a, 1).trim_matches(|c| cutset.contains(&c)).to_string())
+}
+
+fn random(n: i64, alphabet: &[u8]) -> FuncResult {
+    let n = usize::try_from(n).map_err(|_| "negative length".to_string())?;
+    let mut rng = rand::thread_rng();
+    s((0..n).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect())
+}
+
+fn swapcase(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| -> Box<dyn Iterator<Item = char>> {
+            if c.is_uppercase() {
+                Box::new(c.to_lowercase())
+            } else if c.is_lowercase() {
+                Box::new(c.to_uppercase())
+            } else {
+                Box::new(std::iter::once(c))
+            }
+        })
+        .collect()
+}
+
+fn shuffle(a: Vec<Value>) -> FuncResult {
+    use rand::seq::SliceRandom;
+    let mut chars: Vec<char> = arg_str(&a, 0).chars().collect();
+    chars.shuffle(&mut rand::thread_rng());
+    s(chars.into_iter().collect())
+}
+
+/// Lower-case words of an identifier: split at separators, case changes and acronym ends.
+fn words(s: &str) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_alphanumeric() {
+            if !cur.is_empty() {
+                words.push(std::mem::take(&mut cur));
+            }
+            continue;
+        }
+        let prev = i.checked_sub(1).map(|p| chars[p]);
+        let next = chars.get(i + 1).copied();
+        let boundary = c.is_uppercase()
+            && prev.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit() || (p.is_uppercase() && next.is_some_and(char::is_lowercase)));
+        if boundary && !cur.is_empty() {
+            words.push(std::mem::take(&mut cur));
+        }
+        cur.extend(c.to_lowercase());
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+fn camelcase(s: &str) -> String {
+    s.split('_').map(|w| first_to(w, true)).collect()
+}
+
+/// goutils `WrapCustom(str, width, newline, false)`: breaks at spaces, never inside words.
+fn wrap(s: &str, width: i64, newline: &str) -> String {
+    let width = width.max(1) as usize;
+    let mut out = String::new();
+    for (n, line) in s.split('\n').enumerate() {
+        if n > 0 {
+            out.push_str(newline);
+        }
+        let mut rest = line.trim_start_matches(' ');
+        while rest.len() > width {
+            let cut = rest[..=width.min(rest.len() - 1)].rfind(' ');
+            let at = match cut {
+                Some(i) => i,
+                None => match rest[width..].find(' ') {
+                    Some(i) => width + i,
+                    None => break,
+                },
+            };
+            out.push_str(&rest[..at]);
+            out.push_str(newline);
+            rest = rest[at + 1..].trim_start_matches(' ');
+        }
+        out.push_str(rest);
+    }
+    out
+}
+
+fn indent(n: i64, s: &str) -> String {
+    let pad = " ".repeat(n.max(0) as usize);
+    format!("{pad}{}", s.replace('\n', &format!("\n{pad}")))
+}
+
+fn trunc(a: Vec<Value>) -> FuncResult {
+    let (c, s) = (arg_int(&a, 0), arg_str(&a, 1));
+    let len = s.len() as i64;
+    let cut = |i: i64| s.get(i as usize..).unwrap_or(s);
+    if c < 0 && len + c > 0 {
+        return Ok(Value::str(cut(len + c)));
+    }
+    if c >= 0 && len > c {
+        return Ok(Value::str(s.get(..c as usize).unwrap_or(s)));
+    }
+    Ok(Value::str(s))
+}
+
+fn abbrev(s: &str, width: i64) -> String {
+    if width < 4 || s.len() as i64 <= width {
+        return s.to_string();
+    }
+    format!("{}...", s.get(..(width - 3) as usize).unwrap_or(s))
+}
+
+fn abbrevboth(a: Vec<Value>) -> FuncResult {
+    let (left, right, s) = (arg_int(&a, 0), arg_int(&a, 1), arg_str(&a, 2));
+    if right < 4 || (left > 0 && right < 7) || s.is_empty() || s.len() as i64 <= right {
+        return Ok(Value::str(s));
+    }
+    let len = s.len() as i64;
+    let mut offset = left.min(len);
+    if len - offset < right - 3 {
+        offset = len - (right - 3);
+    }
+    let part = |from: i64, to: i64| s.get(from.max(0) as usize..to.min(len) as usize).unwrap_or_default();
+    if offset <= 4 {
+        return Ok(Value::string(format!("{}...", part(0, right - 3))));
+    }
+    if offset + right - 3 < len {
+        return Ok(Value::string(format!("...{}", abbrev(part(offset, len), right - 3))));
+    }
+    Ok(Value::string(format!("...{}", part(len - (right - 3), len))))
+}
+
+/// sprig's `split`/`splitn` result: a map with keys `_0`, `_1`, ...
+fn indexed(parts: Vec<&str>) -> Value {
+    let map: Map = parts.into_iter().enumerate().map(|(i, p)| (format!("_{i}"), Value::str(p))).collect();
+    Value::map(map)
+}
+
+fn splitn(a: Vec<Value>) -> FuncResult {
+    let (sep, n, s) = (arg_str(&a, 0), arg_int(&a, 1), arg_str(&a, 2));
+    let parts: Vec<&str> = match n {
+        0 => Vec::new(),
+        n if n < 0 => s.split(sep).collect(),
+        n => s.splitn(n as usize, sep).collect(),
+    };
+    Ok(indexed(parts))
+}
+
+fn regex(a: &[Value], i: usize) -> Result<regex::Regex, String> {
+    regex::Regex::new(arg_str(a, i)).map_err(|e| format!("error parsing regexp: {e}"))
+}
+
+fn find_all(a: Vec<Value>) -> FuncResult {
+    let re = regex(&a, 0)?;
+    let n = arg_int(&a, 2);
+    let limit = if n < 0 { usize::MAX } else { n as usize };
+    Ok(Value::list(re.find_iter(arg_str(&a, 1)).take(limit).map(|m| Value::str(m.as_str())).collect()))
+}
+
+fn find(a: Vec<Value>) -> FuncResult {
+    let re = regex(&a, 0)?;
+    Ok(Value::str(re.find(arg_str(&a, 1)).map(|m| m.as_str()).unwrap_or_default()))
+}
+
+fn replace_all(a: &[Value], literal: bool) -> FuncResult {
+    let re = regex(a, 0)?;
+    let (src, repl) = (arg_str(a, 1), arg_str(a, 2));
+    let out = if literal { re.replace_all(src, regex::NoExpand(repl)) } else { re.replace_all(src, repl) };
+    Ok(Value::string(out.into_owned()))
+}
+
+/// Go's `Regexp.Split(s, n)`.
+fn regex_split(a: Vec<Value>) -> FuncResult {
+    let re = regex(&a, 0)?;
+    let (s, n) = (arg_str(&a, 1), arg_int(&a, 2));
+    if n == 0 {
+        return Ok(Value::list(vec![]));
+    }
+    if re.as_str().is_empty() && s.is_empty() {
+        return Ok(Value::list(vec![Value::str("")]));
+    }
+    let mut parts = Vec::new();
+    let mut beg = 0;
+    for m in re.find_iter(s) {
+        if n > 0 && parts.len() as i64 == n - 1 {
+            break;
+        }
+        if m.end() == 0 {
+            continue;
+        }
+        parts.push(Value::str(&s[beg..m.start()]));
+        beg = m.end();
+    }
+    parts.push(Value::str(&s[beg..]));
+    Ok(Value::list(parts))
+}
+
+/// Go's `regexp.QuoteMeta`.
+fn quote_meta(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
