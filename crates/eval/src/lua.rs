@@ -193,11 +193,19 @@ fn is_memory_error(e: &mlua::Error) -> bool {
 
 /// The message of the error that started it all, without mlua's wrapping and tracebacks.
 fn root_message(e: &mlua::Error) -> String {
+    let full = root_message_with_traceback(e);
+    match full.split_once("\nstack traceback:") {
+        Some((message, _)) => message.to_string(),
+        None => full,
+    }
+}
+
+fn root_message_with_traceback(e: &mlua::Error) -> String {
     match e {
         mlua::Error::RuntimeError(m) => m.clone(),
         mlua::Error::SyntaxError { message, .. } => message.clone(),
-        mlua::Error::CallbackError { cause, .. } => root_message(cause),
-        mlua::Error::WithContext { cause, .. } => root_message(cause),
+        mlua::Error::CallbackError { cause, .. } => root_message_with_traceback(cause),
+        mlua::Error::WithContext { cause, .. } => root_message_with_traceback(cause),
         other => other.to_string(),
     }
 }

@@ -1,0 +1,266 @@
+//! The Lua sandbox: escapes tried and refused, budgets and memory limits enforced, evaluations
+//! isolated from each other, the state still usable after a failure, helper modules present.
+
+use serde_json::{json, Value};
+use sluice_domain::eventsource::parse_event_source;
+use sluice_eval::{compile_object, CompiledEventSource, EvalError, Limits, Verdict};
+
+fn event_source(script: &str) -> Value {
+    json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+        "metadata": {"name": "probe"},
+        "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "ConfigMap", "evaluate": script}]}
+    })
+}
+
+fn config_map() -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "cm", "namespace": "default",
+                        "labels": {"app": "web"}, "annotations": {"team": "a"}},
+           "data": {"payload": "{\"a\": [1, 2], \"b\": \"x\"}"}})
+}
+
+fn compile(script: &str) -> CompiledEventSource {
+    let limits = Limits {
+        instructions: 1_000_000,
+        aggregated_instructions: 1_000_000,
+        memory_bytes: 16 << 20,
+    };
+    let es = parse_event_source(&event_source(script)).expect("parses");
+    CompiledEventSource::compile_with_limits(&es, limits).expect("compiles")
+}
+
+/// Runs `script` and expects a failure whose reason contains `want`; then checks that the same
+/// compiled EventSource (same Lua state) still evaluates a harmless object correctly.
+fn refused(script: &str, want: &str) {
+    let es = compile(script);
+    let err = es.evaluate(&config_map()).expect_err("must be refused");
+    let EvalError::Script {
+        name,
+        field,
+        reason,
+    } = &err;
+    assert_eq!(name, "probe");
+    assert_eq!(field, "spec.resourceSelectors[0].evaluate");
+    assert!(
+        reason.contains(want),
+        "reason {reason:?} should contain {want:?}"
+    );
+    let ok = compile(
+        "function evaluate() return {matching = obj.metadata.name == 'cm', message = 'fine'} end",
+    );
+    assert_eq!(ok.evaluate(&config_map()).expect("healthy").message, "fine");
+}
+
+#[test]
+fn infinite_loop_exhausts_the_budget() {
+    refused(
+        "function evaluate() while true do end end",
+        "instruction budget of 1000000 exceeded",
+    );
+}
+
+#[test]
+fn pcall_cannot_swallow_the_budget() {
+    refused(
+        "function evaluate() while true do pcall(function() while true do end end) end end",
+        "instruction budget",
+    );
+}
+
+#[test]
+fn string_rep_memory_bomb_hits_the_memory_limit() {
+    refused(
+        "function evaluate() local s = string.rep('x', 2^30) return {matching = #s > 0} end",
+        "memory limit of 16777216 bytes exceeded",
+    );
+}
+
+#[test]
+fn doubling_concatenation_hits_the_memory_limit() {
+    refused(
+        "function evaluate() local s = 'x' for i = 1, 40 do s = s .. s end return {matching = true} end",
+        "memory limit",
+    );
+}
+
+#[test]
+fn deep_recursion_fails() {
+    refused(
+        "local function f(n) return f(n + 1) + 1 end function evaluate() return {matching = f(1) > 0} end",
+        "",
+    );
+}
+
+#[test]
+fn io_is_absent() {
+    refused(
+        "function evaluate() local f = io.open('/etc/hostname') return {matching = true} end",
+        "attempt to index nil with 'open'",
+    );
+}
+
+#[test]
+fn os_execute_getenv_exit_remove_are_absent() {
+    for f in [
+        "execute('true')",
+        "getenv('HOME')",
+        "exit(1)",
+        "remove('/tmp/x')",
+    ] {
+        refused(
+            &format!("function evaluate() os.{f} return {{matching = true}} end"),
+            "attempt to call a nil value",
+        );
+    }
+}
+
+#[test]
+fn require_dofile_loadfile_are_absent() {
+    refused(
+        "function evaluate() require('os') return {matching = true} end",
+        "attempt to call a nil value",
+    );
+    refused(
+        "function evaluate() dofile('/etc/passwd') return {matching = true} end",
+        "attempt to call a nil value",
+    );
+    refused(
+        "function evaluate() loadfile('/etc/passwd') return {matching = true} end",
+        "attempt to call a nil value",
+    );
+}
+
+#[test]
+fn binary_chunks_cannot_be_loaded() {
+    // Luau bytecode is never loadable from a script; string.dump does not exist.
+    refused(
+        "function evaluate() local f = string.dump(function() end) return {matching = true} end",
+        "attempt to call a nil value",
+    );
+    let es = compile(
+        "function evaluate() local ok, f = pcall(loadstring, '\\27Lua\\81\\0\\1\\4\\8\\4\\8\\0') \
+         return {matching = ok and type(f) == 'function', message = type(f)} end",
+    );
+    assert!(!es.evaluate(&config_map()).expect("runs").matching);
+    // The host side refuses a binary chunk as an EventSource script too.
+    let err = compile_object(&event_source("\x1bLua\u{51}\0"))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("lua syntax error"), "{err}");
+}
+
+#[test]
+fn library_tables_and_globals_are_read_only() {
+    refused(
+        "function evaluate() string.upper = nil return {matching = true} end",
+        "readonly",
+    );
+    refused(
+        "function evaluate() _G.x = 1 return {matching = true} end",
+        "readonly",
+    );
+}
+
+#[test]
+fn os_time_date_difftime_clock_stay() {
+    let es = compile(
+        "function evaluate() return {matching = type(os.time()) == 'number' and type(os.date('%Y')) == 'string' \
+         and os.difftime(10, 4) == 6 and type(os.clock()) == 'number', message = tostring(os.getenv)} end",
+    );
+    assert_eq!(
+        es.evaluate(&config_map()).expect("runs"),
+        Verdict {
+            matching: true,
+            message: "nil".into()
+        }
+    );
+}
+
+#[test]
+fn global_writes_do_not_leak_into_the_next_evaluation() {
+    let es = compile(
+        "seen = 0\nfunction evaluate() counter = (counter or 0) + 1 seen = seen + 1 hs = {} \
+         hs.matching = counter == 1 and seen == 1 hs.message = tostring(counter) return hs end",
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            es.evaluate(&config_map()).expect("runs"),
+            Verdict {
+                matching: true,
+                message: "1".into()
+            }
+        );
+    }
+}
+
+#[test]
+fn helper_modules_sveltos_users_expect() {
+    let es = compile(
+        r#"function evaluate()
+  local d = json.decode(obj.data.payload)
+  local parts = strings.Split("a,b,c", ",")
+  local enc = base64Encode("hello")
+  local msg = table.concat({
+    tostring(#d.a), d.b, json.encode({}), #parts .. "", tostring(strings.Contains("abc", "b")),
+    tostring(strings.HasPrefix("abc", "ab")), strings.ToUpper("x"), strings.TrimSpace("  y "),
+    enc, base64Decode(enc), getLabel(obj, "app"), getAnnotation(obj, "team"),
+    tostring(getLabel(obj, "nope")), tostring(strings.Index("chicken", "ken")),
+    strings.Join(parts, "-"), strings.ReplaceAll("a.b.c", ".", "/")
+  }, "|")
+  return {matching = true, message = msg}
+end"#,
+    );
+    assert_eq!(
+        es.evaluate(&config_map()).expect("runs").message,
+        "2|x|[]|3|true|true|X|y|aGVsbG8=|hello|web|a|nil|4|a-b-c|a/b/c"
+    );
+}
+
+#[test]
+fn wrong_result_shapes_fail_with_a_reason() {
+    for (script, want) in [
+        (
+            "function evaluate() return 1 end",
+            "expected a lua table as return value",
+        ),
+        (
+            "function evaluate() return {matching = 'yes'} end",
+            "cannot unmarshal string",
+        ),
+        (
+            "function evaluate() return {matching = true, f = print} end",
+            "unsupported type",
+        ),
+        (
+            "function evaluate() local t = {} t.self = t return {matching = true, t = t} end",
+            "deeper",
+        ),
+        (
+            "function evaluate() return {matching = true, x = 1/0} end",
+            "+Inf",
+        ),
+    ] {
+        refused(script, want);
+    }
+}
+
+#[test]
+fn compiled_event_source_is_send_and_sync_and_usable_from_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CompiledEventSource>();
+    let es = std::sync::Arc::new(compile(
+        "function evaluate() hs = {} hs.matching = obj.metadata.labels.app == 'web' return hs end",
+    ));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let es = es.clone();
+            std::thread::spawn(move || {
+                (0..200).all(|_| es.evaluate(&config_map()).expect("runs").matching)
+            })
+        })
+        .collect();
+    for h in handles {
+        assert!(h.join().expect("thread finished"));
+    }
+}
