@@ -63,3 +63,33 @@ async fn next_signal(
         _ = interrupt.recv() => "SIGINT",
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn drain_waits_for_tracked_tasks_within_the_grace_period() {
+        let tracker = TaskTracker::new();
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        tracker.spawn(async move {
+            let _ = finished.await;
+        });
+        let drained = tokio::spawn({
+            let tracker = tracker.clone();
+            async move { drain(&tracker, Duration::from_secs(10)).await }
+        });
+        finish.send(()).unwrap();
+        assert!(drained.await.unwrap());
+        assert!(tracker.is_closed());
+    }
+
+    #[tokio::test]
+    async fn drain_gives_up_on_tasks_that_outlive_the_grace_period() {
+        let tracker = TaskTracker::new();
+        tracker.spawn(std::future::pending::<()>());
+        assert!(!drain(&tracker, Duration::from_millis(50)).await);
+        assert_eq!(tracker.len(), 1);
+    }
+}

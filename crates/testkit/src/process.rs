@@ -68,11 +68,16 @@ impl ServiceProcess {
     /// Sends SIGTERM, waits up to [`TERMINATE_GRACE`] for the process to exit, then SIGKILLs it.
     /// Returns the exit status (a signal status if it had to be killed).
     pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
+        self.terminate_within(TERMINATE_GRACE)
+    }
+
+    /// [`ServiceProcess::terminate`] with an explicit grace period before SIGKILL.
+    pub fn terminate_within(&mut self, grace: Duration) -> anyhow::Result<ExitStatus> {
         if let Some(status) = self.try_status()? {
             return Ok(status);
         }
         self.signal(libc::SIGTERM)?;
-        match self.wait_exit(TERMINATE_GRACE) {
+        match self.wait_exit(grace) {
             Ok(status) => Ok(status),
             Err(_) => {
                 self.kill();

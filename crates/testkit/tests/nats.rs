@@ -129,6 +129,30 @@ async fn service_process_does_not_inherit_sluice_variables() {
     assert_eq!(process.log(), "shell=unset given=yes\n");
 }
 
+#[tokio::test]
+async fn terminate_escalates_to_sigkill_when_sigterm_is_ignored() {
+    let mut process = ServiceProcess::spawn(
+        "/bin/sh",
+        &[
+            "-c",
+            "trap '' TERM; echo ignoring; while :; do sleep 1; done",
+        ],
+        &[],
+    )
+    .unwrap();
+    wait_for(
+        "the child to install its trap",
+        Duration::from_secs(10),
+        || async { process.log().contains("ignoring").then_some(()) },
+    )
+    .await
+    .unwrap();
+    let status = process
+        .terminate_within(Duration::from_millis(300))
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+}
+
 #[test]
 fn missing_workspace_binary_is_a_clear_error() {
     let error = ServiceProcess::spawn("sluice-no-such-binary", &[], &[])
