@@ -8,6 +8,7 @@
 //! bytecode at all, and its interrupt stops every loop shape. See `README.md`.
 
 mod convert;
+mod raw;
 mod sandbox;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,9 +110,12 @@ impl LuaRuntime {
         script: &Script,
         object: &Value,
     ) -> Result<(bool, String), String> {
-        let result = self.run(script, "obj", self.limits.instructions, |lua| {
-            Ok(convert::to_lua(lua, object)?.unwrap_or(LuaValue::Nil))
-        })?;
+        let result = self.run(
+            script,
+            "obj",
+            self.limits.instructions,
+            raw::Input::Object(object),
+        )?;
         decode_verdict(&result)
     }
 
@@ -125,17 +129,7 @@ impl LuaRuntime {
             script,
             "resources",
             self.limits.aggregated_instructions,
-            |lua| {
-                let list = lua.create_table_with_capacity(objects.len(), 0)?;
-                let mut index = 1;
-                for object in objects {
-                    if let Some(v) = convert::to_lua(lua, object)? {
-                        list.raw_set(index, v)?;
-                        index += 1;
-                    }
-                }
-                Ok(LuaValue::Table(list))
-            },
+            raw::Input::List(objects),
         )?;
         decode_aggregated(&result)
     }
@@ -145,7 +139,7 @@ impl LuaRuntime {
         script: &Script,
         global: &str,
         budget: u64,
-        input: impl FnOnce(&Lua) -> mlua::Result<LuaValue>,
+        input: raw::Input<'_>,
     ) -> Result<LuaValue, String> {
         self.spent.store(0, Ordering::Relaxed);
         self.budget.store(budget, Ordering::Relaxed);
@@ -156,9 +150,20 @@ impl LuaRuntime {
         self.lua
             .set_memory_limit(limit)
             .map_err(|e| format!("cannot set the memory limit: {e}"))?;
-        let outcome = input(&self.lua)
-            .and_then(|input| self.driver.call::<LuaValue>((&script.chunk, global, input)));
+        // SAFETY: the closure runs inside mlua's protected call on this state, with the driver,
+        // the chunk and the global's name on the stack; `push_input` only pushes and `lua_call`
+        // consumes them, leaving the single result for mlua to pop. Lua errors raised in there
+        // unwind through frames that own nothing.
+        let outcome: mlua::Result<LuaValue> = unsafe {
+            self.lua
+                .exec_raw((&self.driver, &script.chunk, global), |state| {
+                    raw::push_input(state, &input);
+                    mlua::ffi::lua_call(state, 3, 1);
+                })
+        };
         self.budget.store(u64::MAX, Ordering::Relaxed);
+        // Reading the result back does not need the limit, and mlua is faster without one.
+        let _ = self.lua.set_memory_limit(0);
         match outcome {
             Ok(v) => Ok(v),
             Err(e) => {
@@ -166,8 +171,7 @@ impl LuaRuntime {
                     return Err(format!("instruction budget of {budget} exceeded"));
                 }
                 if is_memory_error(&e) {
-                    // Garbage left by the failed run still counts against the next limit.
-                    let _ = self.lua.set_memory_limit(0);
+                    // Garbage left by the failed run would count against the next limit.
                     let _ = self.lua.gc_collect();
                     let _ = self.lua.gc_collect();
                     return Err(format!(

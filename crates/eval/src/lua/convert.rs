@@ -1,62 +1,12 @@
-//! Conversions between JSON objects and Lua values with the quirks of libsveltos' `MapToTable`
-//! (object into Lua) and gopher-lua's `ToGoValue` followed by Go's `encoding/json` (result out of
-//! Lua). Does not run scripts.
+//! Reading results out of Lua with the quirks of gopher-lua's `ToGoValue` followed by Go's
+//! `encoding/json`, and gopher-lua's number formatting. Objects go into Lua through `raw`
+//! (libsveltos' `MapToTable` rules). Does not run scripts.
 
-use mlua::{Lua, Table, Value as LuaValue};
+use mlua::Value as LuaValue;
 use serde_json::{Map, Number, Value};
 
 /// Deepest table nesting read back from Lua; deeper (or cyclic) results are rejected.
 const MAX_RESULT_DEPTH: usize = 200;
-
-/// Builds the Lua value for a JSON value as `MapToTable` does: `None` for `null` (a map entry
-/// holding `null` is left out). Arrays keep only maps, non-integral numbers, strings and booleans:
-/// apimachinery decodes integral numbers as int64, which `MapToTable` silently drops from arrays,
-/// as it drops nested arrays and nulls.
-pub(crate) fn to_lua(lua: &Lua, value: &Value) -> mlua::Result<Option<LuaValue>> {
-    Ok(match value {
-        Value::Null => None,
-        Value::Bool(b) => Some(LuaValue::Boolean(*b)),
-        Value::Number(n) => Some(LuaValue::Number(n.as_f64().unwrap_or(f64::NAN))),
-        Value::String(s) => Some(LuaValue::String(lua.create_string(s)?)),
-        Value::Object(map) => Some(LuaValue::Table(map_to_table(lua, map)?)),
-        Value::Array(items) => {
-            let table = lua.create_table_with_capacity(items.len(), 0)?;
-            let mut index = 1;
-            for item in items.iter().filter(|item| kept_in_array(item)) {
-                if let Some(v) = to_lua(lua, item)? {
-                    table.raw_set(index, v)?;
-                    index += 1;
-                }
-            }
-            Some(LuaValue::Table(table))
-        }
-    })
-}
-
-/// A JSON object as a Lua table (see [`to_lua`]).
-pub(crate) fn map_to_table(lua: &Lua, map: &Map<String, Value>) -> mlua::Result<Table> {
-    let table = lua.create_table_with_capacity(0, map.len())?;
-    for (key, value) in map {
-        if let Some(v) = to_lua(lua, value)? {
-            table.raw_set(lua.create_string(key)?, v)?;
-        }
-    }
-    Ok(table)
-}
-
-/// Whether `MapToTable` keeps this element of an array.
-fn kept_in_array(item: &Value) -> bool {
-    match item {
-        Value::Object(_) | Value::String(_) | Value::Bool(_) => true,
-        Value::Number(n) => !is_int64(n),
-        Value::Null | Value::Array(_) => false,
-    }
-}
-
-/// Whether apimachinery decodes this number as int64 (an integral JSON number within range).
-fn is_int64(n: &Number) -> bool {
-    n.is_i64()
-}
 
 /// A Lua value as Go sees it after `ToGoValue` and a `json.Marshal`: a table whose length is
 /// positive is an array (its other keys are lost), any other table is an object with stringified

@@ -1,0 +1,130 @@
+//! The per-object hot path written against the Luau C API: builds the `MapToTable` conversion of
+//! an object directly on the Lua stack and calls the driver, all inside one protected call.
+//! mlua's safe API costs a protected call per table and per `raw_set` once a memory limit is set,
+//! which made conversion ~90% of an evaluation. `MapToTable` rules: `null` map values are left
+//! out; arrays keep only maps, non-integral numbers, strings and booleans.
+
+use std::ffi::c_int;
+
+use mlua::ffi;
+use serde_json::{Map, Value};
+
+/// Stack slots one nesting level needs: the table, a key and a value, plus headroom.
+const SLOTS_PER_LEVEL: c_int = 4;
+
+/// What the driver receives as its input argument.
+pub(crate) enum Input<'a> {
+    /// One object (`obj`).
+    Object(&'a Value),
+    /// A list of objects (`resources`).
+    List(&'a [Value]),
+}
+
+/// Pushes the input onto the stack.
+///
+/// # Safety
+/// `state` must be a live Luau state and this must run inside a protected call (as within
+/// `Lua::exec_raw`): allocation failures and stack overflow raise Lua errors that unwind through
+/// this function, which holds no resources that need dropping.
+pub(crate) unsafe fn push_input(state: *mut ffi::lua_State, input: &Input<'_>) {
+    unsafe {
+        match input {
+            Input::Object(value) => {
+                if !push_value(state, value) {
+                    ffi::lua_pushnil(state);
+                }
+            }
+            Input::List(values) => {
+                check_stack(state);
+                ffi::lua_createtable(state, len_hint(values.len()), 0);
+                let mut index: c_int = 1;
+                for value in values.iter() {
+                    if push_value(state, value) {
+                        ffi::lua_rawseti_(state, -2, index);
+                        index += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pushes one value with the `MapToTable` rules; returns false (pushing nothing) for `null`.
+///
+/// # Safety
+/// As [`push_input`].
+unsafe fn push_value(state: *mut ffi::lua_State, value: &Value) -> bool {
+    unsafe {
+        match value {
+            Value::Null => return false,
+            Value::Bool(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
+            Value::Number(n) => ffi::lua_pushnumber(state, n.as_f64().unwrap_or(f64::NAN)),
+            Value::String(s) => push_str(state, s),
+            Value::Object(map) => push_map(state, map),
+            Value::Array(items) => {
+                check_stack(state);
+                ffi::lua_createtable(state, len_hint(items.len()), 0);
+                let mut index: c_int = 1;
+                for item in items {
+                    let kept = match item {
+                        Value::Object(_) | Value::String(_) | Value::Bool(_) => true,
+                        // apimachinery decodes integral numbers as int64, which MapToTable drops.
+                        Value::Number(n) => !n.is_i64(),
+                        Value::Null | Value::Array(_) => false,
+                    };
+                    if kept && push_value(state, item) {
+                        ffi::lua_rawseti_(state, -2, index);
+                        index += 1;
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// # Safety
+/// As [`push_input`].
+unsafe fn push_map(state: *mut ffi::lua_State, map: &Map<String, Value>) {
+    unsafe {
+        check_stack(state);
+        ffi::lua_createtable(state, 0, len_hint(map.len()));
+        for (key, value) in map {
+            if value.is_null() {
+                continue;
+            }
+            push_str(state, key);
+            if push_value(state, value) {
+                ffi::lua_rawset(state, -3);
+            } else {
+                ffi::lua_pop(state, 1);
+            }
+        }
+    }
+}
+
+/// # Safety
+/// As [`push_input`].
+unsafe fn push_str(state: *mut ffi::lua_State, s: &str) {
+    unsafe {
+        if s.is_empty() {
+            ffi::lua_pushlstring_(state, c"".as_ptr(), 0);
+        } else {
+            ffi::lua_pushlstring_(state, s.as_ptr().cast(), s.len());
+        }
+    }
+}
+
+/// Raises a Lua error (instead of overflowing) when the stack cannot grow for one more level.
+///
+/// # Safety
+/// As [`push_input`].
+unsafe fn check_stack(state: *mut ffi::lua_State) {
+    unsafe {
+        ffi::luaL_checkstack(state, SLOTS_PER_LEVEL, c"object nests too deeply".as_ptr());
+    }
+}
+
+fn len_hint(n: usize) -> c_int {
+    c_int::try_from(n).unwrap_or(c_int::MAX)
+}
