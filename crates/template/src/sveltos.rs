@@ -213,7 +213,7 @@ fn to_toml(v: &Value) -> String {
 }
 
 fn toml_table(out: &mut String, m: &MapRef, path: &mut Vec<String>) {
-    let indent = "  ".repeat(path.len().saturating_sub(1));
+    let indent = "  ".repeat(path.len());
     let entries: Vec<(String, Value)> = m.read().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     for (k, v) in entries.iter().filter(|(_, v)| !matches!(v, Value::Map(_))) {
         if v.is_nil() {
@@ -223,12 +223,12 @@ fn toml_table(out: &mut String, m: &MapRef, path: &mut Vec<String>) {
     }
     for (k, v) in entries.iter() {
         if let Value::Map(sub) = v {
-            path.push(toml_key(k));
-            let sub_indent = "  ".repeat(path.len() - 1);
-            if !out.is_empty() {
+            // BurntSushi/toml separates top-level tables by a blank line.
+            if path.is_empty() && !out.is_empty() {
                 out.push('\n');
             }
-            let _ = writeln!(out, "{sub_indent}[{}]", path.join("."));
+            path.push(toml_key(k));
+            let _ = writeln!(out, "{indent}[{}]", path.join("."));
             toml_table(out, sub, path);
             path.pop();
         }

@@ -31,7 +31,7 @@ pub fn to_yaml(v: &Value, flavor: Flavor) -> Result<String, String> {
     let mut out = String::new();
     let mut e = Emitter { out: &mut out, flavor };
     match v {
-        Value::Map(m) if !m.is_empty() => e.map(v, 0, false)?,
+        Value::Map(m) if !m.is_empty() => e.map(v, 0, 0, false)?,
         Value::List(l) if !l.is_empty() => e.list(v, 0, false)?,
         other => {
             e.scalar(other, 0)?;
@@ -55,7 +55,10 @@ impl Emitter<'_> {
         self.out.extend(std::iter::repeat_n(' ', n));
     }
 
-    fn map(&mut self, v: &Value, indent: usize, inline_first: bool) -> Result<(), String> {
+    /// A block mapping with keys at `key_col`; nested blocks are placed relative to `base`
+    /// (go-yaml v3 places the children of a mapping inside a sequence item relative to the
+    /// sequence, not to the keys).
+    fn map(&mut self, v: &Value, key_col: usize, base: usize, inline_first: bool) -> Result<(), String> {
         let Value::Map(m) = v else { return Ok(()) };
         let entries: Vec<(String, Value)> = {
             let map = m.read();
@@ -65,29 +68,30 @@ impl Emitter<'_> {
         };
         for (i, (key, value)) in entries.iter().enumerate() {
             if i > 0 || !inline_first {
-                self.pad(indent);
+                self.pad(key_col);
             }
-            self.string(key, indent)?;
+            self.string(key, key_col)?;
             self.out.push(':');
-            self.value_after_key(value, indent)?;
+            self.value_after_key(value, base)?;
         }
         Ok(())
     }
 
-    fn value_after_key(&mut self, value: &Value, indent: usize) -> Result<(), String> {
+    fn value_after_key(&mut self, value: &Value, base: usize) -> Result<(), String> {
+        let step = self.flavor.indent();
         match value {
             Value::Map(m) if !m.is_empty() => {
                 self.out.push('\n');
-                self.map(value, indent + self.flavor.indent(), false)
+                self.map(value, base + step, base + step, false)
             }
             Value::List(l) if !l.is_empty() => {
                 self.out.push('\n');
-                let seq_indent = if self.flavor == Flavor::V3 { indent + self.flavor.indent() } else { indent };
+                let seq_indent = if self.flavor == Flavor::V3 { base + step } else { base };
                 self.list(value, seq_indent, false)
             }
             scalar => {
                 self.out.push(' ');
-                self.scalar(scalar, indent + self.flavor.indent())?;
+                self.scalar(scalar, base + step)?;
                 self.out.push('\n');
                 Ok(())
             }
@@ -102,7 +106,10 @@ impl Emitter<'_> {
             }
             self.out.push_str("- ");
             match item {
-                Value::Map(m) if !m.is_empty() => self.map(item, indent + 2, true)?,
+                Value::Map(m) if !m.is_empty() => {
+                    let base = if self.flavor == Flavor::V3 { indent } else { indent + 2 };
+                    self.map(item, indent + 2, base, true)?
+                }
                 Value::List(l) if !l.is_empty() => self.list(item, indent + 2, true)?,
                 scalar => {
                     self.scalar(scalar, indent + 2)?;

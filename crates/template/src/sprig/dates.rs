@@ -396,8 +396,9 @@ pub fn duration_string(ns: i128) -> String {
 
 /// sprig `durationRound`: the largest whole unit (y, mo, d, h, m, s).
 fn duration_round(ns: i128) -> String {
+    // sprig 3.2 drops the sign of negative durations.
     let u = ns.unsigned_abs();
-    let sign = if ns < 0 { "-" } else { "" };
+    let sign = "";
     let second = 1_000_000_000u128;
     let units = [
         (second * 3600 * 24 * 365, "y"),

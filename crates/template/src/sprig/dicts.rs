@@ -73,8 +73,9 @@ fn dict(a: Vec<Value>) -> FuncResult {
     Ok(Value::map(map))
 }
 
-/// mergo's deep merge: maps merge key by key; otherwise the destination keeps its value unless
-/// it is empty (or, with `overwrite`, unless the source value is empty).
+/// mergo's deep merge over `map[string]interface{}`: maps merge key by key; otherwise the
+/// destination keeps its value unless it is empty (zero), and with `overwrite` the source
+/// value wins unless it is nil (a source `0` or `""` still overwrites, as measured against Go).
 fn merge(a: Vec<Value>, overwrite: bool) -> FuncResult {
     let Value::Map(dst) = &a[0] else {
         return Ok(a[0].clone());
@@ -100,7 +101,7 @@ fn merge_into(dst: &MapRef, src: &MapRef, overwrite: bool) {
                 }
             }
             (Some(current), _) => {
-                if (overwrite && !empty(&value)) || empty(&current) {
+                if (overwrite && !value.is_nil()) || empty(&current) {
                     dst.write().insert(key, value.deep_copy());
                 }
             }
@@ -126,7 +127,9 @@ fn dig(a: Vec<Value>) -> FuncResult {
         let key = key.as_str().ok_or("interface conversion: key is not a string")?;
         let next = match &current {
             Value::Map(m) => m.get(key),
-            _ => None,
+            other => {
+                return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", other.go_type()))
+            }
         };
         match next {
             Some(v) => current = v,

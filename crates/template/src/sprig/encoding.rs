@@ -53,7 +53,9 @@ fn b64dec(s: &str) -> String {
         Err(base64::DecodeError::InvalidByte(i, _) | base64::DecodeError::InvalidLastSymbol(i, _)) => {
             format!("illegal base64 data at input byte {i}")
         }
-        Err(_) => format!("illegal base64 data at input byte {}", s.len()),
+        // A truncated final quantum: Go reports its start, or the end when padding began.
+        Err(_) if s.contains('=') => format!("illegal base64 data at input byte {}", s.len()),
+        Err(_) => format!("illegal base64 data at input byte {}", s.len() - s.len() % 4),
     }
 }
 

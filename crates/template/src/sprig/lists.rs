@@ -61,13 +61,10 @@ fn last(v: &Value) -> FuncResult {
     Ok(list_of(v, "last")?.last().cloned().unwrap_or(Value::Nil))
 }
 
-/// Applies `f` to a list; an empty list gives nil (as sprig's functions do).
+/// Applies `f` to a list; an empty list gives an empty list.
 fn sub(v: &Value, what: &str, f: impl Fn(&[Value]) -> Option<Vec<Value>>) -> FuncResult {
     let l = list_of(v, what)?;
-    if l.is_empty() {
-        return Ok(Value::Nil);
-    }
-    Ok(f(l).map(Value::list).unwrap_or(Value::Nil))
+    Ok(Value::list(f(l).unwrap_or_default()))
 }
 
 fn uniq(l: &[Value]) -> Vec<Value> {

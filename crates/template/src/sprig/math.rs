@@ -45,7 +45,8 @@ pub static FUNCS: &[FuncDef] = &[
             }
             acc /= d;
         }
-        float(decimal(acc))
+        // shopspring/decimal divides to 16 decimal places.
+        float(format!("{acc:.16}").parse().unwrap_or(acc))
     }),
     def!("maxf", [Any], ...Any, |a| float(a.iter().map(to_float64).fold(f64::NEG_INFINITY, f64::max))),
     def!("minf", [Any], ...Any, |a| float(a.iter().map(to_float64).fold(f64::INFINITY, f64::min))),

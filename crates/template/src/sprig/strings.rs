@@ -39,8 +39,8 @@ pub static FUNCS: &[FuncDef] = &[
     def!("snakecase", [Str], |a| s(words(arg_str(&a, 0)).join("_"))),
     def!("kebabcase", [Str], |a| s(words(arg_str(&a, 0)).join("-"))),
     def!("camelcase", [Str], |a| s(camelcase(arg_str(&a, 0)))),
-    def!("wrap", [Int, Str], |a| s(wrap(arg_str(&a, 1), arg_int(&a, 0), "\n"))),
-    def!("wrapWith", [Int, Str, Str], |a| s(wrap(arg_str(&a, 2), arg_int(&a, 0), arg_str(&a, 1)))),
+    def!("wrap", [Int, Str], |a| s(wrap(arg_str(&a, 1), arg_int(&a, 0), "\n", false))),
+    def!("wrapWith", [Int, Str, Str], |a| s(wrap(arg_str(&a, 2), arg_int(&a, 0), arg_str(&a, 1), true))),
     def!("contains", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).contains(arg_str(&a, 0))))),
     def!("hasPrefix", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).starts_with(arg_str(&a, 0))))),
     def!("hasSuffix", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).ends_with(arg_str(&a, 0))))),
@@ -54,8 +54,8 @@ pub static FUNCS: &[FuncDef] = &[
     def!("trunc", [Int, Str], trunc),
     def!("abbrev", [Int, Str], |a| s(abbrev(arg_str(&a, 1), arg_int(&a, 0)))),
     def!("abbrevboth", [Int, Int, Str], abbrevboth),
-    def!("split", [Str, Str], |a| Ok(indexed(arg_str(&a, 1).split(arg_str(&a, 0)).collect()))),
-    def!("splitList", [Str, Str], |a| Ok(Value::list(arg_str(&a, 1).split(arg_str(&a, 0)).map(Value::str).collect()))),
+    def!("split", [Str, Str], |a| Ok(indexed(go_split(arg_str(&a, 1), arg_str(&a, 0), -1)))),
+    def!("splitList", [Str, Str], |a| Ok(Value::list(go_split(arg_str(&a, 1), arg_str(&a, 0), -1).into_iter().map(Value::str).collect()))),
     def!("splitn", [Str, Int, Str], splitn),
     def!("join", [Str, Any], |a| s(strslice(&a[1]).join(arg_str(&a, 0)))),
     def!("sortAlpha", [Any], |a| {
@@ -197,34 +197,53 @@ fn words(s: &str) -> Vec<String> {
 }
 
 fn camelcase(s: &str) -> String {
-    s.split('_').map(|w| first_to(w, true)).collect()
+    s.split(['_', ' ']).map(|w| first_to(w, true)).collect()
 }
 
-/// goutils `WrapCustom(str, width, newline, false)`: breaks at spaces, never inside words.
-fn wrap(s: &str, width: i64, newline: &str) -> String {
-    let width = width.max(1) as usize;
-    let mut out = String::new();
-    for (n, line) in s.split('\n').enumerate() {
-        if n > 0 {
-            out.push_str(newline);
-        }
-        let mut rest = line.trim_start_matches(' ');
-        while rest.len() > width {
-            let cut = rest[..=width.min(rest.len() - 1)].rfind(' ');
-            let at = match cut {
-                Some(i) => i,
-                None => match rest[width..].find(' ') {
-                    Some(i) => width + i,
-                    None => break,
-                },
-            };
-            out.push_str(&rest[..at]);
-            out.push_str(newline);
-            rest = rest[at + 1..].trim_start_matches(' ');
-        }
-        out.push_str(rest);
+/// goutils `WrapCustom`: breaks at the last space within the width; long words are cut
+/// (`wrapWith`) or left whole (`wrap`). Byte-based, like the Go original.
+fn wrap(s: &str, width: i64, newline: &str, long_words: bool) -> String {
+    if s.is_empty() {
+        return String::new();
     }
-    out
+    let newline = if newline.is_empty() { "\n" } else { newline };
+    let width = width.max(1) as usize;
+    let b = s.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(s.len());
+    let mut offset = 0;
+    while b.len() - offset > width {
+        if b[offset] == b' ' {
+            offset += 1;
+            continue;
+        }
+        let end = (width + offset + 1).min(b.len());
+        match b[offset..end].iter().rposition(|c| *c == b' ') {
+            Some(space) => {
+                out.extend_from_slice(&b[offset..offset + space]);
+                out.extend_from_slice(newline.as_bytes());
+                offset += space + 1;
+            }
+            None if long_words => {
+                out.extend_from_slice(&b[offset..offset + width]);
+                out.extend_from_slice(newline.as_bytes());
+                offset += width;
+            }
+            None => match b[offset + width..].iter().position(|c| *c == b' ') {
+                None => {
+                    out.extend_from_slice(&b[offset..]);
+                    offset = b.len();
+                }
+                Some(i) => {
+                    let at = offset + width + i;
+                    out.extend_from_slice(&b[offset..at]);
+                    out.extend_from_slice(newline.as_bytes());
+                    offset = at + 1;
+                }
+            },
+        }
+    }
+    out.extend_from_slice(&b[offset..]);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn indent(n: i64, s: &str) -> String {
@@ -280,12 +299,31 @@ fn indexed(parts: Vec<&str>) -> Value {
 
 fn splitn(a: Vec<Value>) -> FuncResult {
     let (sep, n, s) = (arg_str(&a, 0), arg_int(&a, 1), arg_str(&a, 2));
-    let parts: Vec<&str> = match n {
-        0 => Vec::new(),
-        n if n < 0 => s.split(sep).collect(),
-        n => s.splitn(n as usize, sep).collect(),
-    };
-    Ok(indexed(parts))
+    Ok(indexed(go_split(s, sep, n)))
+}
+
+/// Go's `strings.SplitN`: an empty separator splits into characters.
+fn go_split<'s>(s: &'s str, sep: &str, n: i64) -> Vec<&'s str> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let limit = if n < 0 { usize::MAX } else { n as usize };
+    if sep.is_empty() {
+        let mut parts: Vec<&str> = Vec::new();
+        let mut rest = s;
+        while let Some(c) = rest.chars().next() {
+            if parts.len() + 1 == limit {
+                break;
+            }
+            parts.push(&rest[..c.len_utf8()]);
+            rest = &rest[c.len_utf8()..];
+        }
+        if !rest.is_empty() {
+            parts.push(rest);
+        }
+        return parts;
+    }
+    s.splitn(limit, sep).collect()
 }
 
 fn regex(a: &[Value], i: usize) -> Result<regex::Regex, String> {
@@ -322,18 +360,21 @@ fn regex_split(a: Vec<Value>) -> FuncResult {
         return Ok(Value::list(vec![Value::str("")]));
     }
     let mut parts = Vec::new();
-    let mut beg = 0;
-    for m in re.find_iter(s) {
+    let (mut beg, mut end) = (0, 0);
+    let limit = if n < 0 { usize::MAX } else { n as usize };
+    for m in re.find_iter(s).take(limit) {
         if n > 0 && parts.len() as i64 == n - 1 {
             break;
         }
-        if m.end() == 0 {
-            continue;
+        end = m.start();
+        if m.end() != 0 {
+            parts.push(Value::str(&s[beg..end]));
         }
-        parts.push(Value::str(&s[beg..m.start()]));
         beg = m.end();
     }
-    parts.push(Value::str(&s[beg..]));
+    if end != s.len() {
+        parts.push(Value::str(&s[beg..]));
+    }
     Ok(Value::list(parts))
 }
 
