@@ -8,6 +8,7 @@
 //! bytecode at all, and its interrupt stops every loop shape. See `README.md`.
 
 mod convert;
+mod lazy;
 mod raw;
 mod sandbox;
 
@@ -15,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mlua::chunk::ChunkMode;
-use mlua::{Function, Lua, Value as LuaValue, VmState};
+use mlua::{Function, Lua, Table, Value as LuaValue, VmState};
 use serde_json::Value;
 
 /// Per-evaluation resource limits of a Lua script.
@@ -51,6 +52,8 @@ pub(crate) struct CompileError {
 pub(crate) struct LuaRuntime {
     lua: Lua,
     driver: Function,
+    lazy_box: Table,
+    lazy_meta: Table,
     spent: Arc<AtomicU64>,
     budget: Arc<AtomicU64>,
     limits: Limits,
@@ -64,7 +67,11 @@ pub(crate) struct Script {
 impl LuaRuntime {
     pub(crate) fn new(limits: Limits) -> mlua::Result<LuaRuntime> {
         let lua = Lua::new();
-        let driver = sandbox::install(&lua)?;
+        let sandbox::Sandbox {
+            driver,
+            lazy_box,
+            lazy_meta,
+        } = sandbox::install(&lua)?;
         let spent = Arc::new(AtomicU64::new(0));
         let budget = Arc::new(AtomicU64::new(u64::MAX));
         let (s, b) = (spent.clone(), budget.clone());
@@ -78,6 +85,8 @@ impl LuaRuntime {
         Ok(LuaRuntime {
             lua,
             driver,
+            lazy_box,
+            lazy_meta,
             spent,
             budget,
             limits,
@@ -155,15 +164,46 @@ impl LuaRuntime {
         // consumes them, leaving the single result for mlua to pop. Lua errors raised in there
         // unwind through frames that own nothing.
         let outcome: mlua::Result<LuaValue> = unsafe {
-            self.lua
-                .exec_raw((&self.driver, &script.chunk, global), |state| {
-                    raw::push_input(state, &input);
-                    mlua::ffi::lua_call(state, 3, 1);
-                })
+            self.lua.exec_raw(
+                (
+                    &self.driver,
+                    &script.chunk,
+                    global,
+                    &self.lazy_box,
+                    &self.lazy_meta,
+                ),
+                |state| {
+                    use mlua::ffi;
+                    // Stack: driver, chunk, global, box, meta.
+                    let meta = ffi::lua_gettop(state);
+                    let lazy_box = meta - 1;
+                    match &input {
+                        raw::Input::Object(object) => {
+                            ffi::lua_createtable(state, 0, 0);
+                            ffi::lua_pushvalue(state, -1);
+                            ffi::lua_rawseti_(state, lazy_box, 1);
+                            let ptrs = ffi::lua_gettop(state);
+                            lazy::push_object(state, object, ptrs, meta);
+                        }
+                        list @ raw::Input::List(_) => {
+                            ffi::lua_pushnil(state);
+                            raw::push_input(state, list);
+                        }
+                    }
+                    // Stack: driver, chunk, global, box, meta, PTRS, input.
+                    ffi::lua_replace(state, lazy_box);
+                    ffi::lua_pop(state, 2);
+                    ffi::lua_call(state, 3, 1);
+                },
+            )
         };
-        self.budget.store(u64::MAX, Ordering::Relaxed);
-        // Reading the result back does not need the limit, and mlua is faster without one.
+        // The object may go away once this returns: no proxy may reach it any more.
         let _ = self.lua.set_memory_limit(0);
+        let cleared = self.lazy_box.raw_set(1, LuaValue::Nil);
+        self.budget.store(u64::MAX, Ordering::Relaxed);
+        if let Err(e) = cleared {
+            return Err(format!("cannot reset the lazy object table: {e}"));
+        }
         match outcome {
             Ok(v) => Ok(v),
             Err(e) => {

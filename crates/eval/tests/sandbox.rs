@@ -264,3 +264,32 @@ fn compiled_event_source_is_send_and_sync_and_usable_from_threads() {
         assert!(h.join().expect("thread finished"));
     }
 }
+
+/// `obj` is converted lazily; everything a script can observe must be as if it were converted
+/// up front (MapToTable), including iteration, raw access, identity and JSON encoding.
+#[test]
+fn lazily_converted_objects_behave_like_plain_tables() {
+    let es = compile(
+        r#"function evaluate()
+  local keys = {}
+  for k in pairs(obj) do table.insert(keys, k) end
+  table.sort(keys)
+  local n = 0
+  local k = next(obj.metadata)
+  while k do n = n + 1 k = next(obj.metadata, k) end
+  obj.metadata.labels.extra = "set"
+  local enc = json.decode(json.encode(obj))
+  local msg = table.concat(keys, ",") .. "|" .. n .. "|" .. tostring(rawget(obj, "data") ~= nil)
+    .. "|" .. tostring(obj.metadata == obj.metadata) .. "|" .. tostring(obj.metadata.labels.extra)
+    .. "|" .. enc.metadata.labels.app .. "|" .. enc.metadata.labels.extra .. "|" .. tostring(#obj)
+    .. "|" .. tostring(obj.nope) .. "|" .. tostring(obj[1])
+  return {matching = true, message = msg, keep = obj}
+end"#,
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            es.evaluate(&config_map()).expect("runs").message,
+            "apiVersion,data,kind,metadata|4|true|true|set|web|set|0|nil|nil"
+        );
+    }
+}

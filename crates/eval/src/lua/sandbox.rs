@@ -7,7 +7,7 @@ use base64::Engine as _;
 use mlua::{Function, Lua, Table, Value as LuaValue};
 use serde_json::Value;
 
-use super::convert;
+use super::{convert, lazy};
 
 /// Trusted setup code, run once per state before the globals are frozen. It removes everything
 /// that reaches outside the evaluation (there is no `io`, no `os.execute`, no file loading in Luau
@@ -15,7 +15,7 @@ use super::convert;
 /// `os.time`/`os.date`/`os.difftime`/`os.clock`, installs the Lua-side helpers and returns the
 /// driver used for every evaluation.
 const SETUP: &str = r#"
-local G = ...
+local G, materialize = ...
 G.require = nil
 G.print = function() end
 G.collectgarbage = nil
@@ -39,6 +39,32 @@ G.getAnnotation = function(obj, key)
   return a[key]
 end
 
+-- Lazily converted objects (see lazy.rs) are materialized before anything iterates them.
+local rawpairs, rawnext, realrawget, encode = G.pairs, G.next, G.rawget, G.json.encode
+local function deep(v, seen)
+  if type(v) == "table" and not seen[v] then
+    seen[v] = true
+    materialize(v)
+    for _, child in rawnext, v do deep(child, seen) end
+  end
+end
+G.pairs = function(t, ...)
+  if type(t) == "table" then materialize(t) end
+  return rawpairs(t, ...)
+end
+G.next = function(t, k)
+  if type(t) == "table" then materialize(t) end
+  return rawnext(t, k)
+end
+G.rawget = function(t, k)
+  if type(t) == "table" then materialize(t) end
+  return realrawget(t, k)
+end
+G.json.encode = function(v)
+  deep(v, {})
+  return encode(v)
+end
+
 local setfenv, setmetatable, type, error = setfenv, setmetatable, type, error
 local META = { __index = G }
 
@@ -56,16 +82,51 @@ return function(chunk, name, input)
 end
 "#;
 
+/// What `install` sets up: the evaluation driver and the lazy-conversion tables.
+pub(crate) struct Sandbox {
+    pub driver: Function,
+    /// Slot 1 holds the pointer table of the running evaluation (see `lazy.rs`).
+    pub lazy_box: Table,
+    /// The metatable of lazily converted maps.
+    pub lazy_meta: Table,
+}
+
 /// Builds the sandboxed globals in `lua` and returns the evaluation driver.
-pub(crate) fn install(lua: &Lua) -> mlua::Result<Function> {
+pub(crate) fn install(lua: &Lua) -> mlua::Result<Sandbox> {
     let globals = lua.globals();
     install_rust_helpers(lua, &globals)?;
+    let lazy_box = lua.create_table()?;
+    let lazy_meta = lua.create_table()?;
+    // SAFETY: pushes two C closures over the box and the metatable; `exec_raw` runs this in a
+    // protected call and pops the two results.
+    let (index, materialize): (Function, Function) = unsafe {
+        lua.exec_raw((&lazy_box, &lazy_meta), |state| {
+            use mlua::ffi;
+            let top = ffi::lua_gettop(state);
+            for (f, name) in [
+                (lazy::index as ffi::lua_CFunction, c"lazy_index"),
+                (lazy::materialize as ffi::lua_CFunction, c"lazy_materialize"),
+            ] {
+                ffi::lua_pushvalue(state, top - 1);
+                ffi::lua_pushvalue(state, top);
+                ffi::lua_pushcclosurek(state, f, name.as_ptr(), 2, None);
+            }
+            ffi::lua_remove(state, top - 1);
+            ffi::lua_remove(state, top - 1);
+        })?
+    };
+    lazy_meta.raw_set("__index", index)?;
+    lazy_meta.raw_set("__metatable", false)?;
     let driver: Function = lua
         .load(SETUP)
         .set_name("=sluice-sandbox")
-        .call(globals.clone())?;
+        .call((globals.clone(), materialize))?;
     freeze(&globals)?;
-    Ok(driver)
+    Ok(Sandbox {
+        driver,
+        lazy_box,
+        lazy_meta,
+    })
 }
 
 /// Makes the globals and every library table read-only, so that one evaluation cannot change
