@@ -43,12 +43,12 @@ impl Filter {
 
     /// Whether this selector lists the object.
     pub(crate) fn lists(&self, object: &Value) -> bool {
-        let metadata = object.get("metadata");
-        let meta_str = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
+        let metadata = field(Some(object), "metadata");
+        let meta_str = |key: &str| field(metadata, key).and_then(Value::as_str);
         if meta_str("deletionTimestamp").is_some_and(|ts| !ts.is_empty()) {
             return false;
         }
-        if object.get("kind").and_then(Value::as_str) != Some(self.kind.as_str()) {
+        if field(Some(object), "kind").and_then(Value::as_str) != Some(self.kind.as_str()) {
             return false;
         }
         let api_version = object
@@ -85,10 +85,28 @@ impl Filter {
     }
 }
 
+/// A key of a JSON object. Kubernetes objects are mostly small maps, where comparing keys in
+/// order beats hashing the key with SipHash.
+pub(crate) fn get<'a>(map: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
+    if map.len() <= 12 {
+        map.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
+    } else {
+        map.get(key)
+    }
+}
+
+/// A key of a JSON value that may be an object.
+fn field<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a Value> {
+    match v {
+        Some(Value::Object(m)) => get(m, key),
+        _ => None,
+    }
+}
+
 /// `metadata.labels` as a string map; a label set holding a non-string value is treated as empty,
 /// as the agent's unstructured accessor does.
 fn object_labels(metadata: Option<&Value>) -> BTreeMap<String, String> {
-    let Some(Value::Object(raw)) = metadata.and_then(|m| m.get("labels")) else {
+    let Some(Value::Object(raw)) = field(metadata, "labels") else {
         return BTreeMap::new();
     };
     let mut out = BTreeMap::new();

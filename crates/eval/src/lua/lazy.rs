@@ -55,7 +55,10 @@ pub(crate) unsafe extern "C-unwind" fn index(state: *mut ffi::lua_State) -> c_in
         let mut len = 0usize;
         let ptr = ffi::lua_tolstring(state, 2, &mut len);
         let bytes = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
-        let Some(child) = std::str::from_utf8(bytes).ok().and_then(|k| map.get(k)) else {
+        let Some(child) = std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|k| crate::filters::get(map, k))
+        else {
             return 0;
         };
         // Stack: t, k, PTRS.
@@ -154,9 +157,10 @@ unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ptrs: c_int, meta
             Value::Bool(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
             Value::Number(n) => ffi::lua_pushnumber(state, n.as_f64().unwrap_or(f64::NAN)),
             Value::String(s) => push_str(state, s),
-            Value::Object(_) => {
+            Value::Object(map) => {
                 ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
-                ffi::lua_createtable(state, 0, 0);
+                // Room for a few cached keys avoids rehashing on the first reads.
+                ffi::lua_createtable(state, 0, c_int::try_from(map.len().min(4)).unwrap_or(4));
                 ffi::lua_pushvalue(state, meta);
                 ffi::lua_setmetatable(state, -2);
                 ffi::lua_pushvalue(state, -1);
