@@ -1,1 +1,40 @@
 //! Kubernetes API test server: many clusters in one process, for tests and demos only, never production.
+//!
+//! One listener serves every cluster under its own base path, `http://<addr>/clusters/<name>`; kube-rs
+//! and kubectl both accept a server URL with a path. Objects live in memory as JSON, per cluster,
+//! keyed by group, resource, namespace and name, with one resourceVersion counter per cluster.
+//!
+//! What it implements: discovery (legacy, not aggregated; a minimal `/openapi/v3` that tells kubectl the server validates
+//! fields; `/openapi/v2` answers 404), built-in kinds and CRD-defined kinds (served only while their CRD exists), create, get,
+//! list (label and `metadata.name`/`metadata.namespace` field selectors, `limit`/`continue`),
+//! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
+//! patch, server-side apply with per-manager field ownership, `/status`, delete with finalizers,
+//! namespace cascade, Tables for kubectl, and fault injection (`Faults`, `POST /admin/clusters/<name>/faults`).
+//!
+//! Deliberate simplifications: strategic merge patch is treated as a JSON merge patch (lists are
+//! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs use
+//! conversion strategy `None` (an object is stored as written and returned with the requested
+//! apiVersion); no authentication, admission, defaulting or schema validation; `dryRun` is not
+//! supported; paginated lists are not snapshots (later pages show current state).
+
+mod api;
+mod cli;
+mod cluster;
+mod crds;
+mod error;
+mod faults;
+mod fields;
+mod object;
+mod openapi;
+mod patch;
+mod query;
+mod resources;
+mod server;
+mod table;
+mod watch;
+
+pub use cli::{default_names, load_manifests, run_cli, Cli, CliArgs};
+pub use crds::sveltos_crds;
+pub use error::{ApiError, Error, Result};
+pub use faults::{FaultRequest, FaultSettings, Faults};
+pub use server::{Config, TestServer};

@@ -1,0 +1,145 @@
+//! Command line entry: `sluice testserver` and the standalone `sluice-testserver` binary.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::{Config, TestServer};
+
+/// Kubernetes API test server for tests and demos. Never use it as a production dependency: it
+/// keeps everything in memory, has no authentication and implements only what sluice and kubectl use.
+#[derive(Clone, Debug, clap::Args)]
+#[command(about = "Kubernetes API test server for tests and demos (never a production dependency)")]
+pub struct CliArgs {
+    /// Number of clusters to serve, named mgmt, cluster-1, cluster-2, ...
+    #[arg(long, default_value_t = 1, conflicts_with = "cluster_names")]
+    pub clusters: usize,
+    /// Comma-separated cluster names (the first is the kubeconfig's current context).
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_names: Vec<String>,
+    /// Address to listen on (loopback only).
+    #[arg(
+        long,
+        default_value = "127.0.0.1:6443",
+        env = "SLUICE_TESTSERVER_LISTEN"
+    )]
+    pub listen: SocketAddr,
+    /// Write a kubeconfig with one context per cluster to this file.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// YAML manifests (a file or a directory of *.yaml/*.yml/*.json) created in every cluster at start.
+    #[arg(long)]
+    pub load: Option<PathBuf>,
+    /// Do not preinstall the Sveltos and CAPI CRDs.
+    #[arg(long)]
+    pub no_crds: bool,
+    /// Changes retained per cluster for watches before clients get 410 Gone.
+    #[arg(long, default_value_t = 10_000)]
+    pub watch_history: usize,
+}
+
+/// Top-level parser for the standalone binary.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "sluice-testserver",
+    version,
+    about = "Kubernetes API test server for tests and demos (never a production dependency)"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub args: CliArgs,
+}
+
+/// Cluster names for `--clusters N`: `mgmt`, then `cluster-1` .. `cluster-(N-1)`.
+pub fn default_names(n: usize) -> Vec<String> {
+    (0..n.max(1))
+        .map(|i| {
+            if i == 0 {
+                "mgmt".to_string()
+            } else {
+                format!("cluster-{i}")
+            }
+        })
+        .collect()
+}
+
+/// Runs the server until Ctrl-C.
+pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
+    let clusters = if args.cluster_names.is_empty() {
+        default_names(args.clusters)
+    } else {
+        args.cluster_names.clone()
+    };
+    let objects = match &args.load {
+        Some(path) => load_manifests(path)?,
+        None => Vec::new(),
+    };
+    let config = Config {
+        bind: args.listen,
+        clusters,
+        watch_history: args.watch_history,
+        sveltos_crds: !args.no_crds,
+        objects,
+    };
+    let server = TestServer::start(config)
+        .await
+        .context("failed to start the test server")?;
+    if let Some(path) = &args.kubeconfig {
+        std::fs::write(path, server.kubeconfig_yaml())
+            .with_context(|| format!("failed to write kubeconfig {}", path.display()))?;
+    }
+    println!(
+        "sluice test server (tests and demos only) on http://{}",
+        server.addr()
+    );
+    for name in server.clusters() {
+        println!("  {name}: {}", server.cluster_url(&name));
+    }
+    tokio::signal::ctrl_c()
+        .await
+        .context("failed to wait for Ctrl-C")?;
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Reads every YAML document of a file, or of every manifest file in a directory (sorted by name).
+pub fn load_manifests(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path)
+            .with_context(|| format!("failed to read directory {}", path.display()))?
+        {
+            let p = entry?.path();
+            if matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            ) {
+                files.push(p);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("failed to read {}", file.display()))?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc)
+                .with_context(|| format!("failed to parse {}", file.display()))?;
+            if v.is_object() {
+                out.push(v);
+            }
+        }
+    }
+    // CRDs first, then namespaces, so later objects find their kinds and namespaces.
+    out.sort_by_key(|v| match v.get("kind").and_then(Value::as_str) {
+        Some("CustomResourceDefinition") => 0,
+        Some("Namespace") => 1,
+        _ => 2,
+    });
+    Ok(out)
+}

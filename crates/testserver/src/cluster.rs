@@ -1,0 +1,203 @@
+//! One simulated cluster: its resource registry, its objects (JSON values keyed by group, resource,
+//! namespace and name), its resourceVersion counter and its bounded watch history. Pure state
+//! behind one mutex; HTTP concerns live in `api`.
+
+mod validate;
+mod write;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::faults::Faults;
+use crate::resources::{GroupResource, Registry};
+
+pub use validate::check_type;
+pub use write::{Owner, Subresource};
+
+/// The kind of change a watch event reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Added => "ADDED",
+            ChangeKind::Modified => "MODIFIED",
+            ChangeKind::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change, kept in the history and broadcast to open watches.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub rv: u64,
+    pub gr: GroupResource,
+    pub kind: ChangeKind,
+    pub object: Value,
+    /// The object before a `Modified` change, so filtered watches can tell objects leaving their filter.
+    pub previous: Option<Value>,
+}
+
+/// Retained changes to replay plus a receiver for later ones.
+pub type WatchStart = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
+
+/// Namespace and name; the namespace is empty for cluster-scoped objects.
+pub type ObjectKey = (String, String);
+
+/// A cluster: mutable state, a change feed and its fault settings.
+pub struct Cluster {
+    pub name: String,
+    state: Mutex<State>,
+    pub faults: Faults,
+}
+
+/// Everything stored for one cluster.
+pub struct State {
+    rv: u64,
+    pub registry: Registry,
+    objects: HashMap<GroupResource, BTreeMap<ObjectKey, Value>>,
+    history: VecDeque<Arc<Change>>,
+    /// Highest resourceVersion whose change has been dropped from the history.
+    compacted: u64,
+    history_cap: usize,
+    feed: broadcast::Sender<Arc<Change>>,
+}
+
+impl Cluster {
+    pub fn new(name: &str, history_cap: usize) -> Cluster {
+        let (feed, _) = broadcast::channel(4096);
+        let mut state = State {
+            rv: 0,
+            registry: Registry::default(),
+            objects: HashMap::new(),
+            history: VecDeque::new(),
+            compacted: 0,
+            history_cap: history_cap.max(1),
+            feed,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            let info = state.registry.lookup("", "v1", "namespaces").cloned();
+            if let Some(info) = info {
+                // The built-in namespaces are valid by construction.
+                let _ = state.create(&info, "", obj, &Owner::Update("kube-apiserver".into()));
+            }
+        }
+        Cluster {
+            name: name.to_string(),
+            state: Mutex::new(state),
+            faults: Faults::default(),
+        }
+    }
+
+    /// Locks the state; a poisoned lock is recovered because every mutation leaves the state consistent.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl State {
+    /// The latest resourceVersion of this cluster.
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn get(&self, gr: &GroupResource, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(gr)?
+            .get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Objects of one resource in key order, optionally in one namespace, starting after `after`.
+    pub fn list<'a>(
+        &'a self,
+        gr: &GroupResource,
+        namespace: Option<&'a str>,
+        after: Option<&'a ObjectKey>,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Value)> + 'a {
+        let map = self.objects.get(gr);
+        map.into_iter().flat_map(move |m| {
+            let iter: Box<dyn Iterator<Item = (&ObjectKey, &Value)>> = match after {
+                Some(k) => Box::new(m.range::<ObjectKey, _>((
+                    std::ops::Bound::Excluded(k),
+                    std::ops::Bound::Unbounded,
+                ))),
+                None => Box::new(m.iter()),
+            };
+            iter.filter(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns))
+        })
+    }
+
+    /// Number of stored objects across all resources.
+    pub fn object_count(&self) -> usize {
+        self.objects.values().map(BTreeMap::len).sum()
+    }
+
+    /// Changes of one resource after `rv`, and a receiver for later ones, taken atomically.
+    /// `Err(compacted)` when changes after `rv` have been dropped from the history.
+    pub fn watch_from(&self, gr: &GroupResource, rv: u64) -> Result<WatchStart, u64> {
+        if rv < self.compacted {
+            return Err(self.compacted);
+        }
+        let replay = self
+            .history
+            .iter()
+            .filter(|c| c.rv > rv && &c.gr == gr)
+            .cloned()
+            .collect();
+        Ok((replay, self.feed.subscribe()))
+    }
+
+    /// A receiver for changes committed from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.feed.subscribe()
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn emit(
+        &mut self,
+        gr: &GroupResource,
+        kind: ChangeKind,
+        object: Value,
+        previous: Option<Value>,
+    ) {
+        let change = Arc::new(Change {
+            rv: self.rv,
+            gr: gr.clone(),
+            kind,
+            object,
+            previous,
+        });
+        self.history.push_back(change.clone());
+        while self.history.len() > self.history_cap {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted = old.rv;
+            }
+        }
+        // No receiver is not an error: nobody is watching.
+        let _ = self.feed.send(change);
+    }
+
+    fn put(&mut self, gr: &GroupResource, key: ObjectKey, object: Value) {
+        self.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key, object);
+    }
+
+    fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Value> {
+        self.objects.get_mut(gr)?.remove(key)
+    }
+}

@@ -1,0 +1,389 @@
+//! Writes to one cluster's state: create, update (main resource or `/status`), delete with
+//! finalizers, namespace cascade and CRD (un)installation. Each write bumps the cluster's
+//! resourceVersion once per stored change and records the change for watches.
+
+use serde_json::{json, Value};
+
+use super::validate::check_object;
+use super::{ChangeKind, State};
+use crate::error::ApiError;
+use crate::fields;
+use crate::object::{finalizers, meta_str, now, remove_meta, set_meta, spec_part};
+use crate::resources::{from_crd, GroupResource, ResourceInfo};
+
+/// Who is writing, for `managedFields`.
+#[derive(Clone, Debug)]
+pub enum Owner {
+    /// A create/update/patch by this manager: it takes ownership of the fields it changes.
+    Update(String),
+    /// A server-side apply: the caller already computed `managedFields`.
+    Applied,
+}
+
+/// Which part of the object a write targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subresource {
+    Main,
+    Status,
+}
+
+fn namespaces_gr() -> GroupResource {
+    (String::new(), "namespaces".to_string())
+}
+
+fn is_crd(info: &ResourceInfo) -> bool {
+    info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
+}
+
+impl State {
+    /// Stores a new object. `namespace` comes from the URL ("" for cluster-scoped kinds).
+    pub fn create(
+        &mut self,
+        info: &ResourceInfo,
+        namespace: &str,
+        mut obj: Value,
+        owner: &Owner,
+    ) -> Result<Value, ApiError> {
+        let body_ns = meta_str(&obj, "namespace").to_string();
+        if info.namespaced {
+            if !body_ns.is_empty() && body_ns != namespace {
+                return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+            }
+            set_meta(&mut obj, "namespace", json!(namespace));
+        } else {
+            remove_meta(&mut obj, "namespace");
+        }
+        if meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty() {
+            let suffix: String = uuid::Uuid::new_v4()
+                .simple()
+                .to_string()
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(5)
+                .collect();
+            let name = format!("{}{suffix}", meta_str(&obj, "generateName"));
+            set_meta(&mut obj, "name", json!(name));
+        }
+        check_object(info, &obj)?;
+        let name = meta_str(&obj, "name").to_string();
+        if info.namespaced {
+            match self.get(&namespaces_gr(), "", namespace) {
+                None => {
+                    return Err(ApiError::new(
+                        404,
+                        "NotFound",
+                        format!("namespaces \"{namespace}\" not found"),
+                    ));
+                }
+                Some(ns) if !meta_str(ns, "deletionTimestamp").is_empty() => {
+                    return Err(ApiError::new(
+                        403,
+                        "Forbidden",
+                        format!("{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated", info.qualified()),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let gr = info.gr();
+        if self.get(&gr, namespace, &name).is_some() {
+            return Err(ApiError::already_exists(info, &name));
+        }
+        if info.status {
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("status");
+            }
+        }
+        if is_crd(info) {
+            let res = from_crd(&obj).map_err(|e| ApiError::invalid(info, &name, "spec", e))?;
+            obj["status"] = crd_status(&obj);
+            self.registry.install(res);
+        }
+        if info.kind == "Namespace" {
+            obj["status"] = json!({"phase": "Active"});
+        }
+        set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
+        set_meta(&mut obj, "creationTimestamp", json!(now()));
+        set_meta(&mut obj, "generation", json!(1));
+        remove_meta(&mut obj, "deletionTimestamp");
+        if let Owner::Update(manager) = owner {
+            let api_version = obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            fields::record_update(
+                None,
+                &mut obj,
+                manager,
+                &api_version,
+                info.status,
+                Subresource::Main,
+            );
+        }
+        let rv = self.next_rv();
+        set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+        self.put(&gr, (namespace.to_string(), name), obj.clone());
+        self.emit(&gr, ChangeKind::Added, obj.clone(), None);
+        Ok(obj)
+    }
+
+    /// Replaces an object (or only its status). A set `metadata.resourceVersion` must be current.
+    pub fn update(
+        &mut self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        new: Value,
+        sub: Subresource,
+        owner: &Owner,
+    ) -> Result<Value, ApiError> {
+        let gr = info.gr();
+        let current = self
+            .get(&gr, namespace, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(info, name))?;
+        let rv_in = meta_str(&new, "resourceVersion");
+        if !rv_in.is_empty() && rv_in != meta_str(&current, "resourceVersion") {
+            return Err(ApiError::conflict(info, name));
+        }
+        let body_name = meta_str(&new, "name");
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let mut stored = match sub {
+            Subresource::Main => {
+                let mut s = new;
+                if info.status || is_crd(info) || info.kind == "Namespace" {
+                    match current.get("status") {
+                        Some(st) => s["status"] = st.clone(),
+                        None => {
+                            s.as_object_mut().map(|m| m.remove("status"));
+                        }
+                    }
+                }
+                s
+            }
+            Subresource::Status => {
+                let mut s = current.clone();
+                match new.get("status") {
+                    Some(st) => s["status"] = st.clone(),
+                    None => {
+                        s.as_object_mut().map(|m| m.remove("status"));
+                    }
+                }
+                if let Some(mf) = new.pointer("/metadata/managedFields") {
+                    set_meta(&mut s, "managedFields", mf.clone());
+                }
+                s
+            }
+        };
+        set_meta(&mut stored, "name", json!(name));
+        if info.namespaced {
+            set_meta(&mut stored, "namespace", json!(namespace));
+        }
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match current.pointer(&format!("/metadata/{field}")) {
+                Some(v) => set_meta(&mut stored, field, v.clone()),
+                None => {
+                    remove_meta(&mut stored, field);
+                }
+            }
+        }
+        check_object(info, &stored)?;
+        if let Owner::Update(manager) = owner {
+            let api_version = stored
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            fields::record_update(
+                Some(&current),
+                &mut stored,
+                manager,
+                &api_version,
+                info.status,
+                sub,
+            );
+        }
+        let strip_rv = |v: &Value| {
+            let mut v = v.clone();
+            remove_meta(&mut v, "resourceVersion");
+            v
+        };
+        if strip_rv(&stored) == strip_rv(&current) {
+            return Ok(current);
+        }
+        if spec_part(&stored) != spec_part(&current) {
+            let generation = current
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            set_meta(&mut stored, "generation", json!(generation + 1));
+        }
+        if is_crd(info) && sub == Subresource::Main {
+            let res = from_crd(&stored).map_err(|e| ApiError::invalid(info, name, "spec", e))?;
+            self.registry.install(res);
+        }
+        let rv = self.next_rv();
+        set_meta(&mut stored, "resourceVersion", json!(rv.to_string()));
+        let key = (namespace.to_string(), name.to_string());
+        if !meta_str(&stored, "deletionTimestamp").is_empty() && finalizers(&stored).is_empty() {
+            self.take(&gr, &key);
+            self.emit(&gr, ChangeKind::Deleted, stored.clone(), None);
+            self.after_removal(&gr, namespace, name);
+            return Ok(stored);
+        }
+        self.put(&gr, key, stored.clone());
+        self.emit(&gr, ChangeKind::Modified, stored.clone(), Some(current));
+        Ok(stored)
+    }
+
+    /// Deletes an object: at once without finalizers, otherwise it is marked with a deletionTimestamp.
+    pub fn delete(
+        &mut self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        precondition_rv: Option<&str>,
+        precondition_uid: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let gr = info.gr();
+        let current = self
+            .get(&gr, namespace, name)
+            .ok_or_else(|| ApiError::not_found(info, name))?;
+        let rv_mismatch =
+            precondition_rv.is_some_and(|rv| rv != meta_str(current, "resourceVersion"));
+        let uid_mismatch = precondition_uid.is_some_and(|uid| uid != meta_str(current, "uid"));
+        if rv_mismatch || uid_mismatch {
+            return Err(ApiError::conflict(info, name));
+        }
+        if info.kind == "Namespace" && info.group.is_empty() {
+            return Ok(self.delete_namespace(name));
+        }
+        Ok(self.delete_object(&gr, namespace, name))
+    }
+
+    fn delete_object(&mut self, gr: &GroupResource, namespace: &str, name: &str) -> Value {
+        let key = (namespace.to_string(), name.to_string());
+        let Some(mut obj) = self.get(gr, namespace, name).cloned() else {
+            return Value::Null;
+        };
+        if !finalizers(&obj).is_empty() {
+            if meta_str(&obj, "deletionTimestamp").is_empty() {
+                set_meta(&mut obj, "deletionTimestamp", json!(now()));
+                set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
+                let rv = self.next_rv();
+                set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+                let previous = self.get(gr, namespace, name).cloned();
+                self.put(gr, key, obj.clone());
+                self.emit(gr, ChangeKind::Modified, obj.clone(), previous);
+            }
+            return obj;
+        }
+        self.take(gr, &key);
+        let rv = self.next_rv();
+        set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+        self.emit(gr, ChangeKind::Deleted, obj.clone(), None);
+        self.after_removal(gr, namespace, name);
+        obj
+    }
+
+    /// Follow-ups once an object is gone: a deleted CRD takes its kind and objects with it; the last
+    /// object of a terminating namespace lets the namespace go.
+    fn after_removal(&mut self, gr: &GroupResource, namespace: &str, name: &str) {
+        if gr.0 == "apiextensions.k8s.io" && gr.1 == "customresourcedefinitions" {
+            if let Some(res) = self.registry.uninstall(name) {
+                let rgr = res.gr();
+                let keys: Vec<_> = self
+                    .list(&rgr, None, None)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in keys {
+                    if let Some(mut obj) = self.take(&rgr, &key) {
+                        let rv = self.next_rv();
+                        set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+                        self.emit(&rgr, ChangeKind::Deleted, obj, None);
+                    }
+                }
+            }
+        }
+        if !namespace.is_empty() {
+            self.finish_namespace(namespace);
+        }
+    }
+
+    fn delete_namespace(&mut self, name: &str) -> Value {
+        let gr = namespaces_gr();
+        if let Some(mut ns) = self.get(&gr, "", name).cloned() {
+            if meta_str(&ns, "deletionTimestamp").is_empty() {
+                set_meta(&mut ns, "deletionTimestamp", json!(now()));
+                ns["status"] = json!({"phase": "Terminating"});
+                let rv = self.next_rv();
+                set_meta(&mut ns, "resourceVersion", json!(rv.to_string()));
+                let previous = self.get(&gr, "", name).cloned();
+                self.put(&gr, (String::new(), name.to_string()), ns.clone());
+                self.emit(&gr, ChangeKind::Modified, ns, previous);
+            }
+        }
+        let contents: Vec<(GroupResource, String)> = self
+            .objects
+            .iter()
+            .flat_map(|(g, m)| {
+                m.keys()
+                    .filter(|k| k.0 == name)
+                    .map(move |k| (g.clone(), k.1.clone()))
+            })
+            .collect();
+        for (g, obj_name) in contents {
+            self.delete_object(&g, name, &obj_name);
+        }
+        self.finish_namespace(name);
+        self.get(&gr, "", name).cloned().unwrap_or_else(
+            || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )
+    }
+
+    fn finish_namespace(&mut self, name: &str) {
+        let gr = namespaces_gr();
+        let Some(ns) = self.get(&gr, "", name) else {
+            return;
+        };
+        if meta_str(ns, "deletionTimestamp").is_empty() || !finalizers(ns).is_empty() {
+            return;
+        }
+        let empty = self
+            .objects
+            .values()
+            .all(|m| !m.keys().any(|k| k.0 == name));
+        if empty {
+            let key = (String::new(), name.to_string());
+            if let Some(mut obj) = self.take(&gr, &key) {
+                let rv = self.next_rv();
+                set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+                self.emit(&gr, ChangeKind::Deleted, obj, None);
+            }
+        }
+    }
+}
+
+/// The status a real server reports once a CRD's names are accepted.
+fn crd_status(crd: &Value) -> Value {
+    let t = now();
+    let cond = |ty: &str, reason: &str| json!({"type": ty, "status": "True", "lastTransitionTime": t, "reason": reason, "message": ""});
+    json!({
+        "conditions": [cond("NamesAccepted", "NoConflicts"), cond("Established", "InitialNamesAccepted")],
+        "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
+        "storedVersions": crd.pointer("/spec/versions").and_then(Value::as_array).map(|vs| {
+            vs.iter().filter(|v| v.get("storage").and_then(Value::as_bool).unwrap_or(false)).filter_map(|v| v.get("name").cloned()).collect::<Vec<_>>()
+        }).unwrap_or_default(),
+    })
+}

@@ -1,0 +1,15 @@
+//! Standalone `sluice-testserver` binary: parses flags and runs the test server (tests and demos only).
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let cli = sluice_testserver::Cli::parse();
+    if let Err(error) = sluice_testserver::run_cli(cli.args).await {
+        eprintln!("sluice-testserver: {error:#}");
+        std::process::exit(1);
+    }
+}

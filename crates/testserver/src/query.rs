@@ -1,0 +1,104 @@
+//! Read filters and paging: label and field selectors applied to stored objects, and the opaque
+//! `continue` token of paginated lists.
+
+use base64::Engine;
+use serde_json::Value;
+use sluice_domain::selector::Selector;
+
+use crate::cluster::ObjectKey;
+use crate::error::ApiError;
+use crate::object::{labels, meta_str};
+
+/// Which objects a list or watch returns.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub namespace: Option<String>,
+    pub labels: Selector,
+    /// `(field, equal, value)`: `equal` is false for `!=`.
+    pub fields: Vec<(String, bool, String)>,
+}
+
+impl Filter {
+    /// Builds a filter from the `labelSelector` and `fieldSelector` query parameters.
+    pub fn new(
+        namespace: Option<String>,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+    ) -> Result<Filter, ApiError> {
+        let labels = Selector::parse(label_selector.unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse labelSelector: {e}")))?;
+        let mut fields = Vec::new();
+        for part in field_selector
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = part.split_once("==") {
+                (f, true, v)
+            } else if let Some((f, v)) = part.split_once('=') {
+                (f, true, v)
+            } else {
+                return Err(ApiError::bad_request(format!(
+                    "invalid fieldSelector {part:?}: expected field=value or field!=value"
+                )));
+            };
+            let field = field.trim();
+            if !matches!(field, "metadata.name" | "metadata.namespace") {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {field}"
+                )));
+            }
+            fields.push((field.to_string(), equal, value.trim().to_string()));
+        }
+        Ok(Filter {
+            namespace,
+            labels,
+            fields,
+        })
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        if let Some(ns) = &self.namespace {
+            if meta_str(obj, "namespace") != ns {
+                return false;
+            }
+        }
+        let fields_ok = self.fields.iter().all(|(field, equal, value)| {
+            let got = match field.as_str() {
+                "metadata.name" => meta_str(obj, "name"),
+                _ => meta_str(obj, "namespace"),
+            };
+            (got == value) == *equal
+        });
+        fields_ok && (self.labels.is_empty() || self.labels.matches(&labels(obj)))
+    }
+}
+
+/// Position of a paginated list: the snapshot's resourceVersion and the last key returned.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ContinueToken {
+    pub rv: u64,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ContinueToken {
+    pub fn encode(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    pub fn decode(token: &str) -> Result<ContinueToken, ApiError> {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| ApiError::bad_request("invalid continue token: not base64"))?;
+        serde_json::from_slice(&bytes).map_err(|_| ApiError::bad_request("invalid continue token"))
+    }
+
+    pub fn key(&self) -> ObjectKey {
+        (self.namespace.clone(), self.name.clone())
+    }
+}

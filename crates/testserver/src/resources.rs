@@ -1,0 +1,367 @@
+//! The resource registry of one cluster: built-in kinds, kinds added by CustomResourceDefinitions, and the
+//! discovery documents built from them. It does not store objects.
+
+use serde_json::{json, Value};
+
+/// One served resource (a group, its served versions, a plural name).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResourceInfo {
+    pub group: String,
+    pub versions: Vec<String>,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub status: bool,
+    pub short_names: Vec<String>,
+    /// Name of the CRD that defines it; `None` for built-ins.
+    pub crd: Option<String>,
+}
+
+/// The storage identity of a resource: group and plural, independent of version.
+pub type GroupResource = (String, String);
+
+impl ResourceInfo {
+    pub fn gr(&self) -> GroupResource {
+        (self.group.clone(), self.plural.clone())
+    }
+
+    /// `plural` for the core group, `plural.group` otherwise, as used in error messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", self.group)
+        }
+    }
+
+    fn discovery_entry(&self) -> Vec<Value> {
+        let verbs = [
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ];
+        let mut out = vec![json!({
+            "name": self.plural,
+            "singularName": self.singular,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": verbs,
+            "shortNames": self.short_names,
+        })];
+        if self.status {
+            out.push(json!({
+                "name": format!("{}/status", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "kind": self.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        out
+    }
+}
+
+fn builtin(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    status: bool,
+    short: &[&str],
+) -> ResourceInfo {
+    ResourceInfo {
+        group: group.into(),
+        versions: vec![version.into()],
+        kind: kind.into(),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        namespaced,
+        status,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        crd: None,
+    }
+}
+
+/// The built-in kinds every cluster serves.
+pub fn builtins() -> Vec<ResourceInfo> {
+    vec![
+        builtin("", "v1", "Namespace", "namespaces", false, true, &["ns"]),
+        builtin("", "v1", "Service", "services", true, true, &["svc"]),
+        builtin("", "v1", "ConfigMap", "configmaps", true, false, &["cm"]),
+        builtin("", "v1", "Secret", "secrets", true, false, &[]),
+        builtin("", "v1", "Endpoints", "endpoints", true, false, &["ep"]),
+        builtin("", "v1", "Pod", "pods", true, true, &["po"]),
+        builtin(
+            "",
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            true,
+            false,
+            &["sa"],
+        ),
+        builtin("", "v1", "Event", "events", true, false, &["ev"]),
+        builtin(
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            true,
+            true,
+            &["deploy"],
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "ReplicaSet",
+            "replicasets",
+            true,
+            true,
+            &["rs"],
+        ),
+        builtin(
+            "networking.k8s.io",
+            "v1",
+            "Ingress",
+            "ingresses",
+            true,
+            true,
+            &["ing"],
+        ),
+        builtin(
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+            true,
+            false,
+            &["netpol"],
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            false,
+            true,
+            &["crd", "crds"],
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "Lease",
+            "leases",
+            true,
+            false,
+            &[],
+        ),
+    ]
+}
+
+/// Reads the resource a CRD defines; `Err` says which field is missing or wrong.
+pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
+    let spec = crd.get("spec").ok_or("spec is required")?;
+    let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+    let group = s(spec, "/group").ok_or("spec.group is required")?;
+    let kind = s(spec, "/names/kind").ok_or("spec.names.kind is required")?;
+    let plural = s(spec, "/names/plural").ok_or("spec.names.plural is required")?;
+    let singular = s(spec, "/names/singular").unwrap_or_else(|| kind.to_lowercase());
+    let namespaced = match s(spec, "/scope").as_deref() {
+        Some("Namespaced") => true,
+        Some("Cluster") => false,
+        _ => return Err("spec.scope must be Namespaced or Cluster".into()),
+    };
+    let name = s(crd, "/metadata/name").unwrap_or_default();
+    if name != format!("{plural}.{group}") {
+        return Err(format!(
+            "metadata.name must be spec.names.plural+\".\"+spec.group, {plural}.{group}"
+        ));
+    }
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .ok_or("spec.versions is required")?;
+    let mut served = Vec::new();
+    let mut status = false;
+    for v in versions {
+        let vname = s(v, "/name").ok_or("spec.versions[].name is required")?;
+        if v.get("served").and_then(Value::as_bool).unwrap_or(false) {
+            served.push(vname);
+        }
+        status |= v.pointer("/subresources/status").is_some();
+    }
+    if served.is_empty() {
+        return Err("spec.versions must serve at least one version".into());
+    }
+    let short_names = spec
+        .pointer("/names/shortNames")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(ResourceInfo {
+        group,
+        versions: served,
+        kind,
+        plural,
+        singular,
+        namespaced,
+        status,
+        short_names,
+        crd: Some(name),
+    })
+}
+
+/// All resources served by one cluster.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    resources: Vec<ResourceInfo>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            resources: builtins(),
+        }
+    }
+}
+
+impl Registry {
+    /// The resource served at `group/version/plural`, if any.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
+        self.resources.iter().find(|r| {
+            r.group == group && r.plural == plural && r.versions.iter().any(|v| v == version)
+        })
+    }
+
+    pub fn all(&self) -> &[ResourceInfo] {
+        &self.resources
+    }
+
+    /// Adds or replaces the resource defined by CRD `info.crd`.
+    pub fn install(&mut self, info: ResourceInfo) {
+        self.resources
+            .retain(|r| !(r.group == info.group && r.plural == info.plural));
+        self.resources.push(info);
+    }
+
+    pub fn uninstall(&mut self, crd_name: &str) -> Option<ResourceInfo> {
+        let pos = self
+            .resources
+            .iter()
+            .position(|r| r.crd.as_deref() == Some(crd_name))?;
+        Some(self.resources.remove(pos))
+    }
+
+    /// Groups with their versions, in registration order (core group excluded).
+    fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for r in self.resources.iter().filter(|r| !r.group.is_empty()) {
+            let entry = match out.iter_mut().find(|(g, _)| *g == r.group) {
+                Some(e) => e,
+                None => {
+                    out.push((r.group.clone(), Vec::new()));
+                    let last = out.len() - 1;
+                    &mut out[last]
+                }
+            };
+            for v in &r.versions {
+                if !entry.1.contains(v) {
+                    entry.1.push(v.clone());
+                }
+            }
+        }
+        for (_, versions) in &mut out {
+            versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+        }
+        out
+    }
+
+    /// `GET /api`.
+    pub fn core_versions(&self) -> Value {
+        json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+    }
+
+    /// `GET /apis`.
+    pub fn group_list(&self) -> Value {
+        let groups: Vec<Value> = self
+            .groups()
+            .into_iter()
+            .map(|(g, versions)| {
+                let vs: Vec<Value> = versions
+                    .iter()
+                    .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                    .collect();
+                json!({"name": g, "versions": vs, "preferredVersion": vs[0]})
+            })
+            .collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    }
+
+    /// `GET /apis/<group>`, if the group exists.
+    pub fn group(&self, group: &str) -> Option<Value> {
+        let (g, versions) = self.groups().into_iter().find(|(g, _)| g == group)?;
+        let vs: Vec<Value> = versions
+            .iter()
+            .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+            .collect();
+        Some(
+            json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": vs, "preferredVersion": vs[0]}),
+        )
+    }
+
+    /// `GET /api/v1` or `GET /apis/<group>/<version>`, if that group version is served.
+    pub fn resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        let resources: Vec<Value> = self
+            .resources
+            .iter()
+            .filter(|r| r.group == group && r.versions.iter().any(|v| v == version))
+            .flat_map(ResourceInfo::discovery_entry)
+            .collect();
+        if resources.is_empty() {
+            return None;
+        }
+        let gv = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        Some(
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+        )
+    }
+}
+
+/// Kubernetes version ordering: GA > beta > alpha, higher numbers first.
+fn version_priority(v: &str) -> (u8, u32, u32) {
+    let rest = v.trim_start_matches('v');
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let major = digits.parse().unwrap_or(0);
+    let tail = &rest[digits.len()..];
+    let (stage, minor) = if let Some(n) = tail.strip_prefix("beta") {
+        (1, n.parse().unwrap_or(0))
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (0, n.parse().unwrap_or(0))
+    } else {
+        (2, 0)
+    };
+    (stage, major, minor)
+}

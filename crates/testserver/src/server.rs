@@ -1,0 +1,335 @@
+//! The process-level server: one listener, many clusters under `/clusters/<name>`, admin
+//! endpoints under `/admin`, generated kubeconfigs, seeding objects, and shutdown.
+
+mod admin;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::{check_type, Cluster, Owner};
+use crate::error::{Error, Result};
+use crate::faults::Faults;
+use crate::object::meta_str;
+
+/// Test server settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Listen address; port 0 picks a free port. Only loopback addresses should be used.
+    pub bind: SocketAddr,
+    /// Cluster names, each served under `/clusters/<name>`; the first is the kubeconfig's current context.
+    pub clusters: Vec<String>,
+    /// Changes retained per cluster for watches; older resourceVersions get `410 Gone`.
+    pub watch_history: usize,
+    /// Install the Sveltos and CAPI CRDs of `k8s/crds` into every cluster at start.
+    pub sveltos_crds: bool,
+    /// Objects created in every cluster at start (after the CRDs).
+    pub objects: Vec<Value>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            clusters: vec!["mgmt".to_string()],
+            watch_history: 10_000,
+            sveltos_crds: false,
+            objects: Vec::new(),
+        }
+    }
+}
+
+/// State shared by every request handler.
+pub struct Shared {
+    clusters: RwLock<BTreeMap<String, Arc<Cluster>>>,
+    config: Config,
+    addr: SocketAddr,
+}
+
+impl Shared {
+    pub fn cluster(&self, name: &str) -> Option<Arc<Cluster>> {
+        self.clusters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.clusters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Adds a cluster (no-op if it exists), preinstalling what the config asks for.
+    fn add(&self, name: &str) -> Result<()> {
+        if self.cluster(name).is_some() {
+            return Ok(());
+        }
+        let cluster = Arc::new(Cluster::new(name, self.config.watch_history));
+        let mut seed: Vec<Value> = if self.config.sveltos_crds {
+            crate::crds::sveltos_crds()
+        } else {
+            Vec::new()
+        };
+        seed.extend(self.config.objects.iter().cloned());
+        for obj in seed {
+            create_object(&cluster, obj)?;
+        }
+        self.clusters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), cluster);
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) {
+        let removed = self
+            .clusters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        if let Some(c) = removed {
+            c.faults.drop_watches();
+        }
+    }
+}
+
+/// Creates `obj` in `cluster`, finding its resource by apiVersion and kind; a missing namespace is created first.
+fn create_object(cluster: &Cluster, obj: Value) -> Result<Value> {
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let what = format!(
+        "{kind} {}/{}",
+        meta_str(&obj, "namespace"),
+        meta_str(&obj, "name")
+    );
+    let seed_err = |message: String| Error::Seed {
+        cluster: cluster.name.clone(),
+        what: what.clone(),
+        message,
+    };
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let mut state = cluster.lock();
+    let info = state
+        .registry
+        .all()
+        .iter()
+        .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
+        .cloned()
+        .ok_or_else(|| seed_err(format!("no resource serves {api_version} {kind}")))?;
+    check_type(&info, version, &obj).map_err(|e| seed_err(e.message))?;
+    let mut namespace = meta_str(&obj, "namespace").to_string();
+    if info.namespaced {
+        if namespace.is_empty() {
+            namespace = "default".into();
+        }
+        if state
+            .get(&("".into(), "namespaces".into()), "", &namespace)
+            .is_none()
+        {
+            if let Some(ns_info) = state.registry.lookup("", "v1", "namespaces").cloned() {
+                let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+                state
+                    .create(&ns_info, "", ns, &Owner::Update("sluice-testserver".into()))
+                    .map_err(|e| seed_err(e.message))?;
+            }
+        }
+    }
+    state
+        .create(
+            &info,
+            &namespace,
+            obj,
+            &Owner::Update("sluice-testserver".into()),
+        )
+        .map_err(|e| seed_err(e.message))
+}
+
+/// A running test server.
+pub struct TestServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    /// Binds, seeds every configured cluster and starts serving.
+    pub async fn start(config: Config) -> Result<TestServer> {
+        let listener = tokio::net::TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        let names = config.clusters.clone();
+        let shared = Arc::new(Shared {
+            clusters: RwLock::new(BTreeMap::new()),
+            config,
+            addr,
+        });
+        for name in &names {
+            shared.add(name)?;
+        }
+        let app = admin::router()
+            .fallback(crate::api::handle)
+            .with_state(shared.clone());
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { token.cancelled().await });
+            if let Err(error) = serve.await {
+                tracing::error!(
+                    error = &error as &dyn std::error::Error,
+                    "test server stopped"
+                );
+            }
+        });
+        tracing::info!(%addr, clusters = names.len(), "sluice test server listening (test and demo use only)");
+        Ok(TestServer {
+            addr,
+            shared,
+            shutdown,
+            task,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Base URL of one cluster's API, `http://<addr>/clusters/<name>`.
+    pub fn cluster_url(&self, cluster: &str) -> String {
+        cluster_url(self.addr, cluster)
+    }
+
+    /// Names of the clusters currently served, sorted.
+    pub fn clusters(&self) -> Vec<String> {
+        self.shared.names()
+    }
+
+    /// A kubeconfig with one context per cluster; the first configured cluster is current.
+    pub fn kubeconfig_yaml(&self) -> String {
+        let mut names = self.shared.names();
+        if let Some(first) = self
+            .shared
+            .config
+            .clusters
+            .first()
+            .filter(|f| names.contains(f))
+        {
+            let first = first.clone();
+            names.retain(|n| n != &first);
+            names.insert(0, first);
+        }
+        kubeconfig(self.addr, &names)
+    }
+
+    /// A kubeconfig for one cluster only (what goes into a Sveltos kubeconfig Secret).
+    pub fn kubeconfig_for(&self, cluster: &str) -> String {
+        kubeconfig(self.addr, &[cluster.to_string()])
+    }
+
+    /// Adds a cluster at run time, seeded like the configured ones.
+    pub async fn add_cluster(&self, name: &str) {
+        if let Err(error) = self.shared.add(name) {
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                cluster = name,
+                "failed to seed added cluster"
+            );
+        }
+    }
+
+    /// Removes a cluster: its URL answers 404 from now on and its watches end.
+    pub async fn remove_cluster(&self, name: &str) {
+        self.shared.remove(name);
+    }
+
+    /// Creates an object in a cluster as a loader would (namespace created if missing).
+    pub fn create_object(&self, cluster: &str, obj: Value) -> Result<Value> {
+        let c = self.shared.cluster(cluster).ok_or_else(|| Error::Seed {
+            cluster: cluster.to_string(),
+            what: "object".into(),
+            message: "no such cluster".into(),
+        })?;
+        create_object(&c, obj)
+    }
+
+    /// Number of objects stored in a cluster (0 for an unknown cluster).
+    pub fn object_count(&self, cluster: &str) -> usize {
+        self.shared
+            .cluster(cluster)
+            .map(|c| c.lock().object_count())
+            .unwrap_or(0)
+    }
+
+    /// The fault injection handle of a cluster; a handle for an unknown cluster affects nothing.
+    pub fn faults(&self, cluster: &str) -> Faults {
+        self.shared
+            .cluster(cluster)
+            .map(|c| c.faults.clone())
+            .unwrap_or_default()
+    }
+
+    /// Ends every watch, stops accepting requests and waits for the listener task.
+    pub async fn shutdown(self) {
+        for name in self.shared.names() {
+            if let Some(c) = self.shared.cluster(&name) {
+                c.faults.drop_watches();
+            }
+        }
+        self.shutdown.cancel();
+        // Open keep-alive connections can hold graceful shutdown; bound the wait.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await;
+    }
+}
+
+pub(crate) fn cluster_url(addr: SocketAddr, cluster: &str) -> String {
+    format!("http://{addr}/clusters/{cluster}")
+}
+
+pub(crate) fn kubeconfig(addr: SocketAddr, names: &[String]) -> String {
+    let clusters: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "cluster": {"server": cluster_url(addr, n)}}))
+        .collect();
+    let users: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "user": {}}))
+        .collect();
+    let contexts: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "context": {"cluster": n, "user": n, "namespace": "default"}}))
+        .collect();
+    let doc = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": clusters,
+        "users": users,
+        "contexts": contexts,
+        "current-context": names.first().cloned().unwrap_or_default(),
+    });
+    serde_yaml::to_string(&doc).unwrap_or_default()
+}

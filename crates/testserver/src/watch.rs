@@ -1,0 +1,236 @@
+//! Watch streams: newline-delimited JSON events over a chunked response. Replays retained history
+//! after the requested resourceVersion, answers an expired one with an `ERROR` event carrying a 410
+//! `Status` (as the real server does), sends bookmarks when asked, and ends on timeout, on a fault
+//! that drops watches, or when the client goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::cluster::{Change, ChangeKind, Cluster, WatchStart};
+use crate::error::ApiError;
+use crate::query::Filter;
+use crate::resources::ResourceInfo;
+use crate::table;
+
+/// Query parameters of a watch request.
+#[derive(Clone, Debug, Default)]
+pub struct WatchParams {
+    pub resource_version: Option<String>,
+    pub bookmarks: bool,
+    pub send_initial_events: bool,
+    pub timeout: Option<Duration>,
+    /// `Some(includeObject)` when the client asked for Table rows.
+    pub table: Option<String>,
+}
+
+/// How often an idle watch with bookmarks enabled reports progress.
+const BOOKMARK_INTERVAL: Duration = Duration::from_millis(500);
+/// Default watch duration when the client gives no timeout (the real server picks 30 to 60 minutes).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+struct Stream {
+    info: ResourceInfo,
+    version: String,
+    filter: Filter,
+    params: WatchParams,
+    tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
+}
+
+/// Starts a watch and returns the streaming response.
+pub fn serve(
+    cluster: Arc<Cluster>,
+    info: ResourceInfo,
+    version: String,
+    filter: Filter,
+    params: WatchParams,
+) -> Result<Response, ApiError> {
+    let gr = info.gr();
+    let rv_param = params
+        .resource_version
+        .clone()
+        .filter(|rv| !rv.is_empty() && rv != "0");
+    let (tx, rx) = mpsc::channel(256);
+    let stream = Stream {
+        info,
+        version,
+        filter,
+        params,
+        tx,
+    };
+    let mut initial: Vec<(ChangeKind, Value)> = Vec::new();
+    let start: Result<(WatchStart, u64), String>;
+    {
+        let state = cluster.lock();
+        let current = state.resource_version();
+        match rv_param.as_deref().map(str::parse::<u64>) {
+            Some(Err(_)) => return Err(ApiError::bad_request("resourceVersion must be a number")),
+            Some(Ok(rv)) if !stream.params.send_initial_events => {
+                if cluster.faults.take_gone() {
+                    start = Err(format!(
+                        "too old resource version: {rv} ({current}) (injected fault)"
+                    ));
+                } else {
+                    start = state
+                        .watch_from(&gr, rv)
+                        .map(|w| (w, current))
+                        .map_err(|compacted| {
+                            format!("too old resource version: {rv} ({compacted})")
+                        });
+                }
+            }
+            _ => {
+                for (_, obj) in state.list(&gr, stream.filter.namespace.as_deref(), None) {
+                    if stream.filter.matches(obj) {
+                        initial.push((ChangeKind::Added, obj.clone()));
+                    }
+                }
+                start = Ok(((Vec::new(), state.subscribe()), current));
+            }
+        }
+    }
+    let drops = cluster.faults.drop_signal();
+    tokio::spawn(async move {
+        match start {
+            Err(message) => {
+                let status = ApiError::gone(message).status();
+                stream
+                    .send_raw(json!({"type": "ERROR", "object": status}))
+                    .await;
+            }
+            Ok(((replay, rx), current)) => stream.run(initial, replay, rx, current, drops).await,
+        }
+    });
+    let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    Response::builder()
+        .header("content-type", "application/json")
+        .header("cache-control", "no-cache, private")
+        .body(body)
+        .map_err(|e| {
+            ApiError::new(
+                500,
+                "InternalError",
+                format!("failed to build watch response: {e}"),
+            )
+        })
+}
+
+impl Stream {
+    async fn send_raw(&self, event: Value) -> bool {
+        let mut line = serde_json::to_vec(&event).unwrap_or_default();
+        line.push(b'\n');
+        self.tx.send(Ok(Bytes::from(line))).await.is_ok()
+    }
+
+    async fn send(&self, kind: &str, mut object: Value) -> bool {
+        object["apiVersion"] = json!(self.info.api_version(&self.version));
+        object["kind"] = json!(self.info.kind);
+        if let Some(include) = &self.params.table {
+            object = table::table(&[object], json!({}), include);
+        }
+        self.send_raw(json!({"type": kind, "object": object})).await
+    }
+
+    async fn bookmark(&self, rv: u64, initial_end: bool) -> bool {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let object = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(&self.version), "metadata": meta});
+        self.send_raw(json!({"type": "BOOKMARK", "object": object}))
+            .await
+    }
+
+    /// The event type a change produces for this watch's filter, if any.
+    fn event_for(&self, change: &Change) -> Option<&'static str> {
+        if change.gr != self.info.gr() {
+            return None;
+        }
+        let now = self.filter.matches(&change.object);
+        let before = change
+            .previous
+            .as_ref()
+            .is_some_and(|p| self.filter.matches(p));
+        match (change.kind, before, now) {
+            (ChangeKind::Added, _, true) => Some("ADDED"),
+            (ChangeKind::Deleted, _, true) => Some("DELETED"),
+            (ChangeKind::Modified, true, true) => Some("MODIFIED"),
+            (ChangeKind::Modified, false, true) => Some("ADDED"),
+            (ChangeKind::Modified, true, false) => Some("DELETED"),
+            _ => None,
+        }
+    }
+
+    async fn run(
+        self,
+        initial: Vec<(ChangeKind, Value)>,
+        replay: Vec<Arc<Change>>,
+        mut rx: broadcast::Receiver<Arc<Change>>,
+        start_rv: u64,
+        mut drops: tokio::sync::watch::Receiver<u64>,
+    ) {
+        drops.borrow_and_update();
+        for (kind, obj) in initial {
+            if !self.send(kind.as_str(), obj).await {
+                return;
+            }
+        }
+        if self.params.send_initial_events
+            && self.params.bookmarks
+            && !self.bookmark(start_rv, true).await
+        {
+            return;
+        }
+        let mut last_sent = start_rv;
+        for change in replay {
+            if let Some(kind) = self.event_for(&change) {
+                if !self.send(kind, change.object.clone()).await {
+                    return;
+                }
+            }
+            last_sent = last_sent.max(change.rv);
+        }
+        let mut seen = last_sent;
+        let deadline = tokio::time::sleep(self.params.timeout.unwrap_or(DEFAULT_TIMEOUT));
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = drops.changed() => return,
+                _ = self.tx.closed() => return,
+                _ = ticker.tick() => {
+                    if self.params.bookmarks && seen > last_sent {
+                        if !self.bookmark(seen, false).await {
+                            return;
+                        }
+                        last_sent = seen;
+                    }
+                }
+                msg = rx.recv() => match msg {
+                    Ok(change) => {
+                        if change.rv <= seen {
+                            continue;
+                        }
+                        seen = change.rv;
+                        if let Some(kind) = self.event_for(&change) {
+                            if !self.send(kind, change.object.clone()).await {
+                                return;
+                            }
+                            last_sent = change.rv;
+                        }
+                    }
+                    // A slow consumer lost events: end the stream so the client re-watches from its last version.
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+}

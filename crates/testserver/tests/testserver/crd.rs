@@ -1,0 +1,136 @@
+//! CRD gating: a kind is served only while its CustomResourceDefinition exists, in every served version.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::discovery::Discovery;
+use serde_json::json;
+use sluice_testserver::{sveltos_crds, Config};
+
+use super::support::{client, code, server, server_with};
+
+fn event_source(version: &str) -> (ApiResource, DynamicObject) {
+    let gvk = GroupVersionKind::gvk("lib.projectsveltos.io", version, "EventSource");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "eventsources");
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("lib.projectsveltos.io/{version}"), "kind": "EventSource",
+        "metadata": {"name": "es"},
+        "spec": {"collectResources": true, "group": "", "version": "v1", "kind": "Service"},
+    }))
+    .expect("dynamic object");
+    (ar, obj)
+}
+
+#[tokio::test]
+async fn crd_kinds_are_served_only_while_the_crd_exists() {
+    let server = server(&["mgmt"]).await;
+    let c = client(&server, "mgmt").await;
+    let (ar, obj) = event_source("v1alpha1");
+    let es: Api<DynamicObject> = Api::all_with(c.clone(), &ar);
+    assert_eq!(
+        code(es.create(&PostParams::default(), &obj).await),
+        404,
+        "unknown kind before the CRD"
+    );
+
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    let def = sveltos_crds()
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "eventsources.lib.projectsveltos.io")
+        .expect("eventsource crd");
+    let created = crds
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(def).expect("crd"),
+        )
+        .await
+        .expect("create crd");
+    let established = created
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    assert!(established
+        .iter()
+        .any(|c| c.type_ == "Established" && c.status == "True"));
+
+    es.create(&PostParams::default(), &obj)
+        .await
+        .expect("create v1alpha1 object");
+    let (ar_beta, _) = event_source("v1beta1");
+    let es_beta: Api<DynamicObject> = Api::all_with(c.clone(), &ar_beta);
+    let as_beta = es_beta.get("es").await.expect("read through v1beta1");
+    assert_eq!(
+        as_beta.types.map(|t| t.api_version).as_deref(),
+        Some("lib.projectsveltos.io/v1beta1")
+    );
+    assert_eq!(
+        as_beta.data["spec"]["kind"], "Service",
+        "stored as written, no conversion"
+    );
+
+    let discovery = Discovery::new(c.clone()).run().await.expect("discovery");
+    let group = discovery
+        .groups()
+        .find(|g| g.name() == "lib.projectsveltos.io")
+        .expect("group discovered");
+    assert_eq!(
+        group.versions().collect::<Vec<_>>(),
+        vec!["v1beta1", "v1alpha1"]
+    );
+
+    crds.delete(
+        "eventsources.lib.projectsveltos.io",
+        &DeleteParams::default(),
+    )
+    .await
+    .expect("delete crd");
+    assert_eq!(code(es.get("es").await), 404);
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(sveltos_crds()[0].clone()).expect("crd"),
+    )
+    .await
+    .expect("recreate");
+    assert_eq!(
+        code(es.get("es").await),
+        404,
+        "objects went away with the CRD"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn preinstalled_sveltos_crds_with_status_subresources() {
+    let server = server_with(Config {
+        sveltos_crds: true,
+        ..Config::default()
+    })
+    .await;
+    let c = client(&server, "mgmt").await;
+    let gvk = GroupVersionKind::gvk("lib.projectsveltos.io", "v1beta1", "EventReport");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "eventreports");
+    let reports: Api<DynamicObject> = Api::namespaced_with(c, "default", &ar);
+    let report: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventReport",
+        "metadata": {"name": "r"}, "spec": {"clusterName": "c1"}, "status": {"phase": "WaitingForDelivery"},
+    }))
+    .expect("report");
+    let created = reports
+        .create(&PostParams::default(), &report)
+        .await
+        .expect("create report");
+    assert!(
+        created.data.get("status").is_none(),
+        "status dropped on create"
+    );
+    let pp = kube::api::PatchParams::default();
+    let patched = reports
+        .patch_status(
+            "r",
+            &pp,
+            &kube::api::Patch::Merge(json!({"status": {"phase": "Processed"}})),
+        )
+        .await
+        .expect("status patch");
+    assert_eq!(patched.data["status"]["phase"], "Processed");
+    server.shutdown().await;
+}

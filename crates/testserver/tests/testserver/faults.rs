@@ -1,0 +1,109 @@
+//! Fault injection through the Rust handle and the admin endpoint: errors, unreachability, latency.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+
+use super::support::{client, client_without_retry, code, http, server};
+
+#[tokio::test]
+async fn error_rate_unreachable_and_heal_through_the_rust_handle() {
+    let server = server(&["mgmt", "c1"]).await;
+    let api: Api<ConfigMap> =
+        Api::namespaced(client_without_retry(&server, "mgmt").await, "default");
+    let other: Api<ConfigMap> =
+        Api::namespaced(client_without_retry(&server, "c1").await, "default");
+    let faults = server.faults("mgmt");
+
+    faults.set_error_rate(0.5, 500);
+    let codes: Vec<u16> = futures::future::join_all((0..4).map(|_| async {
+        api.list(&Default::default())
+            .await
+            .err()
+            .map(|_| 500)
+            .unwrap_or(200)
+    }))
+    .await;
+    assert_eq!(
+        codes.iter().filter(|c| **c == 500).count(),
+        2,
+        "half of the requests fail: {codes:?}"
+    );
+    faults.set_error_rate(1.0, 429);
+    assert_eq!(code(api.get("x").await), 429);
+    other
+        .list(&Default::default())
+        .await
+        .expect("other clusters are unaffected");
+
+    faults.heal();
+    faults.set_unreachable(true);
+    assert_eq!(code(api.list(&Default::default()).await), 503);
+    faults.heal();
+    api.list(&Default::default()).await.expect("healed");
+
+    // With its default retry policy kube-rs rides out a short outage on its own.
+    let retrying: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    faults.set_error_rate(0.5, 503);
+    retrying
+        .list(&Default::default())
+        .await
+        .expect("retried past injected 503s");
+    faults.heal();
+
+    faults.set_latency(Duration::from_millis(300));
+    let start = Instant::now();
+    api.list(&Default::default()).await.expect("slow list");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_endpoint_sets_faults_and_manages_clusters() {
+    let server = server(&["mgmt"]).await;
+    let (status, body) = http(
+        &server,
+        "POST",
+        "/admin/clusters/mgmt/faults",
+        r#"{"errorRate": 1.0, "errorStatus": 503}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let api: Api<ConfigMap> =
+        Api::namespaced(client_without_retry(&server, "mgmt").await, "default");
+    assert_eq!(code(api.list(&Default::default()).await), 503);
+    let (_, body) = http(&server, "GET", "/admin/clusters/mgmt/faults", "").await;
+    assert!(body.contains("\"errorRate\":1.0"), "{body}");
+    http(
+        &server,
+        "POST",
+        "/admin/clusters/mgmt/faults",
+        r#"{"heal": true}"#,
+    )
+    .await;
+    api.list(&Default::default()).await.expect("healed");
+
+    assert_eq!(
+        http(&server, "POST", "/admin/clusters", r#"{"name": "extra"}"#)
+            .await
+            .0,
+        201
+    );
+    let (_, list) = http(&server, "GET", "/admin/clusters", "").await;
+    assert!(list.contains("extra"), "{list}");
+    let (_, kubeconfig) = http(&server, "GET", "/admin/kubeconfig", "").await;
+    assert!(kubeconfig.contains("/clusters/extra"), "{kubeconfig}");
+    assert_eq!(
+        http(&server, "DELETE", "/admin/clusters/extra", "").await.0,
+        200
+    );
+    assert_eq!(http(&server, "GET", "/clusters/extra/api", "").await.0, 404);
+    assert_eq!(
+        http(&server, "POST", "/admin/clusters/missing/faults", "{}")
+            .await
+            .0,
+        404
+    );
+    server.shutdown().await;
+}

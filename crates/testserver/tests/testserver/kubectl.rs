@@ -1,0 +1,228 @@
+//! The real kubectl binary against the server: create -f, get with selectors and output formats,
+//! label, apply --server-side, delete, get -w and api-resources.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use sluice_testserver::{Config, TestServer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use super::support::server_with;
+
+struct Kubectl {
+    _dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Kubectl {
+    fn new(server: &TestServer) -> Kubectl {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("write kubeconfig");
+        Kubectl {
+            _dir: dir,
+            kubeconfig,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        cmd.env("HOME", self._dir.path()).kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs kubectl with `stdin`; returns stdout, failing the test with stderr on a non-zero exit.
+    async fn run(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, out, err) = self.try_run(args, stdin).await;
+        assert!(ok, "kubectl {args:?} failed: {err}");
+        out
+    }
+
+    async fn try_run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        use tokio::io::AsyncWriteExt;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        let mut input = child.stdin.take().expect("stdin");
+        input
+            .write_all(stdin.unwrap_or("").as_bytes())
+            .await
+            .expect("write stdin");
+        drop(input);
+        let out = child.wait_with_output().await.expect("kubectl output");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into(),
+            String::from_utf8_lossy(&out.stderr).into(),
+        )
+    }
+}
+
+const MANIFESTS: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web
+  labels: {env: prod, tier: web}
+data: {a: "1"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: db
+  labels: {env: dev}
+data: {a: "2"}
+"#;
+
+#[tokio::test]
+async fn kubectl_create_get_label_apply_delete() {
+    let server = server_with(Config {
+        sveltos_crds: true,
+        ..Config::default()
+    })
+    .await;
+    let k = Kubectl::new(&server);
+    let out = k.run(&["create", "-f", "-"], Some(MANIFESTS)).await;
+    assert!(
+        out.contains("configmap/web created") && out.contains("configmap/db created"),
+        "{out}"
+    );
+
+    let table = k
+        .run(&["get", "configmaps", "-l", "env in (prod,qa)"], None)
+        .await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("AGE"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(lines[1].starts_with("web "), "{table}");
+
+    let json: Value = serde_json::from_str(
+        &k.run(&["get", "cm", "-l", "!tier", "-o", "json"], None)
+            .await,
+    )
+    .expect("json");
+    let names: Vec<&str> = json["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, vec!["db"]);
+
+    assert!(k
+        .run(&["label", "cm", "db", "team=blue"], None)
+        .await
+        .contains("labeled"));
+    let yaml = k.run(&["get", "cm", "db", "-o", "yaml"], None).await;
+    let obj: Value = serde_yaml::from_str(&yaml).expect("yaml");
+    assert_eq!(obj["metadata"]["labels"]["team"], "blue");
+
+    let applied = k
+        .run(
+            &["apply", "--server-side", "--field-manager=ops", "-f", "-"],
+            Some(MANIFESTS),
+        )
+        .await;
+    assert!(applied.contains("serverside-applied"), "{applied}");
+    let conflicting = MANIFESTS.replace("a: \"2\"", "a: \"3\"");
+    let (ok, _, err) = k
+        .try_run(
+            &["apply", "--server-side", "--field-manager=other", "-f", "-"],
+            Some(&conflicting),
+        )
+        .await;
+    assert!(
+        !ok && err.contains("conflict"),
+        "expected a conflict: {err}"
+    );
+    k.run(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=other",
+            "-f",
+            "-",
+        ],
+        Some(&conflicting),
+    )
+    .await;
+    assert_eq!(
+        k.run(&["get", "cm", "db", "-o", "jsonpath={.data.a}"], None)
+            .await,
+        "3"
+    );
+
+    assert!(k
+        .run(&["delete", "cm", "web"], None)
+        .await
+        .contains("deleted"));
+    let (ok, _, err) = k.try_run(&["get", "cm", "web"], None).await;
+    assert!(!ok && err.contains("NotFound"), "{err}");
+
+    let resources = k.run(&["api-resources"], None).await;
+    for needle in [
+        "configmaps",
+        "deployments",
+        "eventsources",
+        "eventtriggers",
+        "clusterprofiles",
+        "sveltosclusters",
+    ] {
+        assert!(
+            resources.contains(needle),
+            "api-resources lacks {needle}: {resources}"
+        );
+    }
+    let es = "apiVersion: lib.projectsveltos.io/v1alpha1\nkind: EventSource\nmetadata: {name: svc}\nspec: {group: \"\", version: v1, kind: Service, collectResources: true}\n";
+    k.run(&["create", "-f", "-"], Some(es)).await;
+    let listed = k
+        .run(
+            &[
+                "get",
+                "eventsources.v1beta1.lib.projectsveltos.io",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(listed.trim(), "eventsource.lib.projectsveltos.io/svc");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_streams_changes() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(&["create", "-f", "-"], Some(MANIFESTS)).await;
+    let mut child = k
+        .command(&["get", "cm", "-w", "-l", "env=dev"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let header = lines.next_line().await.expect("read").expect("header");
+    assert!(header.starts_with("NAME"), "{header}");
+    let first = lines.next_line().await.expect("read").expect("row");
+    assert!(first.starts_with("db "), "{first}");
+    k.run(&["label", "cm", "db", "seen=yes"], None).await;
+    let next = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("event in time")
+        .expect("read")
+        .expect("row");
+    assert!(next.starts_with("db "), "{next}");
+    child.kill().await.expect("kill kubectl");
+    server.shutdown().await;
+}

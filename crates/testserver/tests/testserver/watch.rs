@@ -1,0 +1,188 @@
+//! Watches: kube-rs watcher and reflector through dropped streams and forced 410s, history expiry,
+//! bookmarks and filtered watches.
+
+use std::collections::BTreeSet;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use serde_json::json;
+use sluice_testserver::Config;
+
+use super::support::{client, eventually, server, server_with};
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": "x"}}})).expect("cm")
+}
+
+#[tokio::test]
+async fn reflector_survives_dropped_streams_and_forced_gone_without_losing_events() {
+    let server = server(&["mgmt"]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default()).default_backoff(),
+    )
+    .applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    let names = |reader: &reflector::Store<ConfigMap>| -> BTreeSet<String> {
+        reader
+            .state()
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect()
+    };
+    let want = |n: usize| (0..n).map(|i| format!("cm-{i}")).collect::<BTreeSet<_>>();
+
+    api.create(&PostParams::default(), &cm("cm-0"))
+        .await
+        .expect("create");
+    eventually(10, "cm-0 in the store", || async {
+        (names(&reader) == want(1)).then_some(())
+    })
+    .await;
+
+    let faults = server.faults("mgmt");
+    faults.drop_watches();
+    api.create(&PostParams::default(), &cm("cm-1"))
+        .await
+        .expect("create while dropped");
+    eventually(10, "cm-1 after a dropped stream", || async {
+        (names(&reader) == want(2)).then_some(())
+    })
+    .await;
+
+    faults.force_gone_next_watch();
+    faults.drop_watches();
+    api.create(&PostParams::default(), &cm("cm-2"))
+        .await
+        .expect("create while gone");
+    api.delete("cm-0", &DeleteParams::default())
+        .await
+        .expect("delete while gone");
+    let expected: BTreeSet<String> = ["cm-1", "cm-2"].iter().map(|s| s.to_string()).collect();
+    eventually(10, "re-list after 410", || async {
+        (names(&reader) == expected).then_some(())
+    })
+    .await;
+    assert!(
+        !faults.settings().gone_next_watch,
+        "the forced 410 was consumed"
+    );
+    task.abort();
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn expired_resource_version_gets_an_error_event_with_410() {
+    let server = server_with(Config {
+        watch_history: 5,
+        ..Config::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let first = api
+        .create(&PostParams::default(), &cm("old"))
+        .await
+        .expect("create");
+    let old_rv = first.metadata.resource_version.clone().expect("rv");
+    for i in 0..10 {
+        api.create(&PostParams::default(), &cm(&format!("n{i}")))
+            .await
+            .expect("create");
+    }
+    let mut events = api
+        .watch(&WatchParams::default(), &old_rv)
+        .await
+        .expect("watch starts")
+        .boxed();
+    match events.next().await {
+        Some(Ok(WatchEvent::Error(e))) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("expected a 410 error event, got {other:?}"),
+    }
+    // A recent version replays what followed it.
+    let recent = api
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut events = api
+        .watch(&WatchParams::default(), &recent)
+        .await
+        .expect("watch")
+        .boxed();
+    api.patch(
+        "n3",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"a": "b"}})),
+    )
+    .await
+    .expect("patch");
+    match events.next().await {
+        Some(Ok(WatchEvent::Modified(c))) => assert_eq!(c.metadata.name.as_deref(), Some("n3")),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn filtered_watch_reports_objects_leaving_the_selector_and_bookmarks() {
+    let server = server(&["mgmt"]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let rv = api
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut wp = WatchParams::default().labels("app=x");
+    wp.bookmarks = true;
+    let mut events = api.watch(&wp, &rv).await.expect("watch").boxed();
+    api.create(&PostParams::default(), &cm("a"))
+        .await
+        .expect("create");
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})),
+    )
+    .await
+    .expect("relabel");
+    let mut seen = Vec::new();
+    let mut bookmark = false;
+    let mut advanced = false;
+    while let Some(ev) = events.next().await {
+        match ev.expect("event") {
+            WatchEvent::Added(c) => {
+                seen.push(format!("ADDED {}", c.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Deleted(c) => {
+                seen.push(format!("DELETED {}", c.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Modified(c) => {
+                seen.push(format!("MODIFIED {}", c.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Bookmark(_) => bookmark = true,
+            WatchEvent::Error(e) => panic!("error event {e:?}"),
+        }
+        if seen.len() >= 2 && bookmark {
+            break;
+        }
+        if seen.len() == 2 && !advanced {
+            // An unrelated change advances the cluster version, which a bookmark then reports.
+            let other: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "labels": {"app": "q"}}})).expect("cm");
+            api.create(&PostParams::default(), &other)
+                .await
+                .expect("create other");
+            advanced = true;
+        }
+    }
+    assert_eq!(seen[..2], ["ADDED a".to_string(), "DELETED a".to_string()]);
+    assert!(bookmark);
+    server.shutdown().await;
+}
