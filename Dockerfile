@@ -26,7 +26,10 @@ FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin sluice
+    && useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin sluice \
+    && install -d -o 65532 -g 65532 /shared
+# /shared is owned by the runtime user so that an empty named volume mounted there (compose:
+# the test server's kubeconfig) starts out writable without running as root.
 COPY --from=builder /out/ /usr/local/bin/
 USER 65532:65532
 EXPOSE 8080

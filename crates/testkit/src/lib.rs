@@ -8,7 +8,7 @@ mod paths;
 mod process;
 mod wait;
 
-pub use nats::NatsServer;
-pub use paths::{bin_path, free_port, repo_root, try_bin_path};
-pub use process::ServiceProcess;
+pub use nats::{NatsServer, NATS_SERVER_ENV};
+pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};
+pub use process::{ServiceProcess, TERMINATE_GRACE};
 pub use wait::{wait_for, Probe};

@@ -12,7 +12,7 @@ use std::process::Command;
 use clap::{Args, FromArgMatches};
 use serde_json::Value;
 use sluice_runtime::{common_env_vars, CommonArgs, LOG_FILTER_ENV};
-use sluice_testkit::repo_root;
+use sluice_testkit::{repo_root, try_bin_path};
 
 const SERVICES: [&str; 5] = ["watcher", "evaluator", "reporter", "renderer", "applier"];
 const NAMESPACE: &str = "sluice-system";
@@ -525,4 +525,39 @@ fn dockerfile_ships_every_binary_the_manifests_run() {
         .unwrap();
     let copied: BTreeSet<String> = names.split_whitespace().map(str::to_owned).collect();
     assert_eq!(copied, run);
+}
+
+/// The environment variables the built binary `bin` documents in its `--help`, plus `RUST_LOG`:
+/// the truth for service-specific options that `CommonArgs` does not know.
+fn accepted_env(bin: &str) -> BTreeSet<String> {
+    let path = try_bin_path(bin).unwrap_or_else(|error| panic!("{error:#}"));
+    let output = Command::new(&path).arg("--help").output().unwrap();
+    assert!(output.status.success(), "{bin} --help failed");
+    let help = String::from_utf8(output.stdout).unwrap();
+    let mut names: BTreeSet<String> = help
+        .split("[env: ")
+        .skip(1)
+        .map(|rest| rest.split(['=', ']']).next().unwrap().to_owned())
+        .collect();
+    names.insert(LOG_FILTER_ENV.to_owned());
+    names
+}
+
+#[test]
+fn built_service_binaries_accept_every_variable_the_manifests_set() {
+    let compose = compose();
+    let objects = kustomize("k8s/base");
+    for service in SERVICES {
+        let bin = format!("sluice-{service}");
+        let accepted = accepted_env(&bin);
+        for name in common_env_vars() {
+            assert!(accepted.contains(&name), "{bin} does not take CommonArgs ({name})");
+        }
+        let deployment = find(&objects, "Deployment", &bin);
+        let k8s = container_env(&deployment["spec"]["template"]["spec"]["containers"][0]);
+        let compose_env = compose["services"][service]["environment"].as_object().unwrap();
+        for name in k8s.keys().chain(compose_env.keys()) {
+            assert!(accepted.contains(name), "{bin} does not accept {name}: {accepted:?}");
+        }
+    }
 }
