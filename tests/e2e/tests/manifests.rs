@@ -551,13 +551,21 @@ fn built_service_binaries_accept_every_variable_the_manifests_set() {
         let bin = format!("sluice-{service}");
         let accepted = accepted_env(&bin);
         for name in common_env_vars() {
-            assert!(accepted.contains(&name), "{bin} does not take CommonArgs ({name})");
+            assert!(
+                accepted.contains(&name),
+                "{bin} does not take CommonArgs ({name})"
+            );
         }
         let deployment = find(&objects, "Deployment", &bin);
         let k8s = container_env(&deployment["spec"]["template"]["spec"]["containers"][0]);
-        let compose_env = compose["services"][service]["environment"].as_object().unwrap();
+        let compose_env = compose["services"][service]["environment"]
+            .as_object()
+            .unwrap();
         for name in k8s.keys().chain(compose_env.keys()) {
-            assert!(accepted.contains(name), "{bin} does not accept {name}: {accepted:?}");
+            assert!(
+                accepted.contains(name),
+                "{bin} does not accept {name}: {accepted:?}"
+            );
         }
     }
 }
