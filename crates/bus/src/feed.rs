@@ -12,6 +12,9 @@ use crate::bus::Bus;
 use crate::error::{Error, Result};
 use crate::topology::{ConsumerSpec, StreamSpec, TRACEPARENT};
 
+/// The live part of a followed state stream.
+pub type LiveFeed = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Delivered>> + Send>>;
+
 /// One message read from a stream, decoupled from the ack handle.
 #[derive(Clone, Debug)]
 pub struct Delivered {
@@ -89,13 +92,65 @@ impl Bus {
         Ok(out)
     }
 
+    /// Follows a state stream: returns the last message of every subject matching `filter` as
+    /// stored now, and the stream of every later message. Nothing is acked: the stream itself
+    /// is the state, and a restarted stage simply follows it again.
+    pub async fn follow_state(
+        &self,
+        spec: StreamSpec,
+        filter: &str,
+    ) -> Result<(Vec<Delivered>, LiveFeed)> {
+        let stream = self.stream(spec).await?;
+        let read_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Read {
+            stream: spec.name.to_string(),
+            source,
+        };
+        let mut consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: filter.to_string(),
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| read_err(Box::new(e)))?;
+        let pending = consumer
+            .info()
+            .await
+            .map_err(|e| read_err(Box::new(e)))?
+            .num_pending;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| read_err(Box::new(e)))?;
+        let mut initial = Vec::with_capacity(pending as usize);
+        while initial.len() < pending as usize {
+            let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
+            let message = match next {
+                Ok(Some(Ok(message))) => message,
+                Ok(Some(Err(e))) => return Err(read_err(Box::new(e))),
+                Ok(None) => break,
+                Err(elapsed) => return Err(read_err(Box::new(elapsed))),
+            };
+            let remaining = message.info().map(|i| i.pending).unwrap_or(0);
+            initial.push(Delivered::from_message(spec.name, &message)?);
+            if remaining == 0 {
+                break;
+            }
+        }
+        let name = spec.name;
+        let live = messages.map(move |m| {
+            let message = m.map_err(|e| Error::Read {
+                stream: name.to_string(),
+                source: Box::new(e),
+            })?;
+            Delivered::from_message(name, &message)
+        });
+        Ok((initial, Box::pin(live)))
+    }
+
     /// The durable consumer of a stage. Created on first use to start from the last message of
     /// every subject; afterwards it resumes where the stage's acks left it.
-    pub async fn durable(
-        &self,
-        spec: ConsumerSpec,
-        filter: Option<&str>,
-    ) -> Result<pull::Stream> {
+    pub async fn durable(&self, spec: ConsumerSpec, filter: Option<&str>) -> Result<pull::Stream> {
         let stream = self.stream(spec.stream).await?;
         let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
             stream: spec.stream.name.to_string(),

@@ -12,5 +12,8 @@ mod error;
 
 pub use bus::{message_id, Bus, Outgoing};
 pub use error::{Error, Result};
-pub use feed::Delivered;
+pub use feed::{Delivered, LiveFeed};
 pub use window::AckWindow;
+
+/// The ack of one publish; keep many in flight and await them later.
+pub use async_nats::jetstream::context::PublishAckFuture;

@@ -170,6 +170,16 @@ pub fn change_subject(
     )
 }
 
+/// All objects of one kind in one cluster (a watch's published state).
+pub fn change_kind_filter(cluster: &str, group: &str, kind: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!(
+        "{PREFIX}.change.{cluster}.{}.{}.*.*",
+        encode_token(group),
+        encode_token(kind)
+    )
+}
+
 /// All changes of one cluster, for purging or tapping.
 pub fn change_cluster_filter(cluster: &str) -> String {
     format!("{PREFIX}.change.{cluster}.>")
@@ -287,7 +297,11 @@ mod tests {
         ];
         for (subject, stream) in cases {
             let prefix = stream.subjects.trim_end_matches('>');
-            assert!(subject.starts_with(prefix), "{subject} not in {}", stream.name);
+            assert!(
+                subject.starts_with(prefix),
+                "{subject} not in {}",
+                stream.name
+            );
         }
     }
 }

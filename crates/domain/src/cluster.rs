@@ -289,7 +289,10 @@ mod tests {
     #[test]
     fn kubeconfig_is_read_from_the_named_or_only_key() {
         let secret = json!({"data": {"value": "aGVsbG8="}});
-        assert_eq!(kubeconfig_from_secret(&secret, None).as_deref(), Ok("hello"));
+        assert_eq!(
+            kubeconfig_from_secret(&secret, None).as_deref(),
+            Ok("hello")
+        );
         assert_eq!(
             kubeconfig_from_secret(&secret, Some("value")).as_deref(),
             Ok("hello")

@@ -127,8 +127,7 @@ impl EventTrigger {
             None | Some(Value::Null) => None,
             Some(v) => {
                 let sel = label_selector(v, "destinationClusterSelector")?;
-                (!(sel.match_labels.is_empty() && sel.match_expressions.is_empty()))
-                    .then_some(sel)
+                (!(sel.match_labels.is_empty() && sel.match_expressions.is_empty())).then_some(sel)
             }
         };
         let mut copied_spec = Map::new();
@@ -359,7 +358,9 @@ mod tests {
         assert_eq!(t.kind, TriggerKind::EventBasedAddOn);
         assert!(t.one_for_event);
         assert!(t.source_cluster_selector.matches(&labels(&[("env", "fv")])));
-        assert!(!t.source_cluster_selector.matches(&labels(&[("env", "prod")])));
+        assert!(!t
+            .source_cluster_selector
+            .matches(&labels(&[("env", "prod")])));
         assert_eq!(t.policy_refs[0].deployment_type, "Remote");
         assert!(t.instantiates(&BTreeMap::new()));
     }
@@ -374,7 +375,9 @@ mod tests {
                      "cloudEventAction": "Create", "tier": 50}
         }))
         .expect("trigger");
-        assert!(t.source_cluster_selector.matches(&labels(&[("env", "production")])));
+        assert!(t
+            .source_cluster_selector
+            .matches(&labels(&[("env", "production")])));
         assert_eq!(
             t.copied_spec.get("syncMode"),
             Some(&json!("ContinuousWithDriftDetection"))
@@ -394,7 +397,10 @@ mod tests {
         }))
         .expect("trigger");
         let dest = t.destination_cluster_selector.expect("destination");
-        assert_eq!(dest.match_labels.get("dep").map(String::as_str), Some("eng"));
+        assert_eq!(
+            dest.match_labels.get("dep").map(String::as_str),
+            Some("eng")
+        );
     }
 
     #[test]

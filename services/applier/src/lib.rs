@@ -1,1 +1,178 @@
-//! The applier service.
+//! The applier service: makes the management cluster hold exactly what the renderer wants for
+//! each (EventTrigger, cluster): server-side applies the desired ClusterProfiles and
+//! instantiated ConfigMaps/Secrets, and deletes what that pair owns (found by its labels) and
+//! no longer wants. Foreign objects are never touched: only the owner labels select.
+
+pub mod plan;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use serde_json::Value;
+use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_domain::naming;
+use sluice_kube::apply::{self, Kind};
+use sluice_proto::v1 as pb;
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
+
+const FIELD_MANAGER: &str = "sluice-applier";
+
+/// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
+const OWNED: [(&str, &str); 3] = [
+    ("config.projectsveltos.io/v1beta1", "ClusterProfile"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+];
+
+struct Applier {
+    client: kube::Client,
+    kinds: HashMap<(String, String), Kind>,
+}
+
+impl Applier {
+    async fn kind(&mut self, api_version: &str, kind: &str) -> sluice_kube::Result<Kind> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(found) = self.kinds.get(&key) {
+            return Ok(found.clone());
+        }
+        let resolved = apply::resolve(&self.client, api_version, kind).await?;
+        self.kinds.insert(key, resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Executes one desired state. Errors are transient (the input is retried).
+    async fn execute(&mut self, state: &pb::DesiredState) -> sluice_kube::Result<pb::ApplyResult> {
+        let cluster = match sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
+            Ok(cluster) => cluster,
+            Err(_) => return Err(sluice_kube::Error::Malformed("cluster")),
+        };
+        let mut result = pb::ApplyResult {
+            event_trigger: state.event_trigger.clone(),
+            cluster: state.cluster.clone(),
+            failure_message: state.failure_message.clone(),
+            source_sequence: state.source_sequence,
+            ..Default::default()
+        };
+        if !state.failure_message.is_empty() {
+            // Keep what exists: a broken template must not withdraw working add-ons.
+            return Ok(result);
+        }
+        let desired: Vec<Value> = if state.removed {
+            Vec::new()
+        } else {
+            state
+                .objects
+                .iter()
+                .filter_map(|o| serde_json::from_slice(&o.object_json).ok())
+                .collect()
+        };
+        let owner = naming::owner_labels(&state.event_trigger, &cluster);
+        let mut existing = Vec::new();
+        for (api_version, kind_name) in OWNED {
+            let kind = self.kind(api_version, kind_name).await?;
+            for object in apply::list_labelled(&self.client, &kind, &owner).await? {
+                existing.push((kind.clone(), object));
+            }
+        }
+        let steps = plan::plan(&desired, &existing);
+        for object in &steps.apply {
+            let r = sluice_wire::object_ref(object);
+            let kind = self.kind(&r.api_version, &r.kind).await?;
+            apply::apply(&self.client, &kind, object, FIELD_MANAGER).await?;
+            result.applied.push(r);
+        }
+        for r in &steps.delete {
+            let kind = self.kind(&r.api_version, &r.kind).await?;
+            apply::delete(&self.client, &kind, &r.namespace, &r.name).await?;
+            result.deleted.push(r.clone());
+        }
+        Ok(result)
+    }
+}
+
+/// Runs the applier until `token` is cancelled.
+pub async fn run(
+    common: CommonArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let bus = Bus::connect(&common.nats_url)
+        .await
+        .context("failed to connect to the bus")?;
+    let client = sluice_kube::client::management(
+        common.kubeconfig.as_deref(),
+        common.kube_context.as_deref(),
+    )
+    .await
+    .context("failed to build the management cluster client")?;
+    let applied = health.counter("sluice_applier_states_applied_total");
+    let errors = health.counter("sluice_applier_errors_total");
+    let mut applier = Applier {
+        client,
+        kinds: HashMap::new(),
+    };
+    let mut desired = bus.durable(topology::APPLIER_DESIRED, None).await?;
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let mut last_seen: HashMap<String, u64> = HashMap::new();
+    health.set_ready(true);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            message = desired.next(), if !window.is_full() => {
+                let Some(message) = message else { anyhow::bail!("desired-state consumer ended") };
+                let Ok(message) = message else { continue };
+                let delivered = Delivered::from_message(topology::DESIRED.name, &message)?;
+                if last_seen.get(&delivered.subject).is_some_and(|seen| *seen >= delivered.sequence) {
+                    window.push(Vec::new(), Some(message));
+                    continue;
+                }
+                let Ok(state) = sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) else {
+                    tracing::warn!(subject = %delivered.subject, "rejecting unreadable desired state");
+                    window.push(Vec::new(), Some(message));
+                    continue;
+                };
+                let result = match applier.execute(&state).await {
+                    Ok(result) => result,
+                    Err(error) => {
+                        errors.inc();
+                        tracing::warn!(event_trigger = %state.event_trigger, error = %error, "failed to apply, will retry");
+                        // Kinds may have changed (a CRD re-created): resolve again next time.
+                        applier.kinds.clear();
+                        let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
+                        let _ = message.ack_with(nak).await;
+                        continue;
+                    }
+                };
+                applied.inc();
+                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                tracing::info!(
+                    event_trigger = %state.event_trigger,
+                    applied = result.applied.len(),
+                    deleted = result.deleted.len(),
+                    failure = %result.failure_message,
+                    "desired state applied"
+                );
+                let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
+                let subject = topology::applied_subject(&state.event_trigger, &sluice_wire::cluster_tokens(&cluster));
+                let ack = bus
+                    .publish(Outgoing {
+                        msg_id: message_id(&["applied", &subject, &delivered.sequence.to_string()]),
+                        subject,
+                        payload: sluice_wire::encode(&result),
+                        traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
+                    })
+                    .await?;
+                window.push(vec![ack], Some(message));
+            }
+            settled = window.next(), if !window.is_empty() => {
+                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
+                    tracing::warn!(error = %error, "result not stored, input will be redelivered");
+                }
+            }
+        }
+    }
+    window.drain().await?;
+    Ok(())
+}

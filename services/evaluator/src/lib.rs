@@ -1,1 +1,174 @@
-//! The evaluator service.
+//! The evaluator service: decides, for every (managed cluster, EventSource) some EventTrigger
+//! deploys, which objects the EventSource selects, and publishes the complete match set when
+//! it changes. Only changed objects are evaluated; an EventSource change re-evaluates the
+//! cached objects (no re-LIST). Lua and CEL run off the async executor.
+
+pub mod stage;
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_proto::v1 as pb;
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
+
+pub use stage::Evaluator;
+
+/// Runs the evaluator until `token` is cancelled.
+pub async fn run(
+    common: CommonArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let bus = Bus::connect(&common.nats_url)
+        .await
+        .context("failed to connect to the bus")?;
+    let published = health.counter("sluice_evaluator_match_sets_published_total");
+    let rejected = health.counter("sluice_evaluator_messages_rejected_total");
+
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
+    let mut stage = Evaluator::new(config);
+    for delivered in bus
+        .replay_state(topology::MATCH, topology::MATCH.subjects)
+        .await?
+    {
+        if let Ok(set) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
+            stage.remember_published(&set);
+        }
+    }
+    let mut last_seen: HashMap<String, u64> = HashMap::new();
+    let mut boot_sequence = 0;
+    for delivered in bus
+        .replay_state(topology::CHANGES, topology::CHANGES.subjects)
+        .await?
+    {
+        boot_sequence = boot_sequence.max(delivered.sequence);
+        last_seen.insert(delivered.subject.clone(), delivered.sequence);
+        if let Ok(change) = sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered)
+        {
+            stage.load_object(&change);
+        }
+    }
+    let boot = tokio::task::block_in_place(|| stage.recompute_all(boot_sequence));
+    tracing::info!(
+        objects = last_seen.len(),
+        match_sets = boot.len(),
+        "evaluator state rebuilt"
+    );
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let acks = publish_all(&bus, boot, "boot", None).await?;
+    published.add(acks.len() as u64);
+    window.push(acks, None);
+
+    let mut changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
+    health.set_ready(true);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            update = config_feed.next() => {
+                let Some(update) = update else { anyhow::bail!("configuration feed ended") };
+                let update = match update {
+                    Ok(update) => update,
+                    Err(error) => {
+                        rejected.inc();
+                        tracing::warn!(error = %error, "skipping config message");
+                        continue;
+                    }
+                };
+                let sets = tokio::task::block_in_place(|| stage.on_config(&update));
+                let acks = publish_all(&bus, sets, "config", None).await?;
+                published.add(acks.len() as u64);
+                window.push(acks, None);
+            }
+            message = changes.next(), if !window.is_full() => {
+                let Some(message) = message else { anyhow::bail!("change consumer ended") };
+                let message = match message {
+                    Ok(message) => message,
+                    Err(error) => {
+                        tracing::warn!(error = %error, "change consumer error");
+                        continue;
+                    }
+                };
+                let delivered = Delivered::from_message(topology::CHANGES.name, &message)?;
+                let stale = last_seen
+                    .get(&delivered.subject)
+                    .is_some_and(|seen| *seen >= delivered.sequence);
+                if stale {
+                    window.push(Vec::new(), Some(message));
+                    continue;
+                }
+                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                let change = match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
+                    Ok(change) => change,
+                    Err(error) => {
+                        rejected.inc();
+                        tracing::warn!(error = %error, "rejecting unreadable change");
+                        dead_letter(&bus, &delivered, &error.to_string()).await;
+                        window.push(Vec::new(), Some(message));
+                        continue;
+                    }
+                };
+                let sets = tokio::task::block_in_place(|| stage.on_change(&change, delivered.sequence));
+                let acks = publish_all(&bus, sets, "change", Some(&delivered)).await?;
+                published.add(acks.len() as u64);
+                window.push(acks, Some(message));
+            }
+            settled = window.next(), if !window.is_empty() => {
+                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
+                    tracing::warn!(error = %error, "output not stored, input will be redelivered");
+                }
+            }
+        }
+    }
+    tracing::info!("evaluator draining");
+    window.drain().await?;
+    Ok(())
+}
+
+async fn publish_all(
+    bus: &Bus,
+    sets: Vec<pb::MatchSet>,
+    cause: &str,
+    input: Option<&Delivered>,
+) -> anyhow::Result<Vec<sluice_bus::PublishAckFuture>> {
+    let mut acks = Vec::with_capacity(sets.len());
+    for set in sets {
+        let cluster = sluice_wire::cluster_id(set.cluster.as_ref(), "match set")?;
+        let subject =
+            topology::match_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
+        let sequence = set.source_sequence.to_string();
+        let payload = sluice_wire::encode(&set);
+        let content = message_id(&[&String::from_utf8_lossy(&payload)]);
+        acks.push(
+            bus.publish(Outgoing {
+                msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
+                subject,
+                payload,
+                traceparent: Some(sluice_runtime::child_traceparent(
+                    input.and_then(|d| d.traceparent.as_deref()),
+                )),
+            })
+            .await?,
+        );
+    }
+    Ok(acks)
+}
+
+/// Parks a message that can never be processed, with the reason, on the dead-letter subject.
+async fn dead_letter(bus: &Bus, delivered: &Delivered, reason: &str) {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(topology::ERROR_HEADER, reason);
+    headers.insert("Sluice-Subject", delivered.subject.as_str());
+    let result = bus
+        .jetstream()
+        .publish_with_headers(
+            topology::dead_subject("evaluator"),
+            headers,
+            delivered.payload.clone(),
+        )
+        .await;
+    if let Err(error) = result {
+        tracing::warn!(error = %error, "failed to dead-letter message");
+    }
+}

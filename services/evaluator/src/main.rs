@@ -1,5 +1,33 @@
-//! Entry point of the evaluator service: parses config, starts telemetry and runs the service.
+//! Entry point of the evaluator: parses config, starts telemetry and health, runs the service.
 
-fn main() {
-    println!("sluice-evaluator {}", env!("CARGO_PKG_VERSION"));
+use clap::Parser;
+use sluice_runtime::{CommonArgs, Health};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice-evaluator",
+    version,
+    about = "Decides which objects each EventSource selects and publishes match sets"
+)]
+struct Config {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config: Config = sluice_runtime::parse_config();
+    if let Err(error) = config.common.validate() {
+        sluice_runtime::exit_on_bad_config(error);
+    }
+    sluice_runtime::init_telemetry("evaluator", config.common.log_format)?;
+    tracing::info!(config = %config.common.redacted(), "starting sluice-evaluator");
+    let token = sluice_runtime::shutdown_token()?;
+    let health = Health::new();
+    let server =
+        sluice_runtime::serve_health(config.common.health_addr, health.clone(), token.clone())
+            .await?;
+    sluice_evaluator::run(config.common, health, token).await?;
+    server.await?;
+    Ok(())
 }

@@ -1,1 +1,289 @@
-//! The renderer service.
+//! The renderer service: for every EventTrigger and every cluster it selects, renders the
+//! complete desired state from the cluster's reported match set and publishes it when it
+//! changes. Rendering failures affect only that (EventTrigger, cluster) and travel on as
+//! `failure_message`, so the applier keeps what exists and reports the error.
+
+pub mod plan;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_domain::cluster::ClusterId;
+use sluice_domain::config::ConfigState;
+use sluice_proto::v1 as pb;
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
+use sluice_template::TemplateCache;
+
+/// (EventTrigger name, cluster).
+pub type DesiredKey = (String, ClusterId);
+
+/// The renderer's state: configuration, latest reports, and what it last published.
+pub struct Stage {
+    pub config: ConfigState,
+    reports: BTreeMap<(ClusterId, String), pb::MatchSet>,
+    published: BTreeMap<DesiredKey, String>,
+    templates: TemplateCache,
+    sveltos_namespace: String,
+}
+
+impl Stage {
+    pub fn new(config: ConfigState, sveltos_namespace: &str) -> Stage {
+        Stage {
+            config,
+            reports: BTreeMap::new(),
+            published: BTreeMap::new(),
+            templates: TemplateCache::new(4096),
+            sveltos_namespace: sveltos_namespace.to_string(),
+        }
+    }
+
+    /// Remembers a desired state already on the bus (startup replay).
+    pub fn remember_published(&mut self, state: &pb::DesiredState) {
+        if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired stream") {
+            let key = (state.event_trigger.clone(), cluster);
+            if state.removed {
+                self.published.remove(&key);
+            } else {
+                self.published.insert(key, content_hash(state));
+            }
+        }
+    }
+
+    /// Records a report; returns the cluster and EventSource it concerns.
+    pub fn set_report(&mut self, report: pb::MatchSet) -> Option<(ClusterId, String)> {
+        let cluster = sluice_wire::cluster_id(report.cluster.as_ref(), "report").ok()?;
+        let key = (cluster, report.event_source.clone());
+        if report.removed {
+            self.reports.remove(&key);
+        } else {
+            self.reports.insert(key.clone(), report);
+        }
+        Some(key)
+    }
+
+    /// Renders every (trigger, cluster) in scope and returns the desired states that changed,
+    /// plus removals for keys that no longer exist.
+    pub fn recompute(
+        &mut self,
+        scope: Option<&(ClusterId, String)>,
+        sequence: u64,
+    ) -> Vec<pb::DesiredState> {
+        let mut current: BTreeSet<DesiredKey> = BTreeSet::new();
+        let mut out = Vec::new();
+        for trigger in self
+            .config
+            .event_triggers
+            .values()
+            .filter_map(|t| t.as_ref().ok())
+        {
+            for cluster_id in self.config.source_clusters(trigger) {
+                current.insert((trigger.name.clone(), cluster_id.clone()));
+                if let Some((c, es)) = scope {
+                    if *c != cluster_id || *es != trigger.event_source_name {
+                        continue;
+                    }
+                }
+                let Some(cluster) = self.config.clusters.get(&cluster_id) else {
+                    continue;
+                };
+                let mut state = pb::DesiredState {
+                    event_trigger: trigger.name.clone(),
+                    cluster: Some(sluice_wire::cluster_ref(&cluster_id)),
+                    event_source: trigger.event_source_name.clone(),
+                    source_sequence: sequence,
+                    ..Default::default()
+                };
+                match self
+                    .reports
+                    .get(&(cluster_id.clone(), trigger.event_source_name.clone()))
+                {
+                    None => {}
+                    Some(report) if !report.failure_message.is_empty() => {
+                        state.failure_message = report.failure_message.clone();
+                    }
+                    Some(report) => {
+                        let ctx = plan::Context {
+                            config: &self.config,
+                            templates: &self.templates,
+                            sveltos_namespace: &self.sveltos_namespace,
+                        };
+                        match plan::desired_state(&ctx, trigger, cluster, report) {
+                            Ok(objects) => {
+                                state.objects = objects
+                                    .into_iter()
+                                    .map(|d| managed_object(d.object))
+                                    .collect();
+                            }
+                            Err(error) => state.failure_message = error.to_string(),
+                        }
+                    }
+                }
+                let key = (trigger.name.clone(), cluster_id.clone());
+                let hash = content_hash(&state);
+                if self.published.get(&key) != Some(&hash) {
+                    self.published.insert(key, hash);
+                    out.push(state);
+                }
+            }
+        }
+        let gone: Vec<DesiredKey> = self
+            .published
+            .keys()
+            .filter(|k| !current.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.published.remove(&key);
+            out.push(pb::DesiredState {
+                event_trigger: key.0.clone(),
+                cluster: Some(sluice_wire::cluster_ref(&key.1)),
+                removed: true,
+                source_sequence: sequence,
+                ..Default::default()
+            });
+        }
+        out
+    }
+}
+
+fn managed_object(object: serde_json::Value) -> pb::ManagedObject {
+    let r = sluice_wire::object_ref(&object);
+    pb::ManagedObject {
+        api_version: r.api_version,
+        kind: r.kind,
+        namespace: r.namespace,
+        name: r.name,
+        object_json: serde_json::to_vec(&object).unwrap_or_default(),
+    }
+}
+
+fn content_hash(state: &pb::DesiredState) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(state.event_source.as_bytes());
+    for o in &state.objects {
+        hasher.update(&o.object_json);
+        hasher.update([0]);
+    }
+    hasher.update(state.failure_message.as_bytes());
+    hasher.update([u8::from(state.removed)]);
+    format!("{:x}", hasher.finalize())
+}
+
+/// Runs the renderer until `token` is cancelled.
+pub async fn run(
+    common: CommonArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let bus = Bus::connect(&common.nats_url)
+        .await
+        .context("failed to connect to the bus")?;
+    let published = health.counter("sluice_renderer_desired_states_published_total");
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
+    let mut stage = Stage::new(config, &common.sveltos_namespace);
+    for delivered in bus
+        .replay_state(topology::DESIRED, topology::DESIRED.subjects)
+        .await?
+    {
+        if let Ok(state) = sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
+            stage.remember_published(&state);
+        }
+    }
+    let mut boot_sequence = 0;
+    let mut last_seen = BTreeMap::new();
+    for delivered in bus
+        .replay_state(topology::REPORT, topology::REPORT.subjects)
+        .await?
+    {
+        boot_sequence = boot_sequence.max(delivered.sequence);
+        last_seen.insert(delivered.subject.clone(), delivered.sequence);
+        if let Ok(report) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
+            stage.set_report(report);
+        }
+    }
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let boot = tokio::task::block_in_place(|| stage.recompute(None, boot_sequence));
+    let acks = publish_all(&bus, boot, "boot", None).await?;
+    published.add(acks.len() as u64);
+    window.push(acks, None);
+
+    let mut reports = bus.durable(topology::RENDERER_REPORT, None).await?;
+    health.set_ready(true);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            update = config_feed.next() => {
+                let Some(update) = update else { anyhow::bail!("configuration feed ended") };
+                let Ok(update) = update else { continue };
+                if !update.apply_to(&mut stage.config) {
+                    continue;
+                }
+                let states = tokio::task::block_in_place(|| stage.recompute(None, update.sequence));
+                let acks = publish_all(&bus, states, "config", None).await?;
+                published.add(acks.len() as u64);
+                window.push(acks, None);
+            }
+            message = reports.next(), if !window.is_full() => {
+                let Some(message) = message else { anyhow::bail!("report consumer ended") };
+                let Ok(message) = message else { continue };
+                let delivered = Delivered::from_message(topology::REPORT.name, &message)?;
+                if last_seen.get(&delivered.subject).is_some_and(|seen| *seen >= delivered.sequence) {
+                    window.push(Vec::new(), Some(message));
+                    continue;
+                }
+                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                let Ok(report) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) else {
+                    tracing::warn!(subject = %delivered.subject, "rejecting unreadable report");
+                    window.push(Vec::new(), Some(message));
+                    continue;
+                };
+                let scope = stage.set_report(report);
+                let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
+                let acks = publish_all(&bus, states, "report", Some(&delivered)).await?;
+                published.add(acks.len() as u64);
+                window.push(acks, Some(message));
+            }
+            settled = window.next(), if !window.is_empty() => {
+                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
+                    tracing::warn!(error = %error, "output not stored, input will be redelivered");
+                }
+            }
+        }
+    }
+    window.drain().await?;
+    Ok(())
+}
+
+async fn publish_all(
+    bus: &Bus,
+    states: Vec<pb::DesiredState>,
+    cause: &str,
+    input: Option<&Delivered>,
+) -> anyhow::Result<Vec<sluice_bus::PublishAckFuture>> {
+    let mut acks = Vec::with_capacity(states.len());
+    for state in states {
+        let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
+        let subject =
+            topology::desired_subject(&state.event_trigger, &sluice_wire::cluster_tokens(&cluster));
+        if !state.failure_message.is_empty() {
+            tracing::warn!(event_trigger = %state.event_trigger, cluster = %cluster, failure = %state.failure_message, "rendering failed");
+        }
+        let sequence = state.source_sequence.to_string();
+        let hash = content_hash(&state);
+        acks.push(
+            bus.publish(Outgoing {
+                msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
+                subject,
+                payload: sluice_wire::encode(&state),
+                traceparent: Some(sluice_runtime::child_traceparent(
+                    input.and_then(|d| d.traceparent.as_deref()),
+                )),
+            })
+            .await?,
+        );
+    }
+    Ok(acks)
+}

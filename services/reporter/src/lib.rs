@@ -1,1 +1,184 @@
-//! The reporter service.
+//! The reporter service: keeps the management-cluster EventReports (named and labelled as
+//! Sveltos names them, spec §3.2) in step with the evaluator's match sets, then passes each
+//! match set on to the renderer. A failed evaluation shows in `status.failureMessage` and leaves
+//! the last good `matchingResources` in place.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_domain::cluster::ClusterId;
+use sluice_domain::naming;
+use sluice_kube::apply::{self, Kind};
+use sluice_proto::v1 as pb;
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
+
+const FIELD_MANAGER: &str = "sluice-reporter";
+
+/// The EventReport object for a match set (spec §3.1): `resources` is each collected object's
+/// JSON followed by `\n---\n`, base64-encoded as Kubernetes encodes `[]byte`.
+pub fn event_report(cluster: &ClusterId, set: &pb::MatchSet) -> Value {
+    let matching: Vec<Value> = set
+        .matching
+        .iter()
+        .map(|m| json!({"apiVersion": m.api_version, "kind": m.kind, "namespace": m.namespace, "name": m.name}))
+        .collect();
+    let mut spec = json!({
+        "clusterNamespace": cluster.namespace,
+        "clusterName": cluster.name,
+        "clusterType": cluster.cluster_type.as_str(),
+        "eventSourceName": set.event_source,
+        "matchingResources": matching,
+    });
+    if !set.resources.is_empty() {
+        let mut joined = Vec::new();
+        for r in &set.resources {
+            joined.extend_from_slice(r);
+            joined.extend_from_slice(b"\n---\n");
+        }
+        spec["resources"] = json!(base64::engine::general_purpose::STANDARD.encode(joined));
+    }
+    json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1",
+        "kind": "EventReport",
+        "metadata": {
+            "name": naming::event_report_name(cluster, &set.event_source),
+            "namespace": cluster.namespace,
+            "labels": naming::event_report_labels(cluster, &set.event_source),
+        },
+        "spec": spec,
+    })
+}
+
+/// Writes (or deletes) the EventReport for one match set.
+async fn write(
+    client: &kube::Client,
+    kind: &Kind,
+    cluster: &ClusterId,
+    set: &pb::MatchSet,
+) -> sluice_kube::Result<()> {
+    let name = naming::event_report_name(cluster, &set.event_source);
+    if set.removed {
+        return apply::delete(client, kind, &cluster.namespace, &name).await;
+    }
+    let failed = !set.failure_message.is_empty();
+    if !failed {
+        apply::apply(client, kind, &event_report(cluster, set), FIELD_MANAGER).await?;
+    } else if apply::get(client, kind, &cluster.namespace, &name)
+        .await?
+        .is_none()
+    {
+        // Nothing reported yet: create the report so the failure has a place to show.
+        let mut empty = set.clone();
+        empty.matching.clear();
+        empty.resources.clear();
+        apply::apply(client, kind, &event_report(cluster, &empty), FIELD_MANAGER).await?;
+    }
+    let status = json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1",
+        "kind": "EventReport",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "status": {
+            "phase": "Processed",
+            "failureMessage": if failed { json!(set.failure_message) } else { Value::Null },
+        },
+    });
+    apply::apply_status(
+        client,
+        kind,
+        &cluster.namespace,
+        &name,
+        &status,
+        FIELD_MANAGER,
+    )
+    .await
+}
+
+/// Runs the reporter until `token` is cancelled.
+pub async fn run(
+    common: CommonArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let bus = Bus::connect(&common.nats_url)
+        .await
+        .context("failed to connect to the bus")?;
+    let client = sluice_kube::client::management(
+        common.kubeconfig.as_deref(),
+        common.kube_context.as_deref(),
+    )
+    .await
+    .context("failed to build the management cluster client")?;
+    let written = health.counter("sluice_reporter_reports_written_total");
+    let errors = health.counter("sluice_reporter_write_errors_total");
+    let kind = loop {
+        match apply::resolve(&client, "lib.projectsveltos.io/v1beta1", "EventReport").await {
+            Ok(kind) => break kind,
+            Err(error) => {
+                tracing::warn!(error = %error, "EventReport kind not served yet, retrying");
+                tokio::select! {
+                    _ = token.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                }
+            }
+        }
+    };
+    let mut matches = bus.durable(topology::REPORTER_MATCH, None).await?;
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let mut last_seen: HashMap<String, u64> = HashMap::new();
+    health.set_ready(true);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            message = matches.next(), if !window.is_full() => {
+                let Some(message) = message else { anyhow::bail!("match consumer ended") };
+                let Ok(message) = message else { continue };
+                let delivered = Delivered::from_message(topology::MATCH.name, &message)?;
+                if last_seen.get(&delivered.subject).is_some_and(|seen| *seen >= delivered.sequence) {
+                    window.push(Vec::new(), Some(message));
+                    continue;
+                }
+                let (set, cluster) = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered)
+                    .and_then(|set| sluice_wire::cluster_id(set.cluster.as_ref(), &delivered.subject).map(|c| (set, c)))
+                {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        tracing::warn!(error = %error, "rejecting unreadable match set");
+                        window.push(Vec::new(), Some(message));
+                        continue;
+                    }
+                };
+                if let Err(error) = write(&client, &kind, &cluster, &set).await {
+                    errors.inc();
+                    tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %error, "failed to write EventReport, will retry");
+                    let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
+                    let _ = message.ack_with(nak).await;
+                    continue;
+                }
+                written.inc();
+                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                let subject = topology::report_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
+                let ack = bus
+                    .publish(Outgoing {
+                        msg_id: message_id(&["report", &subject, &delivered.sequence.to_string()]),
+                        subject,
+                        payload: delivered.payload.clone(),
+                        traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
+                    })
+                    .await?;
+                window.push(vec![ack], Some(message));
+            }
+            settled = window.next(), if !window.is_empty() => {
+                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
+                    tracing::warn!(error = %error, "report not stored, input will be redelivered");
+                }
+            }
+        }
+    }
+    window.drain().await?;
+    Ok(())
+}

@@ -1,1 +1,65 @@
-//! The watcher service.
+//! The watcher service: mirrors the management-cluster configuration onto the bus
+//! (`ConfigObject`), and watches, in every managed cluster some EventTrigger selects, exactly the
+//! kinds its EventSources select, publishing each object's current state (`ResourceChange`).
+//! It evaluates nothing; it only reports what exists.
+
+mod managed;
+mod management;
+
+use anyhow::Context as _;
+use sluice_bus::Bus;
+use sluice_domain::config::ConfigState;
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
+use tokio::sync::mpsc;
+
+pub use managed::desired_watches;
+
+/// Runs the watcher until `token` is cancelled.
+pub async fn run(
+    common: CommonArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let bus = Bus::connect(&common.nats_url)
+        .await
+        .context("failed to connect to the bus")?;
+    let mgmt = sluice_kube::client::management(
+        common.kubeconfig.as_deref(),
+        common.kube_context.as_deref(),
+    )
+    .await
+    .context("failed to build the management cluster client")?;
+
+    let (tx, mut rx) = mpsc::channel(1024);
+    let mut tasks = Vec::new();
+    for kind in management::WATCHED {
+        tasks.push(tokio::spawn(management::watch(
+            mgmt.clone(),
+            bus.clone(),
+            kind,
+            tx.clone(),
+            health.clone(),
+        )));
+    }
+    drop(tx);
+
+    let mut state = ConfigState::default();
+    let mut watches = managed::Watches::new(bus.clone(), health.clone());
+    health.set_ready(true);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            update = rx.recv() => {
+                let Some(update) = update else { break };
+                state.apply(&update.kind, &update.namespace, &update.name, update.object.as_ref());
+                watches.reconcile(&state).await;
+            }
+        }
+    }
+    tracing::info!("watcher stopping");
+    for task in tasks {
+        task.abort();
+    }
+    watches.stop_all();
+    Ok(())
+}

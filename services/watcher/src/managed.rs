@@ -1,0 +1,314 @@
+//! Watches in managed clusters: which (cluster, kind) pairs are needed, given the
+//! configuration, and the tasks that watch them. A rotated kubeconfig restarts the cluster's
+//! watches; a cluster that is gone has its published state purged.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sluice_bus::{message_id, topology, Bus, Outgoing};
+use sluice_domain::cluster::{kubeconfig_from_secret, ClusterId};
+use sluice_domain::config::ConfigState;
+use sluice_kube::watch::{watch_kind, Change, ObjectKey};
+use sluice_proto::v1 as pb;
+use sluice_runtime::Health;
+use tokio::task::JoinHandle;
+
+/// group, version, kind.
+pub type Gvk = (String, String, String);
+
+/// What a cluster needs watched.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterWatch {
+    pub kubeconfig: Result<String, String>,
+    pub kinds: BTreeSet<Gvk>,
+}
+
+/// The (cluster, kinds) the configuration asks for: every kind listed by an EventSource that
+/// some EventTrigger deploys to the cluster.
+pub fn desired_watches(state: &ConfigState) -> BTreeMap<ClusterId, ClusterWatch> {
+    let mut out: BTreeMap<ClusterId, ClusterWatch> = BTreeMap::new();
+    let deployments = state.deployments(|trigger, _| Some(trigger.event_source_name.clone()));
+    for (cluster_id, es_name) in deployments.keys() {
+        let Some(Ok(es)) = state.event_sources.get(es_name) else {
+            continue;
+        };
+        let Some(cluster) = state.clusters.get(cluster_id) else {
+            continue;
+        };
+        let entry = out
+            .entry(cluster_id.clone())
+            .or_insert_with(|| ClusterWatch {
+                kubeconfig: state
+                    .secrets
+                    .get(&(
+                        cluster_id.namespace.clone(),
+                        cluster.kubeconfig_secret.clone(),
+                    ))
+                    .ok_or_else(|| {
+                        format!(
+                            "kubeconfig secret {}/{} not found",
+                            cluster_id.namespace, cluster.kubeconfig_secret
+                        )
+                    })
+                    .and_then(|secret| {
+                        kubeconfig_from_secret(secret, cluster.kubeconfig_key.as_deref())
+                    }),
+                kinds: BTreeSet::new(),
+            });
+        for selector in &es.spec.resource_selectors {
+            entry.kinds.insert((
+                selector.group.clone(),
+                selector.version.clone(),
+                selector.kind.clone(),
+            ));
+        }
+    }
+    out
+}
+
+struct Running {
+    kubeconfig_hash: String,
+    task: JoinHandle<()>,
+}
+
+/// The running watch tasks.
+pub struct Watches {
+    bus: Bus,
+    health: Health,
+    running: HashMap<(ClusterId, Gvk), Running>,
+    clusters: BTreeSet<ClusterId>,
+}
+
+impl Watches {
+    pub fn new(bus: Bus, health: Health) -> Watches {
+        Watches {
+            bus,
+            health,
+            running: HashMap::new(),
+            clusters: BTreeSet::new(),
+        }
+    }
+
+    /// Starts and stops tasks so that exactly the desired watches run.
+    pub async fn reconcile(&mut self, state: &ConfigState) {
+        let desired = desired_watches(state);
+        let mut wanted: HashMap<(ClusterId, Gvk), (String, String)> = HashMap::new();
+        for (cluster, watch) in &desired {
+            match &watch.kubeconfig {
+                Ok(text) => {
+                    let hash = format!("{:x}", Sha256::digest(text.as_bytes()));
+                    for gvk in &watch.kinds {
+                        wanted.insert((cluster.clone(), gvk.clone()), (hash.clone(), text.clone()));
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!(cluster = %cluster, reason = %reason, "cannot watch cluster");
+                }
+            }
+        }
+        self.running.retain(|key, running| {
+            let keep = wanted
+                .get(key)
+                .is_some_and(|(hash, _)| *hash == running.kubeconfig_hash);
+            if !keep {
+                tracing::info!(cluster = %key.0, kind = %key.1 .2, "stopping watch");
+                running.task.abort();
+            }
+            keep
+        });
+        for (key, (hash, kubeconfig)) in wanted {
+            if self.running.contains_key(&key) {
+                continue;
+            }
+            tracing::info!(cluster = %key.0, kind = %key.1 .2, "starting watch");
+            let task = tokio::spawn(watch_managed(
+                self.bus.clone(),
+                self.health.clone(),
+                key.0.clone(),
+                key.1.clone(),
+                kubeconfig,
+            ));
+            self.running.insert(
+                key,
+                Running {
+                    kubeconfig_hash: hash,
+                    task,
+                },
+            );
+        }
+        // A cluster deleted from the management cluster: forget what was published for it.
+        let present: BTreeSet<ClusterId> = state.clusters.keys().cloned().collect();
+        for gone in self.clusters.difference(&present) {
+            let filter = topology::change_cluster_filter(&sluice_wire::cluster_tokens(gone));
+            match self.bus.purge(topology::CHANGES, &filter).await {
+                Ok(purged) => {
+                    tracing::info!(cluster = %gone, purged, "purged state of deleted cluster")
+                }
+                Err(error) => {
+                    tracing::warn!(cluster = %gone, error = %error, "failed to purge state of deleted cluster")
+                }
+            }
+        }
+        self.clusters = present;
+    }
+
+    pub fn stop_all(&mut self) {
+        for (_, running) in self.running.drain() {
+            running.task.abort();
+        }
+    }
+}
+
+const RETRY: Duration = Duration::from_secs(2);
+
+async fn watch_managed(bus: Bus, health: Health, cluster: ClusterId, gvk: Gvk, kubeconfig: String) {
+    let errors = health.counter("sluice_watcher_managed_errors_total");
+    let published = health.counter("sluice_watcher_changes_published_total");
+    let tokens = sluice_wire::cluster_tokens(&cluster);
+    let api_version = if gvk.0.is_empty() {
+        gvk.1.clone()
+    } else {
+        format!("{}/{}", gvk.0, gvk.1)
+    };
+    loop {
+        let client = match sluice_kube::client::from_kubeconfig_text(&kubeconfig, None).await {
+            Ok(client) => client,
+            Err(error) => {
+                errors.inc();
+                tracing::warn!(cluster = %cluster, error = %error, "invalid kubeconfig");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let kind = match sluice_kube::apply::resolve(&client, &api_version, &gvk.2).await {
+            Ok(kind) => kind,
+            Err(error) => {
+                // Unknown kinds select nothing (as in Sveltos); retry in case the CRD appears.
+                tracing::debug!(cluster = %cluster, kind = %gvk.2, error = %error, "kind not served");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let known = match seed(&bus, &tokens, &gvk).await {
+            Ok(known) => known,
+            Err(error) => {
+                errors.inc();
+                tracing::warn!(cluster = %cluster, error = %error, "failed to read published state");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let mut stream = Box::pin(watch_kind(client, kind, known));
+        while let Some(batch) = stream.next().await {
+            let changes = match batch {
+                Ok(changes) => changes,
+                Err(error) => {
+                    errors.inc();
+                    tracing::warn!(cluster = %cluster, kind = %gvk.2, error = %error, "watch error");
+                    continue;
+                }
+            };
+            let mut acks = Vec::with_capacity(changes.len());
+            for change in changes {
+                let out = resource_change(&cluster, &tokens, &gvk, &api_version, change);
+                match bus.publish(out).await {
+                    Ok(ack) => acks.push(ack),
+                    Err(error) => {
+                        errors.inc();
+                        tracing::warn!(cluster = %cluster, error = %error, "failed to publish change");
+                    }
+                }
+            }
+            for ack in acks {
+                match ack.await {
+                    Ok(_) => published.inc(),
+                    Err(error) => {
+                        errors.inc();
+                        tracing::warn!(cluster = %cluster, error = %error, "change not stored");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn resource_change(
+    cluster: &ClusterId,
+    tokens: &str,
+    gvk: &Gvk,
+    api_version: &str,
+    change: Change,
+) -> Outgoing {
+    let (namespace, name, resource_version, object) = match change {
+        Change::Upsert(object) => {
+            let field = |p: &str| {
+                object
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (
+                field("/metadata/namespace"),
+                field("/metadata/name"),
+                field("/metadata/resourceVersion"),
+                Some(object),
+            )
+        }
+        Change::Delete {
+            namespace,
+            name,
+            resource_version,
+        } => (namespace, name, resource_version, None),
+    };
+    let deleted = object.is_none();
+    let message = pb::ResourceChange {
+        cluster: Some(sluice_wire::cluster_ref(cluster)),
+        api_version: api_version.to_string(),
+        kind: gvk.2.clone(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        deleted,
+        resource_version: resource_version.clone(),
+        object_json: object
+            .as_ref()
+            .map(|o| serde_json::to_vec(o).unwrap_or_default())
+            .unwrap_or_default(),
+    };
+    Outgoing {
+        subject: topology::change_subject(tokens, &gvk.0, &gvk.2, &namespace, &name),
+        msg_id: message_id(&[
+            "change",
+            tokens,
+            &gvk.0,
+            &gvk.2,
+            &namespace,
+            &name,
+            &resource_version,
+            if deleted { "deleted" } else { "present" },
+        ]),
+        payload: sluice_wire::encode(&message),
+        traceparent: Some(sluice_runtime::new_traceparent()),
+    }
+}
+
+async fn seed(
+    bus: &Bus,
+    tokens: &str,
+    gvk: &Gvk,
+) -> sluice_bus::Result<HashMap<ObjectKey, String>> {
+    let filter = topology::change_kind_filter(tokens, &gvk.0, &gvk.2);
+    let mut known = HashMap::new();
+    for delivered in bus.replay_state(topology::CHANGES, &filter).await? {
+        if let Ok(message) = sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered)
+        {
+            if !message.deleted {
+                known.insert((message.namespace, message.name), message.resource_version);
+            }
+        }
+    }
+    Ok(known)
+}

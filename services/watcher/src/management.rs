@@ -1,0 +1,212 @@
+//! Watching the management cluster's configuration kinds and publishing each object's state
+//! on its config subject. A kind that is not served yet (its CRD is missing) is retried.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use serde_json::Value;
+use sluice_bus::{message_id, topology, Bus, Outgoing};
+use sluice_kube::watch::{watch_kind, Change, ObjectKey};
+use sluice_proto::v1 as pb;
+use sluice_runtime::Health;
+use tokio::sync::mpsc;
+
+/// A configuration kind and the API versions it may be served at, preferred first.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchedKind {
+    pub kind: &'static str,
+    pub api_versions: &'static [&'static str],
+}
+
+pub const WATCHED: [WatchedKind; 8] = [
+    WatchedKind {
+        kind: "EventSource",
+        api_versions: &[
+            "lib.projectsveltos.io/v1beta1",
+            "lib.projectsveltos.io/v1alpha1",
+        ],
+    },
+    WatchedKind {
+        kind: "EventTrigger",
+        api_versions: &[
+            "lib.projectsveltos.io/v1beta1",
+            "lib.projectsveltos.io/v1alpha1",
+        ],
+    },
+    WatchedKind {
+        kind: "EventBasedAddOn",
+        api_versions: &["lib.projectsveltos.io/v1alpha1"],
+    },
+    WatchedKind {
+        kind: "SveltosCluster",
+        api_versions: &[
+            "lib.projectsveltos.io/v1beta1",
+            "lib.projectsveltos.io/v1alpha1",
+        ],
+    },
+    WatchedKind {
+        kind: "Cluster",
+        api_versions: &["cluster.x-k8s.io/v1beta1", "cluster.x-k8s.io/v1beta2"],
+    },
+    WatchedKind {
+        kind: "ClusterSet",
+        api_versions: &["lib.projectsveltos.io/v1beta1"],
+    },
+    WatchedKind {
+        kind: "ConfigMap",
+        api_versions: &["v1"],
+    },
+    WatchedKind {
+        kind: "Secret",
+        api_versions: &["v1"],
+    },
+];
+
+/// One configuration object's new state, as handed to the watcher's main loop.
+#[derive(Debug)]
+pub struct Update {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub object: Option<Value>,
+}
+
+const RETRY: Duration = Duration::from_secs(2);
+
+/// Watches one kind forever: resolves it, seeds what was published before, publishes changes.
+pub async fn watch(
+    client: Client,
+    bus: Bus,
+    watched: WatchedKind,
+    tx: mpsc::Sender<Update>,
+    health: Health,
+) {
+    let errors = health.counter("sluice_watcher_management_errors_total");
+    loop {
+        let Some(kind) = resolve_any(&client, watched).await else {
+            tokio::time::sleep(RETRY).await;
+            continue;
+        };
+        let known = match seed(&bus, watched.kind).await {
+            Ok(known) => known,
+            Err(error) => {
+                errors.inc();
+                tracing::warn!(kind = watched.kind, error = %error, "failed to read published config, retrying");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        tracing::info!(kind = watched.kind, api = %kind.resource.api_version, "watching management kind");
+        let mut stream = Box::pin(watch_kind(client.clone(), kind, known));
+        while let Some(batch) = stream.next().await {
+            match batch {
+                Ok(changes) => {
+                    for change in changes {
+                        let update = publish(&bus, watched.kind, change).await;
+                        match update {
+                            Ok(update) => {
+                                if tx.send(update).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Err(error) => {
+                                errors.inc();
+                                tracing::warn!(kind = watched.kind, error = %error, "failed to publish config");
+                            }
+                        }
+                    }
+                }
+                Err(error) => {
+                    errors.inc();
+                    tracing::warn!(kind = watched.kind, error = %error, "management watch error");
+                }
+            }
+        }
+    }
+}
+
+async fn resolve_any(client: &Client, watched: WatchedKind) -> Option<sluice_kube::apply::Kind> {
+    for api_version in watched.api_versions {
+        if let Ok(kind) = sluice_kube::apply::resolve(client, api_version, watched.kind).await {
+            return Some(kind);
+        }
+    }
+    None
+}
+
+/// What an earlier run published for this kind, so deletions while nobody watched are found.
+async fn seed(bus: &Bus, kind: &str) -> sluice_bus::Result<HashMap<ObjectKey, String>> {
+    let filter = format!(
+        "{}.config.{}.>",
+        topology::PREFIX,
+        topology::encode_token(kind)
+    );
+    let mut known = HashMap::new();
+    for delivered in bus.replay_state(topology::CONFIG, &filter).await? {
+        if let Ok(message) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", &delivered) {
+            if !message.deleted {
+                known.insert((message.namespace, message.name), message.resource_version);
+            }
+        }
+    }
+    Ok(known)
+}
+
+async fn publish(bus: &Bus, kind: &str, change: Change) -> sluice_bus::Result<Update> {
+    let (namespace, name, resource_version, object) = match change {
+        Change::Upsert(object) => {
+            let field = |p: &str| {
+                object
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (
+                field("/metadata/namespace"),
+                field("/metadata/name"),
+                field("/metadata/resourceVersion"),
+                Some(object),
+            )
+        }
+        Change::Delete {
+            namespace,
+            name,
+            resource_version,
+        } => (namespace, name, resource_version, None),
+    };
+    let deleted = object.is_none();
+    let message = pb::ConfigObject {
+        kind: kind.to_string(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        deleted,
+        resource_version: resource_version.clone(),
+        object_json: object
+            .as_ref()
+            .map(|o| serde_json::to_vec(o).unwrap_or_default())
+            .unwrap_or_default(),
+    };
+    bus.publish_durably(Outgoing {
+        subject: topology::config_subject(kind, &namespace, &name),
+        msg_id: message_id(&[
+            "config",
+            kind,
+            &namespace,
+            &name,
+            &resource_version,
+            if deleted { "deleted" } else { "present" },
+        ]),
+        payload: sluice_wire::encode(&message),
+        traceparent: Some(sluice_runtime::new_traceparent()),
+    })
+    .await?;
+    Ok(Update {
+        kind: kind.to_string(),
+        namespace,
+        name,
+        object,
+    })
+}
