@@ -13,6 +13,12 @@ pub enum Error {
     MissingKubeconfig { path: PathBuf },
     #[error("invalid sveltos namespace {namespace:?}: expected a DNS label")]
     InvalidNamespace { namespace: String },
+    #[error("invalid RUST_LOG filter {directives:?}")]
+    InvalidLogFilter {
+        directives: String,
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
     #[error("failed to install the tracing subscriber")]
     TelemetryInit {
         #[source]

@@ -24,7 +24,9 @@
 //!     if let Err(error) = config.common.validate() {
 //!         sluice_runtime::exit_on_bad_config(error);
 //!     }
-//!     sluice_runtime::init_telemetry("watcher", config.common.log_format)?;
+//!     if let Err(error) = sluice_runtime::init_telemetry("watcher", config.common.log_format) {
+//!         sluice_runtime::exit_on_bad_config(error); // an unparsable RUST_LOG
+//!     }
 //!     tracing::info!(config = %config.common.redacted(), "starting");
 //!     let token = sluice_runtime::shutdown_token()?;
 //!     let health = Health::new();

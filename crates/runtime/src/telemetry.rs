@@ -8,13 +8,15 @@ use crate::config::{LogFormat, LOG_FILTER_ENV};
 use crate::error::{Error, Result};
 
 /// Installs the global subscriber: filter from `RUST_LOG` (default `info`), output to stderr in
-/// `format`, then logs the service name and version. Fails if a subscriber is already installed
-/// or `RUST_LOG` does not parse.
+/// `format`, then logs the service name and version. Fails with [`Error::InvalidLogFilter`] (a
+/// configuration error: exit 64) when `RUST_LOG` does not parse, and with
+/// [`Error::TelemetryInit`] if a subscriber is already installed.
 pub fn init_telemetry(service: &'static str, format: LogFormat) -> Result<()> {
     let filter = match std::env::var(LOG_FILTER_ENV) {
         Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
-            .map_err(|source| Error::TelemetryInit {
-                source: Box::new(source),
+            .map_err(|source| Error::InvalidLogFilter {
+                directives: directives.clone(),
+                source,
             })?,
         _ => EnvFilter::new("info"),
     };

@@ -135,6 +135,30 @@ async fn unparsable_arguments_exit_64_with_one_line() {
 }
 
 #[tokio::test]
+async fn unparsable_rust_log_is_a_config_error() {
+    if is_child() {
+        match init_telemetry("probe", LogFormat::Text) {
+            Ok(()) => println!("telemetry unexpectedly initialised"),
+            Err(error) => exit_on_bad_config(error),
+        }
+        return;
+    }
+    let mut child = spawn_child(
+        "unparsable_rust_log_is_a_config_error",
+        &[("RUST_LOG", "sluice=loud")],
+    );
+    let status = child.wait_exit(DEADLINE).unwrap();
+    assert_eq!(status.code(), Some(EXIT_BAD_CONFIG), "{}", child.log());
+    assert!(
+        child
+            .log()
+            .contains("invalid configuration: invalid RUST_LOG filter \"sluice=loud\"\n"),
+        "{}",
+        child.log()
+    );
+}
+
+#[tokio::test]
 async fn json_logs_are_one_object_per_line_filtered_by_rust_log() {
     if is_child() {
         init_telemetry("probe", LogFormat::Json).unwrap();
