@@ -50,7 +50,7 @@ end
 /// The same Service as `shared/oracle/bench/make_inputs.py` `service(i)`.
 fn service(i: usize) -> Value {
     let mut labels = json!({"app": format!("app-{}", i % 17), "tier": "web"});
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         labels["sveltos"] = json!("fv");
     }
     json!({
@@ -95,13 +95,22 @@ fn sluice_ns_per_object(es: &CompiledEventSource, objects: &[Value], rounds: usi
 fn oracle_path() -> Option<PathBuf> {
     let path = std::env::var_os("SLUICE_ORACLE")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/sluice-oracle/oracle")))?;
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/sluice-oracle/oracle"))
+        })?;
     path.exists().then_some(path)
 }
 
 /// Runs the oracle's `bench-lua` and returns its ns per object and matches per pass.
-fn oracle_ns_per_object(oracle: &PathBuf, script: &str, objects: &[Value], mode: &str, iterations: u32) -> Option<(f64, u64)> {
-    let request = json!({"script": script, "objects": objects, "iterations": iterations, "mode": mode});
+fn oracle_ns_per_object(
+    oracle: &PathBuf,
+    script: &str,
+    objects: &[Value],
+    mode: &str,
+    iterations: u32,
+) -> Option<(f64, u64)> {
+    let request =
+        json!({"script": script, "objects": objects, "iterations": iterations, "mode": mode});
     let mut child = Command::new(oracle)
         .arg("bench-lua")
         .stdin(Stdio::piped())
@@ -115,7 +124,10 @@ fn oracle_ns_per_object(oracle: &PathBuf, script: &str, objects: &[Value], mode:
     }
     let out = child.wait_with_output().ok()?;
     let answer: Value = serde_json::from_slice(&out.stdout).ok()?;
-    Some((answer["ns_per_object"].as_f64()?, answer["matched_per_pass"].as_u64()?))
+    Some((
+        answer["ns_per_object"].as_f64()?,
+        answer["matched_per_pass"].as_u64()?,
+    ))
 }
 
 fn side_by_side(c: &mut Criterion) {
@@ -132,18 +144,46 @@ fn side_by_side(c: &mut Criterion) {
         let ours = sluice_ns_per_object(&es, &objects, 5);
         let oracle = oracle_path();
         let theirs = |mode: &str, iterations: u32| {
-            oracle.as_ref().and_then(|o| oracle_ns_per_object(o, script, &objects, mode, iterations))
+            oracle
+                .as_ref()
+                .and_then(|o| oracle_ns_per_object(o, script, &objects, mode, iterations))
         };
-        table.push((name, matched, ours, theirs("sveltos", 1), theirs("pooled", 3)));
+        table.push((
+            name,
+            matched,
+            ours,
+            theirs("sveltos", 1),
+            theirs("pooled", 3),
+        ));
     }
     group.finish();
 
-    println!("\nper-object evaluation, {OBJECTS} Services, best of 5 passes (sluice) / oracle bench-lua");
-    println!("{:<8} {:>8} {:>12} {:>16} {:>16} {:>10} {:>10}", "script", "matched", "sluice ns", "gopher sveltos", "gopher pooled", "x sveltos", "x pooled");
+    println!(
+        "\nper-object evaluation, {OBJECTS} Services, best of 5 passes (sluice) / oracle bench-lua"
+    );
+    println!(
+        "{:<8} {:>8} {:>12} {:>16} {:>16} {:>10} {:>10}",
+        "script",
+        "matched",
+        "sluice ns",
+        "gopher sveltos",
+        "gopher pooled",
+        "x sveltos",
+        "x pooled"
+    );
     for (name, matched, ours, sveltos, pooled) in table {
-        let fmt = |v: Option<(f64, u64)>| v.map_or("n/a".to_string(), |(ns, m)| format!("{ns:.0} ({m})"));
-        let ratio = |v: Option<(f64, u64)>| v.map_or("n/a".to_string(), |(ns, _)| format!("{:.1}", ns / ours));
-        println!("{name:<8} {matched:>8} {ours:>12.0} {:>16} {:>16} {:>10} {:>10}", fmt(sveltos), fmt(pooled), ratio(sveltos), ratio(pooled));
+        let fmt =
+            |v: Option<(f64, u64)>| v.map_or("n/a".to_string(), |(ns, m)| format!("{ns:.0} ({m})"));
+        let ratio = |v: Option<(f64, u64)>| {
+            v.map_or("n/a".to_string(), |(ns, _)| format!("{:.1}", ns / ours))
+        };
+        println!(
+            "{name:<8} {matched:>8} {ours:>12.0} {:>16} {:>16} {:>10} {:>10}",
+            fmt(sveltos),
+            fmt(pooled),
+            ratio(sveltos),
+            ratio(pooled)
+        );
     }
 }
 
