@@ -23,7 +23,7 @@ mod yaml;
 use std::sync::Arc;
 
 pub use cache::TemplateCache;
-pub use value::{event_data, Map, MapRef, Value};
+pub use value::{event_data, event_data_shared, Map, MapReadGuard, MapRef, MapWriteGuard, Value};
 
 /// The template syntax and escaping.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -3,7 +3,9 @@
 
 use serde_json::{json, Value as Json};
 
-use crate::{event_data, Engine, MissingKey, Options, Template};
+use std::sync::Arc;
+
+use crate::{event_data_shared, Engine, MissingKey, Options, Template};
 
 /// The oracle's default template name.
 pub const DEFAULT_NAME: &str = "sluice-conformance";
@@ -46,8 +48,8 @@ fn render_request(request: &Json) -> Result<String, String> {
     };
     let name = fields.get("name").and_then(Json::as_str).unwrap_or(DEFAULT_NAME).to_string();
     let data = match fields.get("data") {
-        None | Some(Json::Null) => event_data(&json!({})),
-        Some(d @ Json::Object(_)) => event_data(d),
+        None | Some(Json::Null) => event_data_shared(Arc::new(json!({}))),
+        Some(d @ Json::Object(_)) => event_data_shared(Arc::new(d.clone())),
         Some(_) => return Err("data must be a JSON object".into()),
     };
     let options = Options { engine, missing_key, name };

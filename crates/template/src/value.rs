@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+
 /// The entries of a map value, in Go's printing order (sorted keys).
 pub type Map = BTreeMap<String, Value>;
 
@@ -33,37 +34,203 @@ pub enum Value {
 }
 
 /// A shared, mutable map, as a Go `map[string]interface{}` is.
+///
+/// A map made from shared JSON (`Value::from_shared_json`, `event_data_shared`) starts lazy: a
+/// lookup reads the JSON directly and converts only what it returns, so a template that reads
+/// five fields of a large object pays for five fields. Maps and lists it hands out are cached
+/// so that repeated lookups return the same (mutable) map, as in Go; iterating or mutating a
+/// lazy map converts it one level.
 #[derive(Clone, Debug, Default)]
-pub struct MapRef(Arc<RwLock<Map>>);
+pub struct MapRef(Arc<RwLock<MapState>>);
+
+#[derive(Debug)]
+enum MapState {
+    Owned(Map),
+    Lazy { json: JsonRef, children: Map },
+}
+
+impl Default for MapState {
+    fn default() -> Self {
+        MapState::Owned(Map::new())
+    }
+}
+
+static EMPTY: Map = Map::new();
+
+/// Read access to a map's entries.
+pub struct MapReadGuard<'a>(RwLockReadGuard<'a, MapState>);
+
+impl std::ops::Deref for MapReadGuard<'_> {
+    type Target = Map;
+    fn deref(&self) -> &Map {
+        match &*self.0 {
+            MapState::Owned(m) => m,
+            // `read` converts lazy maps before it locks; maps never become lazy again.
+            MapState::Lazy { .. } => &EMPTY,
+        }
+    }
+}
+
+/// Write access to a map's entries.
+pub struct MapWriteGuard<'a>(RwLockWriteGuard<'a, MapState>);
+
+impl std::ops::Deref for MapWriteGuard<'_> {
+    type Target = Map;
+    fn deref(&self) -> &Map {
+        match &*self.0 {
+            MapState::Owned(m) => m,
+            MapState::Lazy { .. } => &EMPTY,
+        }
+    }
+}
+
+impl std::ops::DerefMut for MapWriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Map {
+        match &mut *self.0 {
+            MapState::Owned(m) => m,
+            MapState::Lazy { children, .. } => children,
+        }
+    }
+}
 
 impl MapRef {
     pub fn new(map: Map) -> Self {
-        MapRef(Arc::new(RwLock::new(map)))
+        MapRef(Arc::new(RwLock::new(MapState::Owned(map))))
     }
 
-    /// Reads the entries; a poisoned lock still holds consistent data (no writer panics mid-way).
-    pub fn read(&self) -> RwLockReadGuard<'_, Map> {
+    fn lazy(json: JsonRef) -> Self {
+        MapRef(Arc::new(RwLock::new(MapState::Lazy { json, children: Map::new() })))
+    }
+
+    fn read_state(&self) -> RwLockReadGuard<'_, MapState> {
+        // A poisoned lock still holds consistent data: no writer panics half-way.
         self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn write(&self) -> RwLockWriteGuard<'_, Map> {
+    fn write_state(&self) -> RwLockWriteGuard<'_, MapState> {
         self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Converts a lazy map one level (its children stay lazy).
+    fn materialize(&self) {
+        if let MapState::Owned(_) = &*self.read_state() {
+            return;
+        }
+        let mut state = self.write_state();
+        if let MapState::Lazy { json, children } = &mut *state {
+            let mut map = std::mem::take(children);
+            if let serde_json::Value::Object(entries) = json.get() {
+                for (k, v) in entries {
+                    if !map.contains_key(k) {
+                        map.insert(k.clone(), lazy_value(&json.child(v)));
+                    }
+                }
+            }
+            *state = MapState::Owned(map);
+        }
+    }
+
+    /// Reads the entries.
+    pub fn read(&self) -> MapReadGuard<'_> {
+        self.materialize();
+        MapReadGuard(self.read_state())
+    }
+
+    pub fn write(&self) -> MapWriteGuard<'_> {
+        self.materialize();
+        MapWriteGuard(self.write_state())
+    }
+
     pub fn get(&self, key: &str) -> Option<Value> {
-        self.read().get(key).cloned()
+        {
+            let state = self.read_state();
+            match &*state {
+                MapState::Owned(m) => return m.get(key).cloned(),
+                MapState::Lazy { json, children } => {
+                    if let Some(v) = children.get(key) {
+                        return Some(v.clone());
+                    }
+                    let child = json.get().get(key)?;
+                    if !(child.is_object() || child.is_array()) {
+                        return Some(lazy_value(&json.child(child)));
+                    }
+                }
+            }
+        }
+        // A map or list: convert it once and keep it, so later lookups share it.
+        let mut state = self.write_state();
+        match &mut *state {
+            MapState::Owned(m) => m.get(key).cloned(),
+            MapState::Lazy { json, children } => {
+                if let Some(v) = children.get(key) {
+                    return Some(v.clone());
+                }
+                let child = json.get().get(key)?;
+                let value = lazy_value(&json.child(child));
+                children.insert(key.to_string(), value.clone());
+                Some(value)
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.read().len()
+        match &*self.read_state() {
+            MapState::Owned(m) => m.len(),
+            MapState::Lazy { json, .. } => json.get().as_object().map_or(0, |o| o.len()),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.read().is_empty()
+        self.len() == 0
     }
 
     pub fn ptr_eq(&self, other: &MapRef) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A node of a shared JSON document that is never modified.
+#[derive(Clone)]
+struct JsonRef {
+    root: Arc<serde_json::Value>,
+    node: std::ptr::NonNull<serde_json::Value>,
+}
+
+// SAFETY: `node` points into `*root`, which `root` keeps alive and which is never mutated (the
+// Arc is only ever read through shared references). `serde_json::Value` is Send and Sync, so
+// sharing a reference into it across threads is sound.
+unsafe impl Send for JsonRef {}
+unsafe impl Sync for JsonRef {}
+
+impl std::fmt::Debug for JsonRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JsonRef")
+    }
+}
+
+impl JsonRef {
+    fn new(root: Arc<serde_json::Value>) -> JsonRef {
+        let node = std::ptr::NonNull::from(&*root);
+        JsonRef { root, node }
+    }
+
+    fn get(&self) -> &serde_json::Value {
+        // SAFETY: see the Send/Sync impls: the pointee lives as long as `self.root`.
+        unsafe { self.node.as_ref() }
+    }
+
+    /// A reference to `node`, which must have been reached from `self.get()`.
+    fn child(&self, node: &serde_json::Value) -> JsonRef {
+        JsonRef { root: Arc::clone(&self.root), node: std::ptr::NonNull::from(node) }
+    }
+}
+
+/// One level of conversion: scalars become values, objects lazy maps, arrays lists of those.
+fn lazy_value(j: &JsonRef) -> Value {
+    match j.get() {
+        serde_json::Value::Object(_) => Value::Map(MapRef::lazy(j.clone())),
+        serde_json::Value::Array(items) => Value::list(items.iter().map(|item| lazy_value(&j.child(item))).collect()),
+        scalar => Value::from(scalar),
     }
 }
 
@@ -193,7 +360,15 @@ impl From<&serde_json::Value> for Value {
 
 impl From<serde_json::Value> for Value {
     fn from(json: serde_json::Value) -> Self {
-        Value::from(&json)
+        Value::from_shared_json(Arc::new(json))
+    }
+}
+
+impl Value {
+    /// A value over a shared JSON document that converts only what templates read (see
+    /// [`MapRef`]); same number rule as `From<&serde_json::Value>`.
+    pub fn from_shared_json(json: Arc<serde_json::Value>) -> Value {
+        lazy_value(&JsonRef::new(json))
     }
 }
 
@@ -233,24 +408,32 @@ impl From<f64> for Value {
 /// `.Resources`/`.CloudEvents` likewise, and `.MatchingResource(s)` are `ObjectReference`s whose
 /// absent fields are empty strings.
 pub fn event_data(json: &serde_json::Value) -> Value {
+    build_event_data(json, &|v| Value::from(v))
+}
+
+/// [`event_data`] over a shared JSON document, converting only what templates read: the cheap
+/// way to give one event's data to many templates.
+pub fn event_data_shared(json: Arc<serde_json::Value>) -> Value {
+    let root = JsonRef::new(json);
+    build_event_data(root.get(), &|v| lazy_value(&root.child(v)))
+}
+
+fn build_event_data(json: &serde_json::Value, convert: &dyn Fn(&serde_json::Value) -> Value) -> Value {
     let serde_json::Value::Object(entries) = json else {
-        return Value::from(json);
+        return convert(json);
     };
     let mut map = Map::new();
     for (key, value) in entries {
         let converted = match (key.as_str(), value) {
             ("Resource" | "CloudEvent" | "Cluster", serde_json::Value::Null) => Value::map(Map::new()),
             ("Resources" | "CloudEvents", serde_json::Value::Array(items)) => Value::list(
-                items
-                    .iter()
-                    .map(|item| if item.is_null() { Value::map(Map::new()) } else { Value::from(item) })
-                    .collect(),
+                items.iter().map(|item| if item.is_null() { Value::map(Map::new()) } else { convert(item) }).collect(),
             ),
             ("MatchingResource", item) => object_reference(item),
             ("MatchingResources", serde_json::Value::Array(items)) => {
                 Value::list(items.iter().map(object_reference).collect())
             }
-            _ => Value::from(value),
+            _ => convert(value),
         };
         map.insert(key.clone(), converted);
     }

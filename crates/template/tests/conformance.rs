@@ -40,6 +40,29 @@ fn to_json(y: &Yaml) -> Json {
     }
 }
 
+fn eager_answer(request: &Json) -> Json {
+    let options = sluice_template::Options {
+        engine: match request.get("engine").and_then(Json::as_str) {
+            Some("html") => sluice_template::Engine::Html,
+            _ => sluice_template::Engine::Text,
+        },
+        missing_key: match request.get("missingkey").and_then(Json::as_str) {
+            Some("default") => sluice_template::MissingKey::Default,
+            Some("zero") => sluice_template::MissingKey::Zero,
+            _ => sluice_template::MissingKey::Error,
+        },
+        name: sluice_template::oracle::DEFAULT_NAME.into(),
+    };
+    let template = match sluice_template::Template::parse(request["template"].as_str().unwrap_or_default(), &options) {
+        Ok(t) => t,
+        Err(e) => return json!({ "error": e.to_string() }),
+    };
+    match template.render(&sluice_template::event_data(&request["data"])) {
+        Ok(output) => json!({ "output": output }),
+        Err(e) => json!({ "error": e.to_string() }),
+    }
+}
+
 #[test]
 fn conformance_corpus_renders_byte_for_byte() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
@@ -72,6 +95,9 @@ fn conformance_corpus_renders_byte_for_byte() {
                 let want = expected.get("output").expect("expected.output or expected.error");
                 answer.get("output") == Some(want)
             };
+            // The same case over eagerly converted data must agree with the lazy path.
+            let eager = eager_answer(&request);
+            let ok = ok && eager == answer;
             if ok {
                 passed += 1;
             } else {
