@@ -119,13 +119,18 @@ impl LuaRuntime {
         script: &Script,
         object: &Value,
     ) -> Result<(bool, String), String> {
+        let mut fast = None;
         let result = self.run(
             script,
             "obj",
             self.limits.instructions,
             raw::Input::Object(object),
+            Some(&mut fast),
         )?;
-        decode_verdict(&result)
+        match fast {
+            Some(verdict) => Ok(verdict),
+            None => decode_verdict(&result),
+        }
     }
 
     /// Runs `aggregatedSelection` over `objects` and returns the objects it selected and its message.
@@ -139,6 +144,7 @@ impl LuaRuntime {
             "resources",
             self.limits.aggregated_instructions,
             raw::Input::List(objects),
+            None,
         )?;
         decode_aggregated(&result)
     }
@@ -149,6 +155,7 @@ impl LuaRuntime {
         global: &str,
         budget: u64,
         input: raw::Input<'_>,
+        fast_verdict: Option<&mut Option<(bool, String)>>,
     ) -> Result<LuaValue, String> {
         self.spent.store(0, Ordering::Relaxed);
         self.budget.store(budget, Ordering::Relaxed);
@@ -194,6 +201,13 @@ impl LuaRuntime {
                     ffi::lua_replace(state, lazy_box);
                     ffi::lua_pop(state, 2);
                     ffi::lua_call(state, 3, 1);
+                    if let Some(out) = fast_verdict {
+                        if let Some(verdict) = raw::read_simple_verdict(state, -1) {
+                            *out = Some(verdict);
+                            ffi::lua_pop(state, 1);
+                            ffi::lua_pushnil(state);
+                        }
+                    }
                 },
             )
         };

@@ -293,3 +293,37 @@ end"#,
         );
     }
 }
+
+/// Go decodes result keys case-insensitively in sorted order, the last one winning; a result
+/// with nested values goes through the general path and must agree.
+#[test]
+fn result_keys_match_case_insensitively_last_sorted_wins() {
+    for (script, matching, message) in [
+        (
+            "return {Matching = false, matching = true, MESSAGE = 'a', message = 'b'}",
+            true,
+            "b",
+        ),
+        ("return {matching = false, Matching = true}", false, ""),
+        (
+            "return {matching = true, message = 'x', extra = {1, 2}, n = 1.5}",
+            true,
+            "x",
+        ),
+        (
+            "return {MATCHING = true, Message = 'y', nested = {a = {b = 'c'}}}",
+            true,
+            "y",
+        ),
+    ] {
+        let es = compile(&format!("function evaluate() {script} end"));
+        assert_eq!(
+            es.evaluate(&config_map()).expect("runs"),
+            Verdict {
+                matching,
+                message: message.into()
+            },
+            "{script}"
+        );
+    }
+}

@@ -128,3 +128,68 @@ unsafe fn check_stack(state: *mut ffi::lua_State) {
 fn len_hint(n: usize) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
 }
+
+/// Reads `{matching, message}` straight from the result table at `idx` when the table is simple:
+/// only string keys, only boolean, string or finite number values, `matching` a boolean and
+/// `message` a string. Then Go's `ToGoValue` + JSON round trip cannot fail and yields exactly
+/// this; anything else returns `None` and the caller takes the general path.
+///
+/// # Safety
+/// As [`push_input`]; `idx` must be a valid negative or absolute stack index.
+pub(crate) unsafe fn read_simple_verdict(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+) -> Option<(bool, String)> {
+    unsafe {
+        let t = ffi::lua_absindex(state, idx);
+        if ffi::lua_type(state, t) != ffi::LUA_TTABLE || ffi::lua_objlen(state, t) != 0 {
+            return None;
+        }
+        // Go decodes keys in sorted order and the last case-insensitive match wins.
+        let mut matching: Option<(Vec<u8>, bool)> = None;
+        let mut message: Option<(Vec<u8>, String)> = None;
+        let mut simple = true;
+        ffi::lua_pushnil(state);
+        while ffi::lua_next(state, t) != 0 {
+            if ffi::lua_type(state, -2) != ffi::LUA_TSTRING {
+                simple = false;
+            } else {
+                let mut len = 0usize;
+                let ptr = ffi::lua_tolstring(state, -2, &mut len);
+                let key = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+                let vtype = ffi::lua_type(state, -1);
+                if key.eq_ignore_ascii_case(b"matching") {
+                    if vtype != ffi::LUA_TBOOLEAN {
+                        simple = false;
+                    } else if matching.as_ref().is_none_or(|(k, _)| key > k.as_slice()) {
+                        matching = Some((key.to_vec(), ffi::lua_toboolean(state, -1) != 0));
+                    }
+                } else if key.eq_ignore_ascii_case(b"message") {
+                    if vtype != ffi::LUA_TSTRING {
+                        simple = false;
+                    } else if message.as_ref().is_none_or(|(k, _)| key > k.as_slice()) {
+                        let mut vlen = 0usize;
+                        let vptr = ffi::lua_tolstring(state, -1, &mut vlen);
+                        let bytes = std::slice::from_raw_parts(vptr.cast::<u8>(), vlen);
+                        message = Some((key.to_vec(), String::from_utf8_lossy(bytes).into_owned()));
+                    }
+                } else {
+                    simple &= match vtype {
+                        ffi::LUA_TBOOLEAN | ffi::LUA_TSTRING => true,
+                        ffi::LUA_TNUMBER => ffi::lua_tonumber(state, -1).is_finite(),
+                        _ => false,
+                    };
+                }
+            }
+            ffi::lua_pop(state, 1);
+            if !simple {
+                ffi::lua_pop(state, 1);
+                return None;
+            }
+        }
+        Some((
+            matching.is_some_and(|(_, b)| b),
+            message.map(|(_, m)| m).unwrap_or_default(),
+        ))
+    }
+}
