@@ -9,7 +9,8 @@
 //! right before an evaluation and clears it right after, before the borrowed object can go away;
 //! a proxy used at any other time finds no pointer and behaves as an empty table.
 //!
-//! Known deviation: a key the script deletes (`obj.spec = nil`) reappears on the next read.
+//! Known deviations: a key the script deletes (`obj.spec = nil`) reappears on the next read; an
+//! unmaterialized map has a protected metatable (`getmetatable` is `false`, `setmetatable` fails).
 
 use std::ffi::{c_int, c_void};
 
