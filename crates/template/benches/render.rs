@@ -13,12 +13,18 @@ fn fixture(name: &str) -> (String, serde_json::Value) {
     let path = format!("{}/benches/data/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     let json: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");
-    let template = json["template"].as_str().expect("fixture template").to_string();
+    let template = json["template"]
+        .as_str()
+        .expect("fixture template")
+        .to_string();
     (template, json["data"].clone())
 }
 
 fn bench(c: &mut Criterion) {
-    let options = Options { name: oracle::DEFAULT_NAME.into(), ..Options::default() };
+    let options = Options {
+        name: oracle::DEFAULT_NAME.into(),
+        ..Options::default()
+    };
     for name in ["networkpolicy", "ingress-50", "helm-values-200"] {
         let (text, data) = fixture(name);
         let template = Template::parse(&text, &options).expect("fixture parses");
@@ -44,12 +50,17 @@ fn bench(c: &mut Criterion) {
                 out
             })
         });
-        group.bench_function("render", |b| b.iter(|| template.render(black_box(&values)).expect("render")));
+        group.bench_function("render", |b| {
+            b.iter(|| template.render(black_box(&values)).expect("render"))
+        });
         let cache = TemplateCache::new(64);
         group.bench_function("cache+shared+render", |b| {
             b.iter(|| {
-                let t = cache.get_or_parse(black_box(&text), &options).expect("parse");
-                t.render(&event_data_shared(Arc::clone(black_box(&shared)))).expect("render")
+                let t = cache
+                    .get_or_parse(black_box(&text), &options)
+                    .expect("parse");
+                t.render(&event_data_shared(Arc::clone(black_box(&shared))))
+                    .expect("render")
             })
         });
         group.bench_function("parse+convert+render", |b| {

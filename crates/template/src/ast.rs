@@ -20,7 +20,11 @@ pub enum Node {
     If(Branch),
     With(Branch),
     Range(Branch),
-    Template { name: Box<str>, pipe: Option<Pipeline>, span: Span },
+    Template {
+        name: Box<str>,
+        pipe: Option<Pipeline>,
+        span: Span,
+    },
     Break,
     Continue,
 }

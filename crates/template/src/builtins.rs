@@ -9,16 +9,32 @@ use crate::gofmt::{sprint, sprintf, sprintln};
 use crate::value::Value;
 
 pub static FUNCS: &[FuncDef] = &[
-    FuncDef { name: "and", params: &[Ty::Any], variadic: Some(Ty::Any), imp: Imp::And, scope: Scope::All },
-    FuncDef { name: "or", params: &[Ty::Any], variadic: Some(Ty::Any), imp: Imp::Or, scope: Scope::All },
+    FuncDef {
+        name: "and",
+        params: &[Ty::Any],
+        variadic: Some(Ty::Any),
+        imp: Imp::And,
+        scope: Scope::All,
+    },
+    FuncDef {
+        name: "or",
+        params: &[Ty::Any],
+        variadic: Some(Ty::Any),
+        imp: Imp::Or,
+        scope: Scope::All,
+    },
     def!("not", [Any], |a| Ok(Value::Bool(!a[0].truth()))),
     def!("len", [Any], len),
     def!("index", [Any], ...Any, index),
     def!("eq", [Any], ...Any, eq),
     def!("ne", [Any, Any], |a| Ok(Value::Bool(!equal(&a[0], &a[1])?))),
     def!("lt", [Any, Any], |a| Ok(Value::Bool(less(&a[0], &a[1])?))),
-    def!("le", [Any, Any], |a| Ok(Value::Bool(less(&a[0], &a[1])? || equal(&a[0], &a[1])?))),
-    def!("gt", [Any, Any], |a| Ok(Value::Bool(!(less(&a[0], &a[1])? || equal(&a[0], &a[1])?)))),
+    def!("le", [Any, Any], |a| Ok(Value::Bool(
+        less(&a[0], &a[1])? || equal(&a[0], &a[1])?
+    ))),
+    def!("gt", [Any, Any], |a| Ok(Value::Bool(
+        !(less(&a[0], &a[1])? || equal(&a[0], &a[1])?)
+    ))),
     def!("ge", [Any, Any], |a| Ok(Value::Bool(!less(&a[0], &a[1])?))),
     def!("print", [], ...Any, |a| Ok(Value::string(sprint(&a)))),
     def!("println", [], ...Any, |a| Ok(Value::string(sprintln(&a)))),
@@ -45,10 +61,12 @@ fn index(a: Vec<Value>) -> FuncResult {
     for key in &a[1..] {
         item = match (&item, key) {
             (Value::Nil, _) => return Err("index of untyped nil".into()),
-            (Value::List(l), Value::Int(i) | Value::GoInt(i)) => match usize::try_from(*i).ok().and_then(|i| l.get(i)) {
-                Some(v) => v.clone(),
-                None => return Err(format!("index out of range: {i}")),
-            },
+            (Value::List(l), Value::Int(i) | Value::GoInt(i)) => {
+                match usize::try_from(*i).ok().and_then(|i| l.get(i)) {
+                    Some(v) => v.clone(),
+                    None => return Err(format!("index out of range: {i}")),
+                }
+            }
             (Value::String(s), Value::Int(i) | Value::GoInt(i)) => {
                 match usize::try_from(*i).ok().and_then(|i| s.as_bytes().get(i)) {
                     Some(b) => Value::Int(*b as i64),
@@ -56,11 +74,16 @@ fn index(a: Vec<Value>) -> FuncResult {
                 }
             }
             (Value::List(_) | Value::String(_), k) => {
-                return Err(format!("cannot index slice/array with type {}", k.go_type()))
+                return Err(format!(
+                    "cannot index slice/array with type {}",
+                    k.go_type()
+                ))
             }
             (Value::Map(m), Value::String(k)) => m.get(k).unwrap_or(Value::Nil),
             (Value::Map(_), Value::Nil) => Value::Nil,
-            (Value::Map(_), k) => return Err(format!("value has type {}; should be string", k.go_type())),
+            (Value::Map(_), k) => {
+                return Err(format!("value has type {}; should be string", k.go_type()))
+            }
             (other, _) => return Err(format!("can't index item of type {}", other.go_type())),
         };
     }
@@ -203,7 +226,9 @@ pub fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
             b' ' => out.push('+'),
             b => {
                 let _ = write!(out, "%{b:02X}");
@@ -212,4 +237,3 @@ pub fn query_escape(s: &str) -> String {
     }
     out
 }
-

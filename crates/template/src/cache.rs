@@ -24,7 +24,10 @@ struct Entries {
 impl TemplateCache {
     /// A cache holding at most `capacity` templates (at least one).
     pub fn new(capacity: usize) -> Self {
-        TemplateCache { capacity: capacity.max(1), inner: Mutex::new(Entries::default()) }
+        TemplateCache {
+            capacity: capacity.max(1),
+            inner: Mutex::new(Entries::default()),
+        }
     }
 
     /// The parsed template for `text` and `options`, parsing it on first use. Parse errors
@@ -39,7 +42,9 @@ impl TemplateCache {
         let mut entries = self.lock();
         if !entries.map.contains_key(&key) {
             while entries.map.len() >= self.capacity {
-                let Some(oldest) = entries.order.pop_front() else { break };
+                let Some(oldest) = entries.order.pop_front() else {
+                    break;
+                };
                 entries.map.remove(&oldest);
             }
             entries.order.push_back(key.clone());
@@ -58,6 +63,8 @@ impl TemplateCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

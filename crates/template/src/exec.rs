@@ -38,7 +38,16 @@ impl<'a> Exec<'a> {
         missing_key: MissingKey,
         out: &'a mut String,
     ) -> Self {
-        Exec { tree, src, name, engine, missing_key, out, vars: Vec::with_capacity(8), depth: 0 }
+        Exec {
+            tree,
+            src,
+            name,
+            engine,
+            missing_key,
+            out,
+            vars: Vec::with_capacity(8),
+            depth: 0,
+        }
     }
 
     /// Runs the template `name` with `data` as dot and `$`.
@@ -73,7 +82,9 @@ impl<'a> Exec<'a> {
                 Node::Range(b) => self.range(b, dot)?,
                 Node::Break => return Ok(Flow::Break),
                 Node::Continue => return Ok(Flow::Continue),
-                Node::Template { name, pipe, span } => self.template(name, pipe.as_ref(), *span, dot)?,
+                Node::Template { name, pipe, span } => {
+                    self.template(name, pipe.as_ref(), *span, dot)?
+                }
             }
         }
         Ok(Flow::Normal)
@@ -83,7 +94,9 @@ impl<'a> Exec<'a> {
         match (self.engine, value) {
             (Engine::Html, Value::Nil) => {}
             (Engine::Html, Value::String(s)) => self.out.push_str(&crate::builtins::html_escape(s)),
-            (Engine::Html, v) => self.out.push_str(&crate::builtins::html_escape(&crate::gofmt::to_string(v))),
+            (Engine::Html, v) => self
+                .out
+                .push_str(&crate::builtins::html_escape(&crate::gofmt::to_string(v))),
             (_, Value::Nil) => self.out.push_str("<no value>"),
             (_, v) => write_value(self.out, v),
         }
@@ -106,37 +119,63 @@ impl<'a> Exec<'a> {
     fn range(&mut self, b: &'a Branch, dot: &Value) -> R<()> {
         let mark = self.vars.len();
         let value = self.commands(dot, &b.pipe.cmds)?;
-        let items: Vec<(Value, Value)> = match &value {
-            Value::List(items) => items.iter().enumerate().map(|(i, v)| (Value::GoInt(i as i64), v.clone())).collect(),
-            Value::Map(m) => m.read().iter().map(|(k, v)| (Value::str(k), v.clone())).collect(),
-            Value::Nil => Vec::new(),
+        let wants_key = b.pipe.decl.len() > 1;
+        match &value {
+            Value::List(items) if !items.is_empty() => {
+                for (i, elem) in items.iter().enumerate() {
+                    let key = if wants_key {
+                        Value::GoInt(i as i64)
+                    } else {
+                        Value::Nil
+                    };
+                    if let Flow::Break = self.range_body(b, key, elem, mark)? {
+                        break;
+                    }
+                }
+            }
+            Value::Map(m) if !m.is_empty() => {
+                // A snapshot: the body may modify the map (Go iterates over sorted keys too).
+                let entries: Vec<(Value, Value)> = m
+                    .read()
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            if wants_key { Value::str(k) } else { Value::Nil },
+                            v.clone(),
+                        )
+                    })
+                    .collect();
+                for (key, elem) in entries {
+                    if let Flow::Break = self.range_body(b, key, &elem, mark)? {
+                        break;
+                    }
+                }
+            }
+            Value::List(_) | Value::Map(_) | Value::Nil => {
+                if let Some(else_list) = &b.else_list {
+                    self.walk(else_list, dot)?;
+                }
+            }
             other => {
                 let shown = crate::gofmt::to_string(other);
                 return Err(self.error(b.pipe.span, format!("range can't iterate over {shown}")));
             }
-        };
-        if items.is_empty() {
-            if let Some(else_list) = &b.else_list {
-                self.walk(else_list, dot)?;
-            }
-            return Ok(());
-        }
-        for (key, elem) in items {
-            match b.pipe.decl.as_slice() {
-                [] => {}
-                [v] => self.bind(v, elem.clone(), b.pipe.is_assign),
-                [k, v, ..] => {
-                    self.bind(k, key, b.pipe.is_assign);
-                    self.bind(v, elem.clone(), b.pipe.is_assign);
-                }
-            }
-            let flow = self.walk(&b.list, &elem)?;
-            self.vars.truncate(mark);
-            if let Flow::Break = flow {
-                break;
-            }
         }
         Ok(())
+    }
+
+    fn range_body(&mut self, b: &'a Branch, key: Value, elem: &Value, mark: usize) -> R<Flow> {
+        match b.pipe.decl.as_slice() {
+            [] => {}
+            [v] => self.bind(v, elem.clone(), b.pipe.is_assign),
+            [k, v, ..] => {
+                self.bind(k, key, b.pipe.is_assign);
+                self.bind(v, elem.clone(), b.pipe.is_assign);
+            }
+        }
+        let flow = self.walk(&b.list, elem)?;
+        self.vars.truncate(mark);
+        Ok(flow)
     }
 
     fn bind(&mut self, name: &'a str, value: Value, assign: bool) {
@@ -149,12 +188,21 @@ impl<'a> Exec<'a> {
         self.vars.push((name, value));
     }
 
-    fn template(&mut self, name: &str, pipe: Option<&'a Pipeline>, span: Span, dot: &Value) -> R<()> {
+    fn template(
+        &mut self,
+        name: &str,
+        pipe: Option<&'a Pipeline>,
+        span: Span,
+        dot: &Value,
+    ) -> R<()> {
         let Some(list) = self.tree.templates.get(name) else {
             return Err(self.error(span, format!("template {name:?} not defined")));
         };
         if self.depth >= MAX_DEPTH {
-            return Err(self.error(span, format!("exceeded maximum template depth ({MAX_DEPTH})")));
+            return Err(self.error(
+                span,
+                format!("exceeded maximum template depth ({MAX_DEPTH})"),
+            ));
         }
         let new_dot = match pipe {
             Some(p) => self.pipeline(dot, p)?,
@@ -189,7 +237,9 @@ impl<'a> Exec<'a> {
         let first = &cmd.args[0];
         let has_args = cmd.args.len() > 1 || final_.is_some();
         match &first.kind {
-            Arg::Field(names) => self.fields(Some(dot.clone()), names, first.span, &cmd.args, final_, dot),
+            Arg::Field(names) => {
+                self.fields(Some(dot.clone()), names, first.span, &cmd.args, final_, dot)
+            }
             Arg::Chain(base, names) => {
                 let receiver = self.operand_any(dot, base)?;
                 self.fields(Some(receiver), names, first.span, &cmd.args, final_, dot)
@@ -226,13 +276,19 @@ impl<'a> Exec<'a> {
     fn not_a_function(&self, first: &Operand, has_args: bool) -> R<()> {
         if has_args {
             let text = self.span_text(first.span);
-            return Err(self.error(first.span, format!("can't give argument to non-function {text}")));
+            return Err(self.error(
+                first.span,
+                format!("can't give argument to non-function {text}"),
+            ));
         }
         Ok(())
     }
 
     fn span_text(&self, span: Span) -> &str {
-        self.src.get(span.start as usize..span.end as usize).unwrap_or_default().trim()
+        self.src
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or_default()
+            .trim()
     }
 
     fn var(&self, name: &str, span: Span) -> R<Value> {
@@ -256,8 +312,11 @@ impl<'a> Exec<'a> {
         let mut final_ = final_;
         for (i, name) in names.iter().enumerate() {
             let last = i + 1 == names.len();
-            let (call_args, fin): (&'a [Operand], Option<Value>) =
-                if last { (args.get(1..).unwrap_or_default(), final_.take()) } else { (&[], None) };
+            let (call_args, fin): (&'a [Operand], Option<Value>) = if last {
+                (args.get(1..).unwrap_or_default(), final_.take())
+            } else {
+                (&[], None)
+            };
             current = self.field(current, name, span, call_args, fin, dot)?;
         }
         Ok(current.unwrap_or_default())
@@ -282,27 +341,39 @@ impl<'a> Exec<'a> {
         match &receiver {
             Value::Map(m) => {
                 if has_args {
-                    return Err(self.error(span, format!("{name} is not a method but has arguments")));
+                    return Err(
+                        self.error(span, format!("{name} is not a method but has arguments"))
+                    );
                 }
                 match m.get(name) {
                     Some(v) => Ok(Some(v)),
                     None => match self.missing_key {
-                        MissingKey::Error => Err(self.error(span, format!("map has no entry for key {name:?}"))),
+                        MissingKey::Error => {
+                            Err(self.error(span, format!("map has no entry for key {name:?}")))
+                        }
                         MissingKey::Default => Ok(None),
                         MissingKey::Zero => Ok(Some(Value::Nil)),
                     },
                 }
             }
-            Value::Nil => Err(self.error(span, format!("nil pointer evaluating interface {{}}.{name}"))),
+            Value::Nil => Err(self.error(
+                span,
+                format!("nil pointer evaluating interface {{}}.{name}"),
+            )),
             Value::Semver(_) | Value::Time(_) => {
                 let mut values = Vec::with_capacity(args.len() + 1);
                 for arg in args {
                     values.push(self.operand_any(dot, arg)?);
                 }
                 values.extend(final_);
-                crate::methods::call(&receiver, name, values).map(Some).map_err(|m| self.error(span, m))
+                crate::methods::call(&receiver, name, values)
+                    .map(Some)
+                    .map_err(|m| self.error(span, m))
             }
-            other => Err(self.error(span, format!("can't evaluate field {name} in type {}", other.go_type()))),
+            other => Err(self.error(
+                span,
+                format!("can't evaluate field {name} in type {}", other.go_type()),
+            )),
         }
     }
 
@@ -340,8 +411,14 @@ impl<'a> Exec<'a> {
             Arg::Number(n) => {
                 return match ty {
                     Ty::Any => Ok(n.ideal.clone()),
-                    Ty::Int => n.int.map(Value::GoInt).ok_or_else(|| self.expected(op, "integer")),
-                    Ty::Float => n.float.map(Value::Float).ok_or_else(|| self.expected(op, "float")),
+                    Ty::Int => n
+                        .int
+                        .map(Value::GoInt)
+                        .ok_or_else(|| self.expected(op, "integer")),
+                    Ty::Float => n
+                        .float
+                        .map(Value::Float)
+                        .ok_or_else(|| self.expected(op, "float")),
                     Ty::Str => Err(self.expected(op, "string")),
                     Ty::Bool => Err(self.expected(op, "bool")),
                     Ty::Map | Ty::List => Err(self.cant_handle(op, ty)),
@@ -353,7 +430,9 @@ impl<'a> Exec<'a> {
 
     fn literal(&self, v: &Value, ty: Ty, op: &Operand) -> R<Value> {
         match (v, ty) {
-            (_, Ty::Any) | (Value::String(_), Ty::Str) | (Value::Bool(_), Ty::Bool) => Ok(v.clone()),
+            (_, Ty::Any) | (Value::String(_), Ty::Str) | (Value::Bool(_), Ty::Bool) => {
+                Ok(v.clone())
+            }
             (_, Ty::Str) => Err(self.expected(op, "string")),
             (_, Ty::Bool) => Err(self.expected(op, "bool")),
             (_, Ty::Int) => Err(self.expected(op, "integer")),
@@ -363,11 +442,21 @@ impl<'a> Exec<'a> {
     }
 
     fn expected(&self, op: &Operand, what: &str) -> Error {
-        self.error(op.span, format!("expected {what}; found {}", self.span_text(op.span)))
+        self.error(
+            op.span,
+            format!("expected {what}; found {}", self.span_text(op.span)),
+        )
     }
 
     fn cant_handle(&self, op: &Operand, ty: Ty) -> Error {
-        self.error(op.span, format!("can't handle {} for arg of type {}", self.span_text(op.span), ty.go_name()))
+        self.error(
+            op.span,
+            format!(
+                "can't handle {} for arg of type {}",
+                self.span_text(op.span),
+                ty.go_name()
+            ),
+        )
     }
 
     /// Go's `validateType` for an evaluated value.
@@ -385,8 +474,15 @@ impl<'a> Exec<'a> {
         if ok {
             return Ok(value);
         }
-        let got = if value.is_nil() { "interface {}" } else { value.go_type() };
-        Err(self.error(span, format!("wrong type for value; expected {}; got {got}", ty.go_name())))
+        let got = if value.is_nil() {
+            "interface {}"
+        } else {
+            value.go_type()
+        };
+        Err(self.error(
+            span,
+            format!("wrong type for value; expected {}; got {got}", ty.go_name()),
+        ))
     }
 
     fn call(
@@ -400,11 +496,20 @@ impl<'a> Exec<'a> {
         let given = args.len() + usize::from(final_.is_some());
         let fixed = def.params.len();
         if def.variadic.is_some() && given < fixed {
-            let msg = format!("wrong number of args for {}: want at least {fixed} got {given}", def.name);
+            let msg = format!(
+                "wrong number of args for {}: want at least {fixed} got {given}",
+                def.name
+            );
             return Err(self.error(span, msg));
         }
         if def.variadic.is_none() && given != fixed {
-            return Err(self.error(span, format!("wrong number of args for {}: want {fixed} got {given}", def.name)));
+            return Err(self.error(
+                span,
+                format!(
+                    "wrong number of args for {}: want {fixed} got {given}",
+                    def.name
+                ),
+            ));
         }
         let imp = match def.imp {
             Imp::Plain(f) => f,
@@ -420,7 +525,13 @@ impl<'a> Exec<'a> {
                 return Ok(final_.unwrap_or(last));
             }
         };
-        let param = |i: usize| def.params.get(i).copied().or(def.variadic).unwrap_or(Ty::Any);
+        let param = |i: usize| {
+            def.params
+                .get(i)
+                .copied()
+                .or(def.variadic)
+                .unwrap_or(Ty::Any)
+        };
         let mut values = Vec::with_capacity(given);
         for (i, op) in args.iter().enumerate() {
             values.push(self.arg(dot, op, param(i))?);
@@ -439,7 +550,10 @@ impl<'a> Exec<'a> {
 
     fn command_span(&self, span: Span, args: &[Operand]) -> Span {
         match args.last() {
-            Some(last) => Span { start: span.start, end: last.span.end },
+            Some(last) => Span {
+                start: span.start,
+                end: last.span.end,
+            },
             None => span,
         }
     }

@@ -11,9 +11,7 @@ pub fn write_value(out: &mut String, value: &Value) {
     match value {
         Value::Nil => out.push_str("<nil>"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Int(i) | Value::GoInt(i) => {
-            let _ = write!(out, "{i}");
-        }
+        Value::Int(i) | Value::GoInt(i) => push_int(out, *i),
         Value::Float(f) => out.push_str(&format_g(*f, None, false)),
         Value::String(s) => out.push_str(s),
         Value::List(items) => {
@@ -41,6 +39,25 @@ pub fn write_value(out: &mut String, value: &Value) {
         Value::Time(t) => out.push_str(&t.go_string()),
         Value::Semver(v) => out.push_str(&v.to_string()),
     }
+}
+
+/// Appends a decimal integer without going through `fmt`.
+fn push_int(out: &mut String, i: i64) {
+    let mut buf = [0u8; 20];
+    let mut n = i.unsigned_abs();
+    let mut pos = buf.len();
+    loop {
+        pos -= 1;
+        buf[pos] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if i < 0 {
+        out.push('-');
+    }
+    out.extend(buf[pos..].iter().map(|b| *b as char));
 }
 
 /// `%v` of `value` as a new string.
@@ -108,7 +125,11 @@ pub fn format_g(f: f64, prec: Option<usize>, sharp: bool) -> String {
         let frac = if sharp { eprec - 1 } else { nd - 1 };
         push_e(&mut out, &digits, frac.max(0) as usize, exp, 'e');
     } else {
-        let frac = if sharp { (eprec - dp).max(0) } else { (nd - dp).max(0) };
+        let frac = if sharp {
+            (eprec - dp).max(0)
+        } else {
+            (nd - dp).max(0)
+        };
         push_f(&mut out, &digits, dp, frac as usize);
     }
     out
@@ -134,7 +155,8 @@ pub fn format_f(f: f64, prec: usize) -> String {
         return special.to_string();
     }
     let s = format!("{:.*}", prec, f);
-    if s.starts_with('-') && s[1..].bytes().all(|b| b == b'0' || b == b'.') && !f.is_sign_negative() {
+    if s.starts_with('-') && s[1..].bytes().all(|b| b == b'0' || b == b'.') && !f.is_sign_negative()
+    {
         return s[1..].to_string();
     }
     s
@@ -202,7 +224,11 @@ fn push_f(out: &mut String, digits: &[u8], dp: i32, frac: usize) {
         out.push('.');
         for i in 0..frac as i32 {
             let idx = dp + i;
-            let d = if idx < 0 { b'0' } else { *digits.get(idx as usize).unwrap_or(&b'0') };
+            let d = if idx < 0 {
+                b'0'
+            } else {
+                *digits.get(idx as usize).unwrap_or(&b'0')
+            };
             out.push(d as char);
         }
     }

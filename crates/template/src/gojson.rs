@@ -14,7 +14,10 @@ pub fn syntax_error(text: &str) -> Option<String> {
     }
     s.ws();
     if s.i < b.len() {
-        return Some(format!("invalid character {} after top-level value", s.quote(s.i)));
+        return Some(format!(
+            "invalid character {} after top-level value",
+            s.quote(s.i)
+        ));
     }
     None
 }
@@ -34,7 +37,10 @@ impl Scanner<'_> {
     }
 
     fn quote(&self, i: usize) -> String {
-        let c = std::str::from_utf8(&self.b[i..]).ok().and_then(|s| s.chars().next()).unwrap_or('\u{fffd}');
+        let c = std::str::from_utf8(&self.b[i..])
+            .ok()
+            .and_then(|s| s.chars().next())
+            .unwrap_or('\u{fffd}');
         match c {
             '\'' => "'\\''".into(),
             '"' => "'\"'".into(),
@@ -61,7 +67,10 @@ impl Scanner<'_> {
             Some(b'f') => self.literal("false"),
             Some(b'n') => self.literal("null"),
             Some(b'-' | b'0'..=b'9') => self.number(),
-            Some(_) => Err(format!("invalid character {} {context}", self.quote(self.i))),
+            Some(_) => Err(format!(
+                "invalid character {} {context}",
+                self.quote(self.i)
+            )),
         }
     }
 
@@ -94,14 +103,22 @@ impl Scanner<'_> {
                     self.i += 1;
                 }
             }
-            Some(_) => return Err(format!("invalid character {} in numeric literal", self.quote(self.i))),
+            Some(_) => {
+                return Err(format!(
+                    "invalid character {} in numeric literal",
+                    self.quote(self.i)
+                ))
+            }
         }
         if self.peek() == Some(b'.') {
             self.i += 1;
             if !self.peek().is_some_and(|c| c.is_ascii_digit()) {
                 return match self.peek() {
                     None => Err(self.eof()),
-                    Some(_) => Err(format!("invalid character {} after decimal point in numeric literal", self.quote(self.i))),
+                    Some(_) => Err(format!(
+                        "invalid character {} after decimal point in numeric literal",
+                        self.quote(self.i)
+                    )),
                 };
             }
             while self.peek().is_some_and(|c| c.is_ascii_digit()) {
@@ -116,7 +133,10 @@ impl Scanner<'_> {
             if !self.peek().is_some_and(|c| c.is_ascii_digit()) {
                 return match self.peek() {
                     None => Err(self.eof()),
-                    Some(_) => Err(format!("invalid character {} in exponent of numeric literal", self.quote(self.i))),
+                    Some(_) => Err(format!(
+                        "invalid character {} in exponent of numeric literal",
+                        self.quote(self.i)
+                    )),
                 };
             }
             while self.peek().is_some_and(|c| c.is_ascii_digit()) {
@@ -146,14 +166,29 @@ impl Scanner<'_> {
                                 match self.peek() {
                                     None => return Err(self.eof()),
                                     Some(c) if c.is_ascii_hexdigit() => self.i += 1,
-                                    Some(_) => return Err(format!("invalid character {} in \\u hexadecimal character escape", self.quote(self.i))),
+                                    Some(_) => {
+                                        return Err(format!(
+                                        "invalid character {} in \\u hexadecimal character escape",
+                                        self.quote(self.i)
+                                    ))
+                                    }
                                 }
                             }
                         }
-                        Some(_) => return Err(format!("invalid character {} in string escape code", self.quote(self.i))),
+                        Some(_) => {
+                            return Err(format!(
+                                "invalid character {} in string escape code",
+                                self.quote(self.i)
+                            ))
+                        }
                     }
                 }
-                Some(c) if c < 0x20 => return Err(format!("invalid character {} in string literal", self.quote(self.i))),
+                Some(c) if c < 0x20 => {
+                    return Err(format!(
+                        "invalid character {} in string literal",
+                        self.quote(self.i)
+                    ))
+                }
                 Some(_) => self.i += 1,
             }
         }
@@ -177,7 +212,12 @@ impl Scanner<'_> {
                     self.i += 1;
                     return Ok(());
                 }
-                Some(_) => return Err(format!("invalid character {} after array element", self.quote(self.i))),
+                Some(_) => {
+                    return Err(format!(
+                        "invalid character {} after array element",
+                        self.quote(self.i)
+                    ))
+                }
             }
         }
     }
@@ -194,13 +234,23 @@ impl Scanner<'_> {
             match self.peek() {
                 None => return Err(self.eof()),
                 Some(b'"') => self.string()?,
-                Some(_) => return Err(format!("invalid character {} looking for beginning of object key string", self.quote(self.i))),
+                Some(_) => {
+                    return Err(format!(
+                        "invalid character {} looking for beginning of object key string",
+                        self.quote(self.i)
+                    ))
+                }
             }
             self.ws();
             match self.peek() {
                 None => return Err(self.eof()),
                 Some(b':') => self.i += 1,
-                Some(_) => return Err(format!("invalid character {} after object key", self.quote(self.i))),
+                Some(_) => {
+                    return Err(format!(
+                        "invalid character {} after object key",
+                        self.quote(self.i)
+                    ))
+                }
             }
             self.ws();
             self.value("looking for beginning of value")?;
@@ -212,7 +262,12 @@ impl Scanner<'_> {
                     self.i += 1;
                     return Ok(());
                 }
-                Some(_) => return Err(format!("invalid character {} after object key:value pair", self.quote(self.i))),
+                Some(_) => {
+                    return Err(format!(
+                        "invalid character {} after object key:value pair",
+                        self.quote(self.i)
+                    ))
+                }
             }
         }
     }

@@ -90,38 +90,60 @@ pub fn lex(src: &str) -> Result<Vec<Token>, LexError> {
         }
         let Some(open) = open else {
             if !text.is_empty() {
-                tokens.push(Token { kind: Tok::Text(text.to_string()), pos: text_start });
+                tokens.push(Token {
+                    kind: Tok::Text(text.to_string()),
+                    pos: text_start,
+                });
             }
-            tokens.push(Token { kind: Tok::Eof, pos: src.len() });
+            tokens.push(Token {
+                kind: Tok::Eof,
+                pos: src.len(),
+            });
             return Ok(tokens);
         };
         let mut inner = open + OPEN.len();
-        let left_trim = bytes.get(inner) == Some(&b'-') && bytes.get(inner + 1).is_some_and(|b| is_space(*b));
+        let left_trim =
+            bytes.get(inner) == Some(&b'-') && bytes.get(inner + 1).is_some_and(|b| is_space(*b));
         if left_trim {
             text = text.trim_end_matches(|c: char| c.is_ascii() && is_space(c as u8));
             inner += 2;
         }
         if !text.is_empty() {
-            tokens.push(Token { kind: Tok::Text(text.to_string()), pos: text_start });
+            tokens.push(Token {
+                kind: Tok::Text(text.to_string()),
+                pos: text_start,
+            });
         }
         // A comment must open right after the delimiter (and trim marker).
         if src[inner..].starts_with("/*") {
             let Some(end) = src[inner + 2..].find("*/") else {
-                return Err(LexError { pos: open, message: "unclosed comment".into() });
+                return Err(LexError {
+                    pos: open,
+                    message: "unclosed comment".into(),
+                });
             };
             let mut after = inner + 2 + end + 2;
             trim_next = false;
-            if src[after..].starts_with(" -}}") || src[after..].starts_with("\t-}}") || src[after..].starts_with("\n-}}") {
+            if src[after..].starts_with(" -}}")
+                || src[after..].starts_with("\t-}}")
+                || src[after..].starts_with("\n-}}")
+            {
                 trim_next = true;
                 after += 2;
             }
             if !src[after..].starts_with(CLOSE) {
-                return Err(LexError { pos: open, message: "comment ends before closing delimiter".into() });
+                return Err(LexError {
+                    pos: open,
+                    message: "comment ends before closing delimiter".into(),
+                });
             }
             pos = after + CLOSE.len();
             continue;
         }
-        tokens.push(Token { kind: Tok::Open, pos: open });
+        tokens.push(Token {
+            kind: Tok::Open,
+            pos: open,
+        });
         let (next, trim) = lex_action(src, inner, &mut tokens)?;
         pos = next;
         trim_next = trim;
@@ -129,17 +151,27 @@ pub fn lex(src: &str) -> Result<Vec<Token>, LexError> {
 }
 
 /// Lexes inside an action from `pos`; returns the offset after `}}` and whether it trims.
-fn lex_action(src: &str, mut pos: usize, tokens: &mut Vec<Token>) -> Result<(usize, bool), LexError> {
+fn lex_action(
+    src: &str,
+    mut pos: usize,
+    tokens: &mut Vec<Token>,
+) -> Result<(usize, bool), LexError> {
     let bytes = src.as_bytes();
     let mut paren_depth = 0usize;
     loop {
         let rest = &src[pos..];
         if rest.starts_with(CLOSE) && paren_depth == 0 {
-            tokens.push(Token { kind: Tok::Close, pos });
+            tokens.push(Token {
+                kind: Tok::Close,
+                pos,
+            });
             return Ok((pos + CLOSE.len(), false));
         }
         let Some(c) = rest.chars().next() else {
-            return Err(LexError { pos, message: "unclosed action".into() });
+            return Err(LexError {
+                pos,
+                message: "unclosed action".into(),
+            });
         };
         let start = pos;
         if c.is_ascii() && is_space(c as u8) {
@@ -149,13 +181,19 @@ fn lex_action(src: &str, mut pos: usize, tokens: &mut Vec<Token>) -> Result<(usi
                 end += 1;
             }
             if src[end..].starts_with("-}}") && end > pos {
-                tokens.push(Token { kind: Tok::Close, pos: end });
+                tokens.push(Token {
+                    kind: Tok::Close,
+                    pos: end,
+                });
                 return Ok((end + 3, true));
             }
             if src[pos..end].contains('\n') && !src[end..].starts_with(CLOSE) && paren_depth == 0 {
                 // Go allows newlines inside actions since 1.16; nothing to reject here.
             }
-            tokens.push(Token { kind: Tok::Space, pos });
+            tokens.push(Token {
+                kind: Tok::Space,
+                pos,
+            });
             pos = end;
             continue;
         }
@@ -167,7 +205,10 @@ fn lex_action(src: &str, mut pos: usize, tokens: &mut Vec<Token>) -> Result<(usi
             }
             ')' => {
                 if paren_depth == 0 {
-                    return Err(LexError { pos, message: "unexpected right paren".into() });
+                    return Err(LexError {
+                        pos,
+                        message: "unexpected right paren".into(),
+                    });
                 }
                 paren_depth -= 1;
                 pos += 1;
@@ -187,7 +228,10 @@ fn lex_action(src: &str, mut pos: usize, tokens: &mut Vec<Token>) -> Result<(usi
             }
             ':' => {
                 if !rest.starts_with(":=") {
-                    return Err(LexError { pos, message: "expected :=".into() });
+                    return Err(LexError {
+                        pos,
+                        message: "expected :=".into(),
+                    });
                 }
                 pos += 2;
                 Tok::Declare
@@ -199,7 +243,10 @@ fn lex_action(src: &str, mut pos: usize, tokens: &mut Vec<Token>) -> Result<(usi
             }
             '`' => {
                 let Some(end) = src[pos + 1..].find('`') else {
-                    return Err(LexError { pos, message: "unterminated raw quoted string".into() });
+                    return Err(LexError {
+                        pos,
+                        message: "unterminated raw quoted string".into(),
+                    });
                 };
                 let s = src[pos + 1..pos + 1 + end].replace('\r', "");
                 pos += end + 2;
@@ -236,11 +283,17 @@ fn lex_action(src: &str, mut pos: usize, tokens: &mut Vec<Token>) -> Result<(usi
             '+' | '-' | '0'..='9' => {
                 let end = scan_number(src, pos);
                 if end == pos + 1 && !c.is_ascii_digit() {
-                    return Err(LexError { pos, message: format!("bad character {c:?}") });
+                    return Err(LexError {
+                        pos,
+                        message: format!("bad character {c:?}"),
+                    });
                 }
                 let text = src[pos..end].to_string();
                 if src[end..].chars().next().is_some_and(is_alnum) {
-                    return Err(LexError { pos, message: format!("bad number syntax: {:?}", &src[pos..=end]) });
+                    return Err(LexError {
+                        pos,
+                        message: format!("bad number syntax: {:?}", &src[pos..=end]),
+                    });
                 }
                 pos = end;
                 Tok::Number(text)
@@ -266,14 +319,23 @@ fn lex_action(src: &str, mut pos: usize, tokens: &mut Vec<Token>) -> Result<(usi
                     _ => Tok::Ident(word.to_string()),
                 }
             }
-            c => return Err(LexError { pos, message: format!("unrecognized character in action: {c:?}") }),
+            c => {
+                return Err(LexError {
+                    pos,
+                    message: format!("unrecognized character in action: {c:?}"),
+                })
+            }
         };
         tokens.push(Token { kind, pos: start });
     }
 }
 
 fn scan_alnum(src: &str, pos: usize) -> usize {
-    src[pos..].char_indices().find(|(_, c)| !is_alnum(*c)).map(|(i, _)| pos + i).unwrap_or(src.len())
+    src[pos..]
+        .char_indices()
+        .find(|(_, c)| !is_alnum(*c))
+        .map(|(i, _)| pos + i)
+        .unwrap_or(src.len())
 }
 
 fn scan_number(src: &str, pos: usize) -> usize {
@@ -342,7 +404,10 @@ fn lex_quoted(src: &str, pos: usize) -> Result<(String, usize), LexError> {
             c => out.push(c),
         }
     }
-    Err(LexError { pos, message: "unterminated quoted string".into() })
+    Err(LexError {
+        pos,
+        message: "unterminated quoted string".into(),
+    })
 }
 
 /// Lexes `'x'`. sluice accepts a multi-character single-quoted literal as a string (a
@@ -357,20 +422,28 @@ fn lex_char(src: &str, pos: usize) -> Result<(Tok, usize), LexError> {
                 let mut it = out.chars();
                 return match (it.next(), it.next()) {
                     (Some(c), None) => Ok((Tok::Char(c), end)),
-                    (None, _) => Err(LexError { pos, message: "empty character constant".into() }),
+                    (None, _) => Err(LexError {
+                        pos,
+                        message: "empty character constant".into(),
+                    }),
                     _ => Ok((Tok::Str(out), end)),
                 };
             }
             '\n' => break,
             '\\' => {
-                let (c, _) = unescape(&mut chars, '\'')
-                    .ok_or_else(|| LexError { pos, message: "invalid escape in character constant".into() })?;
+                let (c, _) = unescape(&mut chars, '\'').ok_or_else(|| LexError {
+                    pos,
+                    message: "invalid escape in character constant".into(),
+                })?;
                 out.push(c);
             }
             c => out.push(c),
         }
     }
-    Err(LexError { pos, message: "unterminated character constant".into() })
+    Err(LexError {
+        pos,
+        message: "unterminated character constant".into(),
+    })
 }
 
 fn unescape(chars: &mut std::str::CharIndices<'_>, quote: char) -> Option<(char, ())> {

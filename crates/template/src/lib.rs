@@ -7,8 +7,8 @@ mod builtins;
 mod cache;
 mod exec;
 mod funcs;
-mod gojson;
 mod gofmt;
+mod gojson;
 mod lex;
 mod methods;
 pub mod oracle;
@@ -59,7 +59,11 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { engine: Engine::Text, missing_key: MissingKey::Error, name: "sluice".into() }
+        Options {
+            engine: Engine::Text,
+            missing_key: MissingKey::Error,
+            name: "sluice".into(),
+        }
     }
 }
 
@@ -86,13 +90,27 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    fn at(kind: ErrorKind, name: &str, src: &str, pos: usize, context: String, message: String) -> Error {
+    fn at(
+        kind: ErrorKind,
+        name: &str,
+        src: &str,
+        pos: usize,
+        context: String,
+        message: String,
+    ) -> Error {
         let pos = pos.min(src.len());
         let before = src.get(..pos).unwrap_or(src);
         let line = 1 + before.matches('\n').count();
         // Go counts the column in bytes from the start of the line, from zero.
         let column = before.rfind('\n').map(|i| pos - i - 1).unwrap_or(pos);
-        Error { kind, name: name.to_string(), line, column, context, message }
+        Error {
+            kind,
+            name: name.to_string(),
+            line,
+            column,
+            context,
+            message,
+        }
     }
 
     pub(crate) fn parse(name: &str, src: &str, pos: usize, message: String) -> Error {
@@ -100,13 +118,30 @@ impl Error {
     }
 
     pub(crate) fn exec(name: &str, src: &str, span: ast::Span, message: String) -> Error {
-        let text = src.get(span.start as usize..span.end as usize).unwrap_or_default().trim();
+        let text = src
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or_default()
+            .trim();
         let context = format!("executing {name:?} at <{text}>: ");
-        Error::at(ErrorKind::Exec, name, src, span.start as usize, context, message)
+        Error::at(
+            ErrorKind::Exec,
+            name,
+            src,
+            span.start as usize,
+            context,
+            message,
+        )
     }
 
     pub(crate) fn tera(name: &str, kind: ErrorKind, message: String) -> Error {
-        Error { kind, name: name.to_string(), line: 0, column: 0, context: String::new(), message }
+        Error {
+            kind,
+            name: name.to_string(),
+            line: 0,
+            column: 0,
+            context: String::new(),
+            message,
+        }
     }
 
     pub fn kind(&self) -> ErrorKind {
@@ -139,7 +174,7 @@ pub struct Template {
 #[derive(Debug)]
 enum Inner {
     Go { src: Arc<str>, tree: ast::Tree },
-    Tera(tera_engine::TeraTemplate),
+    Tera(Box<tera_engine::TeraTemplate>),
 }
 
 impl Template {
@@ -149,16 +184,25 @@ impl Template {
             Engine::Text | Engine::Html => {
                 let tree = parse::parse(text, &options.name, options.engine)
                     .map_err(|e| Error::parse(&options.name, text, e.pos, e.message))?;
-                Inner::Go { src: Arc::from(text), tree }
+                Inner::Go {
+                    src: Arc::from(text),
+                    tree,
+                }
             }
-            Engine::Tera => Inner::Tera(tera_engine::TeraTemplate::parse(text, &options.name)?),
+            Engine::Tera => Inner::Tera(Box::new(tera_engine::TeraTemplate::parse(
+                text,
+                &options.name,
+            )?)),
         };
-        Ok(Template { inner, options: options.clone() })
+        Ok(Template {
+            inner,
+            options: options.clone(),
+        })
     }
 
     /// Renders with `data` as dot. The output of a failed render is discarded, as Sveltos does.
     pub fn render(&self, data: &Value) -> Result<String> {
-        let mut out = String::new();
+        let mut out = String::with_capacity(self.output_hint());
         self.render_into(data, &mut out)?;
         Ok(out)
     }
@@ -171,14 +215,28 @@ impl Template {
                 let Some(main) = tree.templates.get(name) else {
                     return Err(Error::parse(name, src, 0, format!("no template {name:?}")));
                 };
-                let mut exec =
-                    exec::Exec::new(tree, src, name, self.options.engine, self.options.missing_key, out);
+                let mut exec = exec::Exec::new(
+                    tree,
+                    src,
+                    name,
+                    self.options.engine,
+                    self.options.missing_key,
+                    out,
+                );
                 exec.run(main, data)
             }
             Inner::Tera(t) => {
                 out.push_str(&t.render(data)?);
                 Ok(())
             }
+        }
+    }
+
+    /// A first guess of the output size: the template's own length.
+    fn output_hint(&self) -> usize {
+        match &self.inner {
+            Inner::Go { src, .. } => src.len() + src.len() / 2,
+            Inner::Tera(_) => 0,
         }
     }
 

@@ -8,6 +8,9 @@ pub fn call(receiver: &Value, name: &str, args: Vec<Value>) -> Result<Value, Str
     match receiver {
         Value::Semver(v) => crate::sprig::semver::method(v, name, &args),
         Value::Time(t) => crate::sprig::dates::method(t, name, &args),
-        other => Err(format!("can't evaluate field {name} in type {}", other.go_type())),
+        other => Err(format!(
+            "can't evaluate field {name} in type {}",
+            other.go_type()
+        )),
     }
 }

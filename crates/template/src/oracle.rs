@@ -33,26 +33,49 @@ fn render_request(request: &Json) -> Result<String, String> {
     let Json::Object(fields) = request else {
         return Err("request must be a JSON object".into());
     };
-    let text = fields.get("template").and_then(Json::as_str).ok_or("template is required")?;
-    let engine = match fields.get("engine").and_then(Json::as_str).unwrap_or("text") {
+    let text = fields
+        .get("template")
+        .and_then(Json::as_str)
+        .ok_or("template is required")?;
+    let engine = match fields
+        .get("engine")
+        .and_then(Json::as_str)
+        .unwrap_or("text")
+    {
         "text" => Engine::Text,
         "html" => Engine::Html,
         "tera" => Engine::Tera,
         other => return Err(format!("engine must be text, html or tera, got {other:?}")),
     };
-    let missing_key = match fields.get("missingkey").and_then(Json::as_str).unwrap_or("error") {
+    let missing_key = match fields
+        .get("missingkey")
+        .and_then(Json::as_str)
+        .unwrap_or("error")
+    {
         "error" => MissingKey::Error,
         "default" | "invalid" => MissingKey::Default,
         "zero" => MissingKey::Zero,
-        other => return Err(format!("missingkey must be error, default or zero, got {other:?}")),
+        other => {
+            return Err(format!(
+                "missingkey must be error, default or zero, got {other:?}"
+            ))
+        }
     };
-    let name = fields.get("name").and_then(Json::as_str).unwrap_or(DEFAULT_NAME).to_string();
+    let name = fields
+        .get("name")
+        .and_then(Json::as_str)
+        .unwrap_or(DEFAULT_NAME)
+        .to_string();
     let data = match fields.get("data") {
         None | Some(Json::Null) => event_data_shared(Arc::new(json!({}))),
         Some(d @ Json::Object(_)) => event_data_shared(Arc::new(d.clone())),
         Some(_) => return Err("data must be a JSON object".into()),
     };
-    let options = Options { engine, missing_key, name };
+    let options = Options {
+        engine,
+        missing_key,
+        name,
+    };
     let template = Template::parse(text, &options).map_err(|e| e.to_string())?;
     template.render(&data).map_err(|e| e.to_string())
 }

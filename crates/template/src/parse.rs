@@ -20,8 +20,18 @@ type PResult<T> = Result<T, ParseError>;
 
 /// Parses `src`; the main template is stored under `name`.
 pub fn parse(src: &str, name: &str, engine: Engine) -> PResult<Tree> {
-    let tokens = lex(src).map_err(|e| ParseError { pos: e.pos, message: e.message })?;
-    let mut p = Parser { tokens, idx: 0, vars: vec!["$".into()], range_depth: 0, tree: Tree::default(), engine };
+    let tokens = lex(src).map_err(|e| ParseError {
+        pos: e.pos,
+        message: e.message,
+    })?;
+    let mut p = Parser {
+        tokens,
+        idx: 0,
+        vars: vec!["$".into()],
+        range_depth: 0,
+        tree: Tree::default(),
+        engine,
+    };
     let mut main = Vec::new();
     loop {
         match p.peek().clone() {
@@ -40,15 +50,27 @@ pub fn parse(src: &str, name: &str, engine: Engine) -> PResult<Tree> {
                 }
                 match p.action()? {
                     Item::Node(n) => main.push(n),
-                    Item::End(pos) => return Err(ParseError { pos, message: "unexpected {{end}}".into() }),
-                    Item::Else(pos) => return Err(ParseError { pos, message: "unexpected {{else}}".into() }),
+                    Item::End(pos) => {
+                        return Err(ParseError {
+                            pos,
+                            message: "unexpected {{end}}".into(),
+                        })
+                    }
+                    Item::Else(pos) => {
+                        return Err(ParseError {
+                            pos,
+                            message: "unexpected {{else}}".into(),
+                        })
+                    }
                 }
             }
             _ => return p.unexpected("in input"),
         }
     }
     // Go: a main template that is only whitespace does not replace a define of the same name.
-    let keep_defined = main.iter().all(|n| matches!(n, Node::Text(t) if t.trim().is_empty()))
+    let keep_defined = main
+        .iter()
+        .all(|n| matches!(n, Node::Text(t) if t.trim().is_empty()))
         && p.tree.templates.contains_key(name);
     if !keep_defined {
         p.tree.templates.insert(name.into(), Arc::new(main));
@@ -81,7 +103,10 @@ impl Parser {
     }
 
     fn peek_non_space_at(&self, offset: usize) -> Option<&Tok> {
-        self.tokens[self.idx + offset..].iter().map(|t| &t.kind).find(|k| **k != Tok::Space)
+        self.tokens[self.idx + offset..]
+            .iter()
+            .map(|t| &t.kind)
+            .find(|k| **k != Tok::Space)
     }
 
     fn skip_space(&mut self) {
@@ -102,7 +127,10 @@ impl Parser {
             Tok::Eof => format!("unexpected EOF {context}").trim_end().to_string(),
             t => format!("unexpected {} {context}", describe(t)),
         };
-        Err(ParseError { pos: self.pos(), message })
+        Err(ParseError {
+            pos: self.pos(),
+            message,
+        })
     }
 
     fn expect_close(&mut self, context: &str) -> PResult<()> {
@@ -126,7 +154,10 @@ impl Parser {
         let (list, end) = self.item_list()?;
         self.vars = saved;
         if let Item::Else(pos) = end {
-            return Err(ParseError { pos, message: "unexpected {{else}} in define".into() });
+            return Err(ParseError {
+                pos,
+                message: "unexpected {{else}} in define".into(),
+            });
         }
         self.tree.templates.insert(name.into(), Arc::new(list));
         Ok(())
@@ -170,7 +201,10 @@ impl Parser {
                 }
                 Keyword::Else => {
                     // `{{ else if ... }}` / `{{ else with ... }}` stay open for the caller.
-                    if matches!(self.peek_non_space_at(0), Some(Tok::Keyword(Keyword::If | Keyword::With))) {
+                    if matches!(
+                        self.peek_non_space_at(0),
+                        Some(Tok::Keyword(Keyword::If | Keyword::With))
+                    ) {
                         return Ok(Item::Else(pos));
                     }
                     self.expect_close("else")?;
@@ -186,15 +220,31 @@ impl Parser {
                 }
                 Keyword::Break | Keyword::Continue => {
                     if self.range_depth == 0 {
-                        let which = if kw == Keyword::Break { "break" } else { "continue" };
-                        return Err(ParseError { pos, message: format!("{{{{{which}}}}} outside {{{{range}}}}") });
+                        let which = if kw == Keyword::Break {
+                            "break"
+                        } else {
+                            "continue"
+                        };
+                        return Err(ParseError {
+                            pos,
+                            message: format!("{{{{{which}}}}} outside {{{{range}}}}"),
+                        });
                     }
                     self.expect_close("break or continue")?;
-                    return Ok(Item::Node(if kw == Keyword::Break { Node::Break } else { Node::Continue }));
+                    return Ok(Item::Node(if kw == Keyword::Break {
+                        Node::Break
+                    } else {
+                        Node::Continue
+                    }));
                 }
-                Keyword::Template | Keyword::Block => return self.template(kw == Keyword::Block, open).map(Item::Node),
+                Keyword::Template | Keyword::Block => {
+                    return self.template(kw == Keyword::Block, open).map(Item::Node)
+                }
                 Keyword::Define => {
-                    return Err(ParseError { pos, message: "unexpected <define> in command".into() });
+                    return Err(ParseError {
+                        pos,
+                        message: "unexpected <define> in command".into(),
+                    });
                 }
             }
         }
@@ -204,7 +254,11 @@ impl Parser {
 
     /// `{{ template "name" [pipeline] }}` or `{{ block "name" pipeline }} list {{ end }}`.
     fn template(&mut self, block: bool, open: usize) -> PResult<Node> {
-        let context = if block { "block clause" } else { "template clause" };
+        let context = if block {
+            "block clause"
+        } else {
+            "template clause"
+        };
         let t = self.next_non_space();
         let Tok::Str(name) = t.kind else {
             self.idx -= 1;
@@ -222,12 +276,24 @@ impl Parser {
             let (list, end) = self.item_list()?;
             self.vars = saved;
             if let Item::Else(pos) = end {
-                return Err(ParseError { pos, message: "unexpected {{else}} in block clause".into() });
+                return Err(ParseError {
+                    pos,
+                    message: "unexpected {{else}} in block clause".into(),
+                });
             }
-            self.tree.templates.insert(name.as_str().into(), Arc::new(list));
+            self.tree
+                .templates
+                .insert(name.as_str().into(), Arc::new(list));
         }
-        let span = Span { start: open as u32, end: self.tokens[self.idx - 1].pos as u32 + 2 };
-        Ok(Node::Template { name: name.into(), pipe, span })
+        let span = Span {
+            start: open as u32,
+            end: self.tokens[self.idx - 1].pos as u32 + 2,
+        };
+        Ok(Node::Template {
+            name: name.into(),
+            pipe,
+            span,
+        })
     }
 
     /// `if`/`with`/`range`: pipeline, list, optional else (with `else if`/`else with` chains).
@@ -253,21 +319,35 @@ impl Parser {
                 if let Some(kind) = chained {
                     self.idx += 1;
                     let inner = self.control(kind)?;
-                    Some(vec![if kind == "if" { Node::If(inner) } else { Node::With(inner) }])
+                    Some(vec![if kind == "if" {
+                        Node::If(inner)
+                    } else {
+                        Node::With(inner)
+                    }])
                 } else {
                     if matches!(self.peek(), Tok::Keyword(_)) {
-                        return Err(ParseError { pos, message: format!("unexpected {{{{else}}}} in {context}") });
+                        return Err(ParseError {
+                            pos,
+                            message: format!("unexpected {{{{else}}}} in {context}"),
+                        });
                     }
                     let (else_list, end) = self.item_list()?;
                     if let Item::Else(pos) = end {
-                        return Err(ParseError { pos, message: "expected end; found {{else}}".into() });
+                        return Err(ParseError {
+                            pos,
+                            message: "expected end; found {{else}}".into(),
+                        });
                     }
                     Some(else_list)
                 }
             }
             Item::Node(_) => None,
         };
-        Ok(Branch { pipe, list, else_list })
+        Ok(Branch {
+            pipe,
+            list,
+            else_list,
+        })
     }
 
     /// A pipeline up to `}}` (when `at_close`) or `)`.
@@ -280,8 +360,7 @@ impl Parser {
         if let Tok::Variable(_) = self.peek() {
             let save = self.idx;
             let mut names = Vec::new();
-            loop {
-                let Tok::Variable(name) = self.peek().clone() else { break };
+            while let Tok::Variable(name) = self.peek().clone() {
                 self.idx += 1;
                 self.skip_space();
                 match self.peek() {
@@ -304,11 +383,17 @@ impl Parser {
             if decl.is_empty() {
                 self.idx = save;
             } else if decl.len() > 1 && is_assign && context != "range" {
-                return Err(ParseError { pos: start, message: "too many declarations".into() });
+                return Err(ParseError {
+                    pos: start,
+                    message: "too many declarations".into(),
+                });
             }
             for name in &decl {
                 if is_assign && !self.vars.contains(name) {
-                    return Err(ParseError { pos: start, message: format!("undefined variable {name:?}") });
+                    return Err(ParseError {
+                        pos: start,
+                        message: format!("undefined variable {name:?}"),
+                    });
                 }
                 self.vars.push(name.clone());
             }
@@ -332,10 +417,16 @@ impl Parser {
             }
         }
         if cmds.is_empty() {
-            return Err(ParseError { pos: start, message: format!("missing value for {context}") });
+            return Err(ParseError {
+                pos: start,
+                message: format!("missing value for {context}"),
+            });
         }
         for (i, cmd) in cmds.iter().enumerate().skip(1) {
-            if matches!(cmd.args[0].kind, Arg::Literal(_) | Arg::Number(_) | Arg::Nil | Arg::Dot) {
+            if matches!(
+                cmd.args[0].kind,
+                Arg::Literal(_) | Arg::Number(_) | Arg::Nil | Arg::Dot
+            ) {
                 return Err(ParseError {
                     pos: cmd.span.start as usize,
                     message: format!("non executable command in pipeline stage {}", i + 1),
@@ -344,7 +435,15 @@ impl Parser {
         }
         let end = self.tokens[self.idx - 1].pos;
         let decl = decl.into_iter().map(String::into_boxed_str).collect();
-        Ok(Pipeline { span: Span { start: start as u32, end: end as u32 }, decl, is_assign, cmds })
+        Ok(Pipeline {
+            span: Span {
+                start: start as u32,
+                end: end as u32,
+            },
+            decl,
+            is_assign,
+            cmds,
+        })
     }
 
     fn command(&mut self, context: &str, at_close: bool) -> PResult<Command> {
@@ -369,9 +468,18 @@ impl Parser {
         }
         let _ = at_close;
         if args.is_empty() {
-            return Err(ParseError { pos: start, message: "empty command".into() });
+            return Err(ParseError {
+                pos: start,
+                message: "empty command".into(),
+            });
         }
-        Ok(Command { span: Span { start: start as u32, end: end as u32 }, args })
+        Ok(Command {
+            span: Span {
+                start: start as u32,
+                end: end as u32,
+            },
+            args,
+        })
     }
 
     /// A term followed by any `.field` chain.
@@ -384,7 +492,10 @@ impl Parser {
             self.idx += 1;
         }
         let end = self.tokens[self.idx].pos;
-        let span = Span { start: start as u32, end: end as u32 };
+        let span = Span {
+            start: start as u32,
+            end: end as u32,
+        };
         if fields.is_empty() {
             return Ok(Operand { kind: term, span });
         }
@@ -398,7 +509,10 @@ impl Parser {
                 Arg::Variable(name, base)
             }
             Arg::Literal(_) | Arg::Number(_) | Arg::Nil | Arg::Dot => {
-                return Err(ParseError { pos: start, message: "unexpected . after term".into() });
+                return Err(ParseError {
+                    pos: start,
+                    message: "unexpected . after term".into(),
+                });
             }
             other => Arg::Chain(Box::new(Operand { kind: other, span }), fields),
         };
@@ -411,13 +525,21 @@ impl Parser {
         Ok(match t.kind {
             Tok::Ident(name) => match funcs::lookup(&name, self.engine) {
                 Some(f) => Arg::Func(f),
-                None => return Err(ParseError { pos: t.pos, message: format!("function {name:?} not defined") }),
+                None => {
+                    return Err(ParseError {
+                        pos: t.pos,
+                        message: format!("function {name:?} not defined"),
+                    })
+                }
             },
             Tok::Dot => Arg::Dot,
             Tok::Nil => Arg::Nil,
             Tok::Variable(name) => {
-                if !self.vars.iter().any(|v| *v == name) {
-                    return Err(ParseError { pos: t.pos, message: format!("undefined variable {name:?}") });
+                if !self.vars.contains(&name) {
+                    return Err(ParseError {
+                        pos: t.pos,
+                        message: format!("undefined variable {name:?}"),
+                    });
                 }
                 Arg::Variable(name.into(), Vec::new())
             }
@@ -426,16 +548,26 @@ impl Parser {
             Tok::Str(s) => Arg::Literal(Value::string(s)),
             Tok::Char(c) => {
                 let n = c as i64;
-                Arg::Number(Number { int: Some(n), float: Some(n as f64), ideal: Value::GoInt(n) })
+                Arg::Number(Number {
+                    int: Some(n),
+                    float: Some(n as f64),
+                    ideal: Value::GoInt(n),
+                })
             }
-            Tok::Number(text) => Arg::Number(number(&text).map_err(|message| ParseError { pos: t.pos, message })?),
+            Tok::Number(text) => Arg::Number(number(&text).map_err(|message| ParseError {
+                pos: t.pos,
+                message,
+            })?),
             Tok::LParen => {
                 let pipe = self.pipeline("parenthesized pipeline", false)?;
                 Arg::Pipe(Box::new(pipe))
             }
             other => {
                 self.idx -= 1;
-                return Err(ParseError { pos: t.pos, message: format!("unexpected {} in operand", describe(&other)) });
+                return Err(ParseError {
+                    pos: t.pos,
+                    message: format!("unexpected {} in operand", describe(&other)),
+                });
             }
         })
     }
@@ -458,8 +590,13 @@ fn number(text: &str) -> Result<Number, String> {
             }
         }
     };
-    let int = int.or_else(|| float.filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64));
-    let is_hex = text.trim_start_matches(['+', '-']).starts_with("0x") || text.trim_start_matches(['+', '-']).starts_with("0X");
+    let int = int.or_else(|| {
+        float
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
+            .map(|f| f as i64)
+    });
+    let is_hex = text.trim_start_matches(['+', '-']).starts_with("0x")
+        || text.trim_start_matches(['+', '-']).starts_with("0X");
     let ideal = match (int, float) {
         (_, Some(f)) if !is_hex && text.contains(['.', 'e', 'E', 'p', 'P']) => Value::Float(f),
         (Some(i), _) => Value::GoInt(i),

@@ -91,7 +91,9 @@ fn parse_num(bytes: &[u8], mut i: usize) -> (Option<usize>, usize) {
     let start = i;
     let mut n: usize = 0;
     while i < bytes.len() && bytes[i].is_ascii_digit() {
-        n = n.saturating_mul(10).saturating_add((bytes[i] - b'0') as usize);
+        n = n
+            .saturating_mul(10)
+            .saturating_add((bytes[i] - b'0') as usize);
         i += 1;
     }
     (if i > start { Some(n) } else { None }, i)
@@ -115,7 +117,13 @@ fn format_arg(out: &mut String, verb: char, spec: Spec, arg: &Value) {
         Value::Float(f) => format_float(out, verb, spec, *f, arg),
         Value::String(s) => format_str(out, verb, spec, s, arg),
         Value::List(items) => {
-            if verb == 's' || verb == 'v' || verb == 'd' || verb == 'x' || verb == 'q' || verb == 'f' {
+            if verb == 's'
+                || verb == 'v'
+                || verb == 'd'
+                || verb == 'x'
+                || verb == 'q'
+                || verb == 'f'
+            {
                 out.push('[');
                 for (n, item) in items.iter().enumerate() {
                     if n > 0 {
@@ -239,8 +247,20 @@ fn format_float(out: &mut String, verb: char, spec: Spec, f: f64, arg: &Value) {
         None => ("", body),
     };
     if f.is_infinite() || f.is_nan() {
-        let s = if digits.starts_with('+') { digits.clone() } else { format!("{sign}{digits}") };
-        return pad(out, &s, Spec { zero: false, ..spec }, false);
+        let s = if digits.starts_with('+') {
+            digits.clone()
+        } else {
+            format!("{sign}{digits}")
+        };
+        return pad(
+            out,
+            &s,
+            Spec {
+                zero: false,
+                ..spec
+            },
+            false,
+        );
     }
     let width = spec.width.unwrap_or(0);
     let len = sign.len() + digits.len();
@@ -265,7 +285,11 @@ fn format_str(out: &mut String, verb: char, spec: Spec, s: &str, arg: &Value) {
     match verb {
         's' | 'v' => pad(out, s, spec, true),
         'q' => {
-            let quoted = if spec.sharp && !s.contains('`') { format!("`{s}`") } else { quote(s) };
+            let quoted = if spec.sharp && !s.contains('`') {
+                format!("`{s}`")
+            } else {
+                quote(s)
+            };
             pad(out, &quoted, spec, false)
         }
         'x' | 'X' => {

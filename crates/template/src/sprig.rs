@@ -54,13 +54,17 @@ pub fn deep_equal(a: &Value, b: &Value) -> bool {
         (Value::Int(x), Value::Int(y)) | (Value::GoInt(x), Value::GoInt(y)) => x == y,
         (Value::Float(x), Value::Float(y)) => x == y,
         (Value::String(x), Value::String(y)) => x == y,
-        (Value::List(x), Value::List(y)) => x.len() == y.len() && x.iter().zip(y.iter()).all(|(a, b)| deep_equal(a, b)),
+        (Value::List(x), Value::List(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(a, b)| deep_equal(a, b))
+        }
         (Value::Map(x), Value::Map(y)) => {
             if x.ptr_eq(y) {
                 return true;
             }
             let (x, y) = (x.read(), y.read());
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| deep_equal(v, w)))
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| deep_equal(v, w)))
         }
         (Value::Time(x), Value::Time(y)) => x == y,
         (Value::Semver(x), Value::Semver(y)) => x == y,

@@ -18,16 +18,32 @@ macro_rules! sveltos {
 }
 
 pub static FUNCS: &[FuncDef] = &[
-    sveltos!("toYaml", [Any], All, |a| Ok(Value::string(trim_newline(to_yaml(&a[0], Flavor::V2).unwrap_or_default())))),
+    sveltos!("toYaml", [Any], All, |a| Ok(Value::string(trim_newline(
+        to_yaml(&a[0], Flavor::V2).unwrap_or_default()
+    )))),
     sveltos!("fromYaml", [Str], All, |a| Ok(from_yaml(arg_str(&a, 0)))),
-    sveltos!("fromYamlArray", [Str], All, |a| Ok(from_yaml_array(arg_str(&a, 0)))),
-    sveltos!("toJson", [Any], All, |a| Ok(Value::string(go_json(&a[0], true, false).unwrap_or_default()))),
-    sveltos!("fromJson", [Str], All, |a| Ok(from_json(arg_str(&a, 0), false))),
-    sveltos!("fromJsonArray", [Str], All, |a| Ok(from_json(arg_str(&a, 0), true))),
+    sveltos!("fromYamlArray", [Str], All, |a| Ok(from_yaml_array(
+        arg_str(&a, 0)
+    ))),
+    sveltos!("toJson", [Any], All, |a| Ok(Value::string(
+        go_json(&a[0], true, false).unwrap_or_default()
+    ))),
+    sveltos!("fromJson", [Str], All, |a| Ok(from_json(
+        arg_str(&a, 0),
+        false
+    ))),
+    sveltos!("fromJsonArray", [Str], All, |a| Ok(from_json(
+        arg_str(&a, 0),
+        true
+    ))),
     sveltos!("toToml", [Any], All, |a| Ok(Value::string(to_toml(&a[0])))),
     sveltos!("fromToml", [Str], All, |a| Ok(from_toml(arg_str(&a, 0)))),
-    sveltos!("getResource", [Map], EventManager, |a| Ok(reset_fields(&a[0]))),
-    sveltos!("copy", [Map], EventManager, |a| Ok(Value::string(yaml_v3(&reset_fields(&a[0]))))),
+    sveltos!("getResource", [Map], EventManager, |a| Ok(reset_fields(
+        &a[0]
+    ))),
+    sveltos!("copy", [Map], EventManager, |a| Ok(Value::string(yaml_v3(
+        &reset_fields(&a[0])
+    )))),
     sveltos!("getField", [Map, Str], EventManager, |a| {
         let path: Vec<&str> = arg_str(&a, 1).split('.').collect();
         Ok(match nested(&a[0], &path) {
@@ -113,7 +129,13 @@ fn json_kind_of(v: &Value) -> &'static str {
 }
 
 fn from_json(text: &str, array: bool) -> Value {
-    let wrap = |message: String| if array { Value::list(vec![Value::string(message)]) } else { error_map(message) };
+    let wrap = |message: String| {
+        if array {
+            Value::list(vec![Value::string(message)])
+        } else {
+            error_map(message)
+        }
+    };
     if let Some(e) = gojson::syntax_error(text) {
         return wrap(e);
     }
@@ -122,12 +144,21 @@ fn from_json(text: &str, array: bool) -> Value {
         Err(e) => return wrap(e.to_string()),
     };
     match (&json, array) {
-        (serde_json::Value::Object(_), false) | (serde_json::Value::Array(_), true) => from_json_floats(&json),
+        (serde_json::Value::Object(_), false) | (serde_json::Value::Array(_), true) => {
+            from_json_floats(&json)
+        }
         (serde_json::Value::Null, false) => Value::map(Map::new()),
         (serde_json::Value::Null, true) => Value::list(Vec::new()),
         (other, _) => {
-            let target = if array { "[]interface {}" } else { "map[string]interface {}" };
-            wrap(format!("json: cannot unmarshal {} into Go value of type {target}", gojson::json_kind(other)))
+            let target = if array {
+                "[]interface {}"
+            } else {
+                "map[string]interface {}"
+            };
+            wrap(format!(
+                "json: cannot unmarshal {} into Go value of type {target}",
+                gojson::json_kind(other)
+            ))
         }
     }
 }
@@ -156,10 +187,14 @@ fn nested(v: &Value, path: &[&str]) -> Option<Value> {
 }
 
 fn remove_nested(v: &Value, path: &[&str]) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut current = v.clone();
     for field in parents {
-        let Some(next) = map_of(&current).and_then(|m| m.get(field)) else { return };
+        let Some(next) = map_of(&current).and_then(|m| m.get(field)) else {
+            return;
+        };
         if map_of(&next).is_none() {
             return;
         }
@@ -172,7 +207,9 @@ fn remove_nested(v: &Value, path: &[&str]) {
 
 /// `unstructured.SetNestedField`; Err when a path element exists but is not a map.
 fn set_nested(v: &Value, path: &[&str], value: Value) -> Result<(), ()> {
-    let Some((last, parents)) = path.split_last() else { return Err(()) };
+    let Some((last, parents)) = path.split_last() else {
+        return Err(());
+    };
     let mut current = map_of(v).ok_or(())?.clone();
     for field in parents {
         let next = current.get(field);
@@ -181,7 +218,9 @@ fn set_nested(v: &Value, path: &[&str], value: Value) -> Result<(), ()> {
             Some(_) => return Err(()),
             None => {
                 let created = MapRef::new(Map::new());
-                current.write().insert(field.to_string(), Value::Map(created.clone()));
+                current
+                    .write()
+                    .insert(field.to_string(), Value::Map(created.clone()));
                 created
             }
         };
@@ -193,10 +232,17 @@ fn set_nested(v: &Value, path: &[&str], value: Value) -> Result<(), ()> {
 /// `runtime.DeepCopyJSONValue`: only JSON types (int64, not Go int) can be copied.
 fn deep_copy_json(v: &Value) -> Result<Value, String> {
     Ok(match v {
-        Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::String(_) => v.clone(),
-        Value::List(items) => Value::list(items.iter().map(deep_copy_json).collect::<Result<_, _>>()?),
+        Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::String(_) => {
+            v.clone()
+        }
+        Value::List(items) => {
+            Value::list(items.iter().map(deep_copy_json).collect::<Result<_, _>>()?)
+        }
         Value::Map(m) => Value::map(
-            m.read().iter().map(|(k, v)| Ok((k.clone(), deep_copy_json(v)?))).collect::<Result<_, String>>()?,
+            m.read()
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), deep_copy_json(v)?)))
+                .collect::<Result<_, String>>()?,
         ),
         other => return Err(format!("cannot deep copy {}", other.go_type())),
     })
@@ -214,7 +260,11 @@ fn to_toml(v: &Value) -> String {
 
 fn toml_table(out: &mut String, m: &MapRef, path: &mut Vec<String>) {
     let indent = "  ".repeat(path.len());
-    let entries: Vec<(String, Value)> = m.read().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let entries: Vec<(String, Value)> = m
+        .read()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     for (k, v) in entries.iter().filter(|(_, v)| !matches!(v, Value::Map(_))) {
         if v.is_nil() {
             continue;
@@ -236,7 +286,10 @@ fn toml_table(out: &mut String, m: &MapRef, path: &mut Vec<String>) {
 }
 
 fn toml_key(k: &str) -> String {
-    if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
         k.to_string()
     } else {
         crate::gofmt::quote(k)
@@ -254,7 +307,10 @@ fn toml_value(v: &Value) -> String {
                 format!("{s}.0")
             }
         }
-        Value::List(items) => format!("[{}]", items.iter().map(toml_value).collect::<Vec<_>>().join(", ")),
+        Value::List(items) => format!(
+            "[{}]",
+            items.iter().map(toml_value).collect::<Vec<_>>().join(", ")
+        ),
         Value::Map(_) => "{}".into(),
         other => crate::gofmt::to_string(other),
     }
@@ -275,6 +331,10 @@ fn toml_to_value(v: &toml::Value) -> Value {
         toml::Value::Boolean(b) => Value::Bool(*b),
         toml::Value::Datetime(d) => Value::string(d.to_string()),
         toml::Value::Array(items) => Value::list(items.iter().map(toml_to_value).collect()),
-        toml::Value::Table(t) => Value::map(t.iter().map(|(k, v)| (k.clone(), toml_to_value(v))).collect()),
+        toml::Value::Table(t) => Value::map(
+            t.iter()
+                .map(|(k, v)| (k.clone(), toml_to_value(v)))
+                .collect(),
+        ),
     }
 }

@@ -21,14 +21,21 @@ impl TeraTemplate {
         let mut tera = Tera::default();
         tera.autoescape_on(vec![]);
         register(&mut tera);
-        tera.add_raw_template(name, text).map_err(|e| Error::tera(name, ErrorKind::Parse, chain(&e)))?;
-        Ok(TeraTemplate { tera, name: name.to_string() })
+        tera.add_raw_template(name, text)
+            .map_err(|e| Error::tera(name, ErrorKind::Parse, chain(&e)))?;
+        Ok(TeraTemplate {
+            tera,
+            name: name.to_string(),
+        })
     }
 
     pub fn render(&self, data: &Value) -> Result<String, Error> {
         let json = data.to_json().unwrap_or(serde_json::Value::Null);
-        let context = Context::from_value(json).map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))?;
-        self.tera.render(&self.name, &context).map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))
+        let context = Context::from_value(json)
+            .map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))?;
+        self.tera
+            .render(&self.name, &context)
+            .map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))
     }
 }
 
@@ -47,7 +54,8 @@ fn chain(e: &dyn std::error::Error) -> String {
 type Args = HashMap<String, serde_json::Value>;
 
 fn to_tera(v: Value) -> tera::Result<serde_json::Value> {
-    v.to_json().ok_or_else(|| tera::Error::msg("value cannot be represented in JSON"))
+    v.to_json()
+        .ok_or_else(|| tera::Error::msg("value cannot be represented in JSON"))
 }
 
 /// Calls a Go-side function of the text engine by name with JSON arguments.
@@ -56,7 +64,9 @@ fn call(name: &str, args: Vec<serde_json::Value>) -> tera::Result<serde_json::Va
         return Err(tera::Error::msg(format!("function {name} not defined")));
     };
     let crate::funcs::Imp::Plain(f) = def.imp else {
-        return Err(tera::Error::msg(format!("{name} is not callable from tera")));
+        return Err(tera::Error::msg(format!(
+            "{name} is not callable from tera"
+        )));
     };
     let values = args.iter().map(Value::from).collect();
     f(values).map_err(tera::Error::msg).and_then(to_tera)
@@ -65,24 +75,53 @@ fn call(name: &str, args: Vec<serde_json::Value>) -> tera::Result<serde_json::Va
 fn register(tera: &mut Tera) {
     tera.register_filter("toYaml", |v: &serde_json::Value, _: &Args| {
         let yaml = to_yaml(&Value::from(v), Flavor::V2).map_err(tera::Error::msg)?;
-        Ok(serde_json::Value::String(yaml.trim_end_matches('\n').to_string()))
+        Ok(serde_json::Value::String(
+            yaml.trim_end_matches('\n').to_string(),
+        ))
     });
-    for name in ["toJson", "fromYaml", "fromYamlArray", "fromJson", "fromJsonArray", "toToml", "fromToml", "getResource", "copy"] {
-        tera.register_filter(name, move |v: &serde_json::Value, _: &Args| call(name, vec![v.clone()]));
+    for name in [
+        "toJson",
+        "fromYaml",
+        "fromYamlArray",
+        "fromJson",
+        "fromJsonArray",
+        "toToml",
+        "fromToml",
+        "getResource",
+        "copy",
+    ] {
+        tera.register_filter(name, move |v: &serde_json::Value, _: &Args| {
+            call(name, vec![v.clone()])
+        });
     }
-    tera.register_function("getField", |args: &Args| call("getField", vec![arg(args, "obj")?, arg(args, "path")?]));
-    tera.register_function("removeField", |args: &Args| call("removeField", vec![arg(args, "obj")?, arg(args, "path")?]));
+    tera.register_function("getField", |args: &Args| {
+        call("getField", vec![arg(args, "obj")?, arg(args, "path")?])
+    });
+    tera.register_function("removeField", |args: &Args| {
+        call("removeField", vec![arg(args, "obj")?, arg(args, "path")?])
+    });
     tera.register_function("setField", |args: &Args| {
-        call("setField", vec![arg(args, "obj")?, arg(args, "path")?, arg(args, "value")?])
+        call(
+            "setField",
+            vec![arg(args, "obj")?, arg(args, "path")?, arg(args, "value")?],
+        )
     });
     tera.register_function("chainRemoveField", |args: &Args| {
-        call("chainRemoveField", vec![arg(args, "obj")?, arg(args, "path")?])
+        call(
+            "chainRemoveField",
+            vec![arg(args, "obj")?, arg(args, "path")?],
+        )
     });
     tera.register_function("chainSetField", |args: &Args| {
-        call("chainSetField", vec![arg(args, "obj")?, arg(args, "path")?, arg(args, "value")?])
+        call(
+            "chainSetField",
+            vec![arg(args, "obj")?, arg(args, "path")?, arg(args, "value")?],
+        )
     });
 }
 
 fn arg(args: &Args, name: &str) -> tera::Result<serde_json::Value> {
-    args.get(name).cloned().ok_or_else(|| tera::Error::msg(format!("missing argument {name}")))
+    args.get(name)
+        .cloned()
+        .ok_or_else(|| tera::Error::msg(format!("missing argument {name}")))
 }

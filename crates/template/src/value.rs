@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-
 /// The entries of a map value, in Go's printing order (sorted keys).
 pub type Map = BTreeMap<String, Value>;
 
@@ -99,16 +98,23 @@ impl MapRef {
     }
 
     fn lazy(json: JsonRef) -> Self {
-        MapRef(Arc::new(RwLock::new(MapState::Lazy { json, children: Map::new() })))
+        MapRef(Arc::new(RwLock::new(MapState::Lazy {
+            json,
+            children: Map::new(),
+        })))
     }
 
     fn read_state(&self) -> RwLockReadGuard<'_, MapState> {
         // A poisoned lock still holds consistent data: no writer panics half-way.
-        self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn write_state(&self) -> RwLockWriteGuard<'_, MapState> {
-        self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Converts a lazy map one level (its children stay lazy).
@@ -221,7 +227,10 @@ impl JsonRef {
 
     /// A reference to `node`, which must have been reached from `self.get()`.
     fn child(&self, node: &serde_json::Value) -> JsonRef {
-        JsonRef { root: Arc::clone(&self.root), node: std::ptr::NonNull::from(node) }
+        JsonRef {
+            root: Arc::clone(&self.root),
+            node: std::ptr::NonNull::from(node),
+        }
     }
 }
 
@@ -229,7 +238,12 @@ impl JsonRef {
 fn lazy_value(j: &JsonRef) -> Value {
     match j.get() {
         serde_json::Value::Object(_) => Value::Map(MapRef::lazy(j.clone())),
-        serde_json::Value::Array(items) => Value::list(items.iter().map(|item| lazy_value(&j.child(item))).collect()),
+        serde_json::Value::Array(items) => Value::list(
+            items
+                .iter()
+                .map(|item| lazy_value(&j.child(item)))
+                .collect(),
+        ),
         scalar => Value::from(scalar),
     }
 }
@@ -312,7 +326,12 @@ impl Value {
     pub fn deep_copy(&self) -> Value {
         match self {
             Value::List(l) => Value::list(l.iter().map(Value::deep_copy).collect()),
-            Value::Map(m) => Value::map(m.read().iter().map(|(k, v)| (k.clone(), v.deep_copy())).collect()),
+            Value::Map(m) => Value::map(
+                m.read()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.deep_copy()))
+                    .collect(),
+            ),
             other => other.clone(),
         }
     }
@@ -325,7 +344,9 @@ impl Value {
             Value::Int(i) | Value::GoInt(i) => serde_json::Value::from(*i),
             Value::Float(f) => serde_json::Value::Number(serde_json::Number::from_f64(*f)?),
             Value::String(s) => serde_json::Value::String(s.to_string()),
-            Value::List(l) => serde_json::Value::Array(l.iter().map(Value::to_json).collect::<Option<_>>()?),
+            Value::List(l) => {
+                serde_json::Value::Array(l.iter().map(Value::to_json).collect::<Option<_>>()?)
+            }
             Value::Map(m) => serde_json::Value::Object(
                 m.read()
                     .iter()
@@ -351,9 +372,12 @@ impl From<&serde_json::Value> for Value {
             },
             serde_json::Value::String(s) => Value::str(s),
             serde_json::Value::Array(items) => Value::list(items.iter().map(Value::from).collect()),
-            serde_json::Value::Object(entries) => {
-                Value::map(entries.iter().map(|(k, v)| (k.clone(), Value::from(v))).collect())
-            }
+            serde_json::Value::Object(entries) => Value::map(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::from(v)))
+                    .collect(),
+            ),
         }
     }
 }
@@ -418,16 +442,30 @@ pub fn event_data_shared(json: Arc<serde_json::Value>) -> Value {
     build_event_data(root.get(), &|v| lazy_value(&root.child(v)))
 }
 
-fn build_event_data(json: &serde_json::Value, convert: &dyn Fn(&serde_json::Value) -> Value) -> Value {
+fn build_event_data(
+    json: &serde_json::Value,
+    convert: &dyn Fn(&serde_json::Value) -> Value,
+) -> Value {
     let serde_json::Value::Object(entries) = json else {
         return convert(json);
     };
     let mut map = Map::new();
     for (key, value) in entries {
         let converted = match (key.as_str(), value) {
-            ("Resource" | "CloudEvent" | "Cluster", serde_json::Value::Null) => Value::map(Map::new()),
+            ("Resource" | "CloudEvent" | "Cluster", serde_json::Value::Null) => {
+                Value::map(Map::new())
+            }
             ("Resources" | "CloudEvents", serde_json::Value::Array(items)) => Value::list(
-                items.iter().map(|item| if item.is_null() { Value::map(Map::new()) } else { convert(item) }).collect(),
+                items
+                    .iter()
+                    .map(|item| {
+                        if item.is_null() {
+                            Value::map(Map::new())
+                        } else {
+                            convert(item)
+                        }
+                    })
+                    .collect(),
             ),
             ("MatchingResource", item) => object_reference(item),
             ("MatchingResources", serde_json::Value::Array(items)) => {
@@ -440,8 +478,15 @@ fn build_event_data(json: &serde_json::Value, convert: &dyn Fn(&serde_json::Valu
     Value::map(map)
 }
 
-const OBJECT_REFERENCE_FIELDS: [&str; 7] =
-    ["APIVersion", "FieldPath", "Kind", "Name", "Namespace", "ResourceVersion", "UID"];
+const OBJECT_REFERENCE_FIELDS: [&str; 7] = [
+    "APIVersion",
+    "FieldPath",
+    "Kind",
+    "Name",
+    "Namespace",
+    "ResourceVersion",
+    "UID",
+];
 
 fn object_reference(json: &serde_json::Value) -> Value {
     let mut map = Map::new();

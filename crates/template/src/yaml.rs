@@ -29,7 +29,10 @@ impl Flavor {
 /// Marshals `v`; the output ends with a newline, as go-yaml's does.
 pub fn to_yaml(v: &Value, flavor: Flavor) -> Result<String, String> {
     let mut out = String::new();
-    let mut e = Emitter { out: &mut out, flavor };
+    let mut e = Emitter {
+        out: &mut out,
+        flavor,
+    };
     match v {
         Value::Map(m) if !m.is_empty() => e.map(v, 0, 0, false)?,
         Value::List(l) if !l.is_empty() => e.list(v, 0, false)?,
@@ -58,11 +61,18 @@ impl Emitter<'_> {
     /// A block mapping with keys at `key_col`; nested blocks are placed relative to `base`
     /// (go-yaml v3 places the children of a mapping inside a sequence item relative to the
     /// sequence, not to the keys).
-    fn map(&mut self, v: &Value, key_col: usize, base: usize, inline_first: bool) -> Result<(), String> {
+    fn map(
+        &mut self,
+        v: &Value,
+        key_col: usize,
+        base: usize,
+        inline_first: bool,
+    ) -> Result<(), String> {
         let Value::Map(m) = v else { return Ok(()) };
         let entries: Vec<(String, Value)> = {
             let map = m.read();
-            let mut entries: Vec<(String, Value)> = map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut entries: Vec<(String, Value)> =
+                map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             entries.sort_by(|a, b| natural_cmp(&a.0, &b.0));
             entries
         };
@@ -86,7 +96,11 @@ impl Emitter<'_> {
             }
             Value::List(l) if !l.is_empty() => {
                 self.out.push('\n');
-                let seq_indent = if self.flavor == Flavor::V3 { base + step } else { base };
+                let seq_indent = if self.flavor == Flavor::V3 {
+                    base + step
+                } else {
+                    base
+                };
                 self.list(value, seq_indent, false)
             }
             scalar => {
@@ -107,7 +121,11 @@ impl Emitter<'_> {
             self.out.push_str("- ");
             match item {
                 Value::Map(m) if !m.is_empty() => {
-                    let base = if self.flavor == Flavor::V3 { indent } else { indent + 2 };
+                    let base = if self.flavor == Flavor::V3 {
+                        indent
+                    } else {
+                        indent + 2
+                    };
                     self.map(item, indent + 2, base, true)?
                 }
                 Value::List(l) if !l.is_empty() => self.list(item, indent + 2, true)?,
@@ -211,7 +229,11 @@ impl Emitter<'_> {
             1 => {}
             _ => self.out.push('+'),
         }
-        let body = if trailing == 1 { &s[..s.len() - 1] } else { s.trim_end_matches('\n') };
+        let body = if trailing == 1 {
+            &s[..s.len() - 1]
+        } else {
+            s.trim_end_matches('\n')
+        };
         for line in body.split('\n') {
             self.out.push('\n');
             if !line.is_empty() {
@@ -236,13 +258,23 @@ fn style(s: &str) -> Style {
     if s.is_empty() || resolves_to_non_string(s) {
         return Style::Double;
     }
-    let special = s.chars().any(|c| (c < ' ' && c != '\n') || c == '\u{7f}' || c == '\u{feff}' || (c >= '\u{80}' && c.is_control()));
+    let special = s.chars().any(|c| {
+        (c < ' ' && c != '\n')
+            || c == '\u{7f}'
+            || c == '\u{feff}'
+            || (c >= '\u{80}' && c.is_control())
+    });
     if special {
         return Style::Double;
     }
     if s.contains('\n') {
-        let trailing_space = s.split('\n').any(|l| l.ends_with(' ')) || s.starts_with('\n') && s.trim().is_empty();
-        return if trailing_space { Style::Double } else { Style::Literal };
+        let trailing_space =
+            s.split('\n').any(|l| l.ends_with(' ')) || s.starts_with('\n') && s.trim().is_empty();
+        return if trailing_space {
+            Style::Double
+        } else {
+            Style::Literal
+        };
     }
     let first = s.chars().next().unwrap_or(' ');
     let second = s.chars().nth(1);
@@ -250,7 +282,13 @@ fn style(s: &str) -> Style {
         || (matches!(first, '-' | '?' | ':') && second.is_none_or(|c| c == ' '))
         || s.starts_with("---")
         || s.starts_with("...");
-    if indicator || s.starts_with(' ') || s.ends_with(' ') || s.contains(": ") || s.contains(" #") || s.ends_with(':') {
+    if indicator
+        || s.starts_with(' ')
+        || s.ends_with(' ')
+        || s.contains(": ")
+        || s.contains(" #")
+        || s.ends_with(':')
+    {
         return Style::Single;
     }
     Style::Plain
@@ -291,9 +329,10 @@ fn double_quoted(out: &mut String, s: &str) {
 /// booleans and nulls, integers, floats, timestamps, base-60 numbers, the merge key).
 pub fn resolves_to_non_string(s: &str) -> bool {
     const WORDS: &[&str] = &[
-        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false", "False", "FALSE", "on",
-        "On", "ON", "off", "Off", "OFF", "~", "null", "Null", "NULL", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
-        "-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN", "<<",
+        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false",
+        "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF", "~", "null", "Null", "NULL",
+        ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
+        ".NaN", ".NAN", "<<",
     ];
     if WORDS.contains(&s) {
         return true;
@@ -318,7 +357,9 @@ pub fn is_yaml_float(s: &str) -> bool {
     let mantissa_ok = match mantissa.split_once('.') {
         Some((int, frac)) => {
             (int.is_empty() && !frac.is_empty() && frac.bytes().all(|c| c.is_ascii_digit()))
-                || (!int.is_empty() && int.bytes().all(|c| c.is_ascii_digit()) && frac.bytes().all(|c| c.is_ascii_digit()))
+                || (!int.is_empty()
+                    && int.bytes().all(|c| c.is_ascii_digit())
+                    && frac.bytes().all(|c| c.is_ascii_digit()))
         }
         None => !mantissa.is_empty() && mantissa.bytes().all(|c| c.is_ascii_digit()),
     };
@@ -334,7 +375,9 @@ fn is_timestamp(s: &str) -> bool {
     let parts: Vec<&str> = date.split('-').collect();
     parts.len() == 3
         && parts[0].len() == 4
-        && parts.iter().all(|p| !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit()))
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit()))
         && parts[1].len() <= 2
         && parts[2].len() <= 2
 }
@@ -342,13 +385,22 @@ fn is_timestamp(s: &str) -> bool {
 fn is_base60(s: &str) -> bool {
     let b = s.strip_prefix(['-', '+']).unwrap_or(s);
     let mut parts = b.split(':');
-    let first_ok = parts.next().is_some_and(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit() || c == b'_'));
+    let first_ok = parts
+        .next()
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit() || c == b'_'));
     let rest: Vec<&str> = parts.collect();
     first_ok
         && !rest.is_empty()
         && rest.iter().enumerate().all(|(i, p)| {
-            let p = if i + 1 == rest.len() { p.split('.').next().unwrap_or(p) } else { p };
-            !p.is_empty() && p.len() <= 2 && p.bytes().all(|c| c.is_ascii_digit()) && p.parse::<u32>().is_ok_and(|n| n < 60)
+            let p = if i + 1 == rest.len() {
+                p.split('.').next().unwrap_or(p)
+            } else {
+                p
+            };
+            !p.is_empty()
+                && p.len() <= 2
+                && p.bytes().all(|c| c.is_ascii_digit())
+                && p.parse::<u32>().is_ok_and(|n| n < 60)
         })
 }
 
@@ -367,7 +419,11 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
             return ar[i].cmp(&br[i]);
         }
         if al || bl {
-            return if bl { Ordering::Less } else { Ordering::Greater };
+            return if bl {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
         }
         let (mut an, mut bn) = (0i64, 0i64);
         if ar[i] == '0' || br[i] == '0' {

@@ -19,7 +19,9 @@ fn to_json(y: &Yaml) -> Json {
         Yaml::Integer(i) => json!(i),
         Yaml::Real(s) => {
             let f: f64 = s.parse().unwrap_or_else(|_| panic!("bad float {s}"));
-            serde_json::Number::from_f64(f).map(Json::Number).unwrap_or(Json::Null)
+            serde_json::Number::from_f64(f)
+                .map(Json::Number)
+                .unwrap_or(Json::Null)
         }
         Yaml::String(s) => Json::String(s.clone()),
         Yaml::Array(items) => Json::Array(items.iter().map(to_json).collect()),
@@ -53,7 +55,10 @@ fn eager_answer(request: &Json) -> Json {
         },
         name: sluice_template::oracle::DEFAULT_NAME.into(),
     };
-    let template = match sluice_template::Template::parse(request["template"].as_str().unwrap_or_default(), &options) {
+    let template = match sluice_template::Template::parse(
+        request["template"].as_str().unwrap_or_default(),
+        &options,
+    ) {
         Ok(t) => t,
         Err(e) => return json!({ "error": e.to_string() }),
     };
@@ -71,14 +76,22 @@ fn conformance_corpus_renders_byte_for_byte() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no case files in {}", corpus_dir().display());
+    assert!(
+        !files.is_empty(),
+        "no case files in {}",
+        corpus_dir().display()
+    );
     let (mut passed, mut failures) = (0usize, Vec::new());
     for file in &files {
         let text = std::fs::read_to_string(file).expect("read case file");
         let docs = YamlLoader::load_from_str(&text).expect("parse case file");
         let doc = to_json(&docs[0]);
         let cases = doc["cases"].as_array().expect("cases list");
-        let file_name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let file_name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
         for case in cases {
             let name = case["name"].as_str().unwrap_or_default();
             let mut request = json!({ "template": case["template"], "data": case.get("data").cloned().unwrap_or(json!({})) });
@@ -92,7 +105,9 @@ fn conformance_corpus_renders_byte_for_byte() {
             let ok = if expected.get("error").and_then(Json::as_bool) == Some(true) {
                 answer.get("error").is_some()
             } else {
-                let want = expected.get("output").expect("expected.output or expected.error");
+                let want = expected
+                    .get("output")
+                    .expect("expected.output or expected.error");
                 answer.get("output") == Some(want)
             };
             // The same case over eagerly converted data must agree with the lazy path.
@@ -101,10 +116,20 @@ fn conformance_corpus_renders_byte_for_byte() {
             if ok {
                 passed += 1;
             } else {
-                failures.push(format!("{file_name} / {name}:\n  expected {expected}\n  got      {answer}"));
+                failures.push(format!(
+                    "{file_name} / {name}:\n  expected {expected}\n  got      {answer}"
+                ));
             }
         }
     }
-    println!("template conformance: {passed}/{} passed", passed + failures.len());
-    assert!(failures.is_empty(), "{} failing cases:\n{}", failures.len(), failures.join("\n"));
+    println!(
+        "template conformance: {passed}/{} passed",
+        passed + failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -22,14 +22,27 @@ fn check(text: &str, data: serde_json::Value, expected: &str) {
 #[test]
 fn seed_004_single_quoted_cloud_event_action() {
     // Go rejects 'auth.example.com.logout' (a multi-character char literal); sluice reads a string.
-    let text = "{{ if eq .CloudEvent.type 'auth.example.com.logout' }}Delete{{ else }}Create{{ end }}";
-    check(text, json!({"CloudEvent": {"type": "auth.example.com.logout"}}), "Delete");
-    check(text, json!({"CloudEvent": {"type": "auth.example.com.login"}}), "Create");
+    let text =
+        "{{ if eq .CloudEvent.type 'auth.example.com.logout' }}Delete{{ else }}Create{{ end }}";
+    check(
+        text,
+        json!({"CloudEvent": {"type": "auth.example.com.logout"}}),
+        "Delete",
+    );
+    check(
+        text,
+        json!({"CloudEvent": {"type": "auth.example.com.login"}}),
+        "Create",
+    );
 }
 
 #[test]
 fn single_character_single_quotes_stay_go_runes() {
-    check("{{ 'a' }} {{ printf \"%T\" 'a' }} {{ 'ab' }} {{ printf \"%T\" 'ab' }}", json!({}), "97 int ab string");
+    check(
+        "{{ 'a' }} {{ printf \"%T\" 'a' }} {{ 'ab' }} {{ printf \"%T\" 'ab' }}",
+        json!({}),
+        "97 int ab string",
+    );
 }
 
 #[test]
@@ -46,7 +59,10 @@ fn integral_json_numbers_are_int64_and_others_float64() {
         json!({"a": 3, "b": 3.0, "c": 18446744073709551615u64}),
         "int64 float64 float64 3 1.8446744073709552e+19",
     );
-    assert!(render("{{ eq .p 443 }}", json!({"p": 443.0})).is_err(), "float data against an int literal is an error");
+    assert!(
+        render("{{ eq .p 443 }}", json!({"p": 443.0})).is_err(),
+        "float data against an int literal is an error"
+    );
 }
 
 #[test]
@@ -61,16 +77,24 @@ fn templates_see_an_empty_environment() {
 
 #[test]
 fn parse_errors_carry_name_line_and_column() {
-    let options = Options { name: "et/cm/key".into(), ..Options::default() };
-    let err = Template::parse("line one\n  {{ nosuch 1 }}", &options).expect_err("undefined function");
+    let options = Options {
+        name: "et/cm/key".into(),
+        ..Options::default()
+    };
+    let err =
+        Template::parse("line one\n  {{ nosuch 1 }}", &options).expect_err("undefined function");
     assert_eq!(err.kind(), ErrorKind::Parse);
     assert_eq!((err.line(), err.column()), (2, 5));
-    assert_eq!(err.to_string(), "template: et/cm/key:2:5: function \"nosuch\" not defined");
+    assert_eq!(
+        err.to_string(),
+        "template: et/cm/key:2:5: function \"nosuch\" not defined"
+    );
 }
 
 #[test]
 fn exec_errors_say_where_and_what() {
-    let err = render("a\nb {{ .Resource.missing }}", json!({"Resource": {}})).expect_err("missing key");
+    let err =
+        render("a\nb {{ .Resource.missing }}", json!({"Resource": {}})).expect_err("missing key");
     assert_eq!(err.kind(), ErrorKind::Exec);
     assert_eq!(err.line(), 2);
     assert_eq!(
@@ -81,34 +105,64 @@ fn exec_errors_say_where_and_what() {
 
 #[test]
 fn missing_key_modes() {
-    for (mode, expected) in [(MissingKey::Default, Ok("<no value>")), (MissingKey::Zero, Ok("<no value>")), (MissingKey::Error, Err(()))] {
-        let options = Options { missing_key: mode, ..Options::default() };
-        let out = Template::parse("{{ .absent }}", &options).expect("parses").render(&event_data(&json!({})));
+    for (mode, expected) in [
+        (MissingKey::Default, Ok("<no value>")),
+        (MissingKey::Zero, Ok("<no value>")),
+        (MissingKey::Error, Err(())),
+    ] {
+        let options = Options {
+            missing_key: mode,
+            ..Options::default()
+        };
+        let out = Template::parse("{{ .absent }}", &options)
+            .expect("parses")
+            .render(&event_data(&json!({})));
         assert_eq!(out.as_deref().map_err(|_| ()), expected, "{mode:?}");
     }
 }
 
 #[test]
 fn html_engine_escapes_action_output_only() {
-    let options = Options { engine: Engine::Html, ..Options::default() };
+    let options = Options {
+        engine: Engine::Html,
+        ..Options::default()
+    };
     let t = Template::parse("<b>{{ .team }}</b>{{ index .m \"x\" }}", &options).expect("parses");
-    assert_eq!(t.render(&event_data(&json!({"team": "r&d <ops>", "m": {}}))).expect("renders"), "<b>r&amp;d &lt;ops&gt;</b>");
-    assert!(Template::parse("{{ getResource . }}", &options).is_err(), "event-manager extras are text-engine only");
+    assert_eq!(
+        t.render(&event_data(&json!({"team": "r&d <ops>", "m": {}})))
+            .expect("renders"),
+        "<b>r&amp;d &lt;ops&gt;</b>"
+    );
+    assert!(
+        Template::parse("{{ getResource . }}", &options).is_err(),
+        "event-manager extras are text-engine only"
+    );
 }
 
 #[test]
 fn cache_parses_each_distinct_template_once() {
     let cache = TemplateCache::new(2);
     let text = "{{ .a }}";
-    let first = cache.get_or_parse(text, &Options::default()).expect("parses");
-    let again = cache.get_or_parse(text, &Options::default()).expect("parses");
+    let first = cache
+        .get_or_parse(text, &Options::default())
+        .expect("parses");
+    let again = cache
+        .get_or_parse(text, &Options::default())
+        .expect("parses");
     assert!(Arc::ptr_eq(&first, &again));
-    let html = Options { engine: Engine::Html, ..Options::default() };
+    let html = Options {
+        engine: Engine::Html,
+        ..Options::default()
+    };
     let other = cache.get_or_parse(text, &html).expect("parses");
     assert!(!Arc::ptr_eq(&first, &other), "options are part of the key");
-    cache.get_or_parse("{{ .b }}", &Options::default()).expect("parses");
+    cache
+        .get_or_parse("{{ .b }}", &Options::default())
+        .expect("parses");
     assert_eq!(cache.len(), 2, "capacity bounds the cache");
-    assert!(cache.get_or_parse("{{ end }}", &Options::default()).is_err());
+    assert!(cache
+        .get_or_parse("{{ end }}", &Options::default())
+        .is_err());
 }
 
 #[test]
@@ -123,7 +177,10 @@ fn templates_are_shared_across_threads() {
             std::thread::spawn(move || t.render(&event_data(&json!({"n": i}))).expect("renders"))
         })
         .collect();
-    let outputs: Vec<String> = handles.into_iter().map(|h| h.join().expect("thread")).collect();
+    let outputs: Vec<String> = handles
+        .into_iter()
+        .map(|h| h.join().expect("thread"))
+        .collect();
     assert_eq!(outputs, ["0", "1", "2", "3"]);
 }
 
@@ -136,19 +193,35 @@ fn render_command_answers_single_and_batch_requests() {
     ))
     .expect("JSON answer");
     assert_eq!(batch[0], json!({"output": "1"}));
-    assert!(batch[1]["error"].as_str().expect("error text").contains("map has no entry for key \"y\""));
+    assert!(batch[1]["error"]
+        .as_str()
+        .expect("error text")
+        .contains("map has no entry for key \"y\""));
     assert_eq!(batch[2], json!({"output": "<no value>"}));
     assert!(oracle::run("not json").contains("\"error\""));
 }
 
 #[test]
 fn tera_syntax_with_sveltos_functions() {
-    let options = Options { engine: Engine::Tera, ..Options::default() };
+    let options = Options {
+        engine: Engine::Tera,
+        ..Options::default()
+    };
     let text = "name: {{ Resource.metadata.name | upper }}\n{{ Resource.spec | toYaml }}\nns: {{ getField(obj=Resource, path=\"metadata.namespace\") }}";
     let t = Template::parse(text, &options).expect("tera parses");
-    let data = event_data(&json!({"Resource": {"metadata": {"name": "web", "namespace": "eng"}, "spec": {"b": [1], "a": "x"}}}));
-    assert_eq!(t.render(&data).expect("renders"), "name: WEB\na: x\nb:\n- 1\nns: eng");
-    assert_eq!(Template::parse("{{ unclosed", &options).expect_err("bad tera").kind(), ErrorKind::Parse);
+    let data = event_data(
+        &json!({"Resource": {"metadata": {"name": "web", "namespace": "eng"}, "spec": {"b": [1], "a": "x"}}}),
+    );
+    assert_eq!(
+        t.render(&data).expect("renders"),
+        "name: WEB\na: x\nb:\n- 1\nns: eng"
+    );
+    assert_eq!(
+        Template::parse("{{ unclosed", &options)
+            .expect_err("bad tera")
+            .kind(),
+        ErrorKind::Parse
+    );
 }
 
 #[test]
@@ -158,7 +231,15 @@ fn sprig_set_mutates_data_and_deep_copy_does_not() {
 
 #[test]
 fn crypto_helpers_round_trip_and_unsupported_ones_fail() {
-    check("{{ encryptAES \"pw\" \"secret\" | decryptAES \"pw\" }}", json!({}), "secret");
-    check("{{ htpasswd \"user\" \"pw\" | substr 0 9 }}", json!({}), "user:$2a$");
+    check(
+        "{{ encryptAES \"pw\" \"secret\" | decryptAES \"pw\" }}",
+        json!({}),
+        "secret",
+    );
+    check(
+        "{{ htpasswd \"user\" \"pw\" | substr 0 9 }}",
+        json!({}),
+        "user:$2a$",
+    );
     assert!(render("{{ genPrivateKey \"rsa\" }}", json!({})).is_err());
 }

@@ -11,36 +11,72 @@ use rand::RngCore;
 use crate::funcs::{arg_int, arg_str, def, FuncDef};
 use crate::value::Value;
 
-const UNSUPPORTED: &str = "not supported by sluice: generate keys and certificates outside templates";
+const UNSUPPORTED: &str =
+    "not supported by sluice: generate keys and certificates outside templates";
 
 pub static FUNCS: &[FuncDef] = &[
     def!("derivePassword", [Int, Str, Str, Str, Str], |a| {
-        Ok(Value::string(derive_password(arg_int(&a, 0) as u32, arg_str(&a, 1), arg_str(&a, 2), arg_str(&a, 3), arg_str(&a, 4))))
+        Ok(Value::string(derive_password(
+            arg_int(&a, 0) as u32,
+            arg_str(&a, 1),
+            arg_str(&a, 2),
+            arg_str(&a, 3),
+            arg_str(&a, 4),
+        )))
     }),
-    def!("bcrypt", [Str], |a| Ok(Value::string(bcrypt_hash(arg_str(&a, 0))))),
+    def!("bcrypt", [Str], |a| Ok(Value::string(bcrypt_hash(
+        arg_str(&a, 0)
+    )))),
     def!("htpasswd", [Str, Str], |a| {
         let user = arg_str(&a, 0);
         if user.contains(':') {
             return Ok(Value::string(format!("invalid username: {user}")));
         }
-        Ok(Value::string(format!("{user}:{}", bcrypt_hash(arg_str(&a, 1)))))
+        Ok(Value::string(format!(
+            "{user}:{}",
+            bcrypt_hash(arg_str(&a, 1))
+        )))
     }),
-    def!("encryptAES", [Str, Str], |a| encrypt_aes(arg_str(&a, 0), arg_str(&a, 1)).map(Value::string)),
-    def!("decryptAES", [Str, Str], |a| decrypt_aes(arg_str(&a, 0), arg_str(&a, 1)).map(Value::string)),
+    def!("encryptAES", [Str, Str], |a| encrypt_aes(
+        arg_str(&a, 0),
+        arg_str(&a, 1)
+    )
+    .map(Value::string)),
+    def!("decryptAES", [Str, Str], |a| decrypt_aes(
+        arg_str(&a, 0),
+        arg_str(&a, 1)
+    )
+    .map(Value::string)),
     def!("randBytes", [Int], |a| {
         let mut buf = vec![0u8; arg_int(&a, 0).max(0) as usize];
         rand::thread_rng().fill_bytes(&mut buf);
-        Ok(Value::string(base64::engine::general_purpose::STANDARD.encode(buf)))
+        Ok(Value::string(
+            base64::engine::general_purpose::STANDARD.encode(buf),
+        ))
     }),
-    def!("uuidv4", [], |_| Ok(Value::string(uuid::Uuid::new_v4().to_string()))),
+    def!("uuidv4", [], |_| Ok(Value::string(
+        uuid::Uuid::new_v4().to_string()
+    ))),
     def!("genPrivateKey", [Str], |_| Err(UNSUPPORTED.into())),
     def!("buildCustomCert", [Str, Str], |_| Err(UNSUPPORTED.into())),
     def!("genCA", [Str, Int], |_| Err(UNSUPPORTED.into())),
     def!("genCAWithKey", [Str, Int, Str], |_| Err(UNSUPPORTED.into())),
-    def!("genSelfSignedCert", [Str, List, List, Int], |_| Err(UNSUPPORTED.into())),
-    def!("genSelfSignedCertWithKey", [Str, List, List, Int, Str], |_| Err(UNSUPPORTED.into())),
-    def!("genSignedCert", [Str, List, List, Int, Any], |_| Err(UNSUPPORTED.into())),
-    def!("genSignedCertWithKey", [Str, List, List, Int, Any, Str], |_| Err(UNSUPPORTED.into())),
+    def!("genSelfSignedCert", [Str, List, List, Int], |_| Err(
+        UNSUPPORTED.into()
+    )),
+    def!(
+        "genSelfSignedCertWithKey",
+        [Str, List, List, Int, Str],
+        |_| Err(UNSUPPORTED.into())
+    ),
+    def!("genSignedCert", [Str, List, List, Int, Any], |_| Err(
+        UNSUPPORTED.into()
+    )),
+    def!(
+        "genSignedCertWithKey",
+        [Str, List, List, Int, Any, Str],
+        |_| Err(UNSUPPORTED.into())
+    ),
 ];
 
 fn bcrypt_hash(password: &str) -> String {
@@ -56,10 +92,27 @@ fn templates(kind: &str) -> Option<&'static [&'static str]> {
     Some(match kind {
         "maximum" => &["anoxxxxxxxxxxxxxxxxx", "axxxxxxxxxxxxxxxxxno"],
         "long" => &[
-            "CvcvnoCvcvCvcv", "CvcvCvcvnoCvcv", "CvcvCvcvCvcvno", "CvccnoCvcvCvcv", "CvccCvcvnoCvcv", "CvccCvcvCvcvno",
-            "CvcvnoCvccCvcv", "CvcvCvccnoCvcv", "CvcvCvccCvcvno", "CvcvnoCvcvCvcc", "CvcvCvcvnoCvcc", "CvcvCvcvCvccno",
-            "CvccnoCvccCvcv", "CvccCvccnoCvcv", "CvccCvccCvcvno", "CvcvnoCvccCvcc", "CvcvCvccnoCvcc", "CvcvCvccCvccno",
-            "CvccnoCvcvCvcc", "CvccCvcvnoCvcc", "CvccCvcvCvccno",
+            "CvcvnoCvcvCvcv",
+            "CvcvCvcvnoCvcv",
+            "CvcvCvcvCvcvno",
+            "CvccnoCvcvCvcv",
+            "CvccCvcvnoCvcv",
+            "CvccCvcvCvcvno",
+            "CvcvnoCvccCvcv",
+            "CvcvCvccnoCvcv",
+            "CvcvCvccCvcvno",
+            "CvcvnoCvcvCvcc",
+            "CvcvCvcvnoCvcc",
+            "CvcvCvcvCvccno",
+            "CvccnoCvccCvcv",
+            "CvccCvccnoCvcv",
+            "CvccCvccCvcvno",
+            "CvcvnoCvccCvcc",
+            "CvcvCvccnoCvcc",
+            "CvcvCvccCvccno",
+            "CvccnoCvcvCvcc",
+            "CvccCvcvnoCvcc",
+            "CvccCvcvCvccno",
         ],
         "medium" => &["CvcnoCvc", "CvcCvcno"],
         "short" => &["Cvcn"],
@@ -141,12 +194,16 @@ fn decrypt_aes(password: &str, encoded: &str) -> Result<String, String> {
     if encoded.is_empty() {
         return Ok(String::new());
     }
-    let data = base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|e| e.to_string())?;
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| e.to_string())?;
     if data.len() < 16 || data.len() % 16 != 0 {
         return Err("ciphertext is not a multiple of the block size".into());
     }
     let (iv, body) = data.split_at(16);
     let cipher = cbc::Decryptor::<aes::Aes256>::new(&aes_key(password).into(), iv.into());
-    let plain = cipher.decrypt_padded_vec_mut::<Pkcs7>(body).map_err(|_| "invalid padding".to_string())?;
+    let plain = cipher
+        .decrypt_padded_vec_mut::<Pkcs7>(body)
+        .map_err(|_| "invalid padding".to_string())?;
     Ok(String::from_utf8_lossy(&plain).into_owned())
 }

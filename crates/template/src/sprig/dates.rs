@@ -29,13 +29,29 @@ impl GoTime {
 
 pub static FUNCS: &[FuncDef] = &[
     def!("now", [], |_| Ok(Value::Time(GoTime::now()))),
-    def!("date", [Str, Any], |a| Ok(Value::string(format_layout(to_time(&a[1]).0, arg_str(&a, 0))))),
-    def!("dateInZone", [Str, Any, Str], |a| Ok(Value::string(format_layout(to_time(&a[1]).0, arg_str(&a, 0))))),
-    def!("date_in_zone", [Str, Any, Str], |a| Ok(Value::string(format_layout(to_time(&a[1]).0, arg_str(&a, 0))))),
-    def!("htmlDate", [Any], |a| Ok(Value::string(format_layout(to_time(&a[0]).0, "2006-01-02")))),
-    def!("htmlDateInZone", [Any, Str], |a| Ok(Value::string(format_layout(to_time(&a[0]).0, "2006-01-02")))),
-    def!("dateModify", [Str, Any], |a| Ok(date_modify(&a).unwrap_or_else(|_| a[1].clone()))),
-    def!("date_modify", [Str, Any], |a| Ok(date_modify(&a).unwrap_or_else(|_| a[1].clone()))),
+    def!("date", [Str, Any], |a| Ok(Value::string(format_layout(
+        to_time(&a[1]).0,
+        arg_str(&a, 0)
+    )))),
+    def!("dateInZone", [Str, Any, Str], |a| Ok(Value::string(
+        format_layout(to_time(&a[1]).0, arg_str(&a, 0))
+    ))),
+    def!("date_in_zone", [Str, Any, Str], |a| Ok(Value::string(
+        format_layout(to_time(&a[1]).0, arg_str(&a, 0))
+    ))),
+    def!("htmlDate", [Any], |a| Ok(Value::string(format_layout(
+        to_time(&a[0]).0,
+        "2006-01-02"
+    )))),
+    def!("htmlDateInZone", [Any, Str], |a| Ok(Value::string(
+        format_layout(to_time(&a[0]).0, "2006-01-02")
+    ))),
+    def!("dateModify", [Str, Any], |a| Ok(
+        date_modify(&a).unwrap_or_else(|_| a[1].clone())
+    )),
+    def!("date_modify", [Str, Any], |a| Ok(
+        date_modify(&a).unwrap_or_else(|_| a[1].clone())
+    )),
     def!("mustDateModify", [Str, Any], |a| date_modify(&a)),
     def!("must_date_modify", [Str, Any], |a| date_modify(&a)),
     def!("ago", [Any], |a| {
@@ -43,9 +59,17 @@ pub static FUNCS: &[FuncDef] = &[
         let secs = (elapsed.as_seconds_f64()).round() as i128;
         Ok(Value::string(duration_string(secs * 1_000_000_000)))
     }),
-    def!("toDate", [Str, Str], |a| Ok(Value::Time(parse_layout(arg_str(&a, 1), arg_str(&a, 0)).unwrap_or(GoTime(zero_time()))))),
-    def!("mustToDate", [Str, Str], |a| parse_layout(arg_str(&a, 1), arg_str(&a, 0)).map(Value::Time)),
-    def!("unixEpoch", [Any], |a| Ok(Value::string(to_time(&a[0]).0.unix_timestamp().to_string()))),
+    def!("toDate", [Str, Str], |a| Ok(Value::Time(
+        parse_layout(arg_str(&a, 1), arg_str(&a, 0)).unwrap_or(GoTime(zero_time()))
+    ))),
+    def!("mustToDate", [Str, Str], |a| parse_layout(
+        arg_str(&a, 1),
+        arg_str(&a, 0)
+    )
+    .map(Value::Time)),
+    def!("unixEpoch", [Any], |a| Ok(Value::string(
+        to_time(&a[0]).0.unix_timestamp().to_string()
+    ))),
     def!("duration", [Any], |a| {
         let secs: i128 = match &a[0] {
             Value::Int(i) => *i as i128,
@@ -106,14 +130,64 @@ pub fn method(t: &GoTime, name: &str, args: &[Value]) -> Result<Value, String> {
     })
 }
 
-const MONTHS: [&str; 12] =
-    ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
-const DAYS: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
 
 /// The layout elements of Go's reference time, longest match first.
 const CHUNKS: &[&str] = &[
-    "January", "Jan", "Monday", "Mon", "MST", "2006", "002", "01", "02", "03", "04", "05", "06", "__2", "_2", "15", "1", "2",
-    "3", "4", "5", "PM", "pm", "-07:00:00", "-070000", "-07:00", "-0700", "-07", "Z07:00:00", "Z070000", "Z07:00", "Z0700",
+    "January",
+    "Jan",
+    "Monday",
+    "Mon",
+    "MST",
+    "2006",
+    "002",
+    "01",
+    "02",
+    "03",
+    "04",
+    "05",
+    "06",
+    "__2",
+    "_2",
+    "15",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "PM",
+    "pm",
+    "-07:00:00",
+    "-070000",
+    "-07:00",
+    "-0700",
+    "-07",
+    "Z07:00:00",
+    "Z070000",
+    "Z07:00",
+    "Z0700",
     "Z07",
 ];
 
@@ -169,7 +243,13 @@ pub fn format_layout(t: OffsetDateTime, layout: &str) -> String {
             "Jan" => MONTHS[u8::from(t.month()) as usize - 1][..3].to_string(),
             "Monday" => DAYS[t.weekday().number_days_from_sunday() as usize].to_string(),
             "Mon" => DAYS[t.weekday().number_days_from_sunday() as usize][..3].to_string(),
-            "MST" => if offset == 0 { "UTC".to_string() } else { zone(false, false, false, false) },
+            "MST" => {
+                if offset == 0 {
+                    "UTC".to_string()
+                } else {
+                    zone(false, false, false, false)
+                }
+            }
             "2006" => format!("{:04}", t.year()),
             "06" => format!("{:02}", t.year().rem_euclid(100)),
             "002" => format!("{:03}", t.ordinal()),
@@ -222,12 +302,17 @@ fn fraction_chunk(rest: &str, _out: &str) -> Option<(usize, bool)> {
 /// Parses `value` with a Go layout (numeric fields, month names, zones `Z`/offsets/`UTC`).
 pub fn parse_layout(value: &str, layout: &str) -> Result<GoTime, String> {
     let err = || format!("parsing time {value:?} as {layout:?}: cannot parse");
-    let (mut year, mut month, mut day, mut hour, mut min, mut sec, mut nanos, mut offset) = (1i32, 1u8, 1u8, 0u8, 0u8, 0u8, 0u32, 0i32);
+    let (mut year, mut month, mut day, mut hour, mut min, mut sec, mut nanos, mut offset) =
+        (1i32, 1u8, 1u8, 0u8, 0u8, 0u8, 0u32, 0i32);
     let mut pm: Option<bool> = None;
     let mut v = value;
     let mut l = layout;
     let num = |v: &mut &str, max_len: usize| -> Option<u32> {
-        let n = v.bytes().take(max_len).take_while(u8::is_ascii_digit).count();
+        let n = v
+            .bytes()
+            .take(max_len)
+            .take_while(u8::is_ascii_digit)
+            .count();
         if n == 0 {
             return None;
         }
@@ -266,12 +351,18 @@ pub fn parse_layout(value: &str, layout: &str) -> Result<GoTime, String> {
             "04" | "4" => min = num(&mut v, 2).ok_or_else(err)? as u8,
             "05" | "5" => sec = num(&mut v, 2).ok_or_else(err)? as u8,
             "January" | "Jan" => {
-                let i = MONTHS.iter().position(|m| v.starts_with(if *chunk == "Jan" { &m[..3] } else { m })).ok_or_else(err)?;
+                let i = MONTHS
+                    .iter()
+                    .position(|m| v.starts_with(if *chunk == "Jan" { &m[..3] } else { m }))
+                    .ok_or_else(err)?;
                 v = &v[if *chunk == "Jan" { 3 } else { MONTHS[i].len() }..];
                 month = i as u8 + 1;
             }
             "Monday" | "Mon" => {
-                let i = DAYS.iter().position(|d| v.starts_with(if *chunk == "Mon" { &d[..3] } else { d })).ok_or_else(err)?;
+                let i = DAYS
+                    .iter()
+                    .position(|d| v.starts_with(if *chunk == "Mon" { &d[..3] } else { d }))
+                    .ok_or_else(err)?;
                 v = &v[if *chunk == "Mon" { 3 } else { DAYS[i].len() }..];
             }
             "PM" | "pm" => {
@@ -308,7 +399,9 @@ pub fn parse_layout(value: &str, layout: &str) -> Result<GoTime, String> {
     }
     let month = time::Month::try_from(month).map_err(|_| err())?;
     let date = time::Date::from_calendar_date(year, month, day).map_err(|_| err())?;
-    let t = date.with_hms_nano(hour, min, sec, nanos).map_err(|_| err())?;
+    let t = date
+        .with_hms_nano(hour, min, sec, nanos)
+        .map_err(|_| err())?;
     let offset = UtcOffset::from_whole_seconds(offset).map_err(|_| err())?;
     Ok(GoTime(t.assume_offset(offset).to_offset(UtcOffset::UTC)))
 }
@@ -329,10 +422,16 @@ pub fn parse_duration(s: &str) -> Result<i128, String> {
     }
     let mut total: f64 = 0.0;
     while !rest.is_empty() {
-        let n = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+        let n = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'.')
+            .count();
         let number: f64 = rest[..n].parse().map_err(|_| err())?;
         rest = &rest[n..];
-        let u = rest.bytes().take_while(|b| !b.is_ascii_digit() && *b != b'.').count();
+        let u = rest
+            .bytes()
+            .take_while(|b| !b.is_ascii_digit() && *b != b'.')
+            .count();
         let unit = match &rest[..u] {
             "ns" => 1.0,
             "us" | "µs" | "μs" => 1e3,
@@ -362,7 +461,9 @@ pub fn duration_string(ns: i128) -> String {
         let s = if f == 0 {
             String::new()
         } else {
-            format!(".{:0width$}", f, width = prec as usize).trim_end_matches('0').to_string()
+            format!(".{:0width$}", f, width = prec as usize)
+                .trim_end_matches('0')
+                .to_string()
         };
         (s, v / div)
     };

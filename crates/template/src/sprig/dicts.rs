@@ -7,7 +7,11 @@ use crate::value::{Map, MapRef, Value};
 
 pub static FUNCS: &[FuncDef] = &[
     def!("dict", [], ...Any, dict),
-    def!("get", [Map, Str], |a| Ok(with_map(&a[0], |m| m.get(arg_str(&a, 1)).cloned()).flatten().unwrap_or(Value::str("")))),
+    def!("get", [Map, Str], |a| Ok(with_map(&a[0], |m| m
+        .get(arg_str(&a, 1))
+        .cloned())
+    .flatten()
+    .unwrap_or(Value::str("")))),
     def!("set", [Map, Str, Any], |a| {
         if let Value::Map(m) = &a[0] {
             m.write().insert(arg_str(&a, 1).to_string(), a[2].clone());
@@ -20,7 +24,9 @@ pub static FUNCS: &[FuncDef] = &[
         }
         Ok(a[0].clone())
     }),
-    def!("hasKey", [Map, Str], |a| Ok(Value::Bool(with_map(&a[0], |m| m.contains_key(arg_str(&a, 1))).unwrap_or(false)))),
+    def!("hasKey", [Map, Str], |a| Ok(Value::Bool(
+        with_map(&a[0], |m| m.contains_key(arg_str(&a, 1))).unwrap_or(false)
+    ))),
     def!("pluck", [Str], ...Map, |a| {
         let key = arg_str(&a, 0);
         Ok(Value::list(a[1..].iter().filter_map(|d| with_map(d, |m| m.get(key).cloned()).flatten()).collect()))
@@ -32,7 +38,9 @@ pub static FUNCS: &[FuncDef] = &[
         }
         Ok(Value::list(keys))
     }),
-    def!("values", [Map], |a| Ok(Value::list(with_map(&a[0], |m| m.values().cloned().collect()).unwrap_or_default()))),
+    def!("values", [Map], |a| Ok(Value::list(
+        with_map(&a[0], |m| m.values().cloned().collect()).unwrap_or_default()
+    ))),
     def!("pick", [Map], ...Str, |a| {
         let keys: Vec<&str> = a[1..].iter().filter_map(Value::as_str).collect();
         let picked = with_map(&a[0], |m| m.iter().filter(|(k, _)| keys.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect());
@@ -91,7 +99,11 @@ fn merge(a: Vec<Value>, overwrite: bool) -> FuncResult {
 }
 
 fn merge_into(dst: &MapRef, src: &MapRef, overwrite: bool) {
-    let entries: Vec<(String, Value)> = src.read().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let entries: Vec<(String, Value)> = src
+        .read()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     for (key, value) in entries {
         let existing = dst.get(&key);
         match (existing, &value) {
@@ -118,17 +130,25 @@ fn dig(a: Vec<Value>) -> FuncResult {
     }
     let n = a.len();
     let Value::Map(dict) = &a[n - 1] else {
-        return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", a[n - 1].go_type()));
+        return Err(format!(
+            "interface conversion: interface {{}} is {}, not map[string]interface {{}}",
+            a[n - 1].go_type()
+        ));
     };
     let default = a[n - 2].clone();
     let keys = &a[..n - 2];
     let mut current = Value::Map(dict.clone());
     for key in keys {
-        let key = key.as_str().ok_or("interface conversion: key is not a string")?;
+        let key = key
+            .as_str()
+            .ok_or("interface conversion: key is not a string")?;
         let next = match &current {
             Value::Map(m) => m.get(key),
             other => {
-                return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", other.go_type()))
+                return Err(format!(
+                    "interface conversion: interface {{}} is {}, not map[string]interface {{}}",
+                    other.go_type()
+                ))
             }
         };
         match next {

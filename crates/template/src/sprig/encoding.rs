@@ -10,20 +10,42 @@ use crate::funcs::{arg_str, def, FuncDef, FuncResult};
 use crate::value::{Map, Value};
 
 pub static FUNCS: &[FuncDef] = &[
-    def!("b64enc", [Str], |a| Ok(Value::string(base64::engine::general_purpose::STANDARD.encode(arg_str(&a, 0))))),
-    def!("b64dec", [Str], |a| Ok(Value::string(b64dec(arg_str(&a, 0))))),
-    def!("b32enc", [Str], |a| Ok(Value::string(b32enc(arg_str(&a, 0).as_bytes())))),
-    def!("b32dec", [Str], |a| Ok(Value::string(b32dec(arg_str(&a, 0))))),
-    def!("sha1sum", [Str], |a| Ok(Value::string(hex(&sha1::Sha1::digest(arg_str(&a, 0).as_bytes()))))),
-    def!("sha256sum", [Str], |a| Ok(Value::string(hex(&sha2::Sha256::digest(arg_str(&a, 0).as_bytes()))))),
-    def!("adler32sum", [Str], |a| Ok(Value::string(adler32(arg_str(&a, 0).as_bytes()).to_string()))),
-    def!("toPrettyJson", [Any], |a| Ok(Value::string(go_json(&a[0], true, true).unwrap_or_default()))),
-    def!("toRawJson", [Any], |a| Ok(Value::string(go_json(&a[0], false, false).unwrap_or_default()))),
-    def!("mustToJson", [Any], |a| go_json(&a[0], true, false).map(Value::string)),
-    def!("mustToPrettyJson", [Any], |a| go_json(&a[0], true, true).map(Value::string)),
-    def!("mustToRawJson", [Any], |a| go_json(&a[0], false, false).map(Value::string)),
+    def!("b64enc", [Str], |a| Ok(Value::string(
+        base64::engine::general_purpose::STANDARD.encode(arg_str(&a, 0))
+    ))),
+    def!("b64dec", [Str], |a| Ok(Value::string(b64dec(arg_str(
+        &a, 0
+    ))))),
+    def!("b32enc", [Str], |a| Ok(Value::string(b32enc(
+        arg_str(&a, 0).as_bytes()
+    )))),
+    def!("b32dec", [Str], |a| Ok(Value::string(b32dec(arg_str(
+        &a, 0
+    ))))),
+    def!("sha1sum", [Str], |a| Ok(Value::string(hex(
+        &sha1::Sha1::digest(arg_str(&a, 0).as_bytes())
+    )))),
+    def!("sha256sum", [Str], |a| Ok(Value::string(hex(
+        &sha2::Sha256::digest(arg_str(&a, 0).as_bytes())
+    )))),
+    def!("adler32sum", [Str], |a| Ok(Value::string(
+        adler32(arg_str(&a, 0).as_bytes()).to_string()
+    ))),
+    def!("toPrettyJson", [Any], |a| Ok(Value::string(
+        go_json(&a[0], true, true).unwrap_or_default()
+    ))),
+    def!("toRawJson", [Any], |a| Ok(Value::string(
+        go_json(&a[0], false, false).unwrap_or_default()
+    ))),
+    def!("mustToJson", [Any], |a| go_json(&a[0], true, false)
+        .map(Value::string)),
+    def!("mustToPrettyJson", [Any], |a| go_json(&a[0], true, true)
+        .map(Value::string)),
+    def!("mustToRawJson", [Any], |a| go_json(&a[0], false, false)
+        .map(Value::string)),
     def!("mustFromJson", [Str], |a| {
-        let json: serde_json::Value = serde_json::from_str(arg_str(&a, 0)).map_err(|e| e.to_string())?;
+        let json: serde_json::Value =
+            serde_json::from_str(arg_str(&a, 0)).map_err(|e| e.to_string())?;
         Ok(from_json_floats(&json))
     }),
     def!("urlParse", [Str], |a| url_parse(arg_str(&a, 0))),
@@ -50,12 +72,17 @@ fn adler32(data: &[u8]) -> u32 {
 fn b64dec(s: &str) -> String {
     match base64::engine::general_purpose::STANDARD.decode(s) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(base64::DecodeError::InvalidByte(i, _) | base64::DecodeError::InvalidLastSymbol(i, _)) => {
+        Err(
+            base64::DecodeError::InvalidByte(i, _) | base64::DecodeError::InvalidLastSymbol(i, _),
+        ) => {
             format!("illegal base64 data at input byte {i}")
         }
         // A truncated final quantum: Go reports its start, or the end when padding began.
         Err(_) if s.contains('=') => format!("illegal base64 data at input byte {}", s.len()),
-        Err(_) => format!("illegal base64 data at input byte {}", s.len() - s.len() % 4),
+        Err(_) => format!(
+            "illegal base64 data at input byte {}",
+            s.len() - s.len() % 4
+        ),
     }
 }
 
@@ -107,7 +134,12 @@ pub fn go_json(v: &Value, escape_html: bool, pretty: bool) -> Result<String, Str
     Ok(out)
 }
 
-fn write_json(out: &mut String, v: &Value, html: bool, indent: Option<usize>) -> Result<(), String> {
+fn write_json(
+    out: &mut String,
+    v: &Value,
+    html: bool,
+    indent: Option<usize>,
+) -> Result<(), String> {
     let newline = |out: &mut String, level: usize| {
         out.push('\n');
         out.extend(std::iter::repeat_n(' ', level * 2));
@@ -175,14 +207,21 @@ fn write_json(out: &mut String, v: &Value, html: bool, indent: Option<usize>) ->
 /// Go's float encoding: shortest digits, exponent form below 1e-6 and from 1e21.
 pub fn json_float(f: f64) -> Result<String, String> {
     if !f.is_finite() {
-        return Err(format!("json: unsupported value: {}", crate::gofmt::format_g(f, None, false)));
+        return Err(format!(
+            "json: unsupported value: {}",
+            crate::gofmt::format_g(f, None, false)
+        ));
     }
     let abs = f.abs();
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
         let s = format!("{f:e}");
         let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
         let exp: i32 = exp.parse().unwrap_or(0);
-        return Ok(if exp < 0 { format!("{mantissa}e-{}", -exp) } else { format!("{mantissa}e+{exp:02}") });
+        return Ok(if exp < 0 {
+            format!("{mantissa}e-{}", -exp)
+        } else {
+            format!("{mantissa}e+{exp:02}")
+        });
     }
     Ok(format!("{f}"))
 }
@@ -217,10 +256,15 @@ pub fn json_string(out: &mut String, s: &str, html: bool) {
 pub fn from_json_floats(json: &serde_json::Value) -> Value {
     match json {
         serde_json::Value::Number(n) => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        serde_json::Value::Array(items) => Value::list(items.iter().map(from_json_floats).collect()),
-        serde_json::Value::Object(entries) => {
-            Value::map(entries.iter().map(|(k, v)| (k.clone(), from_json_floats(v))).collect())
+        serde_json::Value::Array(items) => {
+            Value::list(items.iter().map(from_json_floats).collect())
         }
+        serde_json::Value::Object(entries) => Value::map(
+            entries
+                .iter()
+                .map(|(k, v)| (k.clone(), from_json_floats(v)))
+                .collect(),
+        ),
         other => Value::from(other),
     }
 }
@@ -229,7 +273,12 @@ fn url_parse(s: &str) -> FuncResult {
     let (rest, fragment) = s.split_once('#').unwrap_or((s, ""));
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (scheme, rest) = match rest.split_once(':') {
-        Some((scheme, rest)) if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
+        Some((scheme, rest))
+            if !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
             (scheme, rest)
         }
         _ => ("", rest),
@@ -254,7 +303,10 @@ fn url_parse(s: &str) -> FuncResult {
     for (k, v) in [
         ("scheme", scheme),
         ("host", host),
-        ("hostname", hostname.trim_start_matches('[').trim_end_matches(']')),
+        (
+            "hostname",
+            hostname.trim_start_matches('[').trim_end_matches(']'),
+        ),
         ("path", path),
         ("query", query),
         ("opaque", opaque),

@@ -12,16 +12,32 @@ pub static FUNCS: &[FuncDef] = &[
     def!("mustFirst", [Any], |a| first(&a[0])),
     def!("last", [Any], |a| last(&a[0])),
     def!("mustLast", [Any], |a| last(&a[0])),
-    def!("rest", [Any], |a| sub(&a[0], "rest", |l| l.get(1..).map(<[Value]>::to_vec))),
-    def!("mustRest", [Any], |a| sub(&a[0], "rest", |l| l.get(1..).map(<[Value]>::to_vec))),
-    def!("initial", [Any], |a| sub(&a[0], "initial", |l| l.get(..l.len().saturating_sub(1)).map(<[Value]>::to_vec))),
-    def!("mustInitial", [Any], |a| sub(&a[0], "initial", |l| l.get(..l.len().saturating_sub(1)).map(<[Value]>::to_vec))),
-    def!("reverse", [Any], |a| sub(&a[0], "reverse", |l| Some(l.iter().rev().cloned().collect()))),
-    def!("mustReverse", [Any], |a| sub(&a[0], "reverse", |l| Some(l.iter().rev().cloned().collect()))),
+    def!("rest", [Any], |a| sub(&a[0], "rest", |l| l
+        .get(1..)
+        .map(<[Value]>::to_vec))),
+    def!("mustRest", [Any], |a| sub(&a[0], "rest", |l| l
+        .get(1..)
+        .map(<[Value]>::to_vec))),
+    def!("initial", [Any], |a| sub(&a[0], "initial", |l| l
+        .get(..l.len().saturating_sub(1))
+        .map(<[Value]>::to_vec))),
+    def!("mustInitial", [Any], |a| sub(&a[0], "initial", |l| l
+        .get(..l.len().saturating_sub(1))
+        .map(<[Value]>::to_vec))),
+    def!("reverse", [Any], |a| sub(&a[0], "reverse", |l| Some(
+        l.iter().rev().cloned().collect()
+    ))),
+    def!("mustReverse", [Any], |a| sub(&a[0], "reverse", |l| Some(
+        l.iter().rev().cloned().collect()
+    ))),
     def!("uniq", [Any], |a| sub(&a[0], "uniq", |l| Some(uniq(l)))),
     def!("mustUniq", [Any], |a| sub(&a[0], "uniq", |l| Some(uniq(l)))),
-    def!("compact", [Any], |a| sub(&a[0], "compact", |l| Some(l.iter().filter(|v| !empty(v)).cloned().collect()))),
-    def!("mustCompact", [Any], |a| sub(&a[0], "compact", |l| Some(l.iter().filter(|v| !empty(v)).cloned().collect()))),
+    def!("compact", [Any], |a| sub(&a[0], "compact", |l| Some(
+        l.iter().filter(|v| !empty(v)).cloned().collect()
+    ))),
+    def!("mustCompact", [Any], |a| sub(&a[0], "compact", |l| Some(
+        l.iter().filter(|v| !empty(v)).cloned().collect()
+    ))),
     def!("without", [Any], ...Any, without),
     def!("mustWithout", [Any], ...Any, without),
     def!("has", [Any, Any], has),
@@ -39,16 +55,26 @@ pub static FUNCS: &[FuncDef] = &[
     def!("mustChunk", [Int, Any], chunk),
     def!("until", [Int], |a| {
         let n = arg_int(&a, 0);
-        Ok(int_list(if n >= 0 { (0..n).collect() } else { (n + 1..=0).rev().collect() }))
+        Ok(int_list(if n >= 0 {
+            (0..n).collect()
+        } else {
+            (n + 1..=0).rev().collect()
+        }))
     }),
-    def!("untilStep", [Int, Int, Int], |a| Ok(int_list(until_step(arg_int(&a, 0), arg_int(&a, 1), arg_int(&a, 2))))),
+    def!("untilStep", [Int, Int, Int], |a| Ok(int_list(until_step(
+        arg_int(&a, 0),
+        arg_int(&a, 1),
+        arg_int(&a, 2)
+    )))),
     def!("seq", [], ...Int, seq),
 ];
 
 fn list_of<'v>(v: &'v Value, what: &str) -> Result<&'v [Value], String> {
     match v {
         Value::List(l) => Ok(l),
-        Value::Nil => Err("runtime error: invalid memory address or nil pointer dereference".into()),
+        Value::Nil => {
+            Err("runtime error: invalid memory address or nil pointer dereference".into())
+        }
         other => Err(format!("Cannot find {what} on type {}", other.go_kind())),
     }
 }
@@ -79,7 +105,12 @@ fn uniq(l: &[Value]) -> Vec<Value> {
 
 fn without(a: Vec<Value>) -> FuncResult {
     let l = list_of(&a[0], "without")?;
-    Ok(Value::list(l.iter().filter(|v| !a[1..].iter().any(|o| deep_equal(o, v))).cloned().collect()))
+    Ok(Value::list(
+        l.iter()
+            .filter(|v| !a[1..].iter().any(|o| deep_equal(o, v)))
+            .cloned()
+            .collect(),
+    ))
 }
 
 fn has(a: Vec<Value>) -> FuncResult {
@@ -116,8 +147,15 @@ fn concat(a: Vec<Value>) -> FuncResult {
 fn slice(a: Vec<Value>) -> FuncResult {
     let l = match &a[0] {
         Value::List(l) => l,
-        Value::Nil => return Err("runtime error: invalid memory address or nil pointer dereference".into()),
-        other => return Err(format!("list should be type of slice or array but {}", other.go_kind())),
+        Value::Nil => {
+            return Err("runtime error: invalid memory address or nil pointer dereference".into())
+        }
+        other => {
+            return Err(format!(
+                "list should be type of slice or array but {}",
+                other.go_kind()
+            ))
+        }
     };
     if l.is_empty() {
         return Ok(Value::Nil);
@@ -136,7 +174,11 @@ fn chunk(a: Vec<Value>) -> FuncResult {
     if size <= 0 {
         return Err("runtime error: integer divide by zero".into());
     }
-    Ok(Value::list(l.chunks(size as usize).map(|c| Value::list(c.to_vec())).collect()))
+    Ok(Value::list(
+        l.chunks(size as usize)
+            .map(|c| Value::list(c.to_vec()))
+            .collect(),
+    ))
 }
 
 fn int_list(v: Vec<i64>) -> Value {
@@ -165,7 +207,8 @@ fn seq(a: Vec<Value>) -> FuncResult {
         [start, end] => (*start, if end >= start { 1 } else { -1 }, *end),
         [start, step, end, ..] => (*start, *step, *end),
     };
-    let values: Vec<String> = if step == 0 || (end > start && step < 0) || (end < start && step > 0) {
+    let values: Vec<String> = if step == 0 || (end > start && step < 0) || (end < start && step > 0)
+    {
         Vec::new()
     } else {
         let mut out = Vec::new();

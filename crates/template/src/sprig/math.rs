@@ -19,7 +19,9 @@ fn float(v: f64) -> FuncResult {
 pub static FUNCS: &[FuncDef] = &[
     def!("add1", [Any], |a| int(to_int64(&a[0]).wrapping_add(1))),
     def!("add", [], ...Any, |a| int(a.iter().map(to_int64).fold(0i64, i64::wrapping_add))),
-    def!("sub", [Any, Any], |a| int(to_int64(&a[0]).wrapping_sub(to_int64(&a[1])))),
+    def!("sub", [Any, Any], |a| int(
+        to_int64(&a[0]).wrapping_sub(to_int64(&a[1]))
+    )),
     def!("mul", [Any], ...Any, |a| int(a.iter().map(to_int64).fold(1i64, i64::wrapping_mul))),
     def!("div", [Any, Any], |a| match to_int64(&a[1]) {
         0 => Err("runtime error: integer divide by zero".into()),
@@ -82,6 +84,10 @@ fn round(a: Vec<Value>) -> FuncResult {
     let pow = 10f64.powi(p as i32);
     let digit = pow * val;
     let frac = digit.fract();
-    let rounded = if frac >= round_on { digit.ceil() } else { digit.floor() };
+    let rounded = if frac >= round_on {
+        digit.ceil()
+    } else {
+        digit.floor()
+    };
     float(rounded / pow)
 }

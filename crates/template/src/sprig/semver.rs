@@ -33,11 +33,17 @@ impl fmt::Display for Version {
 }
 
 pub static FUNCS: &[FuncDef] = &[
-    def!("semver", [Str], |a| Ok(Value::Semver(Arc::new(parse_version(arg_str(&a, 0))?)))),
+    def!("semver", [Str], |a| Ok(Value::Semver(Arc::new(
+        parse_version(arg_str(&a, 0))?
+    )))),
     def!("semverCompare", [Str, Str], |a| {
         let constraint = parse_constraint(arg_str(&a, 0))?;
         let version = parse_version(arg_str(&a, 1))?;
-        Ok(Value::Bool(constraint.iter().any(|all| all.iter().all(|c| c.check(&version)))))
+        Ok(Value::Bool(
+            constraint
+                .iter()
+                .any(|all| all.iter().all(|c| c.check(&version))),
+        ))
     }),
 ];
 
@@ -47,15 +53,29 @@ pub fn parse_version(s: &str) -> Result<Version, String> {
     let body = s.strip_prefix('v').unwrap_or(s);
     let (body, metadata) = body.split_once('+').unwrap_or((body, ""));
     let (core, pre) = body.split_once('-').unwrap_or((body, ""));
-    let ident_ok = |p: &str| !p.is_empty() && p.split('.').all(|i| !i.is_empty() && i.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    let ident_ok = |p: &str| {
+        !p.is_empty()
+            && p.split('.')
+                .all(|i| !i.is_empty() && i.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    };
     if (body.contains('-') && !ident_ok(pre)) || (s.contains('+') && !ident_ok(metadata)) {
         return Err(invalid());
     }
     let parts: Vec<&str> = core.split('.').collect();
-    if parts.is_empty() || parts.len() > 3 || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+    if parts.is_empty()
+        || parts.len() > 3
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
         return Err(invalid());
     }
-    let num = |i: usize| parts.get(i).map(|p| p.parse::<u64>().map_err(|_| invalid())).unwrap_or(Ok(0));
+    let num = |i: usize| {
+        parts
+            .get(i)
+            .map(|p| p.parse::<u64>().map_err(|_| invalid()))
+            .unwrap_or(Ok(0))
+    };
     Ok(Version {
         major: num(0)?,
         minor: num(1)?,
@@ -68,7 +88,9 @@ pub fn parse_version(s: &str) -> Result<Version, String> {
 
 /// Semantic-version precedence (metadata ignored).
 pub fn compare(a: &Version, b: &Version) -> Ordering {
-    (a.major, a.minor, a.patch).cmp(&(b.major, b.minor, b.patch)).then_with(|| compare_pre(&a.pre, &b.pre))
+    (a.major, a.minor, a.patch)
+        .cmp(&(b.major, b.minor, b.patch))
+        .then_with(|| compare_pre(&a.pre, &b.pre))
 }
 
 fn compare_pre(a: &str, b: &str) -> Ordering {
@@ -117,7 +139,11 @@ pub fn method(v: &Version, name: &str, args: &[Value]) -> Result<Value, String> 
         "LessThan" => Value::Bool(compare(v, &other()?) == Ordering::Less),
         "GreaterThan" => Value::Bool(compare(v, &other()?) == Ordering::Greater),
         "Equal" => Value::Bool(compare(v, &other()?) == Ordering::Equal),
-        _ => return Err(format!("can't evaluate field {name} in type *semver.Version")),
+        _ => {
+            return Err(format!(
+                "can't evaluate field {name} in type *semver.Version"
+            ))
+        }
     })
 }
 
@@ -164,11 +190,16 @@ fn parse_constraint(s: &str) -> Result<Vec<Vec<Constraint>>, String> {
 }
 
 fn is_op(s: &str) -> bool {
-    matches!(s, "=" | "!=" | ">" | "<" | ">=" | "=>" | "<=" | "=<" | "~" | "~>" | "^")
+    matches!(
+        s,
+        "=" | "!=" | ">" | "<" | ">=" | "=>" | "<=" | "=<" | "~" | "~>" | "^"
+    )
 }
 
 fn single(token: &str) -> Option<Constraint> {
-    let op_len = token.find(|c: char| c.is_ascii_alphanumeric() || c == '*').unwrap_or(token.len());
+    let op_len = token
+        .find(|c: char| c.is_ascii_alphanumeric() || c == '*')
+        .unwrap_or(token.len());
     let (op, rest) = token.split_at(op_len);
     if !(op.is_empty() || is_op(op)) || rest.is_empty() {
         return None;
@@ -204,7 +235,11 @@ fn single(token: &str) -> Option<Constraint> {
         "" => "=",
         o => o,
     };
-    Some(Constraint { op: op.to_string(), version, given })
+    Some(Constraint {
+        op: op.to_string(),
+        version,
+        given,
+    })
 }
 
 impl Constraint {

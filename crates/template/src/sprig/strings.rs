@@ -17,63 +17,157 @@ pub static FUNCS: &[FuncDef] = &[
     def!("upper", [Str], |a| s(arg_str(&a, 0).to_uppercase())),
     def!("lower", [Str], |a| s(arg_str(&a, 0).to_lowercase())),
     def!("title", [Str], |a| s(title(arg_str(&a, 0)))),
-    def!("untitle", [Str], |a| s(map_words(arg_str(&a, 0), |w| first_to(w, false)))),
+    def!("untitle", [Str], |a| s(map_words(arg_str(&a, 0), |w| {
+        first_to(w, false)
+    }))),
     def!("substr", [Int, Int, Str], substr),
-    def!("repeat", [Int, Str], |a| match usize::try_from(arg_int(&a, 0)) {
-        Ok(n) => s(arg_str(&a, 1).repeat(n)),
-        Err(_) => Err("strings: negative Repeat count".into()),
-    }),
+    def!(
+        "repeat",
+        [Int, Str],
+        |a| match usize::try_from(arg_int(&a, 0)) {
+            Ok(n) => s(arg_str(&a, 1).repeat(n)),
+            Err(_) => Err("strings: negative Repeat count".into()),
+        }
+    ),
     def!("trim", [Str], |a| s(arg_str(&a, 0).trim().to_string())),
     def!("trimAll", [Str, Str], trim_all),
     def!("trimall", [Str, Str], trim_all),
-    def!("trimSuffix", [Str, Str], |a| s(arg_str(&a, 1).strip_suffix(arg_str(&a, 0)).unwrap_or(arg_str(&a, 1)).into())),
-    def!("trimPrefix", [Str, Str], |a| s(arg_str(&a, 1).strip_prefix(arg_str(&a, 0)).unwrap_or(arg_str(&a, 1)).into())),
-    def!("nospace", [Str], |a| s(arg_str(&a, 0).chars().filter(|c| !c.is_whitespace()).collect())),
-    def!("initials", [Str], |a| s(arg_str(&a, 0).split_whitespace().filter_map(|w| w.chars().next()).collect())),
-    def!("randAlphaNum", [Int], |a| random(arg_int(&a, 0), b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")),
-    def!("randAlpha", [Int], |a| random(arg_int(&a, 0), b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")),
-    def!("randAscii", [Int], |a| random(arg_int(&a, 0), &(32u8..127).collect::<Vec<u8>>())),
-    def!("randNumeric", [Int], |a| random(arg_int(&a, 0), b"0123456789")),
+    def!("trimSuffix", [Str, Str], |a| s(arg_str(&a, 1)
+        .strip_suffix(arg_str(&a, 0))
+        .unwrap_or(arg_str(&a, 1))
+        .into())),
+    def!("trimPrefix", [Str, Str], |a| s(arg_str(&a, 1)
+        .strip_prefix(arg_str(&a, 0))
+        .unwrap_or(arg_str(&a, 1))
+        .into())),
+    def!("nospace", [Str], |a| s(arg_str(&a, 0)
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect())),
+    def!("initials", [Str], |a| s(arg_str(&a, 0)
+        .split_whitespace()
+        .filter_map(|w| w.chars().next())
+        .collect())),
+    def!("randAlphaNum", [Int], |a| random(
+        arg_int(&a, 0),
+        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    )),
+    def!("randAlpha", [Int], |a| random(
+        arg_int(&a, 0),
+        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    )),
+    def!("randAscii", [Int], |a| random(
+        arg_int(&a, 0),
+        &(32u8..127).collect::<Vec<u8>>()
+    )),
+    def!("randNumeric", [Int], |a| random(
+        arg_int(&a, 0),
+        b"0123456789"
+    )),
     def!("swapcase", [Str], |a| s(swapcase(arg_str(&a, 0)))),
     def!("shuffle", [Str], shuffle),
     def!("snakecase", [Str], |a| s(words(arg_str(&a, 0)).join("_"))),
     def!("kebabcase", [Str], |a| s(words(arg_str(&a, 0)).join("-"))),
     def!("camelcase", [Str], |a| s(camelcase(arg_str(&a, 0)))),
-    def!("wrap", [Int, Str], |a| s(wrap(arg_str(&a, 1), arg_int(&a, 0), "\n", false))),
-    def!("wrapWith", [Int, Str, Str], |a| s(wrap(arg_str(&a, 2), arg_int(&a, 0), arg_str(&a, 1), true))),
-    def!("contains", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).contains(arg_str(&a, 0))))),
-    def!("hasPrefix", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).starts_with(arg_str(&a, 0))))),
-    def!("hasSuffix", [Str, Str], |a| Ok(Value::Bool(arg_str(&a, 1).ends_with(arg_str(&a, 0))))),
+    def!("wrap", [Int, Str], |a| s(wrap(
+        arg_str(&a, 1),
+        arg_int(&a, 0),
+        "\n",
+        false
+    ))),
+    def!("wrapWith", [Int, Str, Str], |a| s(wrap(
+        arg_str(&a, 2),
+        arg_int(&a, 0),
+        arg_str(&a, 1),
+        true
+    ))),
+    def!("contains", [Str, Str], |a| Ok(Value::Bool(
+        arg_str(&a, 1).contains(arg_str(&a, 0))
+    ))),
+    def!("hasPrefix", [Str, Str], |a| Ok(Value::Bool(
+        arg_str(&a, 1).starts_with(arg_str(&a, 0))
+    ))),
+    def!("hasSuffix", [Str, Str], |a| Ok(Value::Bool(
+        arg_str(&a, 1).ends_with(arg_str(&a, 0))
+    ))),
     def!("quote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| quote(&strval(v))).collect::<Vec<_>>().join(" "))),
     def!("squote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| format!("'{}'", strval(v))).collect::<Vec<_>>().join(" "))),
     def!("cat", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(strval).collect::<Vec<_>>().join(" "))),
-    def!("indent", [Int, Str], |a| s(indent(arg_int(&a, 0), arg_str(&a, 1)))),
-    def!("nindent", [Int, Str], |a| s(format!("\n{}", indent(arg_int(&a, 0), arg_str(&a, 1))))),
-    def!("replace", [Str, Str, Str], |a| s(arg_str(&a, 2).replace(arg_str(&a, 0), arg_str(&a, 1)))),
-    def!("plural", [Str, Str, Int], |a| s(if arg_int(&a, 2) == 1 { arg_str(&a, 0) } else { arg_str(&a, 1) }.into())),
+    def!("indent", [Int, Str], |a| s(indent(
+        arg_int(&a, 0),
+        arg_str(&a, 1)
+    ))),
+    def!("nindent", [Int, Str], |a| s(format!(
+        "\n{}",
+        indent(arg_int(&a, 0), arg_str(&a, 1))
+    ))),
+    def!("replace", [Str, Str, Str], |a| s(
+        arg_str(&a, 2).replace(arg_str(&a, 0), arg_str(&a, 1))
+    )),
+    def!("plural", [Str, Str, Int], |a| s(if arg_int(&a, 2) == 1 {
+        arg_str(&a, 0)
+    } else {
+        arg_str(&a, 1)
+    }
+    .into())),
     def!("trunc", [Int, Str], trunc),
-    def!("abbrev", [Int, Str], |a| s(abbrev(arg_str(&a, 1), arg_int(&a, 0)))),
+    def!("abbrev", [Int, Str], |a| s(abbrev(
+        arg_str(&a, 1),
+        arg_int(&a, 0)
+    ))),
     def!("abbrevboth", [Int, Int, Str], abbrevboth),
-    def!("split", [Str, Str], |a| Ok(indexed(go_split(arg_str(&a, 1), arg_str(&a, 0), -1)))),
-    def!("splitList", [Str, Str], |a| Ok(Value::list(go_split(arg_str(&a, 1), arg_str(&a, 0), -1).into_iter().map(Value::str).collect()))),
+    def!("split", [Str, Str], |a| Ok(indexed(go_split(
+        arg_str(&a, 1),
+        arg_str(&a, 0),
+        -1
+    )))),
+    def!("splitList", [Str, Str], |a| Ok(Value::list(
+        go_split(arg_str(&a, 1), arg_str(&a, 0), -1)
+            .into_iter()
+            .map(Value::str)
+            .collect()
+    ))),
     def!("splitn", [Str, Int, Str], splitn),
-    def!("join", [Str, Any], |a| s(strslice(&a[1]).join(arg_str(&a, 0)))),
+    def!("join", [Str, Any], |a| s(
+        strslice(&a[1]).join(arg_str(&a, 0))
+    )),
     def!("sortAlpha", [Any], |a| {
         let mut l = strslice(&a[0]);
         l.sort();
         Ok(Value::list(l.into_iter().map(Value::string).collect()))
     }),
-    def!("regexMatch", [Str, Str], |a| Ok(Value::Bool(regex(&a, 0).map(|r| r.is_match(arg_str(&a, 1))).unwrap_or(false)))),
-    def!("mustRegexMatch", [Str, Str], |a| Ok(Value::Bool(regex(&a, 0)?.is_match(arg_str(&a, 1))))),
-    def!("regexFindAll", [Str, Str, Int], |a| Ok(find_all(a).unwrap_or_else(|_| Value::list(vec![])))),
+    def!("regexMatch", [Str, Str], |a| Ok(Value::Bool(
+        regex(&a, 0)
+            .map(|r| r.is_match(arg_str(&a, 1)))
+            .unwrap_or(false)
+    ))),
+    def!("mustRegexMatch", [Str, Str], |a| Ok(Value::Bool(
+        regex(&a, 0)?.is_match(arg_str(&a, 1))
+    ))),
+    def!("regexFindAll", [Str, Str, Int], |a| Ok(
+        find_all(a).unwrap_or_else(|_| Value::list(vec![]))
+    )),
     def!("mustRegexFindAll", [Str, Str, Int], find_all),
-    def!("regexFind", [Str, Str], |a| Ok(find(a).unwrap_or_else(|_| Value::str("")))),
+    def!("regexFind", [Str, Str], |a| Ok(
+        find(a).unwrap_or_else(|_| Value::str(""))
+    )),
     def!("mustRegexFind", [Str, Str], find),
-    def!("regexReplaceAll", [Str, Str, Str], |a| Ok(replace_all(&a, false).unwrap_or_else(|_| a[1].clone()))),
-    def!("mustRegexReplaceAll", [Str, Str, Str], |a| replace_all(&a, false)),
-    def!("regexReplaceAllLiteral", [Str, Str, Str], |a| Ok(replace_all(&a, true).unwrap_or_else(|_| a[1].clone()))),
-    def!("mustRegexReplaceAllLiteral", [Str, Str, Str], |a| replace_all(&a, true)),
-    def!("regexSplit", [Str, Str, Int], |a| Ok(regex_split(a).unwrap_or_else(|_| Value::list(vec![])))),
+    def!("regexReplaceAll", [Str, Str, Str], |a| Ok(replace_all(
+        &a, false
+    )
+    .unwrap_or_else(|_| a[1].clone()))),
+    def!("mustRegexReplaceAll", [Str, Str, Str], |a| replace_all(
+        &a, false
+    )),
+    def!("regexReplaceAllLiteral", [Str, Str, Str], |a| Ok(
+        replace_all(&a, true).unwrap_or_else(|_| a[1].clone())
+    )),
+    def!("mustRegexReplaceAllLiteral", [Str, Str, Str], |a| {
+        replace_all(&a, true)
+    }),
+    def!("regexSplit", [Str, Str, Int], |a| Ok(
+        regex_split(a).unwrap_or_else(|_| Value::list(vec![]))
+    )),
     def!("mustRegexSplit", [Str, Str, Int], regex_split),
     def!("regexQuoteMeta", [Str], |a| s(quote_meta(arg_str(&a, 0)))),
 ];
@@ -123,8 +217,15 @@ fn substr(a: Vec<Value>) -> FuncResult {
     let (start, end, s) = (arg_int(&a, 0), arg_int(&a, 1), arg_str(&a, 2));
     let len = s.len() as i64;
     let slice = |from: i64, to: i64| -> FuncResult {
-        if from < 0 || to > len || from > to || !s.is_char_boundary(from as usize) || !s.is_char_boundary(to as usize) {
-            return Err(format!("runtime error: slice bounds out of range [{from}:{to}]"));
+        if from < 0
+            || to > len
+            || from > to
+            || !s.is_char_boundary(from as usize)
+            || !s.is_char_boundary(to as usize)
+        {
+            return Err(format!(
+                "runtime error: slice bounds out of range [{from}:{to}]"
+            ));
         }
         Ok(Value::str(&s[from as usize..to as usize]))
     };
@@ -139,13 +240,17 @@ fn substr(a: Vec<Value>) -> FuncResult {
 
 fn trim_all(a: Vec<Value>) -> FuncResult {
     let cutset: Vec<char> = arg_str(&a, 0).chars().collect();
-    s(arg_str(&a, 1).trim_matches(|c| cutset.contains(&c)).to_string())
+    s(arg_str(&a, 1)
+        .trim_matches(|c| cutset.contains(&c))
+        .to_string())
 }
 
 fn random(n: i64, alphabet: &[u8]) -> FuncResult {
     let n = usize::try_from(n).map_err(|_| "negative length".to_string())?;
     let mut rng = rand::thread_rng();
-    s((0..n).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect())
+    s((0..n)
+        .map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char)
+        .collect())
 }
 
 fn swapcase(s: &str) -> String {
@@ -184,7 +289,11 @@ fn words(s: &str) -> Vec<String> {
         let prev = i.checked_sub(1).map(|p| chars[p]);
         let next = chars.get(i + 1).copied();
         let boundary = c.is_uppercase()
-            && prev.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit() || (p.is_uppercase() && next.is_some_and(char::is_lowercase)));
+            && prev.is_some_and(|p| {
+                p.is_lowercase()
+                    || p.is_ascii_digit()
+                    || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
+            });
         if boundary && !cur.is_empty() {
             words.push(std::mem::take(&mut cur));
         }
@@ -281,19 +390,32 @@ fn abbrevboth(a: Vec<Value>) -> FuncResult {
     if len - offset < right - 3 {
         offset = len - (right - 3);
     }
-    let part = |from: i64, to: i64| s.get(from.max(0) as usize..to.min(len) as usize).unwrap_or_default();
+    let part = |from: i64, to: i64| {
+        s.get(from.max(0) as usize..to.min(len) as usize)
+            .unwrap_or_default()
+    };
     if offset <= 4 {
         return Ok(Value::string(format!("{}...", part(0, right - 3))));
     }
     if offset + right - 3 < len {
-        return Ok(Value::string(format!("...{}", abbrev(part(offset, len), right - 3))));
+        return Ok(Value::string(format!(
+            "...{}",
+            abbrev(part(offset, len), right - 3)
+        )));
     }
-    Ok(Value::string(format!("...{}", part(len - (right - 3), len))))
+    Ok(Value::string(format!(
+        "...{}",
+        part(len - (right - 3), len)
+    )))
 }
 
 /// sprig's `split`/`splitn` result: a map with keys `_0`, `_1`, ...
 fn indexed(parts: Vec<&str>) -> Value {
-    let map: Map = parts.into_iter().enumerate().map(|(i, p)| (format!("_{i}"), Value::str(p))).collect();
+    let map: Map = parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (format!("_{i}"), Value::str(p)))
+        .collect();
     Value::map(map)
 }
 
@@ -334,18 +456,31 @@ fn find_all(a: Vec<Value>) -> FuncResult {
     let re = regex(&a, 0)?;
     let n = arg_int(&a, 2);
     let limit = if n < 0 { usize::MAX } else { n as usize };
-    Ok(Value::list(re.find_iter(arg_str(&a, 1)).take(limit).map(|m| Value::str(m.as_str())).collect()))
+    Ok(Value::list(
+        re.find_iter(arg_str(&a, 1))
+            .take(limit)
+            .map(|m| Value::str(m.as_str()))
+            .collect(),
+    ))
 }
 
 fn find(a: Vec<Value>) -> FuncResult {
     let re = regex(&a, 0)?;
-    Ok(Value::str(re.find(arg_str(&a, 1)).map(|m| m.as_str()).unwrap_or_default()))
+    Ok(Value::str(
+        re.find(arg_str(&a, 1))
+            .map(|m| m.as_str())
+            .unwrap_or_default(),
+    ))
 }
 
 fn replace_all(a: &[Value], literal: bool) -> FuncResult {
     let re = regex(a, 0)?;
     let (src, repl) = (arg_str(a, 1), arg_str(a, 2));
-    let out = if literal { re.replace_all(src, regex::NoExpand(repl)) } else { re.replace_all(src, repl) };
+    let out = if literal {
+        re.replace_all(src, regex::NoExpand(repl))
+    } else {
+        re.replace_all(src, repl)
+    };
     Ok(Value::string(out.into_owned()))
 }
 

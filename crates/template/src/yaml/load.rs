@@ -11,7 +11,10 @@ use crate::value::{Map, Value};
 
 /// Reads the first document of `text`; an empty document is `Nil`.
 pub fn load(text: &str) -> Result<Value, String> {
-    let mut loader = Loader { parser: Parser::new_from_str(text), anchors: HashMap::new() };
+    let mut loader = Loader {
+        parser: Parser::new_from_str(text),
+        anchors: HashMap::new(),
+    };
     loop {
         match loader.next()? {
             Event::StreamStart | Event::DocumentStart | Event::Nothing => continue,
@@ -28,14 +31,21 @@ struct Loader<'a> {
 
 impl Loader<'_> {
     fn next(&mut self) -> Result<Event, String> {
-        self.parser.next_token().map(|(event, _)| event).map_err(|e| format!("error converting YAML to JSON: yaml: {e}"))
+        self.parser
+            .next_token()
+            .map(|(event, _)| event)
+            .map_err(|e| format!("error converting YAML to JSON: yaml: {e}"))
     }
 
     fn node(&mut self, event: Event) -> Result<Value, String> {
         let (value, anchor) = match event {
             Event::Scalar(text, style, anchor, tag) => {
                 let explicit_str = tag.as_ref().is_some_and(|t| t.suffix == "str");
-                let v = if style != TScalarStyle::Plain || explicit_str { Value::string(text) } else { resolve(&text) };
+                let v = if style != TScalarStyle::Plain || explicit_str {
+                    Value::string(text)
+                } else {
+                    resolve(&text)
+                };
                 (v, anchor)
             }
             Event::SequenceStart(anchor, _) => {
@@ -60,7 +70,13 @@ impl Loader<'_> {
                 }
                 (Value::map(map), anchor)
             }
-            Event::Alias(id) => return self.anchors.get(&id).cloned().ok_or_else(|| "yaml: unknown anchor".to_string()),
+            Event::Alias(id) => {
+                return self
+                    .anchors
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| "yaml: unknown anchor".to_string())
+            }
             other => return Err(format!("yaml: unexpected event {other:?}")),
         };
         if anchor > 0 {
@@ -82,8 +98,12 @@ fn key_string(key: &Value) -> String {
 fn resolve(s: &str) -> Value {
     match s {
         "" | "~" | "null" | "Null" | "NULL" => return Value::Nil,
-        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => return Value::Bool(true),
-        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False" | "FALSE" => return Value::Bool(false),
+        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => {
+            return Value::Bool(true)
+        }
+        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False" | "FALSE" => {
+            return Value::Bool(false)
+        }
         _ => {}
     }
     let plain = s.replace('_', "");
