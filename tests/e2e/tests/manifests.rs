@@ -569,3 +569,24 @@ fn built_service_binaries_accept_every_variable_the_manifests_set() {
         }
     }
 }
+
+#[test]
+fn built_cli_accepts_the_compose_testserver_command() {
+    let compose = compose();
+    let command = string_list(&compose["services"]["testserver"]["command"]);
+    let path = try_bin_path(&command[0]).unwrap_or_else(|error| panic!("{error:#}"));
+    let output = Command::new(&path)
+        .args([command[1].as_str(), "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{command:?} --help failed: {help}");
+    for flag in command.iter().filter(|arg| arg.starts_with("--")) {
+        assert!(
+            help.contains(flag.as_str()),
+            "{} {} has no {flag}: {help}",
+            command[0],
+            command[1]
+        );
+    }
+}
