@@ -73,7 +73,8 @@ pub struct State {
 
 impl Cluster {
     pub fn new(name: &str, history_cap: usize) -> Cluster {
-        let (feed, _) = broadcast::channel(4096);
+        // A watcher more than this many changes behind has its stream ended and re-watches from history.
+        let (feed, _) = broadcast::channel(1024);
         let mut state = State {
             rv: 0,
             registry: Registry::default(),

@@ -14,7 +14,8 @@ use crate::object::{labels, meta_str};
 pub struct Filter {
     pub namespace: Option<String>,
     pub labels: Selector,
-    /// `(field, equal, value)`: `equal` is false for `!=`.
+    /// `(field, equal, value)`: `equal` is false for `!=`. Any dotted path is accepted (the real
+    /// server allows only a few fields per kind, `metadata.name` and `metadata.namespace` everywhere).
     pub fields: Vec<(String, bool, String)>,
 }
 
@@ -66,14 +67,20 @@ impl Filter {
                 return false;
             }
         }
-        let fields_ok = self.fields.iter().all(|(field, equal, value)| {
-            let got = match field.as_str() {
-                "metadata.name" => meta_str(obj, "name"),
-                _ => meta_str(obj, "namespace"),
-            };
-            (got == value) == *equal
-        });
+        let fields_ok = self
+            .fields
+            .iter()
+            .all(|(field, equal, value)| (field_value(obj, field) == *value) == *equal);
         fields_ok && (self.labels.is_empty() || self.labels.matches(&labels(obj)))
+    }
+}
+
+/// The value at a dotted field path as a string; missing fields read as "".
+fn field_value(obj: &Value, field: &str) -> String {
+    match field.split('.').try_fold(obj, |v, seg| v.get(seg)) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
     }
 }
 

@@ -190,6 +190,15 @@ impl TestServer {
         for name in &names {
             shared.add(name)?;
         }
+        // Small request/response exchanges stall on delayed ACKs without TCP_NODELAY.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "failed to set TCP_NODELAY"
+                );
+            }
+        });
         let app = admin::router()
             .fallback(crate::api::handle)
             .with_state(shared.clone());

@@ -186,3 +186,33 @@ async fn filtered_watch_reports_objects_leaving_the_selector_and_bookmarks() {
     assert!(bookmark);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn streaming_list_watcher_gets_initial_events_then_changes() {
+    let server = server(&["mgmt"]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    api.create(&PostParams::default(), &cm("before"))
+        .await
+        .expect("create");
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().streaming_lists();
+    let task = tokio::spawn(
+        reflector(writer, watcher(api.clone(), config).default_backoff())
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    reader
+        .wait_until_ready()
+        .await
+        .expect("initial events end with a bookmark");
+    assert_eq!(reader.state().len(), 1);
+    api.create(&PostParams::default(), &cm("after"))
+        .await
+        .expect("create");
+    eventually(10, "second object", || async {
+        (reader.state().len() == 2).then_some(())
+    })
+    .await;
+    task.abort();
+    server.shutdown().await;
+}
