@@ -7,8 +7,10 @@ use crate::gofmt::write_value;
 use crate::value::Value;
 use crate::{Engine, Error, MissingKey};
 
-/// Deepest nesting of `{{ template }}` calls before rendering gives up.
-const MAX_DEPTH: usize = 200;
+/// Deepest nesting of blocks (`if`, `with`, `range` bodies and `{{ template }}` calls together)
+/// before rendering gives up. Go limits template calls to 100000 on its growable stacks; ours
+/// must fit a 2 MiB render thread even in a debug build.
+const MAX_DEPTH: usize = 160;
 
 enum Flow {
     Normal,
@@ -62,6 +64,13 @@ impl<'a> Exec<'a> {
     }
 
     fn walk(&mut self, list: &'a [Node], dot: &Value) -> R<Flow> {
+        self.depth += 1;
+        let result = self.walk_nodes(list, dot);
+        self.depth -= 1;
+        result
+    }
+
+    fn walk_nodes(&mut self, list: &'a [Node], dot: &Value) -> R<Flow> {
         for node in list {
             match node {
                 Node::Text(t) => self.out.push_str(t),
@@ -209,10 +218,8 @@ impl<'a> Exec<'a> {
             None => Value::Nil,
         };
         let saved = std::mem::replace(&mut self.vars, vec![("$", new_dot.clone())]);
-        self.depth += 1;
         let list: &'a [Node] = list;
         let result = self.walk(list, &new_dot);
-        self.depth -= 1;
         self.vars = saved;
         result.map(|_| ())
     }

@@ -30,6 +30,7 @@ pub fn parse(src: &str, name: &str, engine: Engine) -> PResult<Tree> {
         message: e.message,
     })?;
     let mut p = Parser {
+        nesting: 0,
         tokens,
         idx: 0,
         vars: vec!["$".into()],
@@ -89,7 +90,12 @@ enum Item {
     Else(usize),
 }
 
+/// Deepest nesting of control structures and parenthesised pipelines the parser accepts, so
+/// that neither parsing nor rendering can exhaust a thread's stack.
+const MAX_NESTING: usize = 48;
+
 struct Parser {
+    nesting: usize,
     tokens: Vec<Token>,
     idx: usize,
     vars: Vec<String>,
@@ -112,6 +118,17 @@ impl Parser {
             .iter()
             .map(|t| &t.kind)
             .find(|k| **k != Tok::Space)
+    }
+
+    fn enter(&mut self) -> PResult<()> {
+        if self.nesting >= MAX_NESTING {
+            return Err(ParseError {
+                pos: self.pos(),
+                message: format!("template nested deeper than {MAX_NESTING} levels"),
+            });
+        }
+        self.nesting += 1;
+        Ok(())
     }
 
     fn skip_space(&mut self) {
@@ -304,7 +321,9 @@ impl Parser {
     /// `if`/`with`/`range`: pipeline, list, optional else (with `else if`/`else with` chains).
     fn control(&mut self, context: &str) -> PResult<Branch> {
         let mark = self.vars.len();
+        self.enter()?;
         let result = self.control_inner(context);
+        self.nesting -= 1;
         self.vars.truncate(mark);
         result
     }
@@ -564,7 +583,10 @@ impl Parser {
                 message,
             })?),
             Tok::LParen => {
-                let pipe = self.pipeline("parenthesized pipeline", false)?;
+                self.enter()?;
+                let pipe = self.pipeline("parenthesized pipeline", false);
+                self.nesting -= 1;
+                let pipe = pipe?;
                 Arg::Pipe(Box::new(pipe))
             }
             other => {

@@ -243,3 +243,314 @@ fn crypto_helpers_round_trip_and_unsupported_ones_fail() {
     );
     assert!(render("{{ genPrivateKey \"rsa\" }}", json!({})).is_err());
 }
+
+/// Every name of sprig 3.2's function map (`genericMap`), as the oracle links it.
+const SPRIG_FUNCTIONS: &[&str] = &[
+    "abbrev",
+    "abbrevboth",
+    "add",
+    "add1",
+    "add1f",
+    "addf",
+    "adler32sum",
+    "ago",
+    "all",
+    "any",
+    "append",
+    "atoi",
+    "b32dec",
+    "b32enc",
+    "b64dec",
+    "b64enc",
+    "base",
+    "bcrypt",
+    "biggest",
+    "buildCustomCert",
+    "camelcase",
+    "cat",
+    "ceil",
+    "chunk",
+    "clean",
+    "coalesce",
+    "compact",
+    "concat",
+    "contains",
+    "date",
+    "dateInZone",
+    "dateModify",
+    "date_in_zone",
+    "date_modify",
+    "decryptAES",
+    "deepCopy",
+    "deepEqual",
+    "default",
+    "derivePassword",
+    "dict",
+    "dig",
+    "dir",
+    "div",
+    "divf",
+    "duration",
+    "durationRound",
+    "empty",
+    "encryptAES",
+    "env",
+    "expandenv",
+    "ext",
+    "fail",
+    "first",
+    "float64",
+    "floor",
+    "fromJson",
+    "genCA",
+    "genCAWithKey",
+    "genPrivateKey",
+    "genSelfSignedCert",
+    "genSelfSignedCertWithKey",
+    "genSignedCert",
+    "genSignedCertWithKey",
+    "get",
+    "getHostByName",
+    "has",
+    "hasKey",
+    "hasPrefix",
+    "hasSuffix",
+    "hello",
+    "htmlDate",
+    "htmlDateInZone",
+    "htpasswd",
+    "indent",
+    "initial",
+    "initials",
+    "int",
+    "int64",
+    "isAbs",
+    "join",
+    "kebabcase",
+    "keys",
+    "kindIs",
+    "kindOf",
+    "last",
+    "list",
+    "lower",
+    "max",
+    "maxf",
+    "merge",
+    "mergeOverwrite",
+    "min",
+    "minf",
+    "mod",
+    "mul",
+    "mulf",
+    "mustAppend",
+    "mustChunk",
+    "mustCompact",
+    "mustDateModify",
+    "mustDeepCopy",
+    "mustFirst",
+    "mustFromJson",
+    "mustHas",
+    "mustInitial",
+    "mustLast",
+    "mustMerge",
+    "mustMergeOverwrite",
+    "mustPrepend",
+    "mustRegexFind",
+    "mustRegexFindAll",
+    "mustRegexMatch",
+    "mustRegexReplaceAll",
+    "mustRegexReplaceAllLiteral",
+    "mustRegexSplit",
+    "mustRest",
+    "mustReverse",
+    "mustSlice",
+    "mustToDate",
+    "mustToJson",
+    "mustToPrettyJson",
+    "mustToRawJson",
+    "mustUniq",
+    "mustWithout",
+    "must_date_modify",
+    "nindent",
+    "nospace",
+    "now",
+    "omit",
+    "osBase",
+    "osClean",
+    "osDir",
+    "osExt",
+    "osIsAbs",
+    "pick",
+    "pluck",
+    "plural",
+    "prepend",
+    "quote",
+    "randAlpha",
+    "randAlphaNum",
+    "randAscii",
+    "randBytes",
+    "randInt",
+    "randNumeric",
+    "regexFind",
+    "regexFindAll",
+    "regexMatch",
+    "regexQuoteMeta",
+    "regexReplaceAll",
+    "regexReplaceAllLiteral",
+    "regexSplit",
+    "repeat",
+    "replace",
+    "rest",
+    "reverse",
+    "round",
+    "semver",
+    "semverCompare",
+    "seq",
+    "set",
+    "sha1sum",
+    "sha256sum",
+    "shuffle",
+    "slice",
+    "snakecase",
+    "sortAlpha",
+    "split",
+    "splitList",
+    "splitn",
+    "squote",
+    "sub",
+    "subf",
+    "substr",
+    "swapcase",
+    "ternary",
+    "title",
+    "toDate",
+    "toDecimal",
+    "toJson",
+    "toPrettyJson",
+    "toRawJson",
+    "toString",
+    "toStrings",
+    "trim",
+    "trimAll",
+    "trimPrefix",
+    "trimSuffix",
+    "trimall",
+    "trunc",
+    "tuple",
+    "typeIs",
+    "typeIsLike",
+    "typeOf",
+    "uniq",
+    "unixEpoch",
+    "unset",
+    "until",
+    "untilStep",
+    "untitle",
+    "upper",
+    "urlJoin",
+    "urlParse",
+    "uuidv4",
+    "values",
+    "without",
+    "wrap",
+    "wrapWith",
+];
+
+const SVELTOS_FUNCTIONS: &[&str] = &[
+    "toYaml",
+    "fromYaml",
+    "fromYamlArray",
+    "toJson",
+    "fromJson",
+    "fromJsonArray",
+    "toToml",
+    "fromToml",
+    "getResource",
+    "copy",
+    "getField",
+    "setField",
+    "removeField",
+    "chainSetField",
+    "chainRemoveField",
+];
+
+#[test]
+fn every_sprig_and_sveltos_function_is_defined() {
+    let known = sluice_template::function_names();
+    let missing: Vec<&str> = SPRIG_FUNCTIONS
+        .iter()
+        .chain(SVELTOS_FUNCTIONS)
+        .copied()
+        .filter(|n| !known.contains(n))
+        .collect();
+    assert!(missing.is_empty(), "undefined: {missing:?}");
+    // A call to each parses in the text engine (Go checks function names at parse time).
+    for name in SPRIG_FUNCTIONS.iter().chain(SVELTOS_FUNCTIONS) {
+        Template::parse(
+            &format!("{{{{ if false }}}}{{{{ {name} }}}}{{{{ end }}}}"),
+            &Options::default(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+fn unbounded_template_recursion_is_an_error_not_a_stack_overflow() {
+    // Render threads (spawn_blocking) have 2 MiB stacks.
+    let handle = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| render("{{ define \"r\" }}{{ if true }}{{ range .l }}{{ template \"r\" $ }}{{ end }}{{ end }}{{ end }}{{ template \"r\" . }}", json!({"l": [1]})))
+        .expect("spawn");
+    let err = handle
+        .join()
+        .expect("no stack overflow")
+        .expect_err("depth limit");
+    assert!(
+        err.message().contains("exceeded maximum template depth"),
+        "{err}"
+    );
+}
+
+#[test]
+fn deep_nesting_is_a_parse_error_not_a_stack_overflow() {
+    let parens = format!("{{{{ {}1{} }}}}", "(".repeat(10_000), ")".repeat(10_000));
+    let ifs = format!(
+        "{}x{}",
+        "{{ if true }}".repeat(10_000),
+        "{{ end }}".repeat(10_000)
+    );
+    for text in [parens, ifs] {
+        let handle = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || render(&text, json!({})))
+            .expect("spawn");
+        let err = handle
+            .join()
+            .expect("no stack overflow")
+            .expect_err("nesting limit");
+        assert_eq!(err.kind(), ErrorKind::Parse);
+    }
+}
+
+#[test]
+fn nesting_and_recursion_at_their_limits_fit_a_render_thread() {
+    // 47 nested ifs inside a template that recurses to the depth limit, on a 2 MiB stack.
+    let body = format!(
+        "{}{{{{ template \"r\" . }}}}{}",
+        "{{ if true }}".repeat(46),
+        "{{ end }}".repeat(46)
+    );
+    let text = format!("{{{{ define \"r\" }}}}{body}{{{{ end }}}}{{{{ template \"r\" . }}}}");
+    let handle = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || render(&text, json!({})))
+        .expect("spawn");
+    let err = handle
+        .join()
+        .expect("no stack overflow")
+        .expect_err("depth limit");
+    assert!(
+        err.message().contains("exceeded maximum template depth"),
+        "{err}"
+    );
+}
