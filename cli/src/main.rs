@@ -1,5 +1,100 @@
-//! `sluice`: the user-facing command line tool.
+//! `sluice`: the user-facing command line tool. Thin: each subcommand calls a library.
 
-fn main() {
-    println!("sluice {}", env!("CARGO_PKG_VERSION"));
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Event-driven add-on distribution for fleets of Kubernetes clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the local stack (NATS, the API test server, the five services) and seed 000's
+    /// first example: a Service event becomes a ClusterProfile, and goes away again.
+    Demo {
+        /// Keep the stack running afterwards (Ctrl-C stops it); kubeconfig in --dir.
+        #[arg(long)]
+        keep_running: bool,
+        /// Where to write kubeconfigs.
+        #[arg(long, default_value = ".sluice")]
+        dir: PathBuf,
+    },
+    /// Kubernetes API test server for tests and demos only, never production.
+    Testserver(sluice_testserver::CliArgs),
+    /// Print pipeline messages on a subject (wildcards allowed), decoded from protobuf.
+    Tap {
+        /// Subject filter, e.g. `sluice.v1.>` or `sluice.v1.desired.>`.
+        #[arg(default_value = "sluice.v1.>")]
+        subject: String,
+        #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+        nats_url: String,
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: sluice_cli::tap::Format,
+        /// Stop after this many messages.
+        #[arg(long)]
+        count: Option<usize>,
+    },
+    /// Evaluate an EventSource offline: the oracle's `eventsource` request JSON on stdin
+    /// (one object or an array), the response JSON on stdout.
+    Eval,
+    /// Render a template offline: the oracle's `template` request JSON on stdin (one object or
+    /// an array), the response JSON on stdout.
+    Render,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo { keep_running, dir } => {
+            tracing_subscriber::fmt().with_env_filter("warn").init();
+            let stack =
+                sluice_cli::stack::Stack::start(&["cluster-a", "cluster-b"], Some(&dir)).await?;
+            let mut stdout = std::io::stdout();
+            let outcome = sluice_cli::demo::run(&stack, &mut stdout).await;
+            if let Err(error) = &outcome {
+                eprintln!("demo failed: {error:#}\n{}", stack.logs());
+            }
+            let (created, deleted) = outcome?;
+            println!("\nsummary: event -> ClusterProfile in {created:?}; delete -> cleanup in {deleted:?}");
+            if keep_running {
+                println!(
+                    "stack running: kubectl --kubeconfig {}/kubeconfig.yaml --context mgmt get clusterprofiles\n\
+                     tap the pipeline: sluice tap --nats-url {} 'sluice.v1.>'\nCtrl-C to stop",
+                    dir.display(),
+                    stack.nats.url()
+                );
+                tokio::signal::ctrl_c().await?;
+            }
+            Ok(())
+        }
+        Command::Testserver(args) => sluice_testserver::run_cli(args).await,
+        Command::Tap {
+            subject,
+            nats_url,
+            output,
+            count,
+        } => sluice_cli::tap::run(&nats_url, &subject, output, count).await,
+        Command::Eval => {
+            let mut input = String::new();
+            std::io::stdin().read_to_string(&mut input)?;
+            println!("{}", sluice_eval::oracle::run(&input));
+            Ok(())
+        }
+        Command::Render => {
+            let mut input = String::new();
+            std::io::stdin().read_to_string(&mut input)?;
+            println!("{}", sluice_template::oracle::run(&input));
+            Ok(())
+        }
+    }
 }

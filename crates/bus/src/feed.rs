@@ -166,7 +166,7 @@ impl Bus {
                     ack_policy: AckPolicy::Explicit,
                     ack_wait: Duration::from_secs(30),
                     max_ack_pending: 20_000,
-                    filter_subject: filter.unwrap_or_default().to_string(),
+                    filter_subject: filter.unwrap_or(spec.stream.subjects).to_string(),
                     ..Default::default()
                 },
             )

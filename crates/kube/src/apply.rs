@@ -24,13 +24,12 @@ pub async fn resolve(client: &Client, api_version: &str, kind: &str) -> Result<K
         None => ("", api_version),
     };
     let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, caps) =
-        discovery::pinned_kind(client, &gvk)
-            .await
-            .map_err(|source| Error::UnknownKind {
-                gvk: format!("{api_version}/{kind}"),
-                source,
-            })?;
+    let (resource, caps) = discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|source| Error::UnknownKind {
+            gvk: format!("{api_version}/{kind}"),
+            source,
+        })?;
     Ok(Kind {
         resource,
         namespaced: caps.scope == Scope::Namespaced,
@@ -46,7 +45,12 @@ fn api(client: &Client, kind: &Kind, namespace: &str) -> Api<DynamicObject> {
 }
 
 /// Server-side applies a whole object (force: sluice owns what it generates).
-pub async fn apply(client: &Client, kind: &Kind, object: &Value, field_manager: &str) -> Result<Value> {
+pub async fn apply(
+    client: &Client,
+    kind: &Kind,
+    object: &Value,
+    field_manager: &str,
+) -> Result<Value> {
     let metadata = object.get("metadata").ok_or(Error::Malformed("metadata"))?;
     let name = metadata
         .get("name")
@@ -109,7 +113,12 @@ pub async fn delete(client: &Client, kind: &Kind, namespace: &str, name: &str) -
 }
 
 /// Reads one object; `None` when it does not exist.
-pub async fn get(client: &Client, kind: &Kind, namespace: &str, name: &str) -> Result<Option<Value>> {
+pub async fn get(
+    client: &Client,
+    kind: &Kind,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Value>> {
     match api(client, kind, namespace).get_opt(name).await {
         Ok(found) => Ok(found.and_then(|o| serde_json::to_value(o).ok())),
         Err(source) => Err(Error::Request {

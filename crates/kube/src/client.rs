@@ -31,12 +31,13 @@ pub async fn from_kubeconfig_text(text: &str, context: Option<&str>) -> Result<C
 pub async fn management(path: Option<&Path>, context: Option<&str>) -> Result<Client> {
     match path {
         Some(path) => {
-            let text = tokio::fs::read_to_string(path)
-                .await
-                .map_err(|source| Error::ReadKubeconfig {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+            let text =
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|source| Error::ReadKubeconfig {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
             from_kubeconfig_text(&text, context).await
         }
         None => {

@@ -36,7 +36,9 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Request { source, .. } | Error::UnknownKind { source, .. } => match source {
-                kube::Error::Api(status) => status.code == 409 || status.code == 429 || status.code >= 500,
+                kube::Error::Api(status) => {
+                    status.code == 409 || status.code == 429 || status.code >= 500
+                }
                 _ => true,
             },
             _ => false,

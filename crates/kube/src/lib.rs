@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod client;
+pub mod manifest;
 pub mod watch;
 
 mod error;

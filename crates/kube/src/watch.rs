@@ -69,7 +69,9 @@ impl LevelState {
             }
             Event::InitApply(object) => {
                 let (key, _) = key_of(&object);
-                self.relist.get_or_insert_with(HashMap::new).insert(key, object);
+                self.relist
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, object);
                 Vec::new()
             }
             Event::InitDone => {
@@ -85,7 +87,10 @@ impl LevelState {
                     })
                     .collect();
                 for change in &changes {
-                    if let Change::Delete { namespace, name, .. } = change {
+                    if let Change::Delete {
+                        namespace, name, ..
+                    } = change
+                    {
                         self.known.remove(&(namespace.clone(), name.clone()));
                     }
                 }
@@ -115,7 +120,10 @@ fn key_of(object: &Value) -> (ObjectKey, String) {
             .unwrap_or("")
             .to_string()
     };
-    ((field("namespace"), field("name")), field("resourceVersion"))
+    (
+        (field("namespace"), field("name")),
+        field("resourceVersion"),
+    )
 }
 
 /// Watches every object of `kind` in the cluster and yields batches of state changes.
@@ -168,7 +176,11 @@ mod tests {
     #[test]
     fn relist_yields_only_differences() {
         let mut s = LevelState::default();
-        for e in [Event::Init, Event::InitApply(obj("a", "1")), Event::InitApply(obj("b", "1"))] {
+        for e in [
+            Event::Init,
+            Event::InitApply(obj("a", "1")),
+            Event::InitApply(obj("b", "1")),
+        ] {
             assert!(s.on_event(e).is_empty());
         }
         assert_eq!(names(&s.on_event(Event::InitDone)), ["+a", "+b"]);

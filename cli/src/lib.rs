@@ -1,0 +1,7 @@
+//! The library behind the `sluice` command: the local stack (NATS, the API test server and the
+//! five services as separate processes), the pipeline tap, and the demo. The whole-stack tests
+//! drive the same [`stack::Stack`] the demo runs.
+
+pub mod demo;
+pub mod stack;
+pub mod tap;

@@ -1,0 +1,268 @@
+//! The local stack: a real nats-server with JetStream, the Kubernetes API test server with a
+//! management cluster and managed clusters, and the five services as separate processes,
+//! configured exactly as in docker-compose.yml. Managed clusters are registered the Sveltos way:
+//! a SveltosCluster plus its kubeconfig Secret in the management cluster (spec §13).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use sluice_kube::apply;
+use sluice_testkit::{NatsServer, ServiceProcess};
+use sluice_testserver::{Config, TestServer};
+
+/// The five services, in start order (upstream first).
+pub const SERVICES: [&str; 5] = [
+    "sluice-applier",
+    "sluice-renderer",
+    "sluice-reporter",
+    "sluice-evaluator",
+    "sluice-watcher",
+];
+
+/// Name of the management cluster in the test server.
+pub const MANAGEMENT: &str = "mgmt";
+
+/// A running stack. Dropping it stops every process.
+pub struct Stack {
+    pub nats: NatsServer,
+    pub server: TestServer,
+    pub dir: PathBuf,
+    services: BTreeMap<&'static str, ServiceProcess>,
+    clients: BTreeMap<String, kube::Client>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Stack {
+    /// Starts NATS and the test server with `mgmt` plus `managed` clusters, then the services.
+    /// `dir` keeps the kubeconfigs (a temporary directory when `None`).
+    pub async fn start(managed: &[&str], dir: Option<&Path>) -> anyhow::Result<Stack> {
+        let (dir, temp) = match dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (d.to_path_buf(), None)
+            }
+            None => {
+                let t = tempfile::tempdir()?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let nats = NatsServer::start()
+            .await
+            .context("failed to start nats-server")?;
+        let mut clusters = vec![MANAGEMENT.to_string()];
+        clusters.extend(managed.iter().map(|c| c.to_string()));
+        let server = TestServer::start(Config {
+            clusters: clusters.clone(),
+            sveltos_crds: true,
+            ..Default::default()
+        })
+        .await
+        .context("failed to start the API test server")?;
+        std::fs::write(dir.join("kubeconfig.yaml"), server.kubeconfig_yaml())?;
+        std::fs::write(
+            dir.join("mgmt.kubeconfig"),
+            server.kubeconfig_for(MANAGEMENT),
+        )?;
+        let mut clients = BTreeMap::new();
+        for name in &clusters {
+            let client =
+                sluice_kube::client::from_kubeconfig_text(&server.kubeconfig_for(name), None)
+                    .await?;
+            clients.insert(name.clone(), client);
+        }
+        let mut stack = Stack {
+            nats,
+            server,
+            dir,
+            services: BTreeMap::new(),
+            clients,
+            _temp: temp,
+        };
+        stack
+            .apply(MANAGEMENT, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "projectsveltos"}}))
+            .await?;
+        for service in SERVICES {
+            stack.start_service(service)?;
+        }
+        Ok(stack)
+    }
+
+    /// The environment every service gets (as in docker-compose.yml).
+    pub fn service_env(&self, service: &str) -> Vec<(String, String)> {
+        vec![
+            ("SLUICE_NATS_URL".into(), self.nats.url()),
+            (
+                "SLUICE_KUBECONFIG".into(),
+                self.dir.join("mgmt.kubeconfig").display().to_string(),
+            ),
+            (
+                "SLUICE_HEALTH_ADDR".into(),
+                format!("127.0.0.1:{}", sluice_testkit::free_port()),
+            ),
+            ("SLUICE_LOG_FORMAT".into(), "text".into()),
+            (
+                "RUST_LOG".into(),
+                std::env::var("RUST_LOG")
+                    .unwrap_or_else(|_| format!("info,{}=debug", service.replace('-', "_"))),
+            ),
+        ]
+    }
+
+    pub fn start_service(&mut self, service: &'static str) -> anyhow::Result<()> {
+        let env = self.service_env(service);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let process = ServiceProcess::spawn(service, &[], &env)
+            .with_context(|| format!("failed to start {service}"))?;
+        self.services.insert(service, process);
+        Ok(())
+    }
+
+    /// Stops a service with SIGTERM (it drains) and waits for it.
+    pub fn stop_service(&mut self, service: &str) -> anyhow::Result<()> {
+        if let Some(mut process) = self.services.remove(service) {
+            process.terminate_within(Duration::from_secs(10))?;
+        }
+        Ok(())
+    }
+
+    /// Kills a service without letting it drain, as a crash would.
+    pub fn kill_service(&mut self, service: &str) {
+        if let Some(mut process) = self.services.remove(service) {
+            process.kill();
+        }
+    }
+
+    pub fn service_log(&self, service: &str) -> String {
+        self.services
+            .get(service)
+            .map(ServiceProcess::log)
+            .unwrap_or_default()
+    }
+
+    /// Every service's log, for a failing test's message.
+    pub fn logs(&self) -> String {
+        self.services
+            .iter()
+            .map(|(name, p)| format!("===== {name} =====\n{}", tail(&p.log(), 60)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn client(&self, cluster: &str) -> anyhow::Result<&kube::Client> {
+        self.clients
+            .get(cluster)
+            .with_context(|| format!("no cluster {cluster}"))
+    }
+
+    /// Server-side applies one object to a cluster.
+    pub async fn apply(&self, cluster: &str, object: &Value) -> anyhow::Result<Value> {
+        let applied = sluice_kube::manifest::apply_documents(
+            self.client(cluster)?,
+            std::slice::from_ref(object),
+            "sluice-cli",
+        )
+        .await?;
+        applied.into_iter().next().context("nothing applied")
+    }
+
+    /// Server-side applies every document of a YAML text to a cluster.
+    pub async fn apply_yaml(&self, cluster: &str, yaml: &str) -> anyhow::Result<Vec<Value>> {
+        let documents = sluice_kube::manifest::parse_documents(yaml)?;
+        Ok(
+            sluice_kube::manifest::apply_documents(self.client(cluster)?, &documents, "sluice-cli")
+                .await?,
+        )
+    }
+
+    pub async fn delete(
+        &self,
+        cluster: &str,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<()> {
+        let client = self.client(cluster)?;
+        let kind = apply::resolve(client, api_version, kind).await?;
+        Ok(apply::delete(client, &kind, namespace, name).await?)
+    }
+
+    /// Objects of a kind in a cluster carrying the given labels.
+    pub async fn list(
+        &self,
+        cluster: &str,
+        api_version: &str,
+        kind: &str,
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<Vec<Value>> {
+        let client = self.client(cluster)?;
+        let kind = apply::resolve(client, api_version, kind).await?;
+        let labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(apply::list_labelled(client, &kind, &labels).await?)
+    }
+
+    pub async fn get(
+        &self,
+        cluster: &str,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<Value>> {
+        let client = self.client(cluster)?;
+        let kind = apply::resolve(client, api_version, kind).await?;
+        Ok(apply::get(client, &kind, namespace, name).await?)
+    }
+
+    /// Registers a managed cluster the Sveltos way: its kubeconfig Secret and a ready
+    /// SveltosCluster with the given labels, in namespace `default` of the management cluster.
+    pub async fn register_cluster(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        let kubeconfig =
+            base64::engine::general_purpose::STANDARD.encode(self.server.kubeconfig_for(name));
+        self.apply(
+            MANAGEMENT,
+            &json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": format!("{name}-sveltos-kubeconfig"), "namespace": "default"},
+                    "data": {"kubeconfig": kubeconfig}}),
+        )
+        .await?;
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        self.apply(
+            MANAGEMENT,
+            &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                    "metadata": {"name": name, "namespace": "default", "labels": labels},
+                    "spec": {}}),
+        )
+        .await?;
+        let client = self.client(MANAGEMENT)?;
+        let kind =
+            apply::resolve(client, "lib.projectsveltos.io/v1beta1", "SveltosCluster").await?;
+        apply::apply_status(
+            client,
+            &kind,
+            "default",
+            name,
+            &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                    "metadata": {"name": name, "namespace": "default"}, "status": {"ready": true}}),
+            "sluice-cli",
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,138 @@
+//! `sluice tap`: subscribes to any pipeline subject and prints each message decoded from
+//! protobuf, as JSON lines or YAML documents. Embedded Kubernetes objects and CloudEvents are
+//! shown as JSON, not bytes.
+
+use futures::StreamExt;
+use prost::Message as _;
+use serde_json::{json, Value};
+use sluice_proto::v1 as pb;
+
+/// Output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+fn embedded(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(bytes)))
+}
+
+fn cluster(c: &Option<pb::ClusterRef>) -> Value {
+    c.as_ref().map_or(Value::Null, |c| {
+        let t = pb::ClusterType::try_from(c.r#type)
+            .map(|t| t.as_str_name())
+            .unwrap_or("?");
+        json!({"type": t, "namespace": c.namespace, "name": c.name})
+    })
+}
+
+fn refs(items: &[pb::ObjectRef]) -> Value {
+    items
+        .iter()
+        .map(|r| json!({"apiVersion": r.api_version, "kind": r.kind, "namespace": r.namespace, "name": r.name}))
+        .collect()
+}
+
+/// Decodes a pipeline message by the family its subject names.
+pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError> {
+    let family = subject.split('.').nth(2).unwrap_or("");
+    Ok(match family {
+        "config" => {
+            let m = pb::ConfigObject::decode(payload)?;
+            json!({"kind": m.kind, "namespace": m.namespace, "name": m.name, "deleted": m.deleted,
+                   "resourceVersion": m.resource_version, "object": embedded(&m.object_json)})
+        }
+        "change" => {
+            let m = pb::ResourceChange::decode(payload)?;
+            json!({"cluster": cluster(&m.cluster), "apiVersion": m.api_version, "kind": m.kind,
+                   "namespace": m.namespace, "name": m.name, "deleted": m.deleted,
+                   "resourceVersion": m.resource_version, "object": embedded(&m.object_json)})
+        }
+        "cloudevent" => {
+            let m = pb::CloudEventReceived::decode(payload)?;
+            json!({"cluster": cluster(&m.cluster), "subject": m.subject, "event": embedded(&m.event_json)})
+        }
+        "match" | "report" => {
+            let m = pb::MatchSet::decode(payload)?;
+            json!({"cluster": cluster(&m.cluster), "eventSource": m.event_source,
+                   "matching": refs(&m.matching),
+                   "resources": m.resources.iter().map(|r| embedded(r)).collect::<Vec<_>>(),
+                   "failureMessage": m.failure_message, "removed": m.removed,
+                   "cloudEvents": m.cloud_events.iter().map(|r| embedded(r)).collect::<Vec<_>>(),
+                   "sourceSequence": m.source_sequence})
+        }
+        "desired" => {
+            let m = pb::DesiredState::decode(payload)?;
+            json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster), "eventSource": m.event_source,
+                   "objects": m.objects.iter().map(|o| embedded(&o.object_json)).collect::<Vec<_>>(),
+                   "failureMessage": m.failure_message, "removed": m.removed,
+                   "deleteProfiles": m.delete_profiles, "sourceSequence": m.source_sequence})
+        }
+        "applied" => {
+            let m = pb::ApplyResult::decode(payload)?;
+            json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster),
+                   "applied": refs(&m.applied), "deleted": refs(&m.deleted), "error": m.error,
+                   "failureMessage": m.failure_message, "sourceSequence": m.source_sequence})
+        }
+        _ => json!({"raw": String::from_utf8_lossy(payload)}),
+    })
+}
+
+/// Prints messages on `filter` until `limit` messages were shown (forever when `None`).
+pub async fn run(
+    nats_url: &str,
+    filter: &str,
+    format: Format,
+    limit: Option<usize>,
+) -> anyhow::Result<()> {
+    let client = async_nats::connect(nats_url).await?;
+    let mut subscription = client.subscribe(filter.to_string()).await?;
+    let mut shown = 0;
+    while let Some(message) = subscription.next().await {
+        let body = match decode(&message.subject, &message.payload) {
+            Ok(v) => v,
+            Err(e) => json!({"undecodable": e.to_string()}),
+        };
+        let record = json!({"subject": message.subject.as_str(), "message": body});
+        match format {
+            Format::Json => println!("{}", serde_json::to_string(&record)?),
+            Format::Yaml => print!("---\n{}", serde_yaml::to_string(&record)?),
+        }
+        shown += 1;
+        if limit.is_some_and(|l| shown >= l) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_each_family_by_subject() {
+        let set = pb::MatchSet {
+            event_source: "es".into(),
+            matching: vec![pb::ObjectRef {
+                api_version: "v1".into(),
+                kind: "Service".into(),
+                namespace: "default".into(),
+                name: "my-service".into(),
+            }],
+            resources: vec![br#"{"kind":"Service"}"#.to_vec()],
+            ..Default::default()
+        };
+        let v =
+            decode("sluice.v1.match.sveltos.default.a.es", &set.encode_to_vec()).expect("decode");
+        assert_eq!(v["matching"][0]["name"], "my-service");
+        assert_eq!(v["resources"][0]["kind"], "Service");
+        let v = decode("sluice.v1.report.x", &set.encode_to_vec()).expect("decode");
+        assert_eq!(v["eventSource"], "es");
+        assert!(decode("sluice.v1.desired.t.x", b"\xff\xff").is_err());
+    }
+}

@@ -1,0 +1,180 @@
+//! Whole-stack tests of the pipeline spine: a real nats-server, the API test server with a
+//! management cluster and two managed clusters, and the five services as separate processes.
+//! Seed 000's first example, written with the seed's own YAML: a Service labelled `sveltos: fv`
+//! becomes an EventReport, an instantiated ConfigMap with the NetworkPolicy and a ClusterProfile;
+//! deleting it removes them. Nothing is mocked.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice_cli::demo::{self, wait_cleaned, wait_profile};
+use sluice_cli::stack::{Stack, MANAGEMENT};
+use sluice_domain::naming;
+use sluice_testkit::wait_for;
+
+const TRIGGER: &str = "service-network-policy";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+async fn stack_with_seed() -> anyhow::Result<Stack> {
+    let stack = Stack::start(&["cluster-a", "cluster-b"], None).await?;
+    stack
+        .register_cluster("cluster-a", &[("env", "fv")])
+        .await?;
+    stack
+        .register_cluster("cluster-b", &[("env", "prod")])
+        .await?;
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
+        .await?;
+    Ok(stack)
+}
+
+/// The instantiated ConfigMap the profile references, with its rendered NetworkPolicy.
+async fn referenced_config_map(stack: &Stack, profile: &Value) -> anyhow::Result<Value> {
+    let reference = &profile["spec"]["policyRefs"][0];
+    assert_eq!(reference["kind"], "ConfigMap");
+    assert_eq!(reference["namespace"], "projectsveltos");
+    let name = reference["name"].as_str().unwrap_or_default();
+    stack
+        .get(MANAGEMENT, "v1", "ConfigMap", "projectsveltos", name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("instantiated ConfigMap {name} missing"))
+}
+
+fn assert_seed_network_policy(config_map: &Value) {
+    let text = config_map["data"]["networkpolicy.yaml"]
+        .as_str()
+        .expect("networkpolicy.yaml");
+    let policy: Value = serde_yaml::from_str(text).expect("rendered NetworkPolicy is YAML");
+    assert_eq!(policy["kind"], "NetworkPolicy");
+    assert_eq!(policy["metadata"]["name"], "front-my-service");
+    assert_eq!(policy["metadata"]["namespace"], "default");
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "MyApp"
+    );
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 80);
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app"],
+        "internal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_event_becomes_cluster_profile_and_is_cleaned_up() -> anyhow::Result<()> {
+    let stack = stack_with_seed().await?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    // Same Service in the cluster that no trigger selects: must produce nothing.
+    stack.apply_yaml("cluster-b", demo::SERVICE).await?;
+
+    let profile = match wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
+        Ok(p) => p,
+        Err(e) => anyhow::bail!("{e}\n{}", stack.logs()),
+    };
+    assert_eq!(profile["spec"]["clusterRefs"][0]["kind"], "SveltosCluster");
+    assert_eq!(profile["spec"]["clusterRefs"][0]["namespace"], "default");
+    assert_eq!(profile["spec"]["clusterRefs"][0]["name"], "cluster-a");
+    assert_eq!(profile["spec"]["syncMode"], "Continuous");
+    let labels = &profile["metadata"]["labels"];
+    assert_eq!(labels[naming::LABEL_CLUSTER_TYPE], "Sveltos");
+    assert_eq!(labels[naming::LABEL_EVENT_SOURCE], "sveltos-service");
+    assert_eq!(labels[naming::LABEL_RESOURCE_NAMESPACE], "default");
+    let name = profile["metadata"]["name"].as_str().unwrap_or_default();
+    assert!(name.starts_with("sveltos-") && name.len() == 28, "{name}");
+
+    let config_map = referenced_config_map(&stack, &profile).await?;
+    assert_seed_network_policy(&config_map);
+    assert_eq!(
+        config_map["metadata"]["labels"][naming::LABEL_REF_NAME],
+        "network-policy"
+    );
+
+    let report = stack
+        .get(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventReport",
+            "default",
+            "sveltos--sveltos-service--cluster-a",
+        )
+        .await?
+        .expect("EventReport");
+    assert_eq!(report["spec"]["clusterType"], "Sveltos");
+    assert_eq!(report["spec"]["matchingResources"][0]["name"], "my-service");
+    assert_eq!(
+        report["metadata"]["labels"][naming::REPORT_LABEL_CLUSTER_TYPE],
+        "sveltos"
+    );
+    assert!(report["spec"]["resources"]
+        .as_str()
+        .is_some_and(|r| !r.is_empty()));
+
+    // Only cluster-a's objects exist: exactly one profile and one ConfigMap.
+    assert_eq!(demo::owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
+    assert!(demo::owned_by(&stack, TRIGGER, "cluster-b")
+        .await?
+        .is_empty());
+
+    stack
+        .delete("cluster-a", "v1", "Service", "default", "my-service")
+        .await?;
+    if let Err(e) = wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    // The report stays (the EventSource is still deployed) and now lists nothing.
+    let report = wait_for("empty EventReport", DEADLINE, || async {
+        let r = stack
+            .get(
+                MANAGEMENT,
+                "lib.projectsveltos.io/v1beta1",
+                "EventReport",
+                "default",
+                "sveltos--sveltos-service--cluster-a",
+            )
+            .await
+            .ok()
+            .flatten()?;
+        let empty = r["spec"]["matchingResources"]
+            .as_array()
+            .is_none_or(|a| a.is_empty());
+        empty.then_some(r)
+    })
+    .await?;
+    assert_eq!(report["spec"]["eventSourceName"], "sveltos-service");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_services_converge_on_the_right_end_state() -> anyhow::Result<()> {
+    let mut stack = stack_with_seed().await?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    // Crash the renderer and stop the watcher; change the world while they are down.
+    stack.kill_service("sluice-renderer");
+    stack.stop_service("sluice-watcher")?;
+    stack
+        .delete("cluster-a", "v1", "Service", "default", "my-service")
+        .await?;
+    let other = demo::SERVICE.replace("name: my-service", "name: other-service");
+    stack.apply_yaml("cluster-a", &other).await?;
+    stack.start_service("sluice-watcher")?;
+    stack.start_service("sluice-renderer")?;
+    // The deletion that happened while nobody watched is found; the new Service is picked up.
+    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "other-service", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    wait_for("my-service profile withdrawn", DEADLINE, || async {
+        demo::profiles_for(&stack, TRIGGER, "cluster-a", "my-service")
+            .await
+            .ok()
+            .filter(Vec::is_empty)
+    })
+    .await?;
+    // Exactly one profile and its ConfigMap remain.
+    let owned = demo::owned_by(&stack, TRIGGER, "cluster-a").await?;
+    assert_eq!(owned.len(), 2, "{owned:#?}");
+    Ok(())
+}
