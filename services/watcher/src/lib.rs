@@ -7,7 +7,7 @@ mod managed;
 mod management;
 
 use anyhow::Context as _;
-use sluice_bus::Bus;
+use sluice_bus::{topology, Bus};
 use sluice_domain::config::ConfigState;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use tokio::sync::mpsc;
@@ -43,8 +43,22 @@ pub async fn run(
     }
     drop(tx);
 
+    // Start from what earlier runs published: the management watches only report differences
+    // from it, so unchanged objects would otherwise never reach this state.
     let mut state = ConfigState::default();
+    for delivered in bus
+        .replay_state(topology::CONFIG, topology::CONFIG.subjects)
+        .await?
+    {
+        match sluice_wire::ConfigUpdate::from_delivered(&delivered) {
+            Ok(update) => {
+                update.apply_to(&mut state);
+            }
+            Err(error) => tracing::warn!(error = %error, "skipping unreadable config message"),
+        }
+    }
     let mut watches = managed::Watches::new(bus.clone(), health.clone());
+    watches.reconcile(&state).await;
     health.set_ready(true);
     loop {
         tokio::select! {
