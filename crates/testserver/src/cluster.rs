@@ -41,9 +41,9 @@ pub struct Change {
     pub rv: u64,
     pub gr: GroupResource,
     pub kind: ChangeKind,
-    pub object: Value,
+    pub object: Arc<Value>,
     /// The object before a `Modified` change, so filtered watches can tell objects leaving their filter.
-    pub previous: Option<Value>,
+    pub previous: Option<Arc<Value>>,
 }
 
 /// Retained changes to replay plus a receiver for later ones.
@@ -63,7 +63,8 @@ pub struct Cluster {
 pub struct State {
     rv: u64,
     pub registry: Registry,
-    objects: HashMap<GroupResource, BTreeMap<ObjectKey, Value>>,
+    /// Stored objects; the history shares them (`Arc`) instead of copying.
+    objects: HashMap<GroupResource, BTreeMap<ObjectKey, Arc<Value>>>,
     history: VecDeque<Arc<Change>>,
     /// Highest resourceVersion whose change has been dropped from the history.
     compacted: u64,
@@ -115,6 +116,14 @@ impl State {
         self.objects
             .get(gr)?
             .get(&(namespace.to_string(), name.to_string()))
+            .map(|a| a.as_ref())
+    }
+
+    fn get_arc(&self, gr: &GroupResource, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.objects
+            .get(gr)?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// Objects of one resource in key order, optionally in one namespace, starting after `after`.
@@ -126,7 +135,7 @@ impl State {
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Value)> + 'a {
         let map = self.objects.get(gr);
         map.into_iter().flat_map(move |m| {
-            let iter: Box<dyn Iterator<Item = (&ObjectKey, &Value)>> = match after {
+            let iter: Box<dyn Iterator<Item = (&ObjectKey, &Arc<Value>)>> = match after {
                 Some(k) => Box::new(m.range::<ObjectKey, _>((
                     std::ops::Bound::Excluded(k),
                     std::ops::Bound::Unbounded,
@@ -134,6 +143,7 @@ impl State {
                 None => Box::new(m.iter()),
             };
             iter.filter(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns))
+                .map(|(k, v)| (k, v.as_ref()))
         })
     }
 
@@ -171,8 +181,8 @@ impl State {
         &mut self,
         gr: &GroupResource,
         kind: ChangeKind,
-        object: Value,
-        previous: Option<Value>,
+        object: Arc<Value>,
+        previous: Option<Arc<Value>>,
     ) {
         let change = Arc::new(Change {
             rv: self.rv,
@@ -191,14 +201,19 @@ impl State {
         let _ = self.feed.send(change);
     }
 
-    fn put(&mut self, gr: &GroupResource, key: ObjectKey, object: Value) {
+    fn put(&mut self, gr: &GroupResource, key: ObjectKey, object: Value) -> Arc<Value> {
+        let object = Arc::new(object);
         self.objects
             .entry(gr.clone())
             .or_default()
-            .insert(key, object);
+            .insert(key, object.clone());
+        object
     }
 
     fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Value> {
-        self.objects.get_mut(gr)?.remove(key)
+        self.objects
+            .get_mut(gr)?
+            .remove(key)
+            .map(Arc::unwrap_or_clone)
     }
 }

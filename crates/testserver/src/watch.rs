@@ -190,7 +190,7 @@ impl Stream {
         let mut last_sent = start_rv;
         for change in replay {
             if let Some(kind) = self.event_for(&change) {
-                if !self.send(kind, change.object.clone()).await {
+                if !self.send(kind, (*change.object).clone()).await {
                     return;
                 }
             }
@@ -221,7 +221,7 @@ impl Stream {
                         }
                         seen = change.rv;
                         if let Some(kind) = self.event_for(&change) {
-                            if !self.send(kind, change.object.clone()).await {
+                            if !self.send(kind, (*change.object).clone()).await {
                                 return;
                             }
                             last_sent = change.rv;

@@ -2,6 +2,8 @@
 //! finalizers, namespace cascade and CRD (un)installation. Each write bumps the cluster's
 //! resourceVersion once per stored change and records the change for watches.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
 use super::validate::check_object;
@@ -123,8 +125,8 @@ impl State {
         }
         let rv = self.next_rv();
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-        self.put(&gr, (namespace.to_string(), name), obj.clone());
-        self.emit(&gr, ChangeKind::Added, obj.clone(), None);
+        let shared = self.put(&gr, (namespace.to_string(), name), obj.clone());
+        self.emit(&gr, ChangeKind::Added, shared, None);
         Ok(obj)
     }
 
@@ -238,12 +240,13 @@ impl State {
         let key = (namespace.to_string(), name.to_string());
         if !meta_str(&stored, "deletionTimestamp").is_empty() && finalizers(&stored).is_empty() {
             self.take(&gr, &key);
-            self.emit(&gr, ChangeKind::Deleted, stored.clone(), None);
+            self.emit(&gr, ChangeKind::Deleted, Arc::new(stored.clone()), None);
             self.after_removal(&gr, namespace, name);
             return Ok(stored);
         }
-        self.put(&gr, key, stored.clone());
-        self.emit(&gr, ChangeKind::Modified, stored.clone(), Some(current));
+        let previous = self.get_arc(&gr, namespace, name);
+        let shared = self.put(&gr, key, stored.clone());
+        self.emit(&gr, ChangeKind::Modified, shared, previous);
         Ok(stored)
     }
 
@@ -283,16 +286,16 @@ impl State {
                 set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
                 let rv = self.next_rv();
                 set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-                let previous = self.get(gr, namespace, name).cloned();
-                self.put(gr, key, obj.clone());
-                self.emit(gr, ChangeKind::Modified, obj.clone(), previous);
+                let previous = self.get_arc(gr, namespace, name);
+                let shared = self.put(gr, key, obj.clone());
+                self.emit(gr, ChangeKind::Modified, shared, previous);
             }
             return obj;
         }
         self.take(gr, &key);
         let rv = self.next_rv();
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-        self.emit(gr, ChangeKind::Deleted, obj.clone(), None);
+        self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
         self.after_removal(gr, namespace, name);
         obj
     }
@@ -311,7 +314,7 @@ impl State {
                     if let Some(mut obj) = self.take(&rgr, &key) {
                         let rv = self.next_rv();
                         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-                        self.emit(&rgr, ChangeKind::Deleted, obj, None);
+                        self.emit(&rgr, ChangeKind::Deleted, Arc::new(obj), None);
                     }
                 }
             }
@@ -329,9 +332,9 @@ impl State {
                 ns["status"] = json!({"phase": "Terminating"});
                 let rv = self.next_rv();
                 set_meta(&mut ns, "resourceVersion", json!(rv.to_string()));
-                let previous = self.get(&gr, "", name).cloned();
-                self.put(&gr, (String::new(), name.to_string()), ns.clone());
-                self.emit(&gr, ChangeKind::Modified, ns, previous);
+                let previous = self.get_arc(&gr, "", name);
+                let shared = self.put(&gr, (String::new(), name.to_string()), ns);
+                self.emit(&gr, ChangeKind::Modified, shared, previous);
             }
         }
         let contents: Vec<(GroupResource, String)> = self
@@ -369,7 +372,7 @@ impl State {
             if let Some(mut obj) = self.take(&gr, &key) {
                 let rv = self.next_rv();
                 set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-                self.emit(&gr, ChangeKind::Deleted, obj, None);
+                self.emit(&gr, ChangeKind::Deleted, Arc::new(obj), None);
             }
         }
     }
