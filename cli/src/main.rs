@@ -27,6 +27,9 @@ enum Command {
         /// Where to write kubeconfigs.
         #[arg(long, default_value = ".sluice")]
         dir: PathBuf,
+        /// Afterwards, measure create-to-ClusterProfile latency over this many Services.
+        #[arg(long)]
+        bench: Option<usize>,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -55,7 +58,11 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Demo { keep_running, dir } => {
+        Command::Demo {
+            keep_running,
+            dir,
+            bench,
+        } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
             let stack =
                 sluice_cli::stack::Stack::start(&["cluster-a", "cluster-b"], Some(&dir)).await?;
@@ -66,6 +73,11 @@ async fn main() -> anyhow::Result<()> {
             }
             let (created, deleted) = outcome?;
             println!("\nsummary: event -> ClusterProfile in {created:?}; delete -> cleanup in {deleted:?}");
+            if let Some(events) = bench.filter(|n| *n > 0) {
+                let samples = sluice_cli::demo::measure_latency(&stack, events).await?;
+                let (p50, p99, max) = sluice_cli::demo::percentiles(&samples);
+                println!("latency Service create -> ClusterProfile over {events} events: p50 {p50:?}, p99 {p99:?}, max {max:?}");
+            }
             if keep_running {
                 println!(
                     "stack running: kubectl --kubeconfig {}/kubeconfig.yaml --context mgmt get clusterprofiles\n\

@@ -5,7 +5,7 @@
 
 pub mod plan;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -26,9 +26,26 @@ const OWNED: [(&str, &str); 3] = [
     ("v1", "Secret"),
 ];
 
+/// (kind, namespace, name) of an owned object.
+type ObjectId = (String, String, String);
+
 struct Applier {
     client: kube::Client,
     kinds: HashMap<(String, String), Kind>,
+    /// Per desired-state subject: what this process last applied, with content hashes. An
+    /// unchanged object is not applied again, and stale objects are found without a LIST. A
+    /// subject seen for the first time (or after an error) is listed from the server.
+    applied: HashMap<String, BTreeMap<ObjectId, String>>,
+}
+
+fn object_id(object: &Value) -> ObjectId {
+    let r = sluice_wire::object_ref(object);
+    (r.kind, r.namespace, r.name)
+}
+
+fn content_hash(object: &Value) -> String {
+    let bytes = serde_json::to_vec(object).unwrap_or_default();
+    sluice_bus::message_id(&[&String::from_utf8_lossy(&bytes)])
 }
 
 impl Applier {
@@ -43,7 +60,24 @@ impl Applier {
     }
 
     /// Executes one desired state. Errors are transient (the input is retried).
-    async fn execute(&mut self, state: &pb::DesiredState) -> sluice_kube::Result<pb::ApplyResult> {
+    async fn execute(
+        &mut self,
+        subject: &str,
+        state: &pb::DesiredState,
+    ) -> sluice_kube::Result<pb::ApplyResult> {
+        let outcome = self.execute_inner(subject, state).await;
+        if outcome.is_err() {
+            // The server may hold anything now: list again next time.
+            self.applied.remove(subject);
+        }
+        outcome
+    }
+
+    async fn execute_inner(
+        &mut self,
+        subject: &str,
+        state: &pb::DesiredState,
+    ) -> sluice_kube::Result<pb::ApplyResult> {
         let cluster = match sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
             Ok(cluster) => cluster,
             Err(_) => return Err(sluice_kube::Error::Malformed("cluster")),
@@ -68,27 +102,64 @@ impl Applier {
                 .filter_map(|o| serde_json::from_slice(&o.object_json).ok())
                 .collect()
         };
-        let owner = naming::owner_labels(&state.event_trigger, &cluster);
-        let mut existing = Vec::new();
-        for (api_version, kind_name) in OWNED {
-            let kind = self.kind(api_version, kind_name).await?;
-            for object in apply::list_labelled(&self.client, &kind, &owner).await? {
-                existing.push((kind.clone(), object));
+        let mut known = match self.applied.remove(subject) {
+            Some(known) => known,
+            None => {
+                self.list_owned(&naming::owner_labels(&state.event_trigger, &cluster))
+                    .await?
             }
-        }
+        };
+        let existing: Vec<Value> = known
+            .keys()
+            .map(|(kind, namespace, name)| {
+                let api_version = OWNED
+                    .iter()
+                    .find(|(_, k)| k == kind)
+                    .map_or("v1", |(a, _)| *a);
+                serde_json::json!({"apiVersion": api_version, "kind": kind,
+                                   "metadata": {"namespace": namespace, "name": name}})
+            })
+            .collect();
         let steps = plan::plan(&desired, &existing);
         for object in &steps.apply {
+            let id = object_id(object);
+            let hash = content_hash(object);
+            if known.get(&id) == Some(&hash) {
+                continue;
+            }
             let r = sluice_wire::object_ref(object);
             let kind = self.kind(&r.api_version, &r.kind).await?;
             apply::apply(&self.client, &kind, object, FIELD_MANAGER).await?;
+            known.insert(id, hash);
             result.applied.push(r);
         }
         for r in &steps.delete {
             let kind = self.kind(&r.api_version, &r.kind).await?;
             apply::delete(&self.client, &kind, &r.namespace, &r.name).await?;
+            known.remove(&(r.kind.clone(), r.namespace.clone(), r.name.clone()));
             result.deleted.push(r.clone());
         }
+        self.applied.insert(subject.to_string(), known);
         Ok(result)
+    }
+
+    /// What the server holds for an owner (content unknown: applied again once).
+    async fn list_owned(
+        &mut self,
+        owner: &BTreeMap<String, String>,
+    ) -> sluice_kube::Result<BTreeMap<ObjectId, String>> {
+        let mut known = BTreeMap::new();
+        for (api_version, kind_name) in OWNED {
+            let kind = self.kind(api_version, kind_name).await?;
+            for object in apply::list_labelled(&self.client, &kind, owner).await? {
+                let mut id = object_id(&object);
+                if id.0.is_empty() {
+                    id.0 = kind_name.to_string();
+                }
+                known.insert(id, String::new());
+            }
+        }
+        Ok(known)
     }
 }
 
@@ -112,6 +183,7 @@ pub async fn run(
     let mut applier = Applier {
         client,
         kinds: HashMap::new(),
+        applied: HashMap::new(),
     };
     let mut desired = bus.durable(topology::APPLIER_DESIRED, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
@@ -133,7 +205,7 @@ pub async fn run(
                     window.push(Vec::new(), Some(message));
                     continue;
                 };
-                let result = match applier.execute(&state).await {
+                let result = match applier.execute(&delivered.subject, &state).await {
                     Ok(result) => result,
                     Err(error) => {
                         errors.inc();

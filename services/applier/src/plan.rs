@@ -3,7 +3,6 @@
 //! stale ClusterProfiles are deleted before the objects they referenced.
 
 use serde_json::Value;
-use sluice_kube::apply::Kind;
 use sluice_proto::v1 as pb;
 
 /// What to do, in order.
@@ -27,7 +26,7 @@ fn rank(kind: &str) -> u8 {
 
 /// Plans the writes: everything desired is applied (server-side apply is idempotent), and
 /// everything owned but not desired is deleted.
-pub fn plan(desired: &[Value], existing: &[(Kind, Value)]) -> Plan {
+pub fn plan(desired: &[Value], existing: &[Value]) -> Plan {
     let mut apply: Vec<Value> = desired.to_vec();
     apply.sort_by_key(|o| rank(o.get("kind").and_then(Value::as_str).unwrap_or("")));
     let wanted: Vec<_> = desired
@@ -36,16 +35,7 @@ pub fn plan(desired: &[Value], existing: &[(Kind, Value)]) -> Plan {
         .collect();
     let mut delete: Vec<pb::ObjectRef> = existing
         .iter()
-        .map(|(kind, object)| {
-            let mut r = sluice_wire::object_ref(object);
-            if r.kind.is_empty() {
-                r.kind = kind.resource.kind.clone();
-            }
-            if r.api_version.is_empty() {
-                r.api_version = kind.resource.api_version.clone();
-            }
-            r
-        })
+        .map(sluice_wire::object_ref)
         .filter(|r| !wanted.contains(&identity(r)))
         .collect();
     delete.sort_by_key(|r| std::cmp::Reverse(rank(&r.kind)));
@@ -55,16 +45,7 @@ pub fn plan(desired: &[Value], existing: &[(Kind, Value)]) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::{ApiResource, GroupVersionKind};
     use serde_json::json;
-
-    fn kind(api_version: &str, kind: &str) -> Kind {
-        let (g, v) = api_version.split_once('/').unwrap_or(("", api_version));
-        Kind {
-            resource: ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, kind)),
-            namespaced: kind != "ClusterProfile",
-        }
-    }
 
     fn obj(api_version: &str, k: &str, ns: &str, name: &str) -> Value {
         json!({"apiVersion": api_version, "kind": k, "metadata": {"namespace": ns, "name": name}})
