@@ -12,6 +12,12 @@ use crate::{Engine, Error, MissingKey};
 /// must fit a 2 MiB render thread even in a debug build.
 const MAX_DEPTH: usize = 160;
 
+/// Nodes one render may execute (loops included) before it is stopped.
+const MAX_STEPS: u64 = 10_000_000;
+
+/// Bytes one render may produce.
+const MAX_OUTPUT: usize = 64 << 20;
+
 enum Flow {
     Normal,
     Break,
@@ -29,6 +35,7 @@ pub struct Exec<'a> {
     pub out: &'a mut String,
     vars: Vec<(&'a str, Value)>,
     depth: usize,
+    steps: u64,
 }
 
 impl<'a> Exec<'a> {
@@ -49,6 +56,7 @@ impl<'a> Exec<'a> {
             out,
             vars: Vec::with_capacity(8),
             depth: 0,
+            steps: 0,
         }
     }
 
@@ -72,6 +80,18 @@ impl<'a> Exec<'a> {
 
     fn walk_nodes(&mut self, list: &'a [Node], dot: &Value) -> R<Flow> {
         for node in list {
+            self.steps += 1;
+            if self.steps > MAX_STEPS || self.out.len() > MAX_OUTPUT {
+                let what = if self.steps > MAX_STEPS {
+                    "steps"
+                } else {
+                    "output bytes"
+                };
+                return Err(self.error(
+                    Span::default(),
+                    format!("template exceeded its budget of {what}"),
+                ));
+            }
             match node {
                 Node::Text(t) => self.out.push_str(t),
                 Node::Action(pipe) => {
@@ -174,6 +194,11 @@ impl<'a> Exec<'a> {
     }
 
     fn range_body(&mut self, b: &'a Branch, key: Value, elem: &Value, mark: usize) -> R<Flow> {
+        // Every iteration costs a step, even with an empty body.
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return Err(self.error(b.pipe.span, "template exceeded its budget of steps"));
+        }
         match b.pipe.decl.as_slice() {
             [] => {}
             [v] => self.bind(v, elem.clone(), b.pipe.is_assign),

@@ -39,6 +39,22 @@ impl Ty {
     }
 }
 
+/// Largest list a function may generate (`until`, `seq`, ...): templates are budgeted.
+pub const MAX_GENERATED: i64 = 1 << 20;
+
+/// Largest string a function may generate (`repeat`, `indent`, random strings), in bytes.
+pub const MAX_STRING: i64 = 16 << 20;
+
+/// Fails when a generated result would exceed `limit`.
+pub fn budget(size: i64, limit: i64) -> Result<(), String> {
+    if size > limit {
+        return Err(format!(
+            "result of {size} exceeds the template budget of {limit}"
+        ));
+    }
+    Ok(())
+}
+
 /// The result of a function: a value, or the error text Go would wrap in `error calling f: ...`.
 pub type FuncResult = Result<Value, String>;
 

@@ -96,7 +96,15 @@ fn parse_num(bytes: &[u8], mut i: usize) -> (Option<usize>, usize) {
             .saturating_add((bytes[i] - b'0') as usize);
         i += 1;
     }
-    (if i > start { Some(n) } else { None }, i)
+    // Widths and precisions are clamped: a template cannot make printf allocate gigabytes.
+    (
+        if i > start {
+            Some(n.min(1 << 16))
+        } else {
+            None
+        },
+        i,
+    )
 }
 
 fn format_arg(out: &mut String, verb: char, spec: Spec, arg: &Value) {

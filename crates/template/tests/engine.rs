@@ -554,3 +554,17 @@ fn nesting_and_recursion_at_their_limits_fit_a_render_thread() {
         "{err}"
     );
 }
+
+#[test]
+fn renders_are_budgeted() {
+    for text in [
+        "{{ repeat 1000000000 \"xx\" }}",
+        "{{ until 1000000000 }}",
+        "{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}",
+        "{{ randAlphaNum 1000000000 }}",
+        "{{ range until 100000 }}{{ printf \"%60000d\" 1 }}{{ end }}",
+    ] {
+        let err = render(text, json!({})).expect_err(text);
+        assert_eq!(err.kind(), ErrorKind::Exec, "{text}: {err}");
+    }
+}

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use hmac::Mac;
 use rand::RngCore;
 
-use crate::funcs::{arg_int, arg_str, def, FuncDef};
+use crate::funcs::{arg_int, arg_str, budget, def, FuncDef, MAX_STRING};
 use crate::value::Value;
 
 const UNSUPPORTED: &str =
@@ -48,6 +48,7 @@ pub static FUNCS: &[FuncDef] = &[
     )
     .map(Value::string)),
     def!("randBytes", [Int], |a| {
+        budget(arg_int(&a, 0), MAX_STRING)?;
         let mut buf = vec![0u8; arg_int(&a, 0).max(0) as usize];
         rand::thread_rng().fill_bytes(&mut buf);
         Ok(Value::string(

@@ -2,7 +2,7 @@
 //! non-`must` forms turn failures into template errors too (sprig panics, Go reports it).
 
 use super::{deep_equal, empty, to_int64};
-use crate::funcs::{arg_int, def, FuncDef, FuncResult};
+use crate::funcs::{arg_int, budget, def, FuncDef, FuncResult, MAX_GENERATED};
 use crate::value::Value;
 
 pub static FUNCS: &[FuncDef] = &[
@@ -55,17 +55,23 @@ pub static FUNCS: &[FuncDef] = &[
     def!("mustChunk", [Int, Any], chunk),
     def!("until", [Int], |a| {
         let n = arg_int(&a, 0);
+        budget(n.saturating_abs(), MAX_GENERATED)?;
         Ok(int_list(if n >= 0 {
             (0..n).collect()
         } else {
             (n + 1..=0).rev().collect()
         }))
     }),
-    def!("untilStep", [Int, Int, Int], |a| Ok(int_list(until_step(
-        arg_int(&a, 0),
-        arg_int(&a, 1),
-        arg_int(&a, 2)
-    )))),
+    def!("untilStep", [Int, Int, Int], |a| {
+        let (start, stop, step) = (arg_int(&a, 0), arg_int(&a, 1), arg_int(&a, 2));
+        if step != 0 {
+            budget(
+                stop.saturating_sub(start).saturating_div(step),
+                MAX_GENERATED,
+            )?;
+        }
+        Ok(int_list(until_step(start, stop, step)))
+    }),
     def!("seq", [], ...Int, seq),
 ];
 
@@ -207,6 +213,12 @@ fn seq(a: Vec<Value>) -> FuncResult {
         [start, end] => (*start, if end >= start { 1 } else { -1 }, *end),
         [start, step, end, ..] => (*start, *step, *end),
     };
+    if step != 0 {
+        budget(
+            end.saturating_sub(start).saturating_div(step),
+            MAX_GENERATED,
+        )?;
+    }
     let values: Vec<String> = if step == 0 || (end > start && step < 0) || (end < start && step > 0)
     {
         Vec::new()

@@ -4,7 +4,7 @@
 use rand::Rng;
 
 use super::{strslice, strval};
-use crate::funcs::{arg_int, arg_str, def, FuncDef, FuncResult};
+use crate::funcs::{arg_int, arg_str, budget, def, FuncDef, FuncResult, MAX_STRING};
 use crate::gofmt::quote;
 use crate::value::{Map, Value};
 
@@ -25,7 +25,13 @@ pub static FUNCS: &[FuncDef] = &[
         "repeat",
         [Int, Str],
         |a| match usize::try_from(arg_int(&a, 0)) {
-            Ok(n) => s(arg_str(&a, 1).repeat(n)),
+            Ok(n) => {
+                budget(
+                    (n as i64).saturating_mul(arg_str(&a, 1).len() as i64),
+                    MAX_STRING,
+                )?;
+                s(arg_str(&a, 1).repeat(n))
+            }
             Err(_) => Err("strings: negative Repeat count".into()),
         }
     ),
@@ -246,6 +252,7 @@ fn trim_all(a: Vec<Value>) -> FuncResult {
 }
 
 fn random(n: i64, alphabet: &[u8]) -> FuncResult {
+    budget(n, MAX_STRING)?;
     let n = usize::try_from(n).map_err(|_| "negative length".to_string())?;
     let mut rng = rand::thread_rng();
     s((0..n)
@@ -356,7 +363,8 @@ fn wrap(s: &str, width: i64, newline: &str, long_words: bool) -> String {
 }
 
 fn indent(n: i64, s: &str) -> String {
-    let pad = " ".repeat(n.max(0) as usize);
+    // Beyond the budget the padding is clamped rather than allocated.
+    let pad = " ".repeat(n.clamp(0, 4096) as usize);
     format!("{pad}{}", s.replace('\n', &format!("\n{pad}")))
 }
 
