@@ -28,7 +28,7 @@ pub async fn resolve(client: &Client, api_version: &str, kind: &str) -> Result<K
         .await
         .map_err(|source| Error::UnknownKind {
             gvk: format!("{api_version}/{kind}"),
-            source,
+            source: Box::new(source),
         })?;
     Ok(Kind {
         resource,
@@ -68,7 +68,7 @@ pub async fn apply(
             verb: "apply",
             kind: kind.resource.kind.clone(),
             name: qualified(namespace, name),
-            source,
+            source: Box::new(source),
         })?;
     serde_json::to_value(applied).map_err(|_| Error::Malformed("serializable object"))
 }
@@ -90,7 +90,7 @@ pub async fn apply_status(
             verb: "apply status of",
             kind: kind.resource.kind.clone(),
             name: qualified(namespace, name),
-            source,
+            source: Box::new(source),
         })?;
     Ok(())
 }
@@ -107,7 +107,7 @@ pub async fn delete(client: &Client, kind: &Kind, namespace: &str, name: &str) -
             verb: "delete",
             kind: kind.resource.kind.clone(),
             name: qualified(namespace, name),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -125,7 +125,7 @@ pub async fn get(
             verb: "get",
             kind: kind.resource.kind.clone(),
             name: qualified(namespace, name),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -149,7 +149,7 @@ pub async fn list_labelled(
             verb: "list",
             kind: kind.resource.kind.clone(),
             name: selector.clone(),
-            source,
+            source: Box::new(source),
         })?;
     Ok(list
         .items

@@ -17,7 +17,7 @@ pub enum Error {
     UnknownKind {
         gvk: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("failed to {verb} {kind} {name}")]
     Request {
@@ -25,7 +25,7 @@ pub enum Error {
         kind: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("object has no {0}")]
     Malformed(&'static str),
@@ -35,7 +35,7 @@ impl Error {
     /// Whether retrying the same request later can succeed (server busy, unreachable, conflict).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Request { source, .. } | Error::UnknownKind { source, .. } => match source {
+            Error::Request { source, .. } | Error::UnknownKind { source, .. } => match source.as_ref() {
                 kube::Error::Api(status) => {
                     status.code == 409 || status.code == 429 || status.code >= 500
                 }

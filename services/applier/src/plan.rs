@@ -63,27 +63,18 @@ mod tests {
             obj("v1", "ConfigMap", "projectsveltos", "sveltos-b"),
         ];
         let existing = vec![
-            (
-                kind("v1", "ConfigMap"),
-                obj("v1", "ConfigMap", "projectsveltos", "old-cm"),
+            obj("v1", "ConfigMap", "projectsveltos", "old-cm"),
+            obj(
+                "config.projectsveltos.io/v1beta1",
+                "ClusterProfile",
+                "",
+                "old-cp",
             ),
-            (
-                kind("config.projectsveltos.io/v1beta1", "ClusterProfile"),
-                obj(
-                    "config.projectsveltos.io/v1beta1",
-                    "ClusterProfile",
-                    "",
-                    "old-cp",
-                ),
-            ),
-            (
-                kind("config.projectsveltos.io/v1beta1", "ClusterProfile"),
-                obj(
-                    "config.projectsveltos.io/v1beta1",
-                    "ClusterProfile",
-                    "",
-                    "sveltos-a",
-                ),
+            obj(
+                "config.projectsveltos.io/v1beta1",
+                "ClusterProfile",
+                "",
+                "sveltos-a",
             ),
         ];
         let p = plan(&desired, &existing);
@@ -99,10 +90,7 @@ mod tests {
 
     #[test]
     fn nothing_desired_deletes_everything_owned() {
-        let existing = vec![(
-            kind("v1", "Secret"),
-            obj("v1", "Secret", "projectsveltos", "s"),
-        )];
+        let existing = vec![obj("v1", "Secret", "projectsveltos", "s")];
         let p = plan(&[], &existing);
         assert!(p.apply.is_empty());
         assert_eq!(p.delete.len(), 1);
