@@ -35,12 +35,14 @@ impl Error {
     /// Whether retrying the same request later can succeed (server busy, unreachable, conflict).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Request { source, .. } | Error::UnknownKind { source, .. } => match source.as_ref() {
-                kube::Error::Api(status) => {
-                    status.code == 409 || status.code == 429 || status.code >= 500
+            Error::Request { source, .. } | Error::UnknownKind { source, .. } => {
+                match source.as_ref() {
+                    kube::Error::Api(status) => {
+                        status.code == 409 || status.code == 429 || status.code >= 500
+                    }
+                    _ => true,
                 }
-                _ => true,
-            },
+            }
             _ => false,
         }
     }
