@@ -215,9 +215,15 @@ pub async fn run(
 }
 
 /// Creates `events` Services one after another in cluster-a (after [`run`]) and measures, for
-/// each, the time from the create call to its ClusterProfile existing; then deletes them all.
+/// each, the time from the create call to its ClusterProfile existing. With `accumulate` the
+/// Services stay (the n-th event meets n-1 other matches) and are deleted at the end; without,
+/// each is deleted and cleaned up before the next, so every event is a single event.
 /// Polls every millisecond, so each figure is at most about 1 ms late.
-pub async fn measure_latency(stack: &Stack, events: usize) -> anyhow::Result<Vec<Duration>> {
+pub async fn measure_latency(
+    stack: &Stack,
+    events: usize,
+    accumulate: bool,
+) -> anyhow::Result<Vec<Duration>> {
     let mut latencies = Vec::with_capacity(events);
     for i in 0..events {
         let name = format!("bench-{i}");
@@ -238,8 +244,20 @@ pub async fn measure_latency(stack: &Stack, events: usize) -> anyhow::Result<Vec
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         latencies.push(started.elapsed());
+        if !accumulate {
+            stack
+                .delete("cluster-a", "v1", "Service", "default", &name)
+                .await?;
+            wait_cleaned(
+                stack,
+                "service-network-policy",
+                "cluster-a",
+                Duration::from_secs(30),
+            )
+            .await?;
+        }
     }
-    for i in 0..events {
+    for i in (0..events).filter(|_| accumulate) {
         stack
             .delete(
                 "cluster-a",

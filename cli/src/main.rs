@@ -74,9 +74,16 @@ async fn main() -> anyhow::Result<()> {
             let (created, deleted) = outcome?;
             println!("\nsummary: event -> ClusterProfile in {created:?}; delete -> cleanup in {deleted:?}");
             if let Some(events) = bench.filter(|n| *n > 0) {
-                let samples = sluice_cli::demo::measure_latency(&stack, events).await?;
-                let (p50, p99, max) = sluice_cli::demo::percentiles(&samples);
-                println!("latency Service create -> ClusterProfile over {events} events: p50 {p50:?}, p99 {p99:?}, max {max:?}");
+                for (accumulate, label) in
+                    [(false, "single events"), (true, "accumulating matches")]
+                {
+                    let samples =
+                        sluice_cli::demo::measure_latency(&stack, events, accumulate).await?;
+                    let (p50, p99, max) = sluice_cli::demo::percentiles(&samples);
+                    println!(
+                        "latency Service create -> ClusterProfile, {events} {label}: p50 {p50:?}, p99 {p99:?}, max {max:?}"
+                    );
+                }
             }
             if keep_running {
                 println!(
