@@ -26,4 +26,10 @@ log "building the workspace binaries (the e2e tests spawn them)"
 cargo build --workspace --bins
 
 log "running the tests"
-cargo test --workspace "$@"
+# `-p <package>` narrows the run; `--workspace` would override it.
+scope=(--workspace)
+for arg in "$@"; do
+    [[ "${arg}" == "--" ]] && break
+    [[ "${arg}" == -p || "${arg}" == --package || "${arg}" == --package=* ]] && scope=()
+done
+cargo test "${scope[@]}" "$@"
