@@ -29,6 +29,23 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// (namespace, name, resourceVersion, object); the object is `None` for a deletion.
+    pub fn into_parts(self) -> (String, String, String, Option<Value>) {
+        match self {
+            Change::Upsert(object) => {
+                let ((namespace, name), rv) = key_of(&object);
+                (namespace, name, rv, Some(object))
+            }
+            Change::Delete {
+                namespace,
+                name,
+                resource_version,
+            } => (namespace, name, resource_version, None),
+        }
+    }
+}
+
 /// The pure part of a level watch: what is known, and what a watch event changes.
 #[derive(Debug, Default)]
 pub struct LevelState {

@@ -65,3 +65,28 @@ pub use trace::{
 /// Re-exported so services name one version of the lifecycle types.
 pub use tokio_util::sync::CancellationToken;
 pub use tokio_util::task::TaskTracker;
+
+/// Runs a service the way every `main.rs` does: validates the common options (exit 64 on bad
+/// config), starts telemetry, the shutdown token and the health endpoint, logs what the service
+/// is, then runs `app` until the token is cancelled and waits for the health server.
+pub async fn serve<F, Fut>(service: &'static str, common: CommonArgs, app: F) -> anyhow::Result<()>
+where
+    F: FnOnce(CommonArgs, Health, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    if let Err(error) = common.validate() {
+        exit_on_bad_config(error);
+    }
+    if let Err(error) = init_telemetry(service, common.log_format) {
+        exit_on_bad_config(error);
+    }
+    tracing::info!(service, version = env!("CARGO_PKG_VERSION"), config = %common.redacted(), "starting");
+    let token = shutdown_token()?;
+    let health = Health::new();
+    let server = serve_health(common.health_addr, health.clone(), token.clone()).await?;
+    let outcome = app(common, health.clone(), token.clone()).await;
+    health.set_ready(false);
+    token.cancel();
+    server.await?;
+    outcome
+}

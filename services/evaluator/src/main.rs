@@ -1,7 +1,7 @@
-//! Entry point of the evaluator: parses config, starts telemetry and health, runs the service.
+//! Entry point of the evaluator: parses config and hands over to the shared service lifecycle.
 
 use clap::Parser;
-use sluice_runtime::{CommonArgs, Health};
+use sluice_runtime::CommonArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,17 +17,5 @@ struct Config {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config: Config = sluice_runtime::parse_config();
-    if let Err(error) = config.common.validate() {
-        sluice_runtime::exit_on_bad_config(error);
-    }
-    sluice_runtime::init_telemetry("evaluator", config.common.log_format)?;
-    tracing::info!(config = %config.common.redacted(), "starting sluice-evaluator");
-    let token = sluice_runtime::shutdown_token()?;
-    let health = Health::new();
-    let server =
-        sluice_runtime::serve_health(config.common.health_addr, health.clone(), token.clone())
-            .await?;
-    sluice_evaluator::run(config.common, health, token).await?;
-    server.await?;
-    Ok(())
+    sluice_runtime::serve("evaluator", config.common, sluice_evaluator::run).await
 }

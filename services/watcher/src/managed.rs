@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use futures::StreamExt;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::cluster::{kubeconfig_from_secret, ClusterId};
@@ -242,28 +241,7 @@ fn resource_change(
     api_version: &str,
     change: Change,
 ) -> Outgoing {
-    let (namespace, name, resource_version, object) = match change {
-        Change::Upsert(object) => {
-            let field = |p: &str| {
-                object
-                    .pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string()
-            };
-            (
-                field("/metadata/namespace"),
-                field("/metadata/name"),
-                field("/metadata/resourceVersion"),
-                Some(object),
-            )
-        }
-        Change::Delete {
-            namespace,
-            name,
-            resource_version,
-        } => (namespace, name, resource_version, None),
-    };
+    let (namespace, name, resource_version, object) = change.into_parts();
     let deleted = object.is_none();
     let message = pb::ResourceChange {
         cluster: Some(sluice_wire::cluster_ref(cluster)),

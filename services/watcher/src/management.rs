@@ -155,28 +155,7 @@ async fn seed(bus: &Bus, kind: &str) -> sluice_bus::Result<HashMap<ObjectKey, St
 }
 
 async fn publish(bus: &Bus, kind: &str, change: Change) -> sluice_bus::Result<Update> {
-    let (namespace, name, resource_version, object) = match change {
-        Change::Upsert(object) => {
-            let field = |p: &str| {
-                object
-                    .pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string()
-            };
-            (
-                field("/metadata/namespace"),
-                field("/metadata/name"),
-                field("/metadata/resourceVersion"),
-                Some(object),
-            )
-        }
-        Change::Delete {
-            namespace,
-            name,
-            resource_version,
-        } => (namespace, name, resource_version, None),
-    };
+    let (namespace, name, resource_version, object) = change.into_parts();
     let deleted = object.is_none();
     let message = pb::ConfigObject {
         kind: kind.to_string(),
