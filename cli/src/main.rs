@@ -36,7 +36,7 @@ enum Command {
     /// Print pipeline messages on a subject (wildcards allowed), decoded from protobuf.
     Tap {
         /// Subject filter, e.g. `sluice.v1.>` or `sluice.v1.desired.>`.
-        #[arg(default_value = "sluice.v1.>")]
+        #[arg(default_value = sluice_bus::topology::ALL)]
         subject: String,
         #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
         nats_url: String,

@@ -20,6 +20,9 @@ use std::time::Duration;
 /// Every subject starts with this prefix; the version lets a v2 pipeline run beside v1.
 pub const PREFIX: &str = "sluice.v1";
 
+/// Every pipeline subject, for tapping.
+pub const ALL: &str = "sluice.v1.>";
+
 /// How long JetStream remembers a `Nats-Msg-Id` to drop a duplicate publish.
 pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
 
@@ -150,6 +153,11 @@ pub fn config_subject(kind: &str, namespace: &str, name: &str) -> String {
         encode_token(namespace),
         encode_token(name)
     )
+}
+
+/// Every config object of one kind.
+pub fn config_kind_filter(kind: &str) -> String {
+    format!("{PREFIX}.config.{}.>", encode_token(kind))
 }
 
 /// `group` is empty for the core group; it is encoded as `core`.

@@ -138,7 +138,7 @@ impl ConfigUpdate {
 /// Follows the configuration stream: the current configuration, and a feed of later updates.
 pub async fn follow_config(bus: &Bus) -> Result<(ConfigState, ConfigFeed)> {
     let (initial, live) = bus
-        .follow_state(topology::CONFIG, &format!("{}.>", config_prefix()))
+        .follow_state(topology::CONFIG, topology::CONFIG.subjects)
         .await?;
     let mut state = ConfigState::default();
     for delivered in &initial {
@@ -150,10 +150,6 @@ pub async fn follow_config(bus: &Bus) -> Result<(ConfigState, ConfigFeed)> {
         }
     }
     Ok((state, ConfigFeed { live }))
-}
-
-fn config_prefix() -> String {
-    format!("{}.config", topology::PREFIX)
 }
 
 /// Later configuration updates.

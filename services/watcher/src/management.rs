@@ -138,11 +138,7 @@ async fn resolve_any(client: &Client, watched: WatchedKind) -> Option<sluice_kub
 
 /// What an earlier run published for this kind, so deletions while nobody watched are found.
 async fn seed(bus: &Bus, kind: &str) -> sluice_bus::Result<HashMap<ObjectKey, String>> {
-    let filter = format!(
-        "{}.config.{}.>",
-        topology::PREFIX,
-        topology::encode_token(kind)
-    );
+    let filter = topology::config_kind_filter(kind);
     let mut known = HashMap::new();
     for delivered in bus.replay_state(topology::CONFIG, &filter).await? {
         if let Ok(message) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", &delivered) {

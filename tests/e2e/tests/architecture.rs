@@ -188,14 +188,7 @@ fn forbidden_dependency_edges() {
 
 /// Places that still break the subject rule, each with the text that breaks it. The test fails
 /// when one of them is fixed, so that this list only shrinks.
-const SUBJECT_EXCEPTIONS: [(&str, &str); 3] = [
-    // `sluice tap`'s default filter; should be a topology constant (all pipeline subjects).
-    ("cli/src/main.rs", "\"sluice.v1."),
-    // The watcher's per-kind config filter; should be a `topology::config_kind_filter(kind)`.
-    ("services/watcher/src/management.rs", "topology::PREFIX"),
-    // The wire crate's config filter; `topology::CONFIG.subjects` is the same filter.
-    ("crates/wire/src/lib.rs", "topology::PREFIX"),
-];
+const SUBJECT_EXCEPTIONS: [(&str, &str); 0] = [];
 
 #[test]
 fn subjects_are_named_only_in_the_bus_crate() {
