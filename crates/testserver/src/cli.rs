@@ -26,6 +26,10 @@ pub struct CliArgs {
         env = "SLUICE_TESTSERVER_LISTEN"
     )]
     pub listen: SocketAddr,
+    /// Host:port clients should use in the written kubeconfig, when it differs from --listen
+    /// (in docker-compose: `testserver:6443`, since 0.0.0.0 is not an address other containers reach).
+    #[arg(long)]
+    pub advertise: Option<String>,
     /// Write a kubeconfig with one context per cluster to this file.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -87,7 +91,14 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
         .await
         .context("failed to start the test server")?;
     if let Some(path) = &args.kubeconfig {
-        std::fs::write(path, server.kubeconfig_yaml())
+        let mut text = server.kubeconfig_yaml();
+        if let Some(advertise) = &args.advertise {
+            text = text.replace(
+                &format!("http://{}/", server.addr()),
+                &format!("http://{advertise}/"),
+            );
+        }
+        std::fs::write(path, text)
             .with_context(|| format!("failed to write kubeconfig {}", path.display()))?;
     }
     println!(
