@@ -12,6 +12,34 @@ use crate::bus::Bus;
 use crate::error::{Error, Result};
 use crate::topology::{ConsumerSpec, StreamSpec, TRACEPARENT};
 
+/// The newest stream sequence seen per subject: a message older than it is stale (a
+/// redelivery overtaken by a newer state of the same key) and must not overwrite it.
+#[derive(Debug, Default)]
+pub struct Freshness {
+    seen: std::collections::HashMap<String, u64>,
+}
+
+impl Freshness {
+    pub fn is_stale(&self, delivered: &Delivered) -> bool {
+        self.seen
+            .get(&delivered.subject)
+            .is_some_and(|seen| *seen >= delivered.sequence)
+    }
+
+    pub fn record(&mut self, delivered: &Delivered) {
+        self.seen
+            .insert(delivered.subject.clone(), delivered.sequence);
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
 /// The live part of a followed state stream.
 pub type LiveFeed = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Delivered>> + Send>>;
 
@@ -180,5 +208,30 @@ impl Bus {
             .messages()
             .await
             .map_err(|e| consumer_err(Box::new(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivered(subject: &str, sequence: u64) -> Delivered {
+        Delivered {
+            subject: subject.to_string(),
+            sequence,
+            payload: Bytes::new(),
+            traceparent: None,
+        }
+    }
+
+    #[test]
+    fn older_or_equal_sequences_of_a_subject_are_stale() {
+        let mut fresh = Freshness::default();
+        assert!(!fresh.is_stale(&delivered("a", 5)));
+        fresh.record(&delivered("a", 5));
+        assert!(fresh.is_stale(&delivered("a", 5)));
+        assert!(fresh.is_stale(&delivered("a", 3)));
+        assert!(!fresh.is_stale(&delivered("a", 6)));
+        assert!(!fresh.is_stale(&delivered("b", 1)));
     }
 }

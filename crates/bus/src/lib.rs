@@ -12,7 +12,7 @@ mod error;
 
 pub use bus::{message_id, Bus, Outgoing};
 pub use error::{Error, Result};
-pub use feed::{Delivered, LiveFeed};
+pub use feed::{Delivered, Freshness, LiveFeed};
 pub use window::AckWindow;
 
 /// The ack of one publish; keep many in flight and await them later.

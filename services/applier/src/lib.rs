@@ -187,7 +187,7 @@ pub async fn run(
     };
     let mut desired = bus.durable(topology::APPLIER_DESIRED, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
-    let mut last_seen: HashMap<String, u64> = HashMap::new();
+    let mut last_seen = sluice_bus::Freshness::default();
     health.set_ready(true);
     loop {
         tokio::select! {
@@ -196,7 +196,7 @@ pub async fn run(
                 let Some(message) = message else { anyhow::bail!("desired-state consumer ended") };
                 let Ok(message) = message else { continue };
                 let delivered = Delivered::from_message(topology::DESIRED.name, &message)?;
-                if last_seen.get(&delivered.subject).is_some_and(|seen| *seen >= delivered.sequence) {
+                if last_seen.is_stale(&delivered) {
                     window.push(Vec::new(), Some(message));
                     continue;
                 }
@@ -218,7 +218,7 @@ pub async fn run(
                     }
                 };
                 applied.inc();
-                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                last_seen.record(&delivered);
                 tracing::info!(
                     event_trigger = %state.event_trigger,
                     applied = result.applied.len(),

@@ -5,8 +5,6 @@
 
 pub mod stage;
 
-use std::collections::HashMap;
-
 use anyhow::Context as _;
 use futures::StreamExt;
 use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
@@ -37,14 +35,14 @@ pub async fn run(
             stage.remember_published(&set);
         }
     }
-    let mut last_seen: HashMap<String, u64> = HashMap::new();
+    let mut last_seen = sluice_bus::Freshness::default();
     let mut boot_sequence = 0;
     for delivered in bus
         .replay_state(topology::CHANGES, topology::CHANGES.subjects)
         .await?
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
-        last_seen.insert(delivered.subject.clone(), delivered.sequence);
+        last_seen.record(&delivered);
         if let Ok(change) = sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered)
         {
             stage.load_object(&change);
@@ -91,14 +89,11 @@ pub async fn run(
                     }
                 };
                 let delivered = Delivered::from_message(topology::CHANGES.name, &message)?;
-                let stale = last_seen
-                    .get(&delivered.subject)
-                    .is_some_and(|seen| *seen >= delivered.sequence);
-                if stale {
+                if last_seen.is_stale(&delivered) {
                     window.push(Vec::new(), Some(message));
                     continue;
                 }
-                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                last_seen.record(&delivered);
                 let change = match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
                     Ok(change) => change,
                     Err(error) => {

@@ -193,13 +193,13 @@ pub async fn run(
         }
     }
     let mut boot_sequence = 0;
-    let mut last_seen = BTreeMap::new();
+    let mut last_seen = sluice_bus::Freshness::default();
     for delivered in bus
         .replay_state(topology::REPORT, topology::REPORT.subjects)
         .await?
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
-        last_seen.insert(delivered.subject.clone(), delivered.sequence);
+        last_seen.record(&delivered);
         if let Ok(report) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
             stage.set_report(report);
         }
@@ -230,11 +230,11 @@ pub async fn run(
                 let Some(message) = message else { anyhow::bail!("report consumer ended") };
                 let Ok(message) = message else { continue };
                 let delivered = Delivered::from_message(topology::REPORT.name, &message)?;
-                if last_seen.get(&delivered.subject).is_some_and(|seen| *seen >= delivered.sequence) {
+                if last_seen.is_stale(&delivered) {
                     window.push(Vec::new(), Some(message));
                     continue;
                 }
-                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                last_seen.record(&delivered);
                 let Ok(report) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) else {
                     tracing::warn!(subject = %delivered.subject, "rejecting unreadable report");
                     window.push(Vec::new(), Some(message));

@@ -3,7 +3,6 @@
 //! match set on to the renderer. A failed evaluation shows in `status.failureMessage` and leaves
 //! the last good `matchingResources` in place.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -129,7 +128,7 @@ pub async fn run(
     };
     let mut matches = bus.durable(topology::REPORTER_MATCH, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
-    let mut last_seen: HashMap<String, u64> = HashMap::new();
+    let mut last_seen = sluice_bus::Freshness::default();
     health.set_ready(true);
     loop {
         tokio::select! {
@@ -138,7 +137,7 @@ pub async fn run(
                 let Some(message) = message else { anyhow::bail!("match consumer ended") };
                 let Ok(message) = message else { continue };
                 let delivered = Delivered::from_message(topology::MATCH.name, &message)?;
-                if last_seen.get(&delivered.subject).is_some_and(|seen| *seen >= delivered.sequence) {
+                if last_seen.is_stale(&delivered) {
                     window.push(Vec::new(), Some(message));
                     continue;
                 }
@@ -160,7 +159,7 @@ pub async fn run(
                     continue;
                 }
                 written.inc();
-                last_seen.insert(delivered.subject.clone(), delivered.sequence);
+                last_seen.record(&delivered);
                 let subject = topology::report_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
                 let ack = bus
                     .publish(Outgoing {
