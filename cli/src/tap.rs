@@ -56,13 +56,18 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
             let m = pb::CloudEventReceived::decode(payload)?;
             json!({"cluster": cluster(&m.cluster), "subject": m.subject, "event": embedded(&m.event_json)})
         }
+        "cematch" => {
+            let m = pb::CloudEventMatch::decode(payload)?;
+            json!({"cluster": cluster(&m.cluster), "eventSource": m.event_source,
+                   "natsSubject": m.nats_subject, "event": embedded(&m.event_json),
+                   "sourceSequence": m.source_sequence})
+        }
         "match" | "report" => {
             let m = pb::MatchSet::decode(payload)?;
             json!({"cluster": cluster(&m.cluster), "eventSource": m.event_source,
                    "matching": refs(&m.matching),
                    "resources": m.resources.iter().map(|r| embedded(r)).collect::<Vec<_>>(),
                    "failureMessage": m.failure_message, "removed": m.removed,
-                   "cloudEvents": m.cloud_events.iter().map(|r| embedded(r)).collect::<Vec<_>>(),
                    "sourceSequence": m.source_sequence})
         }
         "desired" => {
@@ -70,7 +75,7 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
             json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster), "eventSource": m.event_source,
                    "objects": m.objects.iter().map(|o| embedded(&o.object_json)).collect::<Vec<_>>(),
                    "failureMessage": m.failure_message, "removed": m.removed,
-                   "deleteProfiles": m.delete_profiles, "sourceSequence": m.source_sequence})
+                   "sourceSequence": m.source_sequence})
         }
         "applied" => {
             let m = pb::ApplyResult::decode(payload)?;

@@ -5,15 +5,17 @@
 //! management cluster ──watch──► watcher ──ConfigObject──────► sluice.v1.config.>    (CONFIG)
 //! managed clusters   ──watch──► watcher ──ResourceChange────► sluice.v1.change.>    (CHANGES)
 //! managed NATS       ─subscribe► watcher ──CloudEventReceived► sluice.v1.cloudevent.> (CLOUDEVENTS)
-//! CHANGES + CLOUDEVENTS + CONFIG ──► evaluator ──MatchSet──► sluice.v1.match.>     (MATCH)
+//! CHANGES + CONFIG ──► evaluator ──MatchSet──► sluice.v1.match.>                   (MATCH)
+//! CLOUDEVENTS + CONFIG ──► evaluator ──CloudEventMatch──► sluice.v1.cematch.>       (CEMATCH)
 //! MATCH + CONFIG ──► reporter (EventReport objects) ──MatchSet──► sluice.v1.report.> (REPORT)
-//! REPORT + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>                (DESIRED)
+//! REPORT + CEMATCH + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>     (DESIRED)
 //! DESIRED ──► applier (ClusterProfiles, ConfigMaps, Secrets) ──ApplyResult──► sluice.v1.applied.> (APPLIED)
 //! ```
 //!
 //! Every state stream keeps only the last message per subject: a subject is a key (one object,
 //! one match set, one desired state), and the stream is the current state a restarted service
-//! rebuilds from. Only CloudEvents form a plain log, because each one is an event, not a state.
+//! rebuilds from. Only CloudEvents (and their matches) form plain logs, because each one is an
+//! event, not a state; what a CloudEvent created is again state: its own desired-state subject.
 
 use std::time::Duration;
 
@@ -60,6 +62,12 @@ pub const CLOUDEVENTS: StreamSpec = StreamSpec {
     max_per_subject: None,
     max_age: Some(Duration::from_secs(24 * 3600)),
 };
+pub const CEMATCH: StreamSpec = StreamSpec {
+    name: "SLUICE_CEMATCH",
+    subjects: "sluice.v1.cematch.>",
+    max_per_subject: None,
+    max_age: Some(Duration::from_secs(24 * 3600)),
+};
 pub const MATCH: StreamSpec = StreamSpec {
     name: "SLUICE_MATCH",
     subjects: "sluice.v1.match.>",
@@ -92,10 +100,11 @@ pub const DEAD: StreamSpec = StreamSpec {
     max_age: Some(Duration::from_secs(7 * 24 * 3600)),
 };
 
-pub const ALL_STREAMS: [StreamSpec; 8] = [
+pub const ALL_STREAMS: [StreamSpec; 9] = [
     CONFIG,
     CHANGES,
     CLOUDEVENTS,
+    CEMATCH,
     MATCH,
     REPORT,
     DESIRED,
@@ -124,6 +133,10 @@ pub const REPORTER_MATCH: ConsumerSpec = ConsumerSpec {
 };
 pub const RENDERER_REPORT: ConsumerSpec = ConsumerSpec {
     stream: REPORT,
+    durable: "renderer",
+};
+pub const RENDERER_CEMATCH: ConsumerSpec = ConsumerSpec {
+    stream: CEMATCH,
     durable: "renderer",
 };
 pub const APPLIER_DESIRED: ConsumerSpec = ConsumerSpec {
@@ -197,6 +210,10 @@ pub fn cloudevent_subject(cluster: &str) -> String {
     format!("{PREFIX}.cloudevent.{cluster}")
 }
 
+pub fn cloudevent_match_subject(cluster: &str, event_source: &str) -> String {
+    format!("{PREFIX}.cematch.{cluster}.{}", encode_token(event_source))
+}
+
 pub fn match_subject(cluster: &str, event_source: &str) -> String {
     format!("{PREFIX}.match.{cluster}.{}", encode_token(event_source))
 }
@@ -207,6 +224,27 @@ pub fn report_subject(cluster: &str, event_source: &str) -> String {
 
 pub fn desired_subject(event_trigger: &str, cluster: &str) -> String {
     format!("{PREFIX}.desired.{}.{cluster}", encode_token(event_trigger))
+}
+
+/// The unit of what one CloudEvent (by CloudEvent `source` and `subject`) created for a trigger
+/// in a cluster: survives re-rendering, removed by `cloudEventAction: Delete` or with the trigger.
+pub fn desired_cloudevent_subject(
+    event_trigger: &str,
+    cluster: &str,
+    ce_source: &str,
+    ce_subject: &str,
+) -> String {
+    format!(
+        "{}.ce.{}.{}",
+        desired_subject(event_trigger, cluster),
+        encode_token(ce_source),
+        encode_token(ce_subject)
+    )
+}
+
+/// Every CloudEvent unit of a trigger in a cluster.
+pub fn desired_cloudevent_filter(event_trigger: &str, cluster: &str) -> String {
+    format!("{}.ce.>", desired_subject(event_trigger, cluster))
 }
 
 pub fn applied_subject(event_trigger: &str, cluster: &str) -> String {
@@ -298,6 +336,11 @@ mod tests {
             ),
             (cloudevent_subject(&c), CLOUDEVENTS),
             (match_subject(&c, "sveltos-service"), MATCH),
+            (cloudevent_match_subject(&c, "user-operation"), CEMATCH),
+            (
+                desired_cloudevent_subject("trigger", &c, "auth.example.com", "mgianluc"),
+                DESIRED,
+            ),
             (report_subject(&c, "sveltos-service"), REPORT),
             (desired_subject("trigger", &c), DESIRED),
             (applied_subject("trigger", &c), APPLIED),
