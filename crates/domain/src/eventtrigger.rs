@@ -12,7 +12,12 @@ use crate::selector::{LabelSelector, Selector};
 /// Which API object a trigger was written as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TriggerKind {
+    /// `lib.projectsveltos.io/v1beta1` EventTrigger: instantiates only what carries the
+    /// instantiate annotation.
     EventTrigger,
+    /// `lib.projectsveltos.io/v1alpha1` EventTrigger: documents written for it (seed 003)
+    /// expect every referenced ConfigMap/Secret instantiated, as the legacy form does.
+    EventTriggerV1alpha1,
     /// The 2023 name of EventTrigger: it instantiates every referenced ConfigMap/Secret.
     EventBasedAddOn,
 }
@@ -104,6 +109,12 @@ impl EventTrigger {
     /// Reads an EventTrigger or EventBasedAddOn object (any served version).
     pub fn from_object(object: &Value) -> Result<EventTrigger, EventTriggerError> {
         let kind = match object.get("kind").and_then(Value::as_str).unwrap_or("") {
+            "EventTrigger"
+                if object.get("apiVersion").and_then(Value::as_str)
+                    == Some("lib.projectsveltos.io/v1alpha1") =>
+            {
+                TriggerKind::EventTriggerV1alpha1
+            }
             "EventTrigger" => TriggerKind::EventTrigger,
             "EventBasedAddOn" => TriggerKind::EventBasedAddOn,
             other => return Err(EventTriggerError::WrongKind(other.to_string())),
@@ -177,9 +188,10 @@ impl EventTrigger {
     }
 
     /// Whether a referenced ConfigMap/Secret is instantiated with event data: always for the
-    /// legacy EventBasedAddOn (seed 000), otherwise only with the instantiate annotation.
+    /// legacy forms, EventBasedAddOn (seed 000) and v1alpha1 EventTrigger (seed 003), otherwise
+    /// only with the instantiate annotation (ADR 0008).
     pub fn instantiates(&self, referenced_annotations: &BTreeMap<String, String>) -> bool {
-        self.kind == TriggerKind::EventBasedAddOn
+        self.kind != TriggerKind::EventTrigger
             || referenced_annotations.contains_key(INSTANTIATE_ANNOTATION)
     }
 }
@@ -385,6 +397,26 @@ mod tests {
         assert_eq!(t.copied_spec.get("tier"), Some(&json!(50)));
         assert!(!t.instantiates(&BTreeMap::new()));
         assert!(t.instantiates(&labels(&[(INSTANTIATE_ANNOTATION, "ok")])));
+    }
+
+    #[test]
+    fn only_legacy_forms_instantiate_without_the_annotation() {
+        let parse = |api_version: &str, kind: &str| {
+            EventTrigger::from_object(&json!({
+                "apiVersion": api_version, "kind": kind, "metadata": {"name": "t"},
+                "spec": {"eventSourceName": "es"}
+            }))
+            .expect("valid trigger")
+        };
+        let plain = BTreeMap::new();
+        let annotated = labels(&[(INSTANTIATE_ANNOTATION, "ok")]);
+        let v1beta1 = parse("lib.projectsveltos.io/v1beta1", "EventTrigger");
+        assert!(!v1beta1.instantiates(&plain));
+        assert!(v1beta1.instantiates(&annotated));
+        let v1alpha1 = parse("lib.projectsveltos.io/v1alpha1", "EventTrigger");
+        assert_eq!(v1alpha1.kind, TriggerKind::EventTriggerV1alpha1);
+        assert!(v1alpha1.instantiates(&plain));
+        assert!(parse("lib.projectsveltos.io/v1alpha1", "EventBasedAddOn").instantiates(&plain));
     }
 
     #[test]
