@@ -2,6 +2,7 @@
 //! namespace and name), its resourceVersion counter and its bounded watch history. Pure state
 //! behind one mutex; HTTP concerns live in `api`.
 
+mod defaults;
 mod validate;
 mod write;
 

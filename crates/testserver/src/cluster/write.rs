@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::defaults::apply_defaults;
 use super::validate::check_object;
 use super::{ChangeKind, State};
 use crate::error::ApiError;
@@ -104,6 +105,7 @@ impl State {
         if info.kind == "Namespace" {
             obj["status"] = json!({"phase": "Active"});
         }
+        apply_defaults(info, &mut obj);
         set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
         set_meta(&mut obj, "creationTimestamp", json!(now()));
         set_meta(&mut obj, "generation", json!(1));
@@ -199,6 +201,9 @@ impl State {
                     remove_meta(&mut stored, field);
                 }
             }
+        }
+        if sub == Subresource::Main {
+            apply_defaults(info, &mut stored);
         }
         check_object(info, &stored)?;
         if let Owner::Update(manager) = owner {
