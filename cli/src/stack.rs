@@ -169,6 +169,15 @@ impl Stack {
         applied.into_iter().next().context("nothing applied")
     }
 
+    /// Server-side applies an object's `status` (the status subresource), as a controller would.
+    pub async fn apply_status(&self, cluster: &str, object: &Value) -> anyhow::Result<()> {
+        let client = self.client(cluster)?;
+        let r = sluice_wire::object_ref(object);
+        let kind = apply::resolve(client, &r.api_version, &r.kind).await?;
+        apply::apply_status(client, &kind, &r.namespace, &r.name, object, "sluice-cli").await?;
+        Ok(())
+    }
+
     /// Server-side applies every document of a YAML text to a cluster.
     pub async fn apply_yaml(&self, cluster: &str, yaml: &str) -> anyhow::Result<Vec<Value>> {
         let documents = sluice_kube::manifest::parse_documents(yaml)?;

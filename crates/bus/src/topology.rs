@@ -251,6 +251,13 @@ pub fn applied_subject(event_trigger: &str, cluster: &str) -> String {
     format!("{PREFIX}.applied.{}.{cluster}", encode_token(event_trigger))
 }
 
+/// The ApplyResult subject for a desired-state subject (main or CloudEvent unit): the same
+/// tokens under `applied`.
+pub fn applied_subject_for(desired_subject: &str) -> Option<String> {
+    let rest = desired_subject.strip_prefix(&format!("{PREFIX}.desired."))?;
+    Some(format!("{PREFIX}.applied.{rest}"))
+}
+
 pub fn dead_subject(stage: &str) -> String {
     format!("{PREFIX}.dead.{}", encode_token(stage))
 }
@@ -323,6 +330,23 @@ mod tests {
     fn encoding_is_injective_on_lookalikes() {
         assert_ne!(encode_token("a.b"), encode_token("a_b"));
         assert_ne!(encode_token("a_2Eb"), encode_token("a.b"));
+    }
+
+    #[test]
+    fn applied_subject_mirrors_the_desired_subject() {
+        let c = cluster_tokens("sveltos", "default", "cluster-a");
+        assert_eq!(
+            applied_subject_for(&desired_subject("t", &c)),
+            Some(applied_subject("t", &c))
+        );
+        let unit = desired_cloudevent_subject("t", &c, "auth.example.com", "mgianluc");
+        let applied = applied_subject_for(&unit).expect("a desired subject");
+        assert!(applied.starts_with(&applied_subject("t", &c)), "{applied}");
+        assert!(
+            applied.ends_with(".ce.auth_2Eexample_2Ecom.mgianluc"),
+            "{applied}"
+        );
+        assert_eq!(applied_subject_for("sluice.v1.match.x"), None);
     }
 
     #[test]

@@ -12,12 +12,7 @@ use crate::selector::{LabelSelector, Selector};
 /// Which API object a trigger was written as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TriggerKind {
-    /// `lib.projectsveltos.io/v1beta1` EventTrigger: instantiates only what carries the
-    /// instantiate annotation.
     EventTrigger,
-    /// `lib.projectsveltos.io/v1alpha1` EventTrigger: documents written for it (seed 003)
-    /// expect every referenced ConfigMap/Secret instantiated, as the legacy form does.
-    EventTriggerV1alpha1,
     /// The 2023 name of EventTrigger: it instantiates every referenced ConfigMap/Secret.
     EventBasedAddOn,
 }
@@ -109,12 +104,6 @@ impl EventTrigger {
     /// Reads an EventTrigger or EventBasedAddOn object (any served version).
     pub fn from_object(object: &Value) -> Result<EventTrigger, EventTriggerError> {
         let kind = match object.get("kind").and_then(Value::as_str).unwrap_or("") {
-            "EventTrigger"
-                if object.get("apiVersion").and_then(Value::as_str)
-                    == Some("lib.projectsveltos.io/v1alpha1") =>
-            {
-                TriggerKind::EventTriggerV1alpha1
-            }
             "EventTrigger" => TriggerKind::EventTrigger,
             "EventBasedAddOn" => TriggerKind::EventBasedAddOn,
             other => return Err(EventTriggerError::WrongKind(other.to_string())),
@@ -187,17 +176,78 @@ impl EventTrigger {
         })
     }
 
-    /// Whether a referenced ConfigMap/Secret is instantiated with event data: always for the
-    /// legacy forms, EventBasedAddOn (seed 000) and v1alpha1 EventTrigger (seed 003), otherwise
-    /// only with the instantiate annotation (ADR 0008).
-    pub fn instantiates(&self, referenced_annotations: &BTreeMap<String, String>) -> bool {
-        self.kind != TriggerKind::EventTrigger
-            || referenced_annotations.contains_key(INSTANTIATE_ANNOTATION)
+    /// Whether a referenced ConfigMap/Secret (`object`) is instantiated with event data:
+    /// always for the legacy EventBasedAddOn (seed 000); otherwise with the instantiate
+    /// annotation, or (ADR 0008) when it is marked as a deploy-time template
+    /// (`projectsveltos.io/template`) yet reads event data, which only instantiation can
+    /// provide (seed 003): addon-controller would fail on it.
+    pub fn instantiates(&self, object: &Value) -> bool {
+        let annotations = string_map(object.pointer("/metadata/annotations"));
+        self.kind == TriggerKind::EventBasedAddOn
+            || annotations.contains_key(INSTANTIATE_ANNOTATION)
+            || (annotations.contains_key(TEMPLATE_ANNOTATION) && reads_event_data(object))
     }
 }
 
 /// The annotation that asks for a referenced ConfigMap/Secret to be rendered with event data.
 pub const INSTANTIATE_ANNOTATION: &str = "projectsveltos.io/instantiate";
+/// The annotation that marks a referenced object as a template addon-controller renders at
+/// deploy time, with the cluster and `templateResourceRefs` but without event data.
+pub const TEMPLATE_ANNOTATION: &str = "projectsveltos.io/template";
+
+/// The event-data roots of the template data (spec §6.8).
+const EVENT_FIELDS: [&str; 6] = [
+    "Resource",
+    "Resources",
+    "MatchingResource",
+    "MatchingResources",
+    "CloudEvent",
+    "CloudEvents",
+];
+
+/// Whether any data value of a ConfigMap/Secret has a template action that reads event data
+/// (`.Resource`, `$.Resources`, ...). Secret values are base64-decoded first.
+pub fn reads_event_data(object: &Value) -> bool {
+    let is_secret = object.get("kind").and_then(Value::as_str) == Some("Secret");
+    let Some(data) = object.get("data").and_then(Value::as_object) else {
+        return false;
+    };
+    data.values().filter_map(Value::as_str).any(|text| {
+        if is_secret {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .is_some_and(|t| actions_read_event_data(&t))
+        } else {
+            actions_read_event_data(text)
+        }
+    })
+}
+
+fn actions_read_event_data(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let end = after.find("}}").unwrap_or(after.len());
+        let action = &after[..end];
+        let reads = action.match_indices('.').any(|(i, _)| {
+            let field = &action[i + 1..];
+            let name_len = field
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(field.len());
+            let before = action[..i].chars().next_back();
+            EVENT_FIELDS.contains(&&field[..name_len])
+                && before.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == ')'))
+        });
+        if reads {
+            return true;
+        }
+        rest = &after[end..];
+    }
+    false
+}
 
 /// A selector written as a string (`env=fv`, v1alpha1) or as a LabelSelector (v1beta1).
 fn parse_selector(value: &Value, field: &str) -> Result<Selector, EventTriggerError> {
@@ -374,7 +424,7 @@ mod tests {
             .source_cluster_selector
             .matches(&labels(&[("env", "prod")])));
         assert_eq!(t.policy_refs[0].deployment_type, "Remote");
-        assert!(t.instantiates(&BTreeMap::new()));
+        assert!(t.instantiates(&json!({})));
     }
 
     #[test]
@@ -395,28 +445,41 @@ mod tests {
             Some(&json!("ContinuousWithDriftDetection"))
         );
         assert_eq!(t.copied_spec.get("tier"), Some(&json!(50)));
-        assert!(!t.instantiates(&BTreeMap::new()));
-        assert!(t.instantiates(&labels(&[(INSTANTIATE_ANNOTATION, "ok")])));
+        assert!(!t.instantiates(&json!({})));
+        assert!(
+            t.instantiates(&json!({"metadata": {"annotations": {INSTANTIATE_ANNOTATION: "ok"}}}))
+        );
     }
 
     #[test]
-    fn only_legacy_forms_instantiate_without_the_annotation() {
-        let parse = |api_version: &str, kind: &str| {
+    fn instantiation_follows_the_form_the_annotations_and_event_data() {
+        let parse = |kind: &str| {
             EventTrigger::from_object(&json!({
-                "apiVersion": api_version, "kind": kind, "metadata": {"name": "t"},
-                "spec": {"eventSourceName": "es"}
+                "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": kind,
+                "metadata": {"name": "t"}, "spec": {"eventSourceName": "es"}
             }))
             .expect("valid trigger")
         };
-        let plain = BTreeMap::new();
-        let annotated = labels(&[(INSTANTIATE_ANNOTATION, "ok")]);
-        let v1beta1 = parse("lib.projectsveltos.io/v1beta1", "EventTrigger");
-        assert!(!v1beta1.instantiates(&plain));
-        assert!(v1beta1.instantiates(&annotated));
-        let v1alpha1 = parse("lib.projectsveltos.io/v1alpha1", "EventTrigger");
-        assert_eq!(v1alpha1.kind, TriggerKind::EventTriggerV1alpha1);
-        assert!(v1alpha1.instantiates(&plain));
-        assert!(parse("lib.projectsveltos.io/v1alpha1", "EventBasedAddOn").instantiates(&plain));
+        let config_map = |annotations: Value, text: &str| {
+            json!({"kind": "ConfigMap", "metadata": {"annotations": annotations},
+                   "data": {"a.yaml": "plain", "b.yaml": text}})
+        };
+        let trigger = parse("EventTrigger");
+        let legacy = parse("EventBasedAddOn");
+        let event_text = "name: external-{{ .Resource.metadata.name }}";
+        assert!(legacy.instantiates(&config_map(json!({}), "x")));
+        assert!(!trigger.instantiates(&config_map(json!({}), event_text)));
+        assert!(trigger.instantiates(&config_map(json!({INSTANTIATE_ANNOTATION: "ok"}), "x")));
+        // Deploy-time templates stay with addon-controller unless they read event data.
+        let template = json!({TEMPLATE_ANNOTATION: "ok"});
+        assert!(trigger.instantiates(&config_map(template.clone(), event_text)));
+        assert!(!trigger.instantiates(&config_map(
+            template.clone(),
+            "{{ .Cluster.metadata.name }} {{ (getResource \"Resource\").x }} {{ .Res }}"
+        )));
+        let secret = json!({"kind": "Secret", "metadata": {"annotations": template},
+            "data": {"k": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "{{ $.MatchingResources }}")}});
+        assert!(trigger.instantiates(&secret));
     }
 
     #[test]

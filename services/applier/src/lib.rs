@@ -29,6 +29,28 @@ const OWNED: [(&str, &str); 3] = [
 /// (kind, namespace, name) of an owned object.
 type ObjectId = (String, String, String);
 
+/// Which unit of a (trigger, cluster) a desired state describes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Unit {
+    /// What the match set renders to.
+    Main,
+    /// What one CloudEvent (by `source` and `subject`) created.
+    CloudEvent { source: String, subject: String },
+}
+
+impl Unit {
+    fn of(state: &pb::DesiredState) -> Unit {
+        if state.cloud_event_source.is_empty() && state.cloud_event_subject.is_empty() {
+            Unit::Main
+        } else {
+            Unit::CloudEvent {
+                source: state.cloud_event_source.clone(),
+                subject: state.cloud_event_subject.clone(),
+            }
+        }
+    }
+}
+
 struct Applier {
     client: kube::Client,
     kinds: HashMap<(String, String), Kind>,
@@ -102,11 +124,23 @@ impl Applier {
                 .filter_map(|o| serde_json::from_slice(&o.object_json).ok())
                 .collect()
         };
-        let mut known = match self.applied.remove(subject) {
+        // A CloudEvent unit owns only what carries its CloudEvent labels; the trigger's main
+        // unit owns the rest, and on removal everything with the trigger's labels.
+        let unit = Unit::of(state);
+        let mut owner = naming::owner_labels(&state.event_trigger, &cluster);
+        if let Unit::CloudEvent { source, subject } = &unit {
+            owner.extend(naming::cloud_event_labels(source, subject));
+        }
+        let cached = if state.removed {
+            None
+        } else {
+            self.applied.remove(subject)
+        };
+        let mut known = match cached {
             Some(known) => known,
             None => {
-                self.list_owned(&naming::owner_labels(&state.event_trigger, &cluster))
-                    .await?
+                let include_cloud_events = state.removed || unit != Unit::Main;
+                self.list_owned(&owner, include_cloud_events).await?
             }
         };
         let existing: Vec<Value> = known
@@ -139,19 +173,35 @@ impl Applier {
             known.remove(&(r.kind.clone(), r.namespace.clone(), r.name.clone()));
             result.deleted.push(r.clone());
         }
-        self.applied.insert(subject.to_string(), known);
+        if state.removed && unit == Unit::Main {
+            // Everything CloudEvents created for this trigger and cluster is gone with it.
+            let prefix = format!("{subject}.ce.");
+            self.applied.retain(|s, _| !s.starts_with(&prefix));
+        } else {
+            self.applied.insert(subject.to_string(), known);
+        }
         Ok(result)
     }
 
-    /// What the server holds for an owner (content unknown: applied again once).
+    /// What the server holds for an owner (content unknown: applied again once). Objects a
+    /// CloudEvent created belong to their own unit unless `include_cloud_events`.
     async fn list_owned(
         &mut self,
         owner: &BTreeMap<String, String>,
+        include_cloud_events: bool,
     ) -> sluice_kube::Result<BTreeMap<ObjectId, String>> {
         let mut known = BTreeMap::new();
         for (api_version, kind_name) in OWNED {
             let kind = self.kind(api_version, kind_name).await?;
             for object in apply::list_labelled(&self.client, &kind, owner).await? {
+                if !include_cloud_events
+                    && object
+                        .pointer("/metadata/labels")
+                        .and_then(|l| l.get(naming::LABEL_CE_SOURCE))
+                        .is_some()
+                {
+                    continue;
+                }
                 let mut id = object_id(&object);
                 if id.0.is_empty() {
                     id.0 = kind_name.to_string();
@@ -219,6 +269,16 @@ pub async fn run(
                 };
                 applied.inc();
                 last_seen.record(&delivered);
+                if state.removed && Unit::of(&state) == Unit::Main {
+                    let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
+                    let filter = topology::desired_cloudevent_filter(
+                        &state.event_trigger,
+                        &sluice_wire::cluster_tokens(&cluster),
+                    );
+                    if let Err(error) = bus.purge(topology::DESIRED, &filter).await {
+                        tracing::warn!(error = %error, %filter, "failed to purge CloudEvent units");
+                    }
+                }
                 tracing::info!(
                     event_trigger = %state.event_trigger,
                     applied = result.applied.len(),
@@ -226,8 +286,9 @@ pub async fn run(
                     failure = %result.failure_message,
                     "desired state applied"
                 );
-                let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
-                let subject = topology::applied_subject(&state.event_trigger, &sluice_wire::cluster_tokens(&cluster));
+                let Some(subject) = topology::applied_subject_for(&delivered.subject) else {
+                    anyhow::bail!("desired state on a foreign subject {}", delivered.subject);
+                };
                 let ack = bus
                     .publish(Outgoing {
                         msg_id: message_id(&["applied", &subject, &delivered.sequence.to_string()]),

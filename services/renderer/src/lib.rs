@@ -42,6 +42,10 @@ impl Stage {
 
     /// Remembers a desired state already on the bus (startup replay).
     pub fn remember_published(&mut self, state: &pb::DesiredState) {
+        if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
+            // CloudEvent units are not re-rendered: they keep what their event created.
+            return;
+        }
         if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired stream") {
             let key = (state.event_trigger.clone(), cluster);
             if state.removed {
@@ -149,6 +153,77 @@ impl Stage {
     }
 }
 
+impl Stage {
+    /// What one matched CloudEvent does for every trigger deploying its EventSource to its
+    /// cluster: a desired state for that CloudEvent's unit (objects for `Create`, `removed` for
+    /// `Delete`, or the rendering failure).
+    pub fn cloud_event(
+        &self,
+        matched: &pb::CloudEventMatch,
+        sequence: u64,
+    ) -> Vec<pb::DesiredState> {
+        let Ok(cluster_id) = sluice_wire::cluster_id(matched.cluster.as_ref(), "CloudEvent match")
+        else {
+            return Vec::new();
+        };
+        let Some(cluster) = self.config.clusters.get(&cluster_id) else {
+            return Vec::new();
+        };
+        let Ok(event) = serde_json::from_slice::<serde_json::Value>(&matched.event_json) else {
+            tracing::warn!(cluster = %cluster_id, "dropping a CloudEvent match that is not JSON");
+            return Vec::new();
+        };
+        let attribute = |name: &str| {
+            event
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let ctx = plan::Context {
+            config: &self.config,
+            templates: &self.templates,
+            sveltos_namespace: &self.sveltos_namespace,
+        };
+        let mut out = Vec::new();
+        for trigger in self
+            .config
+            .event_triggers
+            .values()
+            .filter_map(|t| t.as_ref().ok())
+            .filter(|t| t.event_source_name == matched.event_source)
+        {
+            if !self.config.source_clusters(trigger).contains(&cluster_id) {
+                continue;
+            }
+            let mut state = pb::DesiredState {
+                event_trigger: trigger.name.clone(),
+                cluster: matched.cluster.clone(),
+                event_source: matched.event_source.clone(),
+                source_sequence: sequence,
+                cloud_event_source: attribute("source"),
+                cloud_event_subject: attribute("subject"),
+                ..Default::default()
+            };
+            match plan::cloud_event_state(&ctx, trigger, cluster, &matched.event_source, &event) {
+                Ok(outcome) if outcome.action == plan::CloudEventAction::Delete => {
+                    state.removed = true;
+                }
+                Ok(outcome) => {
+                    state.objects = outcome
+                        .objects
+                        .into_iter()
+                        .map(|d| managed_object(d.object))
+                        .collect();
+                }
+                Err(error) => state.failure_message = error.to_string(),
+            }
+            out.push(state);
+        }
+        out
+    }
+}
+
 fn managed_object(object: serde_json::Value) -> pb::ManagedObject {
     let r = sluice_wire::object_ref(&object);
     pb::ManagedObject {
@@ -211,6 +286,7 @@ pub async fn run(
     window.push(acks, None);
 
     let mut reports = bus.durable(topology::RENDERER_REPORT, None).await?;
+    let mut cloud_events = bus.durable(topology::RENDERER_CEMATCH, None).await?;
     health.set_ready(true);
     loop {
         tokio::select! {
@@ -246,6 +322,20 @@ pub async fn run(
                 published.add(acks.len() as u64);
                 window.push(acks, Some(message));
             }
+            message = cloud_events.next(), if !window.is_full() => {
+                let Some(message) = message else { anyhow::bail!("CloudEvent match consumer ended") };
+                let Ok(message) = message else { continue };
+                let delivered = Delivered::from_message(topology::CEMATCH.name, &message)?;
+                let Ok(matched) = sluice_wire::decode::<pb::CloudEventMatch>("CloudEventMatch", &delivered) else {
+                    tracing::warn!(subject = %delivered.subject, "rejecting unreadable CloudEvent match");
+                    window.push(Vec::new(), Some(message));
+                    continue;
+                };
+                let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
+                let acks = publish_all(&bus, states, "cloudevent", Some(&delivered)).await?;
+                published.add(acks.len() as u64);
+                window.push(acks, Some(message));
+            }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
                     tracing::warn!(error = %error, "output not stored, input will be redelivered");
@@ -266,8 +356,18 @@ async fn publish_all(
     let mut acks = Vec::with_capacity(states.len());
     for state in states {
         let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
-        let subject =
-            topology::desired_subject(&state.event_trigger, &sluice_wire::cluster_tokens(&cluster));
+        let tokens = sluice_wire::cluster_tokens(&cluster);
+        let subject = if state.cloud_event_source.is_empty() && state.cloud_event_subject.is_empty()
+        {
+            topology::desired_subject(&state.event_trigger, &tokens)
+        } else {
+            topology::desired_cloudevent_subject(
+                &state.event_trigger,
+                &tokens,
+                &state.cloud_event_source,
+                &state.cloud_event_subject,
+            )
+        };
         if !state.failure_message.is_empty() {
             tracing::warn!(event_trigger = %state.event_trigger, cluster = %cluster, failure = %state.failure_message, "rendering failed");
         }

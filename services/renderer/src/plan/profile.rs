@@ -146,7 +146,7 @@ impl<'a> Renderer<'a> {
         if !path.is_empty() {
             entry["path"] = json!(path);
         }
-        if !self.trigger.instantiates(&source.annotations) {
+        if !self.trigger.instantiates(source.object) {
             return Ok(Some((entry, None)));
         }
         let instantiated = self.instantiate(&place, &source, labels, data, None)?;
@@ -209,7 +209,7 @@ impl<'a> Renderer<'a> {
             return Ok(entry.clone());
         };
         let mut out = entry.clone();
-        if self.trigger.instantiates(&source.annotations) {
+        if self.trigger.instantiates(source.object) {
             let copy = self.instantiate(place, &source, labels, data, None)?;
             out["namespace"] = json!(self.ctx.sveltos_namespace);
             out["name"] = copy.object["metadata"]["name"].clone();

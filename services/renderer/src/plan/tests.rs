@@ -152,7 +152,7 @@ fn seed_001_missing_generator_source_fails_only_with_where() {
 }
 
 #[test]
-fn seed_003_v1alpha1_trigger_instantiates_for_the_destination_selector() {
+fn seed_003_template_reading_event_data_is_instantiated_for_the_destination_selector() {
     let state = config(&[SEED_003_TRIGGER]);
     let gke = cluster("gke", json!({"env": "production"}));
     let service = json!({"apiVersion": "v1", "kind": "Service",
