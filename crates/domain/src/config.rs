@@ -53,10 +53,14 @@ impl ConfigState {
                 object
                     .map(|o| crate::eventsource::parse_event_source(o).map_err(|e| e.to_string())),
             ),
+            // A trigger being deleted (its finalizer holds it) already counts as gone: what it
+            // created is withdrawn, then the applier releases the finalizer.
             "EventTrigger" | "EventBasedAddOn" => set(
                 &mut self.event_triggers,
                 name.to_string(),
-                object.map(|o| EventTrigger::from_object(o).map_err(|e| e.to_string())),
+                object
+                    .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none())
+                    .map(|o| EventTrigger::from_object(o).map_err(|e| e.to_string())),
             ),
             "SveltosCluster" | "Cluster" => {
                 let cluster_type = if kind == "Cluster" {
@@ -210,6 +214,24 @@ mod tests {
         let keys: Vec<_> = d.keys().map(|(c, es)| format!("{}/{es}", c.name)).collect();
         assert_eq!(keys, ["a/es"]);
         s.apply("EventBasedAddOn", "", "t", None);
+        assert!(s
+            .deployments(|t, _| Some(t.event_source_name.clone()))
+            .is_empty());
+    }
+
+    #[test]
+    fn a_trigger_held_by_its_finalizer_counts_as_gone() {
+        let mut s = state();
+        s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&json!({"kind": "EventBasedAddOn",
+                "metadata": {"name": "t", "deletionTimestamp": "2026-11-22T07:00:00Z",
+                             "finalizers": ["eventtriggerfinalizer.projectsveltos.io"]},
+                "spec": {"clusterSelector": "env=fv", "eventSourceName": "es"}})),
+        );
+        assert!(s.event_triggers.is_empty());
         assert!(s
             .deployments(|t, _| Some(t.event_source_name.clone()))
             .is_empty());

@@ -100,6 +100,16 @@ const COPIED_FIELDS: [&str; 13] = [
     "driftExclusions",
 ];
 
+impl TriggerKind {
+    /// The API kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerKind::EventTrigger => "EventTrigger",
+            TriggerKind::EventBasedAddOn => "EventBasedAddOn",
+        }
+    }
+}
+
 impl EventTrigger {
     /// Reads an EventTrigger or EventBasedAddOn object (any served version).
     pub fn from_object(object: &Value) -> Result<EventTrigger, EventTriggerError> {

@@ -165,3 +165,59 @@ fn qualified(namespace: &str, name: &str) -> String {
         format!("{namespace}/{name}")
     }
 }
+
+/// Adds (`present`) or removes a finalizer, with optimistic concurrency: the patch carries the
+/// resourceVersion it was computed from, so a concurrent writer makes it fail with a conflict
+/// and the caller retries. Returns whether the object exists; a missing object is not an error.
+pub async fn set_finalizer(
+    client: &Client,
+    kind: &Kind,
+    namespace: &str,
+    name: &str,
+    finalizer: &str,
+    present: bool,
+) -> Result<bool> {
+    let Some(current) = get(client, kind, namespace, name).await? else {
+        return Ok(false);
+    };
+    let mut finalizers: Vec<String> = current
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    if finalizers.iter().any(|f| f == finalizer) == present {
+        return Ok(true);
+    }
+    if present {
+        finalizers.push(finalizer.to_string());
+    } else {
+        finalizers.retain(|f| f != finalizer);
+    }
+    let resource_version = current
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers,
+                                                "resourceVersion": resource_version}});
+    match api(client, kind, namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(source) => Err(Error::Request {
+            verb: if present {
+                "add finalizer to"
+            } else {
+                "remove finalizer from"
+            },
+            kind: kind.resource.kind.clone(),
+            name: qualified(namespace, name),
+            source: Box::new(source),
+        }),
+    }
+}

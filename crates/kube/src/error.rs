@@ -32,6 +32,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the API server answered 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Request { source, .. }
+            if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 404))
+    }
+
     /// Whether retrying the same request later can succeed (server busy, unreachable, conflict).
     pub fn is_transient(&self) -> bool {
         match self {

@@ -4,6 +4,7 @@
 //! no longer wants. Foreign objects are never touched: only the owner labels select.
 
 pub mod plan;
+pub mod status;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -18,6 +19,7 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
 const FIELD_MANAGER: &str = "sluice-applier";
+const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 
 /// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
 const OWNED: [(&str, &str); 3] = [
@@ -109,6 +111,10 @@ impl Applier {
             cluster: state.cluster.clone(),
             failure_message: state.failure_message.clone(),
             source_sequence: state.source_sequence,
+            removed: state.removed,
+            event_trigger_kind: state.event_trigger_kind.clone(),
+            cloud_event: !state.cloud_event_source.is_empty()
+                || !state.cloud_event_subject.is_empty(),
             ..Default::default()
         };
         if !state.failure_message.is_empty() {
@@ -183,6 +189,47 @@ impl Applier {
         Ok(result)
     }
 
+    /// Writes a trigger's status and holds or releases its finalizer. Failures are logged:
+    /// the next change of the trigger writes again.
+    async fn write_status(&mut self, statuses: &status::Statuses, trigger: &str) {
+        let kind_name = statuses.kind(trigger).to_string();
+        let outcome = async {
+            let kind = self
+                .kind(status::api_version(&kind_name), &kind_name)
+                .await?;
+            let owns = statuses.owns_anything(trigger);
+            if owns
+                && !apply::set_finalizer(&self.client, &kind, "", trigger, status::FINALIZER, true)
+                    .await?
+            {
+                return Ok(()); // the trigger is gone
+            }
+            let written = apply::apply_status(
+                &self.client,
+                &kind,
+                "",
+                trigger,
+                &statuses.status_object(trigger),
+                STATUS_FIELD_MANAGER,
+            )
+            .await;
+            if let Err(error) = written {
+                if !error.is_not_found() {
+                    return Err(error);
+                }
+            }
+            if !owns {
+                apply::set_finalizer(&self.client, &kind, "", trigger, status::FINALIZER, false)
+                    .await?;
+            }
+            Ok::<(), sluice_kube::Error>(())
+        }
+        .await;
+        if let Err(error) = outcome {
+            tracing::warn!(event_trigger = %trigger, error = %error, "failed to write EventTrigger status");
+        }
+    }
+
     /// What the server holds for an owner (content unknown: applied again once). Objects a
     /// CloudEvent created belong to their own unit unless `include_cloud_events`.
     async fn list_owned(
@@ -235,6 +282,16 @@ pub async fn run(
         kinds: HashMap::new(),
         applied: HashMap::new(),
     };
+    // The statuses as the last results left them, so a restart writes from the whole picture.
+    let mut statuses = status::Statuses::default();
+    for delivered in bus
+        .replay_state(topology::APPLIED, topology::APPLIED.subjects)
+        .await?
+    {
+        if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) {
+            statuses.record(&result);
+        }
+    }
     let mut desired = bus.durable(topology::APPLIER_DESIRED, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let mut last_seen = sluice_bus::Freshness::default();
@@ -298,6 +355,9 @@ pub async fn run(
                     })
                     .await?;
                 window.push(vec![ack], Some(message));
+                if statuses.record(&result) {
+                    applier.write_status(&statuses, &result.event_trigger).await;
+                }
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {

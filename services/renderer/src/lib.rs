@@ -24,7 +24,8 @@ pub type DesiredKey = (String, ClusterId);
 pub struct Stage {
     pub config: ConfigState,
     reports: BTreeMap<(ClusterId, String), pb::MatchSet>,
-    published: BTreeMap<DesiredKey, String>,
+    /// Content hash and trigger kind of each desired state last published.
+    published: BTreeMap<DesiredKey, (String, String)>,
     templates: TemplateCache,
     sveltos_namespace: String,
 }
@@ -51,7 +52,8 @@ impl Stage {
             if state.removed {
                 self.published.remove(&key);
             } else {
-                self.published.insert(key, content_hash(state));
+                self.published
+                    .insert(key, (content_hash(state), state.event_trigger_kind.clone()));
             }
         }
     }
@@ -97,6 +99,7 @@ impl Stage {
                     event_trigger: trigger.name.clone(),
                     cluster: Some(sluice_wire::cluster_ref(&cluster_id)),
                     event_source: trigger.event_source_name.clone(),
+                    event_trigger_kind: trigger.kind.as_str().to_string(),
                     source_sequence: sequence,
                     ..Default::default()
                 };
@@ -127,8 +130,9 @@ impl Stage {
                 }
                 let key = (trigger.name.clone(), cluster_id.clone());
                 let hash = content_hash(&state);
-                if self.published.get(&key) != Some(&hash) {
-                    self.published.insert(key, hash);
+                if self.published.get(&key).map(|(h, _)| h) != Some(&hash) {
+                    self.published
+                        .insert(key, (hash, trigger.kind.as_str().to_string()));
                     out.push(state);
                 }
             }
@@ -140,11 +144,12 @@ impl Stage {
             .cloned()
             .collect();
         for key in gone {
-            self.published.remove(&key);
+            let kind = self.published.remove(&key).map(|(_, kind)| kind);
             out.push(pb::DesiredState {
                 event_trigger: key.0.clone(),
                 cluster: Some(sluice_wire::cluster_ref(&key.1)),
                 removed: true,
+                event_trigger_kind: kind.unwrap_or_default(),
                 source_sequence: sequence,
                 ..Default::default()
             });
@@ -203,6 +208,7 @@ impl Stage {
                 source_sequence: sequence,
                 cloud_event_source: attribute("source"),
                 cloud_event_subject: attribute("subject"),
+                event_trigger_kind: trigger.kind.as_str().to_string(),
                 ..Default::default()
             };
             match plan::cloud_event_state(&ctx, trigger, cluster, &matched.event_source, &event) {

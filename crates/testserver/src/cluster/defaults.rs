@@ -32,9 +32,7 @@ fn service(obj: &mut Value) {
     }
     let status = map.entry("status").or_insert_with(|| json!({}));
     if let Some(status) = status.as_object_mut() {
-        status
-            .entry("loadBalancer")
-            .or_insert_with(|| json!({}));
+        status.entry("loadBalancer").or_insert_with(|| json!({}));
     }
 }
 
@@ -48,7 +46,10 @@ mod tests {
             "spec": {"ports": [{"port": 80}, {"port": 443, "protocol": "UDP", "targetPort": 8443}]}});
         service(&mut svc);
         assert_eq!(svc["spec"]["type"], "ClusterIP");
-        assert_eq!(svc["spec"]["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
+        assert_eq!(
+            svc["spec"]["ports"][0],
+            json!({"port": 80, "protocol": "TCP", "targetPort": 80})
+        );
         assert_eq!(
             svc["spec"]["ports"][1],
             json!({"port": 443, "protocol": "UDP", "targetPort": 8443})

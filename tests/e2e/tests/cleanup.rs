@@ -1,0 +1,222 @@
+//! Every cleanup cause of issue 7, on seed 000's NetworkPolicy example (its own YAML), plus the
+//! EventTrigger status and finalizer: resource deleted (pipeline.rs), resource stops matching,
+//! EventSource changed and deleted, EventTrigger deleted (finalizer released once all is
+//! gone), cluster stops matching, cluster deleted, a broken template (status and report show
+//! it, what exists stays), and the applier restarted in the middle of a change.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sluice_cli::demo::{self, owned_by, wait_cleaned, wait_profile};
+use sluice_cli::stack::{Stack, MANAGEMENT};
+use sluice_testkit::wait_for;
+
+const TRIGGER: &str = "service-network-policy";
+const DEADLINE: Duration = Duration::from_secs(30);
+const ADDON: (&str, &str) = ("lib.projectsveltos.io/v1alpha1", "EventBasedAddOn");
+
+fn fail(stack: &Stack, error: anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!("{error}\n{}", stack.logs())
+}
+
+/// Seed 000 with my-service in cluster-a; returns once its profile exists.
+async fn running_seed() -> anyhow::Result<Stack> {
+    let stack = Stack::start(&["cluster-a"], None).await?;
+    stack
+        .register_cluster("cluster-a", &[("env", "fv")])
+        .await?;
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
+        .await?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    Ok(stack)
+}
+
+async fn cleaned(stack: &Stack) -> anyhow::Result<()> {
+    wait_cleaned(stack, TRIGGER, "cluster-a", DEADLINE)
+        .await
+        .map_err(|e| fail(stack, e))
+}
+
+async fn restored(stack: &Stack) -> anyhow::Result<Value> {
+    wait_profile(stack, TRIGGER, "cluster-a", "my-service", DEADLINE)
+        .await
+        .map_err(|e| fail(stack, e))
+}
+
+async fn trigger_object(stack: &Stack) -> anyhow::Result<Option<Value>> {
+    stack.get(MANAGEMENT, ADDON.0, ADDON.1, "", TRIGGER).await
+}
+
+fn cluster_a(labels: Value) -> Value {
+    json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+           "metadata": {"name": "cluster-a", "namespace": "default", "labels": labels},
+           "spec": {}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_that_stops_matching_is_withdrawn() -> anyhow::Result<()> {
+    let stack = running_seed().await?;
+    let relabelled = demo::SERVICE.replace("sveltos: fv", "sveltos: off");
+    stack.apply_yaml("cluster-a", &relabelled).await?;
+    cleaned(&stack).await?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    restored(&stack).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_source_changed_then_deleted_withdraws_everything() -> anyhow::Result<()> {
+    let stack = running_seed().await?;
+    let changed = demo::EVENT_SOURCE.replace("value: fv", "value: other");
+    assert_ne!(changed, demo::EVENT_SOURCE);
+    stack.apply_yaml(MANAGEMENT, &changed).await?;
+    cleaned(&stack).await?;
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    restored(&stack).await?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventSource",
+            "",
+            "sveltos-service",
+        )
+        .await?;
+    cleaned(&stack).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_that_stops_matching_or_is_deleted_is_cleaned_up() -> anyhow::Result<()> {
+    let stack = running_seed().await?;
+    stack
+        .apply(MANAGEMENT, &cluster_a(json!({"env": "prod"})))
+        .await?;
+    cleaned(&stack).await?;
+    stack
+        .apply(MANAGEMENT, &cluster_a(json!({"env": "fv"})))
+        .await?;
+    restored(&stack).await?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "SveltosCluster",
+            "default",
+            "cluster-a",
+        )
+        .await?;
+    cleaned(&stack).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_cleanup(
+) -> anyhow::Result<()> {
+    let stack = running_seed().await?;
+    let trigger = wait_for("trigger status", DEADLINE, || async {
+        trigger_object(&stack)
+            .await
+            .ok()
+            .flatten()
+            .filter(|t| t["status"]["clusterInfo"][0]["status"] == "Provisioned")
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(
+        trigger["status"]["matchingClusters"],
+        json!([{"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                "namespace": "default", "name": "cluster-a"}])
+    );
+    assert_eq!(
+        trigger["metadata"]["finalizers"],
+        json!(["eventtriggerfinalizer.projectsveltos.io"])
+    );
+
+    // A broken template: the status and the EventReport say where; what exists stays.
+    let broken = demo::EVENT_BASED_ADDON.replace(
+        "front-{{ .Resource.metadata.name }}",
+        "front-{{ .Resource.metadata.name | nosuchfunction }}",
+    );
+    assert_ne!(broken, demo::EVENT_BASED_ADDON);
+    stack.apply_yaml(MANAGEMENT, &broken).await?;
+    let failed = wait_for("Failed cluster info", DEADLINE, || async {
+        trigger_object(&stack)
+            .await
+            .ok()
+            .flatten()
+            .filter(|t| t["status"]["clusterInfo"][0]["status"] == "Failed")
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    let message = failed["status"]["clusterInfo"][0]["failureMessage"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for part in [
+        "service-network-policy",
+        "network-policy",
+        "networkpolicy.yaml",
+        "nosuchfunction",
+    ] {
+        assert!(message.contains(part), "{part} missing from {message}");
+    }
+    assert_eq!(owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
+    stack
+        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
+        .await?;
+    wait_for("Provisioned again", DEADLINE, || async {
+        trigger_object(&stack)
+            .await
+            .ok()
+            .flatten()
+            .filter(|t| t["status"]["clusterInfo"][0]["status"] == "Provisioned")
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+
+    // Deleting the trigger removes its objects, then the trigger itself.
+    stack
+        .delete(MANAGEMENT, ADDON.0, ADDON.1, "", TRIGGER)
+        .await?;
+    cleaned(&stack).await?;
+    wait_for("trigger released by its finalizer", DEADLINE, || async {
+        match trigger_object(&stack).await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applier_restarted_in_the_middle_of_a_change_converges() -> anyhow::Result<()> {
+    let mut stack = running_seed().await?;
+    stack.kill_service("sluice-applier");
+    stack
+        .delete("cluster-a", "v1", "Service", "default", "my-service")
+        .await?;
+    let other = demo::SERVICE.replace("name: my-service", "name: other-service");
+    stack.apply_yaml("cluster-a", &other).await?;
+    stack.start_service("sluice-applier")?;
+    wait_profile(&stack, TRIGGER, "cluster-a", "other-service", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    wait_for("my-service withdrawn", DEADLINE, || async {
+        demo::profiles_for(&stack, TRIGGER, "cluster-a", "my-service")
+            .await
+            .ok()
+            .filter(Vec::is_empty)
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
+    Ok(())
+}
