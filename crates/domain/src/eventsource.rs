@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::pattern::Pattern;
 use crate::selector::LabelSelector;
 
 /// The API group every accepted EventSource belongs to.
@@ -67,13 +68,15 @@ pub struct CelRule {
     pub rule: String,
 }
 
-/// One `messagingMatchCriteria` entry; each field is a regular expression, empty matches anything.
+/// One `messagingMatchCriteria` entry; each field is an unanchored regular expression, compiled
+/// when the EventSource is loaded; empty matches anything. `crate::cloudevent::matches` applies it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MessagingMatchCriteria {
-    pub subject: String,
-    pub cloud_event_source: String,
-    pub cloud_event_type: String,
-    pub cloud_event_subject: String,
+    /// Against the NATS subject the CloudEvent arrived on.
+    pub subject: Pattern,
+    pub cloud_event_source: Pattern,
+    pub cloud_event_type: Pattern,
+    pub cloud_event_subject: Pattern,
 }
 
 /// Why an object is not an EventSource we accept; `field` is the JSON path of the offending field.
@@ -90,6 +93,12 @@ pub enum EventSourceError {
     UnknownOperation { field: String, operation: String },
     #[error("{field}: unsupported value {value:?}")]
     Unsupported { field: String, value: String },
+    #[error("{field}: invalid regular expression {pattern:?}: {reason}")]
+    InvalidRegex {
+        field: String,
+        pattern: String,
+        reason: String,
+    },
 }
 
 impl LabelOperation {
@@ -179,8 +188,14 @@ fn parse_spec(spec: &Map<String, Value>) -> Result<EventSourceSpec, EventSourceE
             .map(|(i, item)| {
                 let path = format!("spec.messagingMatchCriteria[{i}]");
                 let m = as_object(item, &path)?;
-                let field = |key: &str| -> Result<String, EventSourceError> {
-                    Ok(opt_str(m, key, &format!("{path}.{key}"))?.unwrap_or_default())
+                let field = |key: &str| -> Result<Pattern, EventSourceError> {
+                    let field = format!("{path}.{key}");
+                    let pattern = opt_str(m, key, &field)?.unwrap_or_default();
+                    Pattern::new(&pattern).map_err(|error| EventSourceError::InvalidRegex {
+                        field,
+                        pattern,
+                        reason: error.reason,
+                    })
                 };
                 Ok(MessagingMatchCriteria {
                     subject: field("subject")?,

@@ -3,6 +3,7 @@
 //! it changes. Only changed objects are evaluated; an EventSource change re-evaluates the
 //! cached objects (no re-LIST). Lua and CEL run off the async executor.
 
+pub mod cloudevents;
 pub mod stage;
 
 use anyhow::Context as _;
@@ -60,6 +61,16 @@ pub async fn run(
     window.push(acks, None);
 
     let mut changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
+    // CloudEvents share nothing with the object state above: their own task, consumer and
+    // view of the configuration. Its failure stops the process like the main loop's would.
+    let cloudevents = tokio::spawn({
+        let (bus, health, token) = (bus.clone(), health.clone(), token.clone());
+        async move {
+            let result = cloudevents::run(bus, health, token.clone()).await;
+            token.cancel();
+            result
+        }
+    });
     health.set_ready(true);
     loop {
         tokio::select! {
@@ -118,6 +129,7 @@ pub async fn run(
     }
     tracing::info!("evaluator draining");
     window.drain().await?;
+    cloudevents.await.context("cloudevent task panicked")??;
     Ok(())
 }
 

@@ -110,9 +110,28 @@ fn errors_name_the_field() {
         (json!({"apiVersion": "v1", "kind": "EventSource"}), "apiVersion: unsupported value \"v1\""),
         (json!({"spec": {"resourceSelectors": [{"version": "v1", "kind": "Pod", "selector": {"matchLabels": 1}}]}}),
          "spec.resourceSelectors[0].selector: expected a label selector (matchLabels, matchExpressions)"),
+        (json!({"spec": {"messagingMatchCriteria": [{"subject": "ok"}, {"subject": "a", "cloudEventType": "login("}]}}),
+         "spec.messagingMatchCriteria[1].cloudEventType: invalid regular expression \"login(\": unclosed group"),
+        (json!({"spec": {"messagingMatchCriteria": [{"cloudEventSource": 7}]}}),
+         "spec.messagingMatchCriteria[0].cloudEventSource: expected a string"),
     ];
     for (input, want) in cases {
         let err = parse_event_source(&input).expect_err("must fail");
         assert_eq!(err.to_string(), want);
     }
+}
+
+#[test]
+fn seed_004_messaging_criteria_compile_at_load() {
+    let es = parse_event_source(&json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+        "metadata": {"name": "user-operation"},
+        "spec": {"messagingMatchCriteria": [{"subject": "user-operation", "cloudEventSource": "auth.example.com"}]}
+    }))
+    .expect("seed 004 parses");
+    let c = &es.spec.messaging_match_criteria[0];
+    assert_eq!(c.subject, "user-operation");
+    assert_eq!(c.cloud_event_source, "auth.example.com");
+    assert!(c.cloud_event_type.is_empty() && c.cloud_event_subject.is_empty());
+    assert!(c.subject.is_match("user-operation"));
 }

@@ -1,0 +1,160 @@
+//! The evaluator's CloudEvent runner: follows the configuration, consumes `CloudEventReceived`
+//! with its own durable consumer, publishes one `CloudEventMatch` per selecting EventSource and
+//! acks the input once those are stored. The matching itself is the pure [`select`] stage.
+
+pub mod select;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use sluice_bus::window::Settled;
+use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_proto::v1 as pb;
+use sluice_runtime::{CancellationToken, Health};
+
+pub use select::{CloudEventSelector, SelectError};
+
+/// Runs until `token` is cancelled; an error means the bus is unusable (the process restarts).
+pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::Result<()> {
+    let published = health.counter("sluice_evaluator_cloudevent_matches_published_total");
+    let received = health.counter("sluice_evaluator_cloudevents_received_total");
+    let rejected = health.counter("sluice_evaluator_cloudevents_rejected_total");
+
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
+    let mut selector = CloudEventSelector::new(config);
+    create_log_consumer(&bus).await?;
+    let mut events = bus.durable(topology::EVALUATOR_CLOUDEVENTS, None).await?;
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    tracing::info!(
+        consumer = topology::EVALUATOR_CLOUDEVENTS.durable,
+        stream = topology::CLOUDEVENTS.name,
+        "matching cloudevents"
+    );
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            update = config_feed.next() => {
+                let Some(update) = update else { anyhow::bail!("configuration feed ended") };
+                match update {
+                    Ok(update) => selector.on_config(&update),
+                    Err(error) => tracing::warn!(error = %error, "skipping config message"),
+                }
+            }
+            message = events.next(), if !window.is_full() => {
+                let Some(message) = message else { anyhow::bail!("cloudevent consumer ended") };
+                let message = match message {
+                    Ok(message) => message,
+                    Err(error) => {
+                        tracing::warn!(error = %error, "cloudevent consumer error");
+                        continue;
+                    }
+                };
+                let delivered = Delivered::from_message(topology::CLOUDEVENTS.name, &message)?;
+                received.inc();
+                let matches = sluice_wire::decode::<pb::CloudEventReceived>("CloudEventReceived", &delivered)
+                    .map_err(|error| error.to_string())
+                    .and_then(|event| selector.select(&event, delivered.sequence).map_err(|e| error_chain(&e)));
+                let matches = match matches {
+                    Ok(matches) => matches,
+                    Err(reason) => {
+                        rejected.inc();
+                        tracing::warn!(subject = %delivered.subject, sequence = delivered.sequence, reason = %reason, "rejecting cloudevent");
+                        let dead = dead_letter(&bus, &delivered, &reason).await;
+                        window.push(dead.into_iter().collect(), Some(message));
+                        continue;
+                    }
+                };
+                let mut acks = Vec::with_capacity(matches.len());
+                for m in matches {
+                    acks.push(bus.publish(outgoing(&m, &delivered)?).await?);
+                }
+                published.add(acks.len() as u64);
+                window.push(acks, Some(message));
+            }
+            settled = window.next(), if !window.is_empty() => {
+                if let Some(Settled::Retried(error)) = settled {
+                    tracing::warn!(error = %error, "cloudevent match not stored, input will be redelivered");
+                }
+            }
+        }
+    }
+    window.drain().await?;
+    Ok(())
+}
+
+/// Creates the durable consumer, if it does not exist, to start at the first stored CloudEvent.
+/// `Bus::durable` creates consumers for state streams, where the last message per subject is the
+/// state; CloudEvents are a log, and every event a first start finds stored is still to match.
+async fn create_log_consumer(bus: &Bus) -> anyhow::Result<()> {
+    use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+    let spec = topology::EVALUATOR_CLOUDEVENTS;
+    let stream = bus.jetstream().get_stream(spec.stream.name).await?;
+    stream
+        .get_or_create_consumer(
+            spec.durable,
+            pull::Config {
+                durable_name: Some(spec.durable.to_string()),
+                deliver_policy: DeliverPolicy::All,
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(30),
+                max_ack_pending: 20_000,
+                filter_subject: spec.stream.subjects.to_string(),
+                ..Default::default()
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+/// The message of one match. Its id is derived from the input's stream sequence and the
+/// EventSource, so a redelivered input publishes duplicates JetStream drops.
+pub fn outgoing(m: &pb::CloudEventMatch, input: &Delivered) -> anyhow::Result<Outgoing> {
+    let cluster = sluice_wire::cluster_id(m.cluster.as_ref(), "cloudevent match")?;
+    let tokens = sluice_wire::cluster_tokens(&cluster);
+    let sequence = m.source_sequence.to_string();
+    Ok(Outgoing {
+        subject: topology::cloudevent_match_subject(&tokens, &m.event_source),
+        msg_id: message_id(&["cematch", &tokens, &sequence, &m.event_source]),
+        payload: sluice_wire::encode(m),
+        traceparent: Some(sluice_runtime::child_traceparent(
+            input.traceparent.as_deref(),
+        )),
+    })
+}
+
+/// Parks a CloudEvent that can never be matched, with the reason; returns the publish ack.
+async fn dead_letter(
+    bus: &Bus,
+    delivered: &Delivered,
+    reason: &str,
+) -> Option<sluice_bus::PublishAckFuture> {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(topology::ERROR_HEADER, reason);
+    headers.insert("Sluice-Subject", delivered.subject.as_str());
+    match bus
+        .jetstream()
+        .publish_with_headers(
+            topology::dead_subject("evaluator"),
+            headers,
+            delivered.payload.clone(),
+        )
+        .await
+    {
+        Ok(ack) => Some(ack),
+        Err(error) => {
+            tracing::warn!(error = %error, "failed to dead-letter cloudevent");
+            None
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
