@@ -3,5 +3,6 @@
 //! drive the same [`stack::Stack`] the demo runs.
 
 pub mod demo;
+pub mod fleet;
 pub mod stack;
 pub mod tap;

@@ -30,6 +30,10 @@ enum Command {
         /// Afterwards, measure create-to-ClusterProfile latency over this many Services.
         #[arg(long)]
         bench: Option<usize>,
+        /// Instead of the demo, measure one trigger's reconcile over a fleet:
+        /// `<clusters>x<Services per cluster>`, e.g. `100x100`.
+        #[arg(long, value_parser = parse_fleet)]
+        fleet: Option<(usize, usize)>,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -54,6 +58,17 @@ enum Command {
     Render,
 }
 
+fn parse_fleet(text: &str) -> Result<(usize, usize), String> {
+    let (clusters, resources) = text
+        .split_once('x')
+        .ok_or_else(|| format!("{text:?}: expected <clusters>x<resources>, e.g. 100x100"))?;
+    let number = |s: &str| {
+        s.parse::<usize>()
+            .map_err(|e| format!("{text:?}: {s:?} is not a count: {e}"))
+    };
+    Ok((number(clusters)?, number(resources)?))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -62,8 +77,18 @@ async fn main() -> anyhow::Result<()> {
             keep_running,
             dir,
             bench,
+            fleet,
         } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
+            if let Some((clusters, resources)) = fleet {
+                let report =
+                    sluice_cli::fleet::measure(clusters, resources, &mut std::io::stdout()).await?;
+                println!(
+                    "fleet {}x{}: trigger applied -> all ClusterProfiles in {:?}; trigger deleted -> all gone in {:?}",
+                    report.clusters, report.resources, report.reconcile, report.teardown
+                );
+                return Ok(());
+            }
             let stack =
                 sluice_cli::stack::Stack::start(&["cluster-a", "cluster-b"], Some(&dir)).await?;
             let mut stdout = std::io::stdout();
