@@ -2,6 +2,8 @@
 //! converted into each other, plus the configuration feed every stage follows.
 //! It decides nothing; the stages do.
 
+pub mod names;
+
 use bytes::Bytes;
 use prost::Message;
 use serde_json::Value;

@@ -87,26 +87,31 @@ impl Stage {
         {
             for cluster_id in self.config.source_clusters(trigger) {
                 current.insert((trigger.name.clone(), cluster_id.clone()));
-                if let Some((c, es)) = scope {
-                    if *c != cluster_id || *es != trigger.event_source_name {
-                        continue;
-                    }
-                }
                 let Some(cluster) = self.config.clusters.get(&cluster_id) else {
                     continue;
                 };
+                let event_source = sluice_wire::names::event_source_name(trigger, cluster);
+                if let Some((c, es)) = scope {
+                    if *c != cluster_id || event_source.as_ref() != Ok(es) {
+                        continue;
+                    }
+                }
                 let mut state = pb::DesiredState {
                     event_trigger: trigger.name.clone(),
                     cluster: Some(sluice_wire::cluster_ref(&cluster_id)),
-                    event_source: trigger.event_source_name.clone(),
+                    event_source: event_source.clone().unwrap_or_default(),
                     event_trigger_kind: trigger.kind.as_str().to_string(),
                     source_sequence: sequence,
                     ..Default::default()
                 };
-                match self
-                    .reports
-                    .get(&(cluster_id.clone(), trigger.event_source_name.clone()))
-                {
+                let report = match &event_source {
+                    Ok(es) => self.reports.get(&(cluster_id.clone(), es.clone())),
+                    Err(error) => {
+                        state.failure_message = error.clone();
+                        None
+                    }
+                };
+                match report {
                     None => {}
                     Some(report) if !report.failure_message.is_empty() => {
                         state.failure_message = report.failure_message.clone();
@@ -196,9 +201,11 @@ impl Stage {
             .event_triggers
             .values()
             .filter_map(|t| t.as_ref().ok())
-            .filter(|t| t.event_source_name == matched.event_source)
         {
-            if !self.config.source_clusters(trigger).contains(&cluster_id) {
+            if sluice_wire::names::event_source_name(trigger, cluster).as_ref()
+                != Ok(&matched.event_source)
+                || !self.config.source_clusters(trigger).contains(&cluster_id)
+            {
                 continue;
             }
             let mut state = pb::DesiredState {

@@ -1,0 +1,97 @@
+//! A trigger's `eventSourceName` for one cluster: a template over cluster data only, rendered
+//! as libsveltos does (spec §7.3: `html/template`, `missingkey=error`, data `.Cluster`,
+//! `.ClusterNamespace`, `.ClusterName`). Every service that needs to know which EventSource a
+//! trigger deploys to a cluster asks here, so they all agree.
+
+use std::sync::OnceLock;
+
+use serde_json::json;
+use sluice_domain::cluster::Cluster;
+use sluice_domain::eventtrigger::EventTrigger;
+use sluice_template::{Engine, MissingKey, Options, TemplateCache};
+
+fn cache() -> &'static TemplateCache {
+    static CACHE: OnceLock<TemplateCache> = OnceLock::new();
+    CACHE.get_or_init(|| TemplateCache::new(1024))
+}
+
+/// The EventSource name the trigger deploys to `cluster`; the error says which trigger and why.
+pub fn event_source_name(trigger: &EventTrigger, cluster: &Cluster) -> Result<String, String> {
+    let text = &trigger.event_source_name;
+    if !text.contains("{{") {
+        return Ok(text.clone());
+    }
+    let options = Options {
+        engine: Engine::Html,
+        missing_key: MissingKey::Error,
+        name: format!(
+            "{}-{}-{}",
+            cluster.id.namespace, cluster.id.name, trigger.name
+        ),
+    };
+    let fail = |e: sluice_template::Error| {
+        format!("eventtrigger {}: spec.eventSourceName: {e}", trigger.name)
+    };
+    let template = cache().get_or_parse(text, &options).map_err(fail)?;
+    let data = json!({
+        "Cluster": cluster.object,
+        "ClusterNamespace": cluster.id.namespace,
+        "ClusterName": cluster.id.name,
+    });
+    let name = template
+        .render(&sluice_template::event_data(&data))
+        .map_err(fail)?;
+    Ok(match name.as_str() {
+        // libsveltos returns the cluster namespace for an empty result.
+        "" => cluster.id.namespace.clone(),
+        _ => name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trigger(name_template: &str) -> EventTrigger {
+        EventTrigger::from_object(&json!({
+            "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+            "metadata": {"name": "t"}, "spec": {"eventSourceName": name_template}
+        }))
+        .expect("trigger")
+    }
+
+    fn cluster() -> Cluster {
+        Cluster::from_object(&json!({
+            "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+            "metadata": {"name": "prod-eu", "namespace": "fleet", "labels": {"tier": "gold"}},
+            "status": {"ready": true}
+        }))
+        .expect("cluster")
+    }
+
+    #[test]
+    fn templated_names_use_cluster_data_only() {
+        let c = cluster();
+        assert_eq!(
+            event_source_name(&trigger("plain"), &c),
+            Ok("plain".to_string())
+        );
+        assert_eq!(
+            event_source_name(
+                &trigger("{{ .ClusterName }}-{{ .Cluster.metadata.labels.tier }}"),
+                &c
+            ),
+            Ok("prod-eu-gold".to_string())
+        );
+        assert_eq!(
+            event_source_name(&trigger("es-{{ .ClusterNamespace }}"), &c),
+            Ok("es-fleet".to_string())
+        );
+        let err = event_source_name(&trigger("{{ .Resource.metadata.name }}"), &c)
+            .expect_err("no event data here");
+        assert!(
+            err.starts_with("eventtrigger t: spec.eventSourceName: "),
+            "{err}"
+        );
+    }
+}
