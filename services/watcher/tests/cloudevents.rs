@@ -71,16 +71,26 @@ struct Fixture {
     server: TestServer,
     bus: Bus,
     watcher: Option<ServiceProcess>,
+    health_addr: String,
     dir: tempfile::TempDir,
 }
 
 impl Fixture {
     async fn start() -> anyhow::Result<Fixture> {
+        Fixture::start_with(&[CLUSTER]).await
+    }
+
+    /// The management cluster with seed 004's configuration and these managed clusters, all
+    /// labelled env: production.
+    async fn start_with(clusters: &[&str]) -> anyhow::Result<Fixture> {
         let bus_nats = NatsServer::start().await?;
         let managed_nats =
             NatsServer::start_with_args(&["--user", USER, "--pass", PASSWORD]).await?;
         let server = TestServer::start(Config {
-            clusters: vec![MANAGEMENT.into(), CLUSTER.into()],
+            clusters: std::iter::once(MANAGEMENT)
+                .chain(clusters.iter().copied())
+                .map(str::to_string)
+                .collect(),
             sveltos_crds: true,
             ..Default::default()
         })
@@ -91,15 +101,19 @@ impl Fixture {
             server.kubeconfig_for(MANAGEMENT),
         )?;
         let bus = Bus::connect(&bus_nats.url()).await?;
+        let health_addr = format!("127.0.0.1:{}", free_port());
         let fixture = Fixture {
             bus_nats,
             managed_nats,
             server,
             bus,
             watcher: None,
+            health_addr,
             dir,
         };
-        fixture.register_cluster().await?;
+        for cluster in clusters {
+            fixture.register_cluster(cluster).await?;
+        }
         let config = sluice_kube::manifest::parse_documents(SEED_CONFIG)?;
         fixture.apply(MANAGEMENT, &config).await?;
         Ok(fixture)
@@ -119,32 +133,42 @@ impl Fixture {
     }
 
     /// A ready SveltosCluster `production` (env: production) with its kubeconfig Secret.
-    async fn register_cluster(&self) -> anyhow::Result<()> {
+    async fn register_cluster(&self, name: &str) -> anyhow::Result<()> {
         let kubeconfig =
-            base64::engine::general_purpose::STANDARD.encode(self.server.kubeconfig_for(CLUSTER));
+            base64::engine::general_purpose::STANDARD.encode(self.server.kubeconfig_for(name));
         self.apply(MANAGEMENT, &[
             json!({"apiVersion": "v1", "kind": "Secret",
-                   "metadata": {"name": format!("{CLUSTER}-sveltos-kubeconfig"), "namespace": "default"},
+                   "metadata": {"name": format!("{name}-sveltos-kubeconfig"), "namespace": "default"},
                    "data": {"kubeconfig": kubeconfig}}),
             json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
-                   "metadata": {"name": CLUSTER, "namespace": "default", "labels": {"env": "production"}},
+                   "metadata": {"name": name, "namespace": "default", "labels": {"env": "production"}},
                    "spec": {}}),
         ])
         .await?;
         let client = self.client(MANAGEMENT).await?;
         let kind =
             apply::resolve(&client, "lib.projectsveltos.io/v1beta1", "SveltosCluster").await?;
-        apply::apply_status(&client, &kind, "default", CLUSTER,
+        apply::apply_status(
+            &client,
+            &kind,
+            "default",
+            name,
             &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
-                    "metadata": {"name": CLUSTER, "namespace": "default"}, "status": {"ready": true}}),
-            "test").await?;
+                    "metadata": {"name": name, "namespace": "default"}, "status": {"ready": true}}),
+            "test",
+        )
+        .await?;
         Ok(())
     }
 
     /// Writes the managed cluster's `projectsveltos/sveltos-nats` Secret with this configuration.
     async fn nats_secret(&self, configuration: &Value) -> anyhow::Result<()> {
+        self.nats_secret_in(CLUSTER, configuration).await
+    }
+
+    async fn nats_secret_in(&self, cluster: &str, configuration: &Value) -> anyhow::Result<()> {
         let value = base64::engine::general_purpose::STANDARD.encode(configuration.to_string());
-        self.apply(CLUSTER, &[
+        self.apply(cluster, &[
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "projectsveltos"}}),
             json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                    "metadata": {"name": "sveltos-nats", "namespace": "projectsveltos"},
@@ -159,7 +183,7 @@ impl Fixture {
 
     fn start_watcher(&mut self) -> anyhow::Result<()> {
         let kubeconfig: PathBuf = self.dir.path().join("mgmt.kubeconfig");
-        let health = format!("127.0.0.1:{}", free_port());
+        let health = self.health_addr.clone();
         let env = [
             ("SLUICE_NATS_URL", self.bus_nats.url()),
             ("SLUICE_KUBECONFIG", kubeconfig.display().to_string()),
@@ -195,6 +219,25 @@ impl Fixture {
                 .connect(self.managed_nats.url())
                 .await?,
         )
+    }
+
+    /// The watcher's counter `name`, read from its `/metrics` endpoint.
+    async fn counter(&self, name: &str) -> anyhow::Result<u64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut connection = tokio::net::TcpStream::connect(&self.health_addr).await?;
+        connection
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: watcher\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut text = String::new();
+        connection.read_to_string(&mut text).await?;
+        let value = text.lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        });
+        value.ok_or_else(|| anyhow::anyhow!("no counter {name} in /metrics"))
     }
 
     /// Every CloudEventReceived stored on the bus, in order.
@@ -243,22 +286,34 @@ impl Fixture {
         client: &async_nats::Client,
         subject: &str,
     ) -> anyhow::Result<()> {
+        self.wait_subscribed_in(CLUSTER, client, subject).await
+    }
+
+    /// Core NATS is at most once: until the watcher has subscribed for `cluster`, publishes are
+    /// lost. Probe with throwaway events until one arrives from that cluster.
+    async fn wait_subscribed_in(
+        &self,
+        cluster: &str,
+        client: &async_nats::Client,
+        subject: &str,
+    ) -> anyhow::Result<()> {
         let probe = format!("probe-{subject}");
-        let result = wait_for(
-            &format!("watcher subscribed to {subject}"),
-            DEADLINE,
-            || async {
-                let event =
-                    json!({"specversion": "1.0", "id": probe, "source": "probe", "type": "probe"});
-                client
-                    .publish(subject.to_string(), event.to_string().into())
-                    .await
-                    .ok()?;
-                client.flush().await.ok()?;
-                let all = self.received().await.ok()?;
-                all.iter().any(|r| r.subject == subject).then_some(())
-            },
-        )
+        let what = format!("watcher subscribed to {subject} for {cluster}");
+        let result = wait_for(&what, DEADLINE, || async {
+            let event =
+                json!({"specversion": "1.0", "id": probe, "source": "probe", "type": "probe"});
+            client
+                .publish(subject.to_string(), event.to_string().into())
+                .await
+                .ok()?;
+            client.flush().await.ok()?;
+            let all = self.received().await.ok()?;
+            all.iter()
+                .any(|r| {
+                    r.subject == subject && r.cluster.as_ref().is_some_and(|c| c.name == cluster)
+                })
+                .then_some(())
+        })
         .await;
         result.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", self.log()))
     }
@@ -438,9 +493,7 @@ async fn jetstream_watcher_killed_midway_loses_nothing_and_publishes_nothing_twi
     fx.bus_nats.stop();
     publish(EVENTS / 3..2 * EVENTS / 3).await?;
     wait_for("deliveries in flight, unacked", DEADLINE, || async {
-        consumer_state()
-            .await
-            .filter(|(_, unacked)| *unacked > 0)
+        consumer_state().await.filter(|(_, unacked)| *unacked > 0)
     })
     .await?;
     fx.kill_watcher();
@@ -490,5 +543,94 @@ async fn jetstream_watcher_killed_midway_loses_nothing_and_publishes_nothing_twi
     });
     assert_eq!(got, expected, "no event lost");
     assert_eq!(received.len(), EVENTS);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_secrets_and_unreachable_nats_are_reported_and_touch_no_other_cluster(
+) -> anyhow::Result<()> {
+    let clusters = [
+        "production",
+        "broken",
+        "unreachable",
+        "wrong-password",
+        "missing",
+    ];
+    let mut fx = Fixture::start_with(&clusters).await?;
+    let url = fx.managed_nats.url();
+    let good = json!({"nats": {"configuration": {
+        "url": url, "subjects": ["user-operation"], "authorization": Fixture::auth()}}});
+    fx.nats_secret_in("production", &good).await?;
+    fx.nats_secret_in(
+        "broken",
+        &json!({"nats": {"configuration": {"subjects": ["user-operation"]}}}),
+    )
+    .await?;
+    let closed = format!("nats://127.0.0.1:{}", free_port());
+    fx.nats_secret_in(
+        "unreachable",
+        &json!({"nats": {"configuration": {
+        "url": closed, "subjects": ["user-operation"], "authorization": Fixture::auth()}}}),
+    )
+    .await?;
+    fx.nats_secret_in(
+        "wrong-password",
+        &json!({"nats": {"configuration": {
+        "url": url, "subjects": ["user-operation"],
+        "authorization": {"user": {"user": USER, "password": "not-my-password"}}}}}),
+    )
+    .await?;
+    fx.start_watcher()?;
+
+    // The healthy cluster works while the others fail.
+    let nats = fx.managed_client().await?;
+    fx.wait_subscribed_in("production", &nats, "user-operation")
+        .await?;
+    nats.publish("user-operation", SEED_LOGIN.into()).await?;
+    nats.flush().await?;
+    fx.wait_event("the login from production", |e| e["id"] == "10001")
+        .await?;
+
+    // Each failure is counted and logged with its reason.
+    let counted = |name: &'static str, at_least: u64| {
+        let fx = &fx;
+        async move {
+            wait_for(name, DEADLINE, || async {
+                fx.counter(name).await.ok().filter(|n| *n >= at_least)
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))
+        }
+    };
+    // "broken" (no url) and "missing" (no Secret).
+    counted("sluice_watcher_nats_config_errors_total", 2).await?;
+    // "unreachable" and "wrong-password", retried with backoff.
+    counted("sluice_watcher_nats_connect_errors_total", 3).await?;
+    let log = fx.log();
+    for reason in [
+        "nats.configuration.url: required field is missing or empty",
+        "no sveltos-nats secret",
+        "cannot listen to nats",
+    ] {
+        assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
+    }
+    let from = |cluster: &str, all: &[pb::CloudEventReceived]| {
+        all.iter()
+            .filter(|r| r.cluster.as_ref().is_some_and(|c| c.name == cluster))
+            .count()
+    };
+    let all = fx.received().await?;
+    for cluster in ["broken", "unreachable", "wrong-password", "missing"] {
+        assert_eq!(from(cluster, &all), 0, "{cluster} forwarded events");
+    }
+
+    // Fixing the Secrets is enough: no restart.
+    for cluster in ["broken", "unreachable", "wrong-password", "missing"] {
+        fx.nats_secret_in(cluster, &good).await?;
+    }
+    for cluster in ["broken", "unreachable", "wrong-password", "missing"] {
+        fx.wait_subscribed_in(cluster, &nats, "user-operation")
+            .await?;
+    }
     Ok(())
 }
