@@ -634,3 +634,37 @@ async fn bad_secrets_and_unreachable_nats_are_reported_and_touch_no_other_cluste
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_older_subjects_form_with_token_auth() -> anyhow::Result<()> {
+    let mut fx = Fixture::start().await?;
+    // A NATS that wants a token instead of the seed's user and password.
+    let token_nats = NatsServer::start_with_args(&["--auth", "s3cret-token"]).await?;
+    let client = async_nats::ConnectOptions::with_token("s3cret-token".into())
+        .connect(token_nats.url())
+        .await?;
+    let js = async_nats::jetstream::new(client);
+    // The older form names the stream like the subject and consumes all of it.
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "user-operation".into(),
+        subjects: vec!["user-operation".into()],
+        ..Default::default()
+    })
+    .await?;
+    js.publish("user-operation", SEED_LOGIN.into())
+        .await?
+        .await?;
+    fx.nats_secret(&json!({"jetstream": {"configuration": {
+        "url": token_nats.url(), "subjects": ["user-operation"],
+        "authorization": {"token": "s3cret-token"}}}}))
+        .await?;
+    fx.start_watcher()?;
+    let (received, event) = fx
+        .wait_event("the login stored before the watcher started", |e| {
+            e["id"] == "10001"
+        })
+        .await?;
+    assert_eq!(event, serde_json::from_str::<Value>(SEED_LOGIN)?);
+    assert_eq!(received.subject, "user-operation");
+    Ok(())
+}
