@@ -30,6 +30,8 @@ pub struct NatsServer {
     store: PathBuf,
     child: Option<Child>,
     starts: u32,
+    /// Extra command-line options, e.g. `--user`/`--pass` for a server that requires auth.
+    args: Vec<String>,
 }
 
 impl NatsServer {
@@ -38,6 +40,12 @@ impl NatsServer {
     /// The binary is `$SLUICE_NATS_SERVER`, else `<repo>/.venv/bin/nats-server` (installed by
     /// `scripts/install-nats.sh`), else `nats-server` on `PATH`; it must be 2.10 or newer.
     pub async fn start() -> anyhow::Result<NatsServer> {
+        NatsServer::start_with_args(&[]).await
+    }
+
+    /// [`NatsServer::start`] with extra nats-server options, kept across restarts; e.g.
+    /// `["--user", "admin", "--pass", "my-password"]` for a server that requires them.
+    pub async fn start_with_args(args: &[&str]) -> anyhow::Result<NatsServer> {
         let binary = find_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("sluice-nats-")
@@ -53,6 +61,7 @@ impl NatsServer {
             store,
             child: None,
             starts: 0,
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         // free_port() can race with other processes binding the same port; retry with another
         let mut last_error = None;
@@ -126,6 +135,7 @@ impl NatsServer {
                 "-sd",
             ])
             .arg(&self.store)
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log_out)
             .stderr(log)

@@ -1,8 +1,10 @@
 //! The watcher service: mirrors the management-cluster configuration onto the bus
 //! (`ConfigObject`), and watches, in every managed cluster some EventTrigger selects, exactly the
-//! kinds its EventSources select, publishing each object's current state (`ResourceChange`).
-//! It evaluates nothing; it only reports what exists.
+//! kinds its EventSources select, publishing each object's current state (`ResourceChange`),
+//! and forwards the CloudEvents of those clusters' NATS (`CloudEventReceived`).
+//! It evaluates nothing; it only reports what exists and what arrives.
 
+pub mod cloudevents;
 mod managed;
 mod management;
 
@@ -12,6 +14,7 @@ use sluice_domain::config::ConfigState;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use tokio::sync::mpsc;
 
+pub use cloudevents::desired_listeners;
 pub use managed::desired_watches;
 
 /// Runs the watcher until `token` is cancelled.
@@ -59,6 +62,8 @@ pub async fn run(
     }
     let mut watches = managed::Watches::new(bus.clone(), health.clone());
     watches.reconcile(&state).await;
+    let mut listeners = cloudevents::Listeners::new(bus.clone(), health.clone());
+    listeners.reconcile(&state);
     health.set_ready(true);
     loop {
         tokio::select! {
@@ -67,6 +72,7 @@ pub async fn run(
                 let Some(update) = update else { break };
                 state.apply(&update.kind, &update.namespace, &update.name, update.object.as_ref());
                 watches.reconcile(&state).await;
+                listeners.reconcile(&state);
             }
         }
     }
@@ -75,5 +81,6 @@ pub async fn run(
         task.abort();
     }
     watches.stop_all();
+    listeners.stop_all();
     Ok(())
 }

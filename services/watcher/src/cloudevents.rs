@@ -1,0 +1,245 @@
+//! CloudEvents from managed clusters: which clusters need listening (some EventTrigger deploys
+//! an EventSource with `messagingMatchCriteria` there), and per cluster a task that follows the
+//! `projectsveltos/sveltos-nats` Secret in that cluster and (re)connects to its NATS when the
+//! Secret changes. A missing or bad Secret is logged and counted; other clusters are untouched.
+
+pub mod connection;
+pub mod forward;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use futures::StreamExt;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sluice_bus::Bus;
+use sluice_domain::cluster::ClusterId;
+use sluice_domain::config::ConfigState;
+use sluice_domain::natsconfig::{
+    parse_nats_secret, NatsSettings, NATS_SECRET_NAME, NATS_SECRET_NAMESPACE,
+};
+use sluice_runtime::Health;
+use tokio::task::JoinHandle;
+
+use connection::Counters;
+
+/// Clusters to listen to, each with its kubeconfig (or why it is unusable): those where some
+/// EventTrigger deploys an EventSource that has messaging criteria.
+pub fn desired_listeners(state: &ConfigState) -> BTreeMap<ClusterId, Result<String, String>> {
+    let listening: BTreeSet<ClusterId> = state
+        .deployments(|trigger, _| Some(trigger.event_source_name.clone()))
+        .into_keys()
+        .filter(|(_, name)| {
+            state.event_sources.get(name).is_some_and(|es| {
+                es.as_ref()
+                    .is_ok_and(|es| !es.spec.messaging_match_criteria.is_empty())
+            })
+        })
+        .map(|(cluster, _)| cluster)
+        .collect();
+    crate::managed::desired_watches(state)
+        .into_iter()
+        .filter(|(cluster, _)| listening.contains(cluster))
+        .map(|(cluster, watch)| (cluster, watch.kubeconfig))
+        .collect()
+}
+
+struct Running {
+    kubeconfig_hash: String,
+    task: JoinHandle<()>,
+}
+
+/// The per-cluster listener tasks.
+pub struct Listeners {
+    bus: Bus,
+    counters: Counters,
+    running: HashMap<ClusterId, Running>,
+}
+
+impl Listeners {
+    pub fn new(bus: Bus, health: Health) -> Listeners {
+        Listeners {
+            bus,
+            counters: Counters {
+                config_errors: health.counter("sluice_watcher_nats_config_errors_total"),
+                connect_errors: health.counter("sluice_watcher_nats_connect_errors_total"),
+                forwarded: health.counter("sluice_watcher_cloudevents_forwarded_total"),
+                rejected: health.counter("sluice_watcher_cloudevents_rejected_total"),
+                errors: health.counter("sluice_watcher_cloudevent_errors_total"),
+            },
+            running: HashMap::new(),
+        }
+    }
+
+    /// Starts and stops listeners so that exactly the desired clusters are listened to; a
+    /// rotated kubeconfig restarts the cluster's listener.
+    pub fn reconcile(&mut self, state: &ConfigState) {
+        let mut wanted: HashMap<ClusterId, (String, String)> = HashMap::new();
+        for (cluster, kubeconfig) in desired_listeners(state) {
+            match kubeconfig {
+                Ok(text) => {
+                    let hash = format!("{:x}", Sha256::digest(text.as_bytes()));
+                    wanted.insert(cluster, (hash, text));
+                }
+                Err(reason) => {
+                    self.counters.config_errors.inc();
+                    tracing::warn!(cluster = %cluster, reason = %reason, "cannot listen to cluster's nats");
+                }
+            }
+        }
+        self.running.retain(|cluster, running| {
+            let keep = wanted
+                .get(cluster)
+                .is_some_and(|(hash, _)| *hash == running.kubeconfig_hash);
+            if !keep {
+                tracing::info!(cluster = %cluster, "stopping cloudevent listener");
+                running.task.abort();
+            }
+            keep
+        });
+        for (cluster, (hash, kubeconfig)) in wanted {
+            if self.running.contains_key(&cluster) {
+                continue;
+            }
+            tracing::info!(cluster = %cluster, "starting cloudevent listener");
+            let listener = ClusterListener {
+                bus: self.bus.clone(),
+                counters: self.counters.clone(),
+                cluster: cluster.clone(),
+                current: None,
+            };
+            let task = tokio::spawn(listener.follow(kubeconfig));
+            self.running.insert(
+                cluster,
+                Running {
+                    kubeconfig_hash: hash,
+                    task,
+                },
+            );
+        }
+    }
+
+    pub fn stop_all(&mut self) {
+        for (_, running) in self.running.drain() {
+            running.task.abort();
+        }
+    }
+}
+
+/// One cluster: the settings in force and the connection serving them.
+struct ClusterListener {
+    bus: Bus,
+    counters: Counters,
+    cluster: ClusterId,
+    current: Option<(NatsSettings, JoinHandle<()>)>,
+}
+
+/// Stopping the listener (cluster gone, kubeconfig rotated) closes its NATS connection too.
+impl Drop for ClusterListener {
+    fn drop(&mut self) {
+        if let Some((_, task)) = self.current.take() {
+            task.abort();
+        }
+    }
+}
+
+impl ClusterListener {
+    /// Follows the Secret forever: reads it once, then watches Secrets and reacts to it only.
+    async fn follow(mut self, kubeconfig: String) {
+        let cluster = self.cluster.clone();
+        let mut backoff = std::time::Duration::from_millis(500);
+        let max = std::time::Duration::from_secs(30);
+        loop {
+            let client = match sluice_kube::client::from_kubeconfig_text(&kubeconfig, None).await {
+                Ok(client) => client,
+                Err(error) => {
+                    self.counters.config_errors.inc();
+                    tracing::warn!(cluster = %cluster, error = &error as &dyn std::error::Error, "invalid kubeconfig");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(max);
+                    continue;
+                }
+            };
+            let secrets = sluice_kube::apply::resolve(&client, "v1", "Secret").await;
+            let initial = match &secrets {
+                Ok(kind) => {
+                    sluice_kube::apply::get(&client, kind, NATS_SECRET_NAMESPACE, NATS_SECRET_NAME)
+                        .await
+                }
+                Err(_) => Ok(None),
+            };
+            let (kind, initial) = match (secrets, initial) {
+                (Ok(kind), Ok(initial)) => (kind, initial),
+                (Err(error), _) | (_, Err(error)) => {
+                    self.counters.errors.inc();
+                    tracing::warn!(cluster = %cluster, error = &error as &dyn std::error::Error, "cannot read the sveltos-nats secret");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(max);
+                    continue;
+                }
+            };
+            backoff = std::time::Duration::from_millis(500);
+            self.on_secret(initial.as_ref());
+            // A watch of every Secret, filtered here: the Kubernetes adapter watches whole kinds.
+            let mut changes =
+                Box::pin(sluice_kube::watch::watch_kind(client, kind, HashMap::new()));
+            while let Some(batch) = changes.next().await {
+                match batch {
+                    Ok(batch) => {
+                        for change in batch {
+                            let (namespace, name, _, object) = change.into_parts();
+                            if namespace == NATS_SECRET_NAMESPACE && name == NATS_SECRET_NAME {
+                                self.on_secret(object.as_ref());
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        self.counters.errors.inc();
+                        tracing::warn!(cluster = %cluster, error = &error as &dyn std::error::Error, "secret watch error");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reconnects when the settings change, disconnects when the Secret is gone or unusable.
+    fn on_secret(&mut self, secret: Option<&Value>) {
+        let cluster = self.cluster.clone();
+        let settings = match secret.map(parse_nats_secret) {
+            None => {
+                self.counters.config_errors.inc();
+                tracing::warn!(cluster = %cluster, secret = %format!("{NATS_SECRET_NAMESPACE}/{NATS_SECRET_NAME}"), "no sveltos-nats secret, not listening for cloudevents");
+                self.disconnect();
+                return;
+            }
+            Some(Err(error)) => {
+                self.counters.config_errors.inc();
+                tracing::warn!(cluster = %cluster, error = %error, "invalid sveltos-nats secret, not listening for cloudevents");
+                self.disconnect();
+                return;
+            }
+            Some(Ok(settings)) => settings,
+        };
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|(current, _)| *current == settings)
+        {
+            return;
+        }
+        self.disconnect();
+        tracing::info!(cluster = %cluster, nats = ?settings.nats.as_ref().map(|n| &n.url), jetstream = ?settings.jetstream.as_ref().map(|j| &j.url), "connecting to the cluster's nats");
+        let task = tokio::spawn(connection::run(
+            self.bus.clone(),
+            self.counters.clone(),
+            cluster.clone(),
+            settings.clone(),
+        ));
+        self.current = Some((settings, task));
+    }
+
+    fn disconnect(&mut self) {
+        if let Some((_, task)) = self.current.take() {
+            task.abort();
+        }
+    }
+}

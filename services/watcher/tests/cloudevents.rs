@@ -1,0 +1,670 @@
+//! The watcher's CloudEvent path, nothing mocked: the API test server holds the management
+//! cluster (seed 004's EventSource and EventTrigger) and the managed cluster `production` with
+//! its `sveltos-nats` Secret; a separate nats-server with user `admin` / `my-password` stands for
+//! the managed cluster's NATS; the watcher runs as its own process against the sluice bus.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine as _;
+use prost::Message as _;
+use serde_json::{json, Value};
+use sluice_bus::{topology, Bus};
+use sluice_kube::apply;
+use sluice_proto::v1 as pb;
+use sluice_testkit::{free_port, wait_for, NatsServer, ServiceProcess};
+use sluice_testserver::{Config, TestServer};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const MANAGEMENT: &str = "mgmt";
+const CLUSTER: &str = "production";
+const USER: &str = "admin";
+const PASSWORD: &str = "my-password";
+
+/// Seed 004's management-cluster configuration, as written in the product document.
+const SEED_CONFIG: &str = r#"
+apiVersion: lib.projectsveltos.io/v1beta1
+kind: EventSource
+metadata:
+  name: user-operation
+spec:
+  messagingMatchCriteria:
+  - subject: "user-operation"
+    cloudEventSource: "auth.example.com"
+---
+apiVersion: lib.projectsveltos.io/v1beta1
+kind: EventTrigger
+metadata:
+  name: manage-namespace
+spec:
+  sourceClusterSelector:
+    matchLabels:
+      env: production
+  eventSourceName: user-operation
+  oneForEvent: true
+  syncMode: ContinuousWithDriftDetection
+  cloudEventAction: '{{if eq .CloudEvent.type "auth.example.com.logout"}}Delete{{else}}Create{{end}}'
+  policyRefs:
+  - name: namespace
+    namespace: default
+    kind: ConfigMap
+"#;
+
+/// Seed 004's login event, byte for byte as the document publishes it.
+const SEED_LOGIN: &str = r#"{
+  "specversion": "1.0",
+  "type": "auth.example.com.login",
+  "source": "auth.example.com",
+  "id": "10001",
+  "subject": "mgianluc",
+  "datacontenttype": "application/json",
+  "data": {
+    "message": "User mgianluc login"
+  }
+}"#;
+
+/// Everything one test runs: the bus, the managed cluster's NATS, the API server, the watcher.
+struct Fixture {
+    bus_nats: NatsServer,
+    managed_nats: NatsServer,
+    server: TestServer,
+    bus: Bus,
+    watcher: Option<ServiceProcess>,
+    health_addr: String,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn start() -> anyhow::Result<Fixture> {
+        Fixture::start_with(&[CLUSTER]).await
+    }
+
+    /// The management cluster with seed 004's configuration and these managed clusters, all
+    /// labelled env: production.
+    async fn start_with(clusters: &[&str]) -> anyhow::Result<Fixture> {
+        let bus_nats = NatsServer::start().await?;
+        let managed_nats =
+            NatsServer::start_with_args(&["--user", USER, "--pass", PASSWORD]).await?;
+        let server = TestServer::start(Config {
+            clusters: std::iter::once(MANAGEMENT)
+                .chain(clusters.iter().copied())
+                .map(str::to_string)
+                .collect(),
+            sveltos_crds: true,
+            ..Default::default()
+        })
+        .await?;
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("mgmt.kubeconfig"),
+            server.kubeconfig_for(MANAGEMENT),
+        )?;
+        let bus = Bus::connect(&bus_nats.url()).await?;
+        let health_addr = format!("127.0.0.1:{}", free_port());
+        let fixture = Fixture {
+            bus_nats,
+            managed_nats,
+            server,
+            bus,
+            watcher: None,
+            health_addr,
+            dir,
+        };
+        for cluster in clusters {
+            fixture.register_cluster(cluster).await?;
+        }
+        let config = sluice_kube::manifest::parse_documents(SEED_CONFIG)?;
+        fixture.apply(MANAGEMENT, &config).await?;
+        Ok(fixture)
+    }
+
+    async fn client(&self, cluster: &str) -> anyhow::Result<kube::Client> {
+        Ok(
+            sluice_kube::client::from_kubeconfig_text(&self.server.kubeconfig_for(cluster), None)
+                .await?,
+        )
+    }
+
+    async fn apply(&self, cluster: &str, objects: &[Value]) -> anyhow::Result<()> {
+        let client = self.client(cluster).await?;
+        sluice_kube::manifest::apply_documents(&client, objects, "test").await?;
+        Ok(())
+    }
+
+    /// A ready SveltosCluster `production` (env: production) with its kubeconfig Secret.
+    async fn register_cluster(&self, name: &str) -> anyhow::Result<()> {
+        let kubeconfig =
+            base64::engine::general_purpose::STANDARD.encode(self.server.kubeconfig_for(name));
+        self.apply(MANAGEMENT, &[
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("{name}-sveltos-kubeconfig"), "namespace": "default"},
+                   "data": {"kubeconfig": kubeconfig}}),
+            json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                   "metadata": {"name": name, "namespace": "default", "labels": {"env": "production"}},
+                   "spec": {}}),
+        ])
+        .await?;
+        let client = self.client(MANAGEMENT).await?;
+        let kind =
+            apply::resolve(&client, "lib.projectsveltos.io/v1beta1", "SveltosCluster").await?;
+        apply::apply_status(
+            &client,
+            &kind,
+            "default",
+            name,
+            &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                    "metadata": {"name": name, "namespace": "default"}, "status": {"ready": true}}),
+            "test",
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Writes the managed cluster's `projectsveltos/sveltos-nats` Secret with this configuration.
+    async fn nats_secret(&self, configuration: &Value) -> anyhow::Result<()> {
+        self.nats_secret_in(CLUSTER, configuration).await
+    }
+
+    async fn nats_secret_in(&self, cluster: &str, configuration: &Value) -> anyhow::Result<()> {
+        let value = base64::engine::general_purpose::STANDARD.encode(configuration.to_string());
+        self.apply(cluster, &[
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "projectsveltos"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                   "metadata": {"name": "sveltos-nats", "namespace": "projectsveltos"},
+                   "data": {"sveltos-nats": value}}),
+        ])
+        .await
+    }
+
+    fn auth() -> Value {
+        json!({"user": {"user": USER, "password": PASSWORD}})
+    }
+
+    fn start_watcher(&mut self) -> anyhow::Result<()> {
+        let kubeconfig: PathBuf = self.dir.path().join("mgmt.kubeconfig");
+        let health = self.health_addr.clone();
+        let env = [
+            ("SLUICE_NATS_URL", self.bus_nats.url()),
+            ("SLUICE_KUBECONFIG", kubeconfig.display().to_string()),
+            ("SLUICE_HEALTH_ADDR", health),
+            ("SLUICE_LOG_FORMAT", "text".to_string()),
+            ("RUST_LOG", "info,sluice_watcher=debug".to_string()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.watcher = Some(ServiceProcess::spawn(
+            env!("CARGO_BIN_EXE_sluice-watcher"),
+            &[],
+            &env,
+        )?);
+        Ok(())
+    }
+
+    fn kill_watcher(&mut self) {
+        if let Some(mut watcher) = self.watcher.take() {
+            watcher.kill();
+        }
+    }
+
+    fn log(&self) -> String {
+        self.watcher
+            .as_ref()
+            .map(ServiceProcess::log)
+            .unwrap_or_default()
+    }
+
+    async fn managed_client(&self) -> anyhow::Result<async_nats::Client> {
+        Ok(
+            async_nats::ConnectOptions::with_user_and_password(USER.into(), PASSWORD.into())
+                .connect(self.managed_nats.url())
+                .await?,
+        )
+    }
+
+    /// The watcher's counter `name`, read from its `/metrics` endpoint.
+    async fn counter(&self, name: &str) -> anyhow::Result<u64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut connection = tokio::net::TcpStream::connect(&self.health_addr).await?;
+        connection
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: watcher\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut text = String::new();
+        connection.read_to_string(&mut text).await?;
+        let value = text.lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        });
+        value.ok_or_else(|| anyhow::anyhow!("no counter {name} in /metrics"))
+    }
+
+    /// Every CloudEventReceived stored on the bus, in order.
+    async fn received(&self) -> anyhow::Result<Vec<pb::CloudEventReceived>> {
+        let mut stream = self
+            .bus
+            .jetstream()
+            .get_stream(topology::CLOUDEVENTS.name)
+            .await?;
+        let state = stream.info().await?.state.clone();
+        let mut out = Vec::new();
+        if state.messages == 0 {
+            return Ok(out);
+        }
+        for sequence in state.first_sequence..=state.last_sequence {
+            let message = stream.get_raw_message(sequence).await?;
+            out.push(pb::CloudEventReceived::decode(message.payload)?);
+        }
+        Ok(out)
+    }
+
+    /// Waits for a stored event satisfying `pick`, failing with the watcher's log.
+    async fn wait_event<F>(
+        &self,
+        what: &str,
+        pick: F,
+    ) -> anyhow::Result<(pb::CloudEventReceived, Value)>
+    where
+        F: Fn(&Value) -> bool,
+    {
+        let found = wait_for(what, DEADLINE, || async {
+            let all = self.received().await.ok()?;
+            all.into_iter().find_map(|r| {
+                let event: Value = serde_json::from_slice(&r.event_json).ok()?;
+                pick(&event).then_some((r, event))
+            })
+        })
+        .await;
+        found.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", self.log()))
+    }
+
+    /// Core NATS is at most once: until the watcher has subscribed, publishes are lost. Probe
+    /// with throwaway events until one arrives.
+    async fn wait_subscribed(
+        &self,
+        client: &async_nats::Client,
+        subject: &str,
+    ) -> anyhow::Result<()> {
+        self.wait_subscribed_in(CLUSTER, client, subject).await
+    }
+
+    /// Core NATS is at most once: until the watcher has subscribed for `cluster`, publishes are
+    /// lost. Probe with throwaway events until one arrives from that cluster.
+    async fn wait_subscribed_in(
+        &self,
+        cluster: &str,
+        client: &async_nats::Client,
+        subject: &str,
+    ) -> anyhow::Result<()> {
+        let probe = format!("probe-{subject}");
+        let what = format!("watcher subscribed to {subject} for {cluster}");
+        let result = wait_for(&what, DEADLINE, || async {
+            let event =
+                json!({"specversion": "1.0", "id": probe, "source": "probe", "type": "probe"});
+            client
+                .publish(subject.to_string(), event.to_string().into())
+                .await
+                .ok()?;
+            client.flush().await.ok()?;
+            let all = self.received().await.ok()?;
+            all.iter()
+                .any(|r| {
+                    r.subject == subject && r.cluster.as_ref().is_some_and(|c| c.name == cluster)
+                })
+                .then_some(())
+        })
+        .await;
+        result.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", self.log()))
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.kill_watcher();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_004_core_nats_events_reach_the_bus_and_a_changed_secret_reconnects(
+) -> anyhow::Result<()> {
+    let mut fx = Fixture::start().await?;
+    // The seed's Secret, pointed at this test's NATS.
+    fx.nats_secret(&json!({"nats": {"configuration": {
+        "url": fx.managed_nats.url(), "subjects": ["user-operation"], "authorization": Fixture::auth()}}}))
+        .await?;
+    fx.start_watcher()?;
+    let nats = fx.managed_client().await?;
+    fx.wait_subscribed(&nats, "user-operation").await?;
+
+    nats.publish("user-operation", SEED_LOGIN.into()).await?;
+    nats.flush().await?;
+    let (received, event) = fx
+        .wait_event("the seed's login event", |e| {
+            e["type"] == "auth.example.com.login"
+        })
+        .await?;
+    assert_eq!(
+        event,
+        serde_json::from_str::<Value>(SEED_LOGIN)?,
+        "the exact event"
+    );
+    assert_eq!(received.subject, "user-operation");
+    let cluster = received.cluster.clone().expect("cluster");
+    assert_eq!(
+        (cluster.namespace.as_str(), cluster.name.as_str()),
+        ("default", CLUSTER)
+    );
+    assert_eq!(cluster.r#type, pb::ClusterType::Sveltos as i32);
+
+    // The logout has the same source and id as the login: it is a new event all the same.
+    let logout = SEED_LOGIN
+        .replace("auth.example.com.login", "auth.example.com.logout")
+        .replace("login\"", "logout\"");
+    nats.publish("user-operation", logout.clone().into())
+        .await?;
+    nats.flush().await?;
+    let (_, event) = fx
+        .wait_event("the seed's logout event", |e| {
+            e["type"] == "auth.example.com.logout"
+        })
+        .await?;
+    assert_eq!(event, serde_json::from_str::<Value>(&logout)?);
+
+    // A malformed message is rejected, the next one still goes through.
+    nats.publish("user-operation", "not a cloudevent".into())
+        .await?;
+    let binary = {
+        let mut headers = async_nats::HeaderMap::new();
+        for (k, v) in [
+            ("ce-specversion", "1.0"),
+            ("ce-id", "b1"),
+            ("ce-source", "auth.example.com"),
+            ("ce-type", "auth.example.com.login"),
+            ("ce-subject", "binary-user"),
+            ("content-type", "application/json"),
+        ] {
+            headers.insert(k, v);
+        }
+        headers
+    };
+    nats.publish_with_headers("user-operation", binary, r#"{"message":"binary"}"#.into())
+        .await?;
+    nats.flush().await?;
+    let (_, event) = fx
+        .wait_event("the binary-mode event", |e| e["id"] == "b1")
+        .await?;
+    assert_eq!(event["subject"], "binary-user");
+    assert_eq!(event["data"], json!({"message": "binary"}));
+    let all = fx.received().await?;
+    assert!(all
+        .iter()
+        .all(|r| serde_json::from_slice::<Value>(&r.event_json).is_ok()));
+
+    // A changed Secret reconnects without a restart: the new subject is heard, the old is not.
+    fx.nats_secret(&json!({"nats": {"configuration": {
+        "url": fx.managed_nats.url(), "subjects": ["user-operation-v2"], "authorization": Fixture::auth()}}}))
+        .await?;
+    fx.wait_subscribed(&nats, "user-operation-v2").await?;
+    let before = fx.received().await?.len();
+    nats.publish(
+        "user-operation",
+        SEED_LOGIN.replace("10001", "old-subject").into(),
+    )
+    .await?;
+    nats.publish(
+        "user-operation-v2",
+        SEED_LOGIN.replace("10001", "new-subject").into(),
+    )
+    .await?;
+    nats.flush().await?;
+    fx.wait_event("event on the new subject", |e| e["id"] == "new-subject")
+        .await?;
+    let after = fx.received().await?;
+    assert!(
+        after[before..]
+            .iter()
+            .all(|r| r.subject == "user-operation-v2"),
+        "nothing from the unsubscribed subject: {:?}",
+        after[before..]
+            .iter()
+            .map(|r| r.subject.clone())
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_watcher_killed_midway_loses_nothing_and_publishes_nothing_twice(
+) -> anyhow::Result<()> {
+    const EVENTS: usize = 600;
+    let mut fx = Fixture::start().await?;
+    let nats = fx.managed_client().await?;
+    let js = async_nats::jetstream::new(nats.clone());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "USERS".into(),
+        subjects: vec!["user-operation".into()],
+        ..Default::default()
+    })
+    .await?;
+    fx.nats_secret(&json!({"jetstream": {"configuration": {
+        "url": fx.managed_nats.url(),
+        "streams": [{"name": "USERS", "subjects": ["user-operation"]}],
+        "authorization": Fixture::auth()}}}))
+        .await?;
+    let publish = |range: std::ops::Range<usize>| {
+        let js = js.clone();
+        async move {
+            let mut acks = Vec::new();
+            for i in range {
+                // Same source and id for all, as seed 004's login and logout: only the stored
+                // message identifies a delivery.
+                let event = SEED_LOGIN.replace("User mgianluc login", &format!("event-{i}"));
+                acks.push(js.publish("user-operation", event.into()).await?);
+            }
+            for ack in acks {
+                ack.await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    let stream = js.get_stream("USERS").await?;
+    let consumer_name = format!(
+        "sluice-{}",
+        topology::encode_token("sveltos.default.production")
+    );
+    let consumer_state = || async {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+            stream.get_consumer(&consumer_name).await.ok()?;
+        let info = consumer.info().await.ok()?;
+        Some((info.num_pending, info.num_ack_pending))
+    };
+
+    publish(0..EVENTS / 3).await?;
+    fx.start_watcher()?;
+    wait_for("first third forwarded", DEADLINE, || async {
+        fx.received().await.ok().filter(|r| r.len() >= EVENTS / 3)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
+
+    // The bus goes away: the watcher receives the next events but cannot store them, so it
+    // must not ack them. It is killed with those deliveries in flight.
+    fx.bus_nats.stop();
+    publish(EVENTS / 3..2 * EVENTS / 3).await?;
+    wait_for("deliveries in flight, unacked", DEADLINE, || async {
+        consumer_state().await.filter(|(_, unacked)| *unacked > 0)
+    })
+    .await?;
+    fx.kill_watcher();
+    publish(2 * EVENTS / 3..EVENTS).await?;
+    fx.bus_nats.start_again().await?;
+    fx.start_watcher()?;
+
+    let messages = |r: &[pb::CloudEventReceived]| -> Vec<String> {
+        r.iter()
+            .filter_map(|r| serde_json::from_slice::<Value>(&r.event_json).ok())
+            .map(|e| {
+                e["data"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let all_there = wait_for("every event on the bus", DEADLINE, || async {
+        let received = fx.received().await.ok()?;
+        let distinct: std::collections::BTreeSet<String> =
+            messages(&received).into_iter().collect();
+        (distinct.len() >= EVENTS).then_some(())
+    })
+    .await;
+    all_there.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
+    // Once the managed consumer has nothing pending or unacked, nothing more can be published.
+    wait_for("managed consumer settled", DEADLINE, || async {
+        consumer_state()
+            .await
+            .filter(|(pending, unacked)| *pending == 0 && *unacked == 0)
+    })
+    .await?;
+    let received = fx.received().await?;
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for message in messages(&received) {
+        *counts.entry(message).or_default() += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "published more than once: {twice:?}");
+    let expected: Vec<String> = (0..EVENTS).map(|i| format!("event-{i}")).collect();
+    let mut got: Vec<String> = counts.into_keys().collect();
+    got.sort_by_key(|m| {
+        m.trim_start_matches("event-")
+            .parse::<usize>()
+            .unwrap_or(usize::MAX)
+    });
+    assert_eq!(got, expected, "no event lost");
+    assert_eq!(received.len(), EVENTS);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_secrets_and_unreachable_nats_are_reported_and_touch_no_other_cluster(
+) -> anyhow::Result<()> {
+    let clusters = [
+        "production",
+        "broken",
+        "unreachable",
+        "wrong-password",
+        "missing",
+    ];
+    let mut fx = Fixture::start_with(&clusters).await?;
+    let url = fx.managed_nats.url();
+    let good = json!({"nats": {"configuration": {
+        "url": url, "subjects": ["user-operation"], "authorization": Fixture::auth()}}});
+    fx.nats_secret_in("production", &good).await?;
+    fx.nats_secret_in(
+        "broken",
+        &json!({"nats": {"configuration": {"subjects": ["user-operation"]}}}),
+    )
+    .await?;
+    let closed = format!("nats://127.0.0.1:{}", free_port());
+    fx.nats_secret_in(
+        "unreachable",
+        &json!({"nats": {"configuration": {
+        "url": closed, "subjects": ["user-operation"], "authorization": Fixture::auth()}}}),
+    )
+    .await?;
+    fx.nats_secret_in(
+        "wrong-password",
+        &json!({"nats": {"configuration": {
+        "url": url, "subjects": ["user-operation"],
+        "authorization": {"user": {"user": USER, "password": "not-my-password"}}}}}),
+    )
+    .await?;
+    fx.start_watcher()?;
+
+    // The healthy cluster works while the others fail.
+    let nats = fx.managed_client().await?;
+    fx.wait_subscribed_in("production", &nats, "user-operation")
+        .await?;
+    nats.publish("user-operation", SEED_LOGIN.into()).await?;
+    nats.flush().await?;
+    fx.wait_event("the login from production", |e| e["id"] == "10001")
+        .await?;
+
+    // Each failure is counted and logged with its reason.
+    let counted = |name: &'static str, at_least: u64| {
+        let fx = &fx;
+        async move {
+            wait_for(name, DEADLINE, || async {
+                fx.counter(name).await.ok().filter(|n| *n >= at_least)
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))
+        }
+    };
+    // "broken" (no url) and "missing" (no Secret).
+    counted("sluice_watcher_nats_config_errors_total", 2).await?;
+    // "unreachable" and "wrong-password", retried with backoff.
+    counted("sluice_watcher_nats_connect_errors_total", 3).await?;
+    let log = fx.log();
+    for reason in [
+        "nats.configuration.url: required field is missing or empty",
+        "no sveltos-nats secret",
+        "cannot listen to nats",
+    ] {
+        assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
+    }
+    let from = |cluster: &str, all: &[pb::CloudEventReceived]| {
+        all.iter()
+            .filter(|r| r.cluster.as_ref().is_some_and(|c| c.name == cluster))
+            .count()
+    };
+    let all = fx.received().await?;
+    for cluster in ["broken", "unreachable", "wrong-password", "missing"] {
+        assert_eq!(from(cluster, &all), 0, "{cluster} forwarded events");
+    }
+
+    // Fixing the Secrets is enough: no restart.
+    for cluster in ["broken", "unreachable", "wrong-password", "missing"] {
+        fx.nats_secret_in(cluster, &good).await?;
+    }
+    for cluster in ["broken", "unreachable", "wrong-password", "missing"] {
+        fx.wait_subscribed_in(cluster, &nats, "user-operation")
+            .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_older_subjects_form_with_token_auth() -> anyhow::Result<()> {
+    let mut fx = Fixture::start().await?;
+    // A NATS that wants a token instead of the seed's user and password.
+    let token_nats = NatsServer::start_with_args(&["--auth", "s3cret-token"]).await?;
+    let client = async_nats::ConnectOptions::with_token("s3cret-token".into())
+        .connect(token_nats.url())
+        .await?;
+    let js = async_nats::jetstream::new(client);
+    // The older form names the stream like the subject and consumes all of it.
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "user-operation".into(),
+        subjects: vec!["user-operation".into()],
+        ..Default::default()
+    })
+    .await?;
+    js.publish("user-operation", SEED_LOGIN.into())
+        .await?
+        .await?;
+    fx.nats_secret(&json!({"jetstream": {"configuration": {
+        "url": token_nats.url(), "subjects": ["user-operation"],
+        "authorization": {"token": "s3cret-token"}}}}))
+        .await?;
+    fx.start_watcher()?;
+    let (received, event) = fx
+        .wait_event("the login stored before the watcher started", |e| {
+            e["id"] == "10001"
+        })
+        .await?;
+    assert_eq!(event, serde_json::from_str::<Value>(SEED_LOGIN)?);
+    assert_eq!(received.subject, "user-operation");
+    Ok(())
+}
