@@ -188,7 +188,7 @@ impl EventTrigger {
 
     /// Whether a referenced ConfigMap/Secret (`object`) is instantiated with event data:
     /// always for the legacy EventBasedAddOn (seed 000); otherwise with the instantiate
-    /// annotation, or (ADR 0008) when it is marked as a deploy-time template
+    /// annotation, or (ADR 0009) when it is marked as a deploy-time template
     /// (`projectsveltos.io/template`) yet reads event data, which only instantiation can
     /// provide (seed 003): addon-controller would fail on it.
     pub fn instantiates(&self, object: &Value) -> bool {

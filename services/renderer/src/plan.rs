@@ -127,7 +127,7 @@ pub struct CloudEventOutcome {
 /// Renders one matched CloudEvent (spec §6.9): `cloudEventAction` (a template, default
 /// `Create`) must render to `Create` or `Delete`; anything else is an error for this trigger
 /// and cluster. The data has `.CloudEvent` (and `.CloudEvents` with one element when the
-/// trigger is not `oneForEvent`, ADR 0008), `.Cluster`, and empty resource fields.
+/// trigger is not `oneForEvent`, ADR 0009), `.Cluster`, and empty resource fields.
 pub fn cloud_event_state(
     ctx: &Context<'_>,
     trigger: &EventTrigger,

@@ -126,7 +126,7 @@ impl<'a> Renderer<'a> {
     /// `configMapGenerator` and `secretGenerator` outputs: named by the rendered `nameFormat`,
     /// labelled `fromgenerator: ok`, not referenced by the ClusterProfile (users reference them,
     /// typically through `templateResourceRefs`). A missing source is an error unless the
-    /// entry is `optional` (Sveltos ignores `optional` here; we honour it, ADR 0008).
+    /// entry is `optional` (Sveltos ignores `optional` here; we honour it, ADR 0009).
     pub(super) fn generated(
         &self,
         labels: &BTreeMap<String, String>,
