@@ -1,0 +1,256 @@
+//! Seed 004 end to end, with its own YAML and CloudEvents (`examples/seed-004-cloudevents`): a
+//! separate nats-server with user `admin` / `my-password` stands for the managed cluster's NATS,
+//! reached through the cluster's `sveltos-nats` Secret; the five services run as processes.
+//! A login CloudEvent creates a ClusterProfile whose instantiated ConfigMap holds Namespace
+//! `mgianluc`; the logout removes it. Then the same over JetStream with the watcher killed while
+//! the logout is published.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use sluice_cli::demo::{owned_by, wait_cleaned};
+use sluice_cli::stack::{Stack, MANAGEMENT};
+use sluice_domain::naming;
+use sluice_testkit::{wait_for, NatsServer};
+
+const CONFIG: &str = include_str!("../../../examples/seed-004-cloudevents/eventtrigger.yaml");
+const NATS_SECRET: &str =
+    include_str!("../../../examples/seed-004-cloudevents/sveltos-nats-secret.yaml");
+const LOGIN: &str = include_str!("../../../examples/seed-004-cloudevents/login.json");
+const LOGOUT: &str = include_str!("../../../examples/seed-004-cloudevents/logout.json");
+const TRIGGER: &str = "manage-namespace";
+const CLUSTER: &str = "production";
+const SUBJECT: &str = "user-operation";
+const DEADLINE: Duration = Duration::from_secs(30);
+/// Where the seed's Secret points; the tests point it at their own server.
+const SEED_URL: &str = "nats://nats.nats.svc.cluster.local:4222";
+
+fn fail(stack: &Stack, error: anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!("{error}\n{}", stack.logs())
+}
+
+/// The seed's `sveltos-nats` Secret with its configuration edited by `edit`.
+fn nats_secret(edit: impl Fn(&mut Value)) -> anyhow::Result<Value> {
+    let mut secret: Value = serde_yaml::from_str(NATS_SECRET)?;
+    let encoded = secret["data"]["sveltos-nats"].as_str().unwrap_or_default();
+    let mut configuration: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded)?)?;
+    anyhow::ensure!(
+        configuration["nats"]["configuration"]["url"] == SEED_URL,
+        "the seed's Secret changed: {configuration}"
+    );
+    edit(&mut configuration);
+    secret["data"]["sveltos-nats"] =
+        json!(base64::engine::general_purpose::STANDARD.encode(configuration.to_string()));
+    Ok(secret)
+}
+
+async fn seeded_stack(secret: &Value) -> anyhow::Result<Stack> {
+    let stack = Stack::start(&[CLUSTER], None).await?;
+    stack
+        .register_cluster(CLUSTER, &[("env", "production")])
+        .await?;
+    stack.apply_yaml(MANAGEMENT, CONFIG).await?;
+    stack
+        .apply(
+            CLUSTER,
+            &json!({"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": "projectsveltos"}}),
+        )
+        .await?;
+    stack.apply(CLUSTER, secret).await?;
+    Ok(stack)
+}
+
+async fn managed_client(server: &NatsServer) -> anyhow::Result<async_nats::Client> {
+    Ok(
+        async_nats::ConnectOptions::with_user_and_password("admin".into(), "my-password".into())
+            .connect(server.url())
+            .await?,
+    )
+}
+
+/// How many CloudEvents the watcher has put on the sluice bus.
+async fn forwarded(stack: &Stack) -> anyhow::Result<u64> {
+    let bus = async_nats::connect(stack.nats.url()).await?;
+    let js = async_nats::jetstream::new(bus);
+    let mut stream = js.get_stream("SLUICE_CLOUDEVENTS").await?;
+    Ok(stream.info().await?.state.messages)
+}
+
+/// Core NATS is at most once: probe with an event no EventSource selects until the watcher
+/// forwards one, so the seed's events are not published before it listens.
+async fn wait_listening(stack: &Stack, client: &async_nats::Client) -> anyhow::Result<()> {
+    let probe = json!({"specversion": "1.0", "id": "probe", "source": "probe", "type": "probe"});
+    wait_for(
+        "watcher listening on the managed NATS",
+        DEADLINE,
+        || async {
+            client
+                .publish(SUBJECT, probe.to_string().into())
+                .await
+                .ok()?;
+            client.flush().await.ok()?;
+            (forwarded(stack).await.ok()? > 0).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| fail(stack, e))
+}
+
+/// The profile a CloudEvent with this subject created, once it and its ConfigMap exist.
+async fn wait_user_profile(stack: &Stack, user: &str) -> anyhow::Result<Value> {
+    wait_for(&format!("ClusterProfile for {user}"), DEADLINE, || async {
+        let found = stack
+            .list(
+                MANAGEMENT,
+                "config.projectsveltos.io/v1beta1",
+                "ClusterProfile",
+                &[
+                    (naming::LABEL_EVENT_TRIGGER, TRIGGER),
+                    (naming::LABEL_CE_SOURCE, "auth.example.com"),
+                    (naming::LABEL_CE_SUBJECT, user),
+                ],
+            )
+            .await
+            .ok()?;
+        (found.len() == 1).then(|| found[0].clone())
+    })
+    .await
+    .map_err(|e| fail(stack, e))
+}
+
+async fn assert_namespace_profile(
+    stack: &Stack,
+    profile: &Value,
+    user: &str,
+) -> anyhow::Result<()> {
+    assert_eq!(profile["spec"]["syncMode"], "ContinuousWithDriftDetection");
+    assert_eq!(
+        profile["spec"]["clusterRefs"],
+        json!([{"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                "namespace": "default", "name": CLUSTER}])
+    );
+    let reference = &profile["spec"]["policyRefs"][0];
+    assert_eq!(reference["namespace"], "projectsveltos");
+    let name = reference["name"].as_str().unwrap_or_default();
+    let config_map = stack
+        .get(MANAGEMENT, "v1", "ConfigMap", "projectsveltos", name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("instantiated ConfigMap {name} missing"))?;
+    let namespace: Value = serde_yaml::from_str(
+        config_map["data"]["namespace.yaml"]
+            .as_str()
+            .unwrap_or_default(),
+    )?;
+    assert_eq!(
+        namespace,
+        json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": user}})
+    );
+    Ok(())
+}
+
+fn event_for(text: &str, user: &str) -> String {
+    text.replace("mgianluc", user)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_004_login_creates_the_namespace_and_logout_removes_it() -> anyhow::Result<()> {
+    let managed =
+        NatsServer::start_with_args(&["--user", "admin", "--pass", "my-password"]).await?;
+    let url = managed.url();
+    let secret = nats_secret(|c| {
+        c["nats"]["configuration"]["url"] = json!(url);
+    })?;
+    let stack = seeded_stack(&secret).await?;
+    let client = managed_client(&managed).await?;
+    wait_listening(&stack, &client).await?;
+
+    client.publish(SUBJECT, LOGIN.into()).await?;
+    client
+        .publish(SUBJECT, event_for(LOGIN, "alice").into())
+        .await?;
+    client.flush().await?;
+    let profile = wait_user_profile(&stack, "mgianluc").await?;
+    assert_namespace_profile(&stack, &profile, "mgianluc").await?;
+    let alice = wait_user_profile(&stack, "alice").await?;
+    assert_namespace_profile(&stack, &alice, "alice").await?;
+    assert_eq!(owned_by(&stack, TRIGGER, CLUSTER).await?.len(), 4);
+
+    // CloudEvent units survive re-rendering: change the trigger, restart the renderer and the
+    // applier; both users' objects stay.
+    let relabelled = CONFIG.replace(
+        "syncMode: ContinuousWithDriftDetection",
+        "syncMode: Continuous",
+    );
+    stack.apply_yaml(MANAGEMENT, &relabelled).await?;
+    let mut stack = stack;
+    stack.kill_service("sluice-renderer");
+    stack.kill_service("sluice-applier");
+    stack.start_service("sluice-renderer")?;
+    stack.start_service("sluice-applier")?;
+    client.publish(SUBJECT, LOGOUT.into()).await?;
+    client.flush().await?;
+    wait_for("mgianluc's profile removed", DEADLINE, || async {
+        let owned = owned_by(&stack, TRIGGER, CLUSTER).await.ok()?;
+        (owned.len() == 2).then_some(owned)
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    // alice's profile is untouched (rendered before the trigger changed).
+    let alice_now = wait_user_profile(&stack, "alice").await?;
+    assert_eq!(alice_now["metadata"]["name"], alice["metadata"]["name"]);
+
+    // Deleting the trigger removes what every CloudEvent created, then the trigger.
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventTrigger",
+            "",
+            TRIGGER,
+        )
+        .await?;
+    wait_cleaned(&stack, TRIGGER, CLUSTER, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_004_over_jetstream_survives_a_watcher_killed_before_the_logout() -> anyhow::Result<()>
+{
+    let managed =
+        NatsServer::start_with_args(&["--user", "admin", "--pass", "my-password"]).await?;
+    let client = managed_client(&managed).await?;
+    let js = async_nats::jetstream::new(client.clone());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "USERS".into(),
+        subjects: vec![SUBJECT.into()],
+        ..Default::default()
+    })
+    .await?;
+    let url = managed.url();
+    let secret = nats_secret(|c| {
+        let auth = c["nats"]["configuration"]["authorization"].clone();
+        *c = json!({"jetstream": {"configuration": {
+            "url": url, "streams": [{"name": "USERS", "subjects": [SUBJECT]}],
+            "authorization": auth}}});
+    })?;
+    let mut stack = seeded_stack(&secret).await?;
+    // JetStream keeps the event until the watcher's durable consumer has it: no probe needed.
+    js.publish(SUBJECT, LOGIN.into()).await?.await?;
+    let profile = wait_user_profile(&stack, "mgianluc").await?;
+    assert_namespace_profile(&stack, &profile, "mgianluc").await?;
+
+    stack.kill_service("sluice-watcher");
+    js.publish(SUBJECT, LOGOUT.into()).await?.await?;
+    stack.start_service("sluice-watcher")?;
+    wait_cleaned(&stack, TRIGGER, CLUSTER, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    // Exactly the two events reached the pipeline: nothing lost, nothing twice.
+    assert_eq!(forwarded(&stack).await?, 2);
+    Ok(())
+}
