@@ -2,6 +2,7 @@
 //! five services as separate processes), the pipeline tap, and the demo. The whole-stack tests
 //! drive the same [`stack::Stack`] the demo runs.
 
+pub mod cloudevents;
 pub mod demo;
 pub mod fleet;
 pub mod stack;

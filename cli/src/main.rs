@@ -34,6 +34,10 @@ enum Command {
         /// `<clusters>x<Services per cluster>`, e.g. `100x100`.
         #[arg(long, value_parser = parse_fleet)]
         fleet: Option<(usize, usize)>,
+        /// Instead of the demo, measure seed 004's CloudEvent path: this many logins one at a
+        /// time (publish -> ClusterProfile latency), then as many back to back (throughput).
+        #[arg(long)]
+        cloudevents: Option<usize>,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -78,8 +82,24 @@ async fn main() -> anyhow::Result<()> {
             dir,
             bench,
             fleet,
+            cloudevents,
         } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
+            if let Some(events) = cloudevents.filter(|n| *n > 0) {
+                let report =
+                    sluice_cli::cloudevents::measure(events, &mut std::io::stdout()).await?;
+                let (p50, p99, max) = sluice_cli::demo::percentiles(&report.latencies);
+                println!(
+                    "CloudEvent publish -> ClusterProfile, {events} single events: p50 {p50:?}, p99 {p99:?}, max {max:?}"
+                );
+                println!(
+                    "{} CloudEvents back to back: all ClusterProfiles in {:?} ({:.0} events/s)",
+                    report.burst,
+                    report.burst_elapsed,
+                    report.burst as f64 / report.burst_elapsed.as_secs_f64()
+                );
+                return Ok(());
+            }
             if let Some((clusters, resources)) = fleet {
                 let report =
                     sluice_cli::fleet::measure(clusters, resources, &mut std::io::stdout()).await?;

@@ -7,114 +7,25 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use serde_json::{json, Value};
+use sluice_cli::cloudevents::{
+    event_for, forwarded, managed_client, managed_nats, nats_secret, seeded_stack, user_profiles,
+    wait_listening, CLUSTER, CONFIG, LOGIN, LOGOUT, SUBJECT, TRIGGER,
+};
 use sluice_cli::demo::{owned_by, wait_cleaned};
 use sluice_cli::stack::{Stack, MANAGEMENT};
-use sluice_domain::naming;
-use sluice_testkit::{wait_for, NatsServer};
+use sluice_testkit::wait_for;
 
-const CONFIG: &str = include_str!("../../../examples/seed-004-cloudevents/eventtrigger.yaml");
-const NATS_SECRET: &str =
-    include_str!("../../../examples/seed-004-cloudevents/sveltos-nats-secret.yaml");
-const LOGIN: &str = include_str!("../../../examples/seed-004-cloudevents/login.json");
-const LOGOUT: &str = include_str!("../../../examples/seed-004-cloudevents/logout.json");
-const TRIGGER: &str = "manage-namespace";
-const CLUSTER: &str = "production";
-const SUBJECT: &str = "user-operation";
 const DEADLINE: Duration = Duration::from_secs(30);
-/// Where the seed's Secret points; the tests point it at their own server.
-const SEED_URL: &str = "nats://nats.nats.svc.cluster.local:4222";
 
 fn fail(stack: &Stack, error: anyhow::Error) -> anyhow::Error {
     anyhow::anyhow!("{error}\n{}", stack.logs())
 }
 
-/// The seed's `sveltos-nats` Secret with its configuration edited by `edit`.
-fn nats_secret(edit: impl Fn(&mut Value)) -> anyhow::Result<Value> {
-    let mut secret: Value = serde_yaml::from_str(NATS_SECRET)?;
-    let encoded = secret["data"]["sveltos-nats"].as_str().unwrap_or_default();
-    let mut configuration: Value =
-        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded)?)?;
-    anyhow::ensure!(
-        configuration["nats"]["configuration"]["url"] == SEED_URL,
-        "the seed's Secret changed: {configuration}"
-    );
-    edit(&mut configuration);
-    secret["data"]["sveltos-nats"] =
-        json!(base64::engine::general_purpose::STANDARD.encode(configuration.to_string()));
-    Ok(secret)
-}
-
-async fn seeded_stack(secret: &Value) -> anyhow::Result<Stack> {
-    let stack = Stack::start(&[CLUSTER], None).await?;
-    stack
-        .register_cluster(CLUSTER, &[("env", "production")])
-        .await?;
-    stack.apply_yaml(MANAGEMENT, CONFIG).await?;
-    stack
-        .apply(
-            CLUSTER,
-            &json!({"apiVersion": "v1", "kind": "Namespace",
-                                "metadata": {"name": "projectsveltos"}}),
-        )
-        .await?;
-    stack.apply(CLUSTER, secret).await?;
-    Ok(stack)
-}
-
-async fn managed_client(server: &NatsServer) -> anyhow::Result<async_nats::Client> {
-    Ok(
-        async_nats::ConnectOptions::with_user_and_password("admin".into(), "my-password".into())
-            .connect(server.url())
-            .await?,
-    )
-}
-
-/// How many CloudEvents the watcher has put on the sluice bus.
-async fn forwarded(stack: &Stack) -> anyhow::Result<u64> {
-    let bus = async_nats::connect(stack.nats.url()).await?;
-    let js = async_nats::jetstream::new(bus);
-    let mut stream = js.get_stream("SLUICE_CLOUDEVENTS").await?;
-    Ok(stream.info().await?.state.messages)
-}
-
-/// Core NATS is at most once: probe with an event no EventSource selects until the watcher
-/// forwards one, so the seed's events are not published before it listens.
-async fn wait_listening(stack: &Stack, client: &async_nats::Client) -> anyhow::Result<()> {
-    let probe = json!({"specversion": "1.0", "id": "probe", "source": "probe", "type": "probe"});
-    wait_for(
-        "watcher listening on the managed NATS",
-        DEADLINE,
-        || async {
-            client
-                .publish(SUBJECT, probe.to_string().into())
-                .await
-                .ok()?;
-            client.flush().await.ok()?;
-            (forwarded(stack).await.ok()? > 0).then_some(())
-        },
-    )
-    .await
-    .map_err(|e| fail(stack, e))
-}
-
-/// The profile a CloudEvent with this subject created, once it and its ConfigMap exist.
+/// The profile a CloudEvent with this subject created, once it exists.
 async fn wait_user_profile(stack: &Stack, user: &str) -> anyhow::Result<Value> {
     wait_for(&format!("ClusterProfile for {user}"), DEADLINE, || async {
-        let found = stack
-            .list(
-                MANAGEMENT,
-                "config.projectsveltos.io/v1beta1",
-                "ClusterProfile",
-                &[
-                    (naming::LABEL_EVENT_TRIGGER, TRIGGER),
-                    (naming::LABEL_CE_SOURCE, "auth.example.com"),
-                    (naming::LABEL_CE_SUBJECT, user),
-                ],
-            )
-            .await
-            .ok()?;
+        let found = user_profiles(stack, Some(user)).await.ok()?;
         (found.len() == 1).then(|| found[0].clone())
     })
     .await
@@ -151,21 +62,18 @@ async fn assert_namespace_profile(
     Ok(())
 }
 
-fn event_for(text: &str, user: &str) -> String {
-    text.replace("mgianluc", user)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_004_login_creates_the_namespace_and_logout_removes_it() -> anyhow::Result<()> {
-    let managed =
-        NatsServer::start_with_args(&["--user", "admin", "--pass", "my-password"]).await?;
+    let managed = managed_nats().await?;
     let url = managed.url();
     let secret = nats_secret(|c| {
         c["nats"]["configuration"]["url"] = json!(url);
     })?;
     let stack = seeded_stack(&secret).await?;
     let client = managed_client(&managed).await?;
-    wait_listening(&stack, &client).await?;
+    wait_listening(&stack, &client)
+        .await
+        .map_err(|e| fail(&stack, e))?;
 
     client.publish(SUBJECT, LOGIN.into()).await?;
     client
@@ -221,8 +129,7 @@ async fn seed_004_login_creates_the_namespace_and_logout_removes_it() -> anyhow:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_004_over_jetstream_survives_a_watcher_killed_before_the_logout() -> anyhow::Result<()>
 {
-    let managed =
-        NatsServer::start_with_args(&["--user", "admin", "--pass", "my-password"]).await?;
+    let managed = managed_nats().await?;
     let client = managed_client(&managed).await?;
     let js = async_nats::jetstream::new(client.clone());
     js.create_stream(async_nats::jetstream::stream::Config {
