@@ -20,6 +20,8 @@ use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
 const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
+/// Writes of one desired state in flight at once (per phase).
+const WRITE_CONCURRENCY: usize = 16;
 
 /// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
 const OWNED: [(&str, &str); 3] = [
@@ -144,6 +146,10 @@ impl Applier {
         };
         let mut known = match cached {
             Some(known) => known,
+            // A CloudEvent's Create needs no LIST: its objects have deterministic names and
+            // are server-side applied; anything an earlier rendering of the same unit left under
+            // another name is found by labels at its Delete or with the trigger.
+            None if !state.removed && unit != Unit::Main => BTreeMap::new(),
             None => {
                 let include_cloud_events = state.removed || unit != Unit::Main;
                 self.list_owned(&owner, include_cloud_events).await?
@@ -161,23 +167,66 @@ impl Applier {
             })
             .collect();
         let steps = plan::plan(&desired, &existing);
-        for object in &steps.apply {
-            let id = object_id(object);
-            let hash = content_hash(object);
-            if known.get(&id) == Some(&hash) {
-                continue;
+        // Referenced objects before the profiles that point at them, profiles deleted before
+        // what they referenced: each phase runs its writes concurrently.
+        let (references, profiles): (Vec<&Value>, Vec<&Value>) = steps
+            .apply
+            .iter()
+            .filter(|o| known.get(&object_id(o)) != Some(&content_hash(o)))
+            .partition(|o| o.get("kind").and_then(Value::as_str) != Some("ClusterProfile"));
+        for phase in [references, profiles] {
+            let mut writes = Vec::with_capacity(phase.len());
+            for object in phase {
+                let r = sluice_wire::object_ref(object);
+                let kind = self.kind(&r.api_version, &r.kind).await?;
+                writes.push((object, r, kind));
             }
-            let r = sluice_wire::object_ref(object);
-            let kind = self.kind(&r.api_version, &r.kind).await?;
-            apply::apply(&self.client, &kind, object, FIELD_MANAGER).await?;
-            known.insert(id, hash);
-            result.applied.push(r);
+            let client = &self.client;
+            let outcomes: Vec<_> = futures::stream::iter(writes)
+                .map(|(object, r, kind)| async move {
+                    apply::apply(client, &kind, object, FIELD_MANAGER)
+                        .await
+                        .map(|_| (object, r))
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await;
+            let mut failure = None;
+            for outcome in outcomes {
+                match outcome {
+                    Ok((object, r)) => {
+                        known.insert(object_id(object), content_hash(object));
+                        result.applied.push(r);
+                    }
+                    Err(error) => failure = Some(error),
+                }
+            }
+            if let Some(error) = failure {
+                return Err(error);
+            }
         }
-        for r in &steps.delete {
-            let kind = self.kind(&r.api_version, &r.kind).await?;
-            apply::delete(&self.client, &kind, &r.namespace, &r.name).await?;
-            known.remove(&(r.kind.clone(), r.namespace.clone(), r.name.clone()));
-            result.deleted.push(r.clone());
+        let (profiles, references): (Vec<&pb::ObjectRef>, Vec<&pb::ObjectRef>) =
+            steps.delete.iter().partition(|r| r.kind == "ClusterProfile");
+        for phase in [profiles, references] {
+            let mut deletes = Vec::with_capacity(phase.len());
+            for r in phase {
+                deletes.push((r, self.kind(&r.api_version, &r.kind).await?));
+            }
+            let client = &self.client;
+            let outcomes: Vec<_> = futures::stream::iter(deletes)
+                .map(|(r, kind)| async move {
+                    apply::delete(client, &kind, &r.namespace, &r.name)
+                        .await
+                        .map(|()| r)
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await;
+            for outcome in outcomes {
+                let r = outcome?;
+                known.remove(&(r.kind.clone(), r.namespace.clone(), r.name.clone()));
+                result.deleted.push(r.clone());
+            }
         }
         if state.removed && unit == Unit::Main {
             // Everything CloudEvents created for this trigger and cluster is gone with it.
