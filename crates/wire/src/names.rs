@@ -3,20 +3,18 @@
 //! `.ClusterNamespace`, `.ClusterName`). Every service that needs to know which EventSource a
 //! trigger deploys to a cluster asks here, so they all agree.
 
-use std::sync::OnceLock;
-
 use serde_json::json;
 use sluice_domain::cluster::Cluster;
 use sluice_domain::eventtrigger::EventTrigger;
 use sluice_template::{Engine, MissingKey, Options, TemplateCache};
 
-fn cache() -> &'static TemplateCache {
-    static CACHE: OnceLock<TemplateCache> = OnceLock::new();
-    CACHE.get_or_init(|| TemplateCache::new(1024))
-}
-
 /// The EventSource name the trigger deploys to `cluster`; the error says which trigger and why.
-pub fn event_source_name(trigger: &EventTrigger, cluster: &Cluster) -> Result<String, String> {
+/// `templates` keeps the parsed templates (the caller's cache).
+pub fn event_source_name(
+    trigger: &EventTrigger,
+    cluster: &Cluster,
+    templates: &TemplateCache,
+) -> Result<String, String> {
     let text = &trigger.event_source_name;
     if !text.contains("{{") {
         return Ok(text.clone());
@@ -32,7 +30,7 @@ pub fn event_source_name(trigger: &EventTrigger, cluster: &Cluster) -> Result<St
     let fail = |e: sluice_template::Error| {
         format!("eventtrigger {}: spec.eventSourceName: {e}", trigger.name)
     };
-    let template = cache().get_or_parse(text, &options).map_err(fail)?;
+    let template = templates.get_or_parse(text, &options).map_err(fail)?;
     let data = json!({
         "Cluster": cluster.object,
         "ClusterNamespace": cluster.id.namespace,
@@ -72,6 +70,9 @@ mod tests {
     #[test]
     fn templated_names_use_cluster_data_only() {
         let c = cluster();
+        let cache = TemplateCache::new(8);
+        let event_source_name =
+            |t: &EventTrigger, c: &Cluster| super::event_source_name(t, c, &cache);
         assert_eq!(
             event_source_name(&trigger("plain"), &c),
             Ok("plain".to_string())

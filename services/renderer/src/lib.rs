@@ -90,7 +90,8 @@ impl Stage {
                 let Some(cluster) = self.config.clusters.get(&cluster_id) else {
                     continue;
                 };
-                let event_source = sluice_wire::names::event_source_name(trigger, cluster);
+                let event_source =
+                    sluice_wire::names::event_source_name(trigger, cluster, &self.templates);
                 if let Some((c, es)) = scope {
                     if *c != cluster_id || event_source.as_ref() != Ok(es) {
                         continue;
@@ -202,7 +203,7 @@ impl Stage {
             .values()
             .filter_map(|t| t.as_ref().ok())
         {
-            if sluice_wire::names::event_source_name(trigger, cluster).as_ref()
+            if sluice_wire::names::event_source_name(trigger, cluster, &self.templates).as_ref()
                 != Ok(&matched.event_source)
                 || !self.config.source_clusters(trigger).contains(&cluster_id)
             {
