@@ -91,17 +91,23 @@ fn profile_of(owned: &[Value]) -> &Value {
         .expect("a ClusterProfile")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_000_one_ingress_for_all_https_services_in_eng() -> anyhow::Result<()> {
+/// Seed 000's `eng` examples: cluster-a (env=fv) with namespace `eng`, and the seed's YAML.
+async fn eng_stack(event_source: &str, addon: &str) -> anyhow::Result<Stack> {
     let stack = Stack::start(&["cluster-a"], None).await?;
     stack
         .register_cluster("cluster-a", &[("env", "fv")])
         .await?;
-    stack.apply_yaml(MANAGEMENT, INGRESS_SOURCE).await?;
-    stack.apply_yaml(MANAGEMENT, INGRESS_ADDON).await?;
+    stack.apply_yaml(MANAGEMENT, event_source).await?;
+    stack.apply_yaml(MANAGEMENT, addon).await?;
     stack
         .apply("cluster-a", &namespace("eng", json!({})))
         .await?;
+    Ok(stack)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_000_one_ingress_for_all_https_services_in_eng() -> anyhow::Result<()> {
+    let stack = eng_stack(INGRESS_SOURCE, INGRESS_ADDON).await?;
     // The seed's two Services, plus two that must not count: http only, and https elsewhere.
     for svc in [
         service("eng", "my-service", &[80, 443], json!({"app": "a"})),
@@ -179,15 +185,7 @@ async fn seed_000_one_ingress_for_all_https_services_in_eng() -> anyhow::Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_000_one_http_route_per_service() -> anyhow::Result<()> {
-    let stack = Stack::start(&["cluster-a"], None).await?;
-    stack
-        .register_cluster("cluster-a", &[("env", "fv")])
-        .await?;
-    stack.apply_yaml(MANAGEMENT, ROUTE_SOURCE).await?;
-    stack.apply_yaml(MANAGEMENT, ROUTE_ADDON).await?;
-    stack
-        .apply("cluster-a", &namespace("eng", json!({})))
-        .await?;
+    let stack = eng_stack(ROUTE_SOURCE, ROUTE_ADDON).await?;
     let trigger = "service-network-policy";
     stack
         .apply(
