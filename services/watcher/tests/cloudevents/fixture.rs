@@ -190,11 +190,7 @@ impl Fixture {
             ("RUST_LOG", "info,sluice_watcher=debug".to_string()),
         ];
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        self.watcher = Some(ServiceProcess::spawn(
-            env!("CARGO_BIN_EXE_sluice-watcher"),
-            &[],
-            &env,
-        )?);
+        self.watcher = Some(ServiceProcess::spawn(&watcher_binary(), &[], &env)?);
         Ok(())
     }
 
@@ -315,6 +311,18 @@ impl Fixture {
         .await;
         result.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", self.log()))
     }
+}
+
+/// The watcher binary: the one Cargo built for these tests, or (for the benchmark example,
+/// which Cargo gives no such path) the one in this build profile's directory.
+fn watcher_binary() -> String {
+    option_env!("CARGO_BIN_EXE_sluice-watcher")
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            sluice_testkit::bin_path("sluice-watcher")
+                .display()
+                .to_string()
+        })
 }
 
 impl Drop for Fixture {
