@@ -359,3 +359,41 @@ async fn jetstream_older_subjects_form_with_token_auth() -> anyhow::Result<()> {
     assert_eq!(received.subject, "user-operation");
     Ok(())
 }
+
+/// The dedupe the kill test relies on, pinned on a real bus: the same stored message forwarded
+/// twice is stored once; login and logout with the same `source` + `id` are two events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_jetstream_message_is_stored_once() -> anyhow::Result<()> {
+    use sluice_watcher::cloudevents::forward::{outgoing, Delivery};
+    let nats = NatsServer::start().await?;
+    let bus = sluice_bus::Bus::connect(&nats.url()).await?;
+    let cluster = sluice_domain::cluster::ClusterId {
+        cluster_type: sluice_domain::cluster::ClusterType::Sveltos,
+        namespace: "default".into(),
+        name: CLUSTER.into(),
+    };
+    let logout = SEED_LOGIN.replace("auth.example.com.login", "auth.example.com.logout");
+    let deliveries = [
+        (SEED_LOGIN.to_string(), 1),
+        (SEED_LOGIN.to_string(), 1), // redelivered
+        (logout.clone(), 2),
+        (logout, 2), // redelivered
+    ];
+    let mut duplicates = 0;
+    for (event, sequence) in deliveries {
+        let delivery = Delivery::Stream {
+            stream: "USERS",
+            sequence,
+        };
+        let out = outgoing(&cluster, "user-operation", &[], event.as_bytes(), delivery)?;
+        let ack = bus.publish(out).await?.await?;
+        duplicates += usize::from(ack.duplicate);
+    }
+    assert_eq!(duplicates, 2);
+    let mut stream = bus
+        .jetstream()
+        .get_stream(topology::CLOUDEVENTS.name)
+        .await?;
+    assert_eq!(stream.info().await?.state.messages, 2);
+    Ok(())
+}
