@@ -94,10 +94,11 @@ impl Bus {
         if let Some(trace) = &out.traceparent {
             headers.insert(topology::TRACEPARENT, trace.as_str());
         }
+        // `headers` replaces the whole map, so it goes first: the message id is one more header.
         let publish = jetstream::message::PublishMessage::build()
             .payload(out.payload)
-            .message_id(&out.msg_id)
-            .headers(headers);
+            .headers(headers)
+            .message_id(&out.msg_id);
         self.js
             .send_publish(out.subject.clone(), publish)
             .await

@@ -1,22 +1,24 @@
 //! The Lua engine of one EventSource: a Luau state (through mlua) holding its scripts compiled
-//! once, run with an instruction budget and a memory limit per evaluation, each evaluation in a
-//! fresh global table. Knows the sveltos-agent calling conventions (`obj` + `evaluate()`,
+//! once, run with an instruction budget and a memory limit per evaluation, each evaluation
+//! starting from an empty global table of its script. Knows the sveltos-agent calling conventions (`obj` + `evaluate()`,
 //! `resources` + `evaluate()`), not the EventSource match order (see `lib.rs`).
 //!
 //! Why Luau rather than PUC Lua 5.1: it formats numbers the way gopher-lua does (shortest round
 //! trip) where 5.1 uses `%.14g` even for `..`, it has no `io`, no file loading and no loadable
 //! bytecode at all, and its interrupt stops every loop shape. See `README.md`.
 
+mod budget;
 mod convert;
+mod host;
 mod lazy;
 mod raw;
 mod sandbox;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::cell::Cell;
+use std::ffi::c_int;
 
 use mlua::chunk::ChunkMode;
-use mlua::{Function, Lua, Table, Value as LuaValue, VmState};
+use mlua::{ffi, Lua, Value as LuaValue};
 use serde_json::Value;
 
 /// Per-evaluation resource limits of a Lua script.
@@ -26,7 +28,8 @@ pub struct Limits {
     pub instructions: u64,
     /// Interrupts one `aggregatedSelection` run may take (it sees every selected object).
     pub aggregated_instructions: u64,
-    /// Bytes one evaluation may allocate on top of what the state held before it.
+    /// Bytes one evaluation may allocate on top of what the state held before it (give or
+    /// take a 64th: the limit is moved only when it is off by more).
     pub memory_bytes: usize,
 }
 
@@ -40,6 +43,9 @@ impl Default for Limits {
     }
 }
 
+/// Luau's GC goal: the heap may grow to this percentage of the live data before a cycle ends.
+const GC_GOAL_PERCENT: c_int = 400;
+
 /// A Lua script that failed to compile.
 #[derive(Debug)]
 pub(crate) struct CompileError {
@@ -51,55 +57,92 @@ pub(crate) struct CompileError {
 /// keeps it behind a mutex.
 pub(crate) struct LuaRuntime {
     lua: Lua,
-    driver: Function,
-    lazy_box: Table,
-    lazy_meta: Table,
-    spent: Arc<AtomicU64>,
-    budget: Arc<AtomicU64>,
+    /// The host thread (see `host.rs`): a thread of `lua`'s state, anchored in its registry.
+    host: *mut ffi::lua_State,
+    /// Stack slots in use on the host thread (the fixed ones and two per script).
+    slots: Cell<c_int>,
     limits: Limits,
+    /// The memory limit currently set on the state (bytes, 0 for none).
+    memory_limit: Cell<usize>,
 }
 
-/// A compiled script and where it came from (`spec.resourceSelectors[0].evaluate`).
+// SAFETY: `host` points into the state that `lua` owns, which mlua lets move between threads
+// (the `send` feature); the runtime is only ever used by one thread at a time (its owner keeps it
+// behind a mutex), and the pointer is never used after `lua` is dropped.
+unsafe impl Send for LuaRuntime {}
+
+/// A compiled script: its chunk and its own global table live on the host thread's stack.
+///
+/// Isolation: sveltos-agent gives every object a new state, so nothing a script writes to its
+/// globals (`hs = {}` in the seed scripts) survives to the next object. Here the script's
+/// global table (reads fall through to the frozen globals) is emptied and the chunk is run
+/// again for every evaluation, which gives the same guarantee without allocating anything.
 pub(crate) struct Script {
-    chunk: Function,
+    /// Host stack slot of the chunk; the global table is in the next one.
+    slot: c_int,
 }
 
 impl LuaRuntime {
     pub(crate) fn new(limits: Limits) -> mlua::Result<LuaRuntime> {
         let lua = Lua::new();
+        // The live heap of a state is small (the libraries, the scripts), so with Luau's
+        // default goal (200%) every few hundred evaluations start a new mark of it. A higher
+        // goal lets garbage accumulate a little longer: less GC work per evaluation.
+        lua.gc_set_mode(mlua::state::GcMode::Incremental(
+            mlua::state::GcIncParams::default().goal(GC_GOAL_PERCENT),
+        ));
         let sandbox::Sandbox {
-            driver,
-            lazy_box,
+            ptrs,
             lazy_meta,
+            env_meta,
         } = sandbox::install(&lua)?;
-        let spent = Arc::new(AtomicU64::new(0));
-        let budget = Arc::new(AtomicU64::new(u64::MAX));
-        let (s, b) = (spent.clone(), budget.clone());
-        lua.set_interrupt(move |_| {
-            // Past the budget every later safepoint fails too, so `pcall` cannot swallow it.
-            if s.fetch_add(1, Ordering::Relaxed) >= b.load(Ordering::Relaxed) {
-                return Err(mlua::Error::runtime("instruction budget exceeded"));
-            }
-            Ok(VmState::Continue)
-        });
+        let mut host = std::ptr::null_mut();
+        // SAFETY: inside mlua's protected call: creates the host thread, anchors it in the
+        // registry and moves the runner, PTRS, the env metatable and the two names onto it.
+        // Nothing is left on mlua's stack.
+        unsafe {
+            lua.exec_raw::<()>((&ptrs, &lazy_meta, &env_meta), |state| {
+                budget::install(state);
+                let thread = ffi::lua_newthread(state);
+                ffi::lua_ref(state, -1);
+                ffi::lua_pop(state, 1);
+                ffi::lua_checkstack(thread, host::FIXED_SLOTS + host::RESERVED);
+                // Stack: ptrs, lazy_meta, env_meta.
+                ffi::lua_pushvalue(state, 1);
+                ffi::lua_pushvalue(state, 2);
+                ffi::lua_pushvalue(state, 3);
+                host::push_runner(state);
+                ffi::lua_pushvalue(state, 1);
+                ffi::lua_pushvalue(state, 3);
+                ffi::lua_pushlstring_(state, c"obj".as_ptr(), 3);
+                ffi::lua_pushlstring_(state, c"resources".as_ptr(), 9);
+                ffi::lua_xmove(state, thread, host::FIXED_SLOTS);
+                ffi::lua_settop(state, 0);
+                host = thread;
+            })?
+        };
         Ok(LuaRuntime {
             lua,
-            driver,
-            lazy_box,
-            lazy_meta,
-            spent,
-            budget,
+            host,
+            slots: Cell::new(host::FIXED_SLOTS),
             limits,
+            memory_limit: Cell::new(0),
         })
     }
 
     /// Compiles `source` (text only: binary chunks are refused) under the chunk name `field`.
     pub(crate) fn compile(&self, source: &str, field: &str) -> Result<Script, CompileError> {
+        let state_error = |e: mlua::Error| CompileError {
+            line: None,
+            message: root_message(&e),
+        };
+        let env = self.lua.create_table().map_err(state_error)?;
         let chunk = self
             .lua
             .load(source)
             .set_name(format!("={field}"))
             .set_mode(ChunkMode::Text)
+            .set_environment(env.clone())
             .into_function()
             .map_err(|e| {
                 let message = root_message(&e);
@@ -110,7 +153,20 @@ impl LuaRuntime {
                     .and_then(|n| n.parse().ok());
                 CompileError { line, message }
             })?;
-        Ok(Script { chunk })
+        let slot = self.slots.get() + 1;
+        let host = self.host;
+        // SAFETY: inside mlua's protected call (no memory limit is set before the first
+        // evaluation, and scripts are compiled before it): grows the host stack so that the
+        // reserved slots stay free above the new script, and moves the chunk and its table there.
+        unsafe {
+            self.lua.exec_raw::<()>((&chunk, &env), |state| {
+                ffi::lua_checkstack(host, 2 + host::RESERVED);
+                ffi::lua_xmove(state, host, 2);
+            })
+        }
+        .map_err(state_error)?;
+        self.slots.set(slot + 1);
+        Ok(Script { slot })
     }
 
     /// Runs a per-object `evaluate()` and reads `{matching, message}` from its result.
@@ -119,17 +175,15 @@ impl LuaRuntime {
         script: &Script,
         object: &Value,
     ) -> Result<(bool, String), String> {
-        let mut fast = None;
-        let result = self.run(
-            script,
-            "obj",
-            self.limits.instructions,
-            raw::Input::Object(object),
-            Some(&mut fast),
-        )?;
-        match fast {
+        let mut run = host::Run {
+            input: raw::Input::Object(object),
+            want_verdict: true,
+            verdict: None,
+        };
+        let result = self.run(script, host::OBJ_NAME, self.limits.instructions, &mut run)?;
+        match run.verdict {
             Some(verdict) => Ok(verdict),
-            None => decode_verdict(&result),
+            None => decode_verdict(&self.take_result(result)?),
         }
     }
 
@@ -139,103 +193,140 @@ impl LuaRuntime {
         script: &Script,
         objects: &[Value],
     ) -> Result<(Vec<Value>, String), String> {
+        let mut run = host::Run {
+            input: raw::Input::List(objects),
+            want_verdict: false,
+            verdict: None,
+        };
         let result = self.run(
             script,
-            "resources",
+            host::RESOURCES_NAME,
             self.limits.aggregated_instructions,
-            raw::Input::List(objects),
-            None,
+            &mut run,
         )?;
-        decode_aggregated(&result)
+        decode_aggregated(&self.take_result(result)?)
     }
 
+    /// One evaluation on the host thread. On success the result stays on top of the host stack
+    /// and the returned guard pops it.
     fn run(
         &self,
         script: &Script,
-        global: &str,
+        name: c_int,
         budget: u64,
-        input: raw::Input<'_>,
-        fast_verdict: Option<&mut Option<(bool, String)>>,
-    ) -> Result<LuaValue, String> {
-        self.spent.store(0, Ordering::Relaxed);
-        self.budget.store(budget, Ordering::Relaxed);
-        let limit = self
+        run: &mut host::Run<'_>,
+    ) -> Result<HostTop, String> {
+        // The limit is "what the state holds now plus `memory_bytes`", give or take a 64th:
+        // moving it only when it is off by more saves two calls per evaluation.
+        let wanted = self
             .lua
             .used_memory()
             .saturating_add(self.limits.memory_bytes);
-        self.lua
-            .set_memory_limit(limit)
-            .map_err(|e| format!("cannot set the memory limit: {e}"))?;
-        // SAFETY: the closure runs inside mlua's protected call on this state, with the driver,
-        // the chunk and the global's name on the stack; `push_input` only pushes and `lua_call`
-        // consumes them, leaving the single result for mlua to pop. Lua errors raised in there
-        // unwind through frames that own nothing.
-        let outcome: mlua::Result<LuaValue> = unsafe {
-            self.lua.exec_raw(
-                (
-                    &self.driver,
-                    &script.chunk,
-                    global,
-                    &self.lazy_box,
-                    &self.lazy_meta,
-                ),
-                |state| {
-                    use mlua::ffi;
-                    // Stack: driver, chunk, global, box, meta.
-                    let meta = ffi::lua_gettop(state);
-                    let lazy_box = meta - 1;
-                    match &input {
-                        raw::Input::Object(object) => {
-                            ffi::lua_createtable(state, 0, 0);
-                            ffi::lua_pushvalue(state, -1);
-                            ffi::lua_rawseti_(state, lazy_box, 1);
-                            let ptrs = ffi::lua_gettop(state);
-                            lazy::push_object(state, object, ptrs, meta);
-                        }
-                        list @ raw::Input::List(_) => {
-                            ffi::lua_pushnil(state);
-                            raw::push_input(state, list);
-                        }
-                    }
-                    // Stack: driver, chunk, global, box, meta, PTRS, input.
-                    ffi::lua_replace(state, lazy_box);
-                    ffi::lua_pop(state, 2);
-                    ffi::lua_call(state, 3, 1);
-                    if let Some(out) = fast_verdict {
-                        if let Some(verdict) = raw::read_simple_verdict(state, -1) {
-                            *out = Some(verdict);
-                            ffi::lua_pop(state, 1);
-                            ffi::lua_pushnil(state);
-                        }
-                    }
-                },
-            )
-        };
-        // The object may go away once this returns: no proxy may reach it any more.
-        let _ = self.lua.set_memory_limit(0);
-        let cleared = self.lazy_box.raw_set(1, LuaValue::Nil);
-        self.budget.store(u64::MAX, Ordering::Relaxed);
-        if let Err(e) = cleared {
-            return Err(format!("cannot reset the lazy object table: {e}"));
+        if wanted.abs_diff(self.memory_limit.get()) > self.limits.memory_bytes / 64 {
+            self.lua
+                .set_memory_limit(wanted)
+                .map_err(|e| format!("cannot set the memory limit: {e}"))?;
+            self.memory_limit.set(wanted);
         }
-        match outcome {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if self.spent.load(Ordering::Relaxed) > budget {
-                    return Err(format!("instruction budget of {budget} exceeded"));
-                }
-                if is_memory_error(&e) {
-                    // Garbage left by the failed run would count against the next limit.
-                    let _ = self.lua.gc_collect();
-                    let _ = self.lua.gc_collect();
-                    return Err(format!(
-                        "memory limit of {} bytes exceeded",
-                        self.limits.memory_bytes
-                    ));
-                }
-                Err(root_message(&e))
+        let host = self.host;
+        budget::start(budget);
+        // SAFETY: this runtime is used by one thread at a time and nothing else runs on the
+        // host thread; five of the reserved slots are free (the stack is back at `slots` after
+        // every evaluation); `script.slot` came from `compile` on this runtime. The runner
+        // empties PTRS before it returns, and `reset` below does after an error, so no pointer
+        // into `run.input` outlives this call.
+        let status = unsafe { host::call(host, script.slot, name, run) };
+        let exhausted = budget::finish();
+        if status == ffi::LUA_OK {
+            return Ok(HostTop {
+                host,
+                base: self.slots.get(),
+            });
+        }
+        let top = HostTop {
+            host,
+            base: self.slots.get(),
+        };
+        // SAFETY: the script's table and PTRS are at known slots; `reset` allocates nothing.
+        unsafe {
+            host::reset(host, script.slot + 1, host::ENV_META, host::PTRS);
+        }
+        if exhausted {
+            return Err(format!("instruction budget of {budget} exceeded"));
+        }
+        let (message, memory) = self.error_message(&top);
+        if status == ffi::LUA_ERRMEM || memory || message.contains("not enough memory") {
+            drop(top);
+            // Garbage left by the failed run would count against the next limit.
+            let _ = self.lua.gc_collect();
+            let _ = self.lua.gc_collect();
+            return Err(format!(
+                "memory limit of {} bytes exceeded",
+                self.limits.memory_bytes
+            ));
+        }
+        Err(message)
+    }
+
+    /// The message of the error value on top of the host stack, and whether it is mlua's
+    /// memory error.
+    fn error_message(&self, _top: &HostTop) -> (String, bool) {
+        let host = self.host;
+        // SAFETY: the error value is on top of the host stack (kept there by `_top`).
+        unsafe {
+            if ffi::lua_type(host, -1) == ffi::LUA_TSTRING {
+                let mut len = 0usize;
+                let ptr = ffi::lua_tolstring(host, -1, &mut len);
+                let bytes = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+                let full = String::from_utf8_lossy(bytes);
+                let message = match full.split_once("\nstack traceback:") {
+                    Some((message, _)) => message.to_string(),
+                    None => full.into_owned(),
+                };
+                return (message, false);
             }
         }
+        // Errors raised by mlua callbacks (the Rust helpers) are mlua error values: let mlua
+        // read them.
+        match self.take_top() {
+            Ok(LuaValue::Error(e)) => (root_message(&e), is_memory_error(&e)),
+            Ok(other) => (
+                format!("(error object is a {} value)", other.type_name()),
+                false,
+            ),
+            Err(e) => (root_message(&e), is_memory_error(&e)),
+        }
+    }
+
+    /// Moves the value on top of the host stack to mlua.
+    fn take_top(&self) -> mlua::Result<LuaValue> {
+        let host = self.host;
+        // SAFETY: a protected call that moves one value from the host thread to mlua's stack,
+        // where mlua pops it as the result.
+        unsafe {
+            self.lua.exec_raw((), |state| {
+                ffi::lua_xmove(host, state, 1);
+            })
+        }
+    }
+
+    fn take_result(&self, top: HostTop) -> Result<LuaValue, String> {
+        let value = self.take_top().map_err(|e| root_message(&e));
+        drop(top);
+        value
+    }
+}
+
+/// Pops the host stack back to the scripts when dropped.
+struct HostTop {
+    host: *mut ffi::lua_State,
+    base: c_int,
+}
+
+impl Drop for HostTop {
+    fn drop(&mut self) {
+        // SAFETY: `base` is at or below the current top of the host stack; settop only pops.
+        unsafe { ffi::lua_settop(self.host, self.base) }
     }
 }
 

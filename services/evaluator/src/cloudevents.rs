@@ -158,3 +158,54 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_domain::cluster::{ClusterId, ClusterType};
+
+    fn input(sequence: u64) -> Delivered {
+        Delivered {
+            subject: "in".into(),
+            sequence,
+            payload: Default::default(),
+            traceparent: None,
+        }
+    }
+
+    fn matched(event_source: &str, sequence: u64) -> pb::CloudEventMatch {
+        let cluster = ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: "default".into(),
+            name: "production".into(),
+        };
+        pb::CloudEventMatch {
+            cluster: Some(sluice_wire::cluster_ref(&cluster)),
+            event_source: event_source.into(),
+            nats_subject: "user-operation".into(),
+            event_json: br#"{"id":"10001"}"#.to_vec(),
+            source_sequence: sequence,
+        }
+    }
+
+    #[test]
+    fn a_redelivered_input_publishes_the_same_ids() {
+        let id = |es: &str, seq: u64| {
+            outgoing(&matched(es, seq), &input(seq))
+                .expect("valid")
+                .msg_id
+        };
+        assert_eq!(id("user-operation", 7), id("user-operation", 7));
+        assert_ne!(
+            id("user-operation", 7),
+            id("user-operation", 8),
+            "same event content, new input"
+        );
+        assert_ne!(id("user-operation", 7), id("logins", 7));
+        let out = outgoing(&matched("user-operation", 7), &input(7)).expect("valid");
+        assert_eq!(
+            out.subject,
+            topology::cloudevent_match_subject("sveltos.default.production", "user-operation")
+        );
+    }
+}

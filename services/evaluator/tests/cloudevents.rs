@@ -49,7 +49,8 @@ async fn config(
         resource_version: "1".into(),
         object_json: serde_json::to_vec(&object)?,
     };
-    let id = format!("{kind}/{namespace}/{name}");
+    // A new id per content: a changed object is a new message, not a duplicate.
+    let id = format!("{kind}/{namespace}/{name}/{object}");
     publish(
         bus,
         topology::config_subject(kind, namespace, name),
@@ -311,6 +312,49 @@ async fn malformed_cloudevents_are_dead_lettered_and_do_not_block() -> anyhow::R
         reason.contains("required attribute source is missing"),
         "{reason}"
     );
+    token.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_regex_is_a_load_error_reported_for_the_event_source() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    seed_config(&bus).await?;
+    config(&bus, "EventSource", "", "user-operation", json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+        "metadata": {"name": "user-operation"},
+        "spec": {"messagingMatchCriteria": [{"subject": "user-operation"}, {"cloudEventType": "login("}]}}))
+        .await?;
+    let (token, task) = start_evaluator(&nats.url());
+    // The EventSource's match set carries the error, naming the EventSource, field and index.
+    let subject = topology::match_subject(
+        &sluice_wire::cluster_tokens(&cluster("prod")),
+        "user-operation",
+    );
+    let failure = wait_for("match set with the load error", DEADLINE, || async {
+        let sets = bus.replay_state(topology::MATCH, &subject).await.ok()?;
+        let set = pb::MatchSet::decode(sets.last()?.payload.clone()).ok()?;
+        (!set.failure_message.is_empty()).then_some(set.failure_message)
+    })
+    .await?;
+    assert_eq!(
+        failure,
+        "eventsource user-operation: spec.messagingMatchCriteria[1].cloudEventType: invalid regular expression \"login(\": unclosed group"
+    );
+    // It selects no CloudEvent; the other EventSource still does.
+    receive(
+        &bus,
+        "prod",
+        "user-operation",
+        &event("auth.example.com.login", "10001"),
+        "1",
+    )
+    .await?;
+    let all = until_seen(&bus, "10001").await?;
+    let names: Vec<_> = all.iter().map(|m| m.event_source.as_str()).collect();
+    assert_eq!(names, ["logins"]);
     token.cancel();
     task.await??;
     Ok(())

@@ -4,326 +4,16 @@
 //! the managed cluster's NATS; the watcher runs as its own process against the sluice bus.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
 
-use base64::Engine as _;
-use prost::Message as _;
 use serde_json::{json, Value};
-use sluice_bus::{topology, Bus};
-use sluice_kube::apply;
+use sluice_bus::topology;
 use sluice_proto::v1 as pb;
-use sluice_testkit::{free_port, wait_for, NatsServer, ServiceProcess};
-use sluice_testserver::{Config, TestServer};
+use sluice_testkit::{free_port, wait_for, NatsServer};
 
-const DEADLINE: Duration = Duration::from_secs(60);
-const MANAGEMENT: &str = "mgmt";
-const CLUSTER: &str = "production";
-const USER: &str = "admin";
-const PASSWORD: &str = "my-password";
+#[path = "cloudevents/fixture.rs"]
+mod fixture;
 
-/// Seed 004's management-cluster configuration, as written in the product document.
-const SEED_CONFIG: &str = r#"
-apiVersion: lib.projectsveltos.io/v1beta1
-kind: EventSource
-metadata:
-  name: user-operation
-spec:
-  messagingMatchCriteria:
-  - subject: "user-operation"
-    cloudEventSource: "auth.example.com"
----
-apiVersion: lib.projectsveltos.io/v1beta1
-kind: EventTrigger
-metadata:
-  name: manage-namespace
-spec:
-  sourceClusterSelector:
-    matchLabels:
-      env: production
-  eventSourceName: user-operation
-  oneForEvent: true
-  syncMode: ContinuousWithDriftDetection
-  cloudEventAction: '{{if eq .CloudEvent.type "auth.example.com.logout"}}Delete{{else}}Create{{end}}'
-  policyRefs:
-  - name: namespace
-    namespace: default
-    kind: ConfigMap
-"#;
-
-/// Seed 004's login event, byte for byte as the document publishes it.
-const SEED_LOGIN: &str = r#"{
-  "specversion": "1.0",
-  "type": "auth.example.com.login",
-  "source": "auth.example.com",
-  "id": "10001",
-  "subject": "mgianluc",
-  "datacontenttype": "application/json",
-  "data": {
-    "message": "User mgianluc login"
-  }
-}"#;
-
-/// Everything one test runs: the bus, the managed cluster's NATS, the API server, the watcher.
-struct Fixture {
-    bus_nats: NatsServer,
-    managed_nats: NatsServer,
-    server: TestServer,
-    bus: Bus,
-    watcher: Option<ServiceProcess>,
-    health_addr: String,
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    async fn start() -> anyhow::Result<Fixture> {
-        Fixture::start_with(&[CLUSTER]).await
-    }
-
-    /// The management cluster with seed 004's configuration and these managed clusters, all
-    /// labelled env: production.
-    async fn start_with(clusters: &[&str]) -> anyhow::Result<Fixture> {
-        let bus_nats = NatsServer::start().await?;
-        let managed_nats =
-            NatsServer::start_with_args(&["--user", USER, "--pass", PASSWORD]).await?;
-        let server = TestServer::start(Config {
-            clusters: std::iter::once(MANAGEMENT)
-                .chain(clusters.iter().copied())
-                .map(str::to_string)
-                .collect(),
-            sveltos_crds: true,
-            ..Default::default()
-        })
-        .await?;
-        let dir = tempfile::tempdir()?;
-        std::fs::write(
-            dir.path().join("mgmt.kubeconfig"),
-            server.kubeconfig_for(MANAGEMENT),
-        )?;
-        let bus = Bus::connect(&bus_nats.url()).await?;
-        let health_addr = format!("127.0.0.1:{}", free_port());
-        let fixture = Fixture {
-            bus_nats,
-            managed_nats,
-            server,
-            bus,
-            watcher: None,
-            health_addr,
-            dir,
-        };
-        for cluster in clusters {
-            fixture.register_cluster(cluster).await?;
-        }
-        let config = sluice_kube::manifest::parse_documents(SEED_CONFIG)?;
-        fixture.apply(MANAGEMENT, &config).await?;
-        Ok(fixture)
-    }
-
-    async fn client(&self, cluster: &str) -> anyhow::Result<kube::Client> {
-        Ok(
-            sluice_kube::client::from_kubeconfig_text(&self.server.kubeconfig_for(cluster), None)
-                .await?,
-        )
-    }
-
-    async fn apply(&self, cluster: &str, objects: &[Value]) -> anyhow::Result<()> {
-        let client = self.client(cluster).await?;
-        sluice_kube::manifest::apply_documents(&client, objects, "test").await?;
-        Ok(())
-    }
-
-    /// A ready SveltosCluster `production` (env: production) with its kubeconfig Secret.
-    async fn register_cluster(&self, name: &str) -> anyhow::Result<()> {
-        let kubeconfig =
-            base64::engine::general_purpose::STANDARD.encode(self.server.kubeconfig_for(name));
-        self.apply(MANAGEMENT, &[
-            json!({"apiVersion": "v1", "kind": "Secret",
-                   "metadata": {"name": format!("{name}-sveltos-kubeconfig"), "namespace": "default"},
-                   "data": {"kubeconfig": kubeconfig}}),
-            json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
-                   "metadata": {"name": name, "namespace": "default", "labels": {"env": "production"}},
-                   "spec": {}}),
-        ])
-        .await?;
-        let client = self.client(MANAGEMENT).await?;
-        let kind =
-            apply::resolve(&client, "lib.projectsveltos.io/v1beta1", "SveltosCluster").await?;
-        apply::apply_status(
-            &client,
-            &kind,
-            "default",
-            name,
-            &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
-                    "metadata": {"name": name, "namespace": "default"}, "status": {"ready": true}}),
-            "test",
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Writes the managed cluster's `projectsveltos/sveltos-nats` Secret with this configuration.
-    async fn nats_secret(&self, configuration: &Value) -> anyhow::Result<()> {
-        self.nats_secret_in(CLUSTER, configuration).await
-    }
-
-    async fn nats_secret_in(&self, cluster: &str, configuration: &Value) -> anyhow::Result<()> {
-        let value = base64::engine::general_purpose::STANDARD.encode(configuration.to_string());
-        self.apply(cluster, &[
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "projectsveltos"}}),
-            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                   "metadata": {"name": "sveltos-nats", "namespace": "projectsveltos"},
-                   "data": {"sveltos-nats": value}}),
-        ])
-        .await
-    }
-
-    fn auth() -> Value {
-        json!({"user": {"user": USER, "password": PASSWORD}})
-    }
-
-    fn start_watcher(&mut self) -> anyhow::Result<()> {
-        let kubeconfig: PathBuf = self.dir.path().join("mgmt.kubeconfig");
-        let health = self.health_addr.clone();
-        let env = [
-            ("SLUICE_NATS_URL", self.bus_nats.url()),
-            ("SLUICE_KUBECONFIG", kubeconfig.display().to_string()),
-            ("SLUICE_HEALTH_ADDR", health),
-            ("SLUICE_LOG_FORMAT", "text".to_string()),
-            ("RUST_LOG", "info,sluice_watcher=debug".to_string()),
-        ];
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        self.watcher = Some(ServiceProcess::spawn(
-            env!("CARGO_BIN_EXE_sluice-watcher"),
-            &[],
-            &env,
-        )?);
-        Ok(())
-    }
-
-    fn kill_watcher(&mut self) {
-        if let Some(mut watcher) = self.watcher.take() {
-            watcher.kill();
-        }
-    }
-
-    fn log(&self) -> String {
-        self.watcher
-            .as_ref()
-            .map(ServiceProcess::log)
-            .unwrap_or_default()
-    }
-
-    async fn managed_client(&self) -> anyhow::Result<async_nats::Client> {
-        Ok(
-            async_nats::ConnectOptions::with_user_and_password(USER.into(), PASSWORD.into())
-                .connect(self.managed_nats.url())
-                .await?,
-        )
-    }
-
-    /// The watcher's counter `name`, read from its `/metrics` endpoint.
-    async fn counter(&self, name: &str) -> anyhow::Result<u64> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut connection = tokio::net::TcpStream::connect(&self.health_addr).await?;
-        connection
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: watcher\r\nConnection: close\r\n\r\n")
-            .await?;
-        let mut text = String::new();
-        connection.read_to_string(&mut text).await?;
-        let value = text.lines().find_map(|line| {
-            line.strip_prefix(name)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        });
-        value.ok_or_else(|| anyhow::anyhow!("no counter {name} in /metrics"))
-    }
-
-    /// Every CloudEventReceived stored on the bus, in order.
-    async fn received(&self) -> anyhow::Result<Vec<pb::CloudEventReceived>> {
-        let mut stream = self
-            .bus
-            .jetstream()
-            .get_stream(topology::CLOUDEVENTS.name)
-            .await?;
-        let state = stream.info().await?.state.clone();
-        let mut out = Vec::new();
-        if state.messages == 0 {
-            return Ok(out);
-        }
-        for sequence in state.first_sequence..=state.last_sequence {
-            let message = stream.get_raw_message(sequence).await?;
-            out.push(pb::CloudEventReceived::decode(message.payload)?);
-        }
-        Ok(out)
-    }
-
-    /// Waits for a stored event satisfying `pick`, failing with the watcher's log.
-    async fn wait_event<F>(
-        &self,
-        what: &str,
-        pick: F,
-    ) -> anyhow::Result<(pb::CloudEventReceived, Value)>
-    where
-        F: Fn(&Value) -> bool,
-    {
-        let found = wait_for(what, DEADLINE, || async {
-            let all = self.received().await.ok()?;
-            all.into_iter().find_map(|r| {
-                let event: Value = serde_json::from_slice(&r.event_json).ok()?;
-                pick(&event).then_some((r, event))
-            })
-        })
-        .await;
-        found.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", self.log()))
-    }
-
-    /// Core NATS is at most once: until the watcher has subscribed, publishes are lost. Probe
-    /// with throwaway events until one arrives.
-    async fn wait_subscribed(
-        &self,
-        client: &async_nats::Client,
-        subject: &str,
-    ) -> anyhow::Result<()> {
-        self.wait_subscribed_in(CLUSTER, client, subject).await
-    }
-
-    /// Core NATS is at most once: until the watcher has subscribed for `cluster`, publishes are
-    /// lost. Probe with throwaway events until one arrives from that cluster.
-    async fn wait_subscribed_in(
-        &self,
-        cluster: &str,
-        client: &async_nats::Client,
-        subject: &str,
-    ) -> anyhow::Result<()> {
-        let probe = format!("probe-{subject}");
-        let what = format!("watcher subscribed to {subject} for {cluster}");
-        let result = wait_for(&what, DEADLINE, || async {
-            let event =
-                json!({"specversion": "1.0", "id": probe, "source": "probe", "type": "probe"});
-            client
-                .publish(subject.to_string(), event.to_string().into())
-                .await
-                .ok()?;
-            client.flush().await.ok()?;
-            let all = self.received().await.ok()?;
-            all.iter()
-                .any(|r| {
-                    r.subject == subject && r.cluster.as_ref().is_some_and(|c| c.name == cluster)
-                })
-                .then_some(())
-        })
-        .await;
-        result.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", self.log()))
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        self.kill_watcher();
-    }
-}
+use fixture::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_004_core_nats_events_reach_the_bus_and_a_changed_secret_reconnects(
@@ -610,7 +300,8 @@ async fn bad_secrets_and_unreachable_nats_are_reported_and_touch_no_other_cluste
     for reason in [
         "nats.configuration.url: required field is missing or empty",
         "no sveltos-nats secret",
-        "cannot listen to nats",
+        &format!("failed to connect to {closed}"),
+        "authorization violation",
     ] {
         assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
     }
@@ -666,5 +357,43 @@ async fn jetstream_older_subjects_form_with_token_auth() -> anyhow::Result<()> {
         .await?;
     assert_eq!(event, serde_json::from_str::<Value>(SEED_LOGIN)?);
     assert_eq!(received.subject, "user-operation");
+    Ok(())
+}
+
+/// The dedupe the kill test relies on, pinned on a real bus: the same stored message forwarded
+/// twice is stored once; login and logout with the same `source` + `id` are two events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_jetstream_message_is_stored_once() -> anyhow::Result<()> {
+    use sluice_watcher::cloudevents::forward::{outgoing, Delivery};
+    let nats = NatsServer::start().await?;
+    let bus = sluice_bus::Bus::connect(&nats.url()).await?;
+    let cluster = sluice_domain::cluster::ClusterId {
+        cluster_type: sluice_domain::cluster::ClusterType::Sveltos,
+        namespace: "default".into(),
+        name: CLUSTER.into(),
+    };
+    let logout = SEED_LOGIN.replace("auth.example.com.login", "auth.example.com.logout");
+    let deliveries = [
+        (SEED_LOGIN.to_string(), 1),
+        (SEED_LOGIN.to_string(), 1), // redelivered
+        (logout.clone(), 2),
+        (logout, 2), // redelivered
+    ];
+    let mut duplicates = 0;
+    for (event, sequence) in deliveries {
+        let delivery = Delivery::Stream {
+            stream: "USERS",
+            sequence,
+        };
+        let out = outgoing(&cluster, "user-operation", &[], event.as_bytes(), delivery)?;
+        let ack = bus.publish(out).await?.await?;
+        duplicates += usize::from(ack.duplicate);
+    }
+    assert_eq!(duplicates, 2);
+    let mut stream = bus
+        .jetstream()
+        .get_stream(topology::CLOUDEVENTS.name)
+        .await?;
+    assert_eq!(stream.info().await?.state.messages, 2);
     Ok(())
 }

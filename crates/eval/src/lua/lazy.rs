@@ -2,12 +2,14 @@
 //! map is converted only when a script reads one of its keys (then cached in the table), so a
 //! script that reads three fields of a 45-field object converts three fields. Arrays are
 //! converted whole when reached (their maps again as proxies). Iteration (`pairs`, `next`,
-//! `rawget`, `json.encode`) first materializes the proxy fully, see `sandbox.rs`.
+//! `rawget`, `json.encode`) first materializes the proxy fully: `pairs`, `next` and `rawget` are
+//! replaced by the C functions below, `json.encode` by a Lua wrapper (see `sandbox.rs`).
 //!
-//! Memory safety: a proxy finds its JSON node through the per-evaluation table `PTRS`
-//! (proxy -> light userdata pointer), reachable only through `BOX[1]`. The runtime sets `BOX[1]`
-//! right before an evaluation and clears it right after, before the borrowed object can go away;
-//! a proxy used at any other time finds no pointer and behaves as an empty table.
+//! Memory safety: a proxy finds its JSON node through the table `PTRS` (proxy -> light userdata
+//! pointer), an upvalue of these C functions that no script can reach. `PTRS` holds entries only
+//! while an evaluation runs: the runtime clears it before the borrowed object can go away, so a
+//! proxy used at any other time finds no pointer and behaves as an empty table. The table is
+//! kept (and so keeps its size) from one evaluation to the next instead of being allocated anew.
 //!
 //! Known deviations: a key the script deletes (`obj.spec = nil`) reappears on the next read; an
 //! unmaterialized map has a protected metatable (`getmetatable` is `false`, `setmetatable` fails).
@@ -17,17 +19,20 @@ use std::ffi::{c_int, c_void};
 use mlua::ffi;
 use serde_json::{Map, Value};
 
-/// Upvalue 1 of the C functions: the box whose slot 1 holds the current `PTRS` table.
-const BOX: c_int = ffi::lua_upvalueindex(1);
+/// Upvalue 1 of the C functions: the `PTRS` table.
+pub(crate) const PTRS: c_int = ffi::lua_upvalueindex(1);
 /// Upvalue 2 of the C functions: the metatable of proxies.
 const META: c_int = ffi::lua_upvalueindex(2);
 
-/// Pushes the proxy of an object. `ptrs` and `meta` are absolute stack indices of the current
-/// `PTRS` table and the proxy metatable.
+/// Upvalue 3 of `pairs`: the original `next`.
+const NEXT: c_int = ffi::lua_upvalueindex(3);
+
+/// Pushes the proxy of an object. `ptrs` and `meta` are absolute stack indices of the `PTRS`
+/// table and the proxy metatable.
 ///
 /// # Safety
-/// Inside a protected call on a live state; `node` must stay alive while `PTRS` is reachable
-/// from the box (the runtime clears it after the evaluation).
+/// Inside a protected call on a live state; `node` must stay alive until `PTRS` is cleared (the
+/// runtime clears it at the end of the evaluation).
 pub(crate) unsafe fn push_object(
     state: *mut ffi::lua_State,
     node: &Value,
@@ -62,8 +67,8 @@ pub(crate) unsafe extern "C-unwind" fn index(state: *mut ffi::lua_State) -> c_in
         else {
             return 0;
         };
-        // Stack: t, k, PTRS.
-        let ptrs = 3;
+        ffi::lua_pushvalue(state, PTRS);
+        let ptrs = ffi::lua_gettop(state);
         ffi::lua_pushvalue(state, META);
         let meta = ffi::lua_gettop(state);
         if !push_lazy(state, child, ptrs, meta) {
@@ -76,21 +81,83 @@ pub(crate) unsafe extern "C-unwind" fn index(state: *mut ffi::lua_State) -> c_in
     }
 }
 
-/// Converts every remaining key of a proxy into the table and drops its metatable, so the table
-/// is an ordinary one from then on. Does nothing to other values.
+/// `materialize(t)`: converts every remaining key of a proxy into the table and drops its
+/// metatable, so the table is an ordinary one from then on. Does nothing to other values.
 ///
 /// # Safety
 /// Called by Luau only, as a C closure with the two upvalues above.
 pub(crate) unsafe extern "C-unwind" fn materialize(state: *mut ffi::lua_State) -> c_int {
     unsafe {
-        if ffi::lua_type(state, 1) != ffi::LUA_TTABLE {
-            return 0;
+        materialize_at(state, 1);
+        0
+    }
+}
+
+/// `pairs(t)` that materializes a proxy first; then as Luau's `pairs` (`next, t, nil`).
+///
+/// # Safety
+/// Called by Luau only, as a C closure with the two upvalues above and the original `next`.
+pub(crate) unsafe extern "C-unwind" fn pairs(state: *mut ffi::lua_State) -> c_int {
+    unsafe {
+        ffi::luaL_checktype(state, 1, ffi::LUA_TTABLE);
+        materialize_at(state, 1);
+        ffi::lua_pushvalue(state, NEXT);
+        ffi::lua_pushvalue(state, 1);
+        ffi::lua_pushnil(state);
+        3
+    }
+}
+
+/// `next(t, k)` that materializes a proxy first.
+///
+/// # Safety
+/// Called by Luau only, as a C closure with the two upvalues above.
+pub(crate) unsafe extern "C-unwind" fn next(state: *mut ffi::lua_State) -> c_int {
+    unsafe {
+        ffi::luaL_checktype(state, 1, ffi::LUA_TTABLE);
+        ffi::lua_settop(state, 2);
+        materialize_at(state, 1);
+        ffi::lua_settop(state, 2);
+        if ffi::lua_next(state, 1) != 0 {
+            2
+        } else {
+            ffi::lua_pushnil(state);
+            1
         }
-        let Some(map) = node_of(state, 1) else {
-            return 0;
+    }
+}
+
+/// `rawget(t, k)` that materializes a proxy first.
+///
+/// # Safety
+/// Called by Luau only, as a C closure with the two upvalues above.
+pub(crate) unsafe extern "C-unwind" fn rawget(state: *mut ffi::lua_State) -> c_int {
+    unsafe {
+        ffi::luaL_checktype(state, 1, ffi::LUA_TTABLE);
+        ffi::luaL_checkany(state, 2);
+        ffi::lua_settop(state, 2);
+        materialize_at(state, 1);
+        ffi::lua_settop(state, 2);
+        ffi::lua_rawget(state, 1);
+        1
+    }
+}
+
+/// Materializes the proxy at the absolute index `t`, if it is one; leaves values pushed above
+/// the caller's top.
+///
+/// # Safety
+/// As [`index`].
+unsafe fn materialize_at(state: *mut ffi::lua_State, t: c_int) {
+    unsafe {
+        if ffi::lua_type(state, t) != ffi::LUA_TTABLE {
+            return;
+        }
+        let Some(map) = node_of(state, t) else {
+            return;
         };
-        // Stack: t, PTRS.
-        let ptrs = 2;
+        ffi::lua_pushvalue(state, PTRS);
+        let ptrs = ffi::lua_gettop(state);
         ffi::lua_pushvalue(state, META);
         let meta = ffi::lua_gettop(state);
         for (key, value) in map {
@@ -98,40 +165,31 @@ pub(crate) unsafe extern "C-unwind" fn materialize(state: *mut ffi::lua_State) -
                 continue;
             }
             push_str(state, key);
-            ffi::lua_rawget(state, 1);
-            let present = ffi::lua_type(state, -1) != ffi::LUA_TNIL;
+            ffi::lua_pushvalue(state, -1);
+            let present = ffi::lua_rawget(state, t) != ffi::LUA_TNIL;
             ffi::lua_pop(state, 1);
-            if present {
-                continue;
-            }
-            push_str(state, key);
-            if push_lazy(state, value, ptrs, meta) {
-                ffi::lua_rawset(state, 1);
+            if !present && push_lazy(state, value, ptrs, meta) {
+                ffi::lua_rawset(state, t);
             } else {
                 ffi::lua_pop(state, 1);
             }
         }
         ffi::lua_pushnil(state);
-        ffi::lua_setmetatable(state, 1);
-        ffi::lua_pushvalue(state, 1);
+        ffi::lua_setmetatable(state, t);
+        ffi::lua_pushvalue(state, t);
         ffi::lua_pushnil(state);
         ffi::lua_rawset(state, ptrs);
-        0
     }
 }
 
-/// The JSON map behind the proxy at `idx`, leaving `PTRS` pushed on the stack (or nil).
+/// The JSON map behind the proxy at the absolute index `idx`.
 ///
 /// # Safety
 /// As [`index`].
 unsafe fn node_of<'a>(state: *mut ffi::lua_State, idx: c_int) -> Option<&'a Map<String, Value>> {
     unsafe {
-        ffi::lua_rawgeti_(state, BOX, 1);
-        if ffi::lua_type(state, -1) != ffi::LUA_TTABLE {
-            return None;
-        }
         ffi::lua_pushvalue(state, idx);
-        ffi::lua_rawget(state, -2);
+        ffi::lua_rawget(state, PTRS);
         let ptr = if ffi::lua_type(state, -1) == ffi::LUA_TLIGHTUSERDATA {
             ffi::lua_touserdata(state, -1)
         } else {
@@ -142,7 +200,7 @@ unsafe fn node_of<'a>(state: *mut ffi::lua_State, idx: c_int) -> Option<&'a Map<
             return None;
         }
         // SAFETY: PTRS only holds pointers to nodes of the object being evaluated, and it is
-        // reachable only while that evaluation runs (module documentation).
+        // emptied when that evaluation ends (module documentation).
         (*ptr.cast::<Value>()).as_object()
     }
 }
@@ -158,6 +216,20 @@ unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ptrs: c_int, meta
             Value::Bool(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
             Value::Number(n) => ffi::lua_pushnumber(state, n.as_f64().unwrap_or(f64::NAN)),
             Value::String(s) => push_str(state, s),
+            Value::Object(map) if is_small_and_flat(map) => {
+                // Labels, annotations, ports: converting them whole is cheaper than a proxy
+                // that `pairs` would materialize anyway.
+                ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
+                ffi::lua_createtable(state, 0, c_int::try_from(map.len()).unwrap_or(0));
+                for (key, value) in map {
+                    push_str(state, key);
+                    if push_lazy(state, value, ptrs, meta) {
+                        ffi::lua_rawset(state, -3);
+                    } else {
+                        ffi::lua_pop(state, 1);
+                    }
+                }
+            }
             Value::Object(map) => {
                 ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
                 // Room for a few cached keys avoids rehashing on the first reads.
@@ -190,6 +262,16 @@ unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ptrs: c_int, meta
         }
         true
     }
+}
+
+/// Maps up to this many keys whose values are all scalars are converted whole, not lazily.
+const EAGER_KEYS: usize = 8;
+
+fn is_small_and_flat(map: &Map<String, Value>) -> bool {
+    map.len() <= EAGER_KEYS
+        && map
+            .values()
+            .all(|v| !matches!(v, Value::Object(_) | Value::Array(_)))
 }
 
 /// # Safety

@@ -146,8 +146,9 @@ pub(crate) unsafe fn read_simple_verdict(
             return None;
         }
         // Go decodes keys in sorted order and the last case-insensitive match wins.
-        let mut matching: Option<(Vec<u8>, bool)> = None;
-        let mut message: Option<(Vec<u8>, String)> = None;
+        // Keys and values stay alive (and in place) while the table is on the stack.
+        let mut matching: Option<(&[u8], bool)> = None;
+        let mut message: Option<(&[u8], &[u8])> = None;
         let mut simple = true;
         ffi::lua_pushnil(state);
         while ffi::lua_next(state, t) != 0 {
@@ -161,17 +162,16 @@ pub(crate) unsafe fn read_simple_verdict(
                 if key.eq_ignore_ascii_case(b"matching") {
                     if vtype != ffi::LUA_TBOOLEAN {
                         simple = false;
-                    } else if matching.as_ref().is_none_or(|(k, _)| key > k.as_slice()) {
-                        matching = Some((key.to_vec(), ffi::lua_toboolean(state, -1) != 0));
+                    } else if matching.is_none_or(|(k, _)| key > k) {
+                        matching = Some((key, ffi::lua_toboolean(state, -1) != 0));
                     }
                 } else if key.eq_ignore_ascii_case(b"message") {
                     if vtype != ffi::LUA_TSTRING {
                         simple = false;
-                    } else if message.as_ref().is_none_or(|(k, _)| key > k.as_slice()) {
+                    } else if message.is_none_or(|(k, _)| key > k) {
                         let mut vlen = 0usize;
                         let vptr = ffi::lua_tolstring(state, -1, &mut vlen);
-                        let bytes = std::slice::from_raw_parts(vptr.cast::<u8>(), vlen);
-                        message = Some((key.to_vec(), String::from_utf8_lossy(bytes).into_owned()));
+                        message = Some((key, std::slice::from_raw_parts(vptr.cast::<u8>(), vlen)));
                     }
                 } else {
                     simple &= match vtype {
@@ -189,7 +189,9 @@ pub(crate) unsafe fn read_simple_verdict(
         }
         Some((
             matching.is_some_and(|(_, b)| b),
-            message.map(|(_, m)| m).unwrap_or_default(),
+            message
+                .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
+                .unwrap_or_default(),
         ))
     }
 }

@@ -1,7 +1,7 @@
 //! The sandboxed Lua (Luau) environment EventSource scripts run in: which globals exist, the
 //! helper modules Sveltos users expect (`json`, `strings`, `base64Encode`, `base64Decode`,
-//! `getLabel`, `getAnnotation`), and the per-evaluation driver that gives every object a fresh
-//! global table. Does not convert objects or read results (see `convert`).
+//! `getLabel`, `getAnnotation`), and the global table of each script, which the runtime empties
+//! before every evaluation. Does not convert objects or read results (see `convert`).
 
 use base64::Engine as _;
 use mlua::{Function, Lua, Table, Value as LuaValue};
@@ -12,10 +12,9 @@ use super::{convert, lazy};
 /// Trusted setup code, run once per state before the globals are frozen. It removes everything
 /// that reaches outside the evaluation (there is no `io`, no `os.execute`, no file loading in Luau
 /// to begin with; `require`, `print` and `collectgarbage` are removed or neutered here), keeps
-/// `os.time`/`os.date`/`os.difftime`/`os.clock`, installs the Lua-side helpers and returns the
-/// driver used for every evaluation.
+/// `os.time`/`os.date`/`os.difftime`/`os.clock` and installs the Lua-side helpers.
 const SETUP: &str = r#"
-local G, materialize = ...
+local G, materialize, pairs, next, rawget = ...
 G.require = nil
 G.print = function() end
 G.collectgarbage = nil
@@ -39,8 +38,10 @@ G.getAnnotation = function(obj, key)
   return a[key]
 end
 
--- Lazily converted objects (see lazy.rs) are materialized before anything iterates them.
-local rawpairs, rawnext, realrawget, encode = G.pairs, G.next, G.rawget, G.json.encode
+-- Lazily converted objects (see lazy.rs) are materialized before anything iterates them:
+-- `pairs`, `next` and `rawget` are C functions doing it, `json.encode` walks the value first.
+local rawnext, encode = G.next, G.json.encode
+G.pairs, G.next, G.rawget = pairs, next, rawget
 local function deep(v, seen)
   if type(v) == "table" and not seen[v] then
     seen[v] = true
@@ -48,84 +49,79 @@ local function deep(v, seen)
     for _, child in rawnext, v do deep(child, seen) end
   end
 end
-G.pairs = function(t, ...)
-  if type(t) == "table" then materialize(t) end
-  return rawpairs(t, ...)
-end
-G.next = function(t, k)
-  if type(t) == "table" then materialize(t) end
-  return rawnext(t, k)
-end
-G.rawget = function(t, k)
-  if type(t) == "table" then materialize(t) end
-  return realrawget(t, k)
-end
 G.json.encode = function(v)
   deep(v, {})
   return encode(v)
 end
-
-local setfenv, setmetatable, type, error = setfenv, setmetatable, type, error
-local META = { __index = G }
-
--- Runs one compiled chunk in a fresh global table (as sveltos-agent's new state per object
--- does), then calls the `evaluate` it defined with the input, also visible as the global `name`.
-return function(chunk, name, input)
-  local env = setmetatable({ [name] = input }, META)
-  setfenv(chunk, env)
-  chunk()
-  local f = env.evaluate
-  if type(f) ~= "function" then
-    error("attempt to call a non-function object (the script defines no evaluate function)", 0)
-  end
-  return (f(input))
-end
 "#;
 
-/// What `install` sets up: the evaluation driver and the lazy-conversion tables.
+/// What `install` sets up: the lazy-conversion tables and the metatable of script globals.
 pub(crate) struct Sandbox {
-    pub driver: Function,
-    /// Slot 1 holds the pointer table of the running evaluation (see `lazy.rs`).
-    pub lazy_box: Table,
+    /// Proxy -> JSON node of the running evaluation (see `lazy.rs`); empty between evaluations.
+    pub ptrs: Table,
     /// The metatable of lazily converted maps.
     pub lazy_meta: Table,
+    /// The metatable of every script's own global table: reads fall through to the frozen
+    /// globals.
+    pub env_meta: Table,
 }
 
-/// Builds the sandboxed globals in `lua` and returns the evaluation driver.
+/// Builds the sandboxed, frozen globals in `lua`.
 pub(crate) fn install(lua: &Lua) -> mlua::Result<Sandbox> {
     let globals = lua.globals();
     install_rust_helpers(lua, &globals)?;
-    let lazy_box = lua.create_table()?;
+    let ptrs = lua.create_table()?;
     let lazy_meta = lua.create_table()?;
-    // SAFETY: pushes two C closures over the box and the metatable; `exec_raw` runs this in a
-    // protected call and pops the two results.
-    let (index, materialize): (Function, Function) = unsafe {
-        lua.exec_raw((&lazy_box, &lazy_meta), |state| {
+    let original_next: Function = globals.get("next")?;
+    // SAFETY: pushes five C closures over PTRS and the proxy metatable (`pairs` also over the
+    // original `next`); `exec_raw` runs this in a protected call and pops the five results.
+    let (index, materialize, pairs, next, rawget): (
+        Function,
+        Function,
+        Function,
+        Function,
+        Function,
+    ) = unsafe {
+        lua.exec_raw((&ptrs, &lazy_meta, &original_next), |state| {
             use mlua::ffi;
             let top = ffi::lua_gettop(state);
-            for (f, name) in [
-                (lazy::index as ffi::lua_CFunction, c"lazy_index"),
-                (lazy::materialize as ffi::lua_CFunction, c"lazy_materialize"),
+            let (p, m, n) = (top - 2, top - 1, top);
+            for (f, name, upvalues) in [
+                (lazy::index as ffi::lua_CFunction, c"lazy_index", 2),
+                (lazy::materialize, c"lazy_materialize", 2),
+                (lazy::pairs, c"pairs", 3),
+                (lazy::next, c"next", 2),
+                (lazy::rawget, c"rawget", 2),
             ] {
-                ffi::lua_pushvalue(state, top - 1);
-                ffi::lua_pushvalue(state, top);
-                ffi::lua_pushcclosurek(state, f, name.as_ptr(), 2, None);
+                ffi::lua_pushvalue(state, p);
+                ffi::lua_pushvalue(state, m);
+                if upvalues == 3 {
+                    ffi::lua_pushvalue(state, n);
+                }
+                ffi::lua_pushcclosurek(state, f, name.as_ptr(), upvalues, None);
             }
-            ffi::lua_remove(state, top - 1);
-            ffi::lua_remove(state, top - 1);
+            for _ in 0..3 {
+                ffi::lua_remove(state, p);
+            }
         })?
     };
     lazy_meta.raw_set("__index", index)?;
     lazy_meta.raw_set("__metatable", false)?;
-    let driver: Function = lua
-        .load(SETUP)
-        .set_name("=sluice-sandbox")
-        .call((globals.clone(), materialize))?;
+    lua.load(SETUP).set_name("=sluice-sandbox").call::<()>((
+        globals.clone(),
+        materialize,
+        pairs,
+        next,
+        rawget,
+    ))?;
+    let env_meta = lua.create_table()?;
+    env_meta.raw_set("__index", globals.clone())?;
     freeze(&globals)?;
+    env_meta.set_readonly(true);
     Ok(Sandbox {
-        driver,
-        lazy_box,
+        ptrs,
         lazy_meta,
+        env_meta,
     })
 }
 
