@@ -108,6 +108,33 @@ impl Bus {
             })
     }
 
+    /// Parks a message a stage can never process on `sluice.v1.dead.<stage>`, with the reason
+    /// and where it came from in headers (`Sluice-Error`, `Sluice-Subject`, and any `extra`).
+    /// Returns the publish ack, so the input is acked only once the dead letter is stored.
+    pub async fn dead_letter(
+        &self,
+        stage: &str,
+        origin_subject: &str,
+        payload: bytes::Bytes,
+        reason: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<PublishAckFuture> {
+        let mut headers = HeaderMap::new();
+        headers.insert(topology::ERROR_HEADER, reason);
+        headers.insert(topology::ORIGIN_SUBJECT_HEADER, origin_subject);
+        for (name, value) in extra {
+            headers.insert(*name, *value);
+        }
+        let subject = topology::dead_subject(stage);
+        self.js
+            .publish_with_headers(subject.clone(), headers, payload)
+            .await
+            .map_err(|source| Error::Publish {
+                subject,
+                source: Box::new(source),
+            })
+    }
+
     /// Publishes and waits until the stream has stored the message.
     pub async fn publish_durably(&self, out: Outgoing) -> Result<()> {
         let subject = out.subject.clone();

@@ -148,6 +148,8 @@ pub const APPLIER_DESIRED: ConsumerSpec = ConsumerSpec {
 pub const TRACEPARENT: &str = "traceparent";
 /// Header on dead letters: why the message was rejected.
 pub const ERROR_HEADER: &str = "Sluice-Error";
+/// Header on dead letters: the subject the message was read from.
+pub const ORIGIN_SUBJECT_HEADER: &str = "Sluice-Subject";
 
 /// The cluster part of a subject: `<type>.<namespace>.<name>`.
 pub fn cluster_tokens(cluster_type: &str, namespace: &str, name: &str) -> String {

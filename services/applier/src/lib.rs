@@ -205,8 +205,10 @@ impl Applier {
                 return Err(error);
             }
         }
-        let (profiles, references): (Vec<&pb::ObjectRef>, Vec<&pb::ObjectRef>) =
-            steps.delete.iter().partition(|r| r.kind == "ClusterProfile");
+        let (profiles, references): (Vec<&pb::ObjectRef>, Vec<&pb::ObjectRef>) = steps
+            .delete
+            .iter()
+            .partition(|r| r.kind == "ClusterProfile");
         for phase in [profiles, references] {
             let mut deletes = Vec::with_capacity(phase.len());
             for r in phase {
@@ -356,10 +358,15 @@ pub async fn run(
                     window.push(Vec::new(), Some(message));
                     continue;
                 }
-                let Ok(state) = sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) else {
-                    tracing::warn!(subject = %delivered.subject, "rejecting unreadable desired state");
-                    window.push(Vec::new(), Some(message));
-                    continue;
+                let state = match sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        let reason = error.to_string();
+                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable desired state");
+                        let parked = bus.dead_letter("applier", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
+                        window.push(vec![parked], Some(message));
+                        continue;
+                    }
                 };
                 let result = match applier.execute(&delivered.subject, &state).await {
                     Ok(result) => result,

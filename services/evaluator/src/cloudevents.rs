@@ -128,15 +128,13 @@ async fn dead_letter(
     delivered: &Delivered,
     reason: &str,
 ) -> Option<sluice_bus::PublishAckFuture> {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(topology::ERROR_HEADER, reason);
-    headers.insert("Sluice-Subject", delivered.subject.as_str());
     match bus
-        .jetstream()
-        .publish_with_headers(
-            topology::dead_subject("evaluator"),
-            headers,
+        .dead_letter(
+            "evaluator",
+            &delivered.subject,
             delivered.payload.clone(),
+            reason,
+            &[],
         )
         .await
     {

@@ -164,18 +164,16 @@ async fn publish_all(
 
 /// Parks a message that can never be processed, with the reason, on the dead-letter subject.
 async fn dead_letter(bus: &Bus, delivered: &Delivered, reason: &str) {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(topology::ERROR_HEADER, reason);
-    headers.insert("Sluice-Subject", delivered.subject.as_str());
-    let result = bus
-        .jetstream()
-        .publish_with_headers(
-            topology::dead_subject("evaluator"),
-            headers,
+    let parked = bus
+        .dead_letter(
+            "evaluator",
+            &delivered.subject,
             delivered.payload.clone(),
+            reason,
+            &[],
         )
         .await;
-    if let Err(error) = result {
+    if let Err(error) = parked {
         tracing::warn!(error = %error, "failed to dead-letter message");
     }
 }

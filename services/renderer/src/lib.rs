@@ -288,8 +288,9 @@ pub async fn run(
         .await?
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
-        last_seen.record(&delivered);
+        // An unreadable report is not recorded: its delivery is dead-lettered below.
         if let Ok(report) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
+            last_seen.record(&delivered);
             stage.set_report(report);
         }
     }
@@ -325,10 +326,15 @@ pub async fn run(
                     continue;
                 }
                 last_seen.record(&delivered);
-                let Ok(report) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) else {
-                    tracing::warn!(subject = %delivered.subject, "rejecting unreadable report");
-                    window.push(Vec::new(), Some(message));
-                    continue;
+                let report = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        let reason = error.to_string();
+                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable report");
+                        let parked = bus.dead_letter("renderer", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
+                        window.push(vec![parked], Some(message));
+                        continue;
+                    }
                 };
                 let scope = stage.set_report(report);
                 let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
@@ -340,10 +346,15 @@ pub async fn run(
                 let Some(message) = message else { anyhow::bail!("CloudEvent match consumer ended") };
                 let Ok(message) = message else { continue };
                 let delivered = Delivered::from_message(topology::CEMATCH.name, &message)?;
-                let Ok(matched) = sluice_wire::decode::<pb::CloudEventMatch>("CloudEventMatch", &delivered) else {
-                    tracing::warn!(subject = %delivered.subject, "rejecting unreadable CloudEvent match");
-                    window.push(Vec::new(), Some(message));
-                    continue;
+                let matched = match sluice_wire::decode::<pb::CloudEventMatch>("CloudEventMatch", &delivered) {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        let reason = error.to_string();
+                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable CloudEvent match");
+                        let parked = bus.dead_letter("renderer", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
+                        window.push(vec![parked], Some(message));
+                        continue;
+                    }
                 };
                 let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
                 let acks = publish_all(&bus, states, "cloudevent", Some(&delivered)).await?;

@@ -146,8 +146,10 @@ pub async fn run(
                 {
                     Ok(decoded) => decoded,
                     Err(error) => {
-                        tracing::warn!(error = %error, "rejecting unreadable match set");
-                        window.push(Vec::new(), Some(message));
+                        let reason = error.to_string();
+                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable match set");
+                        let parked = bus.dead_letter("reporter", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
+                        window.push(vec![parked], Some(message));
                         continue;
                     }
                 };

@@ -178,3 +178,42 @@ async fn restarted_services_converge_on_the_right_end_state() -> anyhow::Result<
     assert_eq!(owned.len(), 2, "{owned:#?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_messages_are_dead_lettered_with_the_reason() -> anyhow::Result<()> {
+    use sluice_bus::topology;
+    let stack = Stack::start(&["cluster-a"], None).await?;
+    // Connecting through the bus makes sure the streams exist.
+    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
+    let js = bus.jetstream().clone();
+    let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    // Not protobuf: an invalid wire type.
+    let garbage = bytes::Bytes::from_static(&[0xff, 0xff, 0xff]);
+    for subject in [
+        topology::match_subject(&cluster, "es"),
+        topology::report_subject(&cluster, "es"),
+        topology::desired_subject("trigger", &cluster),
+    ] {
+        js.publish(subject, garbage.clone()).await?.await?;
+    }
+    let mut dead = js.get_stream(topology::DEAD.name).await?;
+    for stage in ["reporter", "renderer", "applier"] {
+        let subject = topology::dead_subject(stage);
+        let letter = wait_for(
+            &format!("dead letter from the {stage}"),
+            DEADLINE,
+            || async { dead.get_last_raw_message_by_subject(&subject).await.ok() },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+        assert_eq!(letter.payload, garbage);
+        let headers = letter.headers;
+        let reason = headers
+            .get(topology::ERROR_HEADER)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default();
+        assert!(reason.contains("decode"), "{stage}: {reason}");
+        assert!(headers.get(topology::ORIGIN_SUBJECT_HEADER).is_some());
+    }
+    Ok(())
+}

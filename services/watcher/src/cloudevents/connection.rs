@@ -381,13 +381,15 @@ async fn dead_letter(
     payload: &bytes::Bytes,
     reason: &str,
 ) -> Option<PublishAckFuture> {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(topology::ERROR_HEADER, reason);
-    headers.insert("Sluice-Cluster", cluster.to_string().as_str());
-    headers.insert("Sluice-Subject", subject);
+    let cluster_header = cluster.to_string();
     match bus
-        .jetstream()
-        .publish_with_headers(topology::dead_subject("watcher"), headers, payload.clone())
+        .dead_letter(
+            "watcher",
+            subject,
+            payload.clone(),
+            reason,
+            &[("Sluice-Cluster", cluster_header.as_str())],
+        )
         .await
     {
         Ok(ack) => Some(ack),
