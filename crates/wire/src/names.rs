@@ -3,8 +3,11 @@
 //! `.ClusterNamespace`, `.ClusterName`). Every service that needs to know which EventSource a
 //! trigger deploys to a cluster asks here, so they all agree.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::json;
-use sluice_domain::cluster::Cluster;
+use sluice_domain::cluster::{Cluster, ClusterId};
+use sluice_domain::config::ConfigState;
 use sluice_domain::eventtrigger::EventTrigger;
 use sluice_template::{Engine, MissingKey, Options, TemplateCache};
 
@@ -44,6 +47,14 @@ pub fn event_source_name(
         "" => cluster.id.namespace.clone(),
         _ => name,
     })
+}
+
+/// Every (cluster, EventSource) some trigger deploys, with the triggers, eventSourceName
+/// rendered per cluster. A name that fails to render deploys nothing (the renderer reports the
+/// failure on the trigger's status).
+pub fn deployments(state: &ConfigState) -> BTreeMap<(ClusterId, String), BTreeSet<String>> {
+    let templates = TemplateCache::new(64);
+    state.deployments(|trigger, cluster| event_source_name(trigger, cluster, &templates).ok())
 }
 
 #[cfg(test)]

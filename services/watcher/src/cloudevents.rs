@@ -25,8 +25,7 @@ use connection::Counters;
 /// Clusters to listen to, each with its kubeconfig (or why it is unusable): those where some
 /// EventTrigger deploys an EventSource that has messaging criteria.
 pub fn desired_listeners(state: &ConfigState) -> BTreeMap<ClusterId, Result<String, String>> {
-    let listening: BTreeSet<ClusterId> = state
-        .deployments(|trigger, _| Some(trigger.event_source_name.clone()))
+    let listening: BTreeSet<ClusterId> = sluice_wire::names::deployments(state)
         .into_keys()
         .filter(|(_, name)| {
             state.event_sources.get(name).is_some_and(|es| {

@@ -29,7 +29,7 @@ pub struct ClusterWatch {
 /// some EventTrigger deploys to the cluster.
 pub fn desired_watches(state: &ConfigState) -> BTreeMap<ClusterId, ClusterWatch> {
     let mut out: BTreeMap<ClusterId, ClusterWatch> = BTreeMap::new();
-    let deployments = state.deployments(|trigger, _| Some(trigger.event_source_name.clone()));
+    let deployments = sluice_wire::names::deployments(state);
     for (cluster_id, es_name) in deployments.keys() {
         let Some(Ok(es)) = state.event_sources.get(es_name) else {
             continue;

@@ -95,9 +95,7 @@ impl CloudEventSelector {
     /// rather than derived for every event.
     fn reindex(&mut self) {
         let mut deployed: BTreeMap<ClusterId, Vec<String>> = BTreeMap::new();
-        let deployments = self
-            .config
-            .deployments(|trigger, _| Some(trigger.event_source_name.clone()));
+        let deployments = sluice_wire::names::deployments(&self.config);
         for (cluster, name) in deployments.into_keys() {
             let listens = self
                 .event_source(&name)
