@@ -151,6 +151,26 @@ pub fn lookup(name: &str, engine: Engine) -> Option<&'static FuncDef> {
     }
 }
 
+/// Whether `def` may modify a map it is given (sprig's `set`/`unset`/`merge*`, event-manager's
+/// extras that strip fields from the caller's map). Keep in step with the `write()` callers.
+pub fn mutates_maps(def: &FuncDef) -> bool {
+    matches!(
+        def.name,
+        "set"
+            | "unset"
+            | "merge"
+            | "mustMerge"
+            | "mergeOverwrite"
+            | "mustMergeOverwrite"
+            | "getResource"
+            | "copy"
+            | "removeField"
+            | "setField"
+            | "chainSetField"
+            | "chainRemoveField"
+    )
+}
+
 /// Every function name of the text engine's map, sorted.
 pub fn names() -> Vec<&'static str> {
     let mut names: Vec<_> = index().keys().copied().collect();
