@@ -112,7 +112,7 @@ macro_rules! def {
 }
 pub(crate) use def;
 
-fn tables() -> [&'static [FuncDef]; 11] {
+fn tables() -> [&'static [FuncDef]; 12] {
     [
         crate::builtins::FUNCS,
         crate::sprig::strings::FUNCS,
@@ -124,6 +124,7 @@ fn tables() -> [&'static [FuncDef]; 11] {
         crate::sprig::dates::FUNCS,
         crate::sprig::semver::FUNCS,
         crate::sprig::crypto::FUNCS,
+        crate::sprig::certs::FUNCS,
         crate::sveltos::FUNCS,
     ]
 }
