@@ -87,4 +87,7 @@ pub struct Number {
 #[derive(Debug, Default)]
 pub struct Tree {
     pub templates: std::collections::HashMap<Box<str>, Arc<Vec<Node>>>,
+    /// Whether any template calls a function that modifies a map in place (`set`,
+    /// `getResource`, ...): only then is the identity of data maps observable.
+    pub mutates: bool,
 }

@@ -1,9 +1,14 @@
 //! The evaluator: walks the node tree over a data value, with Go's semantics for field access,
 //! missingkey modes, argument type checks, range/with/if, variables and nested templates.
 
+mod call;
+
+use serde_json::Value as Json;
+
 use crate::ast::{Arg, Branch, Command, Node, Operand, Pipeline, Span, Tree};
-use crate::funcs::{FuncDef, Imp, Ty};
-use crate::gofmt::write_value;
+use crate::funcs::Ty;
+use crate::gofmt::{push_int, write_value};
+use crate::val::{child, element, Root, Val};
 use crate::value::Value;
 use crate::{Engine, Error, MissingKey};
 
@@ -24,7 +29,8 @@ enum Flow {
     Continue,
 }
 
-type R<T> = Result<T, Error>;
+/// Errors are boxed so that the results passed along every field step stay small.
+type R<T> = Result<T, Box<Error>>;
 
 pub struct Exec<'a> {
     pub tree: &'a Tree,
@@ -33,7 +39,8 @@ pub struct Exec<'a> {
     pub engine: Engine,
     pub missing_key: MissingKey,
     pub out: &'a mut String,
-    vars: Vec<(&'a str, Value)>,
+    root: Root,
+    vars: Vec<(&'a str, Val<'a>)>,
     depth: usize,
     steps: u64,
 }
@@ -46,6 +53,7 @@ impl<'a> Exec<'a> {
         engine: Engine,
         missing_key: MissingKey,
         out: &'a mut String,
+        root: Root,
     ) -> Self {
         Exec {
             tree,
@@ -54,6 +62,7 @@ impl<'a> Exec<'a> {
             engine,
             missing_key,
             out,
+            root,
             vars: Vec::with_capacity(8),
             depth: 0,
             steps: 0,
@@ -61,24 +70,24 @@ impl<'a> Exec<'a> {
     }
 
     /// Runs the template `name` with `data` as dot and `$`.
-    pub fn run(&mut self, list: &'a [Node], data: &Value) -> R<()> {
+    pub fn run(&mut self, list: &'a [Node], data: Val<'a>) -> R<()> {
         self.vars.push(("$", data.clone()));
-        self.walk(list, data)?;
+        self.walk(list, &data)?;
         Ok(())
     }
 
-    fn error(&self, span: Span, message: impl Into<String>) -> Error {
-        Error::exec(self.name, self.src, span, message.into())
+    fn error(&self, span: Span, message: impl Into<String>) -> Box<Error> {
+        Box::new(Error::exec(self.name, self.src, span, message.into()))
     }
 
-    fn walk(&mut self, list: &'a [Node], dot: &Value) -> R<Flow> {
+    fn walk(&mut self, list: &'a [Node], dot: &Val<'a>) -> R<Flow> {
         self.depth += 1;
         let result = self.walk_nodes(list, dot);
         self.depth -= 1;
         result
     }
 
-    fn walk_nodes(&mut self, list: &'a [Node], dot: &Value) -> R<Flow> {
+    fn walk_nodes(&mut self, list: &'a [Node], dot: &Val<'a>) -> R<Flow> {
         for node in list {
             self.steps += 1;
             if self.steps > MAX_STEPS || self.out.len() > MAX_OUTPUT {
@@ -119,7 +128,20 @@ impl<'a> Exec<'a> {
         Ok(Flow::Normal)
     }
 
-    fn print(&mut self, value: &Value) {
+    fn print(&mut self, value: &Val<'a>) {
+        let value = match (self.engine, value) {
+            (_, Val::V(v)) => v,
+            (Engine::Text, Val::Key(k)) => return self.out.push_str(k),
+            (Engine::Text, Val::J(Json::String(k), _)) => return self.out.push_str(k),
+            (Engine::Text, Val::J(Json::Number(n), _)) if n.is_i64() => {
+                return push_int(self.out, n.as_i64().unwrap_or_default())
+            }
+            (_, other) => &self.root.value_ref(other),
+        };
+        self.print_value(value);
+    }
+
+    fn print_value(&mut self, value: &Value) {
         match (self.engine, value) {
             (Engine::Html, Value::Nil) => {}
             (Engine::Html, Value::String(s)) => self.out.push_str(&crate::builtins::html_escape(s)),
@@ -131,7 +153,7 @@ impl<'a> Exec<'a> {
         }
     }
 
-    fn if_or_with(&mut self, b: &'a Branch, dot: &Value, with: bool) -> R<Flow> {
+    fn if_or_with(&mut self, b: &'a Branch, dot: &Val<'a>, with: bool) -> R<Flow> {
         let mark = self.vars.len();
         let value = self.pipeline(dot, &b.pipe)?;
         let flow = if value.truth() {
@@ -145,55 +167,97 @@ impl<'a> Exec<'a> {
         Ok(flow)
     }
 
-    fn range(&mut self, b: &'a Branch, dot: &Value) -> R<()> {
+    fn range(&mut self, b: &'a Branch, dot: &Val<'a>) -> R<()> {
         let mark = self.vars.len();
         let value = self.commands(dot, &b.pipe.cmds)?;
         let wants_key = b.pipe.decl.len() > 1;
+        let index = |i: usize| {
+            if wants_key {
+                Val::V(Value::GoInt(i as i64))
+            } else {
+                Val::NIL
+            }
+        };
+        let empty;
         match &value {
-            Value::List(items) if !items.is_empty() => {
+            Val::J(Json::Array(items), shape) => {
+                empty = items.is_empty();
+                for (i, item) in items.iter().enumerate() {
+                    let elem = element(*shape, item);
+                    if let Flow::Break = self.range_body(b, index(i), &elem, mark)? {
+                        break;
+                    }
+                }
+            }
+            Val::J(Json::Object(entries), crate::val::Shape::Plain) => {
+                empty = entries.is_empty();
+                // Go ranges over sorted keys; the JSON keeps its document order.
+                let mut sorted: Vec<(&'a String, &'a Json)> = entries.iter().collect();
+                if !sorted.is_sorted_by(|x, y| x.0 <= y.0) {
+                    sorted.sort_unstable_by(|x, y| x.0.cmp(y.0));
+                }
+                for (k, v) in sorted {
+                    let key = if wants_key { Val::Key(k) } else { Val::NIL };
+                    if let Flow::Break =
+                        self.range_body(b, key, &Val::J(v, crate::val::Shape::Plain), mark)?
+                    {
+                        break;
+                    }
+                }
+            }
+            Val::J(Json::Null, _) | Val::V(Value::Nil) => empty = true,
+            Val::V(Value::List(items)) => {
+                empty = items.is_empty();
                 for (i, elem) in items.iter().enumerate() {
-                    let key = if wants_key {
-                        Value::GoInt(i as i64)
-                    } else {
-                        Value::Nil
-                    };
-                    if let Flow::Break = self.range_body(b, key, elem, mark)? {
+                    if let Flow::Break =
+                        self.range_body(b, index(i), &Val::V(elem.clone()), mark)?
+                    {
                         break;
                     }
-                }
-            }
-            Value::Map(m) if !m.is_empty() => {
-                // A snapshot: the body may modify the map (Go iterates over sorted keys too).
-                let entries: Vec<(Value, Value)> = m
-                    .read()
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            if wants_key { Value::str(k) } else { Value::Nil },
-                            v.clone(),
-                        )
-                    })
-                    .collect();
-                for (key, elem) in entries {
-                    if let Flow::Break = self.range_body(b, key, &elem, mark)? {
-                        break;
-                    }
-                }
-            }
-            Value::List(_) | Value::Map(_) | Value::Nil => {
-                if let Some(else_list) = &b.else_list {
-                    self.walk(else_list, dot)?;
                 }
             }
             other => {
-                let shown = crate::gofmt::to_string(other);
-                return Err(self.error(b.pipe.span, format!("range can't iterate over {shown}")));
+                let value = self.root.value_ref(other);
+                match &value {
+                    Value::Map(m) => {
+                        // A snapshot: the body may modify the map (Go iterates over sorted keys too).
+                        let entries: Vec<(Val<'a>, Val<'a>)> = m
+                            .read()
+                            .iter()
+                            .map(|(k, v)| {
+                                let key = if wants_key {
+                                    Val::V(Value::str(k))
+                                } else {
+                                    Val::NIL
+                                };
+                                (key, Val::V(v.clone()))
+                            })
+                            .collect();
+                        empty = entries.is_empty();
+                        for (key, elem) in entries {
+                            if let Flow::Break = self.range_body(b, key, &elem, mark)? {
+                                break;
+                            }
+                        }
+                    }
+                    other => {
+                        let shown = crate::gofmt::to_string(other);
+                        return Err(
+                            self.error(b.pipe.span, format!("range can't iterate over {shown}"))
+                        );
+                    }
+                }
+            }
+        }
+        if empty {
+            if let Some(else_list) = &b.else_list {
+                self.walk(else_list, dot)?;
             }
         }
         Ok(())
     }
 
-    fn range_body(&mut self, b: &'a Branch, key: Value, elem: &Value, mark: usize) -> R<Flow> {
+    fn range_body(&mut self, b: &'a Branch, key: Val<'a>, elem: &Val<'a>, mark: usize) -> R<Flow> {
         // Every iteration costs a step, even with an empty body.
         self.steps += 1;
         if self.steps > MAX_STEPS {
@@ -212,7 +276,7 @@ impl<'a> Exec<'a> {
         Ok(flow)
     }
 
-    fn bind(&mut self, name: &'a str, value: Value, assign: bool) {
+    fn bind(&mut self, name: &'a str, value: Val<'a>, assign: bool) {
         if assign {
             if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| *n == name) {
                 slot.1 = value;
@@ -227,7 +291,7 @@ impl<'a> Exec<'a> {
         name: &str,
         pipe: Option<&'a Pipeline>,
         span: Span,
-        dot: &Value,
+        dot: &Val<'a>,
     ) -> R<()> {
         let Some(list) = self.tree.templates.get(name) else {
             return Err(self.error(span, format!("template {name:?} not defined")));
@@ -240,7 +304,7 @@ impl<'a> Exec<'a> {
         }
         let new_dot = match pipe {
             Some(p) => self.pipeline(dot, p)?,
-            None => Value::Nil,
+            None => Val::NIL,
         };
         let saved = std::mem::replace(&mut self.vars, vec![("$", new_dot.clone())]);
         let list: &'a [Node] = list;
@@ -249,7 +313,7 @@ impl<'a> Exec<'a> {
         result.map(|_| ())
     }
 
-    fn pipeline(&mut self, dot: &Value, pipe: &'a Pipeline) -> R<Value> {
+    fn pipeline(&mut self, dot: &Val<'a>, pipe: &'a Pipeline) -> R<Val<'a>> {
         let value = self.commands(dot, &pipe.cmds)?;
         for name in &pipe.decl {
             self.bind(name, value.clone(), pipe.is_assign);
@@ -257,15 +321,15 @@ impl<'a> Exec<'a> {
         Ok(value)
     }
 
-    fn commands(&mut self, dot: &Value, cmds: &'a [Command]) -> R<Value> {
+    fn commands(&mut self, dot: &Val<'a>, cmds: &'a [Command]) -> R<Val<'a>> {
         let mut value = None;
         for cmd in cmds {
             value = Some(self.command(dot, cmd, value)?);
         }
-        Ok(value.unwrap_or_default())
+        Ok(value.unwrap_or(Val::NIL))
     }
 
-    fn command(&mut self, dot: &Value, cmd: &'a Command, final_: Option<Value>) -> R<Value> {
+    fn command(&mut self, dot: &Val<'a>, cmd: &'a Command, final_: Option<Val<'a>>) -> R<Val<'a>> {
         let first = &cmd.args[0];
         let has_args = cmd.args.len() > 1 || final_.is_some();
         match &first.kind {
@@ -273,7 +337,7 @@ impl<'a> Exec<'a> {
                 self.fields(Some(dot.clone()), names, first.span, &cmd.args, final_, dot)
             }
             Arg::Chain(base, names) => {
-                let receiver = self.operand_any(dot, base)?;
+                let receiver = self.operand(dot, base)?;
                 self.fields(Some(receiver), names, first.span, &cmd.args, final_, dot)
             }
             Arg::Variable(name, names) => {
@@ -296,11 +360,11 @@ impl<'a> Exec<'a> {
             Arg::Nil => Err(self.error(first.span, "nil is not a command")),
             Arg::Literal(v) => {
                 self.not_a_function(first, has_args)?;
-                Ok(v.clone())
+                Ok(Val::V(v.clone()))
             }
             Arg::Number(n) => {
                 self.not_a_function(first, has_args)?;
-                Ok(n.ideal.clone())
+                Ok(Val::V(n.ideal.clone()))
             }
         }
     }
@@ -323,7 +387,7 @@ impl<'a> Exec<'a> {
             .trim()
     }
 
-    fn var(&self, name: &str, span: Span) -> R<Value> {
+    fn var(&self, name: &str, span: Span) -> R<Val<'a>> {
         match self.vars.iter().rev().find(|(n, _)| *n == name) {
             Some((_, v)) => Ok(v.clone()),
             None => Err(self.error(span, format!("undefined variable: {name}"))),
@@ -333,36 +397,73 @@ impl<'a> Exec<'a> {
     /// Evaluates a field chain; `receiver` None is Go's invalid (missing) value.
     fn fields(
         &mut self,
-        receiver: Option<Value>,
+        receiver: Option<Val<'a>>,
         names: &'a [Box<str>],
         span: Span,
         args: &'a [Operand],
-        final_: Option<Value>,
-        dot: &Value,
-    ) -> R<Value> {
+        final_: Option<Val<'a>>,
+        dot: &Val<'a>,
+    ) -> R<Val<'a>> {
         let mut current = receiver;
         let mut final_ = final_;
+        let mut names = names;
+        // Borrowed JSON objects: walk the chain in place while no step needs the general rules.
+        if let Some(Val::J(mut node, mut shape)) = current {
+            let plain_steps = if args.len() > 1 || final_.is_some() {
+                names.len().saturating_sub(1)
+            } else {
+                names.len()
+            };
+            let mut done = 0;
+            while done < plain_steps {
+                let Json::Object(entries) = node else { break };
+                let name = &names[done];
+                match lookup(entries, name) {
+                    Some(next) => match child(shape, name, next) {
+                        Val::J(n, s) => (node, shape) = (n, s),
+                        other => {
+                            current = Some(other);
+                            done += 1;
+                            break;
+                        }
+                    },
+                    None => match self.missing(span, name)? {
+                        Some(v) => current = Some(v),
+                        None => current = None,
+                    },
+                }
+                done += 1;
+                if !matches!(current, Some(Val::J(..))) {
+                    break;
+                }
+                current = Some(Val::J(node, shape));
+            }
+            names = &names[done..];
+            if names.is_empty() {
+                return Ok(current.unwrap_or(Val::NIL));
+            }
+        }
         for (i, name) in names.iter().enumerate() {
             let last = i + 1 == names.len();
-            let (call_args, fin): (&'a [Operand], Option<Value>) = if last {
+            let (call_args, fin): (&'a [Operand], Option<Val<'a>>) = if last {
                 (args.get(1..).unwrap_or_default(), final_.take())
             } else {
                 (&[], None)
             };
             current = self.field(current, name, span, call_args, fin, dot)?;
         }
-        Ok(current.unwrap_or_default())
+        Ok(current.unwrap_or(Val::NIL))
     }
 
     fn field(
         &mut self,
-        receiver: Option<Value>,
+        receiver: Option<Val<'a>>,
         name: &str,
         span: Span,
         args: &'a [Operand],
-        final_: Option<Value>,
-        dot: &Value,
-    ) -> R<Option<Value>> {
+        final_: Option<Val<'a>>,
+        dot: &Val<'a>,
+    ) -> R<Option<Val<'a>>> {
         let has_args = !args.is_empty() || final_.is_some();
         let Some(receiver) = receiver else {
             if self.missing_key == MissingKey::Error {
@@ -370,22 +471,27 @@ impl<'a> Exec<'a> {
             }
             return Ok(None);
         };
+        let receiver = match receiver {
+            Val::J(Json::Object(entries), shape) => {
+                if has_args {
+                    return Err(self.not_a_method(span, name));
+                }
+                return match lookup(entries, name) {
+                    Some(v) => Ok(Some(child(shape, name, v))),
+                    None => self.missing(span, name),
+                };
+            }
+            Val::V(v) => v,
+            other => self.root.value(other),
+        };
         match &receiver {
             Value::Map(m) => {
                 if has_args {
-                    return Err(
-                        self.error(span, format!("{name} is not a method but has arguments"))
-                    );
+                    return Err(self.not_a_method(span, name));
                 }
                 match m.get(name) {
-                    Some(v) => Ok(Some(v)),
-                    None => match self.missing_key {
-                        MissingKey::Error => {
-                            Err(self.error(span, format!("map has no entry for key {name:?}")))
-                        }
-                        MissingKey::Default => Ok(None),
-                        MissingKey::Zero => Ok(Some(Value::Nil)),
-                    },
+                    Some(v) => Ok(Some(Val::V(v))),
+                    None => self.missing(span, name),
                 }
             }
             Value::Nil => Err(self.error(
@@ -395,11 +501,11 @@ impl<'a> Exec<'a> {
             Value::Semver(_) | Value::Time(_) => {
                 let mut values = Vec::with_capacity(args.len() + 1);
                 for arg in args {
-                    values.push(self.operand_any(dot, arg)?);
+                    values.push(self.arg(dot, arg, Ty::Any)?);
                 }
-                values.extend(final_);
+                values.extend(final_.map(|v| self.root.value(v)));
                 crate::methods::call(&receiver, name, values)
-                    .map(Some)
+                    .map(|v| Some(Val::V(v)))
                     .map_err(|m| self.error(span, m))
             }
             other => Err(self.error(
@@ -408,185 +514,19 @@ impl<'a> Exec<'a> {
             )),
         }
     }
+}
 
-    /// Evaluates an operand as an `interface{}` argument.
-    fn operand_any(&mut self, dot: &Value, op: &'a Operand) -> R<Value> {
-        self.arg(dot, op, Ty::Any)
+/// A key lookup in a JSON object: a scan for the small objects Kubernetes data is made of,
+/// which is faster than hashing the key.
+pub(crate) fn lookup<'j>(
+    entries: &'j serde_json::Map<String, Json>,
+    key: &str,
+) -> Option<&'j Json> {
+    if entries.len() <= 8 {
+        return entries
+            .iter()
+            .find(|(k, _)| k.as_str() == key)
+            .map(|(_, v)| v);
     }
-
-    /// Go's `evalArg`: evaluates `op` for a parameter of type `ty`.
-    fn arg(&mut self, dot: &Value, op: &'a Operand, ty: Ty) -> R<Value> {
-        let value = match &op.kind {
-            Arg::Dot => dot.clone(),
-            Arg::Nil => {
-                return match ty {
-                    Ty::Any | Ty::Map | Ty::List => Ok(Value::Nil),
-                    _ => Err(self.error(op.span, format!("cannot assign nil to {}", ty.go_name()))),
-                }
-            }
-            Arg::Field(names) => self.fields(Some(dot.clone()), names, op.span, &[], None, dot)?,
-            Arg::Variable(name, names) => {
-                let v = self.var(name, op.span)?;
-                if names.is_empty() {
-                    v
-                } else {
-                    self.fields(Some(v), names, op.span, &[], None, dot)?
-                }
-            }
-            Arg::Pipe(p) => self.pipeline(dot, p)?,
-            Arg::Func(def) => self.call(def, dot, &[], None, op.span)?,
-            Arg::Chain(base, names) => {
-                let receiver = self.operand_any(dot, base)?;
-                self.fields(Some(receiver), names, op.span, &[], None, dot)?
-            }
-            Arg::Literal(v) => return self.literal(v, ty, op),
-            Arg::Number(n) => {
-                return match ty {
-                    Ty::Any => Ok(n.ideal.clone()),
-                    Ty::Int => n
-                        .int
-                        .map(Value::GoInt)
-                        .ok_or_else(|| self.expected(op, "integer")),
-                    Ty::Float => n
-                        .float
-                        .map(Value::Float)
-                        .ok_or_else(|| self.expected(op, "float")),
-                    Ty::Str => Err(self.expected(op, "string")),
-                    Ty::Bool => Err(self.expected(op, "bool")),
-                    Ty::Map | Ty::List => Err(self.cant_handle(op, ty)),
-                }
-            }
-        };
-        self.validate(value, ty, op.span)
-    }
-
-    fn literal(&self, v: &Value, ty: Ty, op: &Operand) -> R<Value> {
-        match (v, ty) {
-            (_, Ty::Any) | (Value::String(_), Ty::Str) | (Value::Bool(_), Ty::Bool) => {
-                Ok(v.clone())
-            }
-            (_, Ty::Str) => Err(self.expected(op, "string")),
-            (_, Ty::Bool) => Err(self.expected(op, "bool")),
-            (_, Ty::Int) => Err(self.expected(op, "integer")),
-            (_, Ty::Float) => Err(self.expected(op, "float")),
-            (_, Ty::Map | Ty::List) => Err(self.cant_handle(op, ty)),
-        }
-    }
-
-    fn expected(&self, op: &Operand, what: &str) -> Error {
-        self.error(
-            op.span,
-            format!("expected {what}; found {}", self.span_text(op.span)),
-        )
-    }
-
-    fn cant_handle(&self, op: &Operand, ty: Ty) -> Error {
-        self.error(
-            op.span,
-            format!(
-                "can't handle {} for arg of type {}",
-                self.span_text(op.span),
-                ty.go_name()
-            ),
-        )
-    }
-
-    /// Go's `validateType` for an evaluated value.
-    fn validate(&self, value: Value, ty: Ty, span: Span) -> R<Value> {
-        let ok = matches!(
-            (&value, ty),
-            (_, Ty::Any)
-                | (Value::String(_), Ty::Str)
-                | (Value::GoInt(_), Ty::Int)
-                | (Value::Float(_), Ty::Float)
-                | (Value::Bool(_), Ty::Bool)
-                | (Value::Map(_) | Value::Nil, Ty::Map)
-                | (Value::List(_) | Value::Nil, Ty::List)
-        );
-        if ok {
-            return Ok(value);
-        }
-        let got = if value.is_nil() {
-            "interface {}"
-        } else {
-            value.go_type()
-        };
-        Err(self.error(
-            span,
-            format!("wrong type for value; expected {}; got {got}", ty.go_name()),
-        ))
-    }
-
-    fn call(
-        &mut self,
-        def: &'static FuncDef,
-        dot: &Value,
-        args: &'a [Operand],
-        final_: Option<Value>,
-        span: Span,
-    ) -> R<Value> {
-        let given = args.len() + usize::from(final_.is_some());
-        let fixed = def.params.len();
-        if def.variadic.is_some() && given < fixed {
-            let msg = format!(
-                "wrong number of args for {}: want at least {fixed} got {given}",
-                def.name
-            );
-            return Err(self.error(span, msg));
-        }
-        if def.variadic.is_none() && given != fixed {
-            return Err(self.error(
-                span,
-                format!(
-                    "wrong number of args for {}: want {fixed} got {given}",
-                    def.name
-                ),
-            ));
-        }
-        let imp = match def.imp {
-            Imp::Plain(f) => f,
-            Imp::And | Imp::Or => {
-                let want = matches!(def.imp, Imp::Or);
-                let mut last = Value::Nil;
-                for op in args {
-                    last = self.operand_any(dot, op)?;
-                    if last.truth() == want {
-                        return Ok(last);
-                    }
-                }
-                return Ok(final_.unwrap_or(last));
-            }
-        };
-        let param = |i: usize| {
-            def.params
-                .get(i)
-                .copied()
-                .or(def.variadic)
-                .unwrap_or(Ty::Any)
-        };
-        let mut values = Vec::with_capacity(given);
-        for (i, op) in args.iter().enumerate() {
-            values.push(self.arg(dot, op, param(i))?);
-        }
-        if let Some(fin) = final_ {
-            let ty = param(args.len());
-            let fin = match (fin, ty) {
-                (Value::Nil, Ty::Any | Ty::Map | Ty::List) => Value::Nil,
-                (fin, _) => self.validate(fin, ty, span)?,
-            };
-            values.push(fin);
-        }
-        let whole = self.command_span(span, args);
-        imp(values).map_err(|m| self.error(whole, format!("error calling {}: {m}", def.name)))
-    }
-
-    fn command_span(&self, span: Span, args: &[Operand]) -> Span {
-        match args.last() {
-            Some(last) => Span {
-                start: span.start,
-                end: last.span.end,
-            },
-            None => span,
-        }
-    }
+    entries.get(key)
 }

@@ -112,7 +112,7 @@ macro_rules! def {
 }
 pub(crate) use def;
 
-fn tables() -> [&'static [FuncDef]; 11] {
+fn tables() -> [&'static [FuncDef]; 12] {
     [
         crate::builtins::FUNCS,
         crate::sprig::strings::FUNCS,
@@ -124,6 +124,7 @@ fn tables() -> [&'static [FuncDef]; 11] {
         crate::sprig::dates::FUNCS,
         crate::sprig::semver::FUNCS,
         crate::sprig::crypto::FUNCS,
+        crate::sprig::certs::FUNCS,
         crate::sveltos::FUNCS,
     ]
 }
@@ -149,6 +150,26 @@ pub fn lookup(name: &str, engine: Engine) -> Option<&'static FuncDef> {
         (Scope::EventManager, Engine::Html) => None,
         _ => Some(def),
     }
+}
+
+/// Whether `def` may modify a map it is given (sprig's `set`/`unset`/`merge*`, event-manager's
+/// extras that strip fields from the caller's map). Keep in step with the `write()` callers.
+pub fn mutates_maps(def: &FuncDef) -> bool {
+    matches!(
+        def.name,
+        "set"
+            | "unset"
+            | "merge"
+            | "mustMerge"
+            | "mergeOverwrite"
+            | "mustMergeOverwrite"
+            | "getResource"
+            | "copy"
+            | "removeField"
+            | "setField"
+            | "chainSetField"
+            | "chainRemoveField"
+    )
 }
 
 /// Every function name of the text engine's map, sorted.

@@ -42,7 +42,7 @@ pub fn write_value(out: &mut String, value: &Value) {
 }
 
 /// Appends a decimal integer without going through `fmt`.
-fn push_int(out: &mut String, i: i64) {
+pub fn push_int(out: &mut String, i: i64) {
     let mut buf = [0u8; 20];
     let mut n = i.unsigned_abs();
     let mut pos = buf.len();
@@ -57,7 +57,8 @@ fn push_int(out: &mut String, i: i64) {
     if i < 0 {
         out.push('-');
     }
-    out.extend(buf[pos..].iter().map(|b| *b as char));
+    // The buffer holds ASCII digits only.
+    out.push_str(std::str::from_utf8(&buf[pos..]).unwrap_or_default());
 }
 
 /// `%v` of `value` as a new string.

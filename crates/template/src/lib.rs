@@ -17,6 +17,7 @@ mod printf;
 mod sprig;
 mod sveltos;
 mod tera_engine;
+mod val;
 mod value;
 mod yaml;
 
@@ -215,6 +216,27 @@ impl Template {
                 let Some(main) = tree.templates.get(name) else {
                     return Err(Error::parse(name, src, 0, format!("no template {name:?}")));
                 };
+                // A template that cannot modify maps reads untouched shared JSON in place;
+                // one that can gets the lazily converted maps that Go's sharing needs.
+                let pristine = match data {
+                    Value::Map(m) if !tree.mutates => m.pristine_json(),
+                    _ => None,
+                };
+                let (root, shape) = match &pristine {
+                    Some((json, event)) => (
+                        Some(json.clone()),
+                        if *event {
+                            val::Shape::EventRoot
+                        } else {
+                            val::Shape::Plain
+                        },
+                    ),
+                    None => (None, val::Shape::Plain),
+                };
+                let dot = match &pristine {
+                    Some((json, _)) => val::Val::J(json.get(), shape),
+                    None => val::Val::V(data.clone()),
+                };
                 let mut exec = exec::Exec::new(
                     tree,
                     src,
@@ -222,8 +244,9 @@ impl Template {
                     self.options.engine,
                     self.options.missing_key,
                     out,
+                    val::Root(root),
                 );
-                exec.run(main, data)
+                exec.run(main, dot).map_err(|e| *e)
             }
             Inner::Tera(t) => {
                 out.push_str(&t.render(data)?);

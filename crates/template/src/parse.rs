@@ -548,7 +548,10 @@ impl Parser {
         self.idx += 1;
         Ok(match t.kind {
             Tok::Ident(name) => match funcs::lookup(&name, self.engine) {
-                Some(f) => Arg::Func(f),
+                Some(f) => {
+                    self.tree.mutates |= funcs::mutates_maps(f);
+                    Arg::Func(f)
+                }
                 None => {
                     return Err(ParseError {
                         pos: t.pos,

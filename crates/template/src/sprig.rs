@@ -2,6 +2,7 @@
 //! Deliberate differences: `env`/`expandenv` see an empty environment and `getHostByName`
 //! resolves nothing (templates never touch the environment, the file system or the network).
 
+pub mod certs;
 pub mod convert;
 pub mod crypto;
 pub mod dates;

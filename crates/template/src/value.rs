@@ -45,7 +45,13 @@ pub struct MapRef(Arc<RwLock<MapState>>);
 #[derive(Debug)]
 enum MapState {
     Owned(Map),
-    Lazy { json: JsonRef, children: Map },
+    /// Entries still in `json`; `event` applies event-manager's Go types to the well-known
+    /// top-level keys when they are converted ([`event_data_shared`]).
+    Lazy {
+        json: JsonRef,
+        children: Map,
+        event: bool,
+    },
 }
 
 impl Default for MapState {
@@ -101,7 +107,21 @@ impl MapRef {
         MapRef(Arc::new(RwLock::new(MapState::Lazy {
             json,
             children: Map::new(),
+            event: false,
         })))
+    }
+
+    /// The untouched JSON behind a lazy map: no entry was handed out (so none was changed)
+    /// and the map was never converted. Renders that cannot mutate read it in place.
+    pub(crate) fn pristine_json(&self) -> Option<(JsonRef, bool)> {
+        match &*self.read_state() {
+            MapState::Lazy {
+                json,
+                children,
+                event,
+            } if children.is_empty() => Some((json.clone(), *event)),
+            _ => None,
+        }
     }
 
     fn read_state(&self) -> RwLockReadGuard<'_, MapState> {
@@ -123,7 +143,17 @@ impl MapRef {
             return;
         }
         let mut state = self.write_state();
-        if let MapState::Lazy { json, children } = &mut *state {
+        if let MapState::Lazy {
+            json,
+            children,
+            event,
+        } = &mut *state
+        {
+            if *event {
+                // Top-level event data: nothing has been handed out yet (`get` converts first).
+                *state = MapState::Owned(event_map(json));
+                return;
+            }
             let mut map = std::mem::take(children);
             if let serde_json::Value::Object(entries) = json.get() {
                 for (k, v) in entries {
@@ -152,7 +182,8 @@ impl MapRef {
             let state = self.read_state();
             match &*state {
                 MapState::Owned(m) => return m.get(key).cloned(),
-                MapState::Lazy { json, children } => {
+                MapState::Lazy { event: true, .. } => {}
+                MapState::Lazy { json, children, .. } => {
                     if let Some(v) = children.get(key) {
                         return Some(v.clone());
                     }
@@ -163,11 +194,15 @@ impl MapRef {
                 }
             }
         }
+        let event = matches!(&*self.read_state(), MapState::Lazy { event: true, .. });
+        if event {
+            return self.read().get(key).cloned();
+        }
         // A map or list: convert it once and keep it, so later lookups share it.
         let mut state = self.write_state();
         match &mut *state {
             MapState::Owned(m) => m.get(key).cloned(),
-            MapState::Lazy { json, children } => {
+            MapState::Lazy { json, children, .. } => {
                 if let Some(v) = children.get(key) {
                     return Some(v.clone());
                 }
@@ -197,7 +232,7 @@ impl MapRef {
 
 /// A node of a shared JSON document that is never modified.
 #[derive(Clone)]
-struct JsonRef {
+pub(crate) struct JsonRef {
     root: Arc<serde_json::Value>,
     node: std::ptr::NonNull<serde_json::Value>,
 }
@@ -220,13 +255,13 @@ impl JsonRef {
         JsonRef { root, node }
     }
 
-    fn get(&self) -> &serde_json::Value {
+    pub(crate) fn get(&self) -> &serde_json::Value {
         // SAFETY: see the Send/Sync impls: the pointee lives as long as `self.root`.
         unsafe { self.node.as_ref() }
     }
 
     /// A reference to `node`, which must have been reached from `self.get()`.
-    fn child(&self, node: &serde_json::Value) -> JsonRef {
+    pub(crate) fn child(&self, node: &serde_json::Value) -> JsonRef {
         JsonRef {
             root: Arc::clone(&self.root),
             node: std::ptr::NonNull::from(node),
@@ -235,7 +270,7 @@ impl JsonRef {
 }
 
 /// One level of conversion: scalars become values, objects lazy maps, arrays lists of those.
-fn lazy_value(j: &JsonRef) -> Value {
+pub(crate) fn lazy_value(j: &JsonRef) -> Value {
     match j.get() {
         serde_json::Value::Object(_) => Value::Map(MapRef::lazy(j.clone())),
         serde_json::Value::Array(items) => Value::list(
@@ -436,20 +471,60 @@ pub fn event_data(json: &serde_json::Value) -> Value {
 }
 
 /// [`event_data`] over a shared JSON document, converting only what templates read: the cheap
-/// way to give one event's data to many templates.
+/// way to give one event's data to many templates. Wrapping costs one allocation; templates
+/// that cannot modify maps read the JSON in place.
 pub fn event_data_shared(json: Arc<serde_json::Value>) -> Value {
     let root = JsonRef::new(json);
-    build_event_data(root.get(), &|v| lazy_value(&root.child(v)))
+    if !root.get().is_object() {
+        return lazy_value(&root);
+    }
+    Value::Map(MapRef(Arc::new(RwLock::new(MapState::Lazy {
+        json: root,
+        children: Map::new(),
+        event: true,
+    }))))
+}
+
+/// The top-level map of event data over shared JSON (an object), children lazy.
+fn event_map(root: &JsonRef) -> Map {
+    build_event_map(root.get(), &|v| lazy_value(&root.child(v)))
+}
+
+/// The top-level event value of `node` (reached from `root`), as [`event_data_shared`] sees it.
+pub(crate) fn event_value(root: &JsonRef, node: &serde_json::Value) -> Value {
+    match node {
+        serde_json::Value::Object(_) => Value::map(event_map(&root.child(node))),
+        other => lazy_value(&root.child(other)),
+    }
+}
+
+/// `.Resources`/`.CloudEvents` entries: a `null` entry is an empty map.
+pub(crate) fn event_entry(
+    convert: &dyn Fn(&serde_json::Value) -> Value,
+    item: &serde_json::Value,
+) -> Value {
+    if item.is_null() {
+        Value::map(Map::new())
+    } else {
+        convert(item)
+    }
 }
 
 fn build_event_data(
     json: &serde_json::Value,
     convert: &dyn Fn(&serde_json::Value) -> Value,
 ) -> Value {
-    let serde_json::Value::Object(entries) = json else {
+    if !json.is_object() {
         return convert(json);
-    };
+    }
+    Value::map(build_event_map(json, convert))
+}
+
+fn build_event_map(json: &serde_json::Value, convert: &dyn Fn(&serde_json::Value) -> Value) -> Map {
     let mut map = Map::new();
+    let serde_json::Value::Object(entries) = json else {
+        return map;
+    };
     for (key, value) in entries {
         let converted = match (key.as_str(), value) {
             ("Resource" | "CloudEvent" | "Cluster", serde_json::Value::Null) => {
@@ -458,13 +533,7 @@ fn build_event_data(
             ("Resources" | "CloudEvents", serde_json::Value::Array(items)) => Value::list(
                 items
                     .iter()
-                    .map(|item| {
-                        if item.is_null() {
-                            Value::map(Map::new())
-                        } else {
-                            convert(item)
-                        }
-                    })
+                    .map(|item| event_entry(convert, item))
                     .collect(),
             ),
             ("MatchingResource", item) => object_reference(item),
@@ -475,7 +544,7 @@ fn build_event_data(
         };
         map.insert(key.clone(), converted);
     }
-    Value::map(map)
+    map
 }
 
 const OBJECT_REFERENCE_FIELDS: [&str; 7] = [
@@ -488,7 +557,7 @@ const OBJECT_REFERENCE_FIELDS: [&str; 7] = [
     "UID",
 ];
 
-fn object_reference(json: &serde_json::Value) -> Value {
+pub(crate) fn object_reference(json: &serde_json::Value) -> Value {
     let mut map = Map::new();
     for field in OBJECT_REFERENCE_FIELDS {
         let value = json.get(field).and_then(|v| v.as_str()).unwrap_or_default();

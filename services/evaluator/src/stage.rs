@@ -1,8 +1,20 @@
 //! The evaluator's pure stage: holds the configuration, the compiled EventSources, the objects
-//! of every watched cluster and the per-(cluster, EventSource) match state; turns one input
-//! (a config update or an object change) into the match sets that changed. No IO, no clock.
+//! of every watched cluster and the per-(cluster, EventSource) match state; turns inputs (a
+//! config update, one object change or a batch of them) into the match sets that changed. No IO,
+//! no clock.
+//!
+//! Incremental by construction: which (cluster, EventSource) pairs are deployed, and which of
+//! them watch a (cluster, group, kind), is computed when the configuration changes, not per
+//! object change. An object change evaluates the object once per EventSource watching its kind
+//! and marks a pair dirty only when its match set can differ (the object joined or left it, an
+//! evaluation error appeared or went away, or a matching object changed while the set carries
+//! object contents); only dirty pairs are rebuilt, and a rebuilt set is published only when its
+//! content differs from the last one published.
 
-use std::collections::{BTreeMap, BTreeSet};
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -19,26 +31,42 @@ pub type MatchKey = (ClusterId, String);
 type GroupKind = (String, String);
 /// (namespace, name).
 type ObjectKey = (String, String);
+/// Objects of one cluster by kind, parsed once and shared with the match states.
+type ClusterObjects = BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Value>>>;
 
 /// State kept per (cluster, EventSource).
 #[derive(Debug, Default)]
 struct KeyState {
     /// Matching objects by (selector position, namespace, name): the API server's LIST order
     /// within a selector, selectors in spec order.
-    matching: BTreeMap<(usize, String, String), Value>,
+    matching: BTreeMap<(usize, String, String), Arc<Value>>,
     /// Objects whose evaluation failed, with the reason.
     errors: BTreeMap<(String, String, String), String>,
+}
+
+/// A compiled EventSource and what it watches.
+struct Compiled {
+    es: Arc<CompiledEventSource>,
+    /// (group, kind) of each selector, deduplicated, in selector order.
+    group_kinds: Vec<GroupKind>,
+    /// Whether the published set carries more than object identities (contents or an
+    /// aggregation over them), so that a matching object's new content changes it.
+    content_matters: bool,
 }
 
 /// The evaluator's state machine.
 #[derive(Default)]
 pub struct Evaluator {
     config: ConfigState,
-    compiled: BTreeMap<String, Result<Arc<CompiledEventSource>, String>>,
-    objects: BTreeMap<ClusterId, BTreeMap<GroupKind, BTreeMap<ObjectKey, Value>>>,
+    compiled: BTreeMap<String, Result<Compiled, String>>,
+    objects: HashMap<ClusterId, ClusterObjects>,
     keys: BTreeMap<MatchKey, KeyState>,
     /// Content hash of the last match set published per key.
     published: BTreeMap<MatchKey, String>,
+    /// Deployed (cluster, EventSource) pairs whose EventSource exists, from the configuration.
+    deployed: BTreeSet<MatchKey>,
+    /// Per (cluster, group, kind): the deployed pairs watching it and the selector position.
+    watchers: HashMap<(ClusterId, GroupKind), Vec<(MatchKey, usize)>>,
 }
 
 impl Evaluator {
@@ -51,6 +79,7 @@ impl Evaluator {
         for name in names {
             evaluator.compile(&name);
         }
+        evaluator.refresh_deployments();
         evaluator
     }
 
@@ -72,25 +101,13 @@ impl Evaluator {
         let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change stream") else {
             return;
         };
-        let group_kind = (group_of(&change.api_version), change.kind.clone());
-        let key = (change.namespace.clone(), change.name.clone());
-        let bucket = self
-            .objects
-            .entry(cluster)
-            .or_default()
-            .entry(group_kind)
-            .or_default();
-        if change.deleted {
-            bucket.remove(&key);
-        } else if let Ok(object) = serde_json::from_slice(&change.object_json) {
-            bucket.insert(key, object);
-        }
+        self.store(&cluster, change, parse(change));
     }
 
     /// Evaluates every deployed (cluster, EventSource) from scratch; returns what changed.
     pub fn recompute_all(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
-        let deployed = self.deployed();
-        let mut out = self.withdraw_undeployed(&deployed, sequence);
+        let deployed: Vec<MatchKey> = self.deployed.iter().cloned().collect();
+        let mut out = self.withdraw_undeployed(sequence);
         for key in deployed {
             self.rebuild_key(&key);
             out.extend(self.emit(&key, sequence));
@@ -100,7 +117,7 @@ impl Evaluator {
 
     /// Applies a configuration update; returns the match sets it changed.
     pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<pb::MatchSet> {
-        let before = self.deployed();
+        let before = self.deployed.clone();
         if !update.apply_to(&mut self.config) {
             return Vec::new();
         }
@@ -108,67 +125,99 @@ impl Evaluator {
         if es_changed {
             self.compile(&update.name);
         }
-        let after = self.deployed();
-        let mut out = self.withdraw_undeployed(&after, update.sequence);
-        for key in after {
-            let is_new = !before.contains(&key);
-            let affected = is_new || (es_changed && key.1 == update.name);
-            if affected {
-                self.rebuild_key(&key);
-                out.extend(self.emit(&key, update.sequence));
-            }
+        self.refresh_deployments();
+        let mut out = self.withdraw_undeployed(update.sequence);
+        let affected: Vec<MatchKey> = self
+            .deployed
+            .iter()
+            .filter(|key| !before.contains(*key) || (es_changed && key.1 == update.name))
+            .cloned()
+            .collect();
+        for key in affected {
+            self.rebuild_key(&key);
+            out.extend(self.emit(&key, update.sequence));
         }
         out
     }
 
     /// Applies one object change in a managed cluster; returns the match sets it changed.
     pub fn on_change(&mut self, change: &pb::ResourceChange, sequence: u64) -> Vec<pb::MatchSet> {
-        self.load_object(change);
+        let mut dirty = BTreeMap::new();
+        self.apply_change(change, sequence, &mut dirty);
+        self.emit_dirty(dirty)
+    }
+
+    /// Applies a batch of object changes (with their stream sequences, in stream order) and
+    /// returns the match sets they changed: one per changed (cluster, EventSource), however
+    /// many changes of the batch touched it, carrying the sequence of the last of them.
+    pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<pb::MatchSet> {
+        let mut dirty = BTreeMap::new();
+        for (change, sequence) in changes {
+            self.apply_change(change, *sequence, &mut dirty);
+        }
+        self.emit_dirty(dirty)
+    }
+
+    /// Number of deployed (cluster, EventSource) pairs.
+    pub fn deployed_len(&self) -> usize {
+        self.deployed.len()
+    }
+
+    fn apply_change(
+        &mut self,
+        change: &pb::ResourceChange,
+        sequence: u64,
+        dirty: &mut BTreeMap<MatchKey, u64>,
+    ) {
         let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change") else {
-            return Vec::new();
+            return;
         };
-        let group = group_of(&change.api_version);
-        let object: Option<Value> = if change.deleted {
-            None
-        } else {
-            serde_json::from_slice(&change.object_json).ok()
+        let object = parse(change);
+        self.store(&cluster, change, object.clone());
+        let group_kind = (group_of(&change.api_version), change.kind.clone());
+        let Some(watchers) = self.watchers.get(&(cluster, group_kind)) else {
+            return;
         };
-        let keys: Vec<MatchKey> = self
-            .deployed()
-            .into_iter()
-            .filter(|(c, _)| *c == cluster)
-            .collect();
-        let mut out = Vec::new();
-        for key in keys {
-            let Some(Ok(es)) = self.compiled.get(&key.1).cloned() else {
-                continue;
-            };
-            let Some(position) = selector_position(&es, &group, &change.kind) else {
+        for (key, position) in watchers {
+            let Some(Ok(compiled)) = self.compiled.get(&key.1) else {
                 continue;
             };
             let state = self.keys.entry(key.clone()).or_default();
-            let map_key = (position, change.namespace.clone(), change.name.clone());
-            let err_key = (
-                change.kind.clone(),
-                change.namespace.clone(),
-                change.name.clone(),
-            );
-            state.matching.remove(&map_key);
-            state.errors.remove(&err_key);
-            if let Some(object) = &object {
-                match es.evaluate(object) {
-                    Ok(verdict) if verdict.matching => {
-                        state.matching.insert(map_key, object.clone());
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        state.errors.insert(err_key, error.to_string());
-                    }
-                }
+            if update_key(state, compiled, *position, change, object.as_ref()) {
+                dirty.insert(key.clone(), sequence);
             }
-            out.extend(self.emit(&key, sequence));
         }
-        out
+    }
+
+    fn emit_dirty(&mut self, dirty: BTreeMap<MatchKey, u64>) -> Vec<pb::MatchSet> {
+        dirty
+            .into_iter()
+            .filter_map(|(key, sequence)| self.emit(&key, sequence))
+            .collect()
+    }
+
+    /// Records an object's new state (`None`: deleted or unreadable) in the cluster's store.
+    fn store(
+        &mut self,
+        cluster: &ClusterId,
+        change: &pb::ResourceChange,
+        object: Option<Arc<Value>>,
+    ) {
+        let bucket = self
+            .objects
+            .entry(cluster.clone())
+            .or_default()
+            .entry((group_of(&change.api_version), change.kind.clone()))
+            .or_default();
+        let key = (change.namespace.clone(), change.name.clone());
+        match object {
+            Some(object) => {
+                bucket.insert(key, object);
+            }
+            None => {
+                bucket.remove(&key);
+            }
+        }
     }
 
     fn compile(&mut self, name: &str) {
@@ -177,7 +226,22 @@ impl Evaluator {
             Some(Err(error)) => Some(Err(format!("eventsource {name}: {error}"))),
             Some(Ok(es)) => Some(
                 CompiledEventSource::compile(es)
-                    .map(Arc::new)
+                    .map(|es| {
+                        let group_kinds = es.gvks().into_iter().map(|g| (g.group, g.kind)).fold(
+                            Vec::new(),
+                            |mut out, gk| {
+                                if !out.contains(&gk) {
+                                    out.push(gk);
+                                }
+                                out
+                            },
+                        );
+                        Compiled {
+                            content_matters: es.collect_resources() || es.has_aggregation(),
+                            es: Arc::new(es),
+                            group_kinds,
+                        }
+                    })
                     .map_err(|e| error_chain(&e)),
             ),
         };
@@ -191,28 +255,35 @@ impl Evaluator {
         }
     }
 
-    /// (cluster, EventSource) pairs some EventTrigger deploys whose EventSource exists.
-    fn deployed(&self) -> BTreeSet<MatchKey> {
-        self.config
+    /// Recomputes the deployed pairs and who watches what, after a configuration change.
+    fn refresh_deployments(&mut self) {
+        self.deployed = self
+            .config
             .deployments(|trigger, _| Some(trigger.event_source_name.clone()))
             .into_keys()
             .filter(|(_, es)| self.config.event_sources.contains_key(es))
-            .collect()
+            .collect();
+        self.watchers.clear();
+        for key in &self.deployed {
+            let Some(Ok(compiled)) = self.compiled.get(&key.1) else {
+                continue;
+            };
+            for (position, group_kind) in compiled.group_kinds.iter().enumerate() {
+                self.watchers
+                    .entry((key.0.clone(), group_kind.clone()))
+                    .or_default()
+                    .push((key.clone(), position));
+            }
+        }
     }
 
-    fn withdraw_undeployed(
-        &mut self,
-        deployed: &BTreeSet<MatchKey>,
-        sequence: u64,
-    ) -> Vec<pb::MatchSet> {
-        let gone: Vec<MatchKey> = self
+    fn withdraw_undeployed(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
+        let gone: BTreeSet<MatchKey> = self
             .published
             .keys()
             .chain(self.keys.keys())
-            .filter(|k| !deployed.contains(*k))
+            .filter(|k| !self.deployed.contains(*k))
             .cloned()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
             .collect();
         gone.into_iter()
             .map(|key| {
@@ -232,27 +303,27 @@ impl Evaluator {
     /// Re-evaluates every cached object for one key.
     fn rebuild_key(&mut self, key: &MatchKey) {
         let mut state = KeyState::default();
-        if let Some(Ok(es)) = self.compiled.get(&key.1) {
-            if let Some(kinds) = self.objects.get(&key.0) {
-                for ((group, kind), objects) in kinds {
-                    let Some(position) = selector_position(es, group, kind) else {
-                        continue;
-                    };
-                    for ((namespace, name), object) in objects {
-                        match es.evaluate(object) {
-                            Ok(v) if v.matching => {
-                                state.matching.insert(
-                                    (position, namespace.clone(), name.clone()),
-                                    object.clone(),
-                                );
-                            }
-                            Ok(_) => {}
-                            Err(error) => {
-                                state.errors.insert(
-                                    (kind.clone(), namespace.clone(), name.clone()),
-                                    error.to_string(),
-                                );
-                            }
+        if let (Some(Ok(compiled)), Some(kinds)) =
+            (self.compiled.get(&key.1), self.objects.get(&key.0))
+        {
+            for (position, group_kind) in compiled.group_kinds.iter().enumerate() {
+                let Some(objects) = kinds.get(group_kind) else {
+                    continue;
+                };
+                for ((namespace, name), object) in objects {
+                    match compiled.es.evaluate(object) {
+                        Ok(v) if v.matching => {
+                            state.matching.insert(
+                                (position, namespace.clone(), name.clone()),
+                                object.clone(),
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            state.errors.insert(
+                                (group_kind.1.clone(), namespace.clone(), name.clone()),
+                                error.to_string(),
+                            );
                         }
                     }
                 }
@@ -279,8 +350,8 @@ impl Evaluator {
             source_sequence: sequence,
             ..Default::default()
         };
-        let es = match self.compiled.get(&key.1) {
-            Some(Ok(es)) => es,
+        let compiled = match self.compiled.get(&key.1) {
+            Some(Ok(compiled)) => compiled,
             Some(Err(error)) => {
                 set.failure_message = error.clone();
                 return set;
@@ -292,36 +363,79 @@ impl Evaluator {
             set.failure_message = format!("{} {}/{}: {reason}", object.0, object.1, object.2);
             return set;
         }
-        let selected: Vec<Value> = state
-            .map(|s| s.matching.values().cloned().collect())
-            .unwrap_or_default();
-        let selected = if es.has_aggregation() {
+        let es = &compiled.es;
+        let matching = state.map(|s| s.matching.values()).into_iter().flatten();
+        if es.has_aggregation() {
+            let selected: Vec<Value> = matching.map(|o| Value::clone(o)).collect();
             match es.aggregate(&selected) {
-                Ok(aggregated) => aggregated.resources,
-                Err(error) => {
-                    set.failure_message = error.to_string();
-                    return set;
-                }
+                Ok(aggregated) => push_objects(&mut set, aggregated.resources.iter(), es),
+                Err(error) => set.failure_message = error.to_string(),
             }
         } else {
-            selected
-        };
-        for object in &selected {
-            set.matching.push(sluice_wire::object_ref(object));
-            if es.collect_resources() {
-                set.resources
-                    .push(serde_json::to_vec(object).unwrap_or_default());
-            }
+            push_objects(&mut set, matching.map(|o| &**o), es);
         }
         set
     }
 }
 
-/// Which selector of the EventSource lists objects of this group and kind.
-fn selector_position(es: &CompiledEventSource, group: &str, kind: &str) -> Option<usize> {
-    es.gvks()
-        .iter()
-        .position(|g| g.group == group && g.kind == kind)
+/// Updates one key's state for an object change; returns whether its match set may differ.
+fn update_key(
+    state: &mut KeyState,
+    compiled: &Compiled,
+    position: usize,
+    change: &pb::ResourceChange,
+    object: Option<&Arc<Value>>,
+) -> bool {
+    let map_key = (position, change.namespace.clone(), change.name.clone());
+    let err_key = (
+        change.kind.clone(),
+        change.namespace.clone(),
+        change.name.clone(),
+    );
+    let (now_matching, now_error) = match object {
+        None => (false, None),
+        Some(object) => match compiled.es.evaluate(object) {
+            Ok(verdict) => (verdict.matching, None),
+            Err(error) => (false, Some(error.to_string())),
+        },
+    };
+    let error_changed = match now_error {
+        Some(reason) => state.errors.insert(err_key, reason.clone()).as_ref() != Some(&reason),
+        None => state.errors.remove(&err_key).is_some(),
+    };
+    let membership_changed = match (now_matching, object) {
+        (true, Some(object)) => match state.matching.insert(map_key, object.clone()) {
+            None => true,
+            Some(previous) => compiled.content_matters && previous != *object,
+        },
+        _ => state.matching.remove(&map_key).is_some(),
+    };
+    error_changed || membership_changed
+}
+
+fn push_objects<'a>(
+    set: &mut pb::MatchSet,
+    objects: impl Iterator<Item = &'a Value>,
+    es: &CompiledEventSource,
+) {
+    for object in objects {
+        set.matching.push(sluice_wire::object_ref(object));
+        if es.collect_resources() {
+            set.resources
+                .push(serde_json::to_vec(object).unwrap_or_default());
+        }
+    }
+}
+
+/// The object of a change, parsed once; `None` when deleted or unreadable (an object that
+/// cannot be read cannot match).
+fn parse(change: &pb::ResourceChange) -> Option<Arc<Value>> {
+    if change.deleted {
+        return None;
+    }
+    serde_json::from_slice(&change.object_json)
+        .ok()
+        .map(Arc::new)
 }
 
 fn group_of(api_version: &str) -> String {
@@ -335,10 +449,10 @@ fn group_of(api_version: &str) -> String {
 fn content_hash(set: &pb::MatchSet) -> String {
     let mut hasher = Sha256::new();
     for m in &set.matching {
-        hasher.update(format!(
-            "{}\0{}\0{}\0{}\0",
-            m.api_version, m.kind, m.namespace, m.name
-        ));
+        for field in [&m.api_version, &m.kind, &m.namespace, &m.name] {
+            hasher.update(field.as_bytes());
+            hasher.update([0]);
+        }
     }
     for r in &set.resources {
         hasher.update(r);

@@ -1,7 +1,6 @@
 //! sprig crypto and random helpers: `derivePassword` (Master Password: scrypt + HMAC-SHA256),
 //! `bcrypt`, `htpasswd`, `encryptAES`/`decryptAES` (AES-256-CBC, PKCS#7, random IV),
-//! `randBytes`, `uuidv4`. Key and certificate generation (`genPrivateKey`, `genCA`, ...) is
-//! declared so templates parse, but fails at render time: sluice does not mint keys in templates.
+//! `randBytes`, `uuidv4`. Key and certificate generation is in `certs.rs`.
 
 use aes::cipher::{block_padding::Pkcs7, BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use base64::Engine as _;
@@ -10,9 +9,6 @@ use rand::RngCore;
 
 use crate::funcs::{arg_int, arg_str, budget, def, FuncDef, MAX_STRING};
 use crate::value::Value;
-
-const UNSUPPORTED: &str =
-    "not supported by sluice: generate keys and certificates outside templates";
 
 pub static FUNCS: &[FuncDef] = &[
     def!("derivePassword", [Int, Str, Str, Str, Str], |a| {
@@ -58,26 +54,6 @@ pub static FUNCS: &[FuncDef] = &[
     def!("uuidv4", [], |_| Ok(Value::string(
         uuid::Uuid::new_v4().to_string()
     ))),
-    def!("genPrivateKey", [Str], |_| Err(UNSUPPORTED.into())),
-    def!("buildCustomCert", [Str, Str], |_| Err(UNSUPPORTED.into())),
-    def!("genCA", [Str, Int], |_| Err(UNSUPPORTED.into())),
-    def!("genCAWithKey", [Str, Int, Str], |_| Err(UNSUPPORTED.into())),
-    def!("genSelfSignedCert", [Str, List, List, Int], |_| Err(
-        UNSUPPORTED.into()
-    )),
-    def!(
-        "genSelfSignedCertWithKey",
-        [Str, List, List, Int, Str],
-        |_| Err(UNSUPPORTED.into())
-    ),
-    def!("genSignedCert", [Str, List, List, Int, Any], |_| Err(
-        UNSUPPORTED.into()
-    )),
-    def!(
-        "genSignedCertWithKey",
-        [Str, List, List, Int, Any, Str],
-        |_| Err(UNSUPPORTED.into())
-    ),
 ];
 
 fn bcrypt_hash(password: &str) -> String {

@@ -1,0 +1,43 @@
+//! Per-render timing over the bench fixtures, printed like the Go oracle's `bench-template`
+//! (`ns_per_render`), so that both can be run back to back: `bench FIXTURE.json ITERATIONS`.
+//! Each render wraps the decoded event JSON (`event_data_shared`) and renders into a fresh
+//! `String`: what the renderer pays per template and event.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_template::{event_data_shared, oracle, Options, Template};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().ok_or("usage: bench FIXTURE.json ITERATIONS")?;
+    let iterations: u64 = args.next().unwrap_or_else(|| "10000".into()).parse()?;
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let text = fixture["template"]
+        .as_str()
+        .ok_or("fixture has no template")?;
+    let options = Options {
+        name: oracle::DEFAULT_NAME.into(),
+        ..Options::default()
+    };
+    let template = Template::parse(text, &options)?;
+    let data = Arc::new(fixture["data"].clone());
+    let mut bytes = 0;
+    // One untimed pass, as the oracle's warm-up.
+    for _ in 0..iterations / 10 + 1 {
+        bytes = template
+            .render(&event_data_shared(Arc::clone(&data)))?
+            .len();
+    }
+    let start = Instant::now();
+    for _ in 0..iterations {
+        let out = template.render(&event_data_shared(Arc::clone(&data)))?;
+        std::hint::black_box(out);
+    }
+    let elapsed = start.elapsed();
+    println!(
+        "{{\"ns_per_render\":{:.1},\"output_bytes\":{bytes},\"iterations\":{iterations},\"mode\":\"shared+render\"}}",
+        elapsed.as_nanos() as f64 / iterations as f64
+    );
+    Ok(())
+}

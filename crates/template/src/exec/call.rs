@@ -1,0 +1,348 @@
+//! Operands and function calls for the evaluator: Go's argument type checks, lazy `and`/`or`,
+//! and the builtins templates call most (`eq ne lt le gt ge not len index`) evaluated over
+//! borrowed data without converting it. Everything else gets owned `Value` arguments.
+
+use serde_json::Value as Json;
+
+use super::{lookup, Exec, R};
+use crate::ast::{Arg, Operand, Span};
+use crate::funcs::{FuncDef, FuncResult, Imp, Ty};
+use crate::val::{child, element, Scalar, Val};
+use crate::value::Value;
+use crate::{Error, MissingKey};
+
+/// Builtins with a borrowed fast path; they take only `interface{}` arguments.
+fn has_fast_path(name: &str) -> bool {
+    matches!(
+        name,
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "not" | "len" | "index"
+    )
+}
+
+/// Most arguments a fast-path call evaluates into its stack buffer.
+const FAST_ARGS: usize = 4;
+
+impl<'a> Exec<'a> {
+    /// Evaluates an operand as an `interface{}` argument, without converting borrowed data.
+    pub(super) fn operand(&mut self, dot: &Val<'a>, op: &'a Operand) -> R<Val<'a>> {
+        Ok(match &op.kind {
+            Arg::Dot => dot.clone(),
+            Arg::Nil => Val::NIL,
+            Arg::Field(names) => self.fields(Some(dot.clone()), names, op.span, &[], None, dot)?,
+            Arg::Variable(name, names) => {
+                let v = self.var(name, op.span)?;
+                if names.is_empty() {
+                    v
+                } else {
+                    self.fields(Some(v), names, op.span, &[], None, dot)?
+                }
+            }
+            Arg::Pipe(p) => self.pipeline(dot, p)?,
+            Arg::Func(def) => self.call(def, dot, &[], None, op.span)?,
+            Arg::Chain(base, names) => {
+                let receiver = self.operand(dot, base)?;
+                self.fields(Some(receiver), names, op.span, &[], None, dot)?
+            }
+            Arg::Literal(v) => Val::V(v.clone()),
+            Arg::Number(n) => Val::V(n.ideal.clone()),
+        })
+    }
+
+    /// Go's `evalArg`: evaluates `op` for a parameter of type `ty`.
+    pub(super) fn arg(&mut self, dot: &Val<'a>, op: &'a Operand, ty: Ty) -> R<Value> {
+        match &op.kind {
+            Arg::Nil => {
+                return match ty {
+                    Ty::Any | Ty::Map | Ty::List => Ok(Value::Nil),
+                    _ => Err(self.error(op.span, format!("cannot assign nil to {}", ty.go_name()))),
+                }
+            }
+            Arg::Literal(v) => return self.literal(v, ty, op),
+            Arg::Number(n) => {
+                return match ty {
+                    Ty::Any => Ok(n.ideal.clone()),
+                    Ty::Int => n
+                        .int
+                        .map(Value::GoInt)
+                        .ok_or_else(|| self.expected(op, "integer")),
+                    Ty::Float => n
+                        .float
+                        .map(Value::Float)
+                        .ok_or_else(|| self.expected(op, "float")),
+                    Ty::Str => Err(self.expected(op, "string")),
+                    Ty::Bool => Err(self.expected(op, "bool")),
+                    Ty::Map | Ty::List => Err(self.cant_handle(op, ty)),
+                }
+            }
+            _ => {}
+        }
+        let value = self.operand(dot, op)?;
+        let value = self.root.value(value);
+        self.validate(value, ty, op.span)
+    }
+
+    fn literal(&self, v: &Value, ty: Ty, op: &Operand) -> R<Value> {
+        match (v, ty) {
+            (_, Ty::Any) | (Value::String(_), Ty::Str) | (Value::Bool(_), Ty::Bool) => {
+                Ok(v.clone())
+            }
+            (_, Ty::Str) => Err(self.expected(op, "string")),
+            (_, Ty::Bool) => Err(self.expected(op, "bool")),
+            (_, Ty::Int) => Err(self.expected(op, "integer")),
+            (_, Ty::Float) => Err(self.expected(op, "float")),
+            (_, Ty::Map | Ty::List) => Err(self.cant_handle(op, ty)),
+        }
+    }
+
+    fn expected(&self, op: &Operand, what: &str) -> Box<Error> {
+        self.error(
+            op.span,
+            format!("expected {what}; found {}", self.span_text(op.span)),
+        )
+    }
+
+    fn cant_handle(&self, op: &Operand, ty: Ty) -> Box<Error> {
+        self.error(
+            op.span,
+            format!(
+                "can't handle {} for arg of type {}",
+                self.span_text(op.span),
+                ty.go_name()
+            ),
+        )
+    }
+
+    /// Go's `validateType` for an evaluated value.
+    fn validate(&self, value: Value, ty: Ty, span: Span) -> R<Value> {
+        let ok = matches!(
+            (&value, ty),
+            (_, Ty::Any)
+                | (Value::String(_), Ty::Str)
+                | (Value::GoInt(_), Ty::Int)
+                | (Value::Float(_), Ty::Float)
+                | (Value::Bool(_), Ty::Bool)
+                | (Value::Map(_) | Value::Nil, Ty::Map)
+                | (Value::List(_) | Value::Nil, Ty::List)
+        );
+        if ok {
+            return Ok(value);
+        }
+        let got = if value.is_nil() {
+            "interface {}"
+        } else {
+            value.go_type()
+        };
+        Err(self.error(
+            span,
+            format!("wrong type for value; expected {}; got {got}", ty.go_name()),
+        ))
+    }
+
+    /// A missing map key, as the missingkey option says.
+    pub(super) fn missing(&self, span: Span, name: &str) -> R<Option<Val<'a>>> {
+        match self.missing_key {
+            MissingKey::Error => {
+                Err(self.error(span, format!("map has no entry for key {name:?}")))
+            }
+            MissingKey::Default => Ok(None),
+            MissingKey::Zero => Ok(Some(Val::NIL)),
+        }
+    }
+
+    pub(super) fn not_a_method(&self, span: Span, name: &str) -> Box<Error> {
+        self.error(span, format!("{name} is not a method but has arguments"))
+    }
+
+    pub(super) fn call(
+        &mut self,
+        def: &'static FuncDef,
+        dot: &Val<'a>,
+        args: &'a [Operand],
+        final_: Option<Val<'a>>,
+        span: Span,
+    ) -> R<Val<'a>> {
+        let given = args.len() + usize::from(final_.is_some());
+        let fixed = def.params.len();
+        if def.variadic.is_some() && given < fixed {
+            let msg = format!(
+                "wrong number of args for {}: want at least {fixed} got {given}",
+                def.name
+            );
+            return Err(self.error(span, msg));
+        }
+        if def.variadic.is_none() && given != fixed {
+            return Err(self.error(
+                span,
+                format!(
+                    "wrong number of args for {}: want {fixed} got {given}",
+                    def.name
+                ),
+            ));
+        }
+        let imp = match def.imp {
+            Imp::Plain(f) => f,
+            Imp::And | Imp::Or => {
+                let want = matches!(def.imp, Imp::Or);
+                let mut last = Val::NIL;
+                for op in args {
+                    last = self.operand(dot, op)?;
+                    if last.truth() == want {
+                        return Ok(last);
+                    }
+                }
+                return Ok(final_.unwrap_or(last));
+            }
+        };
+        let whole = self.command_span(span, args);
+        let fail =
+            |exec: &Self, m: String| exec.error(whole, format!("error calling {}: {m}", def.name));
+        if given <= FAST_ARGS && has_fast_path(def.name) {
+            let mut buf = [Val::NIL; FAST_ARGS];
+            for (slot, op) in buf.iter_mut().zip(args) {
+                *slot = self.operand(dot, op)?;
+            }
+            if let Some(fin) = final_ {
+                buf[args.len()] = fin;
+            }
+            let vals = &buf[..given];
+            return match fast(def.name, vals) {
+                Ok(Some(v)) => Ok(v),
+                Ok(None) => {
+                    let values = vals.iter().map(|v| self.root.value_ref(v)).collect();
+                    imp(values).map(Val::V).map_err(|m| fail(self, m))
+                }
+                Err(m) => Err(fail(self, m)),
+            };
+        }
+        let param = |i: usize| {
+            def.params
+                .get(i)
+                .copied()
+                .or(def.variadic)
+                .unwrap_or(Ty::Any)
+        };
+        let mut values = Vec::with_capacity(given);
+        for (i, op) in args.iter().enumerate() {
+            values.push(self.arg(dot, op, param(i))?);
+        }
+        if let Some(fin) = final_ {
+            let ty = param(args.len());
+            let fin = match (self.root.value(fin), ty) {
+                (Value::Nil, Ty::Any | Ty::Map | Ty::List) => Value::Nil,
+                (fin, _) => self.validate(fin, ty, span)?,
+            };
+            values.push(fin);
+        }
+        let result: FuncResult = imp(values);
+        result.map(Val::V).map_err(|m| fail(self, m))
+    }
+
+    fn command_span(&self, span: Span, args: &[Operand]) -> Span {
+        match args.last() {
+            Some(last) => Span {
+                start: span.start,
+                end: last.span.end,
+            },
+            None => span,
+        }
+    }
+}
+
+/// A builtin over borrowed values; `Ok(None)` when the general implementation must decide
+/// (lists, maps, times or versions among the arguments).
+fn fast<'a>(name: &str, vals: &[Val<'a>]) -> Result<Option<Val<'a>>, String> {
+    let bool_ = |b: bool| Ok(Some(Val::V(Value::Bool(b))));
+    match (name, vals) {
+        ("not", [a]) => bool_(!a.truth()),
+        ("eq", [a, rest @ ..]) if !rest.is_empty() => {
+            for b in rest {
+                match scalar_equal(a.scalar(), b.scalar()) {
+                    None => return Ok(None),
+                    Some(Err(m)) => return Err(m),
+                    Some(Ok(true)) => return bool_(true),
+                    Some(Ok(false)) => {}
+                }
+            }
+            bool_(false)
+        }
+        ("eq", _) => Err("missing argument for comparison".into()),
+        ("ne", [a, b]) => match scalar_equal(a.scalar(), b.scalar()) {
+            None => Ok(None),
+            Some(r) => bool_(!r?),
+        },
+        ("lt" | "le" | "gt" | "ge", [a, b]) => {
+            let (a, b) = (a.scalar(), b.scalar());
+            let less = scalar_less(a, b)?;
+            // Both sides are numbers or strings of one kind here: equality cannot fail.
+            let equal = || scalar_equal(a, b).and_then(Result::ok).unwrap_or(false);
+            bool_(match name {
+                "lt" => less,
+                "le" => less || equal(),
+                "gt" => !(less || equal()),
+                _ => !less,
+            })
+        }
+        ("len", [v]) => {
+            let n = match v {
+                Val::J(Json::Array(a), _) => a.len(),
+                Val::J(Json::Object(o), _) => o.len(),
+                Val::J(Json::String(s), _) => s.len(),
+                Val::Key(k) => k.len(),
+                _ => return Ok(None),
+            };
+            Ok(Some(Val::V(Value::GoInt(n as i64))))
+        }
+        ("index", [item, keys @ ..]) => {
+            let mut item = item.clone();
+            for key in keys {
+                item = match (&item, key.scalar()) {
+                    (Val::J(Json::Object(entries), shape), Scalar::Str(k)) => {
+                        match lookup(entries, k) {
+                            Some(v) => child(*shape, k, v),
+                            None => Val::NIL,
+                        }
+                    }
+                    (Val::J(Json::Array(items), shape), Scalar::Int(i)) => {
+                        match usize::try_from(i).ok().and_then(|i| items.get(i)) {
+                            Some(v) => element(*shape, v),
+                            None => return Err(format!("index out of range: {i}")),
+                        }
+                    }
+                    _ => return Ok(None),
+                };
+            }
+            Ok(Some(item))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Go's `eq` for two scalars; `None` when either side needs the general comparison.
+fn scalar_equal(a: Scalar<'_>, b: Scalar<'_>) -> Option<Result<bool, String>> {
+    Some(Ok(match (a, b) {
+        (Scalar::Nil, Scalar::Nil) => true,
+        (Scalar::Nil, _) | (_, Scalar::Nil) => false,
+        (Scalar::Other, _) | (_, Scalar::Other) => return None,
+        (Scalar::Bool(x), Scalar::Bool(y)) => x == y,
+        (Scalar::Int(x), Scalar::Int(y)) => x == y,
+        (Scalar::Float(x), Scalar::Float(y)) => x == y,
+        (Scalar::Str(x), Scalar::Str(y)) => x == y,
+        _ => return Some(Err("incompatible types for comparison".into())),
+    }))
+}
+
+/// Go's `lt` for two values seen as scalars.
+fn scalar_less(a: Scalar<'_>, b: Scalar<'_>) -> Result<bool, String> {
+    match (a, b) {
+        (Scalar::Nil | Scalar::Bool(_) | Scalar::Other, _)
+        | (_, Scalar::Nil | Scalar::Bool(_) | Scalar::Other) => {
+            Err("invalid type for comparison".into())
+        }
+        (Scalar::Int(x), Scalar::Int(y)) => Ok(x < y),
+        (Scalar::Float(x), Scalar::Float(y)) => {
+            Ok(x.partial_cmp(&y) == Some(std::cmp::Ordering::Less))
+        }
+        (Scalar::Str(x), Scalar::Str(y)) => Ok(x < y),
+        _ => Err("incompatible types for comparison".into()),
+    }
+}
