@@ -115,6 +115,7 @@ impl Applier {
             source_sequence: state.source_sequence,
             removed: state.removed,
             event_trigger_kind: state.event_trigger_kind.clone(),
+            event_source: state.event_source.clone(),
             cloud_event: !state.cloud_event_source.is_empty()
                 || !state.cloud_event_subject.is_empty(),
             ..Default::default()

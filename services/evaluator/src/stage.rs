@@ -257,9 +257,7 @@ impl Evaluator {
 
     /// Recomputes the deployed pairs and who watches what, after a configuration change.
     fn refresh_deployments(&mut self) {
-        self.deployed = self
-            .config
-            .deployments(|trigger, _| Some(trigger.event_source_name.clone()))
+        self.deployed = sluice_wire::names::deployments(&self.config)
             .into_keys()
             .filter(|(_, es)| self.config.event_sources.contains_key(es))
             .collect();

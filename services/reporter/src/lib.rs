@@ -3,6 +3,8 @@
 //! match set on to the renderer. A failed evaluation shows in `status.failureMessage` and leaves
 //! the last good `matchingResources` in place.
 
+pub mod failures;
+
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -53,12 +55,14 @@ pub fn event_report(cluster: &ClusterId, set: &pb::MatchSet) -> Value {
     })
 }
 
-/// Writes (or deletes) the EventReport for one match set.
+/// Writes (or deletes) the EventReport for one match set; `failure` is what its status says
+/// went wrong (evaluation or rendering), if anything.
 async fn write(
     client: &kube::Client,
     kind: &Kind,
     cluster: &ClusterId,
     set: &pb::MatchSet,
+    failure: Option<&str>,
 ) -> sluice_kube::Result<()> {
     let name = naming::event_report_name(cluster, &set.event_source);
     if set.removed {
@@ -77,16 +81,28 @@ async fn write(
         empty.resources.clear();
         apply::apply(client, kind, &event_report(cluster, &empty), FIELD_MANAGER).await?;
     }
+    write_status(client, kind, cluster, &set.event_source, failure).await
+}
+
+/// Writes an EventReport's status; a report that does not exist (yet) is left alone.
+async fn write_status(
+    client: &kube::Client,
+    kind: &Kind,
+    cluster: &ClusterId,
+    event_source: &str,
+    failure: Option<&str>,
+) -> sluice_kube::Result<()> {
+    let name = naming::event_report_name(cluster, event_source);
     let status = json!({
         "apiVersion": "lib.projectsveltos.io/v1beta1",
         "kind": "EventReport",
         "metadata": {"name": name, "namespace": cluster.namespace},
         "status": {
             "phase": "Processed",
-            "failureMessage": if failed { json!(set.failure_message) } else { Value::Null },
+            "failureMessage": failure.map_or(Value::Null, |f| json!(f)),
         },
     });
-    apply::apply_status(
+    match apply::apply_status(
         client,
         kind,
         &cluster.namespace,
@@ -95,6 +111,10 @@ async fn write(
         FIELD_MANAGER,
     )
     .await
+    {
+        Err(error) if error.is_not_found() => Ok(()),
+        outcome => outcome,
+    }
 }
 
 /// Runs the reporter until `token` is cancelled.
@@ -126,6 +146,16 @@ pub async fn run(
             }
         }
     };
+    // Rendering failures come back from the applier; the statuses start from what it recorded.
+    let mut failures = failures::Failures::default();
+    let (applied, mut applied_feed) = bus
+        .follow_state(topology::APPLIED, topology::APPLIED.subjects)
+        .await?;
+    for delivered in &applied {
+        if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", delivered) {
+            failures.record_result(&result);
+        }
+    }
     let mut matches = bus.durable(topology::REPORTER_MATCH, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let mut last_seen = sluice_bus::Freshness::default();
@@ -153,7 +183,10 @@ pub async fn run(
                         continue;
                     }
                 };
-                if let Err(error) = write(&client, &kind, &cluster, &set).await {
+                let key = (cluster.clone(), set.event_source.clone());
+                failures.record_evaluation(&key, &set.failure_message, set.removed);
+                let failure = failures.message(&key);
+                if let Err(error) = write(&client, &kind, &cluster, &set, failure.as_deref()).await {
                     errors.inc();
                     tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %error, "failed to write EventReport, will retry");
                     let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
@@ -172,6 +205,21 @@ pub async fn run(
                     })
                     .await?;
                 window.push(vec![ack], Some(message));
+            }
+            result = applied_feed.next() => {
+                let Some(result) = result else { anyhow::bail!("apply result feed ended") };
+                let Ok(delivered) = result else { continue };
+                let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) else {
+                    tracing::warn!(subject = %delivered.subject, "skipping unreadable apply result");
+                    continue;
+                };
+                let Some(key) = failures.record_result(&result) else { continue };
+                let failure = failures.message(&key);
+                // Best effort: the next match set or result writes the status again.
+                if let Err(error) = write_status(&client, &kind, &key.0, &key.1, failure.as_deref()).await {
+                    errors.inc();
+                    tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport status");
+                }
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {

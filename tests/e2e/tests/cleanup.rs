@@ -167,9 +167,36 @@ async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_
         assert!(message.contains(part), "{part} missing from {message}");
     }
     assert_eq!(owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
+    let report = || async {
+        stack
+            .get(
+                MANAGEMENT,
+                "lib.projectsveltos.io/v1beta1",
+                "EventReport",
+                "default",
+                "sveltos--sveltos-service--cluster-a",
+            )
+            .await
+            .ok()
+            .flatten()
+    };
+    wait_for("the failure on the EventReport", DEADLINE, || async {
+        report()
+            .await
+            .filter(|r| r["status"]["failureMessage"] == message.as_str())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
     stack
         .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
         .await?;
+    wait_for("the EventReport clear again", DEADLINE, || async {
+        report()
+            .await
+            .filter(|r| r["status"]["failureMessage"].is_null())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
     wait_for("Provisioned again", DEADLINE, || async {
         trigger_object(&stack)
             .await

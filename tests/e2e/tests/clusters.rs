@@ -119,3 +119,64 @@ async fn rotated_kubeconfig_takes_effect_without_a_restart() -> anyhow::Result<(
     .map_err(|e| fail(&stack, e))?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_source_name_is_rendered_with_each_clusters_data() -> anyhow::Result<()> {
+    // One trigger, two clusters, each getting the EventSource named after its label `team`.
+    let stack = Stack::start(&["cluster-a", "cluster-b"], None).await?;
+    stack
+        .register_cluster("cluster-a", &[("env", "fv"), ("team", "web")])
+        .await?;
+    stack
+        .register_cluster("cluster-b", &[("env", "fv"), ("team", "db")])
+        .await?;
+    for (team, label) in [("web", "fv"), ("db", "db-only")] {
+        let source = demo::EVENT_SOURCE
+            .replace("name: sveltos-service", &format!("name: services-{team}"))
+            .replace("value: fv", &format!("value: {label}"));
+        stack.apply_yaml(MANAGEMENT, &source).await?;
+    }
+    let addon = demo::EVENT_BASED_ADDON.replace(
+        "eventSourceName: sveltos-service",
+        "eventSourceName: \"services-{{ .Cluster.metadata.labels.team }}\"",
+    );
+    assert_ne!(addon, demo::EVENT_BASED_ADDON);
+    stack.apply_yaml(MANAGEMENT, &addon).await?;
+    // The same Service in both clusters: only services-web (label sveltos: fv) selects it.
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    stack.apply_yaml("cluster-b", demo::SERVICE).await?;
+    let profile = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    assert_eq!(
+        profile["metadata"]["labels"][naming::LABEL_EVENT_SOURCE],
+        "services-web"
+    );
+    let report_b = wait_for(
+        "cluster-b's EventReport for services-db",
+        DEADLINE,
+        || async {
+            stack
+                .get(
+                    MANAGEMENT,
+                    "lib.projectsveltos.io/v1beta1",
+                    "EventReport",
+                    "default",
+                    "sveltos--services-db--cluster-b",
+                )
+                .await
+                .ok()
+                .flatten()
+                .filter(|r| r["status"]["phase"] == "Processed")
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert!(report_b["spec"]["matchingResources"]
+        .as_array()
+        .is_none_or(Vec::is_empty));
+    assert!(demo::owned_by(&stack, TRIGGER, "cluster-b")
+        .await?
+        .is_empty());
+    Ok(())
+}

@@ -196,7 +196,7 @@ async fn unreadable_messages_are_dead_lettered_with_the_reason() -> anyhow::Resu
     ] {
         js.publish(subject, garbage.clone()).await?.await?;
     }
-    let mut dead = js.get_stream(topology::DEAD.name).await?;
+    let dead = js.get_stream(topology::DEAD.name).await?;
     for stage in ["reporter", "renderer", "applier"] {
         let subject = topology::dead_subject(stage);
         let letter = wait_for(

@@ -1,0 +1,116 @@
+//! What an EventReport's `status.failureMessage` says: the EventSource's evaluation failure if
+//! there is one, otherwise the rendering failures of the triggers that use this EventSource in
+//! this cluster (from the applier's results), each naming its trigger, reference and place.
+
+use std::collections::BTreeMap;
+
+use sluice_domain::cluster::ClusterId;
+use sluice_proto::v1 as pb;
+
+/// (cluster, EventSource): one EventReport.
+pub type ReportKey = (ClusterId, String);
+
+#[derive(Debug, Default)]
+pub struct Failures {
+    evaluation: BTreeMap<ReportKey, String>,
+    /// Per report, trigger -> its rendering failure.
+    rendering: BTreeMap<ReportKey, BTreeMap<String, String>>,
+}
+
+impl Failures {
+    /// Records a match set's evaluation outcome.
+    pub fn record_evaluation(&mut self, key: &ReportKey, failure: &str, removed: bool) {
+        if failure.is_empty() || removed {
+            self.evaluation.remove(key);
+        } else {
+            self.evaluation.insert(key.clone(), failure.to_string());
+        }
+        if removed {
+            self.rendering.remove(key);
+        }
+    }
+
+    /// Records an apply result; returns the report whose message changed.
+    pub fn record_result(&mut self, result: &pb::ApplyResult) -> Option<ReportKey> {
+        if result.cloud_event || result.event_source.is_empty() {
+            return None;
+        }
+        let cluster = sluice_wire::cluster_id(result.cluster.as_ref(), "apply result").ok()?;
+        let key = (cluster, result.event_source.clone());
+        let before = self.message(&key);
+        let triggers = self.rendering.entry(key.clone()).or_default();
+        if result.failure_message.is_empty() || result.removed {
+            triggers.remove(&result.event_trigger);
+        } else {
+            triggers.insert(result.event_trigger.clone(), result.failure_message.clone());
+        }
+        if triggers.is_empty() {
+            self.rendering.remove(&key);
+        }
+        (self.message(&key) != before).then_some(key)
+    }
+
+    /// The report's failure message; `None` when all is well.
+    pub fn message(&self, key: &ReportKey) -> Option<String> {
+        if let Some(failure) = self.evaluation.get(key) {
+            return Some(failure.clone());
+        }
+        let triggers = self.rendering.get(key)?;
+        Some(triggers.values().cloned().collect::<Vec<_>>().join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_domain::cluster::ClusterType;
+
+    fn cluster() -> ClusterId {
+        ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: "default".into(),
+            name: "a".into(),
+        }
+    }
+
+    fn result(trigger: &str, failure: &str) -> pb::ApplyResult {
+        pb::ApplyResult {
+            event_trigger: trigger.into(),
+            event_source: "es".into(),
+            cluster: Some(sluice_wire::cluster_ref(&cluster())),
+            failure_message: failure.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn evaluation_failure_wins_then_rendering_failures_of_each_trigger_show() {
+        let key = (cluster(), "es".to_string());
+        let mut f = Failures::default();
+        assert_eq!(
+            f.record_result(&result(
+                "t1",
+                "eventtrigger t1: spec.policyRefs[0]: ConfigMap default/x not found"
+            )),
+            Some(key.clone())
+        );
+        assert_eq!(
+            f.record_result(&result("t2", "eventtrigger t2: bad")),
+            Some(key.clone())
+        );
+        assert_eq!(
+            f.message(&key).as_deref(),
+            Some("eventtrigger t1: spec.policyRefs[0]: ConfigMap default/x not found; eventtrigger t2: bad")
+        );
+        f.record_evaluation(&key, "eventsource es: lua error", false);
+        assert_eq!(
+            f.message(&key).as_deref(),
+            Some("eventsource es: lua error")
+        );
+        f.record_evaluation(&key, "", false);
+        assert_eq!(f.record_result(&result("t1", "")), Some(key.clone()));
+        assert_eq!(f.record_result(&result("t1", "")), None, "unchanged");
+        assert_eq!(f.record_result(&result("t2", "")), Some(key.clone()));
+        assert_eq!(f.message(&key), None);
+    }
+}
