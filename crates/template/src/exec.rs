@@ -276,7 +276,7 @@ impl<'a> Exec<'a> {
 
     fn bind(&mut self, name: &'a str, value: Val<'a>, assign: bool) {
         if assign {
-            if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| *n == name) {
+            if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| same(n, name)) {
                 slot.1 = value;
                 return;
             }
@@ -391,7 +391,7 @@ impl<'a> Exec<'a> {
     }
 
     fn var(&self, name: &str, span: Span) -> R<Val<'a>> {
-        match self.vars.iter().rev().find(|(n, _)| *n == name) {
+        match self.vars.iter().rev().find(|(n, _)| same(n, name)) {
             Some((_, v)) => Ok(v.clone()),
             None => Err(self.error(span, format!("undefined variable: {name}"))),
         }
@@ -560,4 +560,10 @@ pub(crate) fn chain<'a>(
         return None;
     };
     Some(child(shape, last, lookup(entries, last)?))
+}
+
+/// String equality for the short names and keys templates use, without a call to `memcmp`.
+#[inline]
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
