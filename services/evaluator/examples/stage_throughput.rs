@@ -89,7 +89,7 @@ fn event_source(i: usize, kinds: usize) -> Value {
             selector["labelFilters"] =
                 json!([{"key": "tier", "operation": "Equal", "value": "web"}])
         }
-        4..=6 if i % 2 == 0 => {
+        4..=6 if i.is_multiple_of(2) => {
             selector["evaluateCEL"] =
                 json!([{"name": "fv", "rule": "resource.metadata.labels.sveltos == 'fv'"}])
         }
@@ -97,7 +97,7 @@ fn event_source(i: usize, kinds: usize) -> Value {
             selector["evaluateCEL"] =
                 json!([{"name": "https", "rule": "resource.spec.ports.exists(p, p.port == 443)"}])
         }
-        _ if i % 2 == 0 => selector["evaluate"] = json!(LABELS),
+        _ if i.is_multiple_of(2) => selector["evaluate"] = json!(LABELS),
         _ => selector["evaluate"] = json!(HTTPS),
     }
     json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
@@ -128,13 +128,17 @@ fn config(o: &Options) -> ConfigState {
 /// One object; `version` changes its resourceVersion and status, `flipped` its labels and port.
 fn object(k: usize, n: usize, version: usize, flipped: bool) -> Value {
     let mut labels = json!({"app": format!("app-{}", n % 17)});
-    if (n % 2 == 0) != flipped {
+    if n.is_multiple_of(2) != flipped {
         labels["sveltos"] = json!("fv");
     }
-    if (n % 3 == 0) != flipped {
+    if n.is_multiple_of(3) != flipped {
         labels["tier"] = json!("web");
     }
-    let https = if (n % 4 != 0) != flipped { 443 } else { 8080 };
+    let https = if n.is_multiple_of(4) == flipped {
+        443
+    } else {
+        8080
+    };
     json!({
         "apiVersion": "bench.sluice.io/v1", "kind": kind(k),
         "metadata": {"name": format!("obj-{n:05}"), "namespace": format!("ns-{}", n % 10), "labels": labels,
@@ -181,7 +185,7 @@ fn main() {
             let k = (i / o.clusters) % o.kinds;
             let n = (i / (o.clusters * o.kinds)) % o.objects;
             let slot = (c * o.kinds + k) * o.objects + n;
-            if o.flip > 0 && i % o.flip == 0 {
+            if o.flip > 0 && i.is_multiple_of(o.flip) {
                 flipped[slot] = !flipped[slot];
             }
             (change(c, k, n, i + 2, flipped[slot]), i as u64 + 2)
