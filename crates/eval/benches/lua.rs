@@ -134,6 +134,11 @@ fn oracle_ns_per_object(
 /// best round (the same rule for both engines) and the ratios of those.
 const ROUNDS: usize = 3;
 
+/// An oracle figure: ns per object and objects matched per pass.
+type OracleFigure = Option<(f64, u64)>;
+/// One round: sluice ns per object, oracle `sveltos`, oracle `pooled`.
+type Round = (f64, OracleFigure, OracleFigure);
+
 fn side_by_side(c: &mut Criterion) {
     let objects: Vec<Value> = (0..OBJECTS).map(service).collect();
     let mut group = c.benchmark_group("eventsource-evaluate-10k-services");
@@ -176,7 +181,7 @@ fn side_by_side(c: &mut Criterion) {
         "per-round x (s / p)"
     );
     for (name, matched, rounds) in table {
-        let best = |f: &dyn Fn(&(f64, Option<(f64, u64)>, Option<(f64, u64)>)) -> Option<f64>| {
+        let best = |f: &dyn Fn(&Round) -> Option<f64>| {
             rounds
                 .iter()
                 .filter_map(f)
@@ -200,9 +205,7 @@ fn side_by_side(c: &mut Criterion) {
         let per_round: Vec<String> = rounds
             .iter()
             .map(|(o, s, p)| {
-                let r = |v: &Option<(f64, u64)>| {
-                    v.map_or("-".into(), |(ns, _)| format!("{:.0}", ns / o))
-                };
+                let r = |v: &OracleFigure| v.map_or("-".into(), |(ns, _)| format!("{:.0}", ns / o));
                 format!("{}/{}", r(s), r(p))
             })
             .collect();

@@ -2,19 +2,27 @@
 //! `resource`), evaluated in order, the first rule that yields `true` matches. As in libsveltos, a
 //! rule that fails to compile, fails to evaluate or yields a non-bool simply does not match; the
 //! compile failures are kept as diagnostics so that they can be shown to the user.
+//!
+//! Speed: turning an object into CEL values costs far more than evaluating a typical rule, so
+//! only the parts of `resource` the rules select (`resource.metadata.labels...`) are converted;
+//! rules that use `resource` in any other way get the whole object.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
+use cel::common::ast::{EntryExpr, Expr};
 use cel::objects::{Key, Map as CelMap};
-use cel::{Context, Env, Program, Value as CelValue};
+use cel::{Context, Env, IdedExpr, Program, Value as CelValue};
 use serde_json::Value;
 use sluice_domain::eventsource::CelRule;
 
 /// The rules of one selector.
 pub(crate) struct CelRules {
     rules: Vec<CompiledRule>,
+    /// The field paths of `resource` the rules read (`resource.metadata.labels` is
+    /// `["metadata", "labels"]`), or `None` when some rule needs the whole object.
+    paths: Option<Vec<Vec<String>>>,
 }
 
 struct CompiledRule {
@@ -68,8 +76,22 @@ impl CelRules {
                 };
                 CompiledRule { program }
             })
-            .collect();
-        (CelRules { rules: compiled }, diagnostics)
+            .collect::<Vec<_>>();
+        let mut paths = Some(Vec::new());
+        for program in compiled.iter().filter_map(|r| r.program.as_ref()) {
+            if let Some(out) = paths.as_mut() {
+                if !resource_paths(program.expression(), out) {
+                    paths = None;
+                }
+            }
+        }
+        (
+            CelRules {
+                rules: compiled,
+                paths,
+            },
+            diagnostics,
+        )
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -79,7 +101,14 @@ impl CelRules {
     /// Whether any rule yields `true` for this object.
     pub(crate) fn any_true(&self, object: &Value) -> bool {
         let mut context = Context::with_env(env());
-        context.add_variable_from_value("resource", to_cel(object));
+        let resource = match &self.paths {
+            Some(paths) => {
+                let refs: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
+                pruned(object, &refs)
+            }
+            None => to_cel(object),
+        };
+        context.add_variable_from_value("resource", resource);
         self.rules.iter().any(|rule| {
             let Some(program) = &rule.program else {
                 return false;
@@ -90,6 +119,102 @@ impl CelRules {
                 Ok(Ok(CelValue::Bool(true)))
             )
         })
+    }
+}
+
+/// The part of `v` that the `paths` below it reach, as CEL values: maps keep only the keys the
+/// paths name (each converted along the rest of its paths), anything else is converted whole.
+/// An empty path means the whole value.
+fn pruned(v: &Value, paths: &[&[String]]) -> CelValue {
+    let Value::Object(map) = v else {
+        return to_cel(v);
+    };
+    if paths.iter().any(|p| p.is_empty()) {
+        return to_cel(v);
+    }
+    let mut out: HashMap<Key, CelValue> = HashMap::new();
+    for (i, path) in paths.iter().enumerate() {
+        let field = &path[0];
+        if paths[..i].iter().any(|p| &p[0] == field) {
+            continue;
+        }
+        let Some(child) = map.get(field) else {
+            continue;
+        };
+        let rest: Vec<&[String]> = paths
+            .iter()
+            .filter(|p| &p[0] == field)
+            .map(|p| &p[1..])
+            .collect();
+        out.insert(Key::String(Arc::new(field.clone())), pruned(child, &rest));
+    }
+    CelValue::Map(CelMap { map: Arc::new(out) })
+}
+
+/// Adds to `out` the field paths of `resource` that `e` selects; false when `e` uses the
+/// variable `resource` other than by selecting fields of it.
+fn resource_paths(e: &IdedExpr, out: &mut Vec<Vec<String>>) -> bool {
+    match &e.expr {
+        Expr::Select(select) => match select_path(e) {
+            Some(path) => {
+                if !out.contains(&path) {
+                    out.push(path);
+                }
+                true
+            }
+            None => resource_paths(&select.operand, out),
+        },
+        Expr::Ident(name) => name != "resource",
+        Expr::Unspecified | Expr::Literal(_) => true,
+        Expr::Call(call) => {
+            call.target
+                .as_deref()
+                .is_none_or(|t| resource_paths(t, out))
+                && call.args.iter().all(|a| resource_paths(a, out))
+        }
+        Expr::Comprehension(c) => [
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ]
+        .into_iter()
+        .all(|part| resource_paths(part, out)),
+        Expr::List(list) => list.elements.iter().all(|i| resource_paths(i, out)),
+        Expr::Map(map) => map
+            .entries
+            .iter()
+            .all(|entry| entry_paths(&entry.expr, out)),
+        Expr::Struct(st) => st.entries.iter().all(|entry| entry_paths(&entry.expr, out)),
+    }
+}
+
+fn entry_paths(entry: &EntryExpr, out: &mut Vec<Vec<String>>) -> bool {
+    match entry {
+        EntryExpr::StructField(field) => resource_paths(&field.value, out),
+        EntryExpr::MapEntry(entry) => {
+            resource_paths(&entry.key, out) && resource_paths(&entry.value, out)
+        }
+    }
+}
+
+/// `resource.a.b.c` as `["a", "b", "c"]`; `None` when the chain does not start at `resource`.
+fn select_path(e: &IdedExpr) -> Option<Vec<String>> {
+    let mut path = Vec::new();
+    let mut node = e;
+    loop {
+        match &node.expr {
+            Expr::Select(select) => {
+                path.push(select.field.clone());
+                node = &select.operand;
+            }
+            Expr::Ident(name) if name == "resource" => {
+                path.reverse();
+                return Some(path);
+            }
+            _ => return None,
+        }
     }
 }
 
@@ -112,5 +237,53 @@ pub(crate) fn to_cel(v: &Value) -> CelValue {
                 .collect();
             CelValue::Map(CelMap { map: Arc::new(map) })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rules(texts: &[&str]) -> CelRules {
+        let rules: Vec<CelRule> = texts
+            .iter()
+            .map(|t| CelRule {
+                name: "r".into(),
+                rule: (*t).to_string(),
+            })
+            .collect();
+        CelRules::compile(&rules, "evaluateCEL").0
+    }
+
+    #[test]
+    fn rules_see_the_selected_parts_of_resource_as_if_it_were_whole() {
+        let object = json!({"metadata": {"name": "a", "labels": {"x": "1"}},
+            "spec": {"ports": [{"port": 443}], "n": 2}, "status": {"ok": true}});
+        for (rule, want) in [
+            ("resource.metadata.labels.x == '1'", true),
+            ("resource.metadata.labels.y == '1'", false),
+            ("has(resource.spec.n) && !has(resource.spec.m)", true),
+            ("resource.spec.ports.exists(p, p.port == 443)", true),
+            (
+                "resource.spec.ports[0].port == 443 && resource.spec.n == 2",
+                true,
+            ),
+            ("size(resource) == 3", true),
+            ("resource['status'].ok", true),
+            ("resource.metadata.name.size() == 1", true),
+            ("resource.nope.x == 1", false),
+        ] {
+            let compiled = rules(&[rule]);
+            assert_eq!(compiled.any_true(&object), want, "{rule}");
+        }
+        assert!(rules(&["size(resource) == 3"]).paths.is_none());
+        assert_eq!(
+            rules(&["resource.metadata.labels.x == '1' || resource.spec.n == 1"]).paths,
+            Some(vec![
+                vec!["metadata".to_string(), "labels".into(), "x".into()],
+                vec!["spec".into(), "n".into()]
+            ])
+        );
     }
 }

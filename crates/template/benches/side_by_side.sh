@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Side by side in one run: Go text/template (oracle bench-template, modes preparsed and sveltos)
-# and ours (examples/bench: event_data_shared + render, per render) on the same fixtures,
-# Go and ours interleaved so that both see the same machine load. Prints the load average too.
+# and ours (examples/bench, per render starting from the decoded event JSON: `shared` =
+# event_data_shared + render, `event` = Template::render_event) on the same fixtures. Go and
+# ours are interleaved so that both see the same machine load; each row is one round, with the
+# 1-minute load average. Ratios are Go's time divided by ours.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 oracle="$(bash "$here/../../../../shared/oracle/build.sh" | tail -n 1)"
@@ -12,17 +14,18 @@ go() {
   python3 -c 'import json,sys; f=json.load(open(sys.argv[1])); f.update(iterations=int(sys.argv[2]), mode=sys.argv[3]); print(json.dumps(f))' \
     "$here/data/$1.json" "$2" "$3" | "$oracle" bench-template | ns
 }
-printf '%-16s %10s %10s %10s %12s %12s  %s\n' fixture go_prep_ns go_svel_ns ours_ns x_preparsed x_sveltos load
+ratio() { python3 -c "print('%.1f' % ($1 / $2))"; }
+printf '%-16s %9s %9s %9s %9s  %7s %7s %7s %7s  %s\n' fixture go_prep go_svel shared event \
+  prep/sh svel/sh prep/ev svel/ev load
 for name in networkpolicy ingress-50 helm-values-200; do
   iters=100000; [ "$name" != networkpolicy ] && iters=10000
   for round in 1 2 3; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     p=$(go "$name" "$iters" preparsed)
-    o1=$("$ours" "$here/data/$name.json" "$iters" | ns)
+    sh=$("$ours" "$here/data/$name.json" "$iters" shared | ns)
     s=$(go "$name" $((iters / 30)) sveltos)
-    o2=$("$ours" "$here/data/$name.json" "$iters" | ns)
-    o=$(( o1 < o2 ? o1 : o2 ))
-    printf '%-16s %10s %10s %10s %12s %12s  %s\n' "$name" "$p" "$s" "$o" \
-      "$(python3 -c "print('%.1f' % ($p / $o))")" "$(python3 -c "print('%.1f' % ($s / $o))")" "$load"
+    ev=$("$ours" "$here/data/$name.json" "$iters" event | ns)
+    printf '%-16s %9s %9s %9s %9s  %7s %7s %7s %7s  %s\n' "$name" "$p" "$s" "$sh" "$ev" \
+      "$(ratio "$p" "$sh")" "$(ratio "$s" "$sh")" "$(ratio "$p" "$ev")" "$(ratio "$s" "$ev")" "$load"
   done
 done

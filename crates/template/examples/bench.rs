@@ -1,7 +1,8 @@
 //! Per-render timing over the bench fixtures, printed like the Go oracle's `bench-template`
-//! (`ns_per_render`), so that both can be run back to back: `bench FIXTURE.json ITERATIONS`.
-//! Each render wraps the decoded event JSON (`event_data_shared`) and renders into a fresh
-//! `String`: what the renderer pays per template and event.
+//! (`ns_per_render`), so that both can be run back to back:
+//! `bench FIXTURE.json ITERATIONS [shared|event]`. Every render starts from the decoded event
+//! JSON and produces a fresh `String`: `shared` wraps it (`event_data_shared`, one allocation)
+//! and renders; `event` renders it in place (`Template::render_event`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: bench FIXTURE.json ITERATIONS")?;
     let iterations: u64 = args.next().unwrap_or_else(|| "10000".into()).parse()?;
+    let mode = args.next().unwrap_or_else(|| "shared".into());
     let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
     let text = fixture["template"]
         .as_str()
@@ -36,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let elapsed = start.elapsed();
     println!(
-        "{{\"ns_per_render\":{:.1},\"output_bytes\":{bytes},\"iterations\":{iterations},\"mode\":\"shared+render\"}}",
+        "{{\"ns_per_render\":{:.1},\"output_bytes\":{bytes},\"iterations\":{iterations},\"mode\":\"{mode}\"}}",
         elapsed.as_nanos() as f64 / iterations as f64
     );
     Ok(())

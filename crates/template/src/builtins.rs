@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::fmt::Write;
 
-use crate::funcs::{def, FuncDef, FuncResult, Imp, Scope, Ty};
+use crate::funcs::{def, Fast, FuncDef, FuncResult, Imp, Scope, Ty};
 use crate::gofmt::{sprint, sprintf, sprintln};
 use crate::value::Value;
 
@@ -15,6 +15,7 @@ pub static FUNCS: &[FuncDef] = &[
         variadic: Some(Ty::Any),
         imp: Imp::And,
         scope: Scope::All,
+        fast: None,
     },
     FuncDef {
         name: "or",
@@ -22,20 +23,23 @@ pub static FUNCS: &[FuncDef] = &[
         variadic: Some(Ty::Any),
         imp: Imp::Or,
         scope: Scope::All,
+        fast: None,
     },
-    def!("not", [Any], |a| Ok(Value::Bool(!a[0].truth()))),
-    def!("len", [Any], len),
-    def!("index", [Any], ...Any, index),
-    def!("eq", [Any], ...Any, eq),
-    def!("ne", [Any, Any], |a| Ok(Value::Bool(!equal(&a[0], &a[1])?))),
-    def!("lt", [Any, Any], |a| Ok(Value::Bool(less(&a[0], &a[1])?))),
+    def!("not", [Any], |a| Ok(Value::Bool(!a[0].truth()))).fast(Fast::Not),
+    def!("len", [Any], len).fast(Fast::Len),
+    def!("index", [Any], ...Any, index).fast(Fast::Index),
+    def!("eq", [Any], ...Any, eq).fast(Fast::Eq),
+    def!("ne", [Any, Any], |a| Ok(Value::Bool(!equal(&a[0], &a[1])?))).fast(Fast::Ne),
+    def!("lt", [Any, Any], |a| Ok(Value::Bool(less(&a[0], &a[1])?))).fast(Fast::Lt),
     def!("le", [Any, Any], |a| Ok(Value::Bool(
         less(&a[0], &a[1])? || equal(&a[0], &a[1])?
-    ))),
+    )))
+    .fast(Fast::Le),
     def!("gt", [Any, Any], |a| Ok(Value::Bool(
         !(less(&a[0], &a[1])? || equal(&a[0], &a[1])?)
-    ))),
-    def!("ge", [Any, Any], |a| Ok(Value::Bool(!less(&a[0], &a[1])?))),
+    )))
+    .fast(Fast::Gt),
+    def!("ge", [Any, Any], |a| Ok(Value::Bool(!less(&a[0], &a[1])?))).fast(Fast::Ge),
     def!("print", [], ...Any, |a| Ok(Value::string(sprint(&a)))),
     def!("println", [], ...Any, |a| Ok(Value::string(sprintln(&a)))),
     def!("printf", [Str], ...Any, |a| Ok(Value::string(sprintf(a[0].as_str().unwrap_or_default(), &a[1..])))),

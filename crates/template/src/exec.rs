@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 use crate::ast::{Arg, Branch, Command, Node, Operand, Pipeline, Span, Tree};
 use crate::funcs::Ty;
 use crate::gofmt::{push_int, write_value};
-use crate::val::{child, element, Root, Val};
+use crate::val::{child, element, Root, Shape, Val};
 use crate::value::Value;
 use crate::{Engine, Error, MissingKey};
 
@@ -189,7 +189,7 @@ impl<'a> Exec<'a> {
                     }
                 }
             }
-            Val::J(Json::Object(entries), crate::val::Shape::Plain) => {
+            Val::J(Json::Object(entries), Shape::Plain) => {
                 empty = entries.is_empty();
                 // Go ranges over sorted keys; the JSON keeps its document order.
                 let mut sorted: Vec<(&'a String, &'a Json)> = entries.iter().collect();
@@ -198,9 +198,7 @@ impl<'a> Exec<'a> {
                 }
                 for (k, v) in sorted {
                     let key = if wants_key { Val::Key(k) } else { Val::NIL };
-                    if let Flow::Break =
-                        self.range_body(b, key, &Val::J(v, crate::val::Shape::Plain), mark)?
-                    {
+                    if let Flow::Break = self.range_body(b, key, &Val::J(v, Shape::Plain), mark)? {
                         break;
                     }
                 }
@@ -278,7 +276,7 @@ impl<'a> Exec<'a> {
 
     fn bind(&mut self, name: &'a str, value: Val<'a>, assign: bool) {
         if assign {
-            if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| *n == name) {
+            if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| same(n, name)) {
                 slot.1 = value;
                 return;
             }
@@ -334,6 +332,11 @@ impl<'a> Exec<'a> {
         let has_args = cmd.args.len() > 1 || final_.is_some();
         match &first.kind {
             Arg::Field(names) => {
+                if let (Val::J(node, shape), false) = (dot, has_args) {
+                    if let Some(v) = chain(node, *shape, names) {
+                        return Ok(v);
+                    }
+                }
                 self.fields(Some(dot.clone()), names, first.span, &cmd.args, final_, dot)
             }
             Arg::Chain(base, names) => {
@@ -388,7 +391,7 @@ impl<'a> Exec<'a> {
     }
 
     fn var(&self, name: &str, span: Span) -> R<Val<'a>> {
-        match self.vars.iter().rev().find(|(n, _)| *n == name) {
+        match self.vars.iter().rev().find(|(n, _)| same(n, name)) {
             Some((_, v)) => Ok(v.clone()),
             None => Err(self.error(span, format!("undefined variable: {name}"))),
         }
@@ -523,10 +526,44 @@ pub(crate) fn lookup<'j>(
     key: &str,
 ) -> Option<&'j Json> {
     if entries.len() <= 8 {
+        // Length and first byte rule out most keys without a call to `memcmp`.
+        let first = key.as_bytes().first();
         return entries
             .iter()
-            .find(|(k, _)| k.as_str() == key)
+            .find(|(k, _)| {
+                k.len() == key.len() && k.as_bytes().first() == first && k.as_str() == key
+            })
             .map(|(_, v)| v);
     }
     entries.get(key)
+}
+
+/// A field chain over borrowed JSON when every step finds its key; `None` leaves missing keys,
+/// non-objects and method calls to the general rules.
+#[inline]
+pub(crate) fn chain<'a>(
+    mut node: &'a Json,
+    mut shape: Shape,
+    names: &[Box<str>],
+) -> Option<Val<'a>> {
+    let (last, init) = names.split_last()?;
+    for name in init {
+        let Json::Object(entries) = node else {
+            return None;
+        };
+        match child(shape, name, lookup(entries, name)?) {
+            Val::J(n, s) => (node, shape) = (n, s),
+            _ => return None,
+        }
+    }
+    let Json::Object(entries) = node else {
+        return None;
+    };
+    Some(child(shape, last, lookup(entries, last)?))
+}
+
+/// String equality for the short names and keys templates use, without a call to `memcmp`.
+#[inline]
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }

@@ -75,12 +75,37 @@ pub enum Scope {
     EventManager,
 }
 
+/// Builtins the evaluator runs over borrowed data itself (they take only `interface{}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fast {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Not,
+    Len,
+    Index,
+}
+
 pub struct FuncDef {
     pub name: &'static str,
     pub params: &'static [Ty],
     pub variadic: Option<Ty>,
     pub imp: Imp,
     pub scope: Scope,
+    pub fast: Option<Fast>,
+}
+
+impl FuncDef {
+    /// Marks a builtin the evaluator runs itself when its arguments allow.
+    pub const fn fast(self, fast: Fast) -> FuncDef {
+        FuncDef {
+            fast: Some(fast),
+            ..self
+        }
+    }
 }
 
 impl std::fmt::Debug for FuncDef {
@@ -98,6 +123,7 @@ macro_rules! def {
             variadic: Some($crate::funcs::Ty::$v),
             imp: $crate::funcs::Imp::Plain($imp),
             scope: $crate::funcs::Scope::All,
+            fast: None,
         }
     };
     ($name:literal, [$($p:ident),*], $imp:expr) => {
@@ -107,6 +133,7 @@ macro_rules! def {
             variadic: None,
             imp: $crate::funcs::Imp::Plain($imp),
             scope: $crate::funcs::Scope::All,
+            fast: None,
         }
     };
 }

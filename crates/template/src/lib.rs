@@ -212,47 +212,74 @@ impl Template {
     pub fn render_into(&self, data: &Value, out: &mut String) -> Result<()> {
         match &self.inner {
             Inner::Go { src, tree } => {
-                let name = self.options.name.as_str();
-                let Some(main) = tree.templates.get(name) else {
-                    return Err(Error::parse(name, src, 0, format!("no template {name:?}")));
-                };
                 // A template that cannot modify maps reads untouched shared JSON in place;
                 // one that can gets the lazily converted maps that Go's sharing needs.
                 let pristine = match data {
                     Value::Map(m) if !tree.mutates => m.pristine_json(),
                     _ => None,
                 };
-                let (root, shape) = match &pristine {
-                    Some((json, event)) => (
-                        Some(json.clone()),
-                        if *event {
+                match &pristine {
+                    Some((json, event)) => {
+                        let shape = if *event {
                             val::Shape::EventRoot
                         } else {
                             val::Shape::Plain
-                        },
-                    ),
-                    None => (None, val::Shape::Plain),
-                };
-                let dot = match &pristine {
-                    Some((json, _)) => val::Val::J(json.get(), shape),
-                    None => val::Val::V(data.clone()),
-                };
-                let mut exec = exec::Exec::new(
-                    tree,
-                    src,
-                    name,
-                    self.options.engine,
-                    self.options.missing_key,
-                    out,
-                    val::Root(root),
-                );
-                exec.run(main, dot).map_err(|e| *e)
+                        };
+                        let dot = val::Val::J(json.get(), shape);
+                        self.run_go(src, tree, dot, val::Root(Some(json.clone())), out)
+                    }
+                    None => self.run_go(src, tree, val::Val::V(data.clone()), val::Root(None), out),
+                }
             }
             Inner::Tera(t) => {
                 out.push_str(&t.render(data)?);
                 Ok(())
             }
         }
+    }
+
+    /// Renders event data given as decoded JSON, with the types [`event_data`] gives it
+    /// (spec §6.8). A template that cannot modify maps reads `json` in place and converts only
+    /// the parts it passes to functions: the cheapest way to render one event's data.
+    pub fn render_event(&self, json: &serde_json::Value) -> Result<String> {
+        let mut out = String::with_capacity(self.output_hint());
+        self.render_event_into(json, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Template::render_event`] appending to `out`; on error `out` holds partial output.
+    pub fn render_event_into(&self, json: &serde_json::Value, out: &mut String) -> Result<()> {
+        match &self.inner {
+            Inner::Go { src, tree } if !tree.mutates && json.is_object() => {
+                let dot = val::Val::J(json, val::Shape::EventRoot);
+                self.run_go(src, tree, dot, val::Root(None), out)
+            }
+            _ => self.render_into(&event_data(json), out),
+        }
+    }
+
+    fn run_go<'a>(
+        &'a self,
+        src: &'a str,
+        tree: &'a ast::Tree,
+        dot: val::Val<'a>,
+        root: val::Root,
+        out: &'a mut String,
+    ) -> Result<()> {
+        let name = self.options.name.as_str();
+        let Some(main) = tree.templates.get(name) else {
+            return Err(Error::parse(name, src, 0, format!("no template {name:?}")));
+        };
+        let mut exec = exec::Exec::new(
+            tree,
+            src,
+            name,
+            self.options.engine,
+            self.options.missing_key,
+            out,
+            root,
+        );
+        exec.run(main, dot).map_err(|e| *e)
     }
 
     /// A first guess of the output size: the template's own length.

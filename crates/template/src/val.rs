@@ -5,7 +5,9 @@
 
 use serde_json::Value as Json;
 
-use crate::value::{event_entry, event_value, lazy_value, object_reference, JsonRef, Map, Value};
+use crate::value::{
+    event_data, event_entry, event_value, lazy_value, object_reference, JsonRef, Map, Value,
+};
 
 /// How the event-manager Go types apply to a borrowed JSON node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,8 +137,20 @@ impl Root {
             return Value::from(j);
         }
         let Some(root) = &self.0 else {
-            // Borrowed nodes only exist under a root; convert eagerly all the same.
-            return Value::from(j);
+            // Borrowed data without a shared document behind it: convert eagerly.
+            return match shape {
+                Shape::Plain => Value::from(j),
+                Shape::EventRoot => event_data(j),
+                Shape::EventMaps => match j {
+                    Json::Array(items) => Value::list(
+                        items
+                            .iter()
+                            .map(|item| event_entry(&|v| Value::from(v), item))
+                            .collect(),
+                    ),
+                    other => Value::from(other),
+                },
+            };
         };
         match shape {
             Shape::Plain => lazy_value(&root.child(j)),

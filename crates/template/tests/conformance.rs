@@ -42,7 +42,9 @@ fn to_json(y: &Yaml) -> Json {
     }
 }
 
-fn eager_answer(request: &Json) -> Json {
+/// Renders over eagerly converted data (`event_data`), or with `borrowed` over the decoded
+/// JSON itself (`render_event`).
+fn other_answer(request: &Json, borrowed: bool) -> Json {
     let options = sluice_template::Options {
         engine: match request.get("engine").and_then(Json::as_str) {
             Some("html") => sluice_template::Engine::Html,
@@ -62,7 +64,12 @@ fn eager_answer(request: &Json) -> Json {
         Ok(t) => t,
         Err(e) => return json!({ "error": e.to_string() }),
     };
-    match template.render(&sluice_template::event_data(&request["data"])) {
+    let rendered = if borrowed {
+        template.render_event(&request["data"])
+    } else {
+        template.render(&sluice_template::event_data(&request["data"]))
+    };
+    match rendered {
         Ok(output) => json!({ "output": output }),
         Err(e) => json!({ "error": e.to_string() }),
     }
@@ -110,14 +117,16 @@ fn conformance_corpus_renders_byte_for_byte() {
                     .expect("expected.output or expected.error");
                 answer.get("output") == Some(want)
             };
-            // The same case over eagerly converted data must agree with the lazy path.
-            let eager = eager_answer(&request);
-            let ok = ok && eager == answer;
+            // The same case over eagerly converted data and over borrowed JSON must agree
+            // with the lazy shared path, error texts included.
+            let eager = other_answer(&request, false);
+            let borrowed = other_answer(&request, true);
+            let ok = ok && eager == answer && borrowed == answer;
             if ok {
                 passed += 1;
             } else {
                 failures.push(format!(
-                    "{file_name} / {name}:\n  expected {expected}\n  got      {answer}"
+                    "{file_name} / {name}:\n  expected {expected}\n  got      {answer}\n  eager    {eager}\n  borrowed {borrowed}"
                 ));
             }
         }

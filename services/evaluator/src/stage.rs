@@ -39,9 +39,31 @@ type ClusterObjects = BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Value>>>;
 struct KeyState {
     /// Matching objects by (selector position, namespace, name): the API server's LIST order
     /// within a selector, selectors in spec order.
-    matching: BTreeMap<(usize, String, String), Arc<Value>>,
+    matching: BTreeMap<(usize, String, String), Matched>,
     /// Objects whose evaluation failed, with the reason.
     errors: BTreeMap<(String, String, String), String>,
+}
+
+/// A matching object and its reference, built once when it joins the set.
+#[derive(Debug)]
+struct Matched {
+    object: Arc<Value>,
+    reference: pb::ObjectRef,
+}
+
+impl Matched {
+    fn new(object: &Arc<Value>) -> Matched {
+        Matched {
+            object: object.clone(),
+            reference: object_ref(object),
+        }
+    }
+}
+
+/// A deployed (cluster, EventSource) pair and its state.
+struct Pair {
+    key: MatchKey,
+    state: KeyState,
 }
 
 /// A compiled EventSource and what it watches.
@@ -60,13 +82,15 @@ pub struct Evaluator {
     config: ConfigState,
     compiled: BTreeMap<String, Result<Compiled, String>>,
     objects: HashMap<ClusterId, ClusterObjects>,
-    keys: BTreeMap<MatchKey, KeyState>,
+    /// Deployed (cluster, EventSource) pairs whose EventSource exists, from the configuration,
+    /// in key order, with their match state.
+    pairs: Vec<Pair>,
+    /// Index into `pairs` by key.
+    deployed: BTreeMap<MatchKey, usize>,
     /// Content hash of the last match set published per key.
     published: BTreeMap<MatchKey, String>,
-    /// Deployed (cluster, EventSource) pairs whose EventSource exists, from the configuration.
-    deployed: BTreeSet<MatchKey>,
-    /// Per (cluster, group, kind): the deployed pairs watching it and the selector position.
-    watchers: HashMap<(ClusterId, GroupKind), Vec<(MatchKey, usize)>>,
+    /// Per (cluster, group, kind): the pairs (indices) watching it and the selector position.
+    watchers: HashMap<(ClusterId, GroupKind), Vec<(usize, usize)>>,
 }
 
 impl Evaluator {
@@ -106,18 +130,16 @@ impl Evaluator {
 
     /// Evaluates every deployed (cluster, EventSource) from scratch; returns what changed.
     pub fn recompute_all(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
-        let deployed: Vec<MatchKey> = self.deployed.iter().cloned().collect();
         let mut out = self.withdraw_undeployed(sequence);
-        for key in deployed {
-            self.rebuild_key(&key);
-            out.extend(self.emit(&key, sequence));
+        for index in 0..self.pairs.len() {
+            self.rebuild_pair(index);
+            out.extend(self.emit(index, sequence));
         }
         out
     }
 
     /// Applies a configuration update; returns the match sets it changed.
     pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<pb::MatchSet> {
-        let before = self.deployed.clone();
         if !update.apply_to(&mut self.config) {
             return Vec::new();
         }
@@ -125,17 +147,14 @@ impl Evaluator {
         if es_changed {
             self.compile(&update.name);
         }
-        self.refresh_deployments();
+        let new_pairs = self.refresh_deployments();
         let mut out = self.withdraw_undeployed(update.sequence);
-        let affected: Vec<MatchKey> = self
-            .deployed
-            .iter()
-            .filter(|key| !before.contains(*key) || (es_changed && key.1 == update.name))
-            .cloned()
-            .collect();
-        for key in affected {
-            self.rebuild_key(&key);
-            out.extend(self.emit(&key, update.sequence));
+        for index in 0..self.pairs.len() {
+            let key = &self.pairs[index].key;
+            if new_pairs.contains(key) || (es_changed && key.1 == update.name) {
+                self.rebuild_pair(index);
+                out.extend(self.emit(index, update.sequence));
+            }
         }
         out
     }
@@ -160,14 +179,16 @@ impl Evaluator {
 
     /// Number of deployed (cluster, EventSource) pairs.
     pub fn deployed_len(&self) -> usize {
-        self.deployed.len()
+        self.pairs.len()
     }
 
+    /// Evaluates one change for every pair watching its kind; records the dirty pairs (by
+    /// index) with the sequence of the change.
     fn apply_change(
         &mut self,
         change: &pb::ResourceChange,
         sequence: u64,
-        dirty: &mut BTreeMap<MatchKey, u64>,
+        dirty: &mut BTreeMap<usize, u64>,
     ) {
         let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change") else {
             return;
@@ -178,21 +199,21 @@ impl Evaluator {
         let Some(watchers) = self.watchers.get(&(cluster, group_kind)) else {
             return;
         };
-        for (key, position) in watchers {
-            let Some(Ok(compiled)) = self.compiled.get(&key.1) else {
+        for &(index, position) in watchers {
+            let pair = &mut self.pairs[index];
+            let Some(Ok(compiled)) = self.compiled.get(&pair.key.1) else {
                 continue;
             };
-            let state = self.keys.entry(key.clone()).or_default();
-            if update_key(state, compiled, *position, change, object.as_ref()) {
-                dirty.insert(key.clone(), sequence);
+            if update_key(&mut pair.state, compiled, position, change, object.as_ref()) {
+                dirty.insert(index, sequence);
             }
         }
     }
 
-    fn emit_dirty(&mut self, dirty: BTreeMap<MatchKey, u64>) -> Vec<pb::MatchSet> {
+    fn emit_dirty(&mut self, dirty: BTreeMap<usize, u64>) -> Vec<pb::MatchSet> {
         dirty
             .into_iter()
-            .filter_map(|(key, sequence)| self.emit(&key, sequence))
+            .filter_map(|(index, sequence)| self.emit(index, sequence))
             .collect()
     }
 
@@ -227,15 +248,13 @@ impl Evaluator {
             Some(Ok(es)) => Some(
                 CompiledEventSource::compile(es)
                     .map(|es| {
-                        let group_kinds = es.gvks().into_iter().map(|g| (g.group, g.kind)).fold(
-                            Vec::new(),
-                            |mut out, gk| {
-                                if !out.contains(&gk) {
-                                    out.push(gk);
-                                }
-                                out
-                            },
-                        );
+                        let mut group_kinds = Vec::new();
+                        for gvk in es.gvks() {
+                            let group_kind = (gvk.group, gvk.kind);
+                            if !group_kinds.contains(&group_kind) {
+                                group_kinds.push(group_kind);
+                            }
+                        }
                         Compiled {
                             content_matters: es.collect_resources() || es.has_aggregation(),
                             es: Arc::new(es),
@@ -255,37 +274,50 @@ impl Evaluator {
         }
     }
 
-    /// Recomputes the deployed pairs and who watches what, after a configuration change.
-    fn refresh_deployments(&mut self) {
-        self.deployed = sluice_wire::names::deployments(&self.config)
+    /// Recomputes the deployed pairs (keeping the state of those that stay) and who watches
+    /// what, after a configuration change. Returns the pairs that were not deployed before.
+    fn refresh_deployments(&mut self) -> BTreeSet<MatchKey> {
+        let keys: BTreeSet<MatchKey> = sluice_wire::names::deployments(&self.config)
             .into_keys()
             .filter(|(_, es)| self.config.event_sources.contains_key(es))
             .collect();
+        let mut old: BTreeMap<MatchKey, KeyState> = std::mem::take(&mut self.pairs)
+            .into_iter()
+            .map(|pair| (pair.key, pair.state))
+            .collect();
+        let mut new_pairs = BTreeSet::new();
+        self.deployed.clear();
         self.watchers.clear();
-        for key in &self.deployed {
-            let Some(Ok(compiled)) = self.compiled.get(&key.1) else {
-                continue;
-            };
-            for (position, group_kind) in compiled.group_kinds.iter().enumerate() {
-                self.watchers
-                    .entry((key.0.clone(), group_kind.clone()))
-                    .or_default()
-                    .push((key.clone(), position));
+        for key in keys {
+            let state = old.remove(&key).unwrap_or_else(|| {
+                new_pairs.insert(key.clone());
+                KeyState::default()
+            });
+            let index = self.pairs.len();
+            if let Some(Ok(compiled)) = self.compiled.get(&key.1) {
+                for (position, group_kind) in compiled.group_kinds.iter().enumerate() {
+                    self.watchers
+                        .entry((key.0.clone(), group_kind.clone()))
+                        .or_default()
+                        .push((index, position));
+                }
             }
+            self.deployed.insert(key.clone(), index);
+            self.pairs.push(Pair { key, state });
         }
+        new_pairs
     }
 
+    /// Withdraws what was published for pairs no longer deployed.
     fn withdraw_undeployed(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
-        let gone: BTreeSet<MatchKey> = self
+        let gone: Vec<MatchKey> = self
             .published
             .keys()
-            .chain(self.keys.keys())
-            .filter(|k| !self.deployed.contains(*k))
+            .filter(|k| !self.deployed.contains_key(*k))
             .cloned()
             .collect();
         gone.into_iter()
             .map(|key| {
-                self.keys.remove(&key);
                 self.published.remove(&key);
                 pb::MatchSet {
                     cluster: Some(sluice_wire::cluster_ref(&key.0)),
@@ -298,9 +330,10 @@ impl Evaluator {
             .collect()
     }
 
-    /// Re-evaluates every cached object for one key.
-    fn rebuild_key(&mut self, key: &MatchKey) {
+    /// Re-evaluates every cached object for one pair.
+    fn rebuild_pair(&mut self, index: usize) {
         let mut state = KeyState::default();
+        let key = &self.pairs[index].key;
         if let (Some(Ok(compiled)), Some(kinds)) =
             (self.compiled.get(&key.1), self.objects.get(&key.0))
         {
@@ -313,7 +346,7 @@ impl Evaluator {
                         Ok(v) if v.matching => {
                             state.matching.insert(
                                 (position, namespace.clone(), name.clone()),
-                                object.clone(),
+                                Matched::new(object),
                             );
                         }
                         Ok(_) => {}
@@ -327,13 +360,14 @@ impl Evaluator {
                 }
             }
         }
-        self.keys.insert(key.clone(), state);
+        self.pairs[index].state = state;
     }
 
-    /// Builds the key's match set and returns it if it differs from the last one published.
-    fn emit(&mut self, key: &MatchKey, sequence: u64) -> Option<pb::MatchSet> {
-        let set = self.match_set(key, sequence);
+    /// Builds the pair's match set and returns it if it differs from the last one published.
+    fn emit(&mut self, index: usize, sequence: u64) -> Option<pb::MatchSet> {
+        let set = self.match_set(&self.pairs[index], sequence);
         let hash = content_hash(&set);
+        let key = &self.pairs[index].key;
         if self.published.get(key) == Some(&hash) {
             return None;
         }
@@ -341,7 +375,8 @@ impl Evaluator {
         Some(set)
     }
 
-    fn match_set(&self, key: &MatchKey, sequence: u64) -> pb::MatchSet {
+    fn match_set(&self, pair: &Pair, sequence: u64) -> pb::MatchSet {
+        let key = &pair.key;
         let mut set = pb::MatchSet {
             cluster: Some(sluice_wire::cluster_ref(&key.0)),
             event_source: key.1.clone(),
@@ -356,21 +391,36 @@ impl Evaluator {
             }
             None => return set,
         };
-        let state = self.keys.get(key);
-        if let Some((object, reason)) = state.and_then(|s| s.errors.iter().next()) {
+        let state = &pair.state;
+        if let Some((object, reason)) = state.errors.iter().next() {
             set.failure_message = format!("{} {}/{}: {reason}", object.0, object.1, object.2);
             return set;
         }
         let es = &compiled.es;
-        let matching = state.map(|s| s.matching.values()).into_iter().flatten();
         if es.has_aggregation() {
-            let selected: Vec<Value> = matching.map(|o| Value::clone(o)).collect();
+            let selected: Vec<Value> = state
+                .matching
+                .values()
+                .map(|m| Value::clone(&m.object))
+                .collect();
             match es.aggregate(&selected) {
-                Ok(aggregated) => push_objects(&mut set, aggregated.resources.iter(), es),
+                Ok(aggregated) => {
+                    for object in &aggregated.resources {
+                        set.matching.push(object_ref(object));
+                        if es.collect_resources() {
+                            set.resources.push(to_json(object));
+                        }
+                    }
+                }
                 Err(error) => set.failure_message = error.to_string(),
             }
         } else {
-            push_objects(&mut set, matching.map(|o| &**o), es);
+            for m in state.matching.values() {
+                set.matching.push(m.reference.clone());
+                if es.collect_resources() {
+                    set.resources.push(to_json(&m.object));
+                }
+            }
         }
         set
     }
@@ -402,27 +452,29 @@ fn update_key(
         None => state.errors.remove(&err_key).is_some(),
     };
     let membership_changed = match (now_matching, object) {
-        (true, Some(object)) => match state.matching.insert(map_key, object.clone()) {
+        (true, Some(object)) => match state.matching.insert(map_key, Matched::new(object)) {
             None => true,
-            Some(previous) => compiled.content_matters && previous != *object,
+            Some(previous) => compiled.content_matters && previous.object != *object,
         },
         _ => state.matching.remove(&map_key).is_some(),
     };
     error_changed || membership_changed
 }
 
-fn push_objects<'a>(
-    set: &mut pb::MatchSet,
-    objects: impl Iterator<Item = &'a Value>,
-    es: &CompiledEventSource,
-) {
-    for object in objects {
-        set.matching.push(sluice_wire::object_ref(object));
-        if es.collect_resources() {
-            set.resources
-                .push(serde_json::to_vec(object).unwrap_or_default());
-        }
+/// An object's identity as published, read directly (no JSON pointer parsing).
+fn object_ref(object: &Value) -> pb::ObjectRef {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
+    let metadata = object.get("metadata");
+    pb::ObjectRef {
+        api_version: text(object.get("apiVersion")),
+        kind: text(object.get("kind")),
+        namespace: text(metadata.and_then(|m| m.get("namespace"))),
+        name: text(metadata.and_then(|m| m.get("name"))),
     }
+}
+
+fn to_json(object: &Value) -> Vec<u8> {
+    serde_json::to_vec(object).unwrap_or_default()
 }
 
 /// The object of a change, parsed once; `None` when deleted or unreadable (an object that

@@ -7,6 +7,12 @@
 //! target/release/examples/cloudevent_bench [events] [rate per second] [burst]
 //! ```
 //! Everything runs on one machine: two nats-servers, the API test server, the watcher process.
+//!
+//! Measured 2026-11-22 on the 2-core dev box under a load average of ~8 (other builds running),
+//! `cloudevent_bench 1000 1000 20000`, three runs: latency p50 352 / 360 / 365 µs, p99 1.0 /
+//! 1.9 / 11.3 ms, max 4.0 / 6.4 / 18.8 ms; burst throughput 28.4k / 28.9k / 29.5k events/s.
+//! The end of the hop is a core subscriber on the bus subject, which sees a message when the
+//! bus server ingests it (the JetStream store and ack follow).
 
 #[allow(dead_code)]
 #[path = "../tests/cloudevents/fixture.rs"]

@@ -323,6 +323,46 @@ async fn bad_secrets_and_unreachable_nats_are_reported_and_touch_no_other_cluste
         fx.wait_subscribed_in(cluster, &nats, "user-operation")
             .await?;
     }
+
+    // Deleting a cluster's Secret disconnects that cluster only: a fresh event arrives from
+    // "broken" (same NATS, same subject) and no longer from "production".
+    let client = fx.client("production").await?;
+    let secrets = sluice_kube::apply::resolve(&client, "v1", "Secret").await?;
+    sluice_kube::apply::delete(&client, &secrets, "projectsveltos", "sveltos-nats").await?;
+    let mut round = 0;
+    let stopped = wait_for("production disconnected", DEADLINE, || {
+        round += 1;
+        let id = format!("after-delete-{round}");
+        let fx = &fx;
+        let nats = &nats;
+        async move {
+            let event = json!({"specversion": "1.0", "id": id, "source": "probe", "type": "probe"});
+            nats.publish("user-operation", event.to_string().into())
+                .await
+                .ok()?;
+            nats.flush().await.ok()?;
+            // Wait for this round's event from the cluster that still listens.
+            let all = wait_for("event from broken", DEADLINE, || async {
+                let all = fx.received().await.ok()?;
+                let from_broken = all.iter().any(|r| {
+                    r.cluster.as_ref().is_some_and(|c| c.name == "broken")
+                        && serde_json::from_slice::<Value>(&r.event_json)
+                            .is_ok_and(|e| e["id"] == id.as_str())
+                });
+                from_broken.then_some(all)
+            })
+            .await
+            .ok()?;
+            let from_production = all.iter().any(|r| {
+                r.cluster.as_ref().is_some_and(|c| c.name == "production")
+                    && serde_json::from_slice::<Value>(&r.event_json)
+                        .is_ok_and(|e| e["id"] == id.as_str())
+            });
+            (!from_production).then_some(())
+        }
+    })
+    .await;
+    stopped.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
     Ok(())
 }
 

@@ -6,18 +6,10 @@ use serde_json::Value as Json;
 
 use super::{lookup, Exec, R};
 use crate::ast::{Arg, Operand, Span};
-use crate::funcs::{FuncDef, FuncResult, Imp, Ty};
+use crate::funcs::{Fast, FuncDef, FuncResult, Imp, Ty};
 use crate::val::{child, element, Scalar, Val};
 use crate::value::Value;
 use crate::{Error, MissingKey};
-
-/// Builtins with a borrowed fast path; they take only `interface{}` arguments.
-fn has_fast_path(name: &str) -> bool {
-    matches!(
-        name,
-        "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "not" | "len" | "index"
-    )
-}
 
 /// Most arguments a fast-path call evaluates into its stack buffer.
 const FAST_ARGS: usize = 4;
@@ -28,7 +20,13 @@ impl<'a> Exec<'a> {
         Ok(match &op.kind {
             Arg::Dot => dot.clone(),
             Arg::Nil => Val::NIL,
-            Arg::Field(names) => self.fields(Some(dot.clone()), names, op.span, &[], None, dot)?,
+            Arg::Field(names) => match dot {
+                Val::J(node, shape) => match super::chain(node, *shape, names) {
+                    Some(v) => v,
+                    None => self.fields(Some(dot.clone()), names, op.span, &[], None, dot)?,
+                },
+                _ => self.fields(Some(dot.clone()), names, op.span, &[], None, dot)?,
+            },
             Arg::Variable(name, names) => {
                 let v = self.var(name, op.span)?;
                 if names.is_empty() {
@@ -196,7 +194,7 @@ impl<'a> Exec<'a> {
         let whole = self.command_span(span, args);
         let fail =
             |exec: &Self, m: String| exec.error(whole, format!("error calling {}: {m}", def.name));
-        if given <= FAST_ARGS && has_fast_path(def.name) {
+        if let (Some(which), true) = (def.fast, given <= FAST_ARGS) {
             let mut buf = [Val::NIL; FAST_ARGS];
             for (slot, op) in buf.iter_mut().zip(args) {
                 *slot = self.operand(dot, op)?;
@@ -205,7 +203,7 @@ impl<'a> Exec<'a> {
                 buf[args.len()] = fin;
             }
             let vals = &buf[..given];
-            return match fast(def.name, vals) {
+            return match fast(which, vals) {
                 Ok(Some(v)) => Ok(v),
                 Ok(None) => {
                     let values = vals.iter().map(|v| self.root.value_ref(v)).collect();
@@ -250,11 +248,11 @@ impl<'a> Exec<'a> {
 
 /// A builtin over borrowed values; `Ok(None)` when the general implementation must decide
 /// (lists, maps, times or versions among the arguments).
-fn fast<'a>(name: &str, vals: &[Val<'a>]) -> Result<Option<Val<'a>>, String> {
+fn fast<'a>(which: Fast, vals: &[Val<'a>]) -> Result<Option<Val<'a>>, String> {
     let bool_ = |b: bool| Ok(Some(Val::V(Value::Bool(b))));
-    match (name, vals) {
-        ("not", [a]) => bool_(!a.truth()),
-        ("eq", [a, rest @ ..]) if !rest.is_empty() => {
+    match (which, vals) {
+        (Fast::Not, [a]) => bool_(!a.truth()),
+        (Fast::Eq, [a, rest @ ..]) if !rest.is_empty() => {
             for b in rest {
                 match scalar_equal(a.scalar(), b.scalar()) {
                     None => return Ok(None),
@@ -265,24 +263,24 @@ fn fast<'a>(name: &str, vals: &[Val<'a>]) -> Result<Option<Val<'a>>, String> {
             }
             bool_(false)
         }
-        ("eq", _) => Err("missing argument for comparison".into()),
-        ("ne", [a, b]) => match scalar_equal(a.scalar(), b.scalar()) {
+        (Fast::Eq, _) => Err("missing argument for comparison".into()),
+        (Fast::Ne, [a, b]) => match scalar_equal(a.scalar(), b.scalar()) {
             None => Ok(None),
             Some(r) => bool_(!r?),
         },
-        ("lt" | "le" | "gt" | "ge", [a, b]) => {
+        (Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge, [a, b]) => {
             let (a, b) = (a.scalar(), b.scalar());
             let less = scalar_less(a, b)?;
             // Both sides are numbers or strings of one kind here: equality cannot fail.
             let equal = || scalar_equal(a, b).and_then(Result::ok).unwrap_or(false);
-            bool_(match name {
-                "lt" => less,
-                "le" => less || equal(),
-                "gt" => !(less || equal()),
+            bool_(match which {
+                Fast::Lt => less,
+                Fast::Le => less || equal(),
+                Fast::Gt => !(less || equal()),
                 _ => !less,
             })
         }
-        ("len", [v]) => {
+        (Fast::Len, [v]) => {
             let n = match v {
                 Val::J(Json::Array(a), _) => a.len(),
                 Val::J(Json::Object(o), _) => o.len(),
@@ -292,7 +290,7 @@ fn fast<'a>(name: &str, vals: &[Val<'a>]) -> Result<Option<Val<'a>>, String> {
             };
             Ok(Some(Val::V(Value::GoInt(n as i64))))
         }
-        ("index", [item, keys @ ..]) => {
+        (Fast::Index, [item, keys @ ..]) => {
             let mut item = item.clone();
             for key in keys {
                 item = match (&item, key.scalar()) {

@@ -314,15 +314,24 @@ impl Fixture {
 }
 
 /// The watcher binary: the one Cargo built for these tests, or (for the benchmark example,
-/// which Cargo gives no such path) the one in this build profile's directory.
+/// which Cargo gives no such path) the one next to the `examples` directory it runs from.
 fn watcher_binary() -> String {
-    option_env!("CARGO_BIN_EXE_sluice-watcher")
-        .map(str::to_string)
-        .unwrap_or_else(|| {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_sluice-watcher") {
+        return path.to_string();
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let profile = exe
+        .ancestors()
+        .find(|dir| dir.join("sluice-watcher").is_file())
+        .map(|dir| dir.join("sluice-watcher"));
+    profile.map_or_else(
+        || {
             sluice_testkit::bin_path("sluice-watcher")
                 .display()
                 .to_string()
-        })
+        },
+        |path| path.display().to_string(),
+    )
 }
 
 impl Drop for Fixture {
