@@ -177,7 +177,8 @@ impl Bus {
     }
 
     /// The durable consumer of a stage. Created on first use to start from the last message of
-    /// every subject; afterwards it resumes where the stage's acks left it.
+    /// every subject of a state stream (the current state), or from the first stored message of
+    /// a log (every event is still to process); afterwards it resumes where the acks left it.
     pub async fn durable(&self, spec: ConsumerSpec, filter: Option<&str>) -> Result<pull::Stream> {
         let stream = self.stream(spec.stream).await?;
         let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
@@ -190,7 +191,11 @@ impl Bus {
                 spec.durable,
                 pull::Config {
                     durable_name: Some(spec.durable.to_string()),
-                    deliver_policy: DeliverPolicy::LastPerSubject,
+                    deliver_policy: if spec.stream.max_per_subject.is_some() {
+                        DeliverPolicy::LastPerSubject
+                    } else {
+                        DeliverPolicy::All
+                    },
                     ack_policy: AckPolicy::Explicit,
                     ack_wait: Duration::from_secs(30),
                     max_ack_pending: 20_000,

@@ -22,7 +22,6 @@ pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::
 
     let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
     let mut selector = CloudEventSelector::new(config);
-    create_log_consumer(&bus).await?;
     let mut events = bus.durable(topology::EVALUATOR_CLOUDEVENTS, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     tracing::info!(
@@ -79,30 +78,6 @@ pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::
         }
     }
     window.drain().await?;
-    Ok(())
-}
-
-/// Creates the durable consumer, if it does not exist, to start at the first stored CloudEvent.
-/// `Bus::durable` creates consumers for state streams, where the last message per subject is the
-/// state; CloudEvents are a log, and every event a first start finds stored is still to match.
-async fn create_log_consumer(bus: &Bus) -> anyhow::Result<()> {
-    use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
-    let spec = topology::EVALUATOR_CLOUDEVENTS;
-    let stream = bus.jetstream().get_stream(spec.stream.name).await?;
-    stream
-        .get_or_create_consumer(
-            spec.durable,
-            pull::Config {
-                durable_name: Some(spec.durable.to_string()),
-                deliver_policy: DeliverPolicy::All,
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(30),
-                max_ack_pending: 20_000,
-                filter_subject: spec.stream.subjects.to_string(),
-                ..Default::default()
-            },
-        )
-        .await?;
     Ok(())
 }
 

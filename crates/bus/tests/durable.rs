@@ -1,0 +1,61 @@
+//! Durable consumers against a real nats-server: a consumer created after messages were stored
+//! starts from the current state of a state stream, and from the first event of a log.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_bus::{topology, Bus, Outgoing};
+use sluice_testkit::NatsServer;
+
+async fn publish(bus: &Bus, subject: &str, body: &str, id: &str) -> anyhow::Result<()> {
+    bus.publish_durably(Outgoing {
+        subject: subject.to_string(),
+        payload: Bytes::from(body.to_string()),
+        msg_id: id.to_string(),
+        traceparent: None,
+    })
+    .await?;
+    Ok(())
+}
+
+async fn first_bodies(
+    bus: &Bus,
+    spec: topology::ConsumerSpec,
+    n: usize,
+) -> anyhow::Result<Vec<String>> {
+    let mut consumer = bus.durable(spec, None).await?;
+    let mut bodies = Vec::new();
+    while bodies.len() < n {
+        let next = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await?;
+        let message = next.ok_or_else(|| anyhow::anyhow!("consumer ended"))??;
+        bodies.push(String::from_utf8_lossy(&message.payload).to_string());
+        message.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(bodies)
+}
+
+#[tokio::test]
+async fn a_late_consumer_gets_every_event_of_a_log_and_the_last_state_of_a_state_stream(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    // A login then a logout on the same subject of the CloudEvent-match log.
+    let log = topology::cloudevent_match_subject(&cluster, "user-operation");
+    publish(&bus, &log, "login", "1").await?;
+    publish(&bus, &log, "logout", "2").await?;
+    assert_eq!(
+        first_bodies(&bus, topology::RENDERER_CEMATCH, 2).await?,
+        ["login", "logout"]
+    );
+    // Two states of one match set: only the current one matters.
+    let state = topology::match_subject(&cluster, "es");
+    publish(&bus, &state, "old", "3").await?;
+    publish(&bus, &state, "current", "4").await?;
+    assert_eq!(
+        first_bodies(&bus, topology::REPORTER_MATCH, 1).await?,
+        ["current"]
+    );
+    Ok(())
+}
