@@ -282,6 +282,47 @@ impl Applier {
         }
     }
 
+    /// Removes the finalizer from a trigger that is being deleted and for which sluice owns
+    /// nothing (any more).
+    async fn release_if_done(
+        &mut self,
+        statuses: &status::Statuses,
+        delivered: &sluice_bus::Delivered,
+    ) {
+        let Ok(config) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered) else {
+            return;
+        };
+        let Ok(object) = serde_json::from_slice::<Value>(&config.object_json) else {
+            return;
+        };
+        let held = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == status::FINALIZER));
+        let deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+        if config.deleted || !held || !deleting || statuses.owns_anything(&config.name) {
+            return;
+        }
+        let released = async {
+            let kind = self
+                .kind(status::api_version(&config.kind), &config.kind)
+                .await?;
+            apply::set_finalizer(
+                &self.client,
+                &kind,
+                "",
+                &config.name,
+                status::FINALIZER,
+                false,
+            )
+            .await
+        }
+        .await;
+        if let Err(error) = released {
+            tracing::warn!(event_trigger = %config.name, error = %error, "failed to release the finalizer");
+        }
+    }
+
     /// What the server holds for an owner (content unknown: applied again once). Objects a
     /// CloudEvent created belong to their own unit unless `include_cloud_events`.
     async fn list_owned(
@@ -344,6 +385,23 @@ pub async fn run(
             statuses.record(&result);
         }
     }
+    // Triggers being deleted: one sluice never owned anything for (or whose objects are gone
+    // already) is released at once, even if another installation put the finalizer there.
+    let mut deleting = {
+        let mut initial = Vec::new();
+        let mut feeds = Vec::new();
+        for kind in ["EventTrigger", "EventBasedAddOn"] {
+            let (replayed, live) = bus
+                .follow_state(topology::CONFIG, &topology::config_kind_filter(kind))
+                .await?;
+            initial.extend(replayed);
+            feeds.push(live);
+        }
+        for delivered in &initial {
+            applier.release_if_done(&statuses, delivered).await;
+        }
+        futures::stream::select_all(feeds)
+    };
     let mut desired = bus.durable(topology::APPLIER_DESIRED, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let mut last_seen = sluice_bus::Freshness::default();
@@ -351,6 +409,10 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = token.cancelled() => break,
+            trigger = deleting.next() => {
+                let Some(Ok(delivered)) = trigger else { continue };
+                applier.release_if_done(&statuses, &delivered).await;
+            }
             message = desired.next(), if !window.is_full() => {
                 let Some(message) = message else { anyhow::bail!("desired-state consumer ended") };
                 let Ok(message) = message else { continue };

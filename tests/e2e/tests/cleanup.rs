@@ -247,3 +247,41 @@ async fn applier_restarted_in_the_middle_of_a_change_converges() -> anyhow::Resu
     assert_eq!(owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_left_with_sveltos_finalizer_is_released_when_deleted() -> anyhow::Result<()> {
+    // A trigger a Sveltos installation finalized, selecting no cluster under sluice.
+    let stack = Stack::start(&["cluster-a"], None).await?;
+    let trigger = json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+        "metadata": {"name": "inherited", "finalizers": ["eventtriggerfinalizer.projectsveltos.io"]},
+        "spec": {"sourceClusterSelector": {"matchLabels": {"env": "nowhere"}},
+                 "eventSourceName": "sveltos-service"}});
+    stack.apply(MANAGEMENT, &trigger).await?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventTrigger",
+            "",
+            "inherited",
+        )
+        .await?;
+    wait_for("inherited trigger released", DEADLINE, || async {
+        match stack
+            .get(
+                MANAGEMENT,
+                "lib.projectsveltos.io/v1beta1",
+                "EventTrigger",
+                "",
+                "inherited",
+            )
+            .await
+        {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
