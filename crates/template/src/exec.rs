@@ -357,6 +357,11 @@ impl<'a> Exec<'a> {
                     self.not_a_function(first, has_args)?;
                     return Ok(value);
                 }
+                if let (Val::J(node, shape), false) = (&value, has_args) {
+                    if let Some(v) = chain(node, *shape, names) {
+                        return Ok(v);
+                    }
+                }
                 self.fields(Some(value), names, first.span, &cmd.args, final_, dot)
             }
             Arg::Func(def) => self.call(def, dot, &cmd.args[1..], final_, first.span),
