@@ -64,6 +64,8 @@ impl Matched {
 struct Pair {
     key: MatchKey,
     state: KeyState,
+    /// Content hash of the last match set published for it.
+    published: Option<String>,
 }
 
 /// A compiled EventSource and what it watches.
@@ -87,7 +89,9 @@ pub struct Evaluator {
     pairs: Vec<Pair>,
     /// Index into `pairs` by key.
     deployed: BTreeMap<MatchKey, usize>,
-    /// Content hash of the last match set published per key.
+    /// Content hash of the last match set published, for keys not deployed (deployed pairs
+    /// keep theirs in `pairs`): what a restart finds on the MATCH stream, or what is left of a
+    /// pair that is no longer deployed until it is withdrawn.
     published: BTreeMap<MatchKey, String>,
     /// Per (cluster, group, kind): the pairs (indices) watching it and the selector position.
     watchers: HashMap<(ClusterId, GroupKind), Vec<(usize, usize)>>,
@@ -112,10 +116,15 @@ impl Evaluator {
     pub fn remember_published(&mut self, set: &pb::MatchSet) {
         if let Ok(cluster) = sluice_wire::cluster_id(set.cluster.as_ref(), "match stream") {
             let key = (cluster, set.event_source.clone());
-            if set.removed {
-                self.published.remove(&key);
-            } else {
-                self.published.insert(key, content_hash(set));
+            let hash = (!set.removed).then(|| content_hash(set));
+            match (self.deployed.get(&key), hash) {
+                (Some(&index), hash) => self.pairs[index].published = hash,
+                (None, Some(hash)) => {
+                    self.published.insert(key, hash);
+                }
+                (None, None) => {
+                    self.published.remove(&key);
+                }
             }
         }
     }
@@ -283,17 +292,18 @@ impl Evaluator {
             .into_keys()
             .filter(|(_, es)| self.config.event_sources.contains_key(es))
             .collect();
-        let mut old: BTreeMap<MatchKey, KeyState> = std::mem::take(&mut self.pairs)
-            .into_iter()
-            .map(|pair| (pair.key, pair.state))
-            .collect();
+        let mut old: BTreeMap<MatchKey, (KeyState, Option<String>)> =
+            std::mem::take(&mut self.pairs)
+                .into_iter()
+                .map(|pair| (pair.key, (pair.state, pair.published)))
+                .collect();
         let mut new_pairs = BTreeSet::new();
         self.deployed.clear();
         self.watchers.clear();
         for key in keys {
-            let state = old.remove(&key).unwrap_or_else(|| {
+            let (state, published) = old.remove(&key).unwrap_or_else(|| {
                 new_pairs.insert(key.clone());
-                KeyState::default()
+                (KeyState::default(), self.published.remove(&key))
             });
             let index = self.pairs.len();
             if let Some(Ok(compiled)) = self.compiled.get(&key.1) {
@@ -305,29 +315,32 @@ impl Evaluator {
                 }
             }
             self.deployed.insert(key.clone(), index);
-            self.pairs.push(Pair { key, state });
+            self.pairs.push(Pair {
+                key,
+                state,
+                published,
+            });
+        }
+        // What was published for pairs that are gone stays known until it is withdrawn.
+        for (key, (_, published)) in old {
+            if let Some(hash) = published {
+                self.published.insert(key, hash);
+            }
         }
         new_pairs
     }
 
     /// Withdraws what was published for pairs no longer deployed.
     fn withdraw_undeployed(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
-        let gone: Vec<MatchKey> = self
-            .published
-            .keys()
-            .filter(|k| !self.deployed.contains_key(*k))
-            .cloned()
-            .collect();
-        gone.into_iter()
-            .map(|key| {
-                self.published.remove(&key);
-                pb::MatchSet {
-                    cluster: Some(sluice_wire::cluster_ref(&key.0)),
-                    event_source: key.1.clone(),
-                    removed: true,
-                    source_sequence: sequence,
-                    ..Default::default()
-                }
+        std::mem::take(&mut self.published)
+            .into_keys()
+            .filter(|key| !self.deployed.contains_key(key))
+            .map(|key| pb::MatchSet {
+                cluster: Some(sluice_wire::cluster_ref(&key.0)),
+                event_source: key.1.clone(),
+                removed: true,
+                source_sequence: sequence,
+                ..Default::default()
             })
             .collect()
     }
@@ -369,11 +382,11 @@ impl Evaluator {
     fn emit(&mut self, index: usize, sequence: u64) -> Option<pb::MatchSet> {
         let set = self.match_set(&self.pairs[index], sequence);
         let hash = content_hash(&set);
-        let key = &self.pairs[index].key;
-        if self.published.get(key) == Some(&hash) {
+        let published = &mut self.pairs[index].published;
+        if published.as_ref() == Some(&hash) {
             return None;
         }
-        self.published.insert(key.clone(), hash);
+        *published = Some(hash);
         Some(set)
     }
 
@@ -417,6 +430,10 @@ impl Evaluator {
                 Err(error) => set.failure_message = error.to_string(),
             }
         } else {
+            set.matching.reserve_exact(state.matching.len());
+            if es.collect_resources() {
+                set.resources.reserve_exact(state.matching.len());
+            }
             for m in state.matching.values() {
                 set.matching.push(m.reference.clone());
                 if es.collect_resources() {
