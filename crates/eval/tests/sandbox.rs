@@ -327,3 +327,54 @@ fn result_keys_match_case_insensitively_last_sorted_wins() {
         );
     }
 }
+
+/// The script's global table is reused between objects: nothing a script does to it (or to the
+/// shared string metatable) may reach the next object, and the chunk runs before `obj` is set,
+/// as in sveltos-agent (`DoString`, then `SetGlobal("obj")`).
+#[test]
+fn global_table_tricks_do_not_reach_the_next_evaluation() {
+    let es = compile(
+        "top_obj = obj\n\
+         function evaluate()\n\
+           local first = leaked == nil and getmetatable(getfenv()) ~= 'x' and top_obj == nil\n\
+           local ts, m = tostring, math\n\
+           leaked = true\n\
+           rawset(getfenv(), 'leaked2', true)\n\
+           setmetatable(getfenv(), {__metatable = 'x', __index = function() return 1 end})\n\
+           return {matching = first and leaked2 == true, message = ts(m)}\n\
+         end",
+    );
+    for _ in 0..3 {
+        let verdict = es.evaluate(&config_map()).expect("runs");
+        assert!(verdict.matching, "{verdict:?}");
+        assert!(verdict.message.starts_with("table"), "{verdict:?}");
+    }
+    let frozen = compile(
+        "function evaluate() local n = seen table.freeze(getfenv()) \
+         return {matching = n == nil} end",
+    );
+    for _ in 0..3 {
+        assert!(frozen.evaluate(&config_map()).expect("runs").matching);
+    }
+    refused(
+        "function evaluate() getmetatable('').__index = {} return {matching = true} end",
+        "readonly",
+    );
+}
+
+/// An evaluation that fails half-way (the object partly converted) leaves nothing behind.
+#[test]
+fn a_failed_evaluation_leaves_the_state_clean() {
+    let es = compile(
+        "function evaluate() local l = obj.metadata.labels if l.app == 'web' and not failed \
+         then failed = true error('boom') end return {matching = failed == nil, message = l.app} end",
+    );
+    let err = es.evaluate(&config_map()).expect_err("first one fails");
+    assert!(err.to_string().contains("boom"), "{err}");
+    for _ in 0..2 {
+        let verdict = es
+            .evaluate(&config_map())
+            .expect_err("fails the same way every time");
+        assert!(verdict.to_string().contains("boom"), "{verdict}");
+    }
+}

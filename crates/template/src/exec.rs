@@ -191,12 +191,20 @@ impl<'a> Exec<'a> {
             }
             Val::J(Json::Object(entries), Shape::Plain) => {
                 empty = entries.is_empty();
-                // Go ranges over sorted keys; the JSON keeps its document order.
-                let mut sorted: Vec<(&'a String, &'a Json)> = entries.iter().collect();
-                if !sorted.is_sorted_by(|x, y| x.0 <= y.0) {
+                // Go ranges over sorted keys; the JSON keeps its document order, which is
+                // often sorted already (Kubernetes serializes maps sorted).
+                let mut sorted: Vec<(&'a String, &'a Json)> = Vec::new();
+                if !entries.keys().is_sorted() {
+                    sorted.extend(entries.iter());
                     sorted.sort_unstable_by(|x, y| x.0.cmp(y.0));
                 }
-                for (k, v) in sorted {
+                let in_order: &mut dyn Iterator<Item = (&'a String, &'a Json)> =
+                    if sorted.is_empty() {
+                        &mut entries.iter()
+                    } else {
+                        &mut sorted.iter().copied()
+                    };
+                for (k, v) in in_order {
                     let key = if wants_key { Val::Key(k) } else { Val::NIL };
                     if let Flow::Break = self.range_body(b, key, &Val::J(v, Shape::Plain), mark)? {
                         break;
@@ -348,6 +356,11 @@ impl<'a> Exec<'a> {
                 if names.is_empty() {
                     self.not_a_function(first, has_args)?;
                     return Ok(value);
+                }
+                if let (Val::J(node, shape), false) = (&value, has_args) {
+                    if let Some(v) = chain(node, *shape, names) {
+                        return Ok(v);
+                    }
                 }
                 self.fields(Some(value), names, first.span, &cmd.args, final_, dot)
             }

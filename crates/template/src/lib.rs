@@ -174,7 +174,12 @@ pub struct Template {
 
 #[derive(Debug)]
 enum Inner {
-    Go { src: Arc<str>, tree: ast::Tree },
+    Go {
+        src: Arc<str>,
+        tree: ast::Tree,
+        /// The template named in the options, looked up once.
+        main: Option<Arc<Vec<ast::Node>>>,
+    },
     Tera(Box<tera_engine::TeraTemplate>),
 }
 
@@ -187,6 +192,7 @@ impl Template {
                     .map_err(|e| Error::parse(&options.name, text, e.pos, e.message))?;
                 Inner::Go {
                     src: Arc::from(text),
+                    main: tree.templates.get(options.name.as_str()).cloned(),
                     tree,
                 }
             }
@@ -211,7 +217,7 @@ impl Template {
     /// Renders into `out` (appending); on error `out` holds partial output.
     pub fn render_into(&self, data: &Value, out: &mut String) -> Result<()> {
         match &self.inner {
-            Inner::Go { src, tree } => {
+            Inner::Go { src, tree, main } => {
                 // A template that cannot modify maps reads untouched shared JSON in place;
                 // one that can gets the lazily converted maps that Go's sharing needs.
                 let pristine = match data {
@@ -226,9 +232,16 @@ impl Template {
                             val::Shape::Plain
                         };
                         let dot = val::Val::J(json.get(), shape);
-                        self.run_go(src, tree, dot, val::Root(Some(json.clone())), out)
+                        self.run_go(src, tree, main, dot, val::Root(Some(json.clone())), out)
                     }
-                    None => self.run_go(src, tree, val::Val::V(data.clone()), val::Root(None), out),
+                    None => self.run_go(
+                        src,
+                        tree,
+                        main,
+                        val::Val::V(data.clone()),
+                        val::Root(None),
+                        out,
+                    ),
                 }
             }
             Inner::Tera(t) => {
@@ -250,9 +263,9 @@ impl Template {
     /// [`Template::render_event`] appending to `out`; on error `out` holds partial output.
     pub fn render_event_into(&self, json: &serde_json::Value, out: &mut String) -> Result<()> {
         match &self.inner {
-            Inner::Go { src, tree } if !tree.mutates && json.is_object() => {
+            Inner::Go { src, tree, main } if !tree.mutates && json.is_object() => {
                 let dot = val::Val::J(json, val::Shape::EventRoot);
-                self.run_go(src, tree, dot, val::Root(None), out)
+                self.run_go(src, tree, main, dot, val::Root(None), out)
             }
             _ => self.render_into(&event_data(json), out),
         }
@@ -262,12 +275,13 @@ impl Template {
         &'a self,
         src: &'a str,
         tree: &'a ast::Tree,
+        main: &'a Option<Arc<Vec<ast::Node>>>,
         dot: val::Val<'a>,
         root: val::Root,
         out: &'a mut String,
     ) -> Result<()> {
         let name = self.options.name.as_str();
-        let Some(main) = tree.templates.get(name) else {
+        let Some(main) = main else {
             return Err(Error::parse(name, src, 0, format!("no template {name:?}")));
         };
         let mut exec = exec::Exec::new(

@@ -567,3 +567,25 @@ fn renders_are_budgeted() {
         assert_eq!(err.kind(), ErrorKind::Exec, "{text}: {err}");
     }
 }
+
+#[test]
+fn borrowed_data_ranges_over_sorted_keys_and_keeps_event_types() {
+    // Document order is not Go's order: range must sort, on every data path.
+    let data = json!({
+        "Resource": {"spec": {"selector": {"tier": "web", "app": "a", "zone": "z", "b": 1}}},
+        "Resources": [null, {"metadata": {"name": "x"}}],
+        "MatchingResource": {"Name": "svc"},
+    });
+    let text = "{{ range $k, $v := .Resource.spec.selector }}{{ $k }}={{ $v }};{{ end }}\
+                {{ len (index .Resources 0) }}|{{ (index .Resources 1).metadata.name }}|\
+                {{ .MatchingResource.Name }}/{{ .MatchingResource.Kind }}|{{ index .Resources 0 }}";
+    let expected = "app=a;b=1;tier=web;zone=z;0|x|svc/|map[]";
+    let template = Template::parse(text, &Options::default()).expect("parses");
+    assert_eq!(template.render_event(&data).expect("borrowed"), expected);
+    let shared = sluice_template::event_data_shared(Arc::new(data.clone()));
+    assert_eq!(template.render(&shared).expect("shared"), expected);
+    assert_eq!(
+        template.render(&event_data(&data)).expect("eager"),
+        expected
+    );
+}

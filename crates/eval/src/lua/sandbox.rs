@@ -116,7 +116,7 @@ pub(crate) fn install(lua: &Lua) -> mlua::Result<Sandbox> {
     ))?;
     let env_meta = lua.create_table()?;
     env_meta.raw_set("__index", globals.clone())?;
-    freeze(&globals)?;
+    freeze(lua, &globals)?;
     env_meta.set_readonly(true);
     Ok(Sandbox {
         ptrs,
@@ -127,14 +127,17 @@ pub(crate) fn install(lua: &Lua) -> mlua::Result<Sandbox> {
 
 /// Makes the globals and every library table read-only, so that one evaluation cannot change
 /// what the next one sees (scripts' own globals go to their per-evaluation table).
-fn freeze(globals: &Table) -> mlua::Result<()> {
+fn freeze(lua: &Lua, globals: &Table) -> mlua::Result<()> {
     for pair in globals.pairs::<LuaValue, LuaValue>() {
         if let (_, LuaValue::Table(t)) = pair? {
             t.set_readonly(true);
         }
     }
     globals.set_readonly(true);
-    Ok(())
+    // The metatable of strings (`("").upper`) is shared by every evaluation too.
+    lua.load("table.freeze(getmetatable(''))")
+        .set_name("=sluice-sandbox")
+        .exec()
 }
 
 fn install_rust_helpers(lua: &Lua, globals: &Table) -> mlua::Result<()> {

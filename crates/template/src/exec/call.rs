@@ -31,6 +31,11 @@ impl<'a> Exec<'a> {
                 let v = self.var(name, op.span)?;
                 if names.is_empty() {
                     v
+                } else if let Some(found) = match &v {
+                    Val::J(node, shape) => super::chain(node, *shape, names),
+                    _ => None,
+                } {
+                    found
                 } else {
                     self.fields(Some(v), names, op.span, &[], None, dot)?
                 }
