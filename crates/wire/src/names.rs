@@ -40,7 +40,7 @@ pub fn event_source_name(
         "ClusterName": cluster.id.name,
     });
     let name = template
-        .render(&sluice_template::event_data(&data))
+        .render_event(&data)
         .map_err(fail)?;
     Ok(match name.as_str() {
         // libsveltos returns the cluster namespace for an empty result.

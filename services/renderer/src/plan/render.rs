@@ -78,7 +78,7 @@ impl<'a> Renderer<'a> {
         }
         let template = self.template(text, engine, place)?;
         template
-            .render(&sluice_template::event_data(data))
+            .render_event(data)
             .map_err(|e| self.error(place, &e.to_string()))
     }
 
