@@ -4,8 +4,6 @@
 
 pub mod select;
 
-use std::time::Duration;
-
 use futures::StreamExt;
 use sluice_bus::window::Settled;
 use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
