@@ -128,13 +128,7 @@ pub async fn run(
         Duration::from_secs(30),
         || async {
             stack
-                .get(
-                    MANAGEMENT,
-                    "lib.projectsveltos.io/v1beta1",
-                    "EventReport",
-                    "default",
-                    "sveltos--sveltos-service--cluster-a",
-                )
+                .event_report("sveltos--sveltos-service--cluster-a")
                 .await
                 .ok()
                 .flatten()
@@ -161,13 +155,7 @@ pub async fn run(
         "# ClusterProfile created {create_latency:?} after the Service\n"
     )?;
     let report = stack
-        .get(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "EventReport",
-            "default",
-            "sveltos--sveltos-service--cluster-a",
-        )
+        .event_report("sveltos--sveltos-service--cluster-a")
         .await?;
     writeln!(
         out,

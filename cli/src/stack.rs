@@ -230,6 +230,18 @@ impl Stack {
         Ok(apply::get(client, &kind, namespace, name).await?)
     }
 
+    /// The management cluster's EventReport `name` for a cluster registered in `default`.
+    pub async fn event_report(&self, name: &str) -> anyhow::Result<Option<Value>> {
+        self.get(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventReport",
+            "default",
+            name,
+        )
+        .await
+    }
+
     /// Registers a managed cluster the Sveltos way: its kubeconfig Secret and a ready
     /// SveltosCluster with the given labels, in namespace `default` of the management cluster.
     pub async fn register_cluster(

@@ -52,6 +52,19 @@ async fn trigger_object(stack: &Stack) -> anyhow::Result<Option<Value>> {
     stack.get(MANAGEMENT, ADDON.0, ADDON.1, "", TRIGGER).await
 }
 
+/// The trigger once its first cluster's `clusterInfo` has `status`.
+async fn wait_cluster_info(stack: &Stack, what: &str, status: &str) -> anyhow::Result<Value> {
+    wait_for(what, DEADLINE, || async {
+        trigger_object(stack)
+            .await
+            .ok()
+            .flatten()
+            .filter(|t| t["status"]["clusterInfo"][0]["status"] == status)
+    })
+    .await
+    .map_err(|e| fail(stack, e))
+}
+
 fn cluster_a(labels: Value) -> Value {
     json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
            "metadata": {"name": "cluster-a", "namespace": "default", "labels": labels},
@@ -119,15 +132,7 @@ async fn cluster_that_stops_matching_or_is_deleted_is_cleaned_up() -> anyhow::Re
 async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_cleanup(
 ) -> anyhow::Result<()> {
     let stack = running_seed().await?;
-    let trigger = wait_for("trigger status", DEADLINE, || async {
-        trigger_object(&stack)
-            .await
-            .ok()
-            .flatten()
-            .filter(|t| t["status"]["clusterInfo"][0]["status"] == "Provisioned")
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    let trigger = wait_cluster_info(&stack, "trigger status", "Provisioned").await?;
     assert_eq!(
         trigger["status"]["matchingClusters"],
         json!([{"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
@@ -145,15 +150,7 @@ async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_
     );
     assert_ne!(broken, demo::EVENT_BASED_ADDON);
     stack.apply_yaml(MANAGEMENT, &broken).await?;
-    let failed = wait_for("Failed cluster info", DEADLINE, || async {
-        trigger_object(&stack)
-            .await
-            .ok()
-            .flatten()
-            .filter(|t| t["status"]["clusterInfo"][0]["status"] == "Failed")
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    let failed = wait_cluster_info(&stack, "Failed cluster info", "Failed").await?;
     let message = failed["status"]["clusterInfo"][0]["failureMessage"]
         .as_str()
         .unwrap_or_default()
@@ -169,13 +166,7 @@ async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_
     assert_eq!(owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
     let report = || async {
         stack
-            .get(
-                MANAGEMENT,
-                "lib.projectsveltos.io/v1beta1",
-                "EventReport",
-                "default",
-                "sveltos--sveltos-service--cluster-a",
-            )
+            .event_report("sveltos--sveltos-service--cluster-a")
             .await
             .ok()
             .flatten()
@@ -197,15 +188,7 @@ async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_
     })
     .await
     .map_err(|e| fail(&stack, e))?;
-    wait_for("Provisioned again", DEADLINE, || async {
-        trigger_object(&stack)
-            .await
-            .ok()
-            .flatten()
-            .filter(|t| t["status"]["clusterInfo"][0]["status"] == "Provisioned")
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    wait_cluster_info(&stack, "Provisioned again", "Provisioned").await?;
 
     // Deleting the trigger removes its objects, then the trigger itself.
     stack

@@ -59,13 +59,7 @@ async fn capi_cluster_is_reached_through_its_kubeconfig_secret() -> anyhow::Resu
         "Capi"
     );
     let report = stack
-        .get(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "EventReport",
-            "default",
-            "capi--sveltos-service--capi-a",
-        )
+        .event_report("capi--sveltos-service--capi-a")
         .await?
         .expect("EventReport named as Sveltos names it for a CAPI cluster");
     assert_eq!(report["spec"]["clusterType"], "Capi");
@@ -157,13 +151,7 @@ async fn event_source_name_is_rendered_with_each_clusters_data() -> anyhow::Resu
         DEADLINE,
         || async {
             stack
-                .get(
-                    MANAGEMENT,
-                    "lib.projectsveltos.io/v1beta1",
-                    "EventReport",
-                    "default",
-                    "sveltos--services-db--cluster-b",
-                )
+                .event_report("sveltos--services-db--cluster-b")
                 .await
                 .ok()
                 .flatten()

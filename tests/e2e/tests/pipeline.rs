@@ -91,13 +91,7 @@ async fn service_event_becomes_cluster_profile_and_is_cleaned_up() -> anyhow::Re
     );
 
     let report = stack
-        .get(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "EventReport",
-            "default",
-            "sveltos--sveltos-service--cluster-a",
-        )
+        .event_report("sveltos--sveltos-service--cluster-a")
         .await?
         .expect("EventReport");
     assert_eq!(report["spec"]["clusterType"], "Sveltos");
@@ -125,13 +119,7 @@ async fn service_event_becomes_cluster_profile_and_is_cleaned_up() -> anyhow::Re
     // The report stays (the EventSource is still deployed) and now lists nothing.
     let report = wait_for("empty EventReport", DEADLINE, || async {
         let r = stack
-            .get(
-                MANAGEMENT,
-                "lib.projectsveltos.io/v1beta1",
-                "EventReport",
-                "default",
-                "sveltos--sveltos-service--cluster-a",
-            )
+            .event_report("sveltos--sveltos-service--cluster-a")
             .await
             .ok()
             .flatten()?;

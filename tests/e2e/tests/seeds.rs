@@ -382,13 +382,7 @@ async fn seed_003_load_balancer_service_becomes_service_and_endpoints_for_eng_cl
     // No load balancer address yet: nothing matches (the API server's `status.loadBalancer: {}`).
     let report = wait_for("processed EventReport for gke", DEADLINE, || async {
         stack
-            .get(
-                MANAGEMENT,
-                "lib.projectsveltos.io/v1beta1",
-                "EventReport",
-                "default",
-                "sveltos--load-balancer-service--gke",
-            )
+            .event_report("sveltos--load-balancer-service--gke")
             .await
             .ok()
             .flatten()
