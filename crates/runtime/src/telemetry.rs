@@ -22,7 +22,9 @@ pub fn init_telemetry(service: &'static str, format: LogFormat) -> Result<()> {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // colours only on a terminal: log files and `kubectl logs` get plain text
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder
