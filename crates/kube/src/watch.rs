@@ -129,7 +129,8 @@ impl LevelState {
     }
 }
 
-fn key_of(object: &Value) -> (ObjectKey, String) {
+/// (namespace, name) and resourceVersion of an object.
+pub fn key_of(object: &Value) -> (ObjectKey, String) {
     let meta = object.get("metadata");
     let field = |f: &str| {
         meta.and_then(|m| m.get(f))

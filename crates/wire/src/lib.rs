@@ -170,6 +170,21 @@ impl ConfigFeed {
                 .and_then(|d| ConfigUpdate::from_delivered(&d)),
         )
     }
+
+    /// The next update and every further one already received, up to 256: a stage applies
+    /// them all and recomputes once. `None` when the connection is gone for good.
+    /// Cancel-safe like [`ConfigFeed::next`].
+    pub async fn next_batch(&mut self) -> Option<Vec<Result<ConfigUpdate>>> {
+        use futures::FutureExt;
+        let mut batch = vec![self.next().await?];
+        while batch.len() < 256 {
+            match self.next().now_or_never() {
+                Some(Some(update)) => batch.push(update),
+                _ => break,
+            }
+        }
+        Some(batch)
+    }
 }
 
 #[cfg(test)]

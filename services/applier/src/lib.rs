@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use serde_json::Value;
-use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
 use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
@@ -413,69 +413,77 @@ pub async fn run(
                 let Some(Ok(delivered)) = trigger else { continue };
                 applier.release_if_done(&statuses, &delivered).await;
             }
-            message = desired.next(), if !window.is_full() => {
-                let Some(message) = message else { anyhow::bail!("desired-state consumer ended") };
-                let Ok(message) = message else { continue };
-                let delivered = Delivered::from_message(topology::DESIRED.name, &message)?;
-                if last_seen.is_stale(&delivered) {
+            batch = sluice_bus::coalesce::next_batch(&mut desired), if !window.is_full() => {
+                let Some(batch) = batch else { anyhow::bail!("desired-state consumer ended") };
+                // Desired states are level-based: only the newest per subject is applied.
+                let batch = sluice_bus::coalesce::coalesce(topology::DESIRED.name, batch);
+                for error in &batch.unreadable {
+                    tracing::warn!(error = %error, "skipping a desired state without stream metadata");
+                }
+                for message in batch.superseded {
                     window.push(Vec::new(), Some(message));
-                    continue;
                 }
-                let state = match sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
-                    Ok(decoded) => decoded,
-                    Err(error) => {
-                        let reason = error.to_string();
-                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable desired state");
-                        let parked = bus.dead_letter("applier", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
-                        window.push(vec![parked], Some(message));
+                for (delivered, message) in batch.latest {
+                    if last_seen.is_stale(&delivered) {
+                        window.push(Vec::new(), Some(message));
                         continue;
                     }
-                };
-                let result = match applier.execute(&delivered.subject, &state).await {
-                    Ok(result) => result,
-                    Err(error) => {
-                        errors.inc();
-                        tracing::warn!(event_trigger = %state.event_trigger, error = %error, "failed to apply, will retry");
-                        // Kinds may have changed (a CRD re-created): resolve again next time.
-                        applier.kinds.clear();
-                        let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
-                        let _ = message.ack_with(nak).await;
-                        continue;
+                    let state = match sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
+                        Ok(decoded) => decoded,
+                        Err(error) => {
+                            let reason = error.to_string();
+                            tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable desired state");
+                            let parked = bus.dead_letter("applier", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
+                            window.push(vec![parked], Some(message));
+                            continue;
+                        }
+                    };
+                    let result = match applier.execute(&delivered.subject, &state).await {
+                        Ok(result) => result,
+                        Err(error) => {
+                            errors.inc();
+                            tracing::warn!(event_trigger = %state.event_trigger, error = %error, "failed to apply, will retry");
+                            // Kinds may have changed (a CRD re-created): resolve again next time.
+                            applier.kinds.clear();
+                            let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
+                            let _ = message.ack_with(nak).await;
+                            continue;
+                        }
+                    };
+                    applied.inc();
+                    last_seen.record(&delivered);
+                    if state.removed && Unit::of(&state) == Unit::Main {
+                        let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
+                        let filter = topology::desired_cloudevent_filter(
+                            &state.event_trigger,
+                            &sluice_wire::cluster_tokens(&cluster),
+                        );
+                        if let Err(error) = bus.purge(topology::DESIRED, &filter).await {
+                            tracing::warn!(error = %error, %filter, "failed to purge CloudEvent units");
+                        }
                     }
-                };
-                applied.inc();
-                last_seen.record(&delivered);
-                if state.removed && Unit::of(&state) == Unit::Main {
-                    let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
-                    let filter = topology::desired_cloudevent_filter(
-                        &state.event_trigger,
-                        &sluice_wire::cluster_tokens(&cluster),
+                    tracing::info!(
+                        event_trigger = %state.event_trigger,
+                        applied = result.applied.len(),
+                        deleted = result.deleted.len(),
+                        failure = %result.failure_message,
+                        "desired state applied"
                     );
-                    if let Err(error) = bus.purge(topology::DESIRED, &filter).await {
-                        tracing::warn!(error = %error, %filter, "failed to purge CloudEvent units");
+                    let Some(subject) = topology::applied_subject_for(&delivered.subject) else {
+                        anyhow::bail!("desired state on a foreign subject {}", delivered.subject);
+                    };
+                    let ack = bus
+                        .publish(Outgoing {
+                            msg_id: message_id(&["applied", &subject, &delivered.sequence.to_string()]),
+                            subject,
+                            payload: sluice_wire::encode(&result),
+                            traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
+                        })
+                        .await?;
+                    window.push(vec![ack], Some(message));
+                    if statuses.record(&result) {
+                        applier.write_status(&statuses, &result.event_trigger).await;
                     }
-                }
-                tracing::info!(
-                    event_trigger = %state.event_trigger,
-                    applied = result.applied.len(),
-                    deleted = result.deleted.len(),
-                    failure = %result.failure_message,
-                    "desired state applied"
-                );
-                let Some(subject) = topology::applied_subject_for(&delivered.subject) else {
-                    anyhow::bail!("desired state on a foreign subject {}", delivered.subject);
-                };
-                let ack = bus
-                    .publish(Outgoing {
-                        msg_id: message_id(&["applied", &subject, &delivered.sequence.to_string()]),
-                        subject,
-                        payload: sluice_wire::encode(&result),
-                        traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
-                    })
-                    .await?;
-                window.push(vec![ack], Some(message));
-                if statuses.record(&result) {
-                    applier.write_status(&statuses, &result.event_trigger).await;
                 }
             }
             settled = window.next(), if !window.is_empty() => {

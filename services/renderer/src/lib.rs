@@ -306,41 +306,60 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = token.cancelled() => break,
-            update = config_feed.next() => {
-                let Some(update) = update else { anyhow::bail!("configuration feed ended") };
-                let Ok(update) = update else { continue };
-                if !update.apply_to(&mut stage.config) {
-                    continue;
+            updates = config_feed.next_batch() => {
+                let Some(updates) = updates else { anyhow::bail!("configuration feed ended") };
+                // A burst of configuration changes is applied whole and rendered once.
+                let mut changed = None;
+                for update in updates {
+                    let update = match update {
+                        Ok(update) => update,
+                        Err(error) => {
+                            tracing::warn!(error = %error, "skipping config message");
+                            continue;
+                        }
+                    };
+                    if update.apply_to(&mut stage.config) {
+                        changed = Some(update.sequence);
+                    }
                 }
-                let states = tokio::task::block_in_place(|| stage.recompute(None, update.sequence));
+                let Some(sequence) = changed else { continue };
+                let states = tokio::task::block_in_place(|| stage.recompute(None, sequence));
                 let acks = publish_all(&bus, states, "config", None).await?;
                 published.add(acks.len() as u64);
                 window.push(acks, None);
             }
-            message = reports.next(), if !window.is_full() => {
-                let Some(message) = message else { anyhow::bail!("report consumer ended") };
-                let Ok(message) = message else { continue };
-                let delivered = Delivered::from_message(topology::REPORT.name, &message)?;
-                if last_seen.is_stale(&delivered) {
-                    window.push(Vec::new(), Some(message));
-                    continue;
+            batch = sluice_bus::coalesce::next_batch(&mut reports), if !window.is_full() => {
+                let Some(batch) = batch else { anyhow::bail!("report consumer ended") };
+                // Reports are level-based: only the newest per subject is rendered.
+                let batch = sluice_bus::coalesce::coalesce(topology::REPORT.name, batch);
+                for error in &batch.unreadable {
+                    tracing::warn!(error = %error, "skipping a report without stream metadata");
                 }
-                last_seen.record(&delivered);
-                let report = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
-                    Ok(decoded) => decoded,
-                    Err(error) => {
-                        let reason = error.to_string();
-                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable report");
-                        let parked = bus.dead_letter("renderer", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
-                        window.push(vec![parked], Some(message));
+                for message in batch.superseded {
+                    window.push(Vec::new(), Some(message));
+                }
+                for (delivered, message) in batch.latest {
+                    if last_seen.is_stale(&delivered) {
+                        window.push(Vec::new(), Some(message));
                         continue;
                     }
-                };
-                let scope = stage.set_report(report);
-                let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
-                let acks = publish_all(&bus, states, "report", Some(&delivered)).await?;
-                published.add(acks.len() as u64);
-                window.push(acks, Some(message));
+                    last_seen.record(&delivered);
+                    let report = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
+                        Ok(decoded) => decoded,
+                        Err(error) => {
+                            let reason = error.to_string();
+                            tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable report");
+                            let parked = bus.dead_letter("renderer", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
+                            window.push(vec![parked], Some(message));
+                            continue;
+                        }
+                    };
+                    let scope = stage.set_report(report);
+                    let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
+                    let acks = publish_all(&bus, states, "report", Some(&delivered)).await?;
+                    published.add(acks.len() as u64);
+                    window.push(acks, Some(message));
+                }
             }
             message = cloud_events.next(), if !window.is_full() => {
                 let Some(message) = message else { anyhow::bail!("CloudEvent match consumer ended") };

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
@@ -163,48 +163,56 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = token.cancelled() => break,
-            message = matches.next(), if !window.is_full() => {
-                let Some(message) = message else { anyhow::bail!("match consumer ended") };
-                let Ok(message) = message else { continue };
-                let delivered = Delivered::from_message(topology::MATCH.name, &message)?;
-                if last_seen.is_stale(&delivered) {
-                    window.push(Vec::new(), Some(message));
-                    continue;
+            batch = sluice_bus::coalesce::next_batch(&mut matches), if !window.is_full() => {
+                let Some(batch) = batch else { anyhow::bail!("match consumer ended") };
+                // Match sets are level-based: only the newest per subject is written.
+                let batch = sluice_bus::coalesce::coalesce(topology::MATCH.name, batch);
+                for error in &batch.unreadable {
+                    tracing::warn!(error = %error, "skipping a match set without stream metadata");
                 }
-                let (set, cluster) = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered)
-                    .and_then(|set| sluice_wire::cluster_id(set.cluster.as_ref(), &delivered.subject).map(|c| (set, c)))
-                {
-                    Ok(decoded) => decoded,
-                    Err(error) => {
-                        let reason = error.to_string();
-                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable match set");
-                        let parked = bus.dead_letter("reporter", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
-                        window.push(vec![parked], Some(message));
+                for message in batch.superseded {
+                    window.push(Vec::new(), Some(message));
+                }
+                for (delivered, message) in batch.latest {
+                    if last_seen.is_stale(&delivered) {
+                        window.push(Vec::new(), Some(message));
                         continue;
                     }
-                };
-                let key = (cluster.clone(), set.event_source.clone());
-                failures.record_evaluation(&key, &set.failure_message, set.removed);
-                let failure = failures.message(&key);
-                if let Err(error) = write(&client, &kind, &cluster, &set, failure.as_deref()).await {
-                    errors.inc();
-                    tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %error, "failed to write EventReport, will retry");
-                    let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
-                    let _ = message.ack_with(nak).await;
-                    continue;
+                    let (set, cluster) = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered)
+                        .and_then(|set| sluice_wire::cluster_id(set.cluster.as_ref(), &delivered.subject).map(|c| (set, c)))
+                    {
+                        Ok(decoded) => decoded,
+                        Err(error) => {
+                            let reason = error.to_string();
+                            tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable match set");
+                            let parked = bus.dead_letter("reporter", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
+                            window.push(vec![parked], Some(message));
+                            continue;
+                        }
+                    };
+                    let key = (cluster.clone(), set.event_source.clone());
+                    failures.record_evaluation(&key, &set.failure_message, set.removed);
+                    let failure = failures.message(&key);
+                    if let Err(error) = write(&client, &kind, &cluster, &set, failure.as_deref()).await {
+                        errors.inc();
+                        tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %error, "failed to write EventReport, will retry");
+                        let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
+                        let _ = message.ack_with(nak).await;
+                        continue;
+                    }
+                    written.inc();
+                    last_seen.record(&delivered);
+                    let subject = topology::report_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
+                    let ack = bus
+                        .publish(Outgoing {
+                            msg_id: message_id(&["report", &subject, &delivered.sequence.to_string()]),
+                            subject,
+                            payload: delivered.payload.clone(),
+                            traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
+                        })
+                        .await?;
+                    window.push(vec![ack], Some(message));
                 }
-                written.inc();
-                last_seen.record(&delivered);
-                let subject = topology::report_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
-                let ack = bus
-                    .publish(Outgoing {
-                        msg_id: message_id(&["report", &subject, &delivered.sequence.to_string()]),
-                        subject,
-                        payload: delivered.payload.clone(),
-                        traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
-                    })
-                    .await?;
-                window.push(vec![ack], Some(message));
             }
             result = applied_feed.next() => {
                 let Some(result) = result else { anyhow::bail!("apply result feed ended") };

@@ -1,13 +1,14 @@
 //! Watching the management cluster's configuration kinds and publishing each object's state
 //! on its config subject. A kind that is not served yet (its CRD is missing) is retried.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
 use serde_json::Value;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
+use sluice_domain::naming;
 use sluice_kube::watch::{watch_kind, Change, ObjectKey};
 use sluice_proto::v1 as pb;
 use sluice_runtime::Health;
@@ -99,11 +100,15 @@ pub async fn watch(
             }
         };
         tracing::info!(kind = watched.kind, api = %kind.resource.api_version, "watching management kind");
+        let mut outputs = Outputs::new(known.keys().cloned());
         let mut stream = Box::pin(watch_kind(client.clone(), kind, known));
         while let Some(batch) = stream.next().await {
             match batch {
                 Ok(changes) => {
                     for change in changes {
+                        let Some(change) = outputs.filter(watched.kind, change) else {
+                            continue;
+                        };
                         let update = publish(&bus, watched.kind, change).await;
                         match update {
                             Ok(update) => {
@@ -122,6 +127,68 @@ pub async fn watch(
                     errors.inc();
                     tracing::warn!(kind = watched.kind, error = %error, "management watch error");
                 }
+            }
+        }
+    }
+}
+
+/// The ConfigMaps and Secrets sluice itself created (they carry the EventTrigger owner label).
+/// They are outputs, never configuration: publishing them would make every stage that follows
+/// the configuration recompute for each object the applier writes.
+struct Outputs {
+    owned: HashSet<ObjectKey>,
+    /// Keys on the configuration stream (seeded from it), so that an object which gains the
+    /// owner label is withdrawn from the configuration.
+    published: HashSet<ObjectKey>,
+}
+
+impl Outputs {
+    fn new(published: impl Iterator<Item = ObjectKey>) -> Outputs {
+        Outputs {
+            owned: HashSet::new(),
+            published: published.collect(),
+        }
+    }
+
+    /// The change to publish, if any.
+    fn filter(&mut self, kind: &str, change: Change) -> Option<Change> {
+        if kind != "ConfigMap" && kind != "Secret" {
+            return Some(change);
+        }
+        match change {
+            Change::Upsert(object) => {
+                let (key, resource_version) = sluice_kube::watch::key_of(&object);
+                let owned = object
+                    .pointer("/metadata/labels")
+                    .and_then(|labels| labels.get(naming::LABEL_EVENT_TRIGGER))
+                    .is_some();
+                if !owned {
+                    self.owned.remove(&key);
+                    self.published.insert(key);
+                    return Some(Change::Upsert(object));
+                }
+                self.owned.insert(key.clone());
+                self.published.remove(&key).then(|| Change::Delete {
+                    namespace: key.0,
+                    name: key.1,
+                    resource_version,
+                })
+            }
+            Change::Delete {
+                namespace,
+                name,
+                resource_version,
+            } => {
+                let key = (namespace, name);
+                if self.owned.remove(&key) {
+                    return None;
+                }
+                self.published.remove(&key);
+                Some(Change::Delete {
+                    namespace: key.0,
+                    name: key.1,
+                    resource_version,
+                })
             }
         }
     }
@@ -184,4 +251,73 @@ async fn publish(bus: &Bus, kind: &str, change: Change) -> sluice_bus::Result<Up
         name,
         object,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config_map(name: &str, owned: bool, rv: &str) -> Change {
+        let labels = if owned {
+            json!({ naming::LABEL_EVENT_TRIGGER: "t" })
+        } else {
+            json!({})
+        };
+        Change::Upsert(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": "ns", "name": name, "resourceVersion": rv, "labels": labels}}))
+    }
+
+    fn delete(name: &str) -> Change {
+        Change::Delete {
+            namespace: "ns".into(),
+            name: name.into(),
+            resource_version: "9".into(),
+        }
+    }
+
+    fn published(change: Option<Change>) -> Option<(String, bool)> {
+        change.map(|c| {
+            let (_, name, _, object) = c.into_parts();
+            (name, object.is_some())
+        })
+    }
+
+    #[test]
+    fn sluice_outputs_never_reach_the_configuration() {
+        let mut outputs = Outputs::new(std::iter::empty());
+        let mut run = |c| published(outputs.filter("ConfigMap", c));
+        assert_eq!(
+            run(config_map("user", false, "1")),
+            Some(("user".into(), true))
+        );
+        assert_eq!(run(config_map("generated", true, "2")), None);
+        assert_eq!(run(config_map("generated", true, "3")), None);
+        assert_eq!(run(delete("generated")), None);
+        assert_eq!(run(delete("user")), Some(("user".into(), false)));
+    }
+
+    #[test]
+    fn an_object_that_becomes_an_output_is_withdrawn_once() {
+        let seeded = [("ns".to_string(), "old".to_string())];
+        let mut outputs = Outputs::new(seeded.into_iter());
+        let mut run = |c| published(outputs.filter("Secret", c));
+        assert_eq!(
+            run(config_map("old", true, "5")),
+            Some(("old".into(), false))
+        );
+        assert_eq!(run(config_map("old", true, "6")), None);
+        // the label removed again: configuration once more
+        assert_eq!(
+            run(config_map("old", false, "7")),
+            Some(("old".into(), true))
+        );
+    }
+
+    #[test]
+    fn other_kinds_pass_unchanged() {
+        let mut outputs = Outputs::new(std::iter::empty());
+        let change = outputs.filter("EventTrigger", config_map("t", true, "1"));
+        assert_eq!(published(change), Some(("t".into(), true)));
+    }
 }

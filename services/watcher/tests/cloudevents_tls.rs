@@ -82,7 +82,8 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
 fn tls_secret(url: &str, client: Option<&Credentials>, ca: &Authority) -> Value {
     let mut authorization = json!({"rootCA": b64(&ca.pem)});
     if let Some(client) = client {
-        authorization["clientCert"] = json!({"certPem": b64(&client.cert), "keyPem": b64(&client.key)});
+        authorization["clientCert"] =
+            json!({"certPem": b64(&client.cert), "keyPem": b64(&client.key)});
     }
     json!({"nats": {"configuration": {
         "url": url, "subjects": ["user-operation"], "authorization": authorization}}})
@@ -134,7 +135,10 @@ async fn client_certificate_and_root_ca_authenticate_against_a_tls_nats() -> any
         .add_root_certificates(files.path().join("ca.pem"))
         .connect(&url)
         .await;
-    assert!(plain.is_err(), "the TLS nats-server accepted a client without certificate");
+    assert!(
+        plain.is_err(),
+        "the TLS nats-server accepted a client without certificate"
+    );
     let client_cert = write(files.path(), "client.pem", &client.cert)?;
     let client_key = write(files.path(), "client-key.pem", &client.key)?;
     let nats = async_nats::ConnectOptions::new()
@@ -186,7 +190,10 @@ async fn client_certificate_and_root_ca_authenticate_against_a_tls_nats() -> any
         .filter_map(|r| r.cluster.as_ref().map(|c| c.name.as_str()))
         .filter(|name| *name != "production")
         .collect();
-    assert!(forwarded.is_empty(), "refused clusters forwarded: {forwarded:?}");
+    assert!(
+        forwarded.is_empty(),
+        "refused clusters forwarded: {forwarded:?}"
+    );
 
     // Giving them the right certificates is enough: no restart.
     for cluster in ["other-ca", "wrong-root-ca"] {

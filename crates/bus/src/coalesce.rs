@@ -1,0 +1,106 @@
+//! Coalescing of level-based inputs: when a consumer has fallen behind, only the newest
+//! message per subject matters (each one carries the whole state of its key), so a stage takes
+//! every message its pull consumer has already buffered and processes the newest per subject.
+//! The superseded ones are acked without work: the newer message of the same subject is only
+//! acked once its outputs are stored, so a crash redelivers the state that counts.
+
+use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::Message;
+use futures::{FutureExt, StreamExt};
+
+use crate::error::Error;
+use crate::feed::Delivered;
+
+/// How many buffered messages one batch takes at most.
+pub const MAX_BATCH: usize = 256;
+
+/// A batch of inputs split into the newest message per subject and the rest.
+#[derive(Default)]
+pub struct Coalesced {
+    /// The newest message of each subject, in stream order.
+    pub latest: Vec<(Delivered, Message)>,
+    /// Messages a newer one of the same subject replaces.
+    pub superseded: Vec<Message>,
+    /// Messages that could not be read (no JetStream metadata), with the reason.
+    pub unreadable: Vec<Error>,
+}
+
+/// Waits for the next message, then takes every further one the consumer already holds, up to
+/// [`MAX_BATCH`] in all. `None` when the consumer ended. Cancel-safe: only the first wait
+/// suspends, and nothing is taken before it completes.
+pub async fn next_batch(stream: &mut pull::Stream) -> Option<Vec<Message>> {
+    let mut batch = Vec::new();
+    let first = stream.next().await?;
+    push_ok(&mut batch, first);
+    while batch.len() < MAX_BATCH {
+        match stream.next().now_or_never() {
+            Some(Some(next)) => push_ok(&mut batch, next),
+            _ => break,
+        }
+    }
+    Some(batch)
+}
+
+fn push_ok(batch: &mut Vec<Message>, next: std::result::Result<Message, pull::MessagesError>) {
+    match next {
+        Ok(message) => batch.push(message),
+        // A failed pull request is retried by the client; the messages themselves come again.
+        Err(error) => tracing::warn!(error = %error, "consumer error"),
+    }
+}
+
+/// Splits a batch from `stream` into the newest message per subject and the superseded rest.
+pub fn coalesce(stream: &str, batch: Vec<Message>) -> Coalesced {
+    let mut out = Coalesced::default();
+    let mut read = Vec::with_capacity(batch.len());
+    for message in batch {
+        match Delivered::from_message(stream, &message) {
+            Ok(delivered) => read.push((delivered, message)),
+            Err(error) => out.unreadable.push(error),
+        }
+    }
+    let newest = newest_per_subject(read.iter().map(|(d, _)| (d.subject.as_str(), d.sequence)));
+    for (index, (delivered, message)) in read.into_iter().enumerate() {
+        if newest[index] {
+            out.latest.push((delivered, message));
+        } else {
+            out.superseded.push(message);
+        }
+    }
+    out
+}
+
+/// For each (subject, sequence), whether no later entry has the same subject with a higher
+/// sequence.
+fn newest_per_subject<'a>(entries: impl Iterator<Item = (&'a str, u64)>) -> Vec<bool> {
+    let entries: Vec<(&str, u64)> = entries.collect();
+    let mut best: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for (subject, sequence) in &entries {
+        let slot = best.entry(subject).or_insert(*sequence);
+        *slot = (*slot).max(*sequence);
+    }
+    let mut taken = std::collections::HashSet::new();
+    entries
+        .iter()
+        .map(|(subject, sequence)| best[subject] == *sequence && taken.insert(*subject))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_newest_per_subject_in_stream_order() {
+        let entries = [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5), ("a", 6)];
+        let keep = newest_per_subject(entries.iter().copied());
+        assert_eq!(keep, [false, false, false, true, true, true]);
+    }
+
+    #[test]
+    fn a_redelivered_older_message_loses_to_the_newer_one_whatever_the_order() {
+        // a redelivery can arrive after a newer message of its subject
+        let keep = newest_per_subject([("a", 7), ("a", 3), ("b", 4), ("b", 4)].into_iter());
+        assert_eq!(keep, [true, false, true, false]);
+    }
+}
