@@ -59,3 +59,47 @@ async fn a_late_consumer_gets_every_event_of_a_log_and_the_last_state_of_a_state
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_batch_keeps_the_newest_message_per_subject_and_acks_the_rest() -> anyhow::Result<()> {
+    use sluice_bus::coalesce::{coalesce, next_batch, Coalesced};
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    // A log keeps every message, so one subject can have several in a batch.
+    let a = topology::cloudevent_match_subject(&cluster, "a");
+    let b = topology::cloudevent_match_subject(&cluster, "b");
+    publish(&bus, &a, "a1", "1").await?;
+    publish(&bus, &b, "b1", "2").await?;
+    publish(&bus, &a, "a2", "3").await?;
+    let mut consumer = bus.durable(topology::RENDERER_CEMATCH, None).await?;
+    let mut taken = Vec::new();
+    while taken.len() < 3 {
+        let batch = tokio::time::timeout(Duration::from_secs(10), next_batch(&mut consumer))
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("consumer ended"))?;
+        taken.extend(batch);
+    }
+    let Coalesced {
+        latest,
+        superseded,
+        unreadable,
+    } = coalesce(topology::CEMATCH.name, taken);
+    assert!(unreadable.is_empty());
+    let body = |payload: &Bytes| String::from_utf8_lossy(payload).to_string();
+    let latest_bodies: Vec<String> = latest.iter().map(|(d, _)| body(&d.payload)).collect();
+    assert_eq!(latest_bodies, ["b1", "a2"]);
+    let superseded_bodies: Vec<String> = superseded.iter().map(|m| body(&m.payload)).collect();
+    assert_eq!(superseded_bodies, ["a1"]);
+    for message in superseded.iter().chain(latest.iter().map(|(_, m)| m)) {
+        message.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    // Everything acked: a new message is the next one delivered.
+    publish(&bus, &b, "b2", "4").await?;
+    let next = tokio::time::timeout(Duration::from_secs(10), next_batch(&mut consumer))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("consumer ended"))?;
+    let bodies: Vec<String> = next.iter().map(|m| body(&m.payload)).collect();
+    assert_eq!(bodies, ["b2"]);
+    Ok(())
+}
