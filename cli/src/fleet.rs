@@ -5,16 +5,21 @@
 
 use std::time::{Duration, Instant};
 
-use futures::{stream, TryStreamExt};
+use std::collections::{BTreeMap, HashSet};
+
+use futures::{stream, StreamExt, TryStreamExt};
 use serde_json::json;
 use sluice_domain::naming;
+use sluice_kube::{apply, watch};
 
 use crate::demo::{CLUSTER_PROFILE, EVENT_BASED_ADDON, EVENT_SOURCE};
 use crate::stack::{Stack, MANAGEMENT};
 
 const TRIGGER: &str = "service-network-policy";
-/// How often the management cluster is listed while waiting (the figures' resolution).
-const POLL: Duration = Duration::from_millis(250);
+/// How often the released trigger is polled (one GET).
+const POLL: Duration = Duration::from_millis(10);
+/// How long either phase may take before the measurement fails.
+const LIMIT: Duration = Duration::from_secs(1800);
 
 /// What one fleet run measured.
 #[derive(Clone, Debug)]
@@ -31,17 +36,83 @@ fn cluster_name(i: usize) -> String {
     format!("fleet-{i:03}")
 }
 
-async fn count_owned(stack: &Stack) -> anyhow::Result<(usize, usize)> {
-    let labels = [(naming::LABEL_EVENT_TRIGGER, TRIGGER)];
-    let profiles = stack
-        .list(MANAGEMENT, CLUSTER_PROFILE.0, CLUSTER_PROFILE.1, &labels)
-        .await?
-        .len();
-    let config_maps = stack
-        .list(MANAGEMENT, "v1", "ConfigMap", &labels)
-        .await?
-        .len();
-    Ok((profiles, config_maps))
+/// Counts the trigger's ClusterProfiles and ConfigMaps in the management cluster from two
+/// label-selected watches, so that waiting costs the API server no LISTs: the figures measure
+/// the pipeline, not the observer.
+struct Owned {
+    counts: tokio::sync::watch::Receiver<(usize, usize)>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Owned {
+    async fn watch(stack: &Stack) -> anyhow::Result<Owned> {
+        let client = stack.client(MANAGEMENT)?.clone();
+        let labels =
+            BTreeMap::from([(naming::LABEL_EVENT_TRIGGER.to_string(), TRIGGER.to_string())]);
+        let (tx, counts) = tokio::sync::watch::channel((0, 0));
+        let tx = std::sync::Arc::new(tx);
+        let mut tasks = Vec::new();
+        for (slot, (api_version, kind)) in [CLUSTER_PROFILE, ("v1", "ConfigMap")]
+            .into_iter()
+            .enumerate()
+        {
+            let kind = apply::resolve(&client, api_version, kind).await?;
+            let changes = watch::watch_labelled(client.clone(), kind, &labels);
+            let tx = tx.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut present = HashSet::new();
+                let mut changes = std::pin::pin!(changes);
+                while let Some(batch) = changes.next().await {
+                    let Ok(batch) = batch else { continue };
+                    for change in batch {
+                        let (namespace, name, _, object) = change.into_parts();
+                        if object.is_some() {
+                            present.insert((namespace, name));
+                        } else {
+                            present.remove(&(namespace, name));
+                        }
+                    }
+                    tx.send_modify(|counts| {
+                        if slot == 0 {
+                            counts.0 = present.len()
+                        } else {
+                            counts.1 = present.len()
+                        }
+                    });
+                }
+            }));
+        }
+        Ok(Owned { counts, tasks })
+    }
+
+    /// Waits until the counts satisfy `done`, failing after `limit` with the last counts.
+    async fn wait(
+        &mut self,
+        limit: Duration,
+        done: impl Fn((usize, usize)) -> bool,
+    ) -> anyhow::Result<()> {
+        let waited = tokio::time::timeout(limit, self.counts.wait_for(|c| done(*c)))
+            .await
+            .map(|found| found.map(|_| ()));
+        match waited {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => anyhow::bail!("the watches ended"),
+            Err(_) => {
+                let (profiles, config_maps) = *self.counts.borrow();
+                anyhow::bail!(
+                    "after {limit:?}: {profiles} ClusterProfiles and {config_maps} ConfigMaps"
+                )
+            }
+        }
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
 }
 
 /// Runs the measurement on a stack of its own and prints progress to `out`.
@@ -79,19 +150,16 @@ pub async fn measure(
         .await?;
     let expected = clusters * resources;
     writeln!(out, "# applying the EventSource and the EventBasedAddOn; waiting for {expected} ClusterProfiles")?;
+    let mut owned = Owned::watch(&stack).await?;
     stack.apply_yaml(MANAGEMENT, EVENT_SOURCE).await?;
     let started = Instant::now();
     stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
-    loop {
-        let (profiles, config_maps) = count_owned(&stack).await?;
-        if profiles == expected && config_maps == expected {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(1800) {
-            anyhow::bail!("after 30 min only {profiles} ClusterProfiles and {config_maps} ConfigMaps of {expected}\n{}", stack.logs());
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let all = owned
+        .wait(LIMIT, |(profiles, config_maps)| {
+            profiles == expected && config_maps == expected
+        })
+        .await;
+    all.map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let reconcile = started.elapsed();
     writeln!(
         out,
@@ -107,23 +175,27 @@ pub async fn measure(
             TRIGGER,
         )
         .await?;
+    let gone = owned.wait(LIMIT, |counts| counts == (0, 0)).await;
+    gone.map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    // The finalizer goes last; poll only this one object.
     loop {
-        let gone = count_owned(&stack).await? == (0, 0)
-            && stack
-                .get(
-                    MANAGEMENT,
-                    "lib.projectsveltos.io/v1alpha1",
-                    "EventBasedAddOn",
-                    "",
-                    TRIGGER,
-                )
-                .await?
-                .is_none();
-        if gone {
+        let trigger = stack
+            .get(
+                MANAGEMENT,
+                "lib.projectsveltos.io/v1alpha1",
+                "EventBasedAddOn",
+                "",
+                TRIGGER,
+            )
+            .await?;
+        if trigger.is_none() {
             break;
         }
-        if started.elapsed() > Duration::from_secs(1800) {
-            anyhow::bail!("teardown not finished after 30 min\n{}", stack.logs());
+        if started.elapsed() > LIMIT {
+            anyhow::bail!(
+                "the trigger was not released after {LIMIT:?}\n{}",
+                stack.logs()
+            );
         }
         tokio::time::sleep(POLL).await;
     }

@@ -161,6 +161,31 @@ pub fn watch_kind(
         })
 }
 
+/// [`watch_kind`] restricted to objects carrying all of `labels` (a label selector on the
+/// server), starting from nothing known.
+pub fn watch_labelled(
+    client: Client,
+    kind: Kind,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
+    let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut state = LevelState::with_known(HashMap::new());
+    watcher::watcher(
+        api,
+        watcher::Config::default().labels(&selector).any_semantic(),
+    )
+    .default_backoff()
+    .map(move |event| {
+        let event = event?;
+        Ok(state.on_event(to_json_event(event)))
+    })
+}
+
 fn to_json_event(event: Event<DynamicObject>) -> Event<Value> {
     let json = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
     match event {

@@ -1,0 +1,31 @@
+//! One EventTrigger over a fleet, the `sluice demo --fleet` measurement at a small size: every
+//! cluster already holds its Services when the trigger arrives (the watcher lists them, the
+//! evaluator publishes growing match sets, the later stages coalesce them, ADR 0010); exactly one
+//! ClusterProfile and one ConfigMap per Service appear, and deleting the trigger removes all of
+//! them and releases its finalizer.
+
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trigger_over_ten_clusters_reconciles_and_tears_down_completely() -> anyhow::Result<()>
+{
+    let mut progress = Vec::new();
+    let measured = tokio::time::timeout(
+        Duration::from_secs(240),
+        sluice_cli::fleet::measure(10, 30, &mut progress),
+    )
+    .await;
+    let progress = String::from_utf8_lossy(&progress).to_string();
+    let report = measured
+        .map_err(|_| anyhow::anyhow!("fleet 10x30 not done after 240 s:\n{progress}"))??;
+    assert_eq!((report.clusters, report.resources), (10, 30));
+    assert!(
+        progress.contains("# all 300 ClusterProfiles and ConfigMaps exist after"),
+        "{progress}"
+    );
+    assert!(
+        progress.contains("# trigger deleted: everything gone and the trigger released after"),
+        "{progress}"
+    );
+    Ok(())
+}
