@@ -1,0 +1,405 @@
+//! Executing desired states against the management cluster: server-side apply of what is
+//! desired, deletion of what a unit owns and no longer wants, the EventTrigger status and its
+//! finalizer. Units of different (trigger, cluster) pairs run concurrently.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use futures::StreamExt;
+use serde_json::Value;
+use sluice_domain::naming;
+use sluice_kube::apply::{self, Kind};
+use sluice_proto::v1 as pb;
+
+use crate::{plan, status};
+const FIELD_MANAGER: &str = "sluice-applier";
+const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
+/// Writes of one desired state in flight at once (per phase).
+const WRITE_CONCURRENCY: usize = 16;
+/// Desired states of different (trigger, cluster) pairs applied at once.
+const STATE_CONCURRENCY: usize = 8;
+
+/// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
+const OWNED: [(&str, &str); 3] = [
+    ("config.projectsveltos.io/v1beta1", "ClusterProfile"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+];
+
+/// (kind, namespace, name) of an owned object.
+type ObjectId = (String, String, String);
+
+/// Which unit of a (trigger, cluster) a desired state describes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// What the match set renders to.
+    Main,
+    /// What one CloudEvent (by `source` and `subject`) created.
+    CloudEvent { source: String, subject: String },
+}
+
+impl Unit {
+    pub(crate) fn of(state: &pb::DesiredState) -> Unit {
+        if state.cloud_event_source.is_empty() && state.cloud_event_subject.is_empty() {
+            Unit::Main
+        } else {
+            Unit::CloudEvent {
+                source: state.cloud_event_source.clone(),
+                subject: state.cloud_event_subject.clone(),
+            }
+        }
+    }
+}
+
+pub(crate) struct Applier {
+    pub(crate) client: kube::Client,
+    kinds: Mutex<HashMap<(String, String), Kind>>,
+    /// Per desired-state subject: what this process last applied, with content hashes. An
+    /// unchanged object is not applied again, and stale objects are found without a LIST. A
+    /// subject seen for the first time (or after an error) is listed from the server.
+    applied: Mutex<HashMap<String, BTreeMap<ObjectId, String>>>,
+}
+
+fn object_id(object: &Value) -> ObjectId {
+    let r = sluice_wire::object_ref(object);
+    (r.kind, r.namespace, r.name)
+}
+
+fn content_hash(object: &Value) -> String {
+    let bytes = serde_json::to_vec(object).unwrap_or_default();
+    sluice_bus::message_id(&[&String::from_utf8_lossy(&bytes)])
+}
+
+impl Applier {
+    pub(crate) fn new(client: kube::Client) -> Applier {
+        Applier {
+            client,
+            kinds: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Forgets resolved kinds (a CRD may have been re-created): resolved again on next use.
+    pub(crate) fn forget_kinds(&self) {
+        lock(&self.kinds).clear();
+    }
+
+    async fn kind(&self, api_version: &str, kind: &str) -> sluice_kube::Result<Kind> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(found) = lock(&self.kinds).get(&key) {
+            return Ok(found.clone());
+        }
+        let resolved = apply::resolve(&self.client, api_version, kind).await?;
+        lock(&self.kinds).insert(key, resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Executes desired states of different (trigger, cluster) pairs concurrently, and those of
+    /// one pair (its main unit and CloudEvent units) one after another in the given order.
+    /// Results come back in the order of `states`.
+    pub(crate) async fn execute_all(
+        &self,
+        states: &[(&str, &pb::DesiredState)],
+    ) -> Vec<sluice_kube::Result<pb::ApplyResult>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of: HashMap<(&str, Option<&pb::ClusterRef>), usize> = HashMap::new();
+        for (index, (_, state)) in states.iter().enumerate() {
+            let key = (state.event_trigger.as_str(), state.cluster.as_ref());
+            let group = *group_of.entry(key).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[group].push(index);
+        }
+        let mut done: Vec<(usize, sluice_kube::Result<pb::ApplyResult>)> =
+            futures::stream::iter(groups)
+                .map(|group| async move {
+                    let mut out = Vec::with_capacity(group.len());
+                    for index in group {
+                        let (subject, state) = states[index];
+                        out.push((index, self.execute(subject, state).await));
+                    }
+                    out
+                })
+                .buffer_unordered(STATE_CONCURRENCY)
+                .flat_map(futures::stream::iter)
+                .collect()
+                .await;
+        done.sort_by_key(|(index, _)| *index);
+        done.into_iter().map(|(_, result)| result).collect()
+    }
+
+    /// Executes one desired state. Errors are transient (the input is retried).
+    async fn execute(
+        &self,
+        subject: &str,
+        state: &pb::DesiredState,
+    ) -> sluice_kube::Result<pb::ApplyResult> {
+        let outcome = self.execute_inner(subject, state).await;
+        if outcome.is_err() {
+            // The server may hold anything now: list again next time.
+            lock(&self.applied).remove(subject);
+        }
+        outcome
+    }
+
+    async fn execute_inner(
+        &self,
+        subject: &str,
+        state: &pb::DesiredState,
+    ) -> sluice_kube::Result<pb::ApplyResult> {
+        let cluster = match sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
+            Ok(cluster) => cluster,
+            Err(_) => return Err(sluice_kube::Error::Malformed("cluster")),
+        };
+        let mut result = pb::ApplyResult {
+            event_trigger: state.event_trigger.clone(),
+            cluster: state.cluster.clone(),
+            failure_message: state.failure_message.clone(),
+            source_sequence: state.source_sequence,
+            removed: state.removed,
+            event_trigger_kind: state.event_trigger_kind.clone(),
+            event_source: state.event_source.clone(),
+            cloud_event: !state.cloud_event_source.is_empty()
+                || !state.cloud_event_subject.is_empty(),
+            ..Default::default()
+        };
+        if !state.failure_message.is_empty() {
+            // Keep what exists: a broken template must not withdraw working add-ons.
+            return Ok(result);
+        }
+        let desired: Vec<Value> = if state.removed {
+            Vec::new()
+        } else {
+            state
+                .objects
+                .iter()
+                .filter_map(|o| serde_json::from_slice(&o.object_json).ok())
+                .collect()
+        };
+        // A CloudEvent unit owns only what carries its CloudEvent labels; the trigger's main
+        // unit owns the rest, and on removal everything with the trigger's labels.
+        let unit = Unit::of(state);
+        let mut owner = naming::owner_labels(&state.event_trigger, &cluster);
+        if let Unit::CloudEvent { source, subject } = &unit {
+            owner.extend(naming::cloud_event_labels(source, subject));
+        }
+        let cached = if state.removed {
+            None
+        } else {
+            lock(&self.applied).remove(subject)
+        };
+        let mut known = match cached {
+            Some(known) => known,
+            // A CloudEvent's Create needs no LIST: its objects have deterministic names and
+            // are server-side applied; anything an earlier rendering of the same unit left under
+            // another name is found by labels at its Delete or with the trigger.
+            None if !state.removed && unit != Unit::Main => BTreeMap::new(),
+            None => {
+                let include_cloud_events = state.removed || unit != Unit::Main;
+                self.list_owned(&owner, include_cloud_events).await?
+            }
+        };
+        let existing: Vec<Value> = known
+            .keys()
+            .map(|(kind, namespace, name)| {
+                let api_version = OWNED
+                    .iter()
+                    .find(|(_, k)| k == kind)
+                    .map_or("v1", |(a, _)| *a);
+                serde_json::json!({"apiVersion": api_version, "kind": kind,
+                                   "metadata": {"namespace": namespace, "name": name}})
+            })
+            .collect();
+        let steps = plan::plan(&desired, &existing);
+        // Referenced objects before the profiles that point at them, profiles deleted before
+        // what they referenced: each phase runs its writes concurrently.
+        let (references, profiles): (Vec<&Value>, Vec<&Value>) = steps
+            .apply
+            .iter()
+            .filter(|o| known.get(&object_id(o)) != Some(&content_hash(o)))
+            .partition(|o| o.get("kind").and_then(Value::as_str) != Some("ClusterProfile"));
+        for phase in [references, profiles] {
+            let mut writes = Vec::with_capacity(phase.len());
+            for object in phase {
+                let r = sluice_wire::object_ref(object);
+                let kind = self.kind(&r.api_version, &r.kind).await?;
+                writes.push((object, r, kind));
+            }
+            let client = &self.client;
+            let outcomes: Vec<_> = futures::stream::iter(writes)
+                .map(|(object, r, kind)| async move {
+                    apply::apply(client, &kind, object, FIELD_MANAGER)
+                        .await
+                        .map(|_| (object, r))
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await;
+            let mut failure = None;
+            for outcome in outcomes {
+                match outcome {
+                    Ok((object, r)) => {
+                        known.insert(object_id(object), content_hash(object));
+                        result.applied.push(r);
+                    }
+                    Err(error) => failure = Some(error),
+                }
+            }
+            if let Some(error) = failure {
+                return Err(error);
+            }
+        }
+        let (profiles, references): (Vec<&pb::ObjectRef>, Vec<&pb::ObjectRef>) = steps
+            .delete
+            .iter()
+            .partition(|r| r.kind == "ClusterProfile");
+        for phase in [profiles, references] {
+            let mut deletes = Vec::with_capacity(phase.len());
+            for r in phase {
+                deletes.push((r, self.kind(&r.api_version, &r.kind).await?));
+            }
+            let client = &self.client;
+            let outcomes: Vec<_> = futures::stream::iter(deletes)
+                .map(|(r, kind)| async move {
+                    apply::delete(client, &kind, &r.namespace, &r.name)
+                        .await
+                        .map(|()| r)
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await;
+            for outcome in outcomes {
+                let r = outcome?;
+                known.remove(&(r.kind.clone(), r.namespace.clone(), r.name.clone()));
+                result.deleted.push(r.clone());
+            }
+        }
+        if state.removed && unit == Unit::Main {
+            // Everything CloudEvents created for this trigger and cluster is gone with it.
+            let prefix = format!("{subject}.ce.");
+            lock(&self.applied).retain(|s, _| !s.starts_with(&prefix));
+        } else {
+            lock(&self.applied).insert(subject.to_string(), known);
+        }
+        Ok(result)
+    }
+
+    /// Writes a trigger's status and holds or releases its finalizer. Failures are logged:
+    /// the next change of the trigger writes again.
+    pub(crate) async fn write_status(&self, statuses: &status::Statuses, trigger: &str) {
+        let kind_name = statuses.kind(trigger).to_string();
+        let outcome = async {
+            let kind = self
+                .kind(status::api_version(&kind_name), &kind_name)
+                .await?;
+            let owns = statuses.owns_anything(trigger);
+            if owns
+                && !apply::set_finalizer(&self.client, &kind, "", trigger, status::FINALIZER, true)
+                    .await?
+            {
+                return Ok(()); // the trigger is gone
+            }
+            let written = apply::apply_status(
+                &self.client,
+                &kind,
+                "",
+                trigger,
+                &statuses.status_object(trigger),
+                STATUS_FIELD_MANAGER,
+            )
+            .await;
+            if let Err(error) = written {
+                if !error.is_not_found() {
+                    return Err(error);
+                }
+            }
+            if !owns {
+                apply::set_finalizer(&self.client, &kind, "", trigger, status::FINALIZER, false)
+                    .await?;
+            }
+            Ok::<(), sluice_kube::Error>(())
+        }
+        .await;
+        if let Err(error) = outcome {
+            tracing::warn!(event_trigger = %trigger, error = %error, "failed to write EventTrigger status");
+        }
+    }
+
+    /// Removes the finalizer from a trigger that is being deleted and for which sluice owns
+    /// nothing (any more).
+    pub(crate) async fn release_if_done(
+        &self,
+        statuses: &status::Statuses,
+        delivered: &sluice_bus::Delivered,
+    ) {
+        let Ok(config) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered) else {
+            return;
+        };
+        let Ok(object) = serde_json::from_slice::<Value>(&config.object_json) else {
+            return;
+        };
+        let held = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == status::FINALIZER));
+        let deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+        if config.deleted || !held || !deleting || statuses.owns_anything(&config.name) {
+            return;
+        }
+        let released = async {
+            let kind = self
+                .kind(status::api_version(&config.kind), &config.kind)
+                .await?;
+            apply::set_finalizer(
+                &self.client,
+                &kind,
+                "",
+                &config.name,
+                status::FINALIZER,
+                false,
+            )
+            .await
+        }
+        .await;
+        if let Err(error) = released {
+            tracing::warn!(event_trigger = %config.name, error = %error, "failed to release the finalizer");
+        }
+    }
+
+    /// What the server holds for an owner (content unknown: applied again once). Objects a
+    /// CloudEvent created belong to their own unit unless `include_cloud_events`.
+    async fn list_owned(
+        &self,
+        owner: &BTreeMap<String, String>,
+        include_cloud_events: bool,
+    ) -> sluice_kube::Result<BTreeMap<ObjectId, String>> {
+        let mut known = BTreeMap::new();
+        for (api_version, kind_name) in OWNED {
+            let kind = self.kind(api_version, kind_name).await?;
+            for object in apply::list_labelled(&self.client, &kind, owner).await? {
+                if !include_cloud_events
+                    && object
+                        .pointer("/metadata/labels")
+                        .and_then(|l| l.get(naming::LABEL_CE_SOURCE))
+                        .is_some()
+                {
+                    continue;
+                }
+                let mut id = object_id(&object);
+                if id.0.is_empty() {
+                    id.0 = kind_name.to_string();
+                }
+                known.insert(id, String::new());
+            }
+        }
+        Ok(known)
+    }
+}
+
+/// The guarded maps hold no invariant a panicking holder could break half-way: use them anyway.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
