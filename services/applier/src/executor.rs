@@ -94,17 +94,28 @@ impl Applier {
         Ok(resolved)
     }
 
-    /// Executes desired states of different (trigger, cluster) pairs concurrently, and those of
-    /// one pair (its main unit and CloudEvent units) one after another in the given order.
-    /// Results come back in the order of `states`.
+    /// Executes the desired states of different units concurrently, each unit (one subject)
+    /// once. The removal of a pair's main unit removes the pair's CloudEvent units too, so a
+    /// pair with such a removal in the batch runs all its units one after another, in the
+    /// given order. Results come back in the order of `states`.
     pub(crate) async fn execute_all(
         &self,
         states: &[(&str, &pb::DesiredState)],
     ) -> Vec<sluice_kube::Result<pb::ApplyResult>> {
+        type Pair<'a> = (&'a str, Option<&'a pb::ClusterRef>);
+        fn pair(state: &pb::DesiredState) -> Pair<'_> {
+            (state.event_trigger.as_str(), state.cluster.as_ref())
+        }
+        let removing: std::collections::HashSet<Pair<'_>> = states
+            .iter()
+            .filter(|(_, state)| state.removed && Unit::of(state) == Unit::Main)
+            .map(|(_, state)| pair(state))
+            .collect();
         let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut group_of: HashMap<(&str, Option<&pb::ClusterRef>), usize> = HashMap::new();
-        for (index, (_, state)) in states.iter().enumerate() {
-            let key = (state.event_trigger.as_str(), state.cluster.as_ref());
+        let mut group_of: HashMap<(Pair<'_>, Option<&str>), usize> = HashMap::new();
+        for (index, (subject, state)) in states.iter().enumerate() {
+            let serial = removing.contains(&pair(state));
+            let key = (pair(state), (!serial).then_some(*subject));
             let group = *group_of.entry(key).or_insert_with(|| {
                 groups.push(Vec::new());
                 groups.len() - 1
