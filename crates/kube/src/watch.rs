@@ -186,6 +186,27 @@ pub fn watch_labelled(
     })
 }
 
+/// [`watch_kind`] of the one object `namespace`/`name` (a namespaced list and watch with a
+/// `metadata.name` field selector), so a caller needs no cluster-wide access to the kind.
+pub fn watch_object(
+    client: Client,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
+    let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &kind.resource);
+    let mut state = LevelState::with_known(HashMap::new());
+    let config = watcher::Config::default()
+        .fields(&format!("metadata.name={name}"))
+        .any_semantic();
+    watcher::watcher(api, config)
+        .default_backoff()
+        .map(move |event| {
+            let event = event?;
+            Ok(state.on_event(to_json_event(event)))
+        })
+}
+
 fn to_json_event(event: Event<DynamicObject>) -> Event<Value> {
     let json = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
     match event {

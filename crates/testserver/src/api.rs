@@ -111,6 +111,9 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         )
         .into_response();
     };
+    cluster
+        .audit
+        .record(req.method().as_str(), &format!("/{sub}"), req.uri().query());
     let faults = cluster.faults.clone();
     if faults.unreachable() {
         return ApiError::new(

@@ -58,6 +58,7 @@ pub struct Cluster {
     pub name: String,
     state: Mutex<State>,
     pub faults: Faults,
+    pub audit: crate::audit::Audit,
 }
 
 /// Everything stored for one cluster.
@@ -98,6 +99,7 @@ impl Cluster {
             name: name.to_string(),
             state: Mutex::new(state),
             faults: Faults::default(),
+            audit: crate::audit::Audit::default(),
         }
     }
 

@@ -9,7 +9,8 @@
 //! list (label and `metadata.name`/`metadata.namespace` field selectors, `limit`/`continue`),
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
 //! patch, server-side apply with per-manager field ownership, `/status`, delete with finalizers,
-//! namespace cascade, Tables for kubectl, and fault injection (`Faults`, `POST /admin/clusters/<name>/faults`).
+//! namespace cascade, Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
+//! and a per-cluster audit log of requests (`TestServer::audit`).
 //!
 //! Deliberate simplifications: strategic merge patch is treated as a JSON merge patch (lists are
 //! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs use
@@ -18,6 +19,7 @@
 //! supported; paginated lists are not snapshots (later pages show current state).
 
 mod api;
+mod audit;
 mod cli;
 mod cluster;
 mod crds;
@@ -33,6 +35,7 @@ mod server;
 mod table;
 mod watch;
 
+pub use audit::{Audit, AuditEntry};
 pub use cli::{default_names, load_manifests, run_cli, Cli, CliArgs};
 pub use crds::sveltos_crds;
 pub use error::{ApiError, Error, Result};

@@ -301,6 +301,14 @@ impl TestServer {
             .unwrap_or_default()
     }
 
+    /// The audit log of a cluster (empty for an unknown cluster).
+    pub fn audit(&self, cluster: &str) -> Vec<crate::audit::AuditEntry> {
+        self.shared
+            .cluster(cluster)
+            .map(|c| c.audit.entries())
+            .unwrap_or_default()
+    }
+
     /// Ends every watch, stops accepting requests and waits for the listener task.
     pub async fn shutdown(self) {
         for name in self.shared.names() {

@@ -142,7 +142,7 @@ impl Drop for ClusterListener {
 }
 
 impl ClusterListener {
-    /// Follows the Secret forever: reads it once, then watches Secrets and reacts to it only.
+    /// Follows the Secret forever: reads it once, then watches it alone.
     async fn follow(mut self, kubeconfig: String) {
         let cluster = self.cluster.clone();
         let mut backoff = std::time::Duration::from_millis(500);
@@ -178,9 +178,13 @@ impl ClusterListener {
             };
             backoff = std::time::Duration::from_millis(500);
             self.on_secret(initial.as_ref());
-            // A watch of every Secret, filtered here: the Kubernetes adapter watches whole kinds.
-            let mut changes =
-                Box::pin(sluice_kube::watch::watch_kind(client, kind, HashMap::new()));
+            // Only this Secret is listed and watched: no access to other Secrets is needed.
+            let mut changes = Box::pin(sluice_kube::watch::watch_object(
+                client,
+                kind,
+                NATS_SECRET_NAMESPACE,
+                NATS_SECRET_NAME,
+            ));
             while let Some(batch) = changes.next().await {
                 match batch {
                     Ok(batch) => {

@@ -47,6 +47,31 @@ async fn seed_004_core_nats_events_reach_the_bus_and_a_changed_secret_reconnects
     );
     assert_eq!(cluster.r#type, pb::ClusterType::Sveltos as i32);
 
+    // Only the sveltos-nats Secret was read and watched in the managed cluster: no Secret
+    // access beyond it, the least a cluster admin has to grant.
+    let secrets: Vec<_> = fx
+        .server
+        .audit(CLUSTER)
+        .into_iter()
+        .filter(|e| e.path.ends_with("/secrets") || e.path.contains("/secrets/"))
+        .filter(|e| !e.query.contains("fieldManager=test")) // the test's own writes
+        .collect();
+    assert!(
+        secrets.iter().any(|e| e.query.contains("watch=true")),
+        "no watch of the Secret: {secrets:?}"
+    );
+    for request in &secrets {
+        let one_secret = request.path == "/api/v1/namespaces/projectsveltos/secrets/sveltos-nats"
+            || (request.path == "/api/v1/namespaces/projectsveltos/secrets"
+                && request
+                    .query
+                    .contains("fieldSelector=metadata.name%3Dsveltos-nats"));
+        assert!(
+            one_secret && request.method == "GET",
+            "the watcher read more than its Secret: {request:?}"
+        );
+    }
+
     // The logout has the same source and id as the login: it is a new event all the same.
     let logout = SEED_LOGIN
         .replace("auth.example.com.login", "auth.example.com.logout")

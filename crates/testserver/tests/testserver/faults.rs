@@ -107,3 +107,43 @@ async fn admin_endpoint_sets_faults_and_manages_clusters() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_audit_log_records_each_request_of_its_cluster_with_its_query() {
+    use kube::api::ListParams;
+    let server = server(&["mgmt", "c1"]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "c1").await, "kube-system");
+    api.list(&ListParams::default().fields("metadata.name=only"))
+        .await
+        .expect("list");
+    assert_eq!(code(api.get("missing").await), 404);
+    let c1 = server.audit("c1");
+    let requests: Vec<(&str, &str, &str)> = c1
+        .iter()
+        .filter(|e| e.path.contains("configmaps"))
+        .map(|e| (e.method.as_str(), e.path.as_str(), e.query.as_str()))
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            (
+                "GET",
+                "/api/v1/namespaces/kube-system/configmaps",
+                "&fieldSelector=metadata.name%3Donly"
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/kube-system/configmaps/missing",
+                ""
+            ),
+        ]
+    );
+    assert!(
+        server
+            .audit("mgmt")
+            .iter()
+            .all(|e| !e.path.contains("configmaps")),
+        "requests of c1 were recorded for mgmt"
+    );
+    assert!(server.audit("no-such-cluster").is_empty());
+}
