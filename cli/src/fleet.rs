@@ -16,6 +16,7 @@ use crate::demo::{CLUSTER_PROFILE, EVENT_BASED_ADDON, EVENT_SOURCE};
 use crate::stack::{Stack, MANAGEMENT};
 
 const TRIGGER: &str = "service-network-policy";
+const TRIGGER_KIND: (&str, &str) = ("lib.projectsveltos.io/v1alpha1", "EventBasedAddOn");
 /// How often the released trigger is polled (one GET).
 const POLL: Duration = Duration::from_millis(10);
 /// How long either phase may take before the measurement fails.
@@ -166,27 +167,16 @@ pub async fn measure(
         "# all {expected} ClusterProfiles and ConfigMaps exist after {reconcile:?}"
     )?;
     let started = Instant::now();
+    let (api_version, kind) = TRIGGER_KIND;
     stack
-        .delete(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1alpha1",
-            "EventBasedAddOn",
-            "",
-            TRIGGER,
-        )
+        .delete(MANAGEMENT, api_version, kind, "", TRIGGER)
         .await?;
     let gone = owned.wait(LIMIT, |counts| counts == (0, 0)).await;
     gone.map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     // The finalizer goes last; poll only this one object.
     loop {
         let trigger = stack
-            .get(
-                MANAGEMENT,
-                "lib.projectsveltos.io/v1alpha1",
-                "EventBasedAddOn",
-                "",
-                TRIGGER,
-            )
+            .get(MANAGEMENT, api_version, kind, "", TRIGGER)
             .await?;
         if trigger.is_none() {
             break;

@@ -135,6 +135,25 @@ impl Bus {
             })
     }
 
+    /// Dead-letters an unreadable input ([`Bus::dead_letter`], logged with the reason) and
+    /// registers it in `window`, which acks it once the dead letter is stored.
+    pub async fn park(
+        &self,
+        stage: &str,
+        delivered: &crate::Delivered,
+        input: async_nats::jetstream::Message,
+        reason: &str,
+        window: &mut crate::AckWindow,
+    ) -> Result<()> {
+        tracing::warn!(stage, subject = %delivered.subject, error = %reason, "dead-lettering unreadable input");
+        let payload = delivered.payload.clone();
+        let parked = self
+            .dead_letter(stage, &delivered.subject, payload, reason, &[])
+            .await?;
+        window.push(vec![parked], Some(input));
+        Ok(())
+    }
+
     /// Publishes and waits until the stream has stored the message.
     pub async fn publish_durably(&self, out: Outgoing) -> Result<()> {
         let subject = out.subject.clone();

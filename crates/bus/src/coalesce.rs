@@ -9,7 +9,8 @@ use async_nats::jetstream::Message;
 use futures::{FutureExt, StreamExt};
 
 use crate::error::Error;
-use crate::feed::Delivered;
+use crate::feed::{Delivered, Freshness};
+use crate::window::AckWindow;
 
 /// How many buffered messages one batch takes at most.
 pub const MAX_BATCH: usize = 256;
@@ -65,6 +66,33 @@ pub fn coalesce(stream: &str, batch: Vec<Message>) -> Coalesced {
             out.latest.push((delivered, message));
         } else {
             out.superseded.push(message);
+        }
+    }
+    out
+}
+
+/// What a stage processes of a batch from `stream`: the newest message per subject that is
+/// not stale. The superseded and the stale ones go to `window`, to be acked in order without
+/// work; messages without stream metadata are logged and left to be redelivered.
+pub fn fresh(
+    stream: &str,
+    batch: Vec<Message>,
+    last_seen: &Freshness,
+    window: &mut AckWindow,
+) -> Vec<(Delivered, Message)> {
+    let coalesced = coalesce(stream, batch);
+    for error in &coalesced.unreadable {
+        tracing::warn!(stream, error = %error, "skipping a message without stream metadata");
+    }
+    for message in coalesced.superseded {
+        window.push(Vec::new(), Some(message));
+    }
+    let mut out = Vec::with_capacity(coalesced.latest.len());
+    for (delivered, message) in coalesced.latest {
+        if last_seen.is_stale(&delivered) {
+            window.push(Vec::new(), Some(message));
+        } else {
+            out.push((delivered, message));
         }
     }
     out

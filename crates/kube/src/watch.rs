@@ -152,13 +152,7 @@ pub fn watch_kind(
     known: HashMap<ObjectKey, String>,
 ) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
     let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
-    let mut state = LevelState::with_known(known);
-    watcher::watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .map(move |event| {
-            let event = event?;
-            Ok(state.on_event(to_json_event(event)))
-        })
+    level_watch(api, watcher::Config::default(), known)
 }
 
 /// [`watch_kind`] restricted to objects carrying all of `labels` (a label selector on the
@@ -174,16 +168,11 @@ pub fn watch_labelled(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let mut state = LevelState::with_known(HashMap::new());
-    watcher::watcher(
+    level_watch(
         api,
-        watcher::Config::default().labels(&selector).any_semantic(),
+        watcher::Config::default().labels(&selector),
+        HashMap::new(),
     )
-    .default_backoff()
-    .map(move |event| {
-        let event = event?;
-        Ok(state.on_event(to_json_event(event)))
-    })
 }
 
 /// [`watch_kind`] of the one object `namespace`/`name` (a namespaced list and watch with a
@@ -195,11 +184,18 @@ pub fn watch_object(
     name: &str,
 ) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
     let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &kind.resource);
-    let mut state = LevelState::with_known(HashMap::new());
-    let config = watcher::Config::default()
-        .fields(&format!("metadata.name={name}"))
-        .any_semantic();
-    watcher::watcher(api, config)
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    level_watch(api, config, HashMap::new())
+}
+
+/// The kube-rs watcher with backoff, turned into level changes against `known`.
+fn level_watch(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    known: HashMap<ObjectKey, String>,
+) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
+    let mut state = LevelState::with_known(known);
+    watcher::watcher(api, config.any_semantic())
         .default_backoff()
         .map(move |event| {
             let event = event?;

@@ -77,26 +77,12 @@ pub async fn run(
             batch = sluice_bus::coalesce::next_batch(&mut desired), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("desired-state consumer ended") };
                 // Desired states are level-based: only the newest per subject is applied.
-                let batch = sluice_bus::coalesce::coalesce(topology::DESIRED.name, batch);
-                for error in &batch.unreadable {
-                    tracing::warn!(error = %error, "skipping a desired state without stream metadata");
-                }
-                for message in batch.superseded {
-                    window.push(Vec::new(), Some(message));
-                }
                 let mut ready = Vec::new();
-                for (delivered, message) in batch.latest {
-                    if last_seen.is_stale(&delivered) {
-                        window.push(Vec::new(), Some(message));
-                        continue;
-                    }
+                for (delivered, message) in sluice_bus::coalesce::fresh(topology::DESIRED.name, batch, &last_seen, &mut window) {
                     match sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
                         Ok(state) => ready.push((delivered, message, state)),
                         Err(error) => {
-                            let reason = error.to_string();
-                            tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable desired state");
-                            let parked = bus.dead_letter("applier", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
-                            window.push(vec![parked], Some(message));
+                            bus.park("applier", &delivered, message, &error.to_string(), &mut window).await?;
                         }
                     }
                 }

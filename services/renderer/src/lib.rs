@@ -331,26 +331,12 @@ pub async fn run(
             batch = sluice_bus::coalesce::next_batch(&mut reports), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("report consumer ended") };
                 // Reports are level-based: only the newest per subject is rendered.
-                let batch = sluice_bus::coalesce::coalesce(topology::REPORT.name, batch);
-                for error in &batch.unreadable {
-                    tracing::warn!(error = %error, "skipping a report without stream metadata");
-                }
-                for message in batch.superseded {
-                    window.push(Vec::new(), Some(message));
-                }
-                for (delivered, message) in batch.latest {
-                    if last_seen.is_stale(&delivered) {
-                        window.push(Vec::new(), Some(message));
-                        continue;
-                    }
+                for (delivered, message) in sluice_bus::coalesce::fresh(topology::REPORT.name, batch, &last_seen, &mut window) {
                     last_seen.record(&delivered);
                     let report = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
                         Ok(decoded) => decoded,
                         Err(error) => {
-                            let reason = error.to_string();
-                            tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable report");
-                            let parked = bus.dead_letter("renderer", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
-                            window.push(vec![parked], Some(message));
+                            bus.park("renderer", &delivered, message, &error.to_string(), &mut window).await?;
                             continue;
                         }
                     };
@@ -368,10 +354,7 @@ pub async fn run(
                 let matched = match sluice_wire::decode::<pb::CloudEventMatch>("CloudEventMatch", &delivered) {
                     Ok(decoded) => decoded,
                     Err(error) => {
-                        let reason = error.to_string();
-                        tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable CloudEvent match");
-                        let parked = bus.dead_letter("renderer", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
-                        window.push(vec![parked], Some(message));
+                        bus.park("renderer", &delivered, message, &error.to_string(), &mut window).await?;
                         continue;
                     }
                 };

@@ -166,27 +166,13 @@ pub async fn run(
             batch = sluice_bus::coalesce::next_batch(&mut matches), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("match consumer ended") };
                 // Match sets are level-based: only the newest per subject is written.
-                let batch = sluice_bus::coalesce::coalesce(topology::MATCH.name, batch);
-                for error in &batch.unreadable {
-                    tracing::warn!(error = %error, "skipping a match set without stream metadata");
-                }
-                for message in batch.superseded {
-                    window.push(Vec::new(), Some(message));
-                }
-                for (delivered, message) in batch.latest {
-                    if last_seen.is_stale(&delivered) {
-                        window.push(Vec::new(), Some(message));
-                        continue;
-                    }
+                for (delivered, message) in sluice_bus::coalesce::fresh(topology::MATCH.name, batch, &last_seen, &mut window) {
                     let (set, cluster) = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered)
                         .and_then(|set| sluice_wire::cluster_id(set.cluster.as_ref(), &delivered.subject).map(|c| (set, c)))
                     {
                         Ok(decoded) => decoded,
                         Err(error) => {
-                            let reason = error.to_string();
-                            tracing::warn!(subject = %delivered.subject, error = %reason, "dead-lettering unreadable match set");
-                            let parked = bus.dead_letter("reporter", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?;
-                            window.push(vec![parked], Some(message));
+                            bus.park("reporter", &delivered, message, &error.to_string(), &mut window).await?;
                             continue;
                         }
                     };
