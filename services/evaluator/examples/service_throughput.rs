@@ -223,6 +223,17 @@ fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Ends the evaluator (continued first, in case it is stopped) when the benchmark ends, also on
+/// an error or a timeout, so that it never outlives this process.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = signal(self.0, "-CONT");
+        let _ = signal(self.0, "-KILL");
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let o = options();
@@ -242,6 +253,7 @@ async fn main() -> anyhow::Result<()> {
         .spawn()
         .map_err(|e| anyhow::anyhow!("failed to start {}: {e}", binary.display()))?;
     let pid = evaluator.id();
+    let guard = KillOnDrop(pid);
     // the durable consumer exists once the evaluator has rebuilt its state
     let stream = bus.jetstream().get_stream(topology::CHANGES.name).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -307,7 +319,7 @@ async fn main() -> anyhow::Result<()> {
         match_sets_published(&bus).await? - sets_before,
         cpu.report(secs)
     );
-    evaluator.kill()?;
+    drop(guard);
     evaluator.wait()?;
     Ok(())
 }
