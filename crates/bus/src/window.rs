@@ -76,6 +76,45 @@ impl AckWindow {
         self.inflight.push_back(fut.boxed());
     }
 
+    /// Registers several inputs whose outputs were computed together (a batch): every input
+    /// is acked once all of `acks` are stored, or nacked if one fails. Counts as one entry of
+    /// the window.
+    pub fn push_batch(&mut self, acks: Vec<PublishAckFuture>, inputs: Vec<Message>) {
+        let fut = async move {
+            let mut failure = None;
+            for ack in acks {
+                if let Err(source) = ack.await {
+                    failure = Some(Error::Publish {
+                        subject: "(ack)".to_string(),
+                        source: Box::new(source),
+                    });
+                }
+            }
+            match failure {
+                None => {
+                    let mut settled = Settled::Acked;
+                    for message in inputs {
+                        if let Err(source) = message.ack().await {
+                            settled = Settled::Retried(Error::Ack { source });
+                        }
+                    }
+                    settled
+                }
+                Some(error) => {
+                    let nak = async_nats::jetstream::AckKind::Nak(Some(
+                        std::time::Duration::from_millis(500),
+                    ));
+                    for message in inputs {
+                        // Best effort: without it the message still comes back after ack_wait.
+                        let _ = message.ack_with(nak).await;
+                    }
+                    Settled::Retried(error)
+                }
+            }
+        };
+        self.inflight.push_back(fut.boxed());
+    }
+
     /// Waits for the oldest input to settle. `None` when nothing is in flight.
     pub async fn next(&mut self) -> Option<Settled> {
         self.inflight.next().await

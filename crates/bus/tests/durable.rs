@@ -103,3 +103,77 @@ async fn a_batch_keeps_the_newest_message_per_subject_and_acks_the_rest() -> any
     assert_eq!(bodies, ["b2"]);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_batch_is_acked_once_its_outputs_are_stored_and_comes_back_when_one_fails(
+) -> anyhow::Result<()> {
+    use sluice_bus::AckWindow;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    for n in 0..3 {
+        let subject = topology::cloudevent_match_subject(&cluster, &format!("e{n}"));
+        publish(&bus, &subject, &format!("in{n}"), &format!("in{n}")).await?;
+    }
+    let mut consumer = bus.durable(topology::RENDERER_CEMATCH, None).await?;
+    let output = |subject: String| Outgoing {
+        msg_id: subject.clone(),
+        subject,
+        payload: Bytes::from_static(b"out"),
+        traceparent: None,
+    };
+    let mut window = AckWindow::new(4);
+
+    // An output to a subject no stream captures is never stored: all three inputs come back.
+    let inputs = take(&mut consumer, 3).await?;
+    let lost = bus.publish(output("nowhere.stored".into())).await?;
+    window.push_batch(vec![lost], inputs);
+    assert!(
+        window.drain().await.is_err(),
+        "a lost output must fail the batch"
+    );
+    let again = take(&mut consumer, 3).await?;
+    let bodies: Vec<String> = again
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).to_string())
+        .collect();
+    assert_eq!(bodies, ["in0", "in1", "in2"]);
+
+    // A stored output acks the whole batch: nothing is pending on the consumer afterwards.
+    let stored = bus
+        .publish(output(topology::report_subject(&cluster, "es")))
+        .await?;
+    window.push_batch(vec![stored], again);
+    window.drain().await?;
+    let stream = bus.jetstream().get_stream(topology::CEMATCH.name).await?;
+    sluice_testkit::wait_for("batch acked", Duration::from_secs(10), || {
+        let stream = stream.clone();
+        async move {
+            let mut consumer = stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+                    topology::RENDERER_CEMATCH.durable,
+                )
+                .await
+                .ok()?;
+            let state = consumer.info().await.ok()?;
+            (state.num_ack_pending == 0 && state.ack_floor.stream_sequence == 3).then_some(())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn take(
+    consumer: &mut async_nats::jetstream::consumer::pull::Stream,
+    want: usize,
+) -> anyhow::Result<Vec<async_nats::jetstream::Message>> {
+    use sluice_bus::coalesce::next_batch;
+    let mut taken = Vec::new();
+    while taken.len() < want {
+        let batch = tokio::time::timeout(Duration::from_secs(10), next_batch(consumer))
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("consumer ended"))?;
+        taken.extend(batch);
+    }
+    Ok(taken)
+}

@@ -21,16 +21,12 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
-use sluice_domain::cluster::{ClusterId, ClusterType};
-use sluice_domain::config::ConfigState;
 use sluice_evaluator::Evaluator;
 use sluice_proto::v1 as pb;
+use workload::{change, config, EVENT_SOURCES};
 
-const EVENT_SOURCES: usize = 100;
-
-const LABELS: &str = "function evaluate()\n  hs = {}\n  hs.matching = false\n  hs.message = \"\"\n  if obj.metadata.labels ~= nil then\n    for key, value in pairs(obj.metadata.labels) do\n      if key == \"sveltos\" then\n        if value == \"fv\" then\n          hs.matching = true\n        end\n      end\n    end\n  end\n  return hs\nend\n";
-const HTTPS: &str = "function evaluate()\n  hs = {}\n  hs.matching = false\n  if obj.spec.ports ~= nil then\n    for _,p in pairs(obj.spec.ports) do\n      if p.port == 443 or p.port == 8443 then\n        hs.matching = true\n      end\n    end\n  end\n  return hs\nend\n";
+#[path = "common/workload.rs"]
+mod workload;
 
 struct Options {
     clusters: usize,
@@ -67,103 +63,6 @@ fn options() -> Options {
         }
     }
     o
-}
-
-fn cluster_id(c: usize) -> ClusterId {
-    ClusterId {
-        cluster_type: ClusterType::Sveltos,
-        namespace: "fleet".into(),
-        name: format!("c{c}"),
-    }
-}
-
-fn kind(k: usize) -> String {
-    format!("Kind{k}")
-}
-
-fn event_source(i: usize, kinds: usize) -> Value {
-    let mut selector =
-        json!({"group": "bench.sluice.io", "version": "v1", "kind": kind(i % kinds)});
-    match i % 10 {
-        0..=3 => {
-            selector["labelFilters"] =
-                json!([{"key": "tier", "operation": "Equal", "value": "web"}])
-        }
-        4..=6 if i.is_multiple_of(2) => {
-            selector["evaluateCEL"] =
-                json!([{"name": "fv", "rule": "resource.metadata.labels.sveltos == 'fv'"}])
-        }
-        4..=6 => {
-            selector["evaluateCEL"] =
-                json!([{"name": "https", "rule": "resource.spec.ports.exists(p, p.port == 443)"}])
-        }
-        _ if i.is_multiple_of(2) => selector["evaluate"] = json!(LABELS),
-        _ => selector["evaluate"] = json!(HTTPS),
-    }
-    json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
-        "metadata": {"name": format!("es-{i:03}")}, "spec": {"resourceSelectors": [selector]}})
-}
-
-fn config(o: &Options) -> ConfigState {
-    let mut state = ConfigState::default();
-    for c in 0..o.clusters {
-        let id = cluster_id(c);
-        let cluster = json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
-            "metadata": {"name": id.name, "namespace": id.namespace, "labels": {"env": "prod"}},
-            "status": {"ready": true}});
-        state.apply("SveltosCluster", &id.namespace, &id.name, Some(&cluster));
-    }
-    for i in 0..EVENT_SOURCES {
-        let es = event_source(i, o.kinds);
-        state.apply("EventSource", "", &format!("es-{i:03}"), Some(&es));
-        let trigger = json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
-            "metadata": {"name": format!("t-{i:03}")},
-            "spec": {"sourceClusterSelector": {"matchLabels": {"env": "prod"}},
-                     "eventSourceName": format!("es-{i:03}")}});
-        state.apply("EventTrigger", "", &format!("t-{i:03}"), Some(&trigger));
-    }
-    state
-}
-
-/// One object; `version` changes its resourceVersion and status, `flipped` its labels and port.
-fn object(k: usize, n: usize, version: usize, flipped: bool) -> Value {
-    let mut labels = json!({"app": format!("app-{}", n % 17)});
-    if n.is_multiple_of(2) != flipped {
-        labels["sveltos"] = json!("fv");
-    }
-    if n.is_multiple_of(3) != flipped {
-        labels["tier"] = json!("web");
-    }
-    let https = if n.is_multiple_of(4) == flipped {
-        443
-    } else {
-        8080
-    };
-    json!({
-        "apiVersion": "bench.sluice.io/v1", "kind": kind(k),
-        "metadata": {"name": format!("obj-{n:05}"), "namespace": format!("ns-{}", n % 10), "labels": labels,
-                     "annotations": {"owner": format!("team-{}", n % 5)}, "resourceVersion": version.to_string(),
-                     "uid": format!("00000000-0000-0000-0000-{n:012}"), "creationTimestamp": "2024-01-01T00:00:00Z"},
-        "spec": {"type": "ClusterIP", "clusterIP": format!("10.0.{}.{}", n / 250, n % 250),
-                 "selector": {"app": format!("app-{}", n % 17)},
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080},
-                           {"name": "https", "port": https, "protocol": "TCP", "targetPort": 8443}]},
-        "status": {"observedVersion": version, "loadBalancer": {}},
-    })
-}
-
-fn change(c: usize, k: usize, n: usize, version: usize, flipped: bool) -> pb::ResourceChange {
-    let object = object(k, n, version, flipped);
-    pb::ResourceChange {
-        cluster: Some(sluice_wire::cluster_ref(&cluster_id(c))),
-        api_version: "bench.sluice.io/v1".into(),
-        kind: kind(k),
-        namespace: format!("ns-{}", n % 10),
-        name: format!("obj-{n:05}"),
-        deleted: false,
-        resource_version: version.to_string(),
-        object_json: serde_json::to_vec(&object).expect("serializes"),
-    }
 }
 
 fn main() {
@@ -204,7 +103,7 @@ fn main() {
     );
 
     for mode in ["one by one", "batched"] {
-        let mut stage = Evaluator::new(config(&o));
+        let mut stage = Evaluator::new(config(o.clusters, o.kinds));
         let start = Instant::now();
         for change in &initial {
             stage.load_object(change);

@@ -7,7 +7,6 @@ pub mod cloudevents;
 pub mod stage;
 
 use anyhow::Context as _;
-use futures::StreamExt;
 use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
@@ -90,35 +89,36 @@ pub async fn run(
                 published.add(acks.len() as u64);
                 window.push(acks, None);
             }
-            message = changes.next(), if !window.is_full() => {
-                let Some(message) = message else { anyhow::bail!("change consumer ended") };
-                let message = match message {
-                    Ok(message) => message,
-                    Err(error) => {
-                        tracing::warn!(error = %error, "change consumer error");
-                        continue;
+            batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
+                let Some(batch) = batch else { anyhow::bail!("change consumer ended") };
+                // Objects are level-based: of a batch only the newest fresh change per subject
+                // is evaluated, in one `on_changes` call that builds each changed match set
+                // once; the batch's inputs are acked together once those sets are stored.
+                let fresh = sluice_bus::coalesce::fresh(topology::CHANGES.name, batch, &last_seen, &mut window);
+                let mut inputs = Vec::with_capacity(fresh.len());
+                let mut messages = Vec::with_capacity(fresh.len());
+                let mut first: Option<Delivered> = None;
+                for (delivered, message) in fresh {
+                    last_seen.record(&delivered);
+                    match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
+                        Ok(change) => {
+                            inputs.push((change, delivered.sequence));
+                            messages.push(message);
+                            first.get_or_insert(delivered);
+                        }
+                        Err(error) => {
+                            rejected.inc();
+                            bus.park("evaluator", &delivered, message, &error.to_string(), &mut window).await?;
+                        }
                     }
-                };
-                let delivered = Delivered::from_message(topology::CHANGES.name, &message)?;
-                if last_seen.is_stale(&delivered) {
-                    window.push(Vec::new(), Some(message));
+                }
+                if inputs.is_empty() {
                     continue;
                 }
-                last_seen.record(&delivered);
-                let change = match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
-                    Ok(change) => change,
-                    Err(error) => {
-                        rejected.inc();
-                        tracing::warn!(error = %error, "rejecting unreadable change");
-                        dead_letter(&bus, &delivered, &error.to_string()).await;
-                        window.push(Vec::new(), Some(message));
-                        continue;
-                    }
-                };
-                let sets = tokio::task::block_in_place(|| stage.on_change(&change, delivered.sequence));
-                let acks = publish_all(&bus, sets, "change", Some(&delivered)).await?;
+                let sets = tokio::task::block_in_place(|| stage.on_changes(&inputs));
+                let acks = publish_all(&bus, sets, "change", first.as_ref()).await?;
                 published.add(acks.len() as u64);
-                window.push(acks, Some(message));
+                window.push_batch(acks, messages);
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
@@ -160,20 +160,4 @@ async fn publish_all(
         );
     }
     Ok(acks)
-}
-
-/// Parks a message that can never be processed, with the reason, on the dead-letter subject.
-async fn dead_letter(bus: &Bus, delivered: &Delivered, reason: &str) {
-    let parked = bus
-        .dead_letter(
-            "evaluator",
-            &delivered.subject,
-            delivered.payload.clone(),
-            reason,
-            &[],
-        )
-        .await;
-    if let Err(error) = parked {
-        tracing::warn!(error = %error, "failed to dead-letter message");
-    }
 }
