@@ -46,34 +46,7 @@ impl AckWindow {
 
     /// Registers an input (if it came from a durable consumer) with the acks of its outputs.
     pub fn push(&mut self, acks: Vec<PublishAckFuture>, input: Option<Message>) {
-        let fut = async move {
-            let mut failure = None;
-            for ack in acks {
-                if let Err(source) = ack.await {
-                    failure = Some(Error::Publish {
-                        subject: "(ack)".to_string(),
-                        source: Box::new(source),
-                    });
-                }
-            }
-            match (failure, input) {
-                (None, Some(message)) => match message.ack().await {
-                    Ok(()) => Settled::Acked,
-                    Err(source) => Settled::Retried(Error::Ack { source }),
-                },
-                (None, None) => Settled::Acked,
-                (Some(error), Some(message)) => {
-                    let nak = async_nats::jetstream::AckKind::Nak(Some(
-                        std::time::Duration::from_millis(500),
-                    ));
-                    // The nak is best effort: without it the message still comes back after ack_wait.
-                    let _ = message.ack_with(nak).await;
-                    Settled::Retried(error)
-                }
-                (Some(error), None) => Settled::Retried(error),
-            }
-        };
-        self.inflight.push_back(fut.boxed());
+        self.push_batch(acks, input.into_iter().collect());
     }
 
     /// Registers several inputs whose outputs were computed together (a batch): every input

@@ -55,21 +55,13 @@ fn options() -> Options {
         flip: 10,
         inflight: 4096,
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = pair
-            .get(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{} needs a number", pair[0]));
-        match pair[0].as_str() {
-            "--clusters" => o.clusters = value,
-            "--kinds" => o.kinds = value,
-            "--objects" => o.objects = value,
-            "--flip" => o.flip = value,
-            "--inflight" => o.inflight = value,
-            other => panic!("unknown flag {other}"),
-        }
-    }
+    workload::parse_flags(&mut [
+        ("--clusters", &mut o.clusters),
+        ("--kinds", &mut o.kinds),
+        ("--objects", &mut o.objects),
+        ("--flip", &mut o.flip),
+        ("--inflight", &mut o.inflight),
+    ]);
     o
 }
 

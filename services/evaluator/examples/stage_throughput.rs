@@ -46,22 +46,14 @@ fn options() -> Options {
         flip: 10,
         batch: 256,
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = pair
-            .get(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{} needs a number", pair[0]));
-        match pair[0].as_str() {
-            "--clusters" => o.clusters = value,
-            "--kinds" => o.kinds = value,
-            "--objects" => o.objects = value,
-            "--changes" => o.changes = value,
-            "--flip" => o.flip = value,
-            "--batch" => o.batch = value,
-            other => panic!("unknown flag {other}"),
-        }
-    }
+    workload::parse_flags(&mut [
+        ("--clusters", &mut o.clusters),
+        ("--kinds", &mut o.kinds),
+        ("--objects", &mut o.objects),
+        ("--changes", &mut o.changes),
+        ("--flip", &mut o.flip),
+        ("--batch", &mut o.batch),
+    ]);
     o
 }
 

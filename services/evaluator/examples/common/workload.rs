@@ -129,3 +129,19 @@ pub fn change(c: usize, k: usize, n: usize, version: usize, flipped: bool) -> pb
         object_json: serde_json::to_vec(&object).expect("serializes"),
     }
 }
+
+/// Sets each `--name value` pair of the command line on the field registered under that name.
+pub fn parse_flags(flags: &mut [(&str, &mut usize)]) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    for pair in args.chunks(2) {
+        let value = pair
+            .get(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{} needs a number", pair[0]));
+        let (_, slot) = flags
+            .iter_mut()
+            .find(|(name, _)| *name == pair[0])
+            .unwrap_or_else(|| panic!("unknown flag {}", pair[0]));
+        **slot = value;
+    }
+}
