@@ -91,6 +91,11 @@ impl ConfigState {
         true
     }
 
+    /// The EventTriggers that loaded (a broken one is reported elsewhere, never acted on).
+    pub fn valid_event_triggers(&self) -> impl Iterator<Item = &EventTrigger> {
+        self.event_triggers.values().filter_map(|t| t.as_ref().ok())
+    }
+
     /// Usable clusters a trigger's source selector or cluster sets select.
     pub fn source_clusters(&self, trigger: &EventTrigger) -> BTreeSet<ClusterId> {
         let mut out: BTreeSet<ClusterId> = self
@@ -119,7 +124,7 @@ impl ConfigState {
         F: FnMut(&EventTrigger, &Cluster) -> Option<String>,
     {
         let mut out: BTreeMap<(ClusterId, String), BTreeSet<String>> = BTreeMap::new();
-        for trigger in self.event_triggers.values().filter_map(|t| t.as_ref().ok()) {
+        for trigger in self.valid_event_triggers() {
             for id in self.source_clusters(trigger) {
                 let Some(cluster) = self.clusters.get(&id) else {
                     continue;

@@ -79,12 +79,7 @@ impl Stage {
     ) -> Vec<pb::DesiredState> {
         let mut current: BTreeSet<DesiredKey> = BTreeSet::new();
         let mut out = Vec::new();
-        for trigger in self
-            .config
-            .event_triggers
-            .values()
-            .filter_map(|t| t.as_ref().ok())
-        {
+        for trigger in self.config.valid_event_triggers() {
             for cluster_id in self.config.source_clusters(trigger) {
                 current.insert((trigger.name.clone(), cluster_id.clone()));
                 let Some(cluster) = self.config.clusters.get(&cluster_id) else {
@@ -197,12 +192,7 @@ impl Stage {
             sveltos_namespace: &self.sveltos_namespace,
         };
         let mut out = Vec::new();
-        for trigger in self
-            .config
-            .event_triggers
-            .values()
-            .filter_map(|t| t.as_ref().ok())
-        {
+        for trigger in self.config.valid_event_triggers() {
             if sluice_wire::names::event_source_name(trigger, cluster, &self.templates).as_ref()
                 != Ok(&matched.event_source)
                 || !self.config.source_clusters(trigger).contains(&cluster_id)
