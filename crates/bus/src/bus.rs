@@ -43,7 +43,11 @@ impl Bus {
             })?;
         let js = jetstream::ContextBuilder::new()
             .timeout(Duration::from_secs(10))
-            .max_ack_inflight(20_000)
+            // async-nats holds a permit per unresolved publish ack and, once they run out, makes
+            // `publish` wait for one: a task that holds acks while it publishes more would wait
+            // for itself. The bounds are ours instead (`AckWindow`'s ack budget, the watcher's
+            // chunks), so this one is never what stops a publish.
+            .max_ack_inflight(1 << 24)
             .build(client.clone());
         let bus = Bus { client, js };
         for spec in ALL_STREAMS {

@@ -32,6 +32,11 @@ pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
 /// caps near 4k/s; about 256 in flight is the measured sweet spot).
 pub const PUBLISH_WINDOW: usize = 256;
 
+/// Unresolved publish acks one [`crate::AckWindow`] may hold. A stage whose input fans out to
+/// thousands of outputs (a listed cluster with many EventSources, a configuration change that
+/// re-renders a fleet) settles older acks before it publishes more.
+pub const ACKS_IN_FLIGHT: usize = 4_096;
+
 /// A JetStream stream of the pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamSpec {

@@ -1,4 +1,9 @@
 //! Keeps publish acks in flight and acks inputs in order once their outputs are stored.
+//!
+//! A publish ack is in flight from the publish until someone awaits it. The window bounds both
+//! the inputs waiting (entries) and the acks they wait on, and [`AckWindow::publish`] makes room
+//! by settling the oldest entries before it publishes more: a stage never holds an unbounded
+//! number of acks, however many outputs one input or batch produces.
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::Message;
@@ -6,7 +11,9 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 
+use crate::bus::{Bus, Outgoing};
 use crate::error::{Error, Result};
+use crate::topology;
 
 /// What became of one input once its outputs were published.
 #[derive(Debug)]
@@ -20,28 +27,46 @@ pub enum Settled {
 /// Bounded set of inputs waiting for their outputs' publish acks. Inputs are acked in the
 /// order they were pushed, and only after all their outputs are durably stored.
 pub struct AckWindow {
-    inflight: FuturesOrdered<BoxFuture<'static, Settled>>,
+    /// Each entry resolves to the number of acks it held and what became of its inputs.
+    inflight: FuturesOrdered<BoxFuture<'static, (usize, Settled)>>,
     limit: usize,
+    acks: usize,
+    ack_limit: usize,
 }
 
 impl AckWindow {
+    /// A window of `limit` entries and at most [`topology::ACKS_IN_FLIGHT`] unresolved acks.
     pub fn new(limit: usize) -> AckWindow {
+        AckWindow::with_budget(limit, topology::ACKS_IN_FLIGHT)
+    }
+
+    /// A window of `limit` entries and at most `ack_limit` unresolved acks (at least one).
+    pub fn with_budget(limit: usize, ack_limit: usize) -> AckWindow {
         AckWindow {
             inflight: FuturesOrdered::new(),
             limit,
+            acks: 0,
+            ack_limit: ack_limit.max(1),
         }
     }
 
+    /// No more inputs should be taken until something settles.
     pub fn is_full(&self) -> bool {
-        self.inflight.len() >= self.limit
+        self.inflight.len() >= self.limit || self.acks >= self.ack_limit
     }
 
     pub fn is_empty(&self) -> bool {
         self.inflight.is_empty()
     }
 
+    /// Entries (inputs or batches) waiting.
     pub fn len(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// Publish acks not yet resolved.
+    pub fn acks_in_flight(&self) -> usize {
+        self.acks
     }
 
     /// Registers an input (if it came from a durable consumer) with the acks of its outputs.
@@ -53,17 +78,52 @@ impl AckWindow {
     /// is acked once all of `acks` are stored, or nacked if one fails. Counts as one entry of
     /// the window.
     pub fn push_batch(&mut self, acks: Vec<PublishAckFuture>, inputs: Vec<Message>) {
-        let fut = async move {
-            let mut failure = None;
-            for ack in acks {
-                if let Err(source) = ack.await {
-                    failure = Some(Error::Publish {
-                        subject: "(ack)".to_string(),
-                        source: Box::new(source),
-                    });
+        self.push_entry(acks, inputs, None);
+    }
+
+    /// Publishes `outputs` and registers `inputs` (possibly none) to be acked once all of them
+    /// are stored. Before each publish that would exceed the ack budget it waits for the
+    /// oldest entry to settle, or, when this call's own outputs fill the budget, for those.
+    /// Returns how many outputs were published. An output that cannot be sent is an error and
+    /// registers nothing: the inputs come back after their ack wait.
+    pub async fn publish(
+        &mut self,
+        bus: &Bus,
+        outputs: impl IntoIterator<Item = Outgoing>,
+        inputs: Vec<Message>,
+    ) -> Result<usize> {
+        let mut pending = Vec::new();
+        let mut failure = None;
+        let mut published = 0;
+        for output in outputs {
+            while self.acks + pending.len() >= self.ack_limit {
+                if let Some((held, settled)) = self.inflight.next().await {
+                    self.acks -= held;
+                    if let Settled::Retried(error) = settled {
+                        tracing::warn!(error = %error, "output not stored, input will be redelivered");
+                    }
+                } else if let Some(error) = await_all(std::mem::take(&mut pending)).await {
+                    failure = Some(error);
                 }
             }
-            match failure {
+            pending.push(bus.publish(output).await?);
+            published += 1;
+        }
+        self.push_entry(pending, inputs, failure);
+        Ok(published)
+    }
+
+    fn push_entry(
+        &mut self,
+        acks: Vec<PublishAckFuture>,
+        inputs: Vec<Message>,
+        earlier: Option<Error>,
+    ) {
+        let held = acks.len();
+        self.acks += held;
+        let fut = async move {
+            let failure = await_all(acks).await.or(earlier);
+            let settled = match failure {
                 None => {
                     let mut settled = Settled::Acked;
                     for message in inputs {
@@ -83,14 +143,17 @@ impl AckWindow {
                     }
                     Settled::Retried(error)
                 }
-            }
+            };
+            (held, settled)
         };
         self.inflight.push_back(fut.boxed());
     }
 
     /// Waits for the oldest input to settle. `None` when nothing is in flight.
     pub async fn next(&mut self) -> Option<Settled> {
-        self.inflight.next().await
+        let (held, settled) = self.inflight.next().await?;
+        self.acks -= held;
+        Some(settled)
     }
 
     /// Waits for everything in flight (used on shutdown).
@@ -102,4 +165,18 @@ impl AckWindow {
         }
         Ok(())
     }
+}
+
+/// Awaits every ack; the last failure, if any.
+async fn await_all(acks: Vec<PublishAckFuture>) -> Option<Error> {
+    let mut failure = None;
+    for ack in acks {
+        if let Err(source) = ack.await {
+            failure = Some(Error::Publish {
+                subject: "(ack)".to_string(),
+                source: Box::new(source),
+            });
+        }
+    }
+    failure
 }

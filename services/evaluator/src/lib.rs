@@ -55,9 +55,8 @@ pub async fn run(
         "evaluator state rebuilt"
     );
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
-    let acks = publish_all(&bus, boot, "boot", None).await?;
-    published.add(acks.len() as u64);
-    window.push(acks, None);
+    let outputs = match_messages(boot, "boot", None)?;
+    published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let mut changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
     // CloudEvents share nothing with the object state above: their own task, consumer and
@@ -85,9 +84,8 @@ pub async fn run(
                     }
                 };
                 let sets = tokio::task::block_in_place(|| stage.on_config(&update));
-                let acks = publish_all(&bus, sets, "config", None).await?;
-                published.add(acks.len() as u64);
-                window.push(acks, None);
+                let outputs = match_messages(sets, "config", None)?;
+                published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
             batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("change consumer ended") };
@@ -116,9 +114,8 @@ pub async fn run(
                     continue;
                 }
                 let sets = tokio::task::block_in_place(|| stage.on_changes(&inputs));
-                let acks = publish_all(&bus, sets, "change", first.as_ref()).await?;
-                published.add(acks.len() as u64);
-                window.push_batch(acks, messages);
+                let outputs = match_messages(sets, "change", first.as_ref())?;
+                published.add(window.publish(&bus, outputs, messages).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
@@ -133,13 +130,13 @@ pub async fn run(
     Ok(())
 }
 
-async fn publish_all(
-    bus: &Bus,
+/// The messages that publish `sets`, each with a message id that names its content.
+fn match_messages(
     sets: Vec<pb::MatchSet>,
     cause: &str,
     input: Option<&Delivered>,
-) -> anyhow::Result<Vec<sluice_bus::PublishAckFuture>> {
-    let mut acks = Vec::with_capacity(sets.len());
+) -> anyhow::Result<Vec<Outgoing>> {
+    let mut outputs = Vec::with_capacity(sets.len());
     for set in sets {
         let cluster = sluice_wire::cluster_id(set.cluster.as_ref(), "match set")?;
         let subject =
@@ -147,17 +144,14 @@ async fn publish_all(
         let sequence = set.source_sequence.to_string();
         let payload = sluice_wire::encode(&set);
         let content = message_id(&[&String::from_utf8_lossy(&payload)]);
-        acks.push(
-            bus.publish(Outgoing {
-                msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
-                subject,
-                payload,
-                traceparent: Some(sluice_runtime::child_traceparent(
-                    input.and_then(|d| d.traceparent.as_deref()),
-                )),
-            })
-            .await?,
-        );
+        outputs.push(Outgoing {
+            msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
+            subject,
+            payload,
+            traceparent: Some(sluice_runtime::child_traceparent(
+                input.and_then(|d| d.traceparent.as_deref()),
+            )),
+        });
     }
-    Ok(acks)
+    Ok(outputs)
 }

@@ -6,59 +6,15 @@ use std::time::Duration;
 
 use prost::Message as _;
 use serde_json::{json, Value};
-use sluice_bus::{message_id, topology, Bus, Outgoing};
-use sluice_domain::cluster::{ClusterId, ClusterType};
+use sluice_bus::{topology, Bus};
 use sluice_proto::v1 as pb;
-use sluice_runtime::{CancellationToken, CommonArgs, Health, LogFormat};
 use sluice_testkit::{wait_for, NatsServer};
-use tokio::task::JoinHandle;
+
+#[path = "common/pipeline.rs"]
+mod common;
+use common::{cluster, config, publish, start_evaluator};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn cluster(name: &str) -> ClusterId {
-    ClusterId {
-        cluster_type: ClusterType::Sveltos,
-        namespace: "default".into(),
-        name: name.into(),
-    }
-}
-
-async fn publish(bus: &Bus, subject: String, id: &str, payload: Vec<u8>) -> anyhow::Result<()> {
-    bus.publish_durably(Outgoing {
-        subject,
-        msg_id: message_id(&["test", id]),
-        payload: payload.into(),
-        traceparent: None,
-    })
-    .await?;
-    Ok(())
-}
-
-async fn config(
-    bus: &Bus,
-    kind: &str,
-    namespace: &str,
-    name: &str,
-    object: Value,
-) -> anyhow::Result<()> {
-    let message = pb::ConfigObject {
-        kind: kind.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        deleted: false,
-        resource_version: "1".into(),
-        object_json: serde_json::to_vec(&object)?,
-    };
-    // A new id per content: a changed object is a new message, not a duplicate.
-    let id = format!("{kind}/{namespace}/{name}/{object}");
-    publish(
-        bus,
-        topology::config_subject(kind, namespace, name),
-        &id,
-        message.encode_to_vec(),
-    )
-    .await
-}
 
 /// Seed 004 (EventSource `user-operation`, EventTrigger `manage-namespace` on env: production),
 /// plus an EventSource that selects only logins and one deployed nowhere.
@@ -139,20 +95,6 @@ async fn receive(
         message.encode_to_vec(),
     )
     .await
-}
-
-fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Result<()>>) {
-    let common = CommonArgs {
-        nats_url: url.to_string(),
-        kubeconfig: None,
-        kube_context: None,
-        health_addr: "127.0.0.1:0".parse().expect("address"),
-        log_format: LogFormat::Text,
-        sveltos_namespace: "projectsveltos".into(),
-    };
-    let token = CancellationToken::new();
-    let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));
-    (token, task)
 }
 
 /// Every CloudEventMatch stored in the CEMATCH stream, in order.

@@ -286,9 +286,8 @@ pub async fn run(
     }
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let boot = tokio::task::block_in_place(|| stage.recompute(None, boot_sequence));
-    let acks = publish_all(&bus, boot, "boot", None).await?;
-    published.add(acks.len() as u64);
-    window.push(acks, None);
+    let outputs = desired_messages(boot, "boot", None)?;
+    published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let mut reports = bus.durable(topology::RENDERER_REPORT, None).await?;
     let mut cloud_events = bus.durable(topology::RENDERER_CEMATCH, None).await?;
@@ -314,9 +313,8 @@ pub async fn run(
                 }
                 let Some(sequence) = changed else { continue };
                 let states = tokio::task::block_in_place(|| stage.recompute(None, sequence));
-                let acks = publish_all(&bus, states, "config", None).await?;
-                published.add(acks.len() as u64);
-                window.push(acks, None);
+                let outputs = desired_messages(states, "config", None)?;
+                published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
             batch = sluice_bus::coalesce::next_batch(&mut reports), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("report consumer ended") };
@@ -332,9 +330,8 @@ pub async fn run(
                     };
                     let scope = stage.set_report(report);
                     let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
-                    let acks = publish_all(&bus, states, "report", Some(&delivered)).await?;
-                    published.add(acks.len() as u64);
-                    window.push(acks, Some(message));
+                    let outputs = desired_messages(states, "report", Some(&delivered))?;
+                    published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
                 }
             }
             message = cloud_events.next(), if !window.is_full() => {
@@ -349,9 +346,8 @@ pub async fn run(
                     }
                 };
                 let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
-                let acks = publish_all(&bus, states, "cloudevent", Some(&delivered)).await?;
-                published.add(acks.len() as u64);
-                window.push(acks, Some(message));
+                let outputs = desired_messages(states, "cloudevent", Some(&delivered))?;
+                published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
@@ -364,13 +360,13 @@ pub async fn run(
     Ok(())
 }
 
-async fn publish_all(
-    bus: &Bus,
+/// The messages that publish `states`, each with a message id that names its content.
+fn desired_messages(
     states: Vec<pb::DesiredState>,
     cause: &str,
     input: Option<&Delivered>,
-) -> anyhow::Result<Vec<sluice_bus::PublishAckFuture>> {
-    let mut acks = Vec::with_capacity(states.len());
+) -> anyhow::Result<Vec<Outgoing>> {
+    let mut outputs = Vec::with_capacity(states.len());
     for state in states {
         let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
         let tokens = sluice_wire::cluster_tokens(&cluster);
@@ -390,17 +386,14 @@ async fn publish_all(
         }
         let sequence = state.source_sequence.to_string();
         let hash = content_hash(&state);
-        acks.push(
-            bus.publish(Outgoing {
-                msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
-                subject,
-                payload: sluice_wire::encode(&state),
-                traceparent: Some(sluice_runtime::child_traceparent(
-                    input.and_then(|d| d.traceparent.as_deref()),
-                )),
-            })
-            .await?,
-        );
+        outputs.push(Outgoing {
+            msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
+            subject,
+            payload: sluice_wire::encode(&state),
+            traceparent: Some(sluice_runtime::child_traceparent(
+                input.and_then(|d| d.traceparent.as_deref()),
+            )),
+        });
     }
-    Ok(acks)
+    Ok(outputs)
 }

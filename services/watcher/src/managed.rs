@@ -210,23 +210,28 @@ async fn watch_managed(bus: Bus, health: Health, cluster: ClusterId, gvk: Gvk, k
                     continue;
                 }
             };
-            let mut acks = Vec::with_capacity(changes.len());
-            for change in changes {
-                let out = resource_change(&cluster, &tokens, &gvk, &api_version, change);
-                match bus.publish(out).await {
-                    Ok(ack) => acks.push(ack),
-                    Err(error) => {
-                        errors.inc();
-                        tracing::warn!(cluster = %cluster, error = %error, "failed to publish change");
+            // A listed cluster can yield any number of changes: their acks are awaited a
+            // bounded chunk at a time.
+            let mut changes = changes.into_iter().peekable();
+            while changes.peek().is_some() {
+                let mut acks = Vec::with_capacity(topology::ACKS_IN_FLIGHT);
+                for change in changes.by_ref().take(topology::ACKS_IN_FLIGHT) {
+                    let out = resource_change(&cluster, &tokens, &gvk, &api_version, change);
+                    match bus.publish(out).await {
+                        Ok(ack) => acks.push(ack),
+                        Err(error) => {
+                            errors.inc();
+                            tracing::warn!(cluster = %cluster, error = %error, "failed to publish change");
+                        }
                     }
                 }
-            }
-            for ack in acks {
-                match ack.await {
-                    Ok(_) => published.inc(),
-                    Err(error) => {
-                        errors.inc();
-                        tracing::warn!(cluster = %cluster, error = %error, "change not stored");
+                for ack in acks {
+                    match ack.await {
+                        Ok(_) => published.inc(),
+                        Err(error) => {
+                            errors.inc();
+                            tracing::warn!(cluster = %cluster, error = %error, "change not stored");
+                        }
                     }
                 }
             }

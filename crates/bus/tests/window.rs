@@ -1,0 +1,154 @@
+//! The ack window's budget against a real nats-server: one input whose outputs outnumber the
+//! budget is published whole without ever holding more acks than allowed, and older entries
+//! settle to make room for new outputs.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_bus::{topology, AckWindow, Bus, Outgoing};
+use sluice_testkit::NatsServer;
+
+fn report(cluster: &str, n: usize) -> Outgoing {
+    let subject = topology::report_subject(cluster, &format!("es{n}"));
+    Outgoing {
+        msg_id: subject.clone(),
+        subject,
+        payload: Bytes::from(format!("out{n}")),
+        traceparent: None,
+    }
+}
+
+/// Messages stored in the REPORT stream.
+async fn stored(bus: &Bus) -> anyhow::Result<u64> {
+    let mut stream = bus.jetstream().get_stream(topology::REPORT.name).await?;
+    Ok(stream.info().await?.state.messages)
+}
+
+/// Stored inputs `in0..` on the CloudEvent match log, taken from the renderer's consumer.
+async fn inputs(
+    bus: &Bus,
+    cluster: &str,
+    count: usize,
+) -> anyhow::Result<(
+    async_nats::jetstream::consumer::pull::Stream,
+    Vec<async_nats::jetstream::Message>,
+)> {
+    for n in 0..count {
+        let subject = topology::cloudevent_match_subject(cluster, &format!("e{n}"));
+        bus.publish_durably(Outgoing {
+            msg_id: subject.clone(),
+            subject,
+            payload: Bytes::from(format!("in{n}")),
+            traceparent: None,
+        })
+        .await?;
+    }
+    let mut consumer = bus.durable(topology::RENDERER_CEMATCH, None).await?;
+    let mut taken = Vec::new();
+    while taken.len() < count {
+        let batch = tokio::time::timeout(
+            Duration::from_secs(10),
+            sluice_bus::coalesce::next_batch(&mut consumer),
+        )
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("consumer ended"))?;
+        taken.extend(batch);
+    }
+    Ok((consumer, taken))
+}
+
+async fn wait_acked(bus: &Bus, floor: u64) -> anyhow::Result<()> {
+    let stream = bus.jetstream().get_stream(topology::CEMATCH.name).await?;
+    sluice_testkit::wait_for("inputs acked", Duration::from_secs(10), || {
+        let stream = stream.clone();
+        async move {
+            let mut consumer = stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+                    topology::RENDERER_CEMATCH.durable,
+                )
+                .await
+                .ok()?;
+            let state = consumer.info().await.ok()?;
+            (state.num_ack_pending == 0 && state.ack_floor.stream_sequence == floor).then_some(())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn outputs_beyond_the_ack_budget_are_published_whole_and_ack_their_inputs(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let (_consumer, taken) = inputs(&bus, &cluster, 2).await?;
+
+    let mut window = AckWindow::with_budget(4, 16);
+    let published = window
+        .publish(&bus, (0..100).map(|n| report(&cluster, n)), taken)
+        .await?;
+    assert_eq!(published, 100);
+    assert!(
+        window.acks_in_flight() <= 16,
+        "{} acks held against a budget of 16",
+        window.acks_in_flight()
+    );
+    assert_eq!(window.len(), 1, "one batch is one entry");
+    window.drain().await?;
+    assert_eq!(window.acks_in_flight(), 0);
+    assert_eq!(stored(&bus).await?, 100);
+    wait_acked(&bus, 2).await
+}
+
+#[tokio::test]
+async fn older_entries_settle_to_make_room_and_the_window_reports_full_by_acks(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let (_consumer, taken) = inputs(&bus, &cluster, 3).await?;
+    let mut taken = taken.into_iter();
+
+    let mut window = AckWindow::with_budget(100, 10);
+    for batch in 0..2 {
+        let outputs = (batch * 5..batch * 5 + 5).map(|n| report(&cluster, n));
+        window
+            .publish(&bus, outputs, taken.next().into_iter().collect())
+            .await?;
+    }
+    assert_eq!((window.len(), window.acks_in_flight()), (2, 10));
+    assert!(window.is_full(), "a window holding its ack budget is full");
+
+    // The third input's outputs need room: the oldest entries settle first, in order.
+    let outputs = (10..14).map(|n| report(&cluster, n));
+    window.publish(&bus, outputs, taken.collect()).await?;
+    assert!(window.acks_in_flight() <= 10);
+    assert!(window.len() < 3, "an older entry settled to make room");
+    window.drain().await?;
+    assert_eq!(stored(&bus).await?, 14);
+    wait_acked(&bus, 3).await
+}
+
+/// Before the budget, a stage collected every output's ack before it handed any to the window,
+/// and async-nats makes a publish wait once 20,000 acks are unresolved: a batch with more
+/// outputs waited forever on acks that only it could resolve.
+#[tokio::test]
+async fn a_batch_with_more_outputs_than_the_client_allows_in_flight_completes() -> anyhow::Result<()>
+{
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let (_consumer, taken) = inputs(&bus, &cluster, 1).await?;
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let outputs = (0..21_000).map(|n| report(&cluster, n));
+    let published = tokio::time::timeout(
+        Duration::from_secs(120),
+        window.publish(&bus, outputs, taken),
+    )
+    .await??;
+    assert_eq!(published, 21_000);
+    tokio::time::timeout(Duration::from_secs(60), window.drain()).await??;
+    assert_eq!(stored(&bus).await?, 21_000);
+    wait_acked(&bus, 1).await
+}

@@ -1,0 +1,209 @@
+//! The evaluator's object path against a real nats-server: ResourceChanges in, one MatchSet
+//! per deployed (cluster, EventSource) out. A changed object republishes only the sets whose
+//! content changed, and a start-up that fans out to more sets than the ack budget allows in
+//! flight publishes them all and acks every input.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use prost::Message as _;
+use serde_json::json;
+use sluice_bus::{topology, Bus};
+use sluice_proto::v1 as pb;
+use sluice_testkit::{wait_for, NatsServer};
+
+#[path = "common/pipeline.rs"]
+mod common;
+use common::{cluster, config, publish, start_evaluator};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const CLUSTERS: usize = 50;
+/// EventSource `es-k` selects the Services labelled `team: t<k % TEAMS>`.
+const SOURCES: usize = 100;
+const TEAMS: usize = 4;
+
+/// 50 clusters × 100 EventSources: 5,000 deployed pairs, more than one ack budget.
+async fn fleet_config(bus: &Bus) -> anyhow::Result<()> {
+    for c in 0..CLUSTERS {
+        let name = format!("c{c}");
+        config(
+            bus,
+            "SveltosCluster",
+            "default",
+            &name,
+            json!({
+            "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+            "metadata": {"name": name, "namespace": "default", "labels": {"env": "production"}},
+            "status": {"ready": true}}),
+        )
+        .await?;
+    }
+    for k in 0..SOURCES {
+        let source = format!("es-{k}");
+        config(bus, "EventSource", "", &source, json!({
+            "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+            "metadata": {"name": source},
+            "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Service",
+                "labelFilters": [{"key": "team", "operation": "Equal", "value": format!("t{}", k % TEAMS)}]}]}})).await?;
+        config(
+            bus,
+            "EventTrigger",
+            "",
+            &format!("et-{k}"),
+            json!({
+            "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+            "metadata": {"name": format!("et-{k}")},
+            "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
+                     "eventSourceName": source,
+                     "policyRefs": [{"name": "p", "namespace": "default", "kind": "ConfigMap"}]}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Publishes Service `svc-<n>` in cluster `c<c>` labelled `team: <team>` as the watcher would.
+async fn service(bus: &Bus, c: usize, n: usize, team: &str, version: u32) -> anyhow::Result<()> {
+    let id = cluster(&format!("c{c}"));
+    let name = format!("svc-{n}");
+    let object = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "resourceVersion": version.to_string(),
+                     "labels": {"team": team}},
+        "spec": {"ports": [{"port": 443}]}});
+    let change = pb::ResourceChange {
+        cluster: Some(sluice_wire::cluster_ref(&id)),
+        api_version: "v1".into(),
+        kind: "Service".into(),
+        namespace: "default".into(),
+        name: name.clone(),
+        deleted: false,
+        resource_version: version.to_string(),
+        object_json: serde_json::to_vec(&object)?,
+    };
+    let subject = topology::change_subject(
+        &sluice_wire::cluster_tokens(&id),
+        "",
+        "Service",
+        "default",
+        &name,
+    );
+    publish(
+        bus,
+        subject,
+        &format!("c{c}/{name}/{version}"),
+        change.encode_to_vec(),
+    )
+    .await
+}
+
+/// The newest MatchSet of every (cluster, EventSource) subject: names of the matching objects
+/// and the stream sequence that stored it.
+async fn match_sets(bus: &Bus) -> anyhow::Result<BTreeMap<(String, String), (Vec<String>, u64)>> {
+    let mut sets = BTreeMap::new();
+    for delivered in bus
+        .replay_state(topology::MATCH, topology::MATCH.subjects)
+        .await?
+    {
+        let set = pb::MatchSet::decode(delivered.payload.clone())?;
+        let cluster = set.cluster.map(|c| c.name).unwrap_or_default();
+        let names = set.matching.into_iter().map(|o| o.name).collect();
+        sets.insert((cluster, set.event_source), (names, delivered.sequence));
+    }
+    Ok(sets)
+}
+
+/// Waits until the evaluator's change consumer has acked every change up to `sequence`.
+async fn until_acked(bus: &Bus, sequence: u64) -> anyhow::Result<()> {
+    let stream = bus.jetstream().get_stream(topology::CHANGES.name).await?;
+    wait_for("changes acked", DEADLINE, || {
+        let stream = stream.clone();
+        async move {
+            let mut consumer = stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+                    topology::EVALUATOR_CHANGES.durable,
+                )
+                .await
+                .ok()?;
+            let state = consumer.info().await.ok()?;
+            (state.num_ack_pending == 0 && state.ack_floor.stream_sequence >= sequence)
+                .then_some(())
+        }
+    })
+    .await
+}
+
+async fn last_change_sequence(bus: &Bus) -> anyhow::Result<u64> {
+    let mut stream = bus.jetstream().get_stream(topology::CHANGES.name).await?;
+    Ok(stream.info().await?.state.last_sequence)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_republish_only_the_sets_they_change_and_a_fan_out_beyond_the_ack_budget_completes(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    fleet_config(&bus).await?;
+    // Every cluster has one Service per team before the evaluator starts: its start-up builds
+    // all 5,000 sets at once.
+    for c in 0..CLUSTERS {
+        for n in 0..TEAMS {
+            service(&bus, c, n, &format!("t{n}"), 1).await?;
+        }
+    }
+    let (token, task) = start_evaluator(&nats.url());
+    let pairs = CLUSTERS * SOURCES;
+    assert!(pairs > topology::ACKS_IN_FLIGHT);
+    let sets = wait_for("every match set", DEADLINE, || async {
+        let sets = match_sets(&bus).await.ok()?;
+        (sets.len() == pairs).then_some(sets)
+    })
+    .await?;
+    for ((cluster, source), (names, _)) in &sets {
+        let k: usize = source.trim_start_matches("es-").parse()?;
+        assert_eq!(names, &[format!("svc-{}", k % TEAMS)], "{cluster}/{source}");
+    }
+
+    // svc-1 of c7 moves from team t1 to t2, and a new Service joins t3 in c9.
+    service(&bus, 7, 1, "t2", 2).await?;
+    service(&bus, 9, 4, "t3", 1).await?;
+    until_acked(&bus, last_change_sequence(&bus).await?).await?;
+    let after = wait_for("the changed sets", DEADLINE, || async {
+        let after = match_sets(&bus).await.ok()?;
+        let key = ("c9".to_string(), "es-3".to_string());
+        (after.get(&key)?.0.len() == 2).then_some(after)
+    })
+    .await?;
+    let mut changed = Vec::new();
+    for (key, (names, sequence)) in &after {
+        if sets[key].1 != *sequence {
+            changed.push((key.0.clone(), key.1.clone(), names.clone()));
+        }
+    }
+    let mut want = Vec::new();
+    for k in 0..SOURCES {
+        let source = format!("es-{k}");
+        match k % TEAMS {
+            1 => want.push(("c7".to_string(), source, vec![])),
+            2 => want.push((
+                "c7".to_string(),
+                source,
+                vec!["svc-1".to_string(), "svc-2".to_string()],
+            )),
+            3 => want.push((
+                "c9".to_string(),
+                source,
+                vec!["svc-3".to_string(), "svc-4".to_string()],
+            )),
+            _ => {}
+        }
+    }
+    changed.sort();
+    want.sort();
+    assert_eq!(
+        changed, want,
+        "only the sets whose content changed are republished"
+    );
+    token.cancel();
+    task.await??;
+    Ok(())
+}
