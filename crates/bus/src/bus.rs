@@ -206,6 +206,33 @@ pub fn message_id(parts: &[&str]) -> String {
         hasher.update(part.as_bytes());
         hasher.update([0u8]);
     }
-    let digest = hasher.finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    hex16(&hasher.finalize())
+}
+
+/// An id of some bytes' content (a payload, a serialised object), the same for the same bytes.
+pub fn content_id(bytes: &[u8]) -> String {
+    hex16(&Sha256::digest(bytes))
+}
+
+/// The first 16 bytes of a digest in lower-case hex.
+fn hex16(digest: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(32);
+    for byte in digest.iter().take(16) {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_ids_are_the_first_half_of_the_sha256_in_hex() {
+        // FIPS 180-2's "abc" vector.
+        assert_eq!(content_id(b"abc"), "ba7816bf8f01cfea414140de5dae2223");
+        assert_eq!(message_id(&["abc"]), content_id(b"abc\0"));
+    }
 }

@@ -27,8 +27,13 @@ impl Freshness {
     }
 
     pub fn record(&mut self, delivered: &Delivered) {
-        self.seen
-            .insert(delivered.subject.clone(), delivered.sequence);
+        match self.seen.get_mut(&delivered.subject) {
+            Some(seen) => *seen = delivered.sequence,
+            None => {
+                self.seen
+                    .insert(delivered.subject.clone(), delivered.sequence);
+            }
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -67,7 +67,7 @@ fn object_id(object: &Value) -> ObjectId {
 
 fn content_hash(object: &Value) -> String {
     let bytes = serde_json::to_vec(object).unwrap_or_default();
-    sluice_bus::message_id(&[&String::from_utf8_lossy(&bytes)])
+    sluice_bus::content_id(&bytes)
 }
 
 impl Applier {

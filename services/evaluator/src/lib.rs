@@ -143,7 +143,7 @@ fn match_messages(
             topology::match_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
         let sequence = set.source_sequence.to_string();
         let payload = sluice_wire::encode(&set);
-        let content = message_id(&[&String::from_utf8_lossy(&payload)]);
+        let content = sluice_bus::content_id(&payload);
         outputs.push(Outgoing {
             msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
             subject,

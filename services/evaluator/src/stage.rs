@@ -300,10 +300,13 @@ impl Evaluator {
         change: &pb::ResourceChange,
         object: Option<Arc<Value>>,
     ) {
-        let bucket = self
-            .objects
-            .entry(cluster.clone())
-            .or_default()
+        if !self.objects.contains_key(cluster) {
+            self.objects.insert(cluster.clone(), ClusterObjects::new());
+        }
+        let Some(kinds) = self.objects.get_mut(cluster) else {
+            return;
+        };
+        let bucket = kinds
             .entry((group_of(&change.api_version), change.kind.clone()))
             .or_default();
         let key = (change.namespace.clone(), change.name.clone());
@@ -520,24 +523,34 @@ fn update_key(
     outcome: Outcome,
 ) -> bool {
     let map_key = (position, change.namespace.clone(), change.name.clone());
-    let err_key = (
-        change.kind.clone(),
-        change.namespace.clone(),
-        change.name.clone(),
-    );
+    let err_key = || {
+        (
+            change.kind.clone(),
+            change.namespace.clone(),
+            change.name.clone(),
+        )
+    };
     let (now_matching, now_error) = match outcome {
         Outcome::Absent | Outcome::NotMatching => (false, None),
         Outcome::Matching => (true, None),
         Outcome::Failed(reason) => (false, Some(reason)),
     };
     let error_changed = match now_error {
-        Some(reason) => state.errors.insert(err_key, reason.clone()).as_ref() != Some(&reason),
-        None => state.errors.remove(&err_key).is_some(),
+        Some(reason) => state.errors.insert(err_key(), reason.clone()).as_ref() != Some(&reason),
+        None => !state.errors.is_empty() && state.errors.remove(&err_key()).is_some(),
     };
     let membership_changed = match (now_matching, object) {
-        (true, Some(object)) => match state.matching.insert(map_key, Matched::new(object)) {
-            None => true,
-            Some(previous) => compiled.content_matters && previous.object != *object,
+        // Still matching: the reference stays, the content is replaced.
+        (true, Some(object)) => match state.matching.get_mut(&map_key) {
+            Some(previous) => {
+                let changed = compiled.content_matters && previous.object != *object;
+                previous.object = object.clone();
+                changed
+            }
+            None => {
+                state.matching.insert(map_key, Matched::new(object));
+                true
+            }
         },
         _ => state.matching.remove(&map_key).is_some(),
     };
