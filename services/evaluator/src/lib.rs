@@ -7,7 +7,7 @@ pub mod cloudevents;
 pub mod stage;
 
 use anyhow::Context as _;
-use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
@@ -55,7 +55,7 @@ pub async fn run(
         "evaluator state rebuilt"
     );
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
-    let outputs = match_messages(boot, "boot", None)?;
+    let outputs = match_messages(boot, "boot", |_| None)?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let mut changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
@@ -84,7 +84,7 @@ pub async fn run(
                     }
                 };
                 let sets = tokio::task::block_in_place(|| stage.on_config(&update));
-                let outputs = match_messages(sets, "config", None)?;
+                let outputs = match_messages(sets, "config", |_| None)?;
                 published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
             batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
@@ -95,14 +95,17 @@ pub async fn run(
                 let fresh = sluice_bus::coalesce::fresh(topology::CHANGES.name, batch, &last_seen, &mut window);
                 let mut inputs = Vec::with_capacity(fresh.len());
                 let mut messages = Vec::with_capacity(fresh.len());
-                let mut first: Option<Delivered> = None;
+                // Each set continues the trace of the last change that touched it.
+                let mut parents = std::collections::HashMap::new();
                 for (delivered, message) in fresh {
                     last_seen.record(&delivered);
                     match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
                         Ok(change) => {
                             inputs.push((change, delivered.sequence));
                             messages.push(message);
-                            first.get_or_insert(delivered);
+                            if let Some(parent) = delivered.traceparent {
+                                parents.insert(delivered.sequence, parent);
+                            }
                         }
                         Err(error) => {
                             rejected.inc();
@@ -114,7 +117,9 @@ pub async fn run(
                     continue;
                 }
                 let sets = tokio::task::block_in_place(|| stage.on_changes(&inputs));
-                let outputs = match_messages(sets, "change", first.as_ref())?;
+                let outputs = match_messages(sets, "change", |set| {
+                    parents.get(&set.source_sequence).map(String::as_str)
+                })?;
                 published.add(window.publish(&bus, outputs, messages).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
@@ -130,11 +135,12 @@ pub async fn run(
     Ok(())
 }
 
-/// The messages that publish `sets`, each with a message id that names its content.
-fn match_messages(
+/// The messages that publish `sets`, each with a message id that names its content and a
+/// trace context that continues `parent_of(set)`, the trace of the input that caused it.
+fn match_messages<'a>(
     sets: Vec<pb::MatchSet>,
     cause: &str,
-    input: Option<&Delivered>,
+    parent_of: impl Fn(&pb::MatchSet) -> Option<&'a str>,
 ) -> anyhow::Result<Vec<Outgoing>> {
     let mut outputs = Vec::with_capacity(sets.len());
     for set in sets {
@@ -148,9 +154,7 @@ fn match_messages(
             msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
             subject,
             payload,
-            traceparent: Some(sluice_runtime::child_traceparent(
-                input.and_then(|d| d.traceparent.as_deref()),
-            )),
+            traceparent: Some(sluice_runtime::child_traceparent(parent_of(&set))),
         });
     }
     Ok(outputs)

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use prost::Message as _;
 use serde_json::json;
-use sluice_bus::{topology, Bus};
+use sluice_bus::{topology, Bus, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_testkit::{wait_for, NatsServer};
 
 #[path = "common/pipeline.rs"]
 mod common;
-use common::{cluster, config, publish, start_evaluator};
+use common::{cluster, config, start_evaluator};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const CLUSTERS: usize = 50;
@@ -62,8 +62,15 @@ async fn fleet_config(bus: &Bus) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Publishes Service `svc-<n>` in cluster `c<c>` labelled `team: <team>` as the watcher would.
-async fn service(bus: &Bus, c: usize, n: usize, team: &str, version: u32) -> anyhow::Result<()> {
+/// Publishes Service `svc-<n>` in cluster `c<c>` labelled `team: <team>` as the watcher would,
+/// in the trace `trace` (32 hex digits) when given.
+async fn service(
+    bus: &Bus,
+    (c, n): (usize, usize),
+    team: &str,
+    version: u32,
+    trace: Option<&str>,
+) -> anyhow::Result<()> {
     let id = cluster(&format!("c{c}"));
     let name = format!("svc-{n}");
     let object = json!({"apiVersion": "v1", "kind": "Service",
@@ -87,18 +94,25 @@ async fn service(bus: &Bus, c: usize, n: usize, team: &str, version: u32) -> any
         "default",
         &name,
     );
-    publish(
-        bus,
+    bus.publish_durably(Outgoing {
         subject,
-        &format!("c{c}/{name}/{version}"),
-        change.encode_to_vec(),
-    )
-    .await
+        msg_id: format!("c{c}/{name}/{version}"),
+        payload: change.encode_to_vec().into(),
+        traceparent: trace.map(|trace| format!("00-{trace}-00f067aa0ba902b7-01")),
+    })
+    .await?;
+    Ok(())
 }
 
-/// The newest MatchSet of every (cluster, EventSource) subject: names of the matching objects
-/// and the stream sequence that stored it.
-async fn match_sets(bus: &Bus) -> anyhow::Result<BTreeMap<(String, String), (Vec<String>, u64)>> {
+/// The newest MatchSet of every (cluster, EventSource) subject.
+struct Stored {
+    names: Vec<String>,
+    sequence: u64,
+    /// The trace id of its `traceparent`.
+    trace: String,
+}
+
+async fn match_sets(bus: &Bus) -> anyhow::Result<BTreeMap<(String, String), Stored>> {
     let mut sets = BTreeMap::new();
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
@@ -106,8 +120,17 @@ async fn match_sets(bus: &Bus) -> anyhow::Result<BTreeMap<(String, String), (Vec
     {
         let set = pb::MatchSet::decode(delivered.payload.clone())?;
         let cluster = set.cluster.map(|c| c.name).unwrap_or_default();
-        let names = set.matching.into_iter().map(|o| o.name).collect();
-        sets.insert((cluster, set.event_source), (names, delivered.sequence));
+        let traceparent = delivered.traceparent.unwrap_or_default();
+        let stored = Stored {
+            names: set.matching.into_iter().map(|o| o.name).collect(),
+            sequence: delivered.sequence,
+            trace: traceparent
+                .split('-')
+                .nth(1)
+                .unwrap_or_default()
+                .to_string(),
+        };
+        sets.insert((cluster, set.event_source), stored);
     }
     Ok(sets)
 }
@@ -147,7 +170,7 @@ async fn changes_republish_only_the_sets_they_change_and_a_fan_out_beyond_the_ac
     // all 5,000 sets at once.
     for c in 0..CLUSTERS {
         for n in 0..TEAMS {
-            service(&bus, c, n, &format!("t{n}"), 1).await?;
+            service(&bus, (c, n), &format!("t{n}"), 1, None).await?;
         }
     }
     let (token, task) = start_evaluator(&nats.url());
@@ -158,25 +181,34 @@ async fn changes_republish_only_the_sets_they_change_and_a_fan_out_beyond_the_ac
         (sets.len() == pairs).then_some(sets)
     })
     .await?;
-    for ((cluster, source), (names, _)) in &sets {
+    for ((cluster, source), stored) in &sets {
         let k: usize = source.trim_start_matches("es-").parse()?;
-        assert_eq!(names, &[format!("svc-{}", k % TEAMS)], "{cluster}/{source}");
+        assert_eq!(
+            stored.names,
+            [format!("svc-{}", k % TEAMS)],
+            "{cluster}/{source}"
+        );
     }
 
     // svc-1 of c7 moves from team t1 to t2, and a new Service joins t3 in c9.
-    service(&bus, 7, 1, "t2", 2).await?;
-    service(&bus, 9, 4, "t3", 1).await?;
+    const MOVED: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const JOINED: &str = "0af7651916cd43dd8448eb211c80319c";
+    service(&bus, (7, 1), "t2", 2, Some(MOVED)).await?;
+    service(&bus, (9, 4), "t3", 1, Some(JOINED)).await?;
     until_acked(&bus, last_change_sequence(&bus).await?).await?;
     let after = wait_for("the changed sets", DEADLINE, || async {
         let after = match_sets(&bus).await.ok()?;
         let key = ("c9".to_string(), "es-3".to_string());
-        (after.get(&key)?.0.len() == 2).then_some(after)
+        (after.get(&key)?.names.len() == 2).then_some(after)
     })
     .await?;
     let mut changed = Vec::new();
-    for (key, (names, sequence)) in &after {
-        if sets[key].1 != *sequence {
-            changed.push((key.0.clone(), key.1.clone(), names.clone()));
+    for (key, stored) in &after {
+        if sets[key].sequence != stored.sequence {
+            changed.push((key.0.clone(), key.1.clone(), stored.names.clone()));
+            // A set continues the trace of the change that changed it.
+            let trace = if key.0 == "c7" { MOVED } else { JOINED };
+            assert_eq!(stored.trace, trace, "{}/{}", key.0, key.1);
         }
     }
     let mut want = Vec::new();
