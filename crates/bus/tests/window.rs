@@ -1,6 +1,7 @@
-//! The ack window's budget against a real nats-server: one input whose outputs outnumber the
-//! budget is published whole without ever holding more acks than allowed, and older entries
-//! settle to make room for new outputs.
+//! The ack window against a real nats-server: a batch of inputs is acked once its outputs are
+//! stored and comes back when one is lost; one input whose outputs outnumber the ack budget is
+//! published whole without ever holding more acks than allowed, and older entries settle to
+//! make room for new outputs.
 
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ async fn stored(bus: &Bus) -> anyhow::Result<u64> {
     Ok(stream.info().await?.state.messages)
 }
 
-/// Stored inputs `in0..` on the CloudEvent match log, taken from the renderer's consumer.
+/// Stores inputs `in0..` on the CloudEvent match log and takes them from the renderer's
+/// consumer (kept so that a nacked input comes back to it).
 async fn inputs(
     bus: &Bus,
     cluster: &str,
@@ -44,17 +46,25 @@ async fn inputs(
         .await?;
     }
     let mut consumer = bus.durable(topology::RENDERER_CEMATCH, None).await?;
+    let taken = take(&mut consumer, count).await?;
+    Ok((consumer, taken))
+}
+
+async fn take(
+    consumer: &mut async_nats::jetstream::consumer::pull::Stream,
+    want: usize,
+) -> anyhow::Result<Vec<async_nats::jetstream::Message>> {
     let mut taken = Vec::new();
-    while taken.len() < count {
+    while taken.len() < want {
         let batch = tokio::time::timeout(
             Duration::from_secs(10),
-            sluice_bus::coalesce::next_batch(&mut consumer),
+            sluice_bus::coalesce::next_batch(consumer),
         )
         .await?
         .ok_or_else(|| anyhow::anyhow!("consumer ended"))?;
         taken.extend(batch);
     }
-    Ok((consumer, taken))
+    Ok(taken)
 }
 
 async fn wait_acked(bus: &Bus, floor: u64) -> anyhow::Result<()> {
@@ -151,4 +161,40 @@ async fn a_batch_with_more_outputs_than_the_client_allows_in_flight_completes() 
     tokio::time::timeout(Duration::from_secs(60), window.drain()).await??;
     assert_eq!(stored(&bus).await?, 21_000);
     wait_acked(&bus, 1).await
+}
+
+#[tokio::test]
+async fn a_batch_is_acked_once_its_outputs_are_stored_and_comes_back_when_one_fails(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let (mut consumer, taken) = inputs(&bus, &cluster, 3).await?;
+    let mut window = AckWindow::new(4);
+
+    // An output to a subject no stream captures is never stored: all three inputs come back.
+    let lost = bus
+        .publish(Outgoing {
+            msg_id: "lost".into(),
+            subject: "nowhere.stored".into(),
+            payload: Bytes::from_static(b"out"),
+            traceparent: None,
+        })
+        .await?;
+    window.push_batch(vec![lost], taken);
+    assert!(
+        window.drain().await.is_err(),
+        "a lost output must fail the batch"
+    );
+    let again = take(&mut consumer, 3).await?;
+    let bodies: Vec<String> = again
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).to_string())
+        .collect();
+    assert_eq!(bodies, ["in0", "in1", "in2"]);
+
+    // A stored output acks the whole batch: nothing is pending on the consumer afterwards.
+    window.publish(&bus, [report(&cluster, 0)], again).await?;
+    window.drain().await?;
+    wait_acked(&bus, 3).await
 }
