@@ -168,7 +168,8 @@ impl Outputs {
                     return Some(Change::Upsert(object));
                 }
                 self.owned.insert(key.clone());
-                self.published.remove(&key).then(|| Change::Delete {
+                let withdrawn = self.published.remove(&key);
+                withdrawn.then_some(Change::Delete {
                     namespace: key.0,
                     name: key.1,
                     resource_version,
