@@ -19,3 +19,7 @@ pub use window::AckWindow;
 
 /// The ack of one publish; keep many in flight and await them later.
 pub use async_nats::jetstream::context::PublishAckFuture;
+/// A message delivered by a durable consumer, with its ack handle.
+pub use async_nats::jetstream::Message;
+/// The messages of a durable consumer ([`Bus::durable`]).
+pub type PullStream = async_nats::jetstream::consumer::pull::Stream;

@@ -58,7 +58,19 @@ pub async fn run(
     let outputs = match_messages(boot, "boot", |_| None)?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
-    let mut changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
+    let changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
+    // The change reader takes, decodes and parses the next batch while the stage evaluates
+    // this one; two batches wait at most.
+    let (batches, mut parsed) = tokio::sync::mpsc::channel(2);
+    let reader = tokio::spawn({
+        let (bus, rejected, token) = (bus.clone(), rejected.clone(), token.clone());
+        async move {
+            let result =
+                read_changes(bus, changes, last_seen, rejected, batches, token.clone()).await;
+            token.cancel();
+            result
+        }
+    });
     // CloudEvents share nothing with the object state above: their own task, consumer and
     // view of the configuration. Its failure stops the process like the main loop's would.
     let cloudevents = tokio::spawn({
@@ -87,36 +99,11 @@ pub async fn run(
                 let outputs = match_messages(sets, "config", |_| None)?;
                 published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
-            batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
-                let Some(batch) = batch else { anyhow::bail!("change consumer ended") };
-                // Objects are level-based: of a batch only the newest fresh change per subject
-                // is evaluated, in one `on_changes` call that builds each changed match set
-                // once; the batch's inputs are acked together once those sets are stored.
-                let fresh = sluice_bus::coalesce::fresh(topology::CHANGES.name, batch, &last_seen, &mut window);
-                let mut inputs = Vec::with_capacity(fresh.len());
-                let mut messages = Vec::with_capacity(fresh.len());
-                // Each set continues the trace of the last change that touched it.
-                let mut parents = std::collections::HashMap::new();
-                for (delivered, message) in fresh {
-                    last_seen.record(&delivered);
-                    match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
-                        Ok(change) => {
-                            inputs.push((change, delivered.sequence));
-                            messages.push(message);
-                            if let Some(parent) = delivered.traceparent {
-                                parents.insert(delivered.sequence, parent);
-                            }
-                        }
-                        Err(error) => {
-                            rejected.inc();
-                            bus.park("evaluator", &delivered, message, &error.to_string(), &mut window).await?;
-                        }
-                    }
-                }
-                if inputs.is_empty() {
-                    continue;
-                }
-                let sets = tokio::task::block_in_place(|| stage.on_changes(&inputs));
+            batch = parsed.recv(), if !window.is_full() => {
+                // The reader ends only when cancelled, or when it failed (it cancels then too,
+                // and its error is returned below).
+                let Some(Batch { changes, messages, parents }) = batch else { break };
+                let sets = tokio::task::block_in_place(|| stage.on_parsed(&changes));
                 let outputs = match_messages(sets, "change", |set| {
                     parents.get(&set.source_sequence).map(String::as_str)
                 })?;
@@ -131,7 +118,83 @@ pub async fn run(
     }
     tracing::info!("evaluator draining");
     window.drain().await?;
+    drop(parsed);
+    reader.await.context("change reader panicked")??;
     cloudevents.await.context("cloudevent task panicked")??;
+    Ok(())
+}
+
+/// A batch of changes ready for the stage: the newest fresh change per subject with its object
+/// parsed, the messages to ack once the resulting sets are stored, and the trace context of
+/// each change by stream sequence.
+struct Batch {
+    changes: Vec<stage::Parsed>,
+    messages: Vec<sluice_bus::Message>,
+    parents: std::collections::HashMap<u64, String>,
+}
+
+/// Reads the change consumer in batches: keeps the newest fresh change per subject (the rest is
+/// acked through its own window), parks what cannot be decoded, parses the objects, and hands
+/// each batch to the stage. Ends when `token` is cancelled or the stage is gone.
+async fn read_changes(
+    bus: Bus,
+    mut changes: sluice_bus::PullStream,
+    mut last_seen: sluice_bus::Freshness,
+    rejected: sluice_runtime::Counter,
+    batches: tokio::sync::mpsc::Sender<Batch>,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
+                let Some(batch) = batch else { anyhow::bail!("change consumer ended") };
+                // Objects are level-based: of a batch only the newest fresh change per subject
+                // is evaluated, in one `on_parsed` call that builds each changed match set
+                // once; the batch's inputs are acked together once those sets are stored.
+                let fresh = sluice_bus::coalesce::fresh(topology::CHANGES.name, batch, &last_seen, &mut window);
+                let mut decoded = Vec::with_capacity(fresh.len());
+                let mut messages = Vec::with_capacity(fresh.len());
+                // Each set continues the trace of the last change that touched it.
+                let mut parents = std::collections::HashMap::new();
+                for (delivered, message) in fresh {
+                    last_seen.record(&delivered);
+                    match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
+                        Ok(change) => {
+                            decoded.push((change, delivered.sequence));
+                            messages.push(message);
+                            if let Some(parent) = delivered.traceparent {
+                                parents.insert(delivered.sequence, parent);
+                            }
+                        }
+                        Err(error) => {
+                            rejected.inc();
+                            bus.park("evaluator", &delivered, message, &error.to_string(), &mut window).await?;
+                        }
+                    }
+                }
+                if decoded.is_empty() {
+                    continue;
+                }
+                let changes = tokio::task::block_in_place(|| {
+                    decoded
+                        .into_iter()
+                        .map(|(change, sequence)| stage::Parsed::new(change, sequence))
+                        .collect()
+                });
+                if batches.send(Batch { changes, messages, parents }).await.is_err() {
+                    break;
+                }
+            }
+            settled = window.next(), if !window.is_empty() => {
+                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
+                    tracing::warn!(error = %error, "input not acked, it will be redelivered");
+                }
+            }
+        }
+    }
+    window.drain().await?;
     Ok(())
 }
 

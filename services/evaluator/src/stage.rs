@@ -14,11 +14,14 @@
 #[cfg(test)]
 mod tests;
 
+mod match_state;
+
+use match_state::{content_hash, object_ref, to_json, update_key, KeyState, Matched, Outcome};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::config::ConfigState;
 use sluice_eval::CompiledEventSource;
@@ -34,40 +37,24 @@ type ObjectKey = (String, String);
 /// Objects of one cluster by kind, parsed once and shared with the match states.
 type ClusterObjects = BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Value>>>;
 
-/// State kept per (cluster, EventSource).
-#[derive(Debug, Default)]
-struct KeyState {
-    /// Matching objects by (selector position, namespace, name): the API server's LIST order
-    /// within a selector, selectors in spec order.
-    matching: BTreeMap<(usize, String, String), Matched>,
-    /// Objects whose evaluation failed, with the reason.
-    errors: BTreeMap<(String, String, String), String>,
+/// A change with its stream sequence and its object parsed (`None`: deleted or unreadable).
+pub struct Parsed {
+    change: pb::ResourceChange,
+    sequence: u64,
+    object: Option<Arc<Value>>,
 }
 
-/// A matching object and its reference, built once when it joins the set.
-#[derive(Debug)]
-struct Matched {
-    object: Arc<Value>,
-    reference: pb::ObjectRef,
-}
-
-impl Matched {
-    fn new(object: &Arc<Value>) -> Matched {
-        Matched {
-            object: object.clone(),
-            reference: object_ref(object),
+impl Parsed {
+    /// Parses the change's object; the JSON text is not kept.
+    pub fn new(mut change: pb::ResourceChange, sequence: u64) -> Parsed {
+        let object = parse(&change);
+        change.object_json = Vec::new();
+        Parsed {
+            change,
+            sequence,
+            object,
         }
     }
-}
-
-/// What one pair makes of one object change.
-#[derive(Debug)]
-enum Outcome {
-    /// Deleted or unreadable.
-    Absent,
-    Matching,
-    NotMatching,
-    Failed(String),
 }
 
 /// A change parsed and evaluated, ready for the bookkeeping.
@@ -199,13 +186,26 @@ impl Evaluator {
     /// returns the match sets they changed: one per changed (cluster, EventSource), however
     /// many changes of the batch touched it, carrying the sequence of the last of them.
     pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<pb::MatchSet> {
-        // Parsing and evaluating (`prepare`) only read the stage, so a batch could be prepared
-        // on several threads; measured on the shared 2-core machine under load that was slower
-        // (45k vs 78k changes/s), so it is not done.
-        let prepared: Vec<Prepared> = changes.iter().map(|(c, _)| self.prepare(c)).collect();
+        let parsed: Vec<Parsed> = changes
+            .iter()
+            .map(|(change, sequence)| Parsed::new(change.clone(), *sequence))
+            .collect();
+        self.on_parsed(&parsed)
+    }
+
+    /// As [`Evaluator::on_changes`], for changes whose objects were parsed already (the
+    /// service parses a batch on another thread while the stage evaluates the previous one).
+    pub fn on_parsed(&mut self, changes: &[Parsed]) -> Vec<pb::MatchSet> {
+        // Evaluating (`prepare`) only reads the stage, so a batch could be evaluated on several
+        // threads; measured on the shared 2-core machine under load that was slower (45k vs
+        // 78k changes/s), so it is not done.
+        let prepared: Vec<Prepared> = changes
+            .iter()
+            .map(|p| self.prepare(&p.change, p.object.clone()))
+            .collect();
         let mut dirty = BTreeMap::new();
-        for ((change, sequence), prepared) in changes.iter().zip(prepared) {
-            self.apply_prepared(change, *sequence, prepared, &mut dirty);
+        for (parsed, prepared) in changes.iter().zip(prepared) {
+            self.apply_prepared(&parsed.change, parsed.sequence, prepared, &mut dirty);
         }
         self.emit_dirty(dirty)
     }
@@ -223,17 +223,16 @@ impl Evaluator {
         sequence: u64,
         dirty: &mut BTreeMap<usize, u64>,
     ) {
-        let prepared = self.prepare(change);
+        let prepared = self.prepare(change, parse(change));
         self.apply_prepared(change, sequence, prepared, dirty);
     }
 
     /// The pure part of a change: its cluster, its object, and the verdict of every pair
     /// watching its kind.
-    fn prepare(&self, change: &pb::ResourceChange) -> Prepared {
+    fn prepare(&self, change: &pb::ResourceChange, object: Option<Arc<Value>>) -> Prepared {
         let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change") else {
             return Prepared::default();
         };
-        let object = parse(change);
         let group_kind = (group_of(&change.api_version), change.kind.clone());
         let mut outcomes = Vec::new();
         for &(index, position) in self
@@ -513,66 +512,6 @@ impl Evaluator {
     }
 }
 
-/// Updates one key's state for an object change; returns whether its match set may differ.
-fn update_key(
-    state: &mut KeyState,
-    compiled: &Compiled,
-    position: usize,
-    change: &pb::ResourceChange,
-    object: Option<&Arc<Value>>,
-    outcome: Outcome,
-) -> bool {
-    let map_key = (position, change.namespace.clone(), change.name.clone());
-    let err_key = || {
-        (
-            change.kind.clone(),
-            change.namespace.clone(),
-            change.name.clone(),
-        )
-    };
-    let (now_matching, now_error) = match outcome {
-        Outcome::Absent | Outcome::NotMatching => (false, None),
-        Outcome::Matching => (true, None),
-        Outcome::Failed(reason) => (false, Some(reason)),
-    };
-    let error_changed = match now_error {
-        Some(reason) => state.errors.insert(err_key(), reason.clone()).as_ref() != Some(&reason),
-        None => !state.errors.is_empty() && state.errors.remove(&err_key()).is_some(),
-    };
-    let membership_changed = match (now_matching, object) {
-        // Still matching: the reference stays, the content is replaced.
-        (true, Some(object)) => match state.matching.get_mut(&map_key) {
-            Some(previous) => {
-                let changed = compiled.content_matters && previous.object != *object;
-                previous.object = object.clone();
-                changed
-            }
-            None => {
-                state.matching.insert(map_key, Matched::new(object));
-                true
-            }
-        },
-        _ => state.matching.remove(&map_key).is_some(),
-    };
-    error_changed || membership_changed
-}
-
-/// An object's identity as published, read directly (no JSON pointer parsing).
-fn object_ref(object: &Value) -> pb::ObjectRef {
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
-    let metadata = object.get("metadata");
-    pb::ObjectRef {
-        api_version: text(object.get("apiVersion")),
-        kind: text(object.get("kind")),
-        namespace: text(metadata.and_then(|m| m.get("namespace"))),
-        name: text(metadata.and_then(|m| m.get("name"))),
-    }
-}
-
-fn to_json(object: &Value) -> Vec<u8> {
-    serde_json::to_vec(object).unwrap_or_default()
-}
-
 /// The object of a change, parsed once; `None` when deleted or unreadable (an object that
 /// cannot be read cannot match).
 fn parse(change: &pb::ResourceChange) -> Option<Arc<Value>> {
@@ -589,24 +528,6 @@ fn group_of(api_version: &str) -> String {
         .split_once('/')
         .map(|(g, _)| g.to_string())
         .unwrap_or_default()
-}
-
-/// Hash of what a match set says (not of when it was computed).
-fn content_hash(set: &pb::MatchSet) -> String {
-    let mut hasher = Sha256::new();
-    for m in &set.matching {
-        for field in [&m.api_version, &m.kind, &m.namespace, &m.name] {
-            hasher.update(field.as_bytes());
-            hasher.update([0]);
-        }
-    }
-    for r in &set.resources {
-        hasher.update(r);
-        hasher.update([0]);
-    }
-    hasher.update(set.failure_message.as_bytes());
-    hasher.update([u8::from(set.removed)]);
-    format!("{:x}", hasher.finalize())
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

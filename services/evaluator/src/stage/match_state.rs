@@ -1,0 +1,125 @@
+//! The match state of one (cluster, EventSource) pair: which objects match and which failed,
+//! how one evaluated change updates it, and what identifies a match set's content.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sluice_proto::v1 as pb;
+
+use super::Compiled;
+
+/// State kept per (cluster, EventSource).
+#[derive(Debug, Default)]
+pub(super) struct KeyState {
+    /// Matching objects by (selector position, namespace, name): the API server's LIST order
+    /// within a selector, selectors in spec order.
+    pub(super) matching: BTreeMap<(usize, String, String), Matched>,
+    /// Objects whose evaluation failed, with the reason.
+    pub(super) errors: BTreeMap<(String, String, String), String>,
+}
+
+/// A matching object and its reference, built once when it joins the set.
+#[derive(Debug)]
+pub(super) struct Matched {
+    pub(super) object: Arc<Value>,
+    pub(super) reference: pb::ObjectRef,
+}
+
+impl Matched {
+    pub(super) fn new(object: &Arc<Value>) -> Matched {
+        Matched {
+            object: object.clone(),
+            reference: object_ref(object),
+        }
+    }
+}
+
+/// What one pair makes of one object change.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// Deleted or unreadable.
+    Absent,
+    Matching,
+    NotMatching,
+    Failed(String),
+}
+
+/// Updates one key's state for an object change; returns whether its match set may differ.
+pub(super) fn update_key(
+    state: &mut KeyState,
+    compiled: &Compiled,
+    position: usize,
+    change: &pb::ResourceChange,
+    object: Option<&Arc<Value>>,
+    outcome: Outcome,
+) -> bool {
+    let map_key = (position, change.namespace.clone(), change.name.clone());
+    let err_key = || {
+        (
+            change.kind.clone(),
+            change.namespace.clone(),
+            change.name.clone(),
+        )
+    };
+    let (now_matching, now_error) = match outcome {
+        Outcome::Absent | Outcome::NotMatching => (false, None),
+        Outcome::Matching => (true, None),
+        Outcome::Failed(reason) => (false, Some(reason)),
+    };
+    let error_changed = match now_error {
+        Some(reason) => state.errors.insert(err_key(), reason.clone()).as_ref() != Some(&reason),
+        None => !state.errors.is_empty() && state.errors.remove(&err_key()).is_some(),
+    };
+    let membership_changed = match (now_matching, object) {
+        // Still matching: the reference stays, the content is replaced.
+        (true, Some(object)) => match state.matching.get_mut(&map_key) {
+            Some(previous) => {
+                let changed = compiled.content_matters && previous.object != *object;
+                previous.object = object.clone();
+                changed
+            }
+            None => {
+                state.matching.insert(map_key, Matched::new(object));
+                true
+            }
+        },
+        _ => state.matching.remove(&map_key).is_some(),
+    };
+    error_changed || membership_changed
+}
+
+/// An object's identity as published, read directly (no JSON pointer parsing).
+pub(super) fn object_ref(object: &Value) -> pb::ObjectRef {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
+    let metadata = object.get("metadata");
+    pb::ObjectRef {
+        api_version: text(object.get("apiVersion")),
+        kind: text(object.get("kind")),
+        namespace: text(metadata.and_then(|m| m.get("namespace"))),
+        name: text(metadata.and_then(|m| m.get("name"))),
+    }
+}
+
+pub(super) fn to_json(object: &Value) -> Vec<u8> {
+    serde_json::to_vec(object).unwrap_or_default()
+}
+
+/// Hash of what a match set says (not of when it was computed).
+pub(super) fn content_hash(set: &pb::MatchSet) -> String {
+    let mut hasher = Sha256::new();
+    for m in &set.matching {
+        for field in [&m.api_version, &m.kind, &m.namespace, &m.name] {
+            hasher.update(field.as_bytes());
+            hasher.update([0]);
+        }
+    }
+    for r in &set.resources {
+        hasher.update(r);
+        hasher.update([0]);
+    }
+    hasher.update(set.failure_message.as_bytes());
+    hasher.update([u8::from(set.removed)]);
+    format!("{:x}", hasher.finalize())
+}
