@@ -186,26 +186,39 @@ impl Evaluator {
     /// returns the match sets they changed: one per changed (cluster, EventSource), however
     /// many changes of the batch touched it, carrying the sequence of the last of them.
     pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<pb::MatchSet> {
-        let parsed: Vec<Parsed> = changes
-            .iter()
-            .map(|(change, sequence)| Parsed::new(change.clone(), *sequence))
-            .collect();
-        self.on_parsed(&parsed)
+        self.apply_batch(
+            changes
+                .iter()
+                .map(|(change, sequence)| (change, *sequence, parse(change)))
+                .collect(),
+        )
     }
 
     /// As [`Evaluator::on_changes`], for changes whose objects were parsed already (the
     /// service parses a batch on another thread while the stage evaluates the previous one).
     pub fn on_parsed(&mut self, changes: &[Parsed]) -> Vec<pb::MatchSet> {
+        self.apply_batch(
+            changes
+                .iter()
+                .map(|p| (&p.change, p.sequence, p.object.clone()))
+                .collect(),
+        )
+    }
+
+    fn apply_batch(
+        &mut self,
+        changes: Vec<(&pb::ResourceChange, u64, Option<Arc<Value>>)>,
+    ) -> Vec<pb::MatchSet> {
         // Evaluating (`prepare`) only reads the stage, so a batch could be evaluated on several
         // threads; measured on the shared 2-core machine under load that was slower (45k vs
         // 78k changes/s), so it is not done.
-        let prepared: Vec<Prepared> = changes
-            .iter()
-            .map(|p| self.prepare(&p.change, p.object.clone()))
-            .collect();
+        let mut prepared = Vec::with_capacity(changes.len());
+        for (change, _, object) in &changes {
+            prepared.push(self.prepare(change, object.clone()));
+        }
         let mut dirty = BTreeMap::new();
-        for (parsed, prepared) in changes.iter().zip(prepared) {
-            self.apply_prepared(&parsed.change, parsed.sequence, prepared, &mut dirty);
+        for ((change, sequence, _), prepared) in changes.into_iter().zip(prepared) {
+            self.apply_prepared(change, sequence, prepared, &mut dirty);
         }
         self.emit_dirty(dirty)
     }
