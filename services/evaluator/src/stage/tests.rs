@@ -148,11 +148,12 @@ fn a_batch_publishes_each_changed_set_once_with_its_last_sequence() {
         "function evaluate() hs = {} hs.matching = obj.spec.ports[1].port == 443 return hs end"});
     let cel = json!({"group": "", "version": "v1", "kind": "Service",
         "evaluateCEL": [{"name": "db", "rule": "resource.metadata.labels.tier == 'db'"}]});
-    let mut ev = started(&[
+    let sources = [
         event_source("web", web_filter(), false),
         event_source("https", lua, false),
         event_source("db", cel, false),
-    ]);
+    ];
+    let mut ev = started(&sources);
     let batch = vec![
         (change(&service("a", "web", 443)), 10),
         (change(&service("b", "db", 80)), 11),
@@ -161,6 +162,12 @@ fn a_batch_publishes_each_changed_set_once_with_its_last_sequence() {
         (change(&service("d", "other", 8080)), 14),
     ];
     let sets = ev.on_changes(&batch);
+    // The service parses a batch before the stage sees it: same sets.
+    let parsed: Vec<super::Parsed> = batch
+        .iter()
+        .map(|(change, sequence)| super::Parsed::new(change.clone(), *sequence))
+        .collect();
+    assert_eq!(started(&sources).on_parsed(&parsed), sets);
     let mut got: Vec<_> = sets
         .iter()
         .map(|s| (s.event_source.clone(), s.source_sequence))
