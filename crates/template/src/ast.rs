@@ -6,6 +6,25 @@ use std::sync::Arc;
 use crate::funcs::FuncDef;
 use crate::value::Value;
 
+/// A field name. Equal names of one template share one allocation, so that a render can
+/// remember a lookup by the name's address (`exec::lookup::Memo`).
+pub type Name = Arc<str>;
+
+/// Hands out one shared [`Name`] per distinct field name while parsing.
+#[derive(Debug, Default)]
+pub struct Names(std::collections::HashMap<Box<str>, Name>);
+
+impl Names {
+    pub fn get(&mut self, name: &str) -> Name {
+        if let Some(shared) = self.0.get(name) {
+            return Arc::clone(shared);
+        }
+        let shared: Name = Arc::from(name);
+        self.0.insert(name.into(), Arc::clone(&shared));
+        shared
+    }
+}
+
 /// A byte range of the template source.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Span {
@@ -45,6 +64,23 @@ pub struct Pipeline {
     pub cmds: Vec<Command>,
 }
 
+impl Pipeline {
+    /// The field chain when the pipeline is only `.a.b.c` (no declaration, one operand).
+    #[inline]
+    pub fn lone_field(&self) -> Option<&[Name]> {
+        match (self.decl.is_empty(), self.cmds.as_slice()) {
+            (true, [cmd]) => match cmd.args.as_slice() {
+                [Operand {
+                    kind: Arg::Field(names),
+                    ..
+                }] => Some(names),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Command {
     pub span: Span,
@@ -65,12 +101,12 @@ pub enum Arg {
     Literal(Value),
     Number(Number),
     /// `.a.b.c`
-    Field(Vec<Box<str>>),
+    Field(Vec<Name>),
     /// `$x.a.b` (fields may be empty).
-    Variable(Box<str>, Vec<Box<str>>),
+    Variable(Box<str>, Vec<Name>),
     Func(&'static FuncDef),
     /// `(pipeline).a.b` or `$x.a` style chains on any operand.
-    Chain(Box<Operand>, Vec<Box<str>>),
+    Chain(Box<Operand>, Vec<Name>),
     Pipe(Box<Pipeline>),
 }
 

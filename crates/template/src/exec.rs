@@ -2,10 +2,13 @@
 //! missingkey modes, argument type checks, range/with/if, variables and nested templates.
 
 mod call;
+mod lookup;
+
+pub(crate) use lookup::{chain, lookup, Memo};
 
 use serde_json::Value as Json;
 
-use crate::ast::{Arg, Branch, Command, Node, Operand, Pipeline, Span, Tree};
+use crate::ast::{Arg, Branch, Command, Name, Node, Operand, Pipeline, Span, Tree};
 use crate::funcs::Ty;
 use crate::gofmt::{push_int, write_value};
 use crate::val::{child, element, Root, Shape, Val};
@@ -43,6 +46,7 @@ pub struct Exec<'a> {
     vars: Vec<(&'a str, Val<'a>)>,
     depth: usize,
     steps: u64,
+    memo: Memo<'a>,
 }
 
 impl<'a> Exec<'a> {
@@ -66,6 +70,7 @@ impl<'a> Exec<'a> {
             vars: Vec::with_capacity(8),
             depth: 0,
             steps: 0,
+            memo: Memo::new(),
         }
     }
 
@@ -104,6 +109,13 @@ impl<'a> Exec<'a> {
             match node {
                 Node::Text(t) => self.out.push_str(t),
                 Node::Action(pipe) => {
+                    // `{{ .a.b }}` over borrowed data: straight to the output.
+                    if let (Some(names), Val::J(node, shape)) = (pipe.lone_field(), dot) {
+                        if let Some(value) = chain(&mut self.memo, node, *shape, names) {
+                            self.print(&value);
+                            continue;
+                        }
+                    }
                     let value = self.pipeline(dot, pipe)?;
                     if pipe.decl.is_empty() {
                         self.print(&value);
@@ -341,7 +353,7 @@ impl<'a> Exec<'a> {
         match &first.kind {
             Arg::Field(names) => {
                 if let (Val::J(node, shape), false) = (dot, has_args) {
-                    if let Some(v) = chain(node, *shape, names) {
+                    if let Some(v) = chain(&mut self.memo, node, *shape, names) {
                         return Ok(v);
                     }
                 }
@@ -358,7 +370,7 @@ impl<'a> Exec<'a> {
                     return Ok(value);
                 }
                 if let (Val::J(node, shape), false) = (&value, has_args) {
-                    if let Some(v) = chain(node, *shape, names) {
+                    if let Some(v) = chain(&mut self.memo, node, *shape, names) {
                         return Ok(v);
                     }
                 }
@@ -414,7 +426,7 @@ impl<'a> Exec<'a> {
     fn fields(
         &mut self,
         receiver: Option<Val<'a>>,
-        names: &'a [Box<str>],
+        names: &'a [Name],
         span: Span,
         args: &'a [Operand],
         final_: Option<Val<'a>>,
@@ -530,49 +542,6 @@ impl<'a> Exec<'a> {
             )),
         }
     }
-}
-
-/// A key lookup in a JSON object: a scan for the small objects Kubernetes data is made of,
-/// which is faster than hashing the key.
-pub(crate) fn lookup<'j>(
-    entries: &'j serde_json::Map<String, Json>,
-    key: &str,
-) -> Option<&'j Json> {
-    if entries.len() <= 8 {
-        // Length and first byte rule out most keys without a call to `memcmp`.
-        let first = key.as_bytes().first();
-        return entries
-            .iter()
-            .find(|(k, _)| {
-                k.len() == key.len() && k.as_bytes().first() == first && k.as_str() == key
-            })
-            .map(|(_, v)| v);
-    }
-    entries.get(key)
-}
-
-/// A field chain over borrowed JSON when every step finds its key; `None` leaves missing keys,
-/// non-objects and method calls to the general rules.
-#[inline]
-pub(crate) fn chain<'a>(
-    mut node: &'a Json,
-    mut shape: Shape,
-    names: &[Box<str>],
-) -> Option<Val<'a>> {
-    let (last, init) = names.split_last()?;
-    for name in init {
-        let Json::Object(entries) = node else {
-            return None;
-        };
-        match child(shape, name, lookup(entries, name)?) {
-            Val::J(n, s) => (node, shape) = (n, s),
-            _ => return None,
-        }
-    }
-    let Json::Object(entries) = node else {
-        return None;
-    };
-    Some(child(shape, last, lookup(entries, last)?))
 }
 
 /// String equality for the short names and keys templates use, without a call to `memcmp`.

@@ -9,6 +9,7 @@ mod exec;
 mod funcs;
 mod gofmt;
 mod gojson;
+mod key;
 mod lex;
 mod methods;
 pub mod oracle;
@@ -21,6 +22,7 @@ mod val;
 mod value;
 mod yaml;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use cache::TemplateCache;
@@ -170,6 +172,10 @@ impl Error {
 pub struct Template {
     inner: Inner,
     options: Options,
+    /// The longest output rendered so far: the next output buffer starts that large instead of
+    /// growing (and copying) its way there. Written only when it grows, so threads rendering the
+    /// same template do not fight over the cache line.
+    longest: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -204,6 +210,7 @@ impl Template {
         Ok(Template {
             inner,
             options: options.clone(),
+            longest: AtomicUsize::new(0),
         })
     }
 
@@ -211,6 +218,7 @@ impl Template {
     pub fn render(&self, data: &Value) -> Result<String> {
         let mut out = String::with_capacity(self.output_hint());
         self.render_into(data, &mut out)?;
+        self.note_length(out.len());
         Ok(out)
     }
 
@@ -257,6 +265,7 @@ impl Template {
     pub fn render_event(&self, json: &serde_json::Value) -> Result<String> {
         let mut out = String::with_capacity(self.output_hint());
         self.render_event_into(json, &mut out)?;
+        self.note_length(out.len());
         Ok(out)
     }
 
@@ -296,11 +305,24 @@ impl Template {
         exec.run(main, dot).map_err(|e| *e)
     }
 
-    /// A first guess of the output size: the template's own length.
+    /// A first guess of the output size: the longest output so far, or one and a half times
+    /// the template's own length before the first render.
     fn output_hint(&self) -> usize {
+        // Capped: one huge output should not make every later render reserve as much.
+        let seen = self.longest.load(Ordering::Relaxed).min(1 << 20);
+        if seen > 0 {
+            // A little headroom: data of the same shape renders to similar lengths.
+            return seen + seen / 8;
+        }
         match &self.inner {
             Inner::Go { src, .. } => src.len() + src.len() / 2,
             Inner::Tera(_) => 0,
+        }
+    }
+
+    fn note_length(&self, len: usize) {
+        if len > self.longest.load(Ordering::Relaxed) {
+            self.longest.store(len, Ordering::Relaxed);
         }
     }
 

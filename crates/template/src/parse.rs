@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::ast::{Arg, Branch, Command, Node, Number, Operand, Pipeline, Span, Tree};
+use crate::ast::{Arg, Branch, Command, Name, Names, Node, Number, Operand, Pipeline, Span, Tree};
 use crate::funcs;
 use crate::lex::{lex, Keyword, Tok, Token};
 use crate::value::Value;
@@ -37,6 +37,7 @@ pub fn parse(src: &str, name: &str, engine: Engine) -> PResult<Tree> {
         range_depth: 0,
         tree: Tree::default(),
         engine,
+        names: Names::default(),
     };
     let mut main = Vec::new();
     loop {
@@ -102,6 +103,7 @@ struct Parser {
     range_depth: usize,
     tree: Tree,
     engine: Engine,
+    names: Names,
 }
 
 impl Parser {
@@ -510,9 +512,10 @@ impl Parser {
     fn operand(&mut self) -> PResult<Operand> {
         let start = self.pos();
         let term = self.term()?;
-        let mut fields: Vec<Box<str>> = Vec::new();
+        let mut fields: Vec<Name> = Vec::new();
         while let Tok::Field(f) = self.peek() {
-            fields.push(f.as_str().into());
+            let name = f.clone();
+            fields.push(self.names.get(&name));
             self.idx += 1;
         }
         let end = self.tokens[self.idx].pos;
@@ -570,7 +573,7 @@ impl Parser {
                 }
                 Arg::Variable(name.into(), Vec::new())
             }
-            Tok::Field(f) => Arg::Field(vec![f.into()]),
+            Tok::Field(f) => Arg::Field(vec![self.names.get(&f)]),
             Tok::Bool(b) => Arg::Literal(Value::Bool(b)),
             Tok::Str(s) => Arg::Literal(Value::string(s)),
             Tok::Char(c) => {

@@ -66,24 +66,34 @@ impl<'a> Val<'a> {
     pub fn scalar(&self) -> Scalar<'_> {
         match self {
             Val::Key(k) => Scalar::Str(k),
-            Val::J(j, _) => match j {
-                Json::Null => Scalar::Nil,
-                Json::Bool(b) => Scalar::Bool(*b),
-                Json::Number(n) => match n.as_i64() {
-                    Some(i) => Scalar::Int(i),
-                    None => Scalar::Float(n.as_f64().unwrap_or(f64::NAN)),
-                },
-                Json::String(s) => Scalar::Str(s),
-                Json::Array(_) | Json::Object(_) => Scalar::Other,
+            Val::J(j, _) => Scalar::of_json(j),
+            Val::V(v) => Scalar::of_value(v),
+        }
+    }
+}
+
+impl<'x> Scalar<'x> {
+    pub fn of_json(j: &'x Json) -> Scalar<'x> {
+        match j {
+            Json::Null => Scalar::Nil,
+            Json::Bool(b) => Scalar::Bool(*b),
+            Json::Number(n) => match n.as_i64() {
+                Some(i) => Scalar::Int(i),
+                None => Scalar::Float(n.as_f64().unwrap_or(f64::NAN)),
             },
-            Val::V(v) => match v {
-                Value::Nil => Scalar::Nil,
-                Value::Bool(b) => Scalar::Bool(*b),
-                Value::Int(i) | Value::GoInt(i) => Scalar::Int(*i),
-                Value::Float(f) => Scalar::Float(*f),
-                Value::String(s) => Scalar::Str(s),
-                _ => Scalar::Other,
-            },
+            Json::String(s) => Scalar::Str(s),
+            Json::Array(_) | Json::Object(_) => Scalar::Other,
+        }
+    }
+
+    pub fn of_value(v: &'x Value) -> Scalar<'x> {
+        match v {
+            Value::Nil => Scalar::Nil,
+            Value::Bool(b) => Scalar::Bool(*b),
+            Value::Int(i) | Value::GoInt(i) => Scalar::Int(*i),
+            Value::Float(f) => Scalar::Float(*f),
+            Value::String(s) => Scalar::Str(s),
+            _ => Scalar::Other,
         }
     }
 }

@@ -21,7 +21,7 @@ impl<'a> Exec<'a> {
             Arg::Dot => dot.clone(),
             Arg::Nil => Val::NIL,
             Arg::Field(names) => match dot {
-                Val::J(node, shape) => match super::chain(node, *shape, names) {
+                Val::J(node, shape) => match super::chain(&mut self.memo, node, *shape, names) {
                     Some(v) => v,
                     None => self.fields(Some(dot.clone()), names, op.span, &[], None, dot)?,
                 },
@@ -32,7 +32,7 @@ impl<'a> Exec<'a> {
                 if names.is_empty() {
                     v
                 } else if let Some(found) = match &v {
-                    Val::J(node, shape) => super::chain(node, *shape, names),
+                    Val::J(node, shape) => super::chain(&mut self.memo, node, *shape, names),
                     _ => None,
                 } {
                     found
@@ -199,6 +199,17 @@ impl<'a> Exec<'a> {
         let whole = self.command_span(span, args);
         let fail =
             |exec: &Self, m: String| exec.error(whole, format!("error calling {}: {m}", def.name));
+        // `eq .port 443`: both sides read as borrowed scalars, nothing built or dropped.
+        if let (Some(which), [x, y], None) = (def.fast, args, &final_) {
+            if let Some(Some(result)) = self
+                .scalar_arg(dot, x)
+                .and_then(|a| Some(compare(which, a, self.scalar_arg(dot, y)?)))
+            {
+                return result
+                    .map(|b| Val::V(Value::Bool(b)))
+                    .map_err(|m| fail(self, m));
+            }
+        }
         if let (Some(which), true) = (def.fast, given <= FAST_ARGS) {
             let mut buf = [Val::NIL; FAST_ARGS];
             for (slot, op) in buf.iter_mut().zip(args) {
@@ -238,6 +249,28 @@ impl<'a> Exec<'a> {
         }
         let result: FuncResult = imp(values);
         result.map(Val::V).map_err(|m| fail(self, m))
+    }
+
+    /// An operand that is a literal or a field/variable chain ending in a JSON scalar, read
+    /// without side effects; `None` leaves it (and any error it raises) to [`Exec::operand`].
+    fn scalar_arg(&mut self, dot: &Val<'a>, op: &'a Operand) -> Option<Scalar<'a>> {
+        let found = match &op.kind {
+            Arg::Number(n) => return Some(Scalar::of_value(&n.ideal)),
+            Arg::Literal(v) => return Some(Scalar::of_value(v)),
+            Arg::Field(names) => match dot {
+                Val::J(node, shape) => super::chain(&mut self.memo, node, *shape, names)?,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        match found {
+            Val::J(j, _) => match Scalar::of_json(j) {
+                Scalar::Other => None,
+                scalar => Some(scalar),
+            },
+            Val::Key(k) => Some(Scalar::Str(k)),
+            Val::V(_) => None,
+        }
     }
 
     fn command_span(&self, span: Span, args: &[Operand]) -> Span {
@@ -317,6 +350,26 @@ fn fast<'a>(which: Fast, vals: &[Val<'a>]) -> Result<Option<Val<'a>>, String> {
             Ok(Some(item))
         }
         _ => Ok(None),
+    }
+}
+
+/// A two-operand comparison builtin over scalars; `None` for other builtins or when the
+/// general comparison must decide.
+fn compare(which: Fast, a: Scalar<'_>, b: Scalar<'_>) -> Option<Result<bool, String>> {
+    match which {
+        Fast::Eq => scalar_equal(a, b),
+        Fast::Ne => scalar_equal(a, b).map(|r| r.map(|eq| !eq)),
+        Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge => Some(scalar_less(a, b).map(|less| {
+            // Both sides are numbers or strings of one kind here: equality cannot fail.
+            let equal = || scalar_equal(a, b).and_then(Result::ok).unwrap_or(false);
+            match which {
+                Fast::Lt => less,
+                Fast::Le => less || equal(),
+                Fast::Gt => !(less || equal()),
+                _ => !less,
+            }
+        })),
+        _ => None,
     }
 }
 

@@ -1,0 +1,82 @@
+//! Key lookups in borrowed JSON objects for field chains, and a per-render memo of them: a
+//! template reads the same few keys of the same objects again and again (`.Resource.metadata`
+//! in every line, `.port` three times per port), and the borrowed data cannot change during a
+//! render. Owned `Value` maps are not memoised (functions may modify them).
+
+use serde_json::Value as Json;
+
+use crate::ast::Name;
+use crate::key::Key;
+use crate::val::{child, Shape, Val};
+
+/// Slots of the direct-mapped memo (a power of two).
+const SLOTS: usize = 64;
+
+/// Remembers `(object, name) -> entry` lookups of one render, by address: names are shared per
+/// distinct text at parse time (`ast::Names`), objects are borrowed for the whole render.
+pub struct Memo<'a> {
+    slots: [(usize, usize, Option<&'a Json>); SLOTS],
+}
+
+impl<'a> Memo<'a> {
+    pub fn new() -> Self {
+        Memo {
+            slots: [(0, 0, None); SLOTS],
+        }
+    }
+
+    /// The entry `name` of `entries`, remembered.
+    #[inline]
+    pub fn get(
+        &mut self,
+        entries: &'a serde_json::Map<String, Json>,
+        name: &Name,
+    ) -> Option<&'a Json> {
+        let object = entries as *const _ as usize;
+        let key = name.as_ptr() as usize;
+        let slot = (object >> 3 ^ key >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+        let entry = &mut self.slots[slot % SLOTS];
+        if entry.0 == object && entry.1 == key {
+            if let Some(found) = entry.2 {
+                return Some(found);
+            }
+        }
+        let found = lookup(entries, name)?;
+        *entry = (object, key, Some(found));
+        Some(found)
+    }
+}
+
+/// A key lookup in a JSON object (a sorted map, ADR 0011), comparing keys inline (`Key`).
+#[inline]
+pub(crate) fn lookup<'j>(
+    entries: &'j serde_json::Map<String, Json>,
+    key: &str,
+) -> Option<&'j Json> {
+    entries.get(Key::new(key))
+}
+
+/// A field chain over borrowed JSON when every step finds its key; `None` leaves missing keys,
+/// non-objects and method calls to the general rules.
+#[inline]
+pub(crate) fn chain<'a>(
+    memo: &mut Memo<'a>,
+    mut node: &'a Json,
+    mut shape: Shape,
+    names: &[Name],
+) -> Option<Val<'a>> {
+    let (last, init) = names.split_last()?;
+    for name in init {
+        let Json::Object(entries) = node else {
+            return None;
+        };
+        match child(shape, name, memo.get(entries, name)?) {
+            Val::J(n, s) => (node, shape) = (n, s),
+            _ => return None,
+        }
+    }
+    let Json::Object(entries) = node else {
+        return None;
+    };
+    Some(child(shape, last, memo.get(entries, last)?))
+}

@@ -1,0 +1,78 @@
+//! The borrowed-data fast paths of `Template::render_event` (remembered key lookups, printing
+//! a field chain, comparisons over borrowed scalars, the output size guess) give what the
+//! general path gives, including its errors.
+
+use serde_json::json;
+use sluice_template::{event_data, Options, Template};
+
+/// Renders `text` over `data` on the borrowed path and on the eagerly converted one; both must
+/// agree, output or error text.
+fn both(text: &str, data: serde_json::Value) -> Result<String, String> {
+    let template = Template::parse(text, &Options::default()).map_err(|e| e.to_string())?;
+    let fast = template.render_event(&data).map_err(|e| e.to_string());
+    let general = template
+        .render(&event_data(&data))
+        .map_err(|e| e.to_string());
+    assert_eq!(fast, general, "template {text:?}");
+    fast
+}
+
+#[test]
+fn same_key_of_different_objects_is_looked_up_per_object() {
+    let data = json!({"Resources": [
+        {"metadata": {"name": "a"}, "spec": {"ports": [{"port": 443}, {"port": 80}]}},
+        {"metadata": {"name": "b"}, "spec": {"ports": [{"port": 8443}]}},
+    ], "Cluster": {"metadata": {"name": "c"}}});
+    let text = "{{ range .Resources }}{{ .metadata.name }}{{ .metadata.name }}:\
+        {{ range .spec.ports }}{{ if or (eq .port 443) (eq .port 8443) }}{{ .port }},{{ end }}{{ end }}\
+        {{ end }}{{ .Cluster.metadata.name }}";
+    assert_eq!(both(text, data).as_deref(), Ok("aa:443,bb:8443,c"));
+}
+
+#[test]
+fn comparisons_over_borrowed_scalars_keep_go_rules_and_errors() {
+    let data = json!({"Resource": {"n": 3, "f": 1.5, "s": "x", "b": true, "z": null, "l": [1]}});
+    let ok = [
+        ("{{ eq .Resource.n 3 }}", "true"),
+        ("{{ ne .Resource.s \"y\" }}", "true"),
+        ("{{ lt .Resource.n 4 }}", "true"),
+        ("{{ ge .Resource.f 1.5 }}", "true"),
+        ("{{ gt .Resource.s \"w\" }}", "true"),
+        ("{{ eq .Resource.b true }}", "true"),
+        ("{{ eq .Resource.z nil }}", "true"),
+    ];
+    for (text, expected) in ok {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
+    }
+    for text in [
+        "{{ eq .Resource.n 1.5 }}",
+        "{{ lt .Resource.b true }}",
+        "{{ lt .Resource.n \"a\" }}",
+        "{{ eq .Resource.missing 1 }}",
+        "{{ eq .Resource.l 1 }}",
+    ] {
+        let error = both(text, data.clone()).expect_err(text);
+        assert!(error.contains("executing"), "{text}: {error}");
+    }
+}
+
+#[test]
+fn output_longer_than_the_first_guess_and_shorter_later_renders() {
+    let template = Template::parse(
+        "{{ range .Resources }}{{ .metadata.name }}\n{{ end }}",
+        &Options::default(),
+    )
+    .expect("parses");
+    let many: Vec<_> = (0..500)
+        .map(|i| json!({"metadata": {"name": format!("service-{i}")}}))
+        .collect();
+    let long = template
+        .render_event(&json!({ "Resources": many }))
+        .expect("renders");
+    assert_eq!(long.lines().count(), 500);
+    assert!(long.starts_with("service-0\nservice-1\n"));
+    let short = template
+        .render_event(&json!({"Resources": [{"metadata": {"name": "one"}}]}))
+        .expect("renders");
+    assert_eq!(short, "one\n");
+}
