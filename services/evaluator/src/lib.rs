@@ -62,6 +62,7 @@ pub async fn run(
     // The change reader takes, decodes and parses the next batch while the stage evaluates
     // this one; two batches wait at most.
     let (batches, mut parsed) = tokio::sync::mpsc::channel(2);
+    let mut held = Held::default();
     let reader = tokio::spawn({
         let (bus, rejected, token) = (bus.clone(), rejected.clone(), token.clone());
         async move {
@@ -95,19 +96,30 @@ pub async fn run(
                         continue;
                     }
                 };
+                // The sets of absorbed changes are published with the configuration's, so the
+                // changes are acked once those are stored.
                 let sets = tokio::task::block_in_place(|| stage.on_config(&update));
                 let outputs = match_messages(sets, "config", |_| None)?;
-                published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
+                let inputs = held.take();
+                published.add(window.publish(&bus, outputs, inputs.messages).await? as u64);
             }
             batch = parsed.recv(), if !window.is_full() => {
                 // The reader ends only when cancelled, or when it failed (it cancels then too,
                 // and its error is returned below).
-                let Some(Batch { changes, messages, parents }) = batch else { break };
-                let sets = tokio::task::block_in_place(|| stage.on_parsed(&changes));
-                let outputs = match_messages(sets, "change", |set| {
-                    parents.get(&set.source_sequence).map(String::as_str)
-                })?;
-                published.add(window.publish(&bus, outputs, messages).await? as u64);
+                let Some(batch) = batch else { break };
+                tokio::task::block_in_place(|| stage.absorb(&batch.changes));
+                held.add(batch);
+                // While more parsed batches wait, their changes join these sets first: behind
+                // a burst (a listed cluster), a growing set is published once per round, not
+                // once per batch.
+                if parsed.is_empty() || held.changes >= MAX_HELD_CHANGES {
+                    let sets = tokio::task::block_in_place(|| stage.flush());
+                    let Held { messages, parents, .. } = held.take();
+                    let outputs = match_messages(sets, "change", |set| {
+                        parents.get(&set.source_sequence).map(String::as_str)
+                    })?;
+                    published.add(window.publish(&bus, outputs, messages).await? as u64);
+                }
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
@@ -131,6 +143,29 @@ struct Batch {
     changes: Vec<stage::Parsed>,
     messages: Vec<sluice_bus::Message>,
     parents: std::collections::HashMap<u64, String>,
+}
+
+/// Changes absorbed by the stage whose sets are not published yet, at most this many.
+const MAX_HELD_CHANGES: usize = 4_096;
+
+/// The inputs of absorbed changes: acked once the sets they changed are stored.
+#[derive(Default)]
+struct Held {
+    changes: usize,
+    messages: Vec<sluice_bus::Message>,
+    parents: std::collections::HashMap<u64, String>,
+}
+
+impl Held {
+    fn add(&mut self, batch: Batch) {
+        self.changes += batch.changes.len();
+        self.messages.extend(batch.messages);
+        self.parents.extend(batch.parents);
+    }
+
+    fn take(&mut self) -> Held {
+        std::mem::take(self)
+    }
 }
 
 /// Reads the change consumer in batches: keeps the newest fresh change per subject (the rest is

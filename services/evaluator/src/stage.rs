@@ -102,6 +102,8 @@ pub struct Evaluator {
     published: BTreeMap<MatchKey, String>,
     /// Per (cluster, group, kind): the pairs (indices) watching it and the selector position.
     watchers: HashMap<(ClusterId, GroupKind), Vec<(usize, usize)>>,
+    /// Pairs changed by absorbed changes, not yet emitted, with the last change's sequence.
+    pending: BTreeMap<usize, u64>,
 }
 
 impl Evaluator {
@@ -146,6 +148,8 @@ impl Evaluator {
 
     /// Evaluates every deployed (cluster, EventSource) from scratch; returns what changed.
     pub fn recompute_all(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
+        // Every pair is rebuilt and emitted below: nothing stays pending.
+        self.pending.clear();
         let mut out = self.withdraw_undeployed(sequence);
         for index in 0..self.pairs.len() {
             self.rebuild_pair(index);
@@ -156,15 +160,17 @@ impl Evaluator {
 
     /// Applies a configuration update; returns the match sets it changed.
     pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<pb::MatchSet> {
+        // Pending sets are indexed by pair, and a configuration change renumbers the pairs.
+        let mut out = self.flush();
         if !update.apply_to(&mut self.config) {
-            return Vec::new();
+            return out;
         }
         let es_changed = update.kind == "EventSource";
         if es_changed {
             self.compile(&update.name);
         }
         let new_pairs = self.refresh_deployments();
-        let mut out = self.withdraw_undeployed(update.sequence);
+        out.extend(self.withdraw_undeployed(update.sequence));
         for index in 0..self.pairs.len() {
             let key = &self.pairs[index].key;
             if new_pairs.contains(key) || (es_changed && key.1 == update.name) {
@@ -177,7 +183,7 @@ impl Evaluator {
 
     /// Applies one object change in a managed cluster; returns the match sets it changed.
     pub fn on_change(&mut self, change: &pb::ResourceChange, sequence: u64) -> Vec<pb::MatchSet> {
-        let mut dirty = BTreeMap::new();
+        let mut dirty = std::mem::take(&mut self.pending);
         self.apply_change(change, sequence, &mut dirty);
         self.emit_dirty(dirty)
     }
@@ -186,29 +192,52 @@ impl Evaluator {
     /// returns the match sets they changed: one per changed (cluster, EventSource), however
     /// many changes of the batch touched it, carrying the sequence of the last of them.
     pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<pb::MatchSet> {
+        let mut dirty = std::mem::take(&mut self.pending);
         self.apply_batch(
             changes
                 .iter()
                 .map(|(change, sequence)| (change, *sequence, parse(change)))
                 .collect(),
-        )
+            &mut dirty,
+        );
+        self.emit_dirty(dirty)
     }
 
     /// As [`Evaluator::on_changes`], for changes whose objects were parsed already (the
     /// service parses a batch on another thread while the stage evaluates the previous one).
     pub fn on_parsed(&mut self, changes: &[Parsed]) -> Vec<pb::MatchSet> {
+        self.absorb(changes);
+        self.flush()
+    }
+
+    /// Applies parsed changes without publishing: the sets they change are published by the
+    /// next [`Evaluator::flush`] (or any other call that returns sets), once each however many
+    /// absorbed batches changed them. A service behind on its input absorbs what is waiting
+    /// and flushes once.
+    pub fn absorb(&mut self, changes: &[Parsed]) {
+        let mut pending = std::mem::take(&mut self.pending);
         self.apply_batch(
             changes
                 .iter()
                 .map(|p| (&p.change, p.sequence, p.object.clone()))
                 .collect(),
-        )
+            &mut pending,
+        );
+        self.pending = pending;
+    }
+
+    /// The sets absorbed changes changed since the last flush, each with the sequence of the
+    /// last change that touched it.
+    pub fn flush(&mut self) -> Vec<pb::MatchSet> {
+        let pending = std::mem::take(&mut self.pending);
+        self.emit_dirty(pending)
     }
 
     fn apply_batch(
         &mut self,
         changes: Vec<(&pb::ResourceChange, u64, Option<Arc<Value>>)>,
-    ) -> Vec<pb::MatchSet> {
+        dirty: &mut BTreeMap<usize, u64>,
+    ) {
         // Evaluating (`prepare`) only reads the stage, so a batch could be evaluated on several
         // threads; measured on the shared 2-core machine under load that was slower (45k vs
         // 78k changes/s), so it is not done.
@@ -216,11 +245,9 @@ impl Evaluator {
         for (change, _, object) in &changes {
             prepared.push(self.prepare(change, object.clone()));
         }
-        let mut dirty = BTreeMap::new();
         for ((change, sequence, _), prepared) in changes.into_iter().zip(prepared) {
-            self.apply_prepared(change, sequence, prepared, &mut dirty);
+            self.apply_prepared(change, sequence, prepared, dirty);
         }
-        self.emit_dirty(dirty)
     }
 
     /// Number of deployed (cluster, EventSource) pairs.
