@@ -65,15 +65,12 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// The field chain when the pipeline is only `.a.b.c` (no declaration, one operand).
+    /// The operand when the pipeline is only one operand (no declaration, no function).
     #[inline]
-    pub fn lone_field(&self) -> Option<&[Name]> {
+    pub fn lone_operand(&self) -> Option<&Arg> {
         match (self.decl.is_empty(), self.cmds.as_slice()) {
             (true, [cmd]) => match cmd.args.as_slice() {
-                [Operand {
-                    kind: Arg::Field(names),
-                    ..
-                }] => Some(names),
+                [operand] => Some(&operand.kind),
                 _ => None,
             },
             _ => None,

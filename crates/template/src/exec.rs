@@ -109,12 +109,10 @@ impl<'a> Exec<'a> {
             match node {
                 Node::Text(t) => self.out.push_str(t),
                 Node::Action(pipe) => {
-                    // `{{ .a.b }}` over borrowed data: straight to the output.
-                    if let (Some(names), Val::J(node, shape)) = (pipe.lone_field(), dot) {
-                        if let Some(value) = chain(&mut self.memo, node, *shape, names) {
-                            self.print(&value);
-                            continue;
-                        }
+                    // `{{ .a.b }}`, `{{ $x }}`, `{{ $x.a }}` over borrowed data: straight to the
+                    // output; anything unusual (missing keys, errors) takes the general path.
+                    if self.print_lone(pipe, dot) {
+                        continue;
                     }
                     let value = self.pipeline(dot, pipe)?;
                     if pipe.decl.is_empty() {
@@ -138,6 +136,35 @@ impl<'a> Exec<'a> {
             }
         }
         Ok(Flow::Normal)
+    }
+
+    /// Prints a pipeline that is a lone field chain or variable when that needs no general
+    /// rule; `false` when the general path must evaluate it.
+    #[inline]
+    fn print_lone(&mut self, pipe: &'a Pipeline, dot: &Val<'a>) -> bool {
+        let value = match (pipe.lone_operand(), dot) {
+            (Some(Arg::Field(names)), Val::J(node, shape)) => {
+                chain(&mut self.memo, node, *shape, names)
+            }
+            (Some(Arg::Variable(name, names)), _) => {
+                match self.vars.iter().rev().find(|(n, _)| same(n, name)) {
+                    Some((_, value)) if names.is_empty() => Some(value.clone()),
+                    Some((_, Val::J(node, shape))) => {
+                        let (node, shape) = (*node, *shape);
+                        chain(&mut self.memo, node, shape, names)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match value {
+            Some(value) => {
+                self.print(&value);
+                true
+            }
+            None => false,
+        }
     }
 
     fn print(&mut self, value: &Val<'a>) {
@@ -332,6 +359,9 @@ impl<'a> Exec<'a> {
     }
 
     fn pipeline(&mut self, dot: &Val<'a>, pipe: &'a Pipeline) -> R<Val<'a>> {
+        if let (true, [cmd]) = (pipe.decl.is_empty(), pipe.cmds.as_slice()) {
+            return self.command(dot, cmd, None);
+        }
         let value = self.commands(dot, &pipe.cmds)?;
         for name in &pipe.decl {
             self.bind(name, value.clone(), pipe.is_assign);
@@ -347,7 +377,12 @@ impl<'a> Exec<'a> {
         Ok(value.unwrap_or(Val::NIL))
     }
 
-    fn command(&mut self, dot: &Val<'a>, cmd: &'a Command, final_: Option<Val<'a>>) -> R<Val<'a>> {
+    pub(super) fn command(
+        &mut self,
+        dot: &Val<'a>,
+        cmd: &'a Command,
+        final_: Option<Val<'a>>,
+    ) -> R<Val<'a>> {
         let first = &cmd.args[0];
         let has_args = cmd.args.len() > 1 || final_.is_some();
         match &first.kind {

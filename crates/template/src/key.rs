@@ -44,16 +44,15 @@ impl PartialOrd for Key {
 }
 
 impl Ord for Key {
-    /// Byte-wise lexicographic order, the order of `str`.
+    /// Byte-wise lexicographic order, the order of `str`: the first bytes decide most
+    /// comparisons without a call.
     #[inline]
     fn cmp(&self, other: &Key) -> Ordering {
         let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
-        for (x, y) in a.iter().zip(b) {
-            if x != y {
-                return x.cmp(y);
-            }
+        match (a.first(), b.first()) {
+            (Some(x), Some(y)) if x != y => x.cmp(y),
+            _ => a.cmp(b),
         }
-        a.len().cmp(&b.len())
     }
 }
 

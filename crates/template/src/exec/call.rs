@@ -40,7 +40,11 @@ impl<'a> Exec<'a> {
                     self.fields(Some(v), names, op.span, &[], None, dot)?
                 }
             }
-            Arg::Pipe(p) => self.pipeline(dot, p)?,
+            Arg::Pipe(p) => match (p.decl.is_empty(), p.cmds.as_slice()) {
+                // `(eq .a 1)`: one command, nothing to bind.
+                (true, [cmd]) => self.command(dot, cmd, None)?,
+                _ => self.pipeline(dot, p)?,
+            },
             Arg::Func(def) => self.call(def, dot, &[], None, op.span)?,
             Arg::Chain(base, names) => {
                 let receiver = self.operand(dot, base)?;
@@ -182,6 +186,23 @@ impl<'a> Exec<'a> {
                 ),
             ));
         }
+        // `eq .port 443`: both sides read as borrowed scalars, nothing built or dropped.
+        if let (
+            Some(which @ (Fast::Eq | Fast::Ne | Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge)),
+            [x, y],
+            None,
+        ) = (def.fast, args, &final_)
+        {
+            if let Some(Some(result)) = self
+                .scalar_arg(dot, x)
+                .and_then(|a| Some(compare(which, a, self.scalar_arg(dot, y)?)))
+            {
+                return result.map(|b| Val::V(Value::Bool(b))).map_err(|m| {
+                    let whole = self.command_span(span, args);
+                    self.error(whole, format!("error calling {}: {m}", def.name))
+                });
+            }
+        }
         let imp = match def.imp {
             Imp::Plain(f) => f,
             Imp::And | Imp::Or => {
@@ -199,17 +220,6 @@ impl<'a> Exec<'a> {
         let whole = self.command_span(span, args);
         let fail =
             |exec: &Self, m: String| exec.error(whole, format!("error calling {}: {m}", def.name));
-        // `eq .port 443`: both sides read as borrowed scalars, nothing built or dropped.
-        if let (Some(which), [x, y], None) = (def.fast, args, &final_) {
-            if let Some(Some(result)) = self
-                .scalar_arg(dot, x)
-                .and_then(|a| Some(compare(which, a, self.scalar_arg(dot, y)?)))
-            {
-                return result
-                    .map(|b| Val::V(Value::Bool(b)))
-                    .map_err(|m| fail(self, m));
-            }
-        }
         if let (Some(which), true) = (def.fast, given <= FAST_ARGS) {
             let mut buf = [Val::NIL; FAST_ARGS];
             for (slot, op) in buf.iter_mut().zip(args) {
@@ -253,6 +263,7 @@ impl<'a> Exec<'a> {
 
     /// An operand that is a literal or a field/variable chain ending in a JSON scalar, read
     /// without side effects; `None` leaves it (and any error it raises) to [`Exec::operand`].
+    #[inline]
     fn scalar_arg(&mut self, dot: &Val<'a>, op: &'a Operand) -> Option<Scalar<'a>> {
         let found = match &op.kind {
             Arg::Number(n) => return Some(Scalar::of_value(&n.ideal)),
