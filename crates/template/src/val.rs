@@ -99,10 +99,16 @@ impl<'x> Scalar<'x> {
 }
 
 /// The entry `name` of the object `parent` (of shape `shape`), with event-manager's types.
+#[inline]
 pub fn child<'a>(shape: Shape, name: &str, node: &'a Json) -> Val<'a> {
     if shape != Shape::EventRoot {
         return Val::J(node, Shape::Plain);
     }
+    event_child(name, node)
+}
+
+/// An entry of the top-level event data, with event-manager's types (spec §6.8).
+fn event_child<'a>(name: &str, node: &'a Json) -> Val<'a> {
     match (name, node) {
         ("Resource" | "CloudEvent" | "Cluster", Json::Null) => Val::V(Value::map(Map::new())),
         ("Resources" | "CloudEvents", Json::Array(_)) => Val::J(node, Shape::EventMaps),
