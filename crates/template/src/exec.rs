@@ -411,7 +411,14 @@ impl<'a> Exec<'a> {
                 }
                 self.fields(Some(value), names, first.span, &cmd.args, final_, dot)
             }
-            Arg::Func(def) => self.call(def, dot, &cmd.args[1..], final_, first.span),
+            Arg::Func(def) => {
+                if final_.is_none() {
+                    if let Some(result) = self.quick_call(def, dot, &cmd.args[1..], first.span) {
+                        return result;
+                    }
+                }
+                self.call(def, dot, &cmd.args[1..], final_, first.span)
+            }
             Arg::Pipe(p) => {
                 self.not_a_function(first, has_args)?;
                 self.pipeline(dot, p)

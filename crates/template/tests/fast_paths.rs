@@ -40,6 +40,11 @@ fn comparisons_over_borrowed_scalars_keep_go_rules_and_errors() {
         ("{{ gt .Resource.s \"w\" }}", "true"),
         ("{{ eq .Resource.b true }}", "true"),
         ("{{ eq .Resource.z nil }}", "true"),
+        ("{{ or (eq .Resource.n 1) (eq .Resource.n 3) }}", "true"),
+        ("{{ or .Resource.z .Resource.s }}", "x"),
+        ("{{ and .Resource.n .Resource.z }}", "<no value>"),
+        ("{{ and .Resource.n .Resource.s }}", "x"),
+        ("{{ or .Resource.z .Resource.l }}", "[1]"),
     ];
     for (text, expected) in ok {
         assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
@@ -50,6 +55,7 @@ fn comparisons_over_borrowed_scalars_keep_go_rules_and_errors() {
         "{{ lt .Resource.n \"a\" }}",
         "{{ eq .Resource.missing 1 }}",
         "{{ eq .Resource.l 1 }}",
+        "{{ or .Resource.z .Resource.missing }}",
     ] {
         let error = both(text, data.clone()).expect_err(text);
         assert!(error.contains("executing"), "{text}: {error}");

@@ -186,23 +186,6 @@ impl<'a> Exec<'a> {
                 ),
             ));
         }
-        // `eq .port 443`: both sides read as borrowed scalars, nothing built or dropped.
-        if let (
-            Some(which @ (Fast::Eq | Fast::Ne | Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge)),
-            [x, y],
-            None,
-        ) = (def.fast, args, &final_)
-        {
-            if let Some(Some(result)) = self
-                .scalar_arg(dot, x)
-                .and_then(|a| Some(compare(which, a, self.scalar_arg(dot, y)?)))
-            {
-                return result.map(|b| Val::V(Value::Bool(b))).map_err(|m| {
-                    let whole = self.command_span(span, args);
-                    self.error(whole, format!("error calling {}: {m}", def.name))
-                });
-            }
-        }
         let imp = match def.imp {
             Imp::Plain(f) => f,
             Imp::And | Imp::Or => {
@@ -259,6 +242,50 @@ impl<'a> Exec<'a> {
         }
         let result: FuncResult = imp(values);
         result.map(Val::V).map_err(|m| fail(self, m))
+    }
+
+    /// `eq .port 443` (both sides borrowed scalars, nothing built or dropped) and `and`/`or`
+    /// without the general call's frame; `None` when [`Exec::call`] must decide. Only for
+    /// commands without a piped-in final argument.
+    #[inline]
+    pub(super) fn quick_call(
+        &mut self,
+        def: &'static FuncDef,
+        dot: &Val<'a>,
+        args: &'a [Operand],
+        span: Span,
+    ) -> Option<R<Val<'a>>> {
+        match (def.imp, def.fast, args) {
+            // At least one argument: the arity `and`/`or` ask for.
+            (Imp::And | Imp::Or, _, [_, ..]) => {
+                let want = matches!(def.imp, Imp::Or);
+                let mut last = Val::NIL;
+                for op in args {
+                    last = match self.operand(dot, op) {
+                        Ok(value) => value,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    if last.truth() == want {
+                        break;
+                    }
+                }
+                Some(Ok(last))
+            }
+            (
+                _,
+                Some(which @ (Fast::Eq | Fast::Ne | Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge)),
+                [x, y],
+            ) => {
+                let a = self.scalar_arg(dot, x)?;
+                let b = self.scalar_arg(dot, y)?;
+                let result = compare(which, a, b)?;
+                Some(result.map(|b| Val::V(Value::Bool(b))).map_err(|m| {
+                    let whole = self.command_span(span, args);
+                    self.error(whole, format!("error calling {}: {m}", def.name))
+                }))
+            }
+            _ => None,
+        }
     }
 
     /// An operand that is a literal or a field/variable chain ending in a JSON scalar, read
