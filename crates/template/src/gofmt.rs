@@ -238,12 +238,28 @@ fn push_f(out: &mut String, digits: &[u8], dp: i32, frac: usize) {
 /// Go's `strconv.Quote`.
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    push_quoted(&mut out, s);
+    out
+}
+
+/// [`quote`] appending to `out`.
+pub fn push_quoted(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        push_escaped(&mut out, c, '"');
+    let mut rest = s;
+    while !rest.is_empty() {
+        // Printable ASCII other than `"` and `\` is copied as it is, a run at a time.
+        let plain = rest
+            .bytes()
+            .position(|b| !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\')
+            .unwrap_or(rest.len());
+        out.push_str(&rest[..plain]);
+        rest = &rest[plain..];
+        let Some(c) = rest.chars().next() else { break };
+        push_escaped(out, c, '"');
+        rest = &rest[c.len_utf8()..];
     }
     out.push('"');
-    out
 }
 
 /// Go's `strconv.QuoteRune`.

@@ -175,6 +175,11 @@ fn bad_verb(out: &mut String, verb: char, arg: &Value) {
 }
 
 fn format_int(out: &mut String, verb: char, spec: Spec, i: i64, arg: &Value) {
+    // Plain `%d`/`%v` (no flags, width or precision): the digits, straight to the output.
+    let plain = !(spec.plus || spec.minus || spec.sharp || spec.zero || spec.space);
+    if plain && spec.width.is_none() && spec.prec.is_none() && matches!(verb, 'd' | 'v') {
+        return crate::gofmt::push_int(out, i);
+    }
     let digits = match verb {
         'd' | 'v' => i.unsigned_abs().to_string(),
         'x' => format!("{:x}", i.unsigned_abs()),
@@ -319,7 +324,9 @@ fn format_str(out: &mut String, verb: char, spec: Spec, s: &str, arg: &Value) {
 }
 
 fn pad(out: &mut String, s: &str, spec: Spec, zero_ok: bool) {
-    let width = spec.width.unwrap_or(0);
+    let Some(width) = spec.width else {
+        return out.push_str(s);
+    };
     let len = s.chars().count();
     if width <= len {
         out.push_str(s);

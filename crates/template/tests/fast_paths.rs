@@ -82,3 +82,14 @@ fn output_longer_than_the_first_guess_and_shorter_later_renders() {
         .expect("renders");
     assert_eq!(short, "one\n");
 }
+
+#[test]
+fn quote_and_printf_copy_plain_text_and_escape_the_rest_as_go() {
+    // Expected output from the Go oracle (`oracle template`) for the same template and data.
+    let data = json!({"s": "a\"b\\c\nd\té\u{7f}x"});
+    let text = r#"{{ quote .s }} {{ printf "%s|%d|%v|%5d|%-3s|" .s 42 -7 3 "x" }}"#;
+    assert_eq!(
+        both(text, data).as_deref(),
+        Ok("\"a\\\"b\\\\c\\nd\\té\\x7fx\" a\"b\\c\nd\té\u{7f}x|42|-7|    3|x  |")
+    );
+}

@@ -5,8 +5,23 @@ use rand::Rng;
 
 use super::{strslice, strval};
 use crate::funcs::{arg_int, arg_str, budget, def, FuncDef, FuncResult, MAX_STRING};
-use crate::gofmt::quote;
+use crate::gofmt::push_quoted;
 use crate::value::{Map, Value};
+
+/// sprig's `quote`: every non-nil argument as a Go string literal, separated by spaces.
+fn quote_all(args: Vec<Value>) -> FuncResult {
+    let mut out = String::new();
+    for v in args.iter().filter(|v| !v.is_nil()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        match v {
+            Value::String(text) => push_quoted(&mut out, text),
+            other => push_quoted(&mut out, &strval(other)),
+        }
+    }
+    s(out)
+}
 
 fn s(v: String) -> FuncResult {
     Ok(Value::string(v))
@@ -96,7 +111,7 @@ pub static FUNCS: &[FuncDef] = &[
     def!("hasSuffix", [Str, Str], |a| Ok(Value::Bool(
         arg_str(&a, 1).ends_with(arg_str(&a, 0))
     ))),
-    def!("quote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| quote(&strval(v))).collect::<Vec<_>>().join(" "))),
+    def!("quote", [], ...Any, quote_all),
     def!("squote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| format!("'{}'", strval(v))).collect::<Vec<_>>().join(" "))),
     def!("cat", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(strval).collect::<Vec<_>>().join(" "))),
     def!("indent", [Int, Str], |a| s(indent(
