@@ -298,8 +298,24 @@ fn push_escaped(out: &mut String, c: char, quote: char) {
     }
 }
 
+/// Go's `strconv.IsPrint`: letters, marks, numbers, punctuation, symbols and the ASCII space.
+/// Other spaces (U+00A0), format characters (U+200B, U+00AD), separators, controls, private
+/// use and unassigned code points are escaped by `%q` and `quote`. (Go 1.23 has Unicode 15.0;
+/// the table here may be newer, which only differs for code points assigned since.)
 fn is_print(c: char) -> bool {
-    !c.is_control() && !matches!(c as u32, 0xad | 0x2028 | 0x2029 | 0xfeff | 0xfff9..=0xfffb)
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+    c == ' '
+        || !matches!(
+            get_general_category(c),
+            G::Control
+                | G::Format
+                | G::Surrogate
+                | G::PrivateUse
+                | G::Unassigned
+                | G::SpaceSeparator
+                | G::LineSeparator
+                | G::ParagraphSeparator
+        )
 }
 
 pub use crate::printf::sprintf;

@@ -93,3 +93,17 @@ fn quote_and_printf_copy_plain_text_and_escape_the_rest_as_go() {
         Ok("\"a\\\"b\\\\c\\nd\\té\\x7fx\" a\"b\\c\nd\té\u{7f}x|42|-7|    3|x  |")
     );
 }
+
+#[test]
+fn quote_and_q_escape_what_go_does_not_print() {
+    // Expected output from the Go oracle (`oracle template`): a zero-width space (Cf), a
+    // no-break space (Zs), a line separator (Zl) and a soft hyphen (Cf) are escaped; a
+    // combining accent (Mn) is printed.
+    let data = json!({"s": "a\u{200b}b\u{a0}c\u{2028}d\u{ad}e\u{301}f"});
+    let text = r#"{{ quote .s }} {{ printf "%q" .s }}"#;
+    let quoted = "\"a\\u200bb\\u00a0c\\u2028d\\u00ade\u{301}f\"";
+    assert_eq!(
+        both(text, data).as_deref(),
+        Ok(format!("{quoted} {quoted}").as_str())
+    );
+}
