@@ -230,20 +230,9 @@ impl<'a> Exec<'a> {
             }
             Val::J(Json::Object(entries), Shape::Plain) => {
                 empty = entries.is_empty();
-                // Go ranges over sorted keys; the JSON keeps its document order, which is
-                // often sorted already (Kubernetes serializes maps sorted).
-                let mut sorted: Vec<(&'a String, &'a Json)> = Vec::new();
-                if !entries.keys().is_sorted() {
-                    sorted.extend(entries.iter());
-                    sorted.sort_unstable_by(|x, y| x.0.cmp(y.0));
-                }
-                let in_order: &mut dyn Iterator<Item = (&'a String, &'a Json)> =
-                    if sorted.is_empty() {
-                        &mut entries.iter()
-                    } else {
-                        &mut sorted.iter().copied()
-                    };
-                for (k, v) in in_order {
+                // Go ranges over keys sorted by bytes; a JSON object is a sorted map
+                // (ADR 0011), so its own order is Go's.
+                for (k, v) in entries {
                     let key = if wants_key { Val::Key(k) } else { Val::NIL };
                     if let Flow::Break = self.range_body(b, key, &Val::J(v, Shape::Plain), mark)? {
                         break;
