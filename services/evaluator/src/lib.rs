@@ -114,7 +114,7 @@ pub async fn run(
                 // once per batch.
                 if parsed.is_empty() || held.changes >= MAX_HELD_CHANGES {
                     let sets = tokio::task::block_in_place(|| stage.flush());
-                    let Held { messages, parents, .. } = held.take();
+                    let Inputs { messages, parents } = held.take();
                     let outputs = match_messages(sets, "change", |set| {
                         parents.get(&set.source_sequence).map(String::as_str)
                     })?;
@@ -136,35 +136,41 @@ pub async fn run(
     Ok(())
 }
 
-/// A batch of changes ready for the stage: the newest fresh change per subject with its object
-/// parsed, the messages to ack once the resulting sets are stored, and the trace context of
-/// each change by stream sequence.
-struct Batch {
-    changes: Vec<stage::Parsed>,
+/// The inputs behind some changes: the messages to ack once the sets they changed are stored,
+/// and the trace context of each change by stream sequence.
+#[derive(Default)]
+struct Inputs {
     messages: Vec<sluice_bus::Message>,
     parents: std::collections::HashMap<u64, String>,
+}
+
+/// A batch of changes ready for the stage: the newest fresh change per subject with its object
+/// parsed, and its inputs.
+struct Batch {
+    changes: Vec<stage::Parsed>,
+    inputs: Inputs,
 }
 
 /// Changes absorbed by the stage whose sets are not published yet, at most this many.
 const MAX_HELD_CHANGES: usize = 4_096;
 
-/// The inputs of absorbed changes: acked once the sets they changed are stored.
+/// What the stage absorbed and has not published yet.
 #[derive(Default)]
 struct Held {
     changes: usize,
-    messages: Vec<sluice_bus::Message>,
-    parents: std::collections::HashMap<u64, String>,
+    inputs: Inputs,
 }
 
 impl Held {
     fn add(&mut self, batch: Batch) {
         self.changes += batch.changes.len();
-        self.messages.extend(batch.messages);
-        self.parents.extend(batch.parents);
+        self.inputs.messages.extend(batch.inputs.messages);
+        self.inputs.parents.extend(batch.inputs.parents);
     }
 
-    fn take(&mut self) -> Held {
-        std::mem::take(self)
+    /// The held inputs, leaving nothing held.
+    fn take(&mut self) -> Inputs {
+        std::mem::take(self).inputs
     }
 }
 
@@ -186,8 +192,8 @@ async fn read_changes(
             batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("change consumer ended") };
                 // Objects are level-based: of a batch only the newest fresh change per subject
-                // is evaluated, in one `on_parsed` call that builds each changed match set
-                // once; the batch's inputs are acked together once those sets are stored.
+                // is evaluated; the main loop acks the batch's inputs once the sets they
+                // changed are stored.
                 let fresh = sluice_bus::coalesce::fresh(topology::CHANGES.name, batch, &last_seen, &mut window);
                 let mut decoded = Vec::with_capacity(fresh.len());
                 let mut messages = Vec::with_capacity(fresh.len());
@@ -218,7 +224,8 @@ async fn read_changes(
                         .map(|(change, sequence)| stage::Parsed::new(change, sequence))
                         .collect()
                 });
-                if batches.send(Batch { changes, messages, parents }).await.is_err() {
+                let inputs = Inputs { messages, parents };
+                if batches.send(Batch { changes, inputs }).await.is_err() {
                     break;
                 }
             }
