@@ -10,6 +10,9 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::topology::{self, StreamSpec, ALL_STREAMS};
 
+/// How long [`Bus::close`] waits for the server before it just drops the connection.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A connected bus. Cheap to clone.
 #[derive(Clone)]
 pub struct Bus {
@@ -54,6 +57,34 @@ impl Bus {
             bus.ensure_stream(spec).await?;
         }
         Ok(bus)
+    }
+
+    /// Closes the connection so that nothing is left behind on the server: the pull requests of
+    /// dropped consumers stop taking messages before this returns. Dropping a `Bus` closes the
+    /// connection too, but the server may notice only later and meanwhile hand a new message to
+    /// a pull request nobody reads, which holds it until the consumer's ack wait runs out; a
+    /// stage restarted in the same process (tests, `sluice demo`) would wait that long.
+    ///
+    /// Call it once the stage's consumers are dropped; messages already delivered to them and
+    /// not acked are redelivered after the ack wait as always.
+    pub async fn close(self) {
+        // A flush is answered once the server has read everything sent before it, the
+        // unsubscriptions of dropped consumers included; a drain then unsubscribes whatever
+        // is still subscribed and closes the connection.
+        let closing = async {
+            if let Err(error) = self.client.flush().await {
+                tracing::debug!(error = %error, "flush before closing failed");
+            }
+            if let Err(error) = self.client.drain().await {
+                tracing::debug!(error = %error, "drain failed");
+                return;
+            }
+            // Commands fail once the connection is closed: this flush returns then.
+            while self.client.flush().await.is_ok() {}
+        };
+        if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
+            tracing::warn!(timeout = ?CLOSE_TIMEOUT, "NATS connection not closed in time, dropping it");
+        }
     }
 
     pub fn client(&self) -> &async_nats::Client {

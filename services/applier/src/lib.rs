@@ -151,5 +151,7 @@ pub async fn run(
         }
     }
     window.drain().await?;
+    drop(desired);
+    bus.close().await;
     Ok(())
 }

@@ -133,6 +133,8 @@ pub async fn run(
     drop(parsed);
     reader.await.context("change reader panicked")??;
     cloudevents.await.context("cloudevent task panicked")??;
+    // The consumers went with their tasks: closing now leaves no pull request behind.
+    bus.close().await;
     Ok(())
 }
 

@@ -357,6 +357,8 @@ pub async fn run(
         }
     }
     window.drain().await?;
+    drop((reports, cloud_events));
+    bus.close().await;
     Ok(())
 }
 

@@ -223,5 +223,7 @@ pub async fn run(
         }
     }
     window.drain().await?;
+    drop(matches);
+    bus.close().await;
     Ok(())
 }

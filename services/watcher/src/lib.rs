@@ -82,5 +82,6 @@ pub async fn run(
     }
     watches.stop_all();
     listeners.stop_all();
+    bus.close().await;
     Ok(())
 }
