@@ -4,9 +4,9 @@
 //! Closing (`Bus::close`) makes the server drop the first connection's interest before it
 //! returns, but the server prunes pull requests without interest only from time to time: under
 //! load it can still hand the message to a pull request the closed connection left behind, and
-//! the message then comes back after the consumer's ack wait (30 s). Measured on this 2-core
-//! box with two busy loops running: without `close`, most runs lost a message in their first
-//! rounds; with it, one round in about twenty.
+//! the message then comes back after the consumer's ack wait (30 s). Measured on the 2-core dev
+//! box with two busy loops running, three runs of up to 30 rounds each: without `close`, every
+//! run lost a message in its second round; with it, 3 of 27 rounds did.
 
 use std::time::{Duration, Instant};
 
