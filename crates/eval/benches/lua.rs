@@ -14,6 +14,11 @@ use criterion::{criterion_group, Criterion, Throughput};
 use serde_json::{json, Value};
 use sluice_eval::{compile_object, CompiledEventSource};
 
+/// The allocator of the evaluator service (`services/evaluator/src/main.rs`), where these
+/// evaluations run in production.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const OBJECTS: usize = 10_000;
 
 const LABELS: &str = r#"function evaluate()

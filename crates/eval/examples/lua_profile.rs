@@ -1,5 +1,5 @@
 //! Runs the per-object evaluation of the bench's label or https script over 10,000 Services in
-//! a loop, for profilers (`perf record`); prints ns per object. Not a benchmark of record: see
+//! a loop (or as many as the third argument says), for profilers (`perf record`); prints ns per object. Not a benchmark of record: see
 //! `benches/lua.rs` for the side-by-side numbers.
 
 use std::hint::black_box;
@@ -7,6 +7,11 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use sluice_eval::compile_object;
+
+/// The allocator of the evaluator service (`services/evaluator/src/main.rs`), where these
+/// evaluations run in production.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn service(i: usize) -> Value {
     let mut labels = json!({"app": format!("app-{}", i % 17), "tier": "web"});
@@ -35,6 +40,12 @@ fn main() {
         .nth(2)
         .and_then(|n| n.parse().ok())
         .unwrap_or(100);
+    // A third argument sets how many distinct objects a pass walks (10,000 by default, more than
+    // the caches hold); a few hundred show the cost with the objects in cache.
+    let count: usize = std::env::args()
+        .nth(3)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
     let script = match which.as_str() {
         "https" => HTTPS,
         "labels" => LABELS,
@@ -53,7 +64,7 @@ fn main() {
         "spec": {"resourceSelectors": [selector]}
     }))
     .expect("profile EventSource compiles");
-    let objects: Vec<Value> = (0..10_000).map(service).collect();
+    let objects: Vec<Value> = (0..count).map(service).collect();
     let mut best = f64::INFINITY;
     for _ in 0..passes {
         let start = Instant::now();

@@ -13,6 +13,7 @@ mod host;
 mod lazy;
 mod raw;
 mod sandbox;
+mod shapes;
 
 use std::cell::Cell;
 use std::ffi::c_int;
@@ -20,6 +21,8 @@ use std::ffi::c_int;
 use mlua::chunk::ChunkMode;
 use mlua::{ffi, Lua, Value as LuaValue};
 use serde_json::Value;
+
+use shapes::ShapeCache;
 
 /// Per-evaluation resource limits of a Lua script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +59,7 @@ pub(crate) struct CompileError {
 /// The Lua state of one EventSource. Not shared between threads at the same time: the owner
 /// keeps it behind a mutex.
 pub(crate) struct LuaRuntime {
+    /// Declared first so the state is dropped before the cache its C functions point to.
     lua: Lua,
     /// The host thread (see `host.rs`): a thread of `lua`'s state, anchored in its registry.
     host: *mut ffi::lua_State,
@@ -64,6 +68,9 @@ pub(crate) struct LuaRuntime {
     limits: Limits,
     /// The memory limit currently set on the state (bytes, 0 for none).
     memory_limit: Cell<usize>,
+    /// The Rust side of the small-map templates (`shapes.rs`); the state's C functions hold a
+    /// pointer to it, so it is boxed (its address never changes) and outlives the state.
+    _shapes: Box<ShapeCache>,
 }
 
 // SAFETY: `host` points into the state that `lua` owns, which mlua lets move between threads
@@ -91,26 +98,31 @@ impl LuaRuntime {
         lua.gc_set_mode(mlua::state::GcMode::Incremental(
             mlua::state::GcIncParams::default().goal(GC_GOAL_PERCENT),
         ));
+        let mut shape_cache = Box::new(ShapeCache::new());
+        let cache: *mut ShapeCache = &mut *shape_cache;
         let sandbox::Sandbox {
             ptrs,
             lazy_meta,
+            shapes,
             env_meta,
-        } = sandbox::install(&lua)?;
+        } = sandbox::install(&lua, cache)?;
         let mut host = std::ptr::null_mut();
         // SAFETY: inside mlua's protected call: creates the host thread, anchors it in the
         // registry and moves the runner, PTRS, the env metatable and the two names onto it.
         // Nothing is left on mlua's stack.
         unsafe {
-            lua.exec_raw::<()>((&ptrs, &lazy_meta, &env_meta), |state| {
+            lua.exec_raw::<()>((&ptrs, &lazy_meta, &env_meta, &shapes), |state| {
                 budget::install(state);
                 let thread = ffi::lua_newthread(state);
                 ffi::lua_ref(state, -1);
                 ffi::lua_pop(state, 1);
                 ffi::lua_checkstack(thread, host::FIXED_SLOTS + host::RESERVED);
-                // Stack: ptrs, lazy_meta, env_meta.
+                // Stack: ptrs, lazy_meta, env_meta, shapes.
                 ffi::lua_pushvalue(state, 1);
                 ffi::lua_pushvalue(state, 2);
                 ffi::lua_pushvalue(state, 3);
+                ffi::lua_pushvalue(state, 4);
+                ffi::lua_pushlightuserdata(state, cache.cast());
                 host::push_runner(state);
                 ffi::lua_pushvalue(state, 1);
                 ffi::lua_pushvalue(state, 3);
@@ -127,6 +139,7 @@ impl LuaRuntime {
             slots: Cell::new(host::FIXED_SLOTS),
             limits,
             memory_limit: Cell::new(0),
+            _shapes: shape_cache,
         })
     }
 

@@ -378,3 +378,92 @@ fn a_failed_evaluation_leaves_the_state_clean() {
         assert!(verdict.to_string().contains("boom"), "{verdict}");
     }
 }
+
+/// Small maps of scalars (ports, labels) are cloned from a template of their key set once one
+/// was seen (`src/lua/shapes.rs`). A script must not be able to tell: the same object gives the
+/// same result, `pairs` order included, whether its maps were built fresh or from templates
+/// made from other objects' values, and what a script writes to a table never reaches a later
+/// evaluation.
+#[test]
+fn maps_cloned_from_templates_are_the_maps_built_fresh() {
+    let script = r#"function evaluate()
+  local parts = {}
+  for _, p in ipairs(obj.spec.ports) do
+    local kv = {}
+    for k, v in pairs(p) do table.insert(kv, k .. "=" .. tostring(v) .. ":" .. type(v)) end
+    table.insert(parts, table.concat(kv, ","))
+    p.port = -1
+    p.extra = "x"
+  end
+  local labels = {}
+  for k, v in pairs(obj.metadata.labels) do table.insert(labels, k .. "=" .. tostring(v)) end
+  obj.metadata.labels.app = "changed"
+  return {matching = true, message = table.concat(parts, ";") .. "|" .. table.concat(labels, ",")}
+end"#;
+    let object = |ports: Value, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "cm", "namespace": "default", "labels": labels},
+               "spec": {"ports": ports}})
+    };
+    // Within each object every small map has its own key set, so the first evaluation of a
+    // new state builds all of them fresh.
+    let objects = [
+        object(
+            json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080},
+                   {"name": "b", "port": 2}]),
+            json!({"app": "web", "tier": "front"}),
+        ),
+        // Same key sets, other values and types.
+        object(
+            json!([{"name": "a", "port": 1, "protocol": "UDP", "targetPort": "metrics"},
+                   {"name": "http", "port": 80}]),
+            json!({"app": "db", "tier": true}),
+        ),
+        // Some values equal to the first object's, a null (left out of the table), a key
+        // set that alternates with the first one's.
+        object(
+            json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 9090},
+                   {"name": "b", "port": null}]),
+            json!({"app": "web", "tier": "front", "zone": "eu"}),
+        ),
+        object(
+            json!([{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 8443},
+                   {"name": "b", "port": 2}]),
+            json!({"app": "web", "tier": "back"}),
+        ),
+    ];
+    let fresh: Vec<String> = objects
+        .iter()
+        .map(|o| compile(script).evaluate(o).expect("runs").message)
+        .collect();
+    let (ports, labels) = fresh[0].split_once('|').expect("two parts");
+    let mut first: Vec<&str> = ports
+        .split(';')
+        .next()
+        .expect("a port")
+        .split(',')
+        .collect();
+    first.sort_unstable();
+    assert_eq!(
+        first,
+        [
+            "name=http:string",
+            "port=80:number",
+            "protocol=TCP:string",
+            "targetPort=8080:number"
+        ]
+    );
+    let mut labels: Vec<&str> = labels.split(',').collect();
+    labels.sort_unstable();
+    assert_eq!(labels, ["app=web", "tier=front"]);
+    let es = compile(script);
+    for round in 0..3 {
+        for (i, o) in objects.iter().enumerate() {
+            assert_eq!(
+                es.evaluate(o).expect("runs").message,
+                fresh[i],
+                "object {i} in round {round}"
+            );
+        }
+    }
+}

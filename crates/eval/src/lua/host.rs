@@ -35,6 +35,10 @@ pub(crate) const RESERVED: c_int = 16;
 const LAZY_META: c_int = ffi::lua_upvalueindex(2);
 /// Upvalue 3 of the runner: the metatable of script global tables.
 const ENV_META_UPVALUE: c_int = ffi::lua_upvalueindex(3);
+/// Upvalue 4 of the runner: the `SHAPES` table (see `shapes.rs`).
+const SHAPES: c_int = ffi::lua_upvalueindex(4);
+/// Upvalue 5 of the runner: the state's shape cache, as a light userdata.
+const SHAPE_CACHE: c_int = ffi::lua_upvalueindex(5);
 
 /// What one evaluation works on and where its fast verdict goes; passed to the runner as a
 /// light userdata.
@@ -45,14 +49,15 @@ pub(crate) struct Run<'a> {
     pub verdict: Option<(bool, String)>,
 }
 
-/// Pushes the runner closure over `PTRS`, the lazy metatable and the env metatable, which must
-/// be the three values on top of the stack (they are replaced by the closure).
+/// Pushes the runner closure over `PTRS`, the lazy metatable, the env metatable, `SHAPES` and
+/// the shape cache (a light userdata), which must be the five values on top of the stack (they
+/// are replaced by the closure).
 ///
 /// # Safety
 /// A live Luau state inside a protected call.
 pub(crate) unsafe fn push_runner(state: *mut ffi::lua_State) {
     unsafe {
-        ffi::lua_pushcclosurek(state, runner, c"sluice_run".as_ptr(), 3, None);
+        ffi::lua_pushcclosurek(state, runner, c"sluice_run".as_ptr(), 5, None);
     }
 }
 
@@ -145,5 +150,13 @@ unsafe extern "C-unwind" fn runner(state: *mut ffi::lua_State) -> c_int {
 /// # Safety
 /// Inside the runner.
 unsafe fn push_object(state: *mut ffi::lua_State, object: &Value) {
-    unsafe { lazy::push_object(state, object, lazy::PTRS, LAZY_META) }
+    unsafe {
+        let ctx = lazy::Ctx {
+            ptrs: lazy::PTRS,
+            meta: LAZY_META,
+            shapes: SHAPES,
+            cache: ffi::lua_touserdata(state, SHAPE_CACHE).cast(),
+        };
+        lazy::push_object(state, object, ctx);
+    }
 }

@@ -19,28 +19,57 @@ use std::ffi::{c_int, c_void};
 use mlua::ffi;
 use serde_json::{Map, Value};
 
+use super::shapes::{self, push_str, ShapeCache};
+
 /// Upvalue 1 of the C functions: the `PTRS` table.
 pub(crate) const PTRS: c_int = ffi::lua_upvalueindex(1);
 /// Upvalue 2 of the C functions: the metatable of proxies.
 const META: c_int = ffi::lua_upvalueindex(2);
+/// Upvalue 3 of the C functions: the `SHAPES` table (see `shapes.rs`).
+const SHAPES: c_int = ffi::lua_upvalueindex(3);
+/// Upvalue 4 of the C functions: the state's [`ShapeCache`], as a light userdata.
+const CACHE: c_int = ffi::lua_upvalueindex(4);
+/// Upvalues every C function of this module has.
+pub(crate) const UPVALUES: c_int = 4;
 
-/// Upvalue 3 of `pairs`: the original `next`.
-const NEXT: c_int = ffi::lua_upvalueindex(3);
+/// Upvalue 5 of `pairs`: the original `next`.
+const NEXT: c_int = ffi::lua_upvalueindex(5);
 
-/// Pushes the proxy of an object. `ptrs` and `meta` are absolute stack indices of the `PTRS`
-/// table and the proxy metatable.
+/// Where the conversion finds its tables: indices (absolute or upvalue pseudo-indices) of
+/// `PTRS`, the proxy metatable and `SHAPES`, and the state's shape cache.
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx {
+    pub ptrs: c_int,
+    pub meta: c_int,
+    pub shapes: c_int,
+    pub cache: *mut ShapeCache,
+}
+
+impl Ctx {
+    /// The context of a C function of this module.
+    ///
+    /// # Safety
+    /// Called from a C function created with this module's upvalues.
+    unsafe fn of_upvalues(state: *mut ffi::lua_State) -> Ctx {
+        unsafe {
+            Ctx {
+                ptrs: PTRS,
+                meta: META,
+                shapes: SHAPES,
+                cache: ffi::lua_touserdata(state, CACHE).cast::<ShapeCache>(),
+            }
+        }
+    }
+}
+
+/// Pushes the proxy of an object.
 ///
 /// # Safety
 /// Inside a protected call on a live state; `node` must stay alive until `PTRS` is cleared (the
-/// runtime clears it at the end of the evaluation).
-pub(crate) unsafe fn push_object(
-    state: *mut ffi::lua_State,
-    node: &Value,
-    ptrs: c_int,
-    meta: c_int,
-) {
+/// runtime clears it at the end of the evaluation); `ctx.cache` is this state's cache.
+pub(crate) unsafe fn push_object(state: *mut ffi::lua_State, node: &Value, ctx: Ctx) {
     unsafe {
-        if !push_lazy(state, node, ptrs, meta) {
+        if !push_lazy(state, node, ctx) {
             ffi::lua_pushnil(state);
         }
     }
@@ -67,11 +96,7 @@ pub(crate) unsafe extern "C-unwind" fn index(state: *mut ffi::lua_State) -> c_in
         else {
             return 0;
         };
-        ffi::lua_pushvalue(state, PTRS);
-        let ptrs = ffi::lua_gettop(state);
-        ffi::lua_pushvalue(state, META);
-        let meta = ffi::lua_gettop(state);
-        if !push_lazy(state, child, ptrs, meta) {
+        if !push_lazy(state, child, Ctx::of_upvalues(state)) {
             return 0;
         }
         ffi::lua_pushvalue(state, 2);
@@ -156,10 +181,7 @@ unsafe fn materialize_at(state: *mut ffi::lua_State, t: c_int) {
         let Some(map) = node_of(state, t) else {
             return;
         };
-        ffi::lua_pushvalue(state, PTRS);
-        let ptrs = ffi::lua_gettop(state);
-        ffi::lua_pushvalue(state, META);
-        let meta = ffi::lua_gettop(state);
+        let ctx = Ctx::of_upvalues(state);
         for (key, value) in map {
             if value.is_null() {
                 continue;
@@ -168,7 +190,7 @@ unsafe fn materialize_at(state: *mut ffi::lua_State, t: c_int) {
             ffi::lua_pushvalue(state, -1);
             let present = ffi::lua_rawget(state, t) != ffi::LUA_TNIL;
             ffi::lua_pop(state, 1);
-            if !present && push_lazy(state, value, ptrs, meta) {
+            if !present && push_lazy(state, value, ctx) {
                 ffi::lua_rawset(state, t);
             } else {
                 ffi::lua_pop(state, 1);
@@ -178,7 +200,7 @@ unsafe fn materialize_at(state: *mut ffi::lua_State, t: c_int) {
         ffi::lua_setmetatable(state, t);
         ffi::lua_pushvalue(state, t);
         ffi::lua_pushnil(state);
-        ffi::lua_rawset(state, ptrs);
+        ffi::lua_rawset(state, PTRS);
     }
 }
 
@@ -209,7 +231,7 @@ unsafe fn node_of<'a>(state: *mut ffi::lua_State, idx: c_int) -> Option<&'a Map<
 ///
 /// # Safety
 /// As [`push_object`].
-unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ptrs: c_int, meta: c_int) -> bool {
+unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ctx: Ctx) -> bool {
     unsafe {
         match value {
             Value::Null => return false,
@@ -219,29 +241,21 @@ unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ptrs: c_int, meta
             Value::Object(map) if is_small_and_flat(map) => {
                 // Labels, annotations, ports: converting them whole is cheaper than a proxy
                 // that `pairs` would materialize anyway.
-                ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
-                ffi::lua_createtable(state, 0, c_int::try_from(map.len()).unwrap_or(0));
-                for (key, value) in map {
-                    push_str(state, key);
-                    if push_lazy(state, value, ptrs, meta) {
-                        ffi::lua_rawset(state, -3);
-                    } else {
-                        ffi::lua_pop(state, 1);
-                    }
-                }
+                // SAFETY: the cache is this state's, used only by the running evaluation.
+                shapes::push_flat_map(state, map, ctx.shapes, &mut *ctx.cache);
             }
             Value::Object(map) => {
                 ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
                 // Room for a few cached keys avoids rehashing on the first reads.
                 ffi::lua_createtable(state, 0, c_int::try_from(map.len().min(4)).unwrap_or(4));
-                ffi::lua_pushvalue(state, meta);
+                ffi::lua_pushvalue(state, ctx.meta);
                 ffi::lua_setmetatable(state, -2);
                 ffi::lua_pushvalue(state, -1);
                 ffi::lua_pushlightuserdata(
                     state,
                     (value as *const Value).cast_mut().cast::<c_void>(),
                 );
-                ffi::lua_rawset(state, ptrs);
+                ffi::lua_rawset(state, ctx.ptrs);
             }
             Value::Array(items) => {
                 ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
@@ -253,7 +267,7 @@ unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ptrs: c_int, meta
                         Value::Number(n) => !n.is_i64(),
                         Value::Null | Value::Array(_) => false,
                     };
-                    if kept && push_lazy(state, item, ptrs, meta) {
+                    if kept && push_lazy(state, item, ctx) {
                         ffi::lua_rawseti_(state, -2, index);
                         index += 1;
                     }
@@ -272,16 +286,4 @@ fn is_small_and_flat(map: &Map<String, Value>) -> bool {
         && map
             .values()
             .all(|v| !matches!(v, Value::Object(_) | Value::Array(_)))
-}
-
-/// # Safety
-/// As [`push_object`].
-unsafe fn push_str(state: *mut ffi::lua_State, s: &str) {
-    unsafe {
-        if s.is_empty() {
-            ffi::lua_pushlstring_(state, c"".as_ptr(), 0);
-        } else {
-            ffi::lua_pushlstring_(state, s.as_ptr().cast(), s.len());
-        }
-    }
 }

@@ -7,6 +7,7 @@ use base64::Engine as _;
 use mlua::{Function, Lua, Table, Value as LuaValue};
 use serde_json::Value;
 
+use super::shapes::{ShapeCache, SLOTS};
 use super::{convert, lazy};
 
 /// Trusted setup code, run once per state before the globals are frozen. It removes everything
@@ -61,20 +62,25 @@ pub(crate) struct Sandbox {
     pub ptrs: Table,
     /// The metatable of lazily converted maps.
     pub lazy_meta: Table,
+    /// The templates of small maps (see `shapes.rs`).
+    pub shapes: Table,
     /// The metatable of every script's own global table: reads fall through to the frozen
     /// globals.
     pub env_meta: Table,
 }
 
-/// Builds the sandboxed, frozen globals in `lua`.
-pub(crate) fn install(lua: &Lua) -> mlua::Result<Sandbox> {
+/// Builds the sandboxed, frozen globals in `lua`. `cache` is the state's shape cache: it must
+/// outlive the state and be used by one evaluation at a time.
+pub(crate) fn install(lua: &Lua, cache: *mut ShapeCache) -> mlua::Result<Sandbox> {
     let globals = lua.globals();
     install_rust_helpers(lua, &globals)?;
     let ptrs = lua.create_table()?;
     let lazy_meta = lua.create_table()?;
+    let shapes = lua.create_table_with_capacity(SLOTS, 0)?;
     let original_next: Function = globals.get("next")?;
-    // SAFETY: pushes five C closures over PTRS and the proxy metatable (`pairs` also over the
-    // original `next`); `exec_raw` runs this in a protected call and pops the five results.
+    // SAFETY: pushes five C closures over PTRS, the proxy metatable, SHAPES and the cache
+    // (`pairs` also over the original `next`); `exec_raw` runs this in a protected call and
+    // pops the five results.
     let (index, materialize, pairs, next, rawget): (
         Function,
         Function,
@@ -82,25 +88,28 @@ pub(crate) fn install(lua: &Lua) -> mlua::Result<Sandbox> {
         Function,
         Function,
     ) = unsafe {
-        lua.exec_raw((&ptrs, &lazy_meta, &original_next), |state| {
+        lua.exec_raw((&ptrs, &lazy_meta, &shapes, &original_next), |state| {
             use mlua::ffi;
             let top = ffi::lua_gettop(state);
-            let (p, m, n) = (top - 2, top - 1, top);
-            for (f, name, upvalues) in [
-                (lazy::index as ffi::lua_CFunction, c"lazy_index", 2),
-                (lazy::materialize, c"lazy_materialize", 2),
-                (lazy::pairs, c"pairs", 3),
-                (lazy::next, c"next", 2),
-                (lazy::rawget, c"rawget", 2),
+            let (p, m, s, n) = (top - 3, top - 2, top - 1, top);
+            for (f, name, with_next) in [
+                (lazy::index as ffi::lua_CFunction, c"lazy_index", false),
+                (lazy::materialize, c"lazy_materialize", false),
+                (lazy::pairs, c"pairs", true),
+                (lazy::next, c"next", false),
+                (lazy::rawget, c"rawget", false),
             ] {
                 ffi::lua_pushvalue(state, p);
                 ffi::lua_pushvalue(state, m);
-                if upvalues == 3 {
+                ffi::lua_pushvalue(state, s);
+                ffi::lua_pushlightuserdata(state, cache.cast());
+                if with_next {
                     ffi::lua_pushvalue(state, n);
                 }
+                let upvalues = lazy::UPVALUES + i32::from(with_next);
                 ffi::lua_pushcclosurek(state, f, name.as_ptr(), upvalues, None);
             }
-            for _ in 0..3 {
+            for _ in 0..4 {
                 ffi::lua_remove(state, p);
             }
         })?
@@ -121,6 +130,7 @@ pub(crate) fn install(lua: &Lua) -> mlua::Result<Sandbox> {
     Ok(Sandbox {
         ptrs,
         lazy_meta,
+        shapes,
         env_meta,
     })
 }
