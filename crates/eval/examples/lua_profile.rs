@@ -13,23 +13,9 @@ use sluice_eval::compile_object;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn service(i: usize) -> Value {
-    let mut labels = json!({"app": format!("app-{}", i % 17), "tier": "web"});
-    if i.is_multiple_of(2) {
-        labels["sveltos"] = json!("fv");
-    }
-    json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": format!("svc-{i:04}"), "namespace": format!("ns-{}", i % 10), "labels": labels,
-                     "annotations": {"owner": format!("team-{}", i % 5)}, "resourceVersion": (1000 + i).to_string(),
-                     "uid": format!("00000000-0000-0000-0000-{i:012}"), "creationTimestamp": "2024-01-01T00:00:00Z"},
-        "spec": {"type": "ClusterIP", "clusterIP": format!("10.0.{}.{}", i / 250, i % 250),
-                 "selector": {"app": format!("app-{}", i % 17)},
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080},
-                           {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 8443}]},
-        "status": {"loadBalancer": {}},
-    })
-}
+#[path = "../benches/common/services.rs"]
+mod services;
+use services::service;
 
 const LABELS: &str = "function evaluate()\n  hs = {}\n  hs.matching = false\n  hs.message = \"\"\n  if obj.metadata.labels ~= nil then\n    for key, value in pairs(obj.metadata.labels) do\n      if key == \"sveltos\" then\n        if value == \"fv\" then\n          hs.matching = true\n        end\n      end\n    end\n  end\n  return hs\nend\n";
 const HTTPS: &str = "function evaluate()\n  hs = {}\n  hs.matching = false\n  if obj.spec.ports ~= nil then\n    for _,p in pairs(obj.spec.ports) do\n      if p.port == 443 or p.port == 8443 then\n        hs.matching = true\n      end\n    end\n  end\n  return hs\nend\n";
