@@ -10,6 +10,7 @@ mod cel;
 mod filters;
 mod lua;
 pub mod oracle;
+pub mod tape;
 
 use std::sync::{Mutex, MutexGuard};
 
