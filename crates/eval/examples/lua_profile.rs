@@ -5,8 +5,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use serde_json::{json, Value};
-use sluice_eval::compile_object;
+use serde_json::json;
+use sluice_eval::{compile_object, Tape};
 
 /// The allocator of the evaluator service (`services/evaluator/src/main.rs`), where these
 /// evaluations run in production.
@@ -50,7 +50,9 @@ fn main() {
         "spec": {"resourceSelectors": [selector]}
     }))
     .expect("profile EventSource compiles");
-    let objects: Vec<Value> = (0..count).map(service).collect();
+    let objects: Vec<Tape> = (0..count)
+        .map(|i| Tape::from_value(&service(i)).expect("a document"))
+        .collect();
     let mut best = f64::INFINITY;
     for _ in 0..passes {
         let start = Instant::now();

@@ -14,8 +14,10 @@ use std::sync::{Arc, OnceLock};
 use cel::common::ast::{EntryExpr, Expr};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, IdedExpr, Program, Value as CelValue};
-use serde_json::Value;
+
 use sluice_domain::eventsource::CelRule;
+
+use crate::tape::{Kind, NodeRef};
 
 /// The rules of one selector.
 pub(crate) struct CelRules {
@@ -99,7 +101,7 @@ impl CelRules {
     }
 
     /// Whether any rule yields `true` for this object.
-    pub(crate) fn any_true(&self, object: &Value) -> bool {
+    pub(crate) fn any_true(&self, object: NodeRef<'_>) -> bool {
         let mut context = Context::with_env(env());
         let resource = match &self.paths {
             Some(paths) => {
@@ -125,10 +127,10 @@ impl CelRules {
 /// The part of `v` that the `paths` below it reach, as CEL values: maps keep only the keys the
 /// paths name (each converted along the rest of its paths), anything else is converted whole.
 /// An empty path means the whole value.
-fn pruned(v: &Value, paths: &[&[String]]) -> CelValue {
-    let Value::Object(map) = v else {
+fn pruned(v: NodeRef<'_>, paths: &[&[String]]) -> CelValue {
+    if v.kind() != Kind::Object {
         return to_cel(v);
-    };
+    }
     if paths.iter().any(|p| p.is_empty()) {
         return to_cel(v);
     }
@@ -138,7 +140,7 @@ fn pruned(v: &Value, paths: &[&[String]]) -> CelValue {
         if paths[..i].iter().any(|p| &p[0] == field) {
             continue;
         }
-        let Some(child) = map.get(field) else {
+        let Some(child) = v.get(field) else {
             continue;
         };
         let rest: Vec<&[String]> = paths
@@ -220,20 +222,25 @@ fn select_path(e: &IdedExpr) -> Option<Vec<String>> {
 
 /// A JSON object as CEL sees it: integral numbers within int64 are `int`, other numbers `double`
 /// (apimachinery's decoding), objects are maps with string keys.
-pub(crate) fn to_cel(v: &Value) -> CelValue {
-    match v {
-        Value::Null => CelValue::Null,
-        Value::Bool(b) => CelValue::Bool(*b),
-        Value::Number(n) => match n.as_i64() {
+pub(crate) fn to_cel(v: NodeRef<'_>) -> CelValue {
+    match v.kind() {
+        Kind::Null => CelValue::Null,
+        Kind::True => CelValue::Bool(true),
+        Kind::False => CelValue::Bool(false),
+        Kind::Number => match v.as_i64() {
             Some(i) => CelValue::Int(i),
-            None => CelValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+            None => CelValue::Float(v.as_f64().unwrap_or(f64::NAN)),
         },
-        Value::String(s) => CelValue::String(Arc::new(s.clone())),
-        Value::Array(items) => CelValue::List(Arc::new(items.iter().map(to_cel).collect())),
-        Value::Object(m) => {
-            let map: HashMap<Key, CelValue> = m
-                .iter()
-                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
+        Kind::String => CelValue::String(Arc::new(v.as_str().unwrap_or_default().into_owned())),
+        Kind::Array => CelValue::List(Arc::new(v.items().map(to_cel).collect())),
+        Kind::Object => {
+            // A repeated key keeps its last value, as in a `serde_json` map.
+            let map: HashMap<Key, CelValue> = v
+                .entries()
+                .map(|(k, v)| {
+                    let key = k.as_str().unwrap_or_default().into_owned();
+                    (Key::String(Arc::new(key)), to_cel(v))
+                })
                 .collect();
             CelValue::Map(CelMap { map: Arc::new(map) })
         }
@@ -260,6 +267,7 @@ mod tests {
     fn rules_see_the_selected_parts_of_resource_as_if_it_were_whole() {
         let object = json!({"metadata": {"name": "a", "labels": {"x": "1"}},
             "spec": {"ports": [{"port": 443}], "n": 2}, "status": {"ok": true}});
+        let object = crate::tape::Tape::from_value(&object).expect("a document");
         for (rule, want) in [
             ("resource.metadata.labels.x == '1'", true),
             ("resource.metadata.labels.y == '1'", false),
@@ -275,7 +283,7 @@ mod tests {
             ("resource.nope.x == 1", false),
         ] {
             let compiled = rules(&[rule]);
-            assert_eq!(compiled.any_true(&object), want, "{rule}");
+            assert_eq!(compiled.any_true(object.root()), want, "{rule}");
         }
         assert!(rules(&["size(resource) == 3"]).paths.is_none());
         assert_eq!(

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
 use sluice_domain::eventsource::{LabelFilter, LabelOperation, ResourceSelector};
 use sluice_domain::selector::{Selector, SelectorError};
+
+use crate::tape::{Kind, NodeRef};
 
 /// The listing part of one resource selector, validated.
 pub(crate) struct Filter {
@@ -42,19 +43,17 @@ impl Filter {
     }
 
     /// Whether this selector lists the object.
-    pub(crate) fn lists(&self, object: &Value) -> bool {
-        let metadata = field(Some(object), "metadata");
-        let meta_str = |key: &str| field(metadata, key).and_then(Value::as_str);
-        if meta_str("deletionTimestamp").is_some_and(|ts| !ts.is_empty()) {
+    pub(crate) fn lists(&self, object: NodeRef<'_>) -> bool {
+        let metadata = object.get("metadata");
+        let meta = |key: &str| metadata.and_then(|m| m.get(key));
+        if meta("deletionTimestamp").is_some_and(|ts| ts.kind() == Kind::String && !ts.str_eq("")) {
             return false;
         }
-        if field(Some(object), "kind").and_then(Value::as_str) != Some(self.kind.as_str()) {
+        if !object.get("kind").is_some_and(|k| k.str_eq(&self.kind)) {
             return false;
         }
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let api_version = object.get("apiVersion").and_then(|v| v.as_str());
+        let api_version = api_version.as_deref().unwrap_or("");
         let (group, version) = match api_version.split_once('/') {
             Some((g, v)) => (g, v),
             None => ("", api_version),
@@ -62,10 +61,14 @@ impl Filter {
         if group != self.group || version != self.version {
             return false;
         }
-        if !self.namespace.is_empty() && meta_str("namespace").unwrap_or("") != self.namespace {
+        let text_is = |key: &str, want: &str| match meta(key) {
+            Some(v) if v.kind() == Kind::String => v.str_eq(want),
+            _ => want.is_empty(),
+        };
+        if !self.namespace.is_empty() && !text_is("namespace", &self.namespace) {
             return false;
         }
-        if !self.name.is_empty() && meta_str("name").unwrap_or("") != self.name {
+        if !self.name.is_empty() && !text_is("name", &self.name) {
             return false;
         }
         if self.label_filters.is_empty() && self.selector.is_none() {
@@ -85,37 +88,19 @@ impl Filter {
     }
 }
 
-/// A key of a JSON object. Kubernetes objects are mostly small maps, where comparing keys in
-/// order beats hashing the key with SipHash.
-pub(crate) fn get<'a>(map: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
-    if map.len() <= 12 {
-        map.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
-    } else {
-        map.get(key)
-    }
-}
-
-/// A key of a JSON value that may be an object.
-fn field<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    match v {
-        Some(Value::Object(m)) => get(m, key),
-        _ => None,
-    }
-}
-
 /// `metadata.labels` as a string map; a label set holding a non-string value is treated as empty,
 /// as the agent's unstructured accessor does.
-fn object_labels(metadata: Option<&Value>) -> BTreeMap<String, String> {
-    let Some(Value::Object(raw)) = field(metadata, "labels") else {
+fn object_labels(metadata: Option<NodeRef<'_>>) -> BTreeMap<String, String> {
+    let Some(raw) = metadata.and_then(|m| m.get("labels")) else {
         return BTreeMap::new();
     };
     let mut out = BTreeMap::new();
-    for (k, v) in raw {
-        match v.as_str() {
-            Some(s) => {
-                out.insert(k.clone(), s.to_string());
+    for (k, v) in raw.sorted_entries() {
+        match (k.as_str(), v.as_str()) {
+            (Some(k), Some(v)) => {
+                out.insert(k.into_owned(), v.into_owned());
             }
-            None => return BTreeMap::new(),
+            _ => return BTreeMap::new(),
         }
     }
     out

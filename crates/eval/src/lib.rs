@@ -18,8 +18,11 @@ use serde_json::Value;
 use sluice_domain::eventsource::{EventSource, EventSourceError};
 use sluice_domain::selector::SelectorError;
 
+use crate::tape::NodeRef;
+
 pub use crate::cel::CelDiagnostic;
 pub use crate::lua::Limits;
+pub use crate::tape::{Tape, TapeError};
 
 /// A group/version/kind a selector lists.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,6 +79,12 @@ pub enum EvalError {
         name: String,
         field: String,
         reason: String,
+    },
+    #[error("eventsource {name}: the object is not a JSON document")]
+    Object {
+        name: String,
+        #[source]
+        source: TapeError,
     },
 }
 
@@ -232,7 +241,8 @@ impl CompiledEventSource {
     /// The verdict for one object: every selector that lists it is evaluated (CEL rules first,
     /// any true rule matches; otherwise its Lua script; neither means match), any error fails the
     /// whole evaluation, and the object matches when any selector accepts it.
-    pub fn evaluate(&self, object: &Value) -> Result<Verdict, EvalError> {
+    pub fn evaluate(&self, object: &Tape) -> Result<Verdict, EvalError> {
+        let object = object.root();
         let mut verdict = Verdict {
             matching: false,
             message: String::new(),
@@ -253,15 +263,32 @@ impl CompiledEventSource {
         Ok(verdict)
     }
 
+    /// [`CompiledEventSource::evaluate`] for an object already decoded into a `Value`.
+    pub fn evaluate_value(&self, object: &Value) -> Result<Verdict, EvalError> {
+        self.evaluate(&self.tape_of(object)?)
+    }
+
+    fn tape_of(&self, object: &Value) -> Result<Tape, EvalError> {
+        Tape::from_value(object).map_err(|source| EvalError::Object {
+            name: self.name.clone(),
+            source,
+        })
+    }
+
     /// The objects the per-object step accepts, selector by selector (input order within a
     /// selector; an object accepted by two selectors appears twice), as sveltos-agent lists them
     /// before `aggregatedSelection`.
     pub fn select(&self, objects: &[Value]) -> Result<Vec<Value>, EvalError> {
+        let tapes = objects
+            .iter()
+            .map(|o| self.tape_of(o))
+            .collect::<Result<Vec<Tape>, EvalError>>()?;
         let mut out = Vec::new();
         let mut guard = None;
         for (i, s) in self.selectors.iter().enumerate() {
-            for object in objects {
-                if s.filter.lists(object) && self.evaluate_selector(i, s, object, &mut guard)?.0 {
+            for (object, tape) in objects.iter().zip(&tapes) {
+                let node = tape.root();
+                if s.filter.lists(node) && self.evaluate_selector(i, s, node, &mut guard)?.0 {
                     out.push(object.clone());
                 }
             }
@@ -297,7 +324,7 @@ impl CompiledEventSource {
         &'a self,
         index: usize,
         s: &CompiledSelector,
-        object: &Value,
+        object: NodeRef<'_>,
         guard: &mut Option<MutexGuard<'a, LuaScripts>>,
     ) -> Result<(bool, String), EvalError> {
         if !s.cel.is_empty() {

@@ -22,6 +22,7 @@ use mlua::chunk::ChunkMode;
 use mlua::{ffi, Lua, Value as LuaValue};
 use serde_json::Value;
 
+use crate::tape::NodeRef;
 use shapes::ShapeCache;
 
 /// Per-evaluation resource limits of a Lua script.
@@ -186,7 +187,7 @@ impl LuaRuntime {
     pub(crate) fn evaluate(
         &self,
         script: &Script,
-        object: &Value,
+        object: NodeRef<'_>,
     ) -> Result<(bool, String), String> {
         let mut run = host::Run {
             input: raw::Input::Object(object),

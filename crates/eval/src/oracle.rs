@@ -37,7 +37,7 @@ fn try_answer(request: &Value) -> Result<Value, String> {
         if !object.is_object() {
             return Err("object: expected a JSON object".into());
         }
-        let verdict = compiled.evaluate(object).map_err(|e| chain(&e))?;
+        let verdict = compiled.evaluate_value(object).map_err(|e| chain(&e))?;
         return Ok(json!({"matching": verdict.matching, "message": verdict.message}));
     }
     let objects = match request.get("objects") {

@@ -40,7 +40,8 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy)]
 struct Node {
     kind: Kind,
-    /// A string holds an escape (its bytes are not its text); an object may repeat a key.
+    /// A string holds an escape (its bytes are not its text); an object's keys are not in
+    /// strictly increasing order (they may repeat, or one holds an escape).
     flag: bool,
     /// Bytes of a string (without quotes) or number; members of an object or array.
     len: u32,
@@ -106,6 +107,17 @@ impl Tape {
         self.root().to_value()
     }
 
+    /// The document of `value`, as if its JSON text had been parsed.
+    pub fn from_value(value: &Value) -> Result<Tape, TapeError> {
+        // Serializing a `Value` cannot fail: its map keys are strings.
+        Tape::parse(serde_json::to_vec(value).unwrap_or_default())
+    }
+
+    /// The node at `index`, if there is one.
+    pub(crate) fn node_at(&self, index: usize) -> Option<NodeRef<'_>> {
+        (index < self.nodes.len()).then_some(NodeRef { tape: self, index })
+    }
+
     /// The bytes the document was parsed from.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
@@ -117,7 +129,9 @@ impl<'a> NodeRef<'a> {
         self.tape.nodes[self.index]
     }
 
-    fn raw(&self) -> &'a [u8] {
+    /// The bytes of a string (without quotes, escapes as written) or number; empty otherwise.
+    /// Equal bytes mean equal values.
+    pub(crate) fn raw(&self) -> &'a [u8] {
         let n = self.node();
         &self.tape.bytes[n.start as usize..(n.start + n.len) as usize]
     }
@@ -157,21 +171,61 @@ impl<'a> NodeRef<'a> {
         if self.kind() != Kind::Number {
             return None;
         }
-        // Checked against the JSON grammar while parsing.
-        let text = std::str::from_utf8(self.raw()).ok()?;
-        let integral = !text.contains(['.', 'e', 'E']);
-        if integral {
-            if let Ok(u) = text.parse::<u64>() {
-                return Some(Number::from(u));
-            }
-            match text.parse::<i64>() {
-                // serde_json reads "-0" as the float -0.0.
-                Ok(0) => return Number::from_f64(-0.0),
-                Ok(i) => return Some(Number::from(i)),
-                Err(_) => {}
+        if let Some(i) = self.as_i64() {
+            return Some(Number::from(i));
+        }
+        // Checked against the JSON grammar while parsing; `serde_json` itself reads the rest
+        // (large integers, fractions, exponents, "-0"), so both layouts give the same number.
+        serde_json::from_slice(self.raw()).ok()
+    }
+
+    /// A number as `serde_json`'s `as_f64` gives it.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self.as_i64() {
+            Some(i) => Some(i as f64),
+            None => self.as_number().and_then(|n| n.as_f64()),
+        }
+    }
+
+    /// Whether this is an object whose keys are in strictly increasing order, so that
+    /// [`NodeRef::entries`] visits them as a `serde_json` map (ADR 0011) would.
+    pub fn is_ordered_object(&self) -> bool {
+        let n = self.node();
+        n.kind == Kind::Object && !n.flag
+    }
+
+    /// The members of an object as a `serde_json` map holds them: in key order, a repeated key
+    /// once with its last value. Free for ordered objects; others are sorted here.
+    pub fn sorted_entries(&self) -> SortedEntries<'a> {
+        if self.kind() != Kind::Object {
+            return SortedEntries::InPlace(0, 0, self.tape);
+        }
+        if self.is_ordered_object() {
+            return SortedEntries::InPlace(self.index + 1, self.len(), self.tape);
+        }
+        let mut all: Vec<(Cow<'a, str>, NodeRef<'a>, NodeRef<'a>)> = self
+            .entries()
+            .map(|(k, v)| (k.as_str().unwrap_or_default(), k, v))
+            .collect();
+        // Stable: among equal keys the last one stays last, and is the one kept.
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: Vec<(NodeRef<'a>, NodeRef<'a>)> = Vec::with_capacity(all.len());
+        for (i, (key, k, v)) in all.iter().enumerate() {
+            if all.get(i + 1).is_none_or(|next| next.0 != *key) {
+                kept.push((*k, *v));
             }
         }
-        text.parse::<f64>().ok().and_then(Number::from_f64)
+        SortedEntries::Sorted(kept.into_iter())
+    }
+
+    /// Index of this node in its tape.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The document this node belongs to.
+    pub fn tape(&self) -> &'a Tape {
+        self.tape
     }
 
     /// The members of an object in document order (keys may repeat; the last one counts).
@@ -295,6 +349,36 @@ impl<'a> NodeRef<'a> {
     }
 }
 
+/// What [`NodeRef::sorted_entries`] iterates.
+pub enum SortedEntries<'a> {
+    /// (next key's index, members left, tape) of an ordered object.
+    InPlace(usize, usize, &'a Tape),
+    Sorted(std::vec::IntoIter<(NodeRef<'a>, NodeRef<'a>)>),
+}
+
+impl<'a> Iterator for SortedEntries<'a> {
+    type Item = (NodeRef<'a>, NodeRef<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            SortedEntries::InPlace(next, left, tape) => {
+                if *left == 0 {
+                    return None;
+                }
+                let key = NodeRef { tape, index: *next };
+                let value = NodeRef {
+                    tape,
+                    index: *next + 1,
+                };
+                *next = tape.nodes[*next + 1].end as usize;
+                *left -= 1;
+                Some((key, value))
+            }
+            SortedEntries::Sorted(items) => items.next(),
+        }
+    }
+}
+
 struct Parser<'b> {
     bytes: &'b [u8],
     pos: usize,
@@ -364,9 +448,10 @@ impl Parser<'_> {
         let index = self.push(kind, self.pos, 0, false);
         self.pos += 1;
         let mut count = 0usize;
-        // Bit per key hash seen: a key whose bit is set may repeat an earlier one.
-        let mut seen: u64 = 0;
-        let mut maybe_repeated = false;
+        // The previous key's node: keys in strictly increasing order (what `serde_json`'s
+        // sorted maps and every object the watcher publishes hold) need no sorting later.
+        let mut previous: Option<usize> = None;
+        let mut unordered = false;
         self.skip_ws();
         if self.bytes.get(self.pos) == Some(&close) {
             self.pos += 1;
@@ -379,9 +464,9 @@ impl Parser<'_> {
                     }
                     let key = self.nodes.len();
                     self.string()?;
-                    let bit = 1u64 << (self.key_hash(key) % 64);
-                    maybe_repeated |= seen & bit != 0;
-                    seen |= bit;
+                    unordered |= self.nodes[key].flag
+                        || previous.is_some_and(|p| self.key_bytes(p) >= self.key_bytes(key));
+                    previous = Some(key);
                     self.skip_ws();
                     if self.bytes.get(self.pos) != Some(&b':') {
                         return Err(self.error("expected ':'"));
@@ -404,33 +489,14 @@ impl Parser<'_> {
         let end = self.nodes.len() as u32;
         self.nodes[index].len = count as u32;
         self.nodes[index].end = end;
-        self.nodes[index].flag = maybe_repeated && self.repeats_a_key(index);
+        self.nodes[index].flag = unordered;
         Ok(())
     }
 
-    /// A cheap hash of the key at node `key`: its length and first and last bytes (escaped
-    /// keys all hash alike, so they are always compared).
-    fn key_hash(&self, key: usize) -> u64 {
+    /// The raw bytes of the string at node `key`.
+    fn key_bytes(&self, key: usize) -> &[u8] {
         let n = self.nodes[key];
-        if n.flag {
-            return 0;
-        }
-        let bytes = &self.bytes[n.start as usize..(n.start + n.len) as usize];
-        let first = bytes.first().copied().unwrap_or(0);
-        let last = bytes.last().copied().unwrap_or(0);
-        u64::from(n.len) * 31 + u64::from(first) * 7 + u64::from(last)
-    }
-
-    /// Whether the object at `index` (complete) has a key twice.
-    fn repeats_a_key(&self, index: usize) -> bool {
-        let tape = TapeView {
-            bytes: self.bytes,
-            nodes: &self.nodes,
-        };
-        let keys: Vec<Cow<'_, str>> = tape.keys(index);
-        let mut sorted: Vec<&Cow<'_, str>> = keys.iter().collect();
-        sorted.sort_unstable();
-        sorted.windows(2).any(|w| w[0] == w[1])
+        &self.bytes[n.start as usize..(n.start + n.len) as usize]
     }
 
     fn string(&mut self) -> Result<(), TapeError> {
@@ -543,31 +609,6 @@ impl Parser<'_> {
         }
         self.push(Kind::Number, start, self.pos - start, false);
         Ok(())
-    }
-}
-
-/// Nodes being built, read like a finished tape.
-struct TapeView<'t> {
-    bytes: &'t [u8],
-    nodes: &'t [Node],
-}
-
-impl<'t> TapeView<'t> {
-    /// The keys of the complete object at `index`.
-    fn keys(&self, index: usize) -> Vec<Cow<'t, str>> {
-        let mut keys = Vec::with_capacity(self.nodes[index].len as usize);
-        let mut next = index + 1;
-        for _ in 0..self.nodes[index].len {
-            let n = self.nodes[next];
-            let raw = &self.bytes[n.start as usize..(n.start + n.len) as usize];
-            keys.push(if n.flag {
-                Cow::Owned(unescape(raw))
-            } else {
-                Cow::Borrowed(std::str::from_utf8(raw).unwrap_or_default())
-            });
-            next = self.nodes[next + 1].end as usize;
-        }
-        keys
     }
 }
 

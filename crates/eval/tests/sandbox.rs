@@ -34,12 +34,17 @@ fn compile(script: &str) -> CompiledEventSource {
 /// compiled EventSource (same Lua state) still evaluates a harmless object correctly.
 fn refused(script: &str, want: &str) {
     let es = compile(script);
-    let err = es.evaluate(&config_map()).expect_err("must be refused");
+    let err = es
+        .evaluate_value(&config_map())
+        .expect_err("must be refused");
     let EvalError::Script {
         name,
         field,
         reason,
-    } = &err;
+    } = &err
+    else {
+        panic!("a script error, not {err:?}");
+    };
     assert_eq!(name, "probe");
     assert_eq!(field, "spec.resourceSelectors[0].evaluate");
     assert!(
@@ -49,7 +54,10 @@ fn refused(script: &str, want: &str) {
     let ok = compile(
         "function evaluate() return {matching = obj.metadata.name == 'cm', message = 'fine'} end",
     );
-    assert_eq!(ok.evaluate(&config_map()).expect("healthy").message, "fine");
+    assert_eq!(
+        ok.evaluate_value(&config_map()).expect("healthy").message,
+        "fine"
+    );
 }
 
 #[test]
@@ -142,7 +150,7 @@ fn binary_chunks_cannot_be_loaded() {
         "function evaluate() local ok, f = pcall(loadstring, '\\27Lua\\81\\0\\1\\4\\8\\4\\8\\0') \
          return {matching = ok and type(f) == 'function', message = type(f)} end",
     );
-    assert!(!es.evaluate(&config_map()).expect("runs").matching);
+    assert!(!es.evaluate_value(&config_map()).expect("runs").matching);
     // The host side refuses a binary chunk as an EventSource script too.
     let err = compile_object(&event_source("\x1bLua\u{51}\0"))
         .err()
@@ -169,7 +177,7 @@ fn os_time_date_difftime_clock_stay() {
          and os.difftime(10, 4) == 6 and type(os.clock()) == 'number', message = tostring(os.getenv)} end",
     );
     assert_eq!(
-        es.evaluate(&config_map()).expect("runs"),
+        es.evaluate_value(&config_map()).expect("runs"),
         Verdict {
             matching: true,
             message: "nil".into()
@@ -185,7 +193,7 @@ fn global_writes_do_not_leak_into_the_next_evaluation() {
     );
     for _ in 0..3 {
         assert_eq!(
-            es.evaluate(&config_map()).expect("runs"),
+            es.evaluate_value(&config_map()).expect("runs"),
             Verdict {
                 matching: true,
                 message: "1".into()
@@ -212,7 +220,7 @@ fn helper_modules_sveltos_users_expect() {
 end"#,
     );
     assert_eq!(
-        es.evaluate(&config_map()).expect("runs").message,
+        es.evaluate_value(&config_map()).expect("runs").message,
         "2|x|[]|3|true|true|X|y|aGVsbG8=|hello|web|a|nil|4|a-b-c|a/b/c"
     );
 }
@@ -256,7 +264,7 @@ fn compiled_event_source_is_send_and_sync_and_usable_from_threads() {
         .map(|_| {
             let es = es.clone();
             std::thread::spawn(move || {
-                (0..200).all(|_| es.evaluate(&config_map()).expect("runs").matching)
+                (0..200).all(|_| es.evaluate_value(&config_map()).expect("runs").matching)
             })
         })
         .collect();
@@ -288,7 +296,7 @@ end"#,
     );
     for _ in 0..2 {
         assert_eq!(
-            es.evaluate(&config_map()).expect("runs").message,
+            es.evaluate_value(&config_map()).expect("runs").message,
             "apiVersion,data,kind,metadata|4|true|true|set|web|set|0|nil|nil"
         );
     }
@@ -318,7 +326,7 @@ fn result_keys_match_case_insensitively_last_sorted_wins() {
     ] {
         let es = compile(&format!("function evaluate() {script} end"));
         assert_eq!(
-            es.evaluate(&config_map()).expect("runs"),
+            es.evaluate_value(&config_map()).expect("runs"),
             Verdict {
                 matching,
                 message: message.into()
@@ -345,7 +353,7 @@ fn global_table_tricks_do_not_reach_the_next_evaluation() {
          end",
     );
     for _ in 0..3 {
-        let verdict = es.evaluate(&config_map()).expect("runs");
+        let verdict = es.evaluate_value(&config_map()).expect("runs");
         assert!(verdict.matching, "{verdict:?}");
         assert!(verdict.message.starts_with("table"), "{verdict:?}");
     }
@@ -354,7 +362,7 @@ fn global_table_tricks_do_not_reach_the_next_evaluation() {
          return {matching = n == nil} end",
     );
     for _ in 0..3 {
-        assert!(frozen.evaluate(&config_map()).expect("runs").matching);
+        assert!(frozen.evaluate_value(&config_map()).expect("runs").matching);
     }
     refused(
         "function evaluate() getmetatable('').__index = {} return {matching = true} end",
@@ -369,11 +377,13 @@ fn a_failed_evaluation_leaves_the_state_clean() {
         "function evaluate() local l = obj.metadata.labels if l.app == 'web' and not failed \
          then failed = true error('boom') end return {matching = failed == nil, message = l.app} end",
     );
-    let err = es.evaluate(&config_map()).expect_err("first one fails");
+    let err = es
+        .evaluate_value(&config_map())
+        .expect_err("first one fails");
     assert!(err.to_string().contains("boom"), "{err}");
     for _ in 0..2 {
         let verdict = es
-            .evaluate(&config_map())
+            .evaluate_value(&config_map())
             .expect_err("fails the same way every time");
         assert!(verdict.to_string().contains("boom"), "{verdict}");
     }
@@ -434,7 +444,7 @@ end"#;
     ];
     let fresh: Vec<String> = objects
         .iter()
-        .map(|o| compile(script).evaluate(o).expect("runs").message)
+        .map(|o| compile(script).evaluate_value(o).expect("runs").message)
         .collect();
     let (ports, labels) = fresh[0].split_once('|').expect("two parts");
     let mut first: Vec<&str> = ports
@@ -460,10 +470,51 @@ end"#;
     for round in 0..3 {
         for (i, o) in objects.iter().enumerate() {
             assert_eq!(
-                es.evaluate(o).expect("runs").message,
+                es.evaluate_value(o).expect("runs").message,
                 fresh[i],
                 "object {i} in round {round}"
             );
         }
     }
+}
+
+/// Objects arrive as JSON text: keys in any order, a key even repeated. Scripts see them as
+/// `serde_json` maps (and sveltos-agent's decoded maps) hold them: each key once, with its last
+/// value, whether the map is converted lazily, whole, or through `pairs`.
+#[test]
+fn documents_with_unordered_and_repeated_keys_read_as_decoded_maps() {
+    let script = r#"
+local function dump(t)
+  local keys = {}
+  for k, _ in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    if type(v) == "table" then v = "{" .. dump(v) .. "}" end
+    parts[#parts + 1] = k .. "=" .. tostring(v)
+  end
+  return table.concat(parts, ",")
+end
+function evaluate()
+  local whole = dump(obj)
+  return {matching = obj.metadata.labels.app == "api", message =
+    whole .. "|" .. tostring(obj.metadata.name) .. "|" .. dump(obj.metadata.labels)}
+end
+"#;
+    let text = r#"{"metadata": {"namespace": "default", "name": "first",
+        "labels": {"tier": "web", "app": "web", "app": "api"}, "name": "cm",
+        "annotations": {"b": "2", "a": "1", "c": null}},
+        "kind": "Secret", "apiVersion": "v1", "kind": "ConfigMap"}"#;
+    let es = compile(script);
+    let tape = sluice_eval::Tape::parse(text.as_bytes().to_vec()).expect("a document");
+    let decoded: Value = serde_json::from_str(text).expect("parses");
+    let want = Verdict {
+        matching: true,
+        message: "apiVersion=v1,kind=ConfigMap,metadata={annotations={a=1,b=2},\
+                  labels={app=api,tier=web},name=cm,namespace=default}|cm|app=api,tier=web"
+            .into(),
+    };
+    assert_eq!(es.evaluate(&tape).expect("runs"), want);
+    assert_eq!(es.evaluate_value(&decoded).expect("runs"), want);
 }

@@ -54,7 +54,7 @@ fn service(namespace: &str, labels: Value, ports: &[i64]) -> Value {
 }
 
 fn matching(es: &CompiledEventSource, object: &Value) -> bool {
-    es.evaluate(object).expect("evaluates").matching
+    es.evaluate_value(object).expect("evaluates").matching
 }
 
 #[test]

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::config::ConfigState;
-use sluice_eval::CompiledEventSource;
+use sluice_eval::{CompiledEventSource, Tape};
 use sluice_proto::v1 as pb;
 use sluice_wire::ConfigUpdate;
 
@@ -35,20 +35,19 @@ type GroupKind = (String, String);
 /// (namespace, name).
 type ObjectKey = (String, String);
 /// Objects of one cluster by kind, parsed once and shared with the match states.
-type ClusterObjects = BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Value>>>;
+type ClusterObjects = BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Tape>>>;
 
 /// A change with its stream sequence and its object parsed (`None`: deleted or unreadable).
 pub struct Parsed {
     change: pb::ResourceChange,
     sequence: u64,
-    object: Option<Arc<Value>>,
+    object: Option<Arc<Tape>>,
 }
 
 impl Parsed {
-    /// Parses the change's object; the JSON text is not kept.
+    /// Parses the change's object; its JSON text moves into the parsed document.
     pub fn new(mut change: pb::ResourceChange, sequence: u64) -> Parsed {
-        let object = parse(&change);
-        change.object_json = Vec::new();
+        let object = parse(change.deleted, std::mem::take(&mut change.object_json));
         Parsed {
             change,
             sequence,
@@ -62,7 +61,7 @@ impl Parsed {
 struct Prepared {
     /// `None` when the change names no valid cluster (it is then ignored).
     cluster: Option<ClusterId>,
-    object: Option<Arc<Value>>,
+    object: Option<Arc<Tape>>,
     /// (pair index, selector position, outcome) for every pair watching the object's kind.
     outcomes: Vec<(usize, usize, Outcome)>,
 }
@@ -143,7 +142,11 @@ impl Evaluator {
         let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change stream") else {
             return;
         };
-        self.store(&cluster, change, parse(change));
+        self.store(
+            &cluster,
+            change,
+            parse(change.deleted, change.object_json.clone()),
+        );
     }
 
     /// Evaluates every deployed (cluster, EventSource) from scratch; returns what changed.
@@ -195,7 +198,13 @@ impl Evaluator {
         self.absorb_batch(
             changes
                 .iter()
-                .map(|(change, sequence)| (change, *sequence, parse(change)))
+                .map(|(change, sequence)| {
+                    (
+                        change,
+                        *sequence,
+                        parse(change.deleted, change.object_json.clone()),
+                    )
+                })
                 .collect(),
         );
         self.flush()
@@ -229,7 +238,7 @@ impl Evaluator {
     }
 
     /// Evaluates a batch and records the pairs it changed as pending.
-    fn absorb_batch(&mut self, changes: Vec<(&pb::ResourceChange, u64, Option<Arc<Value>>)>) {
+    fn absorb_batch(&mut self, changes: Vec<(&pb::ResourceChange, u64, Option<Arc<Tape>>)>) {
         // Evaluating (`prepare`) only reads the stage, so a batch could be evaluated on several
         // threads; measured on the shared 2-core machine under load that was slower (45k vs
         // 78k changes/s), so it is not done.
@@ -257,13 +266,13 @@ impl Evaluator {
         sequence: u64,
         dirty: &mut BTreeMap<usize, u64>,
     ) {
-        let prepared = self.prepare(change, parse(change));
+        let prepared = self.prepare(change, parse(change.deleted, change.object_json.clone()));
         self.apply_prepared(change, sequence, prepared, dirty);
     }
 
     /// The pure part of a change: its cluster, its object, and the verdict of every pair
     /// watching its kind.
-    fn prepare(&self, change: &pb::ResourceChange, object: Option<Arc<Value>>) -> Prepared {
+    fn prepare(&self, change: &pb::ResourceChange, object: Option<Arc<Tape>>) -> Prepared {
         let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change") else {
             return Prepared::default();
         };
@@ -331,7 +340,7 @@ impl Evaluator {
         &mut self,
         cluster: &ClusterId,
         change: &pb::ResourceChange,
-        object: Option<Arc<Value>>,
+        object: Option<Arc<Tape>>,
     ) {
         if !self.objects.contains_key(cluster) {
             self.objects.insert(cluster.clone(), ClusterObjects::new());
@@ -517,7 +526,7 @@ impl Evaluator {
             let selected: Vec<Value> = state
                 .matching
                 .values()
-                .map(|m| Value::clone(&m.object))
+                .map(|m| m.object.to_value())
                 .collect();
             match es.aggregate(&selected) {
                 Ok(aggregated) => {
@@ -538,7 +547,7 @@ impl Evaluator {
             for m in state.matching.values() {
                 set.matching.push(m.reference.clone());
                 if es.collect_resources() {
-                    set.resources.push(to_json(&m.object));
+                    set.resources.push(to_json(&m.object.to_value()));
                 }
             }
         }
@@ -546,15 +555,13 @@ impl Evaluator {
     }
 }
 
-/// The object of a change, parsed once; `None` when deleted or unreadable (an object that
-/// cannot be read cannot match).
-fn parse(change: &pb::ResourceChange) -> Option<Arc<Value>> {
-    if change.deleted {
+/// The object of a change (its JSON text), parsed once; `None` when deleted or unreadable (an
+/// object that cannot be read cannot match).
+fn parse(deleted: bool, json: Vec<u8>) -> Option<Arc<Tape>> {
+    if deleted {
         return None;
     }
-    serde_json::from_slice(&change.object_json)
-        .ok()
-        .map(Arc::new)
+    Tape::parse(json).ok().map(Arc::new)
 }
 
 fn group_of(api_version: &str) -> String {

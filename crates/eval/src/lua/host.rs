@@ -10,9 +10,9 @@
 use std::ffi::{c_int, c_void};
 
 use mlua::ffi;
-use serde_json::Value;
 
 use super::{lazy, raw};
+use crate::tape::NodeRef;
 
 /// Stack slot of the runner closure.
 pub(crate) const RUNNER: c_int = 1;
@@ -118,8 +118,8 @@ unsafe extern "C-unwind" fn runner(state: *mut ffi::lua_State) -> c_int {
         ffi::lua_pushvalue(state, CHUNK);
         ffi::lua_call(state, 0, 0);
         match &run.input {
-            raw::Input::Object(object) => push_object(state, object),
-            list @ raw::Input::List(_) => raw::push_input(state, list),
+            raw::Input::Object(object) => push_object(state, *object),
+            raw::Input::List(values) => raw::push_list(state, values),
         }
         ffi::lua_pushvalue(state, NAME);
         ffi::lua_pushvalue(state, INPUT);
@@ -149,7 +149,7 @@ unsafe extern "C-unwind" fn runner(state: *mut ffi::lua_State) -> c_int {
 
 /// # Safety
 /// Inside the runner.
-unsafe fn push_object(state: *mut ffi::lua_State, object: &Value) {
+unsafe fn push_object(state: *mut ffi::lua_State, object: NodeRef<'_>) {
     unsafe {
         let ctx = lazy::Ctx {
             ptrs: lazy::PTRS,

@@ -5,21 +5,25 @@
 //! `rawget`, `json.encode`) first materializes the proxy fully: `pairs`, `next` and `rawget` are
 //! replaced by the C functions below, `json.encode` by a Lua wrapper (see `sandbox.rs`).
 //!
+//! The object is a [`Tape`](crate::tape::Tape): maps are converted in `serde_json`'s key order (the order of an
+//! ordered object's document; others are sorted), a repeated key with its last value.
+//!
 //! Memory safety: a proxy finds its JSON node through the table `PTRS` (proxy -> light userdata
-//! pointer), an upvalue of these C functions that no script can reach. `PTRS` holds entries only
-//! while an evaluation runs: the runtime clears it before the borrowed object can go away, so a
-//! proxy used at any other time finds no pointer and behaves as an empty table. The table is
-//! kept (and so keeps its size) from one evaluation to the next instead of being allocated anew.
+//! holding the node's index in the tape, plus one) and the cache's `document` (the tape being
+//! evaluated); `PTRS` is an upvalue of these C functions that no script can reach. `PTRS` holds
+//! entries only while an evaluation runs: the runtime clears it before the borrowed object can go
+//! away, so a proxy used at any other time finds no index and behaves as an empty table. The
+//! table is kept (and so keeps its size) from one evaluation to the next instead of being
+//! allocated anew.
 //!
 //! Known deviations: a key the script deletes (`obj.spec = nil`) reappears on the next read; an
 //! unmaterialized map has a protected metatable (`getmetatable` is `false`, `setmetatable` fails).
 
 use std::ffi::{c_int, c_void};
 
-use mlua::ffi;
-use serde_json::{Map, Value};
-
 use super::shapes::{self, push_str, ShapeCache};
+use crate::tape::{Kind, NodeRef};
+use mlua::ffi;
 
 /// Upvalue 1 of the C functions: the `PTRS` table.
 pub(crate) const PTRS: c_int = ffi::lua_upvalueindex(1);
@@ -65,10 +69,11 @@ impl Ctx {
 /// Pushes the proxy of an object.
 ///
 /// # Safety
-/// Inside a protected call on a live state; `node` must stay alive until `PTRS` is cleared (the
-/// runtime clears it at the end of the evaluation); `ctx.cache` is this state's cache.
-pub(crate) unsafe fn push_object(state: *mut ffi::lua_State, node: &Value, ctx: Ctx) {
+/// Inside a protected call on a live state; `node`'s tape must stay alive until `PTRS` is cleared
+/// (the runtime clears it at the end of the evaluation); `ctx.cache` is this state's cache.
+pub(crate) unsafe fn push_object(state: *mut ffi::lua_State, node: NodeRef<'_>, ctx: Ctx) {
     unsafe {
+        (*ctx.cache).document = node.tape();
         if !push_lazy(state, node, ctx) {
             ffi::lua_pushnil(state);
         }
@@ -90,10 +95,7 @@ pub(crate) unsafe extern "C-unwind" fn index(state: *mut ffi::lua_State) -> c_in
         let mut len = 0usize;
         let ptr = ffi::lua_tolstring(state, 2, &mut len);
         let bytes = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
-        let Some(child) = std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|k| crate::filters::get(map, k))
-        else {
+        let Some(child) = std::str::from_utf8(bytes).ok().and_then(|k| map.get(k)) else {
             return 0;
         };
         if !push_lazy(state, child, Ctx::of_upvalues(state)) {
@@ -182,11 +184,11 @@ unsafe fn materialize_at(state: *mut ffi::lua_State, t: c_int) {
             return;
         };
         let ctx = Ctx::of_upvalues(state);
-        for (key, value) in map {
-            if value.is_null() {
+        for (key, value) in map.sorted_entries() {
+            if value.kind() == Kind::Null {
                 continue;
             }
-            push_str(state, key);
+            push_str(state, &key.as_str().unwrap_or_default());
             ffi::lua_pushvalue(state, -1);
             let present = ffi::lua_rawget(state, t) != ffi::LUA_TNIL;
             ffi::lua_pop(state, 1);
@@ -208,22 +210,24 @@ unsafe fn materialize_at(state: *mut ffi::lua_State, t: c_int) {
 ///
 /// # Safety
 /// As [`index`].
-unsafe fn node_of<'a>(state: *mut ffi::lua_State, idx: c_int) -> Option<&'a Map<String, Value>> {
+unsafe fn node_of<'a>(state: *mut ffi::lua_State, idx: c_int) -> Option<NodeRef<'a>> {
     unsafe {
         ffi::lua_pushvalue(state, idx);
         ffi::lua_rawget(state, PTRS);
-        let ptr = if ffi::lua_type(state, -1) == ffi::LUA_TLIGHTUSERDATA {
-            ffi::lua_touserdata(state, -1)
+        let tag = if ffi::lua_type(state, -1) == ffi::LUA_TLIGHTUSERDATA {
+            ffi::lua_touserdata(state, -1) as usize
         } else {
-            std::ptr::null_mut()
+            0
         };
         ffi::lua_pop(state, 1);
-        if ptr.is_null() {
+        let document = (*ffi::lua_touserdata(state, CACHE).cast::<ShapeCache>()).document;
+        if tag == 0 || document.is_null() {
             return None;
         }
-        // SAFETY: PTRS only holds pointers to nodes of the object being evaluated, and it is
-        // emptied when that evaluation ends (module documentation).
-        (*ptr.cast::<Value>()).as_object()
+        // SAFETY: PTRS only holds indices into the document being evaluated, and it is emptied
+        // when that evaluation ends (module documentation).
+        let node = (*document).node_at(tag - 1)?;
+        (node.kind() == Kind::Object).then_some(node)
     }
 }
 
@@ -231,41 +235,40 @@ unsafe fn node_of<'a>(state: *mut ffi::lua_State, idx: c_int) -> Option<&'a Map<
 ///
 /// # Safety
 /// As [`push_object`].
-unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ctx: Ctx) -> bool {
+unsafe fn push_lazy(state: *mut ffi::lua_State, value: NodeRef<'_>, ctx: Ctx) -> bool {
     unsafe {
-        match value {
-            Value::Null => return false,
-            Value::Bool(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
-            Value::Number(n) => ffi::lua_pushnumber(state, n.as_f64().unwrap_or(f64::NAN)),
-            Value::String(s) => push_str(state, s),
-            Value::Object(map) if is_small_and_flat(map) => {
+        match value.kind() {
+            Kind::Null => return false,
+            Kind::True => ffi::lua_pushboolean(state, 1),
+            Kind::False => ffi::lua_pushboolean(state, 0),
+            Kind::Number => ffi::lua_pushnumber(state, value.as_f64().unwrap_or(f64::NAN)),
+            Kind::String => push_str(state, &value.as_str().unwrap_or_default()),
+            Kind::Object if is_small_and_flat(value) => {
                 // Labels, annotations, ports: converting them whole is cheaper than a proxy
                 // that `pairs` would materialize anyway.
                 // SAFETY: the cache is this state's, used only by the running evaluation.
-                shapes::push_flat_map(state, map, ctx.shapes, &mut *ctx.cache);
+                shapes::push_flat_map(state, value, ctx.shapes, &mut *ctx.cache);
             }
-            Value::Object(map) => {
+            Kind::Object => {
                 ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
                 // Room for a few cached keys avoids rehashing on the first reads.
-                ffi::lua_createtable(state, 0, c_int::try_from(map.len().min(4)).unwrap_or(4));
+                ffi::lua_createtable(state, 0, c_int::try_from(value.len().min(4)).unwrap_or(4));
                 ffi::lua_pushvalue(state, ctx.meta);
                 ffi::lua_setmetatable(state, -2);
                 ffi::lua_pushvalue(state, -1);
-                ffi::lua_pushlightuserdata(
-                    state,
-                    (value as *const Value).cast_mut().cast::<c_void>(),
-                );
+                // The tag is the node's index plus one, so that it is never null.
+                ffi::lua_pushlightuserdata(state, (value.index() + 1) as *mut c_void);
                 ffi::lua_rawset(state, ctx.ptrs);
             }
-            Value::Array(items) => {
+            Kind::Array => {
                 ffi::luaL_checkstack(state, 4, c"object nests too deeply".as_ptr());
-                ffi::lua_createtable(state, c_int::try_from(items.len()).unwrap_or(c_int::MAX), 0);
+                ffi::lua_createtable(state, c_int::try_from(value.len()).unwrap_or(c_int::MAX), 0);
                 let mut index: c_int = 1;
-                for item in items {
-                    let kept = match item {
-                        Value::Object(_) | Value::String(_) | Value::Bool(_) => true,
-                        Value::Number(n) => !n.is_i64(),
-                        Value::Null | Value::Array(_) => false,
+                for item in value.items() {
+                    let kept = match item.kind() {
+                        Kind::Object | Kind::String | Kind::True | Kind::False => true,
+                        Kind::Number => item.as_i64().is_none(),
+                        Kind::Null | Kind::Array => false,
                     };
                     if kept && push_lazy(state, item, ctx) {
                         ffi::lua_rawseti_(state, -2, index);
@@ -281,9 +284,9 @@ unsafe fn push_lazy(state: *mut ffi::lua_State, value: &Value, ctx: Ctx) -> bool
 /// Maps up to this many keys whose values are all scalars are converted whole, not lazily.
 const EAGER_KEYS: usize = 8;
 
-fn is_small_and_flat(map: &Map<String, Value>) -> bool {
+fn is_small_and_flat(map: NodeRef<'_>) -> bool {
     map.len() <= EAGER_KEYS
         && map
-            .values()
-            .all(|v| !matches!(v, Value::Object(_) | Value::Array(_)))
+            .entries()
+            .all(|(_, v)| !matches!(v.kind(), Kind::Object | Kind::Array))
 }

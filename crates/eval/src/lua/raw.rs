@@ -9,41 +9,34 @@ use std::ffi::c_int;
 use mlua::ffi;
 use serde_json::{Map, Value};
 
+use crate::tape::NodeRef;
+
 /// Stack slots one nesting level needs: the table, a key and a value, plus headroom.
 const SLOTS_PER_LEVEL: c_int = 4;
 
 /// What the driver receives as its input argument.
 pub(crate) enum Input<'a> {
-    /// One object (`obj`).
-    Object(&'a Value),
+    /// One object (`obj`), converted lazily (`lazy.rs`).
+    Object(NodeRef<'a>),
     /// A list of objects (`resources`).
     List(&'a [Value]),
 }
 
-/// Pushes the input onto the stack.
+/// Pushes a list input (`resources`) onto the stack, converted whole.
 ///
 /// # Safety
 /// `state` must be a live Luau state and this must run inside a protected call (as within
 /// `Lua::exec_raw`): allocation failures and stack overflow raise Lua errors that unwind through
 /// this function, which holds no resources that need dropping.
-pub(crate) unsafe fn push_input(state: *mut ffi::lua_State, input: &Input<'_>) {
+pub(crate) unsafe fn push_list(state: *mut ffi::lua_State, values: &[Value]) {
     unsafe {
-        match input {
-            Input::Object(value) => {
-                if !push_value(state, value) {
-                    ffi::lua_pushnil(state);
-                }
-            }
-            Input::List(values) => {
-                check_stack(state);
-                ffi::lua_createtable(state, len_hint(values.len()), 0);
-                let mut index: c_int = 1;
-                for value in values.iter() {
-                    if push_value(state, value) {
-                        ffi::lua_rawseti_(state, -2, index);
-                        index += 1;
-                    }
-                }
+        check_stack(state);
+        ffi::lua_createtable(state, len_hint(values.len()), 0);
+        let mut index: c_int = 1;
+        for value in values {
+            if push_value(state, value) {
+                ffi::lua_rawseti_(state, -2, index);
+                index += 1;
             }
         }
     }

@@ -15,22 +15,31 @@
 use std::ffi::c_int;
 
 use mlua::ffi;
-use serde_json::{Map, Value};
+
+use crate::tape::{Kind, NodeRef, Tape};
 
 /// Slots of the cache; a slot holds one key set.
 pub(crate) const SLOTS: usize = 256;
 
-/// The Rust side of the cache: which key set each slot of `SHAPES` holds.
+/// The Rust side of the cache: which key set each slot of `SHAPES` holds. It also holds the
+/// document being evaluated, which the lazy conversion's C functions (that get this cache as an
+/// upvalue) read their nodes from (`lazy.rs`).
 pub(crate) struct ShapeCache {
     slots: Vec<Slot>,
+    /// The tape of the running evaluation; only read while `PTRS` holds entries.
+    pub(crate) document: *const Tape,
 }
+
+/// One key and value of a template as raw JSON bytes (equal bytes are equal values), the value
+/// with its kind.
+type Held = (Box<[u8]>, Kind, Box<[u8]>);
 
 #[derive(Default)]
 struct Slot {
     /// Hash of the key set held; meaningful only when `entries` is not empty.
     hash: u64,
     /// The template's keys and values, in map (and so in `SHAPES` entry) order.
-    entries: Box<[(Box<str>, Value)]>,
+    entries: Box<[Held]>,
     /// Hash of the last other key set that missed here.
     last_miss: u64,
 }
@@ -39,18 +48,19 @@ impl ShapeCache {
     pub(crate) fn new() -> ShapeCache {
         ShapeCache {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            document: std::ptr::null(),
         }
     }
 }
 
-/// Pushes a new table holding the non-null values of `map`, which holds scalars only.
+/// Pushes a new table holding the non-null values of `map`, an object holding scalars only.
 ///
 /// # Safety
 /// Inside a protected call on a live state; `shapes` is a valid index of the `SHAPES` table
 /// and `cache` is the cache of this state, used by nobody else meanwhile.
 pub(crate) unsafe fn push_flat_map(
     state: *mut ffi::lua_State,
-    map: &Map<String, Value>,
+    map: NodeRef<'_>,
     shapes: c_int,
     cache: &mut ShapeCache,
 ) {
@@ -74,7 +84,9 @@ pub(crate) unsafe fn push_flat_map(
             slot.last_miss = hash;
             return;
         }
-        if slot.hash == hash && !slot.entries.is_empty() || map.values().any(Value::is_null) {
+        if slot.hash == hash && !slot.entries.is_empty()
+            || map.entries().any(|(_, v)| v.kind() == Kind::Null)
+        {
             // Another key set with the same hash is held (keep it), or this table leaves out
             // a null and so does not hold the map's key set.
             return;
@@ -86,16 +98,16 @@ pub(crate) unsafe fn push_flat_map(
         let entry = ffi::lua_gettop(state);
         ffi::lua_clonetable(state, table);
         ffi::lua_rawseti_(state, entry, 1);
-        for (i, key) in map.keys().enumerate() {
-            push_str(state, key);
+        for (i, (key, _)) in map.entries().enumerate() {
+            push_str(state, &key.as_str().unwrap_or_default());
             ffi::lua_rawseti_(state, entry, c_int::try_from(i).unwrap_or(0) + 2);
         }
         ffi::lua_rawseti_(state, shapes, lua_slot);
         *slot = Slot {
             hash,
             entries: map
-                .iter()
-                .map(|(k, v)| (Box::from(k.as_str()), v.clone()))
+                .entries()
+                .map(|(k, v)| (Box::from(k.raw()), v.kind(), Box::from(v.raw())))
                 .collect(),
             last_miss: 0,
         };
@@ -109,8 +121,8 @@ pub(crate) unsafe fn push_flat_map(
 /// As [`push_flat_map`]; `lua_slot` holds the entry of `entries` in `SHAPES`.
 unsafe fn push_from_template(
     state: *mut ffi::lua_State,
-    map: &Map<String, Value>,
-    entries: &[(Box<str>, Value)],
+    map: NodeRef<'_>,
+    entries: &[Held],
     shapes: c_int,
     lua_slot: c_int,
 ) -> bool {
@@ -121,12 +133,14 @@ unsafe fn push_from_template(
         ffi::lua_clonetable(state, -1);
         let table = ffi::lua_gettop(state);
         // The entry holds the template at 1 and the interned keys from 2 on.
-        for (key, ((name, value), (held_name, held_value))) in (2..).zip(map.iter().zip(entries)) {
-            if **name != **held_name || value.is_null() {
+        for (key, ((name, value), (held_name, held_kind, held_value))) in
+            (2..).zip(map.entries().zip(entries))
+        {
+            if name.raw() != &**held_name || value.kind() == Kind::Null {
                 ffi::lua_settop(state, entry - 1);
                 return false;
             }
-            if value != held_value {
+            if value.kind() != *held_kind || value.raw() != &**held_value {
                 ffi::lua_rawgeti_(state, entry, key);
                 push_scalar(state, value);
                 ffi::lua_rawset(state, table);
@@ -138,18 +152,18 @@ unsafe fn push_from_template(
     }
 }
 
-/// Builds the table key by key: keys in map order, null values left out.
+/// Builds the table key by key: keys in `serde_json`'s map order, null values left out.
 ///
 /// # Safety
 /// As [`push_flat_map`].
-unsafe fn push_fresh(state: *mut ffi::lua_State, map: &Map<String, Value>) {
+unsafe fn push_fresh(state: *mut ffi::lua_State, map: NodeRef<'_>) {
     unsafe {
         ffi::lua_createtable(state, 0, c_int::try_from(map.len()).unwrap_or(0));
-        for (key, value) in map {
-            if value.is_null() {
+        for (key, value) in map.sorted_entries() {
+            if value.kind() == Kind::Null {
                 continue;
             }
-            push_str(state, key);
+            push_str(state, &key.as_str().unwrap_or_default());
             push_scalar(state, value);
             ffi::lua_rawset(state, -3);
         }
@@ -160,13 +174,14 @@ unsafe fn push_fresh(state: *mut ffi::lua_State, map: &Map<String, Value>) {
 ///
 /// # Safety
 /// On a live state with a free stack slot.
-pub(crate) unsafe fn push_scalar(state: *mut ffi::lua_State, value: &Value) {
+unsafe fn push_scalar(state: *mut ffi::lua_State, value: NodeRef<'_>) {
     unsafe {
-        match value {
-            Value::Bool(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
-            Value::Number(n) => ffi::lua_pushnumber(state, n.as_f64().unwrap_or(f64::NAN)),
-            Value::String(s) => push_str(state, s),
-            Value::Null | Value::Array(_) | Value::Object(_) => ffi::lua_pushnil(state),
+        match value.kind() {
+            Kind::True => ffi::lua_pushboolean(state, 1),
+            Kind::False => ffi::lua_pushboolean(state, 0),
+            Kind::Number => ffi::lua_pushnumber(state, value.as_f64().unwrap_or(f64::NAN)),
+            Kind::String => push_str(state, &value.as_str().unwrap_or_default()),
+            Kind::Null | Kind::Array | Kind::Object => ffi::lua_pushnil(state),
         }
     }
 }
@@ -184,22 +199,20 @@ pub(crate) unsafe fn push_str(state: *mut ffi::lua_State, s: &str) {
 }
 
 /// A hash of the map's key set (its size, first and last key: keys are compared in full on a
-/// hit), for maps worth a template: at least two keys.
-fn key_set_hash(map: &Map<String, Value>) -> Option<u64> {
-    if map.len() < 2 {
+/// hit), for maps worth a template: ordered objects (whose entries are in map order) of at
+/// least two keys.
+fn key_set_hash(map: NodeRef<'_>) -> Option<u64> {
+    if map.len() < 2 || !map.is_ordered_object() {
         return None;
     }
-    let mut keys = map.keys();
+    let mut keys = map.entries().map(|(k, _)| k.raw());
     let first = keys.next()?;
-    let last = keys.next_back()?;
+    let last = keys.last()?;
     let mut hash = mix(0x9e37_79b9_7f4a_7c15, map.len() as u64);
     for key in [first, last] {
         hash = mix(hash, key.len() as u64);
-        hash = mix(hash, prefix_word(key.as_bytes()));
-        hash = mix(
-            hash,
-            prefix_word(key.as_bytes().get(8..).unwrap_or_default()),
-        );
+        hash = mix(hash, prefix_word(key));
+        hash = mix(hash, prefix_word(key.get(8..).unwrap_or_default()));
     }
     Some(hash)
 }
@@ -220,27 +233,32 @@ fn mix(hash: u64, word: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 
-    fn map(v: Value) -> Map<String, Value> {
-        match v {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        }
+    fn hash(v: Value) -> Option<u64> {
+        key_set_hash(Tape::from_value(&v).expect("a document").root())
     }
 
     #[test]
     fn key_sets_hash_apart_and_single_keys_get_no_template() {
-        let ports = map(json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}));
+        let ports =
+            hash(json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}));
         let same =
-            map(json!({"name": "https", "port": 443, "protocol": "TCP", "targetPort": 8443}));
-        let fewer = map(json!({"name": "http", "port": 80, "targetPort": 8080}));
-        let longer = map(json!({"name": "http", "port": 80, "protocol": "TCP", "targetPortX": 1}));
-        assert_eq!(key_set_hash(&ports), key_set_hash(&same));
-        assert_ne!(key_set_hash(&ports), key_set_hash(&fewer));
-        assert_ne!(key_set_hash(&ports), key_set_hash(&longer));
-        assert_eq!(key_set_hash(&map(json!({"a": 1}))), None);
+            hash(json!({"name": "https", "port": 443, "protocol": "TCP", "targetPort": 8443}));
+        let fewer = hash(json!({"name": "http", "port": 80, "targetPort": 8080}));
+        let longer = hash(json!({"name": "http", "port": 80, "protocol": "TCP", "targetPortX": 1}));
+        assert!(ports.is_some());
+        assert_eq!(ports, same);
+        assert_ne!(ports, fewer);
+        assert_ne!(ports, longer);
+        assert_eq!(hash(json!({"a": 1})), None);
+        let unordered = Tape::parse(br#"{"b": 1, "a": 2}"#.to_vec()).expect("a document");
+        assert_eq!(
+            key_set_hash(unordered.root()),
+            None,
+            "unordered keys get no template"
+        );
     }
 }

@@ -179,3 +179,33 @@ fn collect_objects<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
         _ => {}
     }
 }
+
+#[test]
+fn sorted_entries_visit_members_as_a_serde_json_map_does() {
+    for text in [
+        r#"{"b": 1, "a": 2, "b": 3, "c": {"y": 1, "x": 2}}"#,
+        r#"{"a": 1, "b": 2, "c": 3}"#,
+        r#"{"k\u0065y": 1, "a": 2}"#,
+        r#"{}"#,
+    ] {
+        let t = tape(text);
+        let want: Value = serde_json::from_str(text).expect("parses");
+        let got: Vec<(String, Value)> = t
+            .root()
+            .sorted_entries()
+            .map(|(k, v)| (k.as_str().expect("a key").into_owned(), v.to_value()))
+            .collect();
+        let want: Vec<(String, Value)> = want
+            .as_object()
+            .expect("an object")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(got, want, "{text}");
+    }
+    assert!(tape(r#"{"a": 1, "b": 2}"#).root().is_ordered_object());
+    assert!(!tape(r#"{"b": 1, "a": 2}"#).root().is_ordered_object());
+    assert!(!tape(r#"{"a": 1, "a": 2}"#).root().is_ordered_object());
+    assert!(!tape(r#"[1, 2]"#).root().is_ordered_object());
+    assert_eq!(tape("[1, 2]").root().sorted_entries().count(), 0);
+}

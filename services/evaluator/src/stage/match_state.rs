@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use sluice_eval::tape::NodeRef;
+use sluice_eval::Tape;
 use sluice_proto::v1 as pb;
 
 use super::Compiled;
@@ -23,15 +25,27 @@ pub(super) struct KeyState {
 /// A matching object and its reference, built once when it joins the set.
 #[derive(Debug)]
 pub(super) struct Matched {
-    pub(super) object: Arc<Value>,
+    pub(super) object: Arc<Tape>,
     pub(super) reference: pb::ObjectRef,
 }
 
 impl Matched {
-    pub(super) fn new(object: &Arc<Value>) -> Matched {
+    pub(super) fn new(object: &Arc<Tape>) -> Matched {
+        let root = object.root();
+        let text = |v: Option<NodeRef<'_>>| {
+            v.and_then(|v| v.as_str())
+                .map(|s| s.into_owned())
+                .unwrap_or_default()
+        };
+        let metadata = root.get("metadata");
         Matched {
             object: object.clone(),
-            reference: object_ref(object),
+            reference: pb::ObjectRef {
+                api_version: text(root.get("apiVersion")),
+                kind: text(root.get("kind")),
+                namespace: text(metadata.and_then(|m| m.get("namespace"))),
+                name: text(metadata.and_then(|m| m.get("name"))),
+            },
         }
     }
 }
@@ -52,7 +66,7 @@ pub(super) fn update_key(
     compiled: &Compiled,
     position: usize,
     change: &pb::ResourceChange,
-    object: Option<&Arc<Value>>,
+    object: Option<&Arc<Tape>>,
     outcome: Outcome,
 ) -> bool {
     let map_key = (position, change.namespace.clone(), change.name.clone());
@@ -76,7 +90,9 @@ pub(super) fn update_key(
         // Still matching: the reference stays, the content is replaced.
         (true, Some(object)) => match state.matching.get_mut(&map_key) {
             Some(previous) => {
-                let changed = compiled.content_matters && previous.object != *object;
+                // Equal text is equal content; different text may still be equal content, which
+                // the published set's content hash then finds unchanged.
+                let changed = compiled.content_matters && previous.object.bytes() != object.bytes();
                 previous.object = object.clone();
                 changed
             }
