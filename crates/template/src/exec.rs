@@ -194,6 +194,18 @@ impl<'a> Exec<'a> {
 
     fn if_or_with(&mut self, b: &'a Branch, dot: &Val<'a>, with: bool) -> R<Flow> {
         let mark = self.vars.len();
+        if !with {
+            if let Some(truth) = self.test(dot, &b.pipe) {
+                let flow = match (truth, &b.else_list) {
+                    (true, _) => self.walk(&b.list, dot)?,
+                    (false, Some(else_list)) => self.walk(else_list, dot)?,
+                    (false, None) => Flow::Normal,
+                };
+                // Variables declared in the branch end with it.
+                self.vars.truncate(mark);
+                return Ok(flow);
+            }
+        }
         let value = self.pipeline(dot, &b.pipe)?;
         let flow = if value.truth() {
             self.walk(&b.list, if with { &value } else { dot })?

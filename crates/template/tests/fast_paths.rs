@@ -107,3 +107,50 @@ fn quote_and_q_escape_what_go_does_not_print() {
         Ok(format!("{quoted} {quoted}").as_str())
     );
 }
+
+/// `if` conditions made of `and`/`or`/`not`, comparisons, field chains, literals and `index`
+/// with literal keys are decided in place (`Exec::test`); whatever they cannot decide (missing
+/// keys, mismatched types, non-scalars, other functions) takes the general path, errors included.
+#[test]
+fn if_conditions_decided_in_place_match_the_general_path() {
+    let data = json!({"Resource": {"n": 3, "s": "x", "e": "", "z": null, "l": [1, 2],
+        "m": {"env": "production", "k": 0}},
+        "Resources": [{"port": 443}, {"port": 80}, {"port": 8443}]});
+    let ok = [
+        ("{{ if or (eq .Resource.n 1) (eq .Resource.n 3) }}y{{ else }}n{{ end }}", "y"),
+        ("{{ if and (eq .Resource.n 3) (ne .Resource.s \"x\") }}y{{ else }}n{{ end }}", "n"),
+        ("{{ if not (lt .Resource.n 3) }}y{{ end }}", "y"),
+        ("{{ if .Resource.e }}y{{ else }}n{{ end }}", "n"),
+        ("{{ if or .Resource.z .Resource.s }}y{{ end }}", "y"),
+        ("{{ if and .Resource.l .Resource.m.k }}y{{ else }}n{{ end }}", "n"),
+        ("{{ if eq (index .Resource.m \"env\") \"production\" }}p{{ end }}", "p"),
+        ("{{ if eq (index .Resource.m \"none\") nil }}nil{{ end }}", "nil"),
+        ("{{ if eq (index .Resource.l 1) 2 }}two{{ end }}", "two"),
+        ("{{ if true }}{{ $v := 1 }}{{ $v }}{{ end }}", "1"),
+        ("{{ $v := 0 }}{{ if 1 }}{{ $v = 2 }}{{ end }}{{ $v }}", "2"),
+        // `or` stops at the first true argument: the missing key after it is never read.
+        ("{{ if or (eq .Resource.n 3) .Resource.missing }}y{{ end }}", "y"),
+        (
+            "{{ range .Resources }}{{ if or (eq .port 443) (eq .port 8443) }}{{ .port }},{{ end }}{{ end }}",
+            "443,8443,",
+        ),
+        ("{{ if eq .Resource.s \"x\" \"y\" }}multi{{ end }}", "multi"),
+    ];
+    for (text, expected) in ok {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
+    }
+    for text in [
+        "{{ if eq .Resource.missing 1 }}y{{ end }}",
+        "{{ if and (eq .Resource.n 3) .Resource.missing }}y{{ end }}",
+        "{{ if eq .Resource.n \"3\" }}y{{ end }}",
+        "{{ if lt .Resource.l 1 }}y{{ end }}",
+        "{{ if eq (index .Resource.l 5) 1 }}y{{ end }}",
+        "{{ if not }}y{{ end }}",
+    ] {
+        let error = both(text, data.clone()).expect_err(text);
+        assert!(
+            error.contains("executing") || error.contains("parse"),
+            "{text}: {error}"
+        );
+    }
+}

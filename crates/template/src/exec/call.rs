@@ -5,7 +5,7 @@
 use serde_json::Value as Json;
 
 use super::{lookup, Exec, R};
-use crate::ast::{Arg, Operand, Span};
+use crate::ast::{Arg, Operand, Pipeline, Span};
 use crate::funcs::{Fast, FuncDef, FuncResult, Imp, Ty};
 use crate::val::{child, element, Scalar, Val};
 use crate::value::Value;
@@ -288,6 +288,68 @@ impl<'a> Exec<'a> {
         }
     }
 
+    /// The truth of an `if` pipeline built only from `and`, `or`, `not`, two-operand
+    /// comparisons, field chains and literals, decided over borrowed data without building any
+    /// value: `{{ if or (eq .port 443) (eq .port 8443) }}`. `None` when some part needs the
+    /// general rules (a missing key, a non-scalar comparison, any error, any other function):
+    /// the caller then evaluates the whole pipeline, which reads nothing this did not read and
+    /// so gives the same result or error.
+    pub(super) fn test(&mut self, dot: &Val<'a>, pipe: &'a Pipeline) -> Option<bool> {
+        match (pipe.decl.is_empty(), pipe.cmds.as_slice()) {
+            (true, [cmd]) => self.test_command(dot, &cmd.args),
+            _ => None,
+        }
+    }
+
+    fn test_command(&mut self, dot: &Val<'a>, args: &'a [Operand]) -> Option<bool> {
+        let (first, rest) = args.split_first()?;
+        let Arg::Func(def) = &first.kind else {
+            return match rest {
+                [] => self.test_operand(dot, first),
+                _ => None,
+            };
+        };
+        match (def.imp, def.fast, rest) {
+            // `or` yields its first true argument (else its last), `and` its first false one:
+            // as a condition, whether any (all) of them is true, evaluated in order.
+            (Imp::Or | Imp::And, _, [_, ..]) => {
+                let any = matches!(def.imp, Imp::Or);
+                for op in rest {
+                    if self.test_operand(dot, op)? == any {
+                        return Some(any);
+                    }
+                }
+                Some(!any)
+            }
+            (_, Some(Fast::Not), [op]) => Some(!self.test_operand(dot, op)?),
+            (
+                _,
+                Some(which @ (Fast::Eq | Fast::Ne | Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge)),
+                [x, y],
+            ) => {
+                let a = self.scalar_arg(dot, x)?;
+                let b = self.scalar_arg(dot, y)?;
+                compare(which, a, b)?.ok()
+            }
+            _ => None,
+        }
+    }
+
+    fn test_operand(&mut self, dot: &Val<'a>, op: &'a Operand) -> Option<bool> {
+        match &op.kind {
+            Arg::Pipe(p) => self.test(dot, p),
+            Arg::Field(names) => match dot {
+                Val::J(node, shape) => {
+                    Some(super::chain(&mut self.memo, node, *shape, names)?.truth())
+                }
+                _ => None,
+            },
+            Arg::Literal(v) => Some(v.truth()),
+            Arg::Number(n) => Some(n.ideal.truth()),
+            _ => None,
+        }
+    }
+
     /// An operand that is a literal or a field/variable chain ending in a JSON scalar, read
     /// without side effects; `None` leaves it (and any error it raises) to [`Exec::operand`].
     #[inline]
@@ -299,6 +361,7 @@ impl<'a> Exec<'a> {
                 Val::J(node, shape) => super::chain(&mut self.memo, node, *shape, names)?,
                 _ => return None,
             },
+            Arg::Pipe(p) => self.index_chain(dot, p)?,
             _ => return None,
         };
         match found {
@@ -308,6 +371,47 @@ impl<'a> Exec<'a> {
             },
             Val::Key(k) => Some(Scalar::Str(k)),
             Val::V(_) => None,
+        }
+    }
+
+    /// `(index .a.b "k" 0)` over borrowed JSON with literal keys, as [`fast`] answers it;
+    /// `None` for anything else (including an index out of range, which is an error).
+    #[inline(never)]
+    fn index_chain(&mut self, dot: &Val<'a>, pipe: &'a Pipeline) -> Option<Val<'a>> {
+        let [cmd] = pipe.cmds.as_slice() else {
+            return None;
+        };
+        let [func, base, keys @ ..] = cmd.args.as_slice() else {
+            return None;
+        };
+        match (&func.kind, &base.kind, dot) {
+            (Arg::Func(def), Arg::Field(names), Val::J(node, shape))
+                if def.fast == Some(Fast::Index) && pipe.decl.is_empty() =>
+            {
+                let mut item = super::chain(&mut self.memo, node, *shape, names)?;
+                for key in keys {
+                    let key = match &key.kind {
+                        Arg::Literal(v) | Arg::Number(crate::ast::Number { ideal: v, .. }) => {
+                            Scalar::of_value(v)
+                        }
+                        _ => return None,
+                    };
+                    item = match (&item, key) {
+                        (Val::J(Json::Object(entries), shape), Scalar::Str(k)) => {
+                            match lookup(entries, k) {
+                                Some(v) => child(*shape, k, v),
+                                None => Val::NIL,
+                            }
+                        }
+                        (Val::J(Json::Array(items), shape), Scalar::Int(i)) => {
+                            element(*shape, usize::try_from(i).ok().and_then(|i| items.get(i))?)
+                        }
+                        _ => return None,
+                    };
+                }
+                Some(item)
+            }
+            _ => None,
         }
     }
 
