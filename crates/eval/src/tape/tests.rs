@@ -209,3 +209,162 @@ fn sorted_entries_visit_members_as_a_serde_json_map_does() {
     assert!(!tape(r#"[1, 2]"#).root().is_ordered_object());
     assert_eq!(tape("[1, 2]").root().sorted_entries().count(), 0);
 }
+
+/// A small deterministic generator of JSON texts: keys out of order, repeated and escaped;
+/// integers near the i64/u64 edges, fractions, exponents and "-0"; strings with escapes and
+/// non-ASCII text; nesting up to six levels.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn pick<'s>(&mut self, from: &[&'s str]) -> &'s str {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+
+    fn value(&mut self, depth: usize, out: &mut String) {
+        let kinds = if depth >= 6 { 4 } else { 6 };
+        match self.next() % kinds {
+            0 => out.push_str(self.pick(&["true", "false", "null"])),
+            1 => out.push_str(self.pick(&[
+                "0",
+                "-0",
+                "7",
+                "-12",
+                "443",
+                "9223372036854775807",
+                "-9223372036854775808",
+                "9223372036854775808",
+                "18446744073709551615",
+                "18446744073709551616",
+                "1.5",
+                "-0.0",
+                "2.5e3",
+                "1E-7",
+                "0.1",
+                "123456789012345678901234567890",
+            ])),
+            2 | 3 => {
+                out.push('"');
+                out.push_str(self.pick(&[
+                    "",
+                    "web",
+                    "a\\\"b",
+                    "\\u00e9t\\u00e9",
+                    "é中😀",
+                    "line\\nbreak",
+                    "\\ud83d\\ude00",
+                    "tab\\t",
+                    "slash\\/",
+                ]));
+                out.push('"');
+            }
+            4 => {
+                out.push('[');
+                for i in 0..self.next() % 4 {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    self.value(depth + 1, out);
+                }
+                out.push(']');
+            }
+            _ => {
+                out.push('{');
+                for i in 0..self.next() % 6 {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push('"');
+                    out.push_str(self.pick(&[
+                        "a",
+                        "b",
+                        "name",
+                        "port",
+                        "ports",
+                        "k\\u0065y",
+                        "key",
+                        "z",
+                        "",
+                        "é",
+                    ]));
+                    out.push_str("\": ");
+                    self.value(depth + 1, out);
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// Walks a node and the `Value` serde_json made of the same text, comparing every answer the
+/// evaluation relies on.
+fn same(node: NodeRef<'_>, value: &Value, text: &str) {
+    assert_eq!(node.to_value(), *value, "{text}");
+    match value {
+        Value::Object(map) => {
+            let entries: Vec<(String, NodeRef<'_>)> = node
+                .sorted_entries()
+                .map(|(k, v)| (k.as_str().expect("a key").into_owned(), v))
+                .collect();
+            let keys: Vec<&String> = map.keys().collect();
+            let got: Vec<&String> = entries.iter().map(|(k, _)| k).collect();
+            assert_eq!(got, keys, "{text}");
+            if node.is_ordered_object() {
+                let in_place: Vec<String> = node
+                    .entries()
+                    .map(|(k, _)| k.as_str().expect("a key").into_owned())
+                    .collect();
+                assert_eq!(in_place.iter().collect::<Vec<_>>(), keys, "{text}");
+            }
+            for ((key, child), (_, want)) in entries.iter().zip(map) {
+                assert_eq!(
+                    node.get(key).map(|n| n.to_value()),
+                    Some(want.clone()),
+                    "{text}"
+                );
+                same(*child, want, text);
+            }
+            assert!(node.get("missing").is_none());
+        }
+        Value::Array(items) => {
+            assert_eq!(node.len(), items.len());
+            for (child, want) in node.items().zip(items) {
+                same(child, want, text);
+            }
+        }
+        Value::Number(n) => {
+            assert_eq!(node.as_i64(), n.as_i64(), "{text}");
+            assert_eq!(
+                node.as_f64().map(f64::to_bits),
+                n.as_f64().map(f64::to_bits),
+                "{text}"
+            );
+        }
+        Value::String(s) => {
+            assert!(node.str_eq(s), "{text}");
+            assert_eq!(node.as_str().as_deref(), Some(s.as_str()), "{text}");
+        }
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+#[test]
+fn generated_documents_answer_as_serde_json_values_do() {
+    let mut gen = Gen(0x5eed_1234_abcd_0001);
+    let mut objects = 0;
+    for _ in 0..3000 {
+        let mut text = String::new();
+        gen.value(0, &mut text);
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        objects += usize::from(value.is_object());
+        same(tape(&text).root(), &value, &text);
+    }
+    assert!(objects > 300, "the generator makes objects ({objects})");
+}
