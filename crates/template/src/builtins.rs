@@ -16,6 +16,7 @@ pub static FUNCS: &[FuncDef] = &[
         imp: Imp::And,
         scope: Scope::All,
         fast: None,
+        text: None,
     },
     FuncDef {
         name: "or",
@@ -24,6 +25,7 @@ pub static FUNCS: &[FuncDef] = &[
         imp: Imp::Or,
         scope: Scope::All,
         fast: None,
+        text: None,
     },
     def!("not", [Any], |a| Ok(Value::Bool(!a[0].truth()))).fast(Fast::Not),
     def!("len", [Any], len).fast(Fast::Len),

@@ -111,7 +111,7 @@ impl<'a> Exec<'a> {
                 Node::Action(pipe) => {
                     // `{{ .a.b }}`, `{{ $x }}`, `{{ $x.a }}` over borrowed data: straight to the
                     // output; anything unusual (missing keys, errors) takes the general path.
-                    if self.print_lone(pipe, dot) {
+                    if self.print_lone(pipe, dot) || self.print_text_call(pipe, dot)? {
                         continue;
                     }
                     let value = self.pipeline(dot, pipe)?;
@@ -165,6 +165,48 @@ impl<'a> Exec<'a> {
             }
             None => false,
         }
+    }
+
+    /// Prints a pipeline ending in a string function of one string argument (`{{ .a | quote }}`,
+    /// `{{ lower .a }}`) by writing the function's result straight to the output; `false` when
+    /// that does not apply and nothing was evaluated.
+    fn print_text_call(&mut self, pipe: &'a Pipeline, dot: &Val<'a>) -> R<bool> {
+        if self.engine != Engine::Text || !pipe.decl.is_empty() {
+            return Ok(false);
+        }
+        let Some((last, init)) = pipe.cmds.split_last() else {
+            return Ok(false);
+        };
+        let (text, arg) = match (last.args.as_slice(), init.is_empty()) {
+            ([func], false) => match &func.kind {
+                Arg::Func(def) if def.text.is_some() => (def.text, None),
+                _ => return Ok(false),
+            },
+            ([func, op], true) if call::is_plain_read(op) => match &func.kind {
+                Arg::Func(def) if def.text.is_some() => (def.text, Some(op)),
+                _ => return Ok(false),
+            },
+            _ => return Ok(false),
+        };
+        let Some(text) = text else {
+            return Ok(false);
+        };
+        let value = match arg {
+            Some(op) => self.operand(dot, op)?,
+            None => self.commands(dot, init)?,
+        };
+        if let Some(t) = value.as_text() {
+            text(t, self.out);
+            return Ok(true);
+        }
+        // Not a string: the general call checks and converts it (an operand is re-read, the
+        // earlier commands are not run again).
+        let result = match arg {
+            Some(_) => self.command(dot, last, None)?,
+            None => self.command(dot, last, Some(value))?,
+        };
+        self.print(&result);
+        Ok(true)
     }
 
     fn print(&mut self, value: &Val<'a>) {

@@ -96,13 +96,28 @@ pub struct FuncDef {
     pub imp: Imp,
     pub scope: Scope,
     pub fast: Option<Fast>,
+    /// What the function does with exactly one string argument, appended to a buffer: the
+    /// evaluator then calls it on borrowed text, without argument or result values, and a
+    /// printed result goes straight to the output. Must equal `imp` for that case.
+    pub text: Option<TextFn>,
 }
+
+/// A string function's result for one string argument, appended to `out`.
+pub type TextFn = fn(text: &str, out: &mut String);
 
 impl FuncDef {
     /// Marks a builtin the evaluator runs itself when its arguments allow.
     pub const fn fast(self, fast: Fast) -> FuncDef {
         FuncDef {
             fast: Some(fast),
+            ..self
+        }
+    }
+
+    /// Gives a string function its one-string-argument form (see [`FuncDef::text`]).
+    pub const fn text(self, text: TextFn) -> FuncDef {
+        FuncDef {
+            text: Some(text),
             ..self
         }
     }
@@ -124,6 +139,7 @@ macro_rules! def {
             imp: $crate::funcs::Imp::Plain($imp),
             scope: $crate::funcs::Scope::All,
             fast: None,
+            text: None,
         }
     };
     ($name:literal, [$($p:ident),*], $imp:expr) => {
@@ -134,6 +150,7 @@ macro_rules! def {
             imp: $crate::funcs::Imp::Plain($imp),
             scope: $crate::funcs::Scope::All,
             fast: None,
+            text: None,
         }
     };
 }

@@ -8,6 +8,7 @@ pub mod crypto;
 pub mod dates;
 pub mod dicts;
 pub mod encoding;
+pub mod gocase;
 pub mod lists;
 pub mod math;
 pub mod semver;

@@ -13,7 +13,7 @@ use crate::yaml::{load::load, to_yaml, Flavor};
 
 macro_rules! sveltos {
     ($name:literal, [$($p:ident),*], $scope:ident, $imp:expr) => {
-        FuncDef { name: $name, params: &[$(Ty::$p),*], variadic: None, imp: Imp::Plain($imp), scope: Scope::$scope, fast: None }
+        FuncDef { name: $name, params: &[$(Ty::$p),*], variadic: None, imp: Imp::Plain($imp), scope: Scope::$scope, fast: None, text: None }
     };
 }
 

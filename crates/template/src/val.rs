@@ -63,6 +63,17 @@ impl<'a> Val<'a> {
         }
     }
 
+    /// The text of a string, borrowed.
+    #[inline]
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Val::J(Json::String(s), _) => Some(s),
+            Val::Key(k) => Some(k),
+            Val::V(Value::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     pub fn scalar(&self) -> Scalar<'_> {
         match self {
             Val::Key(k) => Scalar::Str(k),

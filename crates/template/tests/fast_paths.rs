@@ -154,3 +154,53 @@ fn if_conditions_decided_in_place_match_the_general_path() {
         );
     }
 }
+
+/// String functions of one string argument (`upper lower title trim quote squote`) run on the
+/// borrowed text and print straight to the output; anything else about them (non-strings,
+/// nil, missing keys, type errors) is the general call's.
+#[test]
+fn string_functions_on_borrowed_text_match_the_general_path() {
+    let data = json!({"Resource": {"s": "svc-a", "u": "ÉTÉ ΣΑΣ", "t": "  pad \t", "n": 3,
+        "z": null, "q": "a\"b\u{a0}", "m": {"k": "v", "x": "y"}}});
+    let ok = [
+        ("{{ .Resource.s | upper }}", "SVC-A"),
+        ("{{ upper .Resource.s }}", "SVC-A"),
+        ("{{ .Resource.u | lower }}", "été σασ"),
+        ("{{ .Resource.u | upper }}", "ÉTÉ ΣΑΣ"),
+        ("{{ .Resource.s | title }}", "Svc-A"),
+        ("{{ .Resource.t | trim }}|", "pad|"),
+        ("{{ .Resource.q | quote }}", "\"a\\\"b\\u00a0\""),
+        ("{{ quote .Resource.s }}", "\"svc-a\""),
+        ("{{ .Resource.s | squote }}", "'svc-a'"),
+        ("{{ .Resource.n | quote }}", "\"3\""),
+        ("{{ .Resource.z | quote }}", ""),
+        ("{{ .Resource.m | quote }}", "\"map[k:v x:y]\""),
+        ("{{ .Resource.s | quote | upper }}", "\"SVC-A\""),
+        (
+            "{{ printf \"%s-%d\" .Resource.s 1 | upper | quote }}",
+            "\"SVC-A-1\"",
+        ),
+        (
+            "{{ range $k, $v := .Resource.m }}{{ $k | upper }}{{ upper $v }}{{ end }}",
+            "KVXY",
+        ),
+        ("{{ $x := .Resource.s | upper }}{{ $x }}", "SVC-A"),
+        (
+            "{{ if eq (.Resource.s | upper) \"SVC-A\" }}yes{{ end }}",
+            "yes",
+        ),
+    ];
+    for (text, expected) in ok {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
+    }
+    for text in [
+        "{{ upper .Resource.n }}",
+        "{{ .Resource.n | lower }}",
+        "{{ .Resource.missing | upper }}",
+        "{{ quote .Resource.missing }}",
+        "{{ .Resource.s | upper 1 }}",
+    ] {
+        let error = both(text, data.clone()).expect_err(text);
+        assert!(error.contains("executing"), "{text}: {error}");
+    }
+}

@@ -6,7 +6,7 @@ use serde_json::Value as Json;
 
 use super::{lookup, Exec, R};
 use crate::ast::{Arg, Operand, Pipeline, Span};
-use crate::funcs::{Fast, FuncDef, FuncResult, Imp, Ty};
+use crate::funcs::{Fast, FuncDef, FuncResult, Imp, TextFn, Ty};
 use crate::val::{child, element, Scalar, Val};
 use crate::value::Value;
 use crate::{Error, MissingKey};
@@ -186,6 +186,11 @@ impl<'a> Exec<'a> {
                 ),
             ));
         }
+        if let (Some(text), 1) = (def.text, given) {
+            if let Some(result) = self.text_call(text, dot, args, final_.as_ref())? {
+                return Ok(result);
+            }
+        }
         let imp = match def.imp {
             Imp::Plain(f) => f,
             Imp::And | Imp::Or => {
@@ -242,6 +247,28 @@ impl<'a> Exec<'a> {
         }
         let result: FuncResult = imp(values);
         result.map(Val::V).map_err(|m| fail(self, m))
+    }
+
+    /// A string function of one string argument (`x | lower`, `quote .a.b`) on the borrowed
+    /// text; `None` when the argument is not a string (the general call then checks and
+    /// converts it; an argument read here is a plain read, so reading it again is the same).
+    fn text_call(
+        &mut self,
+        text: TextFn,
+        dot: &Val<'a>,
+        args: &'a [Operand],
+        final_: Option<&Val<'a>>,
+    ) -> R<Option<Val<'a>>> {
+        let arg = match (final_, args) {
+            (Some(piped), []) => piped.clone(),
+            (None, [op]) if is_plain_read(op) => self.operand(dot, op)?,
+            _ => return Ok(None),
+        };
+        Ok(arg.as_text().map(|t| {
+            let mut out = String::new();
+            text(t, &mut out);
+            Val::V(Value::string(out))
+        }))
     }
 
     /// `eq .port 443` (both sides borrowed scalars, nothing built or dropped) and `and`/`or`
@@ -424,6 +451,15 @@ impl<'a> Exec<'a> {
             None => span,
         }
     }
+}
+
+/// An operand whose evaluation only reads (a field chain, a variable, dot, a literal), so that
+/// evaluating it twice gives the same value or error.
+pub(super) fn is_plain_read(op: &Operand) -> bool {
+    matches!(
+        op.kind,
+        Arg::Field(_) | Arg::Variable(..) | Arg::Dot | Arg::Literal(_) | Arg::Number(_)
+    )
 }
 
 /// A builtin over borrowed values; `Ok(None)` when the general implementation must decide

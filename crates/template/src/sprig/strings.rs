@@ -3,7 +3,7 @@
 
 use rand::Rng;
 
-use super::{strslice, strval};
+use super::{gocase, strslice, strval};
 use crate::funcs::{arg_int, arg_str, budget, def, FuncDef, FuncResult, MAX_STRING};
 use crate::gofmt::push_quoted;
 use crate::value::{Map, Value};
@@ -27,11 +27,20 @@ fn s(v: String) -> FuncResult {
     Ok(Value::string(v))
 }
 
+/// The text a [`crate::funcs::TextFn`]-style function makes of `t`.
+fn text_of(f: fn(&mut String, &str), t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    f(&mut out, t);
+    out
+}
+
 pub static FUNCS: &[FuncDef] = &[
     def!("hello", [], |_| s("Hello!".into())),
-    def!("upper", [Str], |a| s(arg_str(&a, 0).to_uppercase())),
-    def!("lower", [Str], |a| s(arg_str(&a, 0).to_lowercase())),
-    def!("title", [Str], |a| s(title(arg_str(&a, 0)))),
+    def!("upper", [Str], |a| s(text_of(gocase::push_upper, arg_str(&a, 0))))
+        .text(|t, out| gocase::push_upper(out, t)),
+    def!("lower", [Str], |a| s(text_of(gocase::push_lower, arg_str(&a, 0))))
+        .text(|t, out| gocase::push_lower(out, t)),
+    def!("title", [Str], |a| s(title(arg_str(&a, 0)))).text(|t, out| out.push_str(&title(t))),
     def!("untitle", [Str], |a| s(map_words(arg_str(&a, 0), |w| {
         first_to(w, false)
     }))),
@@ -50,7 +59,8 @@ pub static FUNCS: &[FuncDef] = &[
             Err(_) => Err("strings: negative Repeat count".into()),
         }
     ),
-    def!("trim", [Str], |a| s(arg_str(&a, 0).trim().to_string())),
+    def!("trim", [Str], |a| s(arg_str(&a, 0).trim().to_string()))
+        .text(|t, out| out.push_str(t.trim())),
     def!("trimAll", [Str, Str], trim_all),
     def!("trimall", [Str, Str], trim_all),
     def!("trimSuffix", [Str, Str], |a| s(arg_str(&a, 1)
@@ -111,8 +121,12 @@ pub static FUNCS: &[FuncDef] = &[
     def!("hasSuffix", [Str, Str], |a| Ok(Value::Bool(
         arg_str(&a, 1).ends_with(arg_str(&a, 0))
     ))),
-    def!("quote", [], ...Any, quote_all),
-    def!("squote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| format!("'{}'", strval(v))).collect::<Vec<_>>().join(" "))),
+    def!("quote", [], ...Any, quote_all).text(|t, out| push_quoted(out, t)),
+    def!("squote", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(|v| format!("'{}'", strval(v))).collect::<Vec<_>>().join(" "))).text(|t, out| {
+        out.push('\'');
+        out.push_str(t);
+        out.push('\'');
+    }),
     def!("cat", [], ...Any, |a| s(a.iter().filter(|v| !v.is_nil()).map(strval).collect::<Vec<_>>().join(" "))),
     def!("indent", [Int, Str], |a| s(indent(
         arg_int(&a, 0),
@@ -199,7 +213,7 @@ fn title(s: &str) -> String {
     let mut prev_sep = true;
     for c in s.chars() {
         if prev_sep {
-            out.extend(c.to_uppercase());
+            out.push(gocase::title(c));
         } else {
             out.push(c);
         }
@@ -211,8 +225,8 @@ fn title(s: &str) -> String {
 fn first_to(w: &str, upper: bool) -> String {
     let mut chars = w.chars();
     match chars.next() {
-        Some(c) if upper => c.to_uppercase().chain(chars).collect(),
-        Some(c) => c.to_lowercase().chain(chars).collect(),
+        Some(c) if upper => std::iter::once(gocase::upper(c)).chain(chars).collect(),
+        Some(c) => std::iter::once(gocase::lower(c)).chain(chars).collect(),
         None => String::new(),
     }
 }
@@ -277,13 +291,13 @@ fn random(n: i64, alphabet: &[u8]) -> FuncResult {
 
 fn swapcase(s: &str) -> String {
     s.chars()
-        .flat_map(|c| -> Box<dyn Iterator<Item = char>> {
+        .map(|c| {
             if c.is_uppercase() {
-                Box::new(c.to_lowercase())
+                gocase::lower(c)
             } else if c.is_lowercase() {
-                Box::new(c.to_uppercase())
+                gocase::upper(c)
             } else {
-                Box::new(std::iter::once(c))
+                c
             }
         })
         .collect()
@@ -319,7 +333,7 @@ fn words(s: &str) -> Vec<String> {
         if boundary && !cur.is_empty() {
             words.push(std::mem::take(&mut cur));
         }
-        cur.extend(c.to_lowercase());
+        cur.push(gocase::lower(c));
     }
     if !cur.is_empty() {
         words.push(cur);
