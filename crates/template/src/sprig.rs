@@ -13,6 +13,7 @@ pub mod lists;
 pub mod math;
 pub mod semver;
 pub mod strings;
+pub mod wordcase;
 
 use crate::gofmt::to_string;
 use crate::value::Value;

@@ -3,7 +3,7 @@
 
 use rand::Rng;
 
-use super::{gocase, strslice, strval};
+use super::{gocase, strslice, strval, wordcase};
 use crate::funcs::{arg_int, arg_str, budget, def, FuncDef, FuncResult, MAX_STRING};
 use crate::gofmt::push_quoted;
 use crate::value::{Map, Value};
@@ -75,10 +75,7 @@ pub static FUNCS: &[FuncDef] = &[
         .chars()
         .filter(|c| !c.is_whitespace())
         .collect())),
-    def!("initials", [Str], |a| s(arg_str(&a, 0)
-        .split_whitespace()
-        .filter_map(|w| w.chars().next())
-        .collect())),
+    def!("initials", [Str], |a| s(wordcase::initials(arg_str(&a, 0)))),
     def!("randAlphaNum", [Int], |a| random(
         arg_int(&a, 0),
         b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -95,11 +92,11 @@ pub static FUNCS: &[FuncDef] = &[
         arg_int(&a, 0),
         b"0123456789"
     )),
-    def!("swapcase", [Str], |a| s(swapcase(arg_str(&a, 0)))),
+    def!("swapcase", [Str], |a| s(wordcase::swapcase(arg_str(&a, 0)))),
     def!("shuffle", [Str], shuffle),
-    def!("snakecase", [Str], |a| s(words(arg_str(&a, 0)).join("_"))),
-    def!("kebabcase", [Str], |a| s(words(arg_str(&a, 0)).join("-"))),
-    def!("camelcase", [Str], |a| s(camelcase(arg_str(&a, 0)))),
+    def!("snakecase", [Str], |a| s(wordcase::lower_words(arg_str(&a, 0), '_'))),
+    def!("kebabcase", [Str], |a| s(wordcase::lower_words(arg_str(&a, 0), '-'))),
+    def!("camelcase", [Str], |a| s(wordcase::camelcase(arg_str(&a, 0)))),
     def!("wrap", [Int, Str], |a| s(wrap(
         arg_str(&a, 1),
         arg_int(&a, 0),
@@ -217,7 +214,13 @@ fn title(s: &str) -> String {
         } else {
             out.push(c);
         }
-        prev_sep = !(c.is_alphanumeric() || c == '_');
+        // Go's `isSeparator`: any ASCII character but letters, digits and `_`; beyond ASCII
+        // only white space (a letter, a digit or a symbol like `…` does not start a word).
+        prev_sep = if c.is_ascii() {
+            !(c.is_ascii_alphanumeric() || c == '_')
+        } else {
+            c.is_whitespace()
+        };
     }
     out
 }
@@ -289,60 +292,11 @@ fn random(n: i64, alphabet: &[u8]) -> FuncResult {
         .collect())
 }
 
-fn swapcase(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_uppercase() {
-                gocase::lower(c)
-            } else if c.is_lowercase() {
-                gocase::upper(c)
-            } else {
-                c
-            }
-        })
-        .collect()
-}
-
 fn shuffle(a: Vec<Value>) -> FuncResult {
     use rand::seq::SliceRandom;
     let mut chars: Vec<char> = arg_str(&a, 0).chars().collect();
     chars.shuffle(&mut rand::thread_rng());
     s(chars.into_iter().collect())
-}
-
-/// Lower-case words of an identifier: split at separators, case changes and acronym ends.
-fn words(s: &str) -> Vec<String> {
-    let chars: Vec<char> = s.chars().collect();
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    for (i, &c) in chars.iter().enumerate() {
-        if !c.is_alphanumeric() {
-            if !cur.is_empty() {
-                words.push(std::mem::take(&mut cur));
-            }
-            continue;
-        }
-        let prev = i.checked_sub(1).map(|p| chars[p]);
-        let next = chars.get(i + 1).copied();
-        let boundary = c.is_uppercase()
-            && prev.is_some_and(|p| {
-                p.is_lowercase()
-                    || p.is_ascii_digit()
-                    || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
-            });
-        if boundary && !cur.is_empty() {
-            words.push(std::mem::take(&mut cur));
-        }
-        cur.push(gocase::lower(c));
-    }
-    if !cur.is_empty() {
-        words.push(cur);
-    }
-    words
-}
-
-fn camelcase(s: &str) -> String {
-    s.split(['_', ' ']).map(|w| first_to(w, true)).collect()
 }
 
 /// goutils `WrapCustom`: breaks at the last space within the width; long words are cut

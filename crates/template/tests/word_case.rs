@@ -1,0 +1,54 @@
+//! sprig's case functions (`upper lower title untitle camelcase snakecase kebabcase swapcase
+//! initials`) over awkward inputs (connectors, numbers, acronyms, non-ASCII letters, title-case
+//! digraphs, U+FFFD) give what the Go oracle gave: `tests/data/word_case.json`, written by
+//! `tests/data/make_word_case.py` from `shared/oracle`.
+
+use serde_json::Value;
+
+#[test]
+fn case_functions_answer_as_the_oracle_did() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/word_case.json");
+    let cases: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("word_case.json"))
+            .expect("json");
+    assert!(cases.len() >= 400, "{} cases", cases.len());
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| {
+            let got = sluice_template::oracle::answer(case);
+            (got != case["expected"]).then(|| {
+                format!(
+                    "{} over {}: got {got}, Go gave {}",
+                    case["template"], case["data"]["s"], case["expected"]
+                )
+            })
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `camelcase` as Sveltos links it (xstrings v1.5.0, through sprig v3.3.0): letters after the
+/// first keep their case, which the oracle's older xstrings lower-cased (the cases above leave
+/// such inputs out). Samples from xstrings 1.5.0's documentation, plus mixed-case words.
+#[test]
+fn camelcase_keeps_the_case_inside_words_as_sveltos_does() {
+    for (input, want) in [
+        ("some_words", "SomeWords"),
+        ("http_server", "HttpServer"),
+        ("no_https", "NoHttps"),
+        ("_complex__case_", "_Complex_Case_"),
+        ("some words", "SomeWords"),
+        ("fooBar", "FooBar"),
+        ("HTTPServer", "HTTPServer"),
+        ("FOO_BAR", "FOOBAR"),
+        ("x-Y", "XY"),
+        ("ÉTÉ", "ÉTÉ"),
+    ] {
+        let request = serde_json::json!({"template": "{{ .s | camelcase }}", "data": {"s": input}});
+        assert_eq!(
+            sluice_template::oracle::answer(&request),
+            serde_json::json!({ "output": want }),
+            "{input}"
+        );
+    }
+}
