@@ -9,6 +9,7 @@ pub mod dates;
 pub mod dicts;
 pub mod encoding;
 pub mod gocase;
+pub mod gourl;
 pub mod lists;
 pub mod math;
 pub mod semver;

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use base64::Engine as _;
 use sha1::Digest as _;
 
+use super::gourl::{self, Part};
 use crate::funcs::{arg_str, def, FuncDef, FuncResult};
 use crate::value::{Map, Value};
 
@@ -49,7 +50,7 @@ pub static FUNCS: &[FuncDef] = &[
         Ok(from_json_floats(&json))
     }),
     def!("urlParse", [Str], |a| url_parse(arg_str(&a, 0))),
-    def!("urlJoin", [Map], |a| Ok(Value::string(url_join(&a[0])))),
+    def!("urlJoin", [Map], |a| url_join(&a[0]).map(Value::string)),
 ];
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -299,29 +300,47 @@ fn url_parse(s: &str) -> FuncResult {
         Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
         _ => host,
     };
+    // url.Parse keeps the path, host and fragment unescaped, the query raw; sprig returns the
+    // user info as `User.String()`, escaped again.
+    let path = gourl::unescape(path)?;
+    let fragment = gourl::unescape(fragment)?;
+    let host = gourl::unescape(host)?;
+    let hostname = gourl::unescape(hostname)?;
+    let userinfo = match userinfo {
+        "" => String::new(),
+        raw => gourl::userinfo(raw)?,
+    };
     let mut map = Map::new();
     for (k, v) in [
         ("scheme", scheme),
-        ("host", host),
+        ("host", &host),
         (
             "hostname",
             hostname.trim_start_matches('[').trim_end_matches(']'),
         ),
-        ("path", path),
+        ("path", &path),
         ("query", query),
         ("opaque", opaque),
-        ("fragment", fragment),
-        ("userinfo", userinfo),
+        ("fragment", &fragment),
+        ("userinfo", &userinfo),
     ] {
         map.insert(k.to_string(), Value::str(v));
     }
     Ok(Value::map(map))
 }
 
-fn url_join(d: &Value) -> String {
+fn url_join(d: &Value) -> Result<String, String> {
     let get = |k: &str| match d {
         Value::Map(m) => m.get(k).map(|v| super::strval(&v)).unwrap_or_default(),
         _ => String::new(),
+    };
+    // sprig builds a `url.URL` (its user info parsed from "proto://USERINFO@host") and prints
+    // it with `String()`.
+    let userinfo = match get("userinfo") {
+        u if u.is_empty() => None,
+        u => Some(
+            gourl::userinfo(&u).map_err(|e| format!("unable to parse userinfo in dict: {e}"))?,
+        ),
     };
     let mut out = String::new();
     let scheme = get("scheme");
@@ -334,18 +353,28 @@ fn url_join(d: &Value) -> String {
         out.push_str(&opaque);
     } else {
         let host = get("host");
-        let userinfo = get("userinfo");
-        if !scheme.is_empty() || !host.is_empty() || !userinfo.is_empty() {
-            out.push_str("//");
-            if !userinfo.is_empty() {
-                out.push_str(&userinfo);
+        let path = get("path");
+        if !scheme.is_empty() || !host.is_empty() || userinfo.is_some() {
+            if !host.is_empty() || !path.is_empty() || userinfo.is_some() {
+                out.push_str("//");
+            }
+            if let Some(userinfo) = &userinfo {
+                out.push_str(userinfo);
                 out.push('@');
             }
-            out.push_str(&host);
+            out.push_str(&gourl::escape(&host, Part::Host));
         }
-        let path = get("path");
+        let path = if path == "*" {
+            path
+        } else {
+            gourl::escape(&path, Part::Path)
+        };
         if !path.is_empty() && !path.starts_with('/') && !host.is_empty() {
             out.push('/');
+        }
+        // A first segment holding a colon would read as a scheme (RFC 3986 §4.2).
+        if out.is_empty() && path.split('/').next().is_some_and(|s| s.contains(':')) {
+            out.push_str("./");
         }
         out.push_str(&path);
     }
@@ -357,7 +386,7 @@ fn url_join(d: &Value) -> String {
     let fragment = get("fragment");
     if !fragment.is_empty() {
         out.push('#');
-        out.push_str(&fragment);
+        out.push_str(&gourl::escape(&fragment, Part::Fragment));
     }
-    out
+    Ok(out)
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes word_case.json: sprig's case functions over awkward inputs, answered by the Go oracle
-(shared/oracle, the engines Sveltos runs). Run: python3 make_word_case.py [ORACLE]"""
+"""Writes sprig_cases.json: sprig's case and URL functions over awkward inputs, answered by the
+Go oracle (shared/oracle, the engines Sveltos runs). Run: python3 make_sprig_cases.py [ORACLE]"""
 import json
 import os
 import subprocess
@@ -25,13 +25,27 @@ def same_in_both_xstrings(f, s):
     return f != "camelcase" or not any(c.isupper() or c.istitle() for c in s[1:])
 
 
+URLS = ["https://user:pw@example.com:8080/p/a?x=1&y=2#frag", "http://x.io/a%20b/c%2Fd?q=a%20b#f%20g",
+        "https://[::1]:80/", "mailto:joe@x.io", "http://us%40er:p%3Ass@h/", "/rel/path?x", "x.io/p",
+        "http://h/ä ö#ü", "http://h/%zz", "https://h?", "ftp://h/a;b,c$d"]
+JOINS = [{"scheme": "https", "host": "x.io", "path": "/a b", "query": "q=1"},
+         {"scheme": "https", "host": "x.io", "path": "a/b?c", "fragment": "f g!(x)"},
+         {"host": "h", "path": "p"}, {"path": "a:b/c"}, {"scheme": "mailto", "opaque": "joe@x.io"},
+         {"scheme": "http", "userinfo": "us er:p@ss", "host": "h"},
+         {"scheme": "http", "userinfo": "u@x:p%20w", "host": "h"},
+         {"scheme": "http", "host": "hö st", "path": "/ä"}, {"scheme": "http"}, {"path": "*"},
+         {"scheme": "s", "path": "/x#y"}, {"userinfo": "u", "path": "/p"}]
+
 requests = [{"template": "{{ .s | %s }}" % f, "data": {"s": s}}
             for s in INPUTS for f in FUNCS if same_in_both_xstrings(f, s)]
+requests += [{"template": "{{ urlParse .s | toJson }}", "data": {"s": u}} for u in URLS]
+requests += [{"template": "{{ urlJoin (urlParse .s) }}", "data": {"s": u}} for u in URLS]
+requests += [{"template": "{{ urlJoin .d }}", "data": {"d": d}} for d in JOINS]
 batch = [dict(r, mode="template") for r in requests]
 answers = json.loads(subprocess.run([ORACLE, "batch"], input=json.dumps(batch),
                                     capture_output=True, text=True, check=True).stdout)
 cases = [dict(r, expected=a) for r, a in zip(requests, answers)]
-out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "word_case.json")
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sprig_cases.json")
 with open(out, "w", encoding="utf-8") as f:
     f.write("[\n" + ",\n".join(json.dumps(c, ensure_ascii=False) for c in cases) + "\n]\n")
 print(f"{len(cases)} cases -> {out}")
