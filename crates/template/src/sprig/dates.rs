@@ -29,22 +29,24 @@ impl GoTime {
 
 pub static FUNCS: &[FuncDef] = &[
     def!("now", [], |_| Ok(Value::Time(GoTime::now()))),
+    // sprig formats in the local zone (`date`) or a named one (`dateInZone`); both are UTC
+    // here (ADR 0003), whatever offset the time was parsed with.
     def!("date", [Str, Any], |a| Ok(Value::string(format_layout(
-        to_time(&a[1]).0,
+        in_utc(&a[1]),
         arg_str(&a, 0)
     )))),
     def!("dateInZone", [Str, Any, Str], |a| Ok(Value::string(
-        format_layout(to_time(&a[1]).0, arg_str(&a, 0))
+        format_layout(in_utc(&a[1]), arg_str(&a, 0))
     ))),
     def!("date_in_zone", [Str, Any, Str], |a| Ok(Value::string(
-        format_layout(to_time(&a[1]).0, arg_str(&a, 0))
+        format_layout(in_utc(&a[1]), arg_str(&a, 0))
     ))),
     def!("htmlDate", [Any], |a| Ok(Value::string(format_layout(
-        to_time(&a[0]).0,
+        in_utc(&a[0]),
         "2006-01-02"
     )))),
     def!("htmlDateInZone", [Any, Str], |a| Ok(Value::string(
-        format_layout(to_time(&a[0]).0, "2006-01-02")
+        format_layout(in_utc(&a[0]), "2006-01-02")
     ))),
     def!("dateModify", [Str, Any], |a| Ok(
         date_modify(&a).unwrap_or_else(|_| a[1].clone())
@@ -105,6 +107,11 @@ fn to_time(v: &Value) -> GoTime {
     }
 }
 
+/// A date argument in UTC, the zone templates format in.
+fn in_utc(v: &Value) -> OffsetDateTime {
+    to_time(v).0.to_offset(UtcOffset::UTC)
+}
+
 fn date_modify(a: &[Value]) -> FuncResult {
     let ns = parse_duration(arg_str(a, 0))?;
     let t = to_time(&a[1]);
@@ -118,12 +125,17 @@ pub fn method(t: &GoTime, name: &str, args: &[Value]) -> Result<Value, String> {
         ("Unix", []) => Value::Int(d.unix_timestamp()),
         ("UnixNano", []) => Value::Int(d.unix_timestamp_nanos() as i64),
         ("Year", []) => Value::GoInt(d.year() as i64),
-        ("Month", []) => Value::GoInt(u8::from(d.month()) as i64),
+        // `time.Month` and `time.Weekday` print as their English names.
+        ("Month", []) => Value::str(MONTHS[usize::from(u8::from(d.month())) - 1]),
+        ("Weekday", []) => Value::str(DAYS[usize::from(d.weekday().number_days_from_sunday())]),
+        ("YearDay", []) => Value::GoInt(i64::from(d.ordinal())),
+        ("Nanosecond", []) => Value::GoInt(i64::from(d.nanosecond())),
         ("Day", []) => Value::GoInt(d.day() as i64),
         ("Hour", []) => Value::GoInt(d.hour() as i64),
         ("Minute", []) => Value::GoInt(d.minute() as i64),
         ("Second", []) => Value::GoInt(d.second() as i64),
-        ("UTC" | "Local", []) => Value::Time(*t),
+        // The local zone is UTC here (ADR 0003).
+        ("UTC" | "Local", []) => Value::Time(GoTime(d.to_offset(UtcOffset::UTC))),
         ("String", []) => Value::string(t.go_string()),
         ("Format", [Value::String(layout)]) => Value::string(format_layout(d, layout)),
         _ => return Err(format!("can't evaluate field {name} in type time.Time")),
@@ -321,13 +333,34 @@ pub fn parse_layout(value: &str, layout: &str) -> Result<GoTime, String> {
         parsed
     };
     while !l.is_empty() {
-        if let Some((width, _)) = fraction_chunk(l, "") {
-            if v.starts_with(['.', ',']) {
-                v = &v[1..];
-                let n = v.bytes().take_while(u8::is_ascii_digit).count();
-                let digits = format!("{:0<9}", &v[..n.min(9)]);
-                nanos = digits.parse().map_err(|_| err())?;
-                v = &v[n..];
+        if let Some((width, optional)) = fraction_chunk(l, "") {
+            let b = v.as_bytes();
+            let present = b.len() >= 2 && matches!(b[0], b'.' | b',') && b[1].is_ascii_digit();
+            if optional {
+                // `.999`: any number of digits, or none at all.
+                if present {
+                    let n = 1 + v[1..].bytes().take_while(u8::is_ascii_digit).count();
+                    nanos = format!("{:0<9}", &v[1..n.min(10)])
+                        .parse()
+                        .map_err(|_| err())?;
+                    v = &v[n..];
+                }
+            } else {
+                // `.000`: exactly that many digits.
+                let digits = v
+                    .get(1..1 + width)
+                    .filter(|d| d.bytes().all(|c| c.is_ascii_digit()));
+                match (present || width == 0, digits) {
+                    (true, Some(d)) => {
+                        nanos = format!("{d:0<9}")
+                            .get(..9)
+                            .unwrap_or("0")
+                            .parse()
+                            .map_err(|_| err())?;
+                        v = &v[1 + width..];
+                    }
+                    _ => return Err(err()),
+                }
             }
             l = &l[1 + width..];
             continue;
@@ -349,7 +382,22 @@ pub fn parse_layout(value: &str, layout: &str) -> Result<GoTime, String> {
             }
             "15" | "03" | "3" => hour = num(&mut v, 2).ok_or_else(err)? as u8,
             "04" | "4" => min = num(&mut v, 2).ok_or_else(err)? as u8,
-            "05" | "5" => sec = num(&mut v, 2).ok_or_else(err)? as u8,
+            "05" | "5" => {
+                sec = num(&mut v, 2).ok_or_else(err)? as u8;
+                // Go reads a fractional second after the seconds even when the layout has
+                // none (unless the layout's next element is one).
+                let b = v.as_bytes();
+                if b.len() >= 2
+                    && matches!(b[0], b'.' | b',')
+                    && b[1].is_ascii_digit()
+                    && fraction_chunk(l, "").is_none()
+                {
+                    let n = 1 + v[1..].bytes().take_while(u8::is_ascii_digit).count();
+                    let digits = format!("{:0<9}", &v[1..n.min(10)]);
+                    nanos = digits.parse().map_err(|_| err())?;
+                    v = &v[n..];
+                }
+            }
             "January" | "Jan" => {
                 let i = MONTHS
                     .iter()
@@ -403,7 +451,8 @@ pub fn parse_layout(value: &str, layout: &str) -> Result<GoTime, String> {
         .with_hms_nano(hour, min, sec, nanos)
         .map_err(|_| err())?;
     let offset = UtcOffset::from_whole_seconds(offset).map_err(|_| err())?;
-    Ok(GoTime(t.assume_offset(offset).to_offset(UtcOffset::UTC)))
+    // The time keeps the offset it was written with (Go gives it a fixed zone).
+    Ok(GoTime(t.assume_offset(offset)))
 }
 
 /// Go's `time.ParseDuration`, in nanoseconds.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes sprig_cases.json: sprig's case and URL functions over awkward inputs, answered by the
+"""Writes sprig_cases.json: sprig's case, URL and date functions over awkward inputs, answered by the
 Go oracle (shared/oracle, the engines Sveltos runs). Run: python3 make_sprig_cases.py [ORACLE]"""
 import json
 import os
@@ -36,11 +36,25 @@ JOINS = [{"scheme": "https", "host": "x.io", "path": "/a b", "query": "q=1"},
          {"scheme": "http", "host": "hö st", "path": "/ä"}, {"scheme": "http"}, {"path": "*"},
          {"scheme": "s", "path": "/x#y"}, {"userinfo": "u", "path": "/p"}]
 
+TIMES = ["2024-02-29T13:45:30.123456789Z", "2023-12-31T23:59:59+02:00", "2023-12-31T23:59:59.5-05:30",
+         "2020-01-01T00:00:00,25Z", "2021-06-01T12:00:00Z"]
+LAYOUTS = ["2006-01-02T15:04:05Z07:00", "2006-01-02T15:04:05.000Z07:00",
+           "2006-01-02T15:04:05.999999999Z07:00"]
+# Named zones other than UTC are left out: Go keeps an unknown abbreviation ("+0000 PST"),
+# sluice prints UTC (a known gap).
+TIME_EXPRS = ['{{ %s | toJson }}', '{{ date "2006-01-02 15:04:05.000 -0700 MST" %s }}', '{{ %s.Hour }}',
+              '{{ %s.Unix }}', '{{ dateModify "+30m" %s }}', '{{ unixEpoch %s }}', '{{ htmlDate %s }}',
+              '{{ %s.Format "Jan 2 15:04 Z07:00" }}', '{{ %s.UTC }}', '{{ dateInZone "15:04" %s "UTC" }}',
+              '{{ %s.Nanosecond }}', '{{ %s.YearDay }}', '{{ %s.Month }}', '{{ %s.Weekday }}', '{{ %s }}']
+
 requests = [{"template": "{{ .s | %s }}" % f, "data": {"s": s}}
             for s in INPUTS for f in FUNCS if same_in_both_xstrings(f, s)]
 requests += [{"template": "{{ urlParse .s | toJson }}", "data": {"s": u}} for u in URLS]
 requests += [{"template": "{{ urlJoin (urlParse .s) }}", "data": {"s": u}} for u in URLS]
 requests += [{"template": "{{ urlJoin .d }}", "data": {"d": d}} for d in JOINS]
+requests += [{"template": "{{ toDate .l .s }}", "data": {"s": t, "l": l}} for t in TIMES for l in LAYOUTS]
+requests += [{"template": e % '(toDate "2006-01-02T15:04:05Z07:00" .s)', "data": {"s": t}}
+             for t in TIMES for e in TIME_EXPRS]
 batch = [dict(r, mode="template") for r in requests]
 answers = json.loads(subprocess.run([ORACLE, "batch"], input=json.dumps(batch),
                                     capture_output=True, text=True, check=True).stdout)
