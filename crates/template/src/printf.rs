@@ -67,6 +67,31 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             continue;
         };
         next_arg += 1;
+        if verb == 'v' && spec.sharp {
+            // `%#v`: Go syntax.
+            let mut text = String::new();
+            go_syntax(&mut text, arg, true);
+            pad(
+                &mut out,
+                &text,
+                Spec {
+                    sharp: false,
+                    ..spec
+                },
+                false,
+            );
+            continue;
+        }
+        // `%+v` asks for struct field names, which template values do not have: `+` does not
+        // sign numbers under `v`.
+        let spec = if verb == 'v' {
+            Spec {
+                plus: false,
+                ..spec
+            }
+        } else {
+            spec
+        };
         format_arg(&mut out, verb, spec, arg);
     }
     if next_arg < args.len() {
@@ -115,34 +140,25 @@ fn format_arg(out: &mut String, verb: char, spec: Spec, arg: &Value) {
     match arg {
         Value::Nil => match verb {
             'v' => pad(out, "<nil>", spec, false),
-            _ => bad_verb(out, verb, arg),
+            _ => bad_verb(out, verb, spec, arg),
         },
         Value::Bool(b) => match verb {
             't' | 'v' => pad(out, if *b { "true" } else { "false" }, spec, false),
-            _ => bad_verb(out, verb, arg),
+            _ => bad_verb(out, verb, spec, arg),
         },
         Value::Int(i) | Value::GoInt(i) => format_int(out, verb, spec, *i, arg),
         Value::Float(f) => format_float(out, verb, spec, *f, arg),
         Value::String(s) => format_str(out, verb, spec, s, arg),
         Value::List(items) => {
-            if verb == 's'
-                || verb == 'v'
-                || verb == 'd'
-                || verb == 'x'
-                || verb == 'q'
-                || verb == 'f'
-            {
-                out.push('[');
-                for (n, item) in items.iter().enumerate() {
-                    if n > 0 {
-                        out.push(' ');
-                    }
-                    format_arg(out, verb, spec, item);
+            // Go formats a slice element by element with the same verb, whatever it is.
+            out.push('[');
+            for (n, item) in items.iter().enumerate() {
+                if n > 0 {
+                    out.push(' ');
                 }
-                out.push(']');
-            } else {
-                bad_verb(out, verb, arg)
+                format_elem(out, verb, spec, item);
             }
+            out.push(']');
         }
         Value::Map(map) => {
             out.push_str("map[");
@@ -152,7 +168,7 @@ fn format_arg(out: &mut String, verb: char, spec: Spec, arg: &Value) {
                 }
                 format_str(out, verb, spec, k, &Value::str(k));
                 out.push(':');
-                format_arg(out, verb, spec, v);
+                format_elem(out, verb, spec, v);
             }
             out.push(']');
         }
@@ -164,12 +180,55 @@ fn format_arg(out: &mut String, verb: char, spec: Spec, arg: &Value) {
     }
 }
 
-fn bad_verb(out: &mut String, verb: char, arg: &Value) {
+/// An element of a list or map: a nil one prints `<nil>` whatever the verb, without padding
+/// (Go prints a nil interface inside a composite that way).
+fn format_elem(out: &mut String, verb: char, spec: Spec, item: &Value) {
+    if item.is_nil() {
+        out.push_str("<nil>");
+    } else {
+        format_arg(out, verb, spec, item);
+    }
+}
+
+/// `%#v`: a value in Go syntax, as the template's Go types write it.
+fn go_syntax(out: &mut String, v: &Value, top: bool) {
+    match v {
+        Value::Nil if top => out.push_str("<nil>"),
+        Value::Nil => out.push_str("interface {}(nil)"),
+        Value::String(s) => out.push_str(&quote(s)),
+        Value::List(items) => {
+            out.push_str("[]interface {}{");
+            for (n, item) in items.iter().enumerate() {
+                if n > 0 {
+                    out.push_str(", ");
+                }
+                go_syntax(out, item, false);
+            }
+            out.push('}');
+        }
+        Value::Map(map) => {
+            out.push_str("map[string]interface {}{");
+            for (n, (k, item)) in map.read().iter().enumerate() {
+                if n > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&quote(k));
+                out.push(':');
+                go_syntax(out, item, false);
+            }
+            out.push('}');
+        }
+        other => write_value(out, other),
+    }
+}
+
+/// Go's `%!verb(type=value)`: the value as `%v` with the verb's flags, width and precision.
+fn bad_verb(out: &mut String, verb: char, spec: Spec, arg: &Value) {
     if arg.is_nil() {
         let _ = write!(out, "%!{verb}(<nil>)");
     } else {
         let _ = write!(out, "%!{verb}({}=", arg.go_type());
-        write_value(out, arg);
+        format_arg(out, 'v', spec, arg);
         out.push(')');
     }
 }
@@ -197,8 +256,8 @@ fn format_int(out: &mut String, verb: char, spec: Spec, i: i64, arg: &Value) {
         'U' => {
             return pad(out, &format!("U+{:04X}", i), spec, false);
         }
-        'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 's' | 't' => return bad_verb(out, verb, arg),
-        _ => return bad_verb(out, verb, arg),
+        'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 's' | 't' => return bad_verb(out, verb, spec, arg),
+        _ => return bad_verb(out, verb, spec, arg),
     };
     let mut prefix = String::new();
     if i < 0 {
@@ -251,7 +310,7 @@ fn format_float(out: &mut String, verb: char, spec: Spec, f: f64, arg: &Value) {
         'e' => format_e(f, spec.prec.unwrap_or(6), false),
         'E' => format_e(f, spec.prec.unwrap_or(6), true),
         'f' | 'F' => format_f(f, spec.prec.unwrap_or(6)),
-        _ => return bad_verb(out, verb, arg),
+        _ => return bad_verb(out, verb, spec, arg),
     };
     let (sign, digits) = match body.strip_prefix('-') {
         Some(rest) => ("-", rest.to_string()),
@@ -319,7 +378,7 @@ fn format_str(out: &mut String, verb: char, spec: Spec, s: &str, arg: &Value) {
             }
             pad(out, &hex, spec, false)
         }
-        _ => bad_verb(out, verb, arg),
+        _ => bad_verb(out, verb, spec, arg),
     }
 }
 

@@ -1,15 +1,15 @@
 //! sprig's case functions (`upper lower title untitle camelcase snakecase kebabcase swapcase
 //! initials`) over awkward inputs (connectors, numbers, acronyms, non-ASCII letters, title-case
 //! digraphs, U+FFFD), its URL functions (`urlParse`, `urlJoin`: escaping, user info, opaque
-//! URLs) and its dates (fractional seconds, offsets, `time.Time` methods) give what the Go
-//! oracle gave: `tests/data/sprig_cases.json`, written by `tests/data/make_sprig_cases.py` from
+//! URLs) and its dates (fractional seconds, offsets, `time.Time` methods), and `printf` over
+//! every kind of value with most verbs and flags, give what the Go oracle gave: `tests/data/sprig_cases.json`, written by `tests/data/make_sprig_cases.py` from
 //! `shared/oracle`. Where both fail, both texts are errors (error texts are not compared word
 //! for word, ADR 0003).
 
 use serde_json::Value;
 
 #[test]
-fn case_url_and_date_functions_answer_as_the_oracle_did() {
+fn sprig_functions_and_printf_answer_as_the_oracle_did() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sprig_cases.json");
     let cases: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(path).expect("sprig_cases.json"))
