@@ -96,9 +96,40 @@ pub fn to_float64(v: &Value) -> f64 {
         Value::Int(i) | Value::GoInt(i) => *i as f64,
         Value::Float(f) => *f,
         Value::Bool(b) => f64::from(u8::from(*b)),
-        Value::String(s) => s.parse().unwrap_or(0.0),
+        // cast.ToFloat64: a string out of float64's range is an error, so 0 (an explicit
+        // "Inf" is not).
+        Value::String(s) => match s.parse::<f64>() {
+            Ok(f) if f.is_infinite() && !s.to_ascii_lowercase().contains("inf") => 0.0,
+            Ok(f) => f,
+            Err(_) => 0.0,
+        },
         _ => 0.0,
     }
+}
+
+/// `s[from..to]` by bytes, as Go slices a string, where the text then goes out as Go's
+/// `encoding/json` writes it (what the rendered ConfigMap holds): a byte that is not part of a
+/// whole UTF-8 character becomes U+FFFD.
+pub fn byte_slice(s: &str, from: usize, to: usize) -> String {
+    let bytes = s.as_bytes().get(from..to).unwrap_or_default();
+    let mut out = String::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(text) => {
+                out.push_str(text);
+                break;
+            }
+            Err(e) => {
+                let (valid, after) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                let bad = e.error_len().unwrap_or(after.len());
+                out.extend(std::iter::repeat_n('\u{FFFD}', bad));
+                rest = &after[bad..];
+            }
+        }
+    }
+    out
 }
 
 fn trim_zero_decimal(s: &str) -> String {

@@ -3,7 +3,7 @@
 
 use rand::Rng;
 
-use super::{gocase, strslice, strval, wordcase};
+use super::{byte_slice, gocase, strslice, strval, wordcase};
 use crate::funcs::{arg_int, arg_str, budget, def, FuncDef, FuncResult, MAX_STRING};
 use crate::gofmt::push_quoted;
 use crate::value::{Map, Value};
@@ -71,10 +71,22 @@ pub static FUNCS: &[FuncDef] = &[
         .strip_prefix(arg_str(&a, 0))
         .unwrap_or(arg_str(&a, 1))
         .into())),
-    def!("nospace", [Str], |a| s(arg_str(&a, 0)
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect())),
+    // goutils.DeleteWhiteSpace reads the text byte by byte as Latin-1, dropping the bytes that
+    // are white space as Latin-1 characters; when it drops any, `é` comes out as `Ã©`.
+    def!("nospace", [Str], |a| {
+        let text = arg_str(&a, 0);
+        let kept: String = text
+            .bytes()
+            .map(char::from)
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        // Nothing dropped: goutils returns the text itself.
+        s(if kept.chars().count() == text.len() {
+            text.to_string()
+        } else {
+            kept
+        })
+    }),
     def!("initials", [Str], |a| s(wordcase::initials(arg_str(&a, 0)))),
     def!("randAlphaNum", [Int], |a| random(
         arg_int(&a, 0),
@@ -255,17 +267,12 @@ fn substr(a: Vec<Value>) -> FuncResult {
     let (start, end, s) = (arg_int(&a, 0), arg_int(&a, 1), arg_str(&a, 2));
     let len = s.len() as i64;
     let slice = |from: i64, to: i64| -> FuncResult {
-        if from < 0
-            || to > len
-            || from > to
-            || !s.is_char_boundary(from as usize)
-            || !s.is_char_boundary(to as usize)
-        {
+        if from < 0 || to > len || from > to {
             return Err(format!(
                 "runtime error: slice bounds out of range [{from}:{to}]"
             ));
         }
-        Ok(Value::str(&s[from as usize..to as usize]))
+        Ok(Value::string(byte_slice(s, from as usize, to as usize)))
     };
     if start < 0 {
         return slice(0, end);
@@ -353,13 +360,13 @@ fn indent(n: i64, s: &str) -> String {
 
 fn trunc(a: Vec<Value>) -> FuncResult {
     let (c, s) = (arg_int(&a, 0), arg_str(&a, 1));
+    // sprig slices bytes.
     let len = s.len() as i64;
-    let cut = |i: i64| s.get(i as usize..).unwrap_or(s);
     if c < 0 && len + c > 0 {
-        return Ok(Value::str(cut(len + c)));
+        return Ok(Value::string(byte_slice(s, (len + c) as usize, s.len())));
     }
     if c >= 0 && len > c {
-        return Ok(Value::str(s.get(..c as usize).unwrap_or(s)));
+        return Ok(Value::string(byte_slice(s, 0, c as usize)));
     }
     Ok(Value::str(s))
 }
@@ -368,36 +375,34 @@ fn abbrev(s: &str, width: i64) -> String {
     if width < 4 || s.len() as i64 <= width {
         return s.to_string();
     }
-    format!("{}...", s.get(..(width - 3) as usize).unwrap_or(s))
+    format!("{}...", byte_slice(s, 0, (width - 3) as usize))
 }
 
 fn abbrevboth(a: Vec<Value>) -> FuncResult {
+    // goutils.AbbreviateFull over bytes; the cut text goes out as Go's JSON writes it.
     let (left, right, s) = (arg_int(&a, 0), arg_int(&a, 1), arg_str(&a, 2));
     if right < 4 || (left > 0 && right < 7) || s.is_empty() || s.len() as i64 <= right {
         return Ok(Value::str(s));
     }
     let len = s.len() as i64;
+    let width = right - 3;
     let mut offset = left.min(len);
-    if len - offset < right - 3 {
-        offset = len - (right - 3);
+    if len - offset < width {
+        offset = len - width;
     }
-    let part = |from: i64, to: i64| {
-        s.get(from.max(0) as usize..to.min(len) as usize)
-            .unwrap_or_default()
-    };
-    if offset <= 4 {
-        return Ok(Value::string(format!("{}...", part(0, right - 3))));
-    }
-    if offset + right - 3 < len {
-        return Ok(Value::string(format!(
-            "...{}",
-            abbrev(part(offset, len), right - 3)
-        )));
-    }
-    Ok(Value::string(format!(
-        "...{}",
-        part(len - (right - 3), len)
-    )))
+    let cut = |from: i64, to: i64| byte_slice(s, from.max(0) as usize, to.min(len) as usize);
+    Ok(Value::string(if offset <= 4 {
+        format!("{}...", cut(0, width))
+    } else if offset + width < len {
+        // Abbreviate(s[offset:], width): whole when it fits, else cut with a marker.
+        if len - offset <= width {
+            format!("...{}", cut(offset, len))
+        } else {
+            format!("...{}...", cut(offset, offset + width - 3))
+        }
+    } else {
+        format!("...{}", cut(len - width, len))
+    }))
 }
 
 /// sprig's `split`/`splitn` result: a map with keys `_0`, `_1`, ...

@@ -54,11 +54,20 @@ PRINTF_DATA = {"s": "x\"y", "n": 42, "neg": -3, "f": 1.0, "f2": 1.5, "f3": 1e21,
 PRINTF_VERBS = ["%v", "%+v", "%#v", "%s", "%d", "%q", "%5v", "%-5v|", "%+d", "%+.1f", "% d", "%10s|",
                 "%-10q|", "%.2s", "%e", "%t", "%o", "%c", "%U"]
 
+# Functions that cut strings by bytes (a cut inside a character leaves bytes that Go's JSON
+# writes as U+FFFD) or read them byte by byte.
+BYTE_TEXT = ["héllo wörld 日本", "日本語テキスト", "a\u00a0b\u0085c", "ascii only text here"]
+BYTE_EXPRS = ["trunc 2", "trunc 3", "trunc -4", "trunc 100", "substr 0 2", "substr 1 5", "substr 3 3",
+              "abbrev 5", "abbrev 7", "abbrevboth 5 10", "abbrevboth 1 7", "nospace", "initials"]
+
 requests = [{"template": "{{ .s | %s }}" % f, "data": {"s": s}}
             for s in INPUTS for f in FUNCS if same_in_both_xstrings(f, s)]
 requests += [{"template": "{{ urlParse .s | toJson }}", "data": {"s": u}} for u in URLS]
 requests += [{"template": "{{ urlJoin (urlParse .s) }}", "data": {"s": u}} for u in URLS]
 requests += [{"template": "{{ urlJoin .d }}", "data": {"d": d}} for d in JOINS]
+requests += [{"template": "{{ %s .s }}" % e, "data": {"s": t}} for t in BYTE_TEXT for e in BYTE_EXPRS]
+requests += [{"template": "{{ float64 .s }}", "data": {"s": t}}
+             for t in ["1e400", "-1e400", "Inf", "-inf", "NaN", "1.5", "x", "0x10", " 1"]]
 requests += [{"template": "{{ toDate .l .s }}", "data": {"s": t, "l": l}} for t in TIMES for l in LAYOUTS]
 requests += [{"template": '{{ printf "%s" .%s }}' % (v, k), "data": PRINTF_DATA}
              for v in PRINTF_VERBS for k in PRINTF_DATA]
