@@ -518,3 +518,30 @@ end
     assert_eq!(es.evaluate(&tape).expect("runs"), want);
     assert_eq!(es.evaluate_value(&decoded).expect("runs"), want);
 }
+
+/// `tostring` of numbers prints what gopher-lua prints (expected text from the oracle's
+/// `eventsource` mode): integers that fit int64 whole, others as Go's shortest `%g` (exponent
+/// below 1e-4 and from 1e6), `NaN`, `+Inf`, negative zero as `0`; `math.huge` is gopher-lua's
+/// largest float64.
+#[test]
+fn numbers_print_as_gopher_lua_prints_them() {
+    let script = r#"function evaluate()
+  return {matching = true, message = tostring(1234567.5) .. " " .. tostring(123456.5) .. " " ..
+    tostring(0.00001234) .. " " .. tostring(2^63) .. " " .. tostring(-2^63) .. " " ..
+    tostring(1e20 + 0.5) .. " " .. tostring(0/0) .. " " .. tostring(5/0) .. " " ..
+    tostring(-0.0) .. " " .. tostring(math.huge) .. " " .. tostring(obj.spec.n) .. " " ..
+    tostring(obj.spec.f)}
+end
+"#;
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
+                        "spec": {"n": 3, "f": 2.5}});
+    let verdict = compile_object(&event_source(script))
+        .expect("compiles")
+        .evaluate_value(&object)
+        .expect("runs");
+    assert_eq!(
+        verdict.message,
+        "1.2345675e+06 123456.5 1.234e-05 9.223372036854776e+18 -9223372036854775808 1e+20 \
+         NaN +Inf 0 1.7976931348623157e+308 3 2.5"
+    );
+}

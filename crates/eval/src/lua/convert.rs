@@ -76,10 +76,15 @@ fn number_to_json(f: f64) -> Result<Value, String> {
     Ok(Number::from_f64(f).map_or(Value::Null, Value::Number))
 }
 
+/// 2^63: int64's range is [-2^63, 2^63).
+const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+
 /// Formats a number as gopher-lua does (`LNumber.String`): integral values that fit int64 as
-/// integers, others as Go's `%v` (shortest round trip, exponent below 1e-4 and from 1e21).
+/// integers, others as Go's `strconv.FormatFloat(f, 'g', -1, 64)` (shortest round trip, with an
+/// exponent below 1e-4 and from 1e6: `1.2345675e+06`).
 pub(crate) fn format_number(f: f64) -> String {
-    if f.fract() == 0.0 && f.abs() < 9.2e18 {
+    // gopher-lua's isInteger: the value converts to int64 and back unchanged.
+    if f.fract() == 0.0 && (-TWO_63..TWO_63).contains(&f) {
         return format!("{}", f as i64);
     }
     if f.is_nan() {
@@ -93,7 +98,7 @@ pub(crate) fn format_number(f: f64) -> String {
         };
     }
     let abs = f.abs();
-    if abs != 0.0 && !(1e-4..1e21).contains(&abs) {
+    if abs != 0.0 && !(1e-4..1e6).contains(&abs) {
         // Rust prints `1e-5`, Go `1e-05`: a signed exponent of at least two digits.
         let s = format!("{f:e}");
         let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
@@ -135,6 +140,15 @@ mod tests {
             (1e21 + 0.5, "1e+21"),
             (1.5e300, "1.5e+300"),
             (-3.0, "-3"),
+            (2f64.powi(63), "9.223372036854776e+18"),
+            (-(2f64.powi(63)), "-9223372036854775808"),
+            (9.21e18, "9210000000000000000"),
+            (1234567.5, "1.2345675e+06"),
+            (999999.5, "999999.5"),
+            (1e20 + 0.5, "1e+20"),
+            (0.0001, "0.0001"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "+Inf"),
         ];
         for (input, want) in cases {
             assert_eq!(format_number(input), want, "{input}");

@@ -15,17 +15,20 @@ use super::{convert, lazy};
 /// to begin with; `require`, `print` and `collectgarbage` are removed or neutered here), keeps
 /// `os.time`/`os.date`/`os.difftime`/`os.clock` and installs the Lua-side helpers.
 const SETUP: &str = r#"
-local G, materialize, pairs, next, rawget = ...
+local G, materialize, pairs, next, rawget, numstr = ...
 G.require = nil
 G.print = function() end
 G.collectgarbage = nil
 G.newproxy = nil
 local rawtostring = G.tostring
--- gopher-lua prints negative zero as "0"; Luau as "-0".
+-- Numbers print as gopher-lua prints them (integers that fit int64 whole, others as Go's %v:
+-- "1e-05", "9.223372036854776e+18", "NaN", "+Inf"; negative zero as "0"), not as Luau does.
 G.tostring = function(v)
-  if v == 0 and type(v) == "number" then return "0" end
+  if type(v) == "number" then return numstr(v) end
   return rawtostring(v)
 end
+-- gopher-lua's math.huge is the largest float64, not infinity.
+G.math.huge = 1.7976931348623157e308
 G.getLabel = function(obj, key)
   local m = type(obj) == "table" and obj.metadata
   local l = type(m) == "table" and m.labels
@@ -116,12 +119,14 @@ pub(crate) fn install(lua: &Lua, cache: *mut ShapeCache) -> mlua::Result<Sandbox
     };
     lazy_meta.raw_set("__index", index)?;
     lazy_meta.raw_set("__metatable", false)?;
+    let numstr = lua.create_function(|_, n: f64| Ok(super::convert::format_number(n)))?;
     lua.load(SETUP).set_name("=sluice-sandbox").call::<()>((
         globals.clone(),
         materialize,
         pairs,
         next,
         rawget,
+        numstr,
     ))?;
     let env_meta = lua.create_table()?;
     env_meta.raw_set("__index", globals.clone())?;
