@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod config;
 pub mod eventsource;
 pub mod eventtrigger;
+pub mod gocase;
 pub mod naming;
 pub mod natsconfig;
 pub mod pattern;

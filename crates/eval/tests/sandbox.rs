@@ -545,3 +545,22 @@ end
          NaN +Inf 0 1.7976931348623157e+308 3 2.5"
     );
 }
+
+/// `string.upper`/`string.lower` are Go's `strings.ToUpper`/`ToLower`, as in gopher-lua: every
+/// letter, one rune to one rune (expected text from the oracle's `eventsource` mode).
+#[test]
+fn string_case_maps_every_letter_as_gopher_lua_does() {
+    let script = r#"function evaluate()
+  return {matching = true, message = string.upper("héllo ß ǆ straße") .. "|" ..
+    string.lower("ÉTÉ ΣΑΣ İ") .. "|" .. ("Mixed Ünïcode"):upper() .. "|" .. string.lower("ABC")}
+end
+"#;
+    let verdict = compile_object(&event_source(script))
+        .expect("compiles")
+        .evaluate_value(&config_map())
+        .expect("runs");
+    assert_eq!(
+        verdict.message,
+        "HÉLLO ß Ǆ STRAßE|été σασ i|MIXED ÜNÏCODE|abc"
+    );
+}

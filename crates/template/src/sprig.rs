@@ -111,25 +111,7 @@ pub fn to_float64(v: &Value) -> f64 {
 /// `encoding/json` writes it (what the rendered ConfigMap holds): a byte that is not part of a
 /// whole UTF-8 character becomes U+FFFD.
 pub fn byte_slice(s: &str, from: usize, to: usize) -> String {
-    let bytes = s.as_bytes().get(from..to).unwrap_or_default();
-    let mut out = String::with_capacity(bytes.len());
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        match std::str::from_utf8(rest) {
-            Ok(text) => {
-                out.push_str(text);
-                break;
-            }
-            Err(e) => {
-                let (valid, after) = rest.split_at(e.valid_up_to());
-                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
-                let bad = e.error_len().unwrap_or(after.len());
-                out.extend(std::iter::repeat_n('\u{FFFD}', bad));
-                rest = &after[bad..];
-            }
-        }
-    }
-    out
+    sluice_domain::gocase::lossy(s.as_bytes().get(from..to).unwrap_or_default()).into_owned()
 }
 
 fn trim_zero_decimal(s: &str) -> String {

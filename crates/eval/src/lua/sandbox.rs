@@ -15,7 +15,7 @@ use super::{convert, lazy};
 /// to begin with; `require`, `print` and `collectgarbage` are removed or neutered here), keeps
 /// `os.time`/`os.date`/`os.difftime`/`os.clock` and installs the Lua-side helpers.
 const SETUP: &str = r#"
-local G, materialize, pairs, next, rawget, numstr = ...
+local G, materialize, pairs, next, rawget, numstr, upper, lower = ...
 G.require = nil
 G.print = function() end
 G.collectgarbage = nil
@@ -29,6 +29,8 @@ G.tostring = function(v)
 end
 -- gopher-lua's math.huge is the largest float64, not infinity.
 G.math.huge = 1.7976931348623157e308
+-- gopher-lua's string.upper/lower are Go's strings.ToUpper/ToLower (every letter, not ASCII only).
+G.string.upper, G.string.lower = upper, lower
 G.getLabel = function(obj, key)
   local m = type(obj) == "table" and obj.metadata
   local l = type(m) == "table" and m.labels
@@ -120,6 +122,12 @@ pub(crate) fn install(lua: &Lua, cache: *mut ShapeCache) -> mlua::Result<Sandbox
     lazy_meta.raw_set("__index", index)?;
     lazy_meta.raw_set("__metatable", false)?;
     let numstr = lua.create_function(|_, n: f64| Ok(super::convert::format_number(n)))?;
+    let upper = lua.create_function(|lua, s: mlua::LuaString| {
+        go_case(lua, &s, sluice_domain::gocase::push_upper)
+    })?;
+    let lower = lua.create_function(|lua, s: mlua::LuaString| {
+        go_case(lua, &s, sluice_domain::gocase::push_lower)
+    })?;
     lua.load(SETUP).set_name("=sluice-sandbox").call::<()>((
         globals.clone(),
         materialize,
@@ -127,6 +135,8 @@ pub(crate) fn install(lua: &Lua, cache: *mut ShapeCache) -> mlua::Result<Sandbox
         next,
         rawget,
         numstr,
+        upper,
+        lower,
     ))?;
     let env_meta = lua.create_table()?;
     env_meta.raw_set("__index", globals.clone())?;
@@ -138,6 +148,21 @@ pub(crate) fn install(lua: &Lua, cache: *mut ShapeCache) -> mlua::Result<Sandbox
         shapes,
         env_meta,
     })
+}
+
+/// Go's `strings.ToUpper`/`ToLower` over a Lua string: ASCII text byte by byte, other text rune
+/// by rune, where a byte that is not part of a UTF-8 character becomes U+FFFD (Go's
+/// `strings.Map` does that).
+fn go_case(
+    lua: &Lua,
+    s: &mlua::LuaString,
+    push: fn(&mut String, &str),
+) -> mlua::Result<mlua::LuaString> {
+    let bytes = s.as_bytes();
+    let text = sluice_domain::gocase::lossy(&bytes);
+    let mut out = String::with_capacity(text.len());
+    push(&mut out, &text);
+    lua.create_string(out)
 }
 
 /// Makes the globals and every library table read-only, so that one evaluation cannot change
