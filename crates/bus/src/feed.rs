@@ -10,7 +10,7 @@ use futures::StreamExt;
 
 use crate::bus::Bus;
 use crate::error::{Error, Result};
-use crate::topology::{ConsumerSpec, StreamSpec, TRACEPARENT};
+use crate::topology::{Acks, ConsumerSpec, StreamSpec, TRACEPARENT};
 
 /// The newest stream sequence seen per subject: a message older than it is stale (a
 /// redelivery overtaken by a newer state of the same key) and must not overwrite it.
@@ -184,6 +184,9 @@ impl Bus {
     /// The durable consumer of a stage. Created on first use to start from the last message of
     /// every subject of a state stream (the current state), or from the first stored message of
     /// a log (every event is still to process); afterwards it resumes where the acks left it.
+    /// A consumer whose ack policy is not the spec's (JetStream cannot change it in place) is
+    /// recreated when the spec's acks cover (the stage rebuilds its state from the stream
+    /// anyway) and refused otherwise.
     pub async fn durable(&self, spec: ConsumerSpec, filter: Option<&str>) -> Result<pull::Stream> {
         let stream = self.stream(spec.stream).await?;
         let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
@@ -191,25 +194,49 @@ impl Bus {
             consumer: spec.durable.to_string(),
             source,
         };
-        let consumer: consumer::Consumer<pull::Config> = stream
-            .get_or_create_consumer(
-                spec.durable,
-                pull::Config {
-                    durable_name: Some(spec.durable.to_string()),
-                    deliver_policy: if spec.stream.max_per_subject.is_some() {
-                        DeliverPolicy::LastPerSubject
-                    } else {
-                        DeliverPolicy::All
-                    },
-                    ack_policy: AckPolicy::Explicit,
-                    ack_wait: Duration::from_secs(30),
-                    max_ack_pending: 20_000,
-                    filter_subject: filter.unwrap_or(spec.stream.subjects).to_string(),
-                    ..Default::default()
-                },
-            )
+        let ack_policy = match spec.acks {
+            Acks::Each => AckPolicy::Explicit,
+            Acks::Covering => AckPolicy::All,
+        };
+        let config = pull::Config {
+            durable_name: Some(spec.durable.to_string()),
+            deliver_policy: if spec.stream.max_per_subject.is_some() {
+                DeliverPolicy::LastPerSubject
+            } else {
+                DeliverPolicy::All
+            },
+            ack_policy,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 20_000,
+            filter_subject: filter.unwrap_or(spec.stream.subjects).to_string(),
+            ..Default::default()
+        };
+        let mut consumer: consumer::Consumer<pull::Config> = stream
+            .get_or_create_consumer(spec.durable, config.clone())
             .await
             .map_err(|e| consumer_err(Box::new(e)))?;
+        let found = consumer.cached_info().config.ack_policy;
+        if found != ack_policy {
+            if spec.acks != Acks::Covering {
+                return Err(consumer_err(
+                    format!("it acks with {found:?}, this stage needs {ack_policy:?}: delete the consumer to let the stage create it").into(),
+                ));
+            }
+            tracing::warn!(
+                stream = spec.stream.name,
+                consumer = spec.durable,
+                found = ?found,
+                "recreating the durable consumer with covering acks; the stage rebuilds its state from the stream"
+            );
+            stream
+                .delete_consumer(spec.durable)
+                .await
+                .map_err(|e| consumer_err(Box::new(e)))?;
+            consumer = stream
+                .create_consumer(config)
+                .await
+                .map_err(|e| consumer_err(Box::new(e)))?;
+        }
         consumer
             .stream()
             .max_messages_per_batch(500)

@@ -117,36 +117,56 @@ pub const ALL_STREAMS: [StreamSpec; 9] = [
     DEAD,
 ];
 
-/// A durable consumer: which stage reads which stream.
+/// A durable consumer: which stage reads which stream, and how it acks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConsumerSpec {
     pub stream: StreamSpec,
     pub durable: &'static str,
+    pub acks: Acks,
 }
 
+/// How a stage acks what its durable consumer delivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acks {
+    /// Each message on its own, once its outputs are stored (JetStream `AckPolicy::Explicit`).
+    Each,
+    /// One ack covers every earlier delivery (`AckPolicy::All`): a batch costs one ack. Only
+    /// for a stage that rebuilds its whole state from its own stream when it starts, and that
+    /// stops when an output is not stored (ADR 0013): an ack that covers an input still being
+    /// worked on then loses nothing.
+    Covering,
+}
+
+/// The evaluator rebuilds its objects from CHANGES on start (`replay_state`), so its acks cover.
 pub const EVALUATOR_CHANGES: ConsumerSpec = ConsumerSpec {
     stream: CHANGES,
     durable: "evaluator",
+    acks: Acks::Covering,
 };
 pub const EVALUATOR_CLOUDEVENTS: ConsumerSpec = ConsumerSpec {
     stream: CLOUDEVENTS,
     durable: "evaluator",
+    acks: Acks::Each,
 };
 pub const REPORTER_MATCH: ConsumerSpec = ConsumerSpec {
     stream: MATCH,
     durable: "reporter",
+    acks: Acks::Each,
 };
 pub const RENDERER_REPORT: ConsumerSpec = ConsumerSpec {
     stream: REPORT,
     durable: "renderer",
+    acks: Acks::Each,
 };
 pub const RENDERER_CEMATCH: ConsumerSpec = ConsumerSpec {
     stream: CEMATCH,
     durable: "renderer",
+    acks: Acks::Each,
 };
 pub const APPLIER_DESIRED: ConsumerSpec = ConsumerSpec {
     stream: DESIRED,
     durable: "applier",
+    acks: Acks::Each,
 };
 
 /// Header carrying W3C trace context, so one event is one trace across the services.

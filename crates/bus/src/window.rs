@@ -13,7 +13,7 @@ use futures::{FutureExt, StreamExt};
 
 use crate::bus::{Bus, Outgoing};
 use crate::error::{Error, Result};
-use crate::topology;
+use crate::topology::{self, Acks};
 
 /// What became of one input once its outputs were published.
 #[derive(Debug)]
@@ -32,6 +32,7 @@ pub struct AckWindow {
     limit: usize,
     acks: usize,
     ack_limit: usize,
+    covering: bool,
 }
 
 impl AckWindow {
@@ -47,7 +48,21 @@ impl AckWindow {
             limit,
             acks: 0,
             ack_limit: ack_limit.max(1),
+            covering: false,
         }
+    }
+
+    /// Acks inputs as their consumer expects ([`Acks`]): with covering acks an entry sends
+    /// one ack, for its input of the highest stream sequence.
+    pub fn acking(mut self, acks: Acks) -> AckWindow {
+        self.covering = acks == Acks::Covering;
+        self
+    }
+
+    /// Whether one ack covers earlier deliveries: a [`Settled::Retried`] input may then be
+    /// covered by a later entry's ack, so the stage must not go on as if it came back.
+    pub fn covers(&self) -> bool {
+        self.covering
     }
 
     /// No more inputs should be taken until something settles.
@@ -121,11 +136,13 @@ impl AckWindow {
     ) {
         let held = acks.len();
         self.acks += held;
+        let covering = self.covering;
         let fut = async move {
             let failure = await_all(acks).await.or(earlier);
             let settled = match failure {
                 None => {
                     let mut settled = Settled::Acked;
+                    let inputs = if covering { covering_ack(inputs) } else { inputs };
                     for message in inputs {
                         if let Err(source) = message.ack().await {
                             settled = Settled::Retried(Error::Ack { source });
@@ -165,6 +182,25 @@ impl AckWindow {
         }
         Ok(())
     }
+}
+
+/// The inputs to ack under `AckPolicy::All`: the one of the highest stream sequence covers the
+/// others (JetStream acks every pending delivery up to it); inputs without stream metadata
+/// are acked on their own.
+fn covering_ack(inputs: Vec<Message>) -> Vec<Message> {
+    let mut highest: Option<(u64, Message)> = None;
+    let mut out = Vec::new();
+    for message in inputs {
+        match message.info().map(|info| info.stream_sequence) {
+            Ok(sequence) if highest.as_ref().is_none_or(|(top, _)| sequence > *top) => {
+                highest = Some((sequence, message));
+            }
+            Ok(_) => {}
+            Err(_) => out.push(message),
+        }
+    }
+    out.extend(highest.map(|(_, message)| message));
+    out
 }
 
 /// Awaits every ack; the last failure, if any.

@@ -35,6 +35,18 @@ async fn inputs(
     async_nats::jetstream::consumer::pull::Stream,
     Vec<async_nats::jetstream::Message>,
 )> {
+    inputs_for(bus, topology::RENDERER_CEMATCH, cluster, count).await
+}
+
+async fn inputs_for(
+    bus: &Bus,
+    spec: topology::ConsumerSpec,
+    cluster: &str,
+    count: usize,
+) -> anyhow::Result<(
+    async_nats::jetstream::consumer::pull::Stream,
+    Vec<async_nats::jetstream::Message>,
+)> {
     for n in 0..count {
         let subject = topology::cloudevent_match_subject(cluster, &format!("e{n}"));
         bus.publish_durably(Outgoing {
@@ -45,7 +57,7 @@ async fn inputs(
         })
         .await?;
     }
-    let mut consumer = bus.durable(topology::RENDERER_CEMATCH, None).await?;
+    let mut consumer = bus.durable(spec, None).await?;
     let taken = take(&mut consumer, count).await?;
     Ok((consumer, taken))
 }
@@ -68,14 +80,16 @@ async fn take(
 }
 
 async fn wait_acked(bus: &Bus, floor: u64) -> anyhow::Result<()> {
-    let stream = bus.jetstream().get_stream(topology::CEMATCH.name).await?;
+    wait_acked_by(bus, topology::RENDERER_CEMATCH, floor).await
+}
+
+async fn wait_acked_by(bus: &Bus, spec: topology::ConsumerSpec, floor: u64) -> anyhow::Result<()> {
+    let stream = bus.jetstream().get_stream(spec.stream.name).await?;
     sluice_testkit::wait_for("inputs acked", Duration::from_secs(10), || {
         let stream = stream.clone();
         async move {
             let mut consumer = stream
-                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
-                    topology::RENDERER_CEMATCH.durable,
-                )
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(spec.durable)
                 .await
                 .ok()?;
             let state = consumer.info().await.ok()?;
@@ -197,4 +211,141 @@ async fn a_batch_is_acked_once_its_outputs_are_stored_and_comes_back_when_one_fa
     window.publish(&bus, [report(&cluster, 0)], again).await?;
     window.drain().await?;
     wait_acked(&bus, 3).await
+}
+
+/// A consumer with covering acks (`AckPolicy::All`), as the evaluator's on CHANGES.
+const COVERING: topology::ConsumerSpec = topology::ConsumerSpec {
+    stream: topology::CEMATCH,
+    durable: "covering",
+    acks: topology::Acks::Covering,
+};
+
+/// Ack messages the consumer `spec` receives, as seen by a plain subscriber.
+async fn ack_counter(
+    bus: &Bus,
+    spec: topology::ConsumerSpec,
+) -> anyhow::Result<async_nats::Subscriber> {
+    let subject = format!("$JS.ACK.{}.{}.>", spec.stream.name, spec.durable);
+    let subscriber = bus.client().subscribe(subject).await?;
+    bus.client().flush().await?;
+    Ok(subscriber)
+}
+
+async fn count_acks(subscriber: &mut async_nats::Subscriber) -> usize {
+    let mut count = 0;
+    while let Ok(Some(_)) =
+        tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(subscriber)).await
+    {
+        count += 1;
+    }
+    count
+}
+
+#[tokio::test]
+async fn with_covering_acks_a_batch_is_acked_by_one_message_for_its_highest_sequence(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let (_consumer, taken) = inputs_for(&bus, COVERING, &cluster, 5).await?;
+    let mut acks = ack_counter(&bus, COVERING).await?;
+
+    let mut window = AckWindow::new(4).acking(topology::Acks::Covering);
+    assert!(window.covers());
+    // Out of delivery order on purpose: the ack goes to the highest stream sequence.
+    let mut taken = taken;
+    taken.swap(1, 4);
+    window.publish(&bus, [report(&cluster, 0)], taken).await?;
+    window.drain().await?;
+    wait_acked_by(&bus, COVERING, 5).await?;
+    assert_eq!(count_acks(&mut acks).await, 1, "one ack for the batch");
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_per_message_acks_every_input_is_acked() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let (_consumer, taken) = inputs(&bus, &cluster, 5).await?;
+    let mut acks = ack_counter(&bus, topology::RENDERER_CEMATCH).await?;
+    let mut window = AckWindow::new(4);
+    assert!(!window.covers());
+    window.publish(&bus, [report(&cluster, 0)], taken).await?;
+    window.drain().await?;
+    wait_acked(&bus, 5).await?;
+    assert_eq!(count_acks(&mut acks).await, 5);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_covering_batch_whose_output_is_lost_is_not_acked() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let (_consumer, taken) = inputs_for(&bus, COVERING, &cluster, 3).await?;
+    let mut window = AckWindow::new(4).acking(topology::Acks::Covering);
+    let lost = bus
+        .publish(Outgoing {
+            msg_id: "lost".into(),
+            subject: "nowhere.stored".into(),
+            payload: Bytes::from_static(b"out"),
+            traceparent: None,
+        })
+        .await?;
+    window.push_batch(vec![lost], taken);
+    assert!(window.drain().await.is_err(), "a lost output fails the batch");
+    let mut consumer = bus
+        .jetstream()
+        .get_stream(topology::CEMATCH.name)
+        .await?
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(COVERING.durable)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let info = consumer.info().await?;
+    assert_eq!(info.ack_floor.stream_sequence, 0, "nothing acked");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_consumer_with_the_wrong_ack_policy_is_recreated_only_when_acks_cover(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    // Streams exist once a durable was made through the bus.
+    drop(bus.durable(topology::RENDERER_CEMATCH, None).await?);
+    let stream = bus.jetstream().get_stream(topology::CEMATCH.name).await?;
+    for name in [COVERING.durable, "each"] {
+        stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some(name.to_string()),
+                ack_policy: if name == "each" {
+                    async_nats::jetstream::consumer::AckPolicy::All
+                } else {
+                    async_nats::jetstream::consumer::AckPolicy::Explicit
+                },
+                ..Default::default()
+            })
+            .await?;
+    }
+    drop(bus.durable(COVERING, None).await?);
+    let mut recreated = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(COVERING.durable)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    assert_eq!(
+        recreated.info().await?.config.ack_policy,
+        async_nats::jetstream::consumer::AckPolicy::All
+    );
+    let each = topology::ConsumerSpec {
+        durable: "each",
+        acks: topology::Acks::Each,
+        ..COVERING
+    };
+    let refused = bus.durable(each, None).await.err().map(|e| format!("{e:#}"));
+    assert!(
+        refused.as_deref().is_some_and(|e| e.contains("consumer each")),
+        "{refused:?}"
+    );
+    Ok(())
 }

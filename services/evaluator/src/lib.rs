@@ -54,7 +54,7 @@ pub async fn run(
         match_sets = boot.len(),
         "evaluator state rebuilt"
     );
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
     let outputs = match_messages(boot, "boot", |_| None)?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
@@ -123,7 +123,7 @@ pub async fn run(
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
-                    tracing::warn!(error = %error, "output not stored, input will be redelivered");
+                    not_stored(&window, error)?;
                 }
             }
         }
@@ -187,7 +187,7 @@ async fn read_changes(
     batches: tokio::sync::mpsc::Sender<Batch>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let mut window = AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
     loop {
         tokio::select! {
             _ = token.cancelled() => break,
@@ -233,12 +233,26 @@ async fn read_changes(
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
-                    tracing::warn!(error = %error, "input not acked, it will be redelivered");
+                    not_stored(&window, error)?;
                 }
             }
         }
     }
     window.drain().await?;
+    Ok(())
+}
+
+/// An input whose outputs were not stored (or whose ack failed). With per-message acks it
+/// comes back and is evaluated again. With covering acks (ADR 0013) a later ack may already
+/// have covered it, so the evaluator stops: it rebuilds every set from the CHANGES stream when
+/// it starts again, and nothing is lost.
+fn not_stored(window: &AckWindow, error: sluice_bus::Error) -> anyhow::Result<()> {
+    if window.covers() {
+        return Err(anyhow::Error::new(error).context(
+            "a change's match sets or ack did not reach NATS; stopping to rebuild from the CHANGES stream on restart",
+        ));
+    }
+    tracing::warn!(error = %error, "output not stored or input not acked, it will be redelivered");
     Ok(())
 }
 
