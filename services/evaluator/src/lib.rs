@@ -59,6 +59,8 @@ pub async fn run(
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
+    // Whichever way this function ends (an error included), the tasks below stop with it.
+    let _stop_tasks = token.clone().drop_guard();
     // The change reader takes, decodes and parses the next batch while the stage evaluates
     // this one; two batches wait at most.
     let (batches, mut parsed) = tokio::sync::mpsc::channel(2);

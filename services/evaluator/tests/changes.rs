@@ -22,9 +22,10 @@ const CLUSTERS: usize = 50;
 const SOURCES: usize = 100;
 const TEAMS: usize = 4;
 
-/// 50 clusters × 100 EventSources: 5,000 deployed pairs, more than one ack budget.
-async fn fleet_config(bus: &Bus) -> anyhow::Result<()> {
-    for c in 0..CLUSTERS {
+/// `clusters` (50 in the main test) × 100 EventSources: 5,000 deployed pairs, more than one
+/// ack budget.
+async fn fleet_config(bus: &Bus, clusters: usize) -> anyhow::Result<()> {
+    for c in 0..clusters {
         let name = format!("c{c}");
         config(
             bus,
@@ -165,7 +166,7 @@ async fn changes_republish_only_the_sets_they_change_and_a_fan_out_beyond_the_ac
 ) -> anyhow::Result<()> {
     let nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
-    fleet_config(&bus).await?;
+    fleet_config(&bus, CLUSTERS).await?;
     // Every cluster has one Service per team before the evaluator starts: its start-up builds
     // all 5,000 sets at once.
     for c in 0..CLUSTERS {
@@ -235,6 +236,64 @@ async fn changes_republish_only_the_sets_they_change_and_a_fan_out_beyond_the_ac
         changed, want,
         "only the sets whose content changed are republished"
     );
+    token.cancel();
+    task.await??;
+    Ok(())
+}
+
+/// The evaluator's acks cover earlier deliveries (ADR 0013): a change whose match sets are not
+/// stored may already be acked, so the evaluator stops instead of waiting for a redelivery,
+/// and its next start rebuilds every set from the CHANGES stream, that change included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_cannot_be_stored_stops_the_evaluator_and_its_restart_publishes_it(
+) -> anyhow::Result<()> {
+    const FEW: usize = 3;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    fleet_config(&bus, FEW).await?;
+    for c in 0..FEW {
+        for n in 0..TEAMS {
+            service(&bus, (c, n), &format!("t{n}"), 1, None).await?;
+        }
+    }
+    let (_token, task) = start_evaluator(&nats.url());
+    let pairs = FEW * SOURCES;
+    wait_for("every match set", DEADLINE, || async {
+        (match_sets(&bus).await.ok()?.len() == pairs).then_some(())
+    })
+    .await?;
+
+    // The MATCH stream goes away; svc-1 of c1 moves from team t1 to t2.
+    bus.jetstream().delete_stream(topology::MATCH.name).await?;
+    service(&bus, (1, 1), "t2", 2, None).await?;
+    let ended = tokio::time::timeout(DEADLINE, task).await??;
+    let error = ended.err().map(|e| format!("{e:#}"));
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("rebuild from the CHANGES stream")),
+        "the evaluator must stop when a set is not stored: {error:?}"
+    );
+
+    // A new start (which creates the stream again) publishes every set, the move included.
+    let (token, task) = start_evaluator(&nats.url());
+    let sets = wait_for("every match set again", DEADLINE, || async {
+        let sets = match_sets(&bus).await.ok()?;
+        (sets.len() == pairs).then_some(sets)
+    })
+    .await?;
+    for ((cluster, source), stored) in &sets {
+        let k: usize = source.trim_start_matches("es-").parse()?;
+        let mut want = vec![format!("svc-{}", k % TEAMS)];
+        if cluster == "c1" {
+            match k % TEAMS {
+                1 => want.clear(),
+                2 => want.insert(0, "svc-1".to_string()),
+                _ => {}
+            }
+        }
+        assert_eq!(stored.names, want, "{cluster}/{source}");
+    }
     token.cancel();
     task.await??;
     Ok(())
