@@ -102,12 +102,12 @@ pub fn fresh(
 /// sequence.
 fn newest_per_subject<'a>(entries: impl Iterator<Item = (&'a str, u64)>) -> Vec<bool> {
     let entries: Vec<(&str, u64)> = entries.collect();
-    let mut best: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    let mut best: rustc_hash::FxHashMap<&str, u64> = Default::default();
     for (subject, sequence) in &entries {
         let slot = best.entry(subject).or_insert(*sequence);
         *slot = (*slot).max(*sequence);
     }
-    let mut taken = std::collections::HashSet::new();
+    let mut taken: rustc_hash::FxHashSet<&str> = Default::default();
     entries
         .iter()
         .map(|(subject, sequence)| best[subject] == *sequence && taken.insert(*subject))

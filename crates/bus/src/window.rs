@@ -142,7 +142,11 @@ impl AckWindow {
             let settled = match failure {
                 None => {
                     let mut settled = Settled::Acked;
-                    let inputs = if covering { covering_ack(inputs) } else { inputs };
+                    let inputs = if covering {
+                        covering_ack(inputs)
+                    } else {
+                        inputs
+                    };
                     for message in inputs {
                         if let Err(source) = message.ack().await {
                             settled = Settled::Retried(Error::Ack { source });

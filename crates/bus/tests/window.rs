@@ -233,8 +233,11 @@ async fn ack_counter(
 
 async fn count_acks(subscriber: &mut async_nats::Subscriber) -> usize {
     let mut count = 0;
-    while let Ok(Some(_)) =
-        tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(subscriber)).await
+    while let Ok(Some(_)) = tokio::time::timeout(
+        Duration::from_millis(300),
+        futures::StreamExt::next(subscriber),
+    )
+    .await
     {
         count += 1;
     }
@@ -294,7 +297,10 @@ async fn a_covering_batch_whose_output_is_lost_is_not_acked() -> anyhow::Result<
         })
         .await?;
     window.push_batch(vec![lost], taken);
-    assert!(window.drain().await.is_err(), "a lost output fails the batch");
+    assert!(
+        window.drain().await.is_err(),
+        "a lost output fails the batch"
+    );
     let mut consumer = bus
         .jetstream()
         .get_stream(topology::CEMATCH.name)
@@ -342,9 +348,15 @@ async fn a_consumer_with_the_wrong_ack_policy_is_recreated_only_when_acks_cover(
         acks: topology::Acks::Each,
         ..COVERING
     };
-    let refused = bus.durable(each, None).await.err().map(|e| format!("{e:#}"));
+    let refused = bus
+        .durable(each, None)
+        .await
+        .err()
+        .map(|e| format!("{e:#}"));
     assert!(
-        refused.as_deref().is_some_and(|e| e.contains("consumer each")),
+        refused
+            .as_deref()
+            .is_some_and(|e| e.contains("consumer each")),
         "{refused:?}"
     );
     Ok(())

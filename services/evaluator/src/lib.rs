@@ -54,7 +54,8 @@ pub async fn run(
         match_sets = boot.len(),
         "evaluator state rebuilt"
     );
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
+    let mut window =
+        AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
     let outputs = match_messages(boot, "boot", |_| None)?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
@@ -189,7 +190,8 @@ async fn read_changes(
     batches: tokio::sync::mpsc::Sender<Batch>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
+    let mut window =
+        AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
     loop {
         tokio::select! {
             _ = token.cancelled() => break,

@@ -14,8 +14,10 @@
 #[cfg(test)]
 mod tests;
 
+mod keys;
 mod match_state;
 
+use keys::Two;
 use match_state::{content_hash, object_ref, to_json, update_key, KeyState, Matched, Outcome};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -100,7 +102,7 @@ pub struct Evaluator {
     /// pair that is no longer deployed until it is withdrawn.
     published: BTreeMap<MatchKey, String>,
     /// Per (cluster, group, kind): the pairs (indices) watching it and the selector position.
-    watchers: HashMap<(ClusterId, GroupKind), Vec<(usize, usize)>>,
+    watchers: HashMap<ClusterId, BTreeMap<GroupKind, Vec<(usize, usize)>>>,
     /// Pairs changed by absorbed changes, not yet emitted, with the last change's sequence.
     pending: BTreeMap<usize, u64>,
 }
@@ -276,11 +278,12 @@ impl Evaluator {
         let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change") else {
             return Prepared::default();
         };
-        let group_kind = (group_of(&change.api_version), change.kind.clone());
+        let group_kind: &dyn Two = &(group_str(&change.api_version), change.kind.as_str());
         let mut outcomes = Vec::new();
         for &(index, position) in self
             .watchers
-            .get(&(cluster.clone(), group_kind))
+            .get(&cluster)
+            .and_then(|kinds| kinds.get(group_kind))
             .into_iter()
             .flatten()
         {
@@ -348,16 +351,21 @@ impl Evaluator {
         let Some(kinds) = self.objects.get_mut(cluster) else {
             return;
         };
-        let bucket = kinds
-            .entry((group_of(&change.api_version), change.kind.clone()))
-            .or_default();
-        let key = (change.namespace.clone(), change.name.clone());
-        match object {
-            Some(object) => {
-                bucket.insert(key, object);
+        let group_kind: &dyn Two = &(group_str(&change.api_version), change.kind.as_str());
+        let bucket = match kinds.get_mut(group_kind) {
+            Some(bucket) => bucket,
+            None => kinds
+                .entry((group_of(&change.api_version), change.kind.clone()))
+                .or_default(),
+        };
+        let key: &dyn Two = &(change.namespace.as_str(), change.name.as_str());
+        match (object, bucket.get_mut(key)) {
+            (Some(object), Some(stored)) => *stored = object,
+            (Some(object), None) => {
+                bucket.insert((change.namespace.clone(), change.name.clone()), object);
             }
-            None => {
-                bucket.remove(&key);
+            (None, _) => {
+                bucket.remove(key);
             }
         }
     }
@@ -419,7 +427,9 @@ impl Evaluator {
             if let Some(Ok(compiled)) = self.compiled.get(&key.1) {
                 for (position, group_kind) in compiled.group_kinds.iter().enumerate() {
                     self.watchers
-                        .entry((key.0.clone(), group_kind.clone()))
+                        .entry(key.0.clone())
+                        .or_default()
+                        .entry(group_kind.clone())
                         .or_default()
                         .push((index, position));
                 }
@@ -565,10 +575,12 @@ fn parse(deleted: bool, json: Vec<u8>) -> Option<Arc<Tape>> {
 }
 
 fn group_of(api_version: &str) -> String {
-    api_version
-        .split_once('/')
-        .map(|(g, _)| g.to_string())
-        .unwrap_or_default()
+    group_str(api_version).to_string()
+}
+
+/// The group of an apiVersion (`apps/v1` → `apps`, `v1` → the core group, empty).
+fn group_str(api_version: &str) -> &str {
+    api_version.split_once('/').map(|(g, _)| g).unwrap_or("")
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

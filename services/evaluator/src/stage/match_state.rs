@@ -10,6 +10,7 @@ use sluice_eval::tape::NodeRef;
 use sluice_eval::Tape;
 use sluice_proto::v1 as pb;
 
+use super::keys::Placed;
 use super::Compiled;
 
 /// State kept per (cluster, EventSource).
@@ -69,7 +70,8 @@ pub(super) fn update_key(
     object: Option<&Arc<Tape>>,
     outcome: Outcome,
 ) -> bool {
-    let map_key = (position, change.namespace.clone(), change.name.clone());
+    let map_key: &dyn Placed = &(position, change.namespace.as_str(), change.name.as_str());
+    let owned_key = || (position, change.namespace.clone(), change.name.clone());
     let err_key = || {
         (
             change.kind.clone(),
@@ -88,7 +90,7 @@ pub(super) fn update_key(
     };
     let membership_changed = match (now_matching, object) {
         // Still matching: the reference stays, the content is replaced.
-        (true, Some(object)) => match state.matching.get_mut(&map_key) {
+        (true, Some(object)) => match state.matching.get_mut(map_key) {
             Some(previous) => {
                 // Equal text is equal content; different text may still be equal content, which
                 // the published set's content hash then finds unchanged.
@@ -97,11 +99,11 @@ pub(super) fn update_key(
                 changed
             }
             None => {
-                state.matching.insert(map_key, Matched::new(object));
+                state.matching.insert(owned_key(), Matched::new(object));
                 true
             }
         },
-        _ => state.matching.remove(&map_key).is_some(),
+        _ => !state.matching.is_empty() && state.matching.remove(map_key).is_some(),
     };
     error_changed || membership_changed
 }

@@ -1,0 +1,130 @@
+//! Map keys of owned strings, looked up by borrowed ones: a change's namespace, name, group
+//! and kind are found in the stage's ordered maps without building (allocating) a key first.
+//! Keys order as the tuples they stand for, so the maps keep their order.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+
+/// Two strings: (namespace, name) or (group, kind).
+pub(super) trait Two {
+    fn two(&self) -> (&str, &str);
+}
+
+impl Two for (String, String) {
+    fn two(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl Two for (&str, &str) {
+    fn two(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> Borrow<dyn Two + 'a> for (String, String) {
+    fn borrow(&self) -> &(dyn Two + 'a) {
+        self
+    }
+}
+
+impl Ord for dyn Two + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.two().cmp(&other.two())
+    }
+}
+
+impl PartialOrd for dyn Two + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for dyn Two + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.two() == other.two()
+    }
+}
+
+impl Eq for dyn Two + '_ {}
+
+/// A selector position and two strings: (position, namespace, name).
+pub(super) trait Placed {
+    fn placed(&self) -> (usize, &str, &str);
+}
+
+impl Placed for (usize, String, String) {
+    fn placed(&self) -> (usize, &str, &str) {
+        (self.0, &self.1, &self.2)
+    }
+}
+
+impl Placed for (usize, &str, &str) {
+    fn placed(&self) -> (usize, &str, &str) {
+        (self.0, self.1, self.2)
+    }
+}
+
+impl<'a> Borrow<dyn Placed + 'a> for (usize, String, String) {
+    fn borrow(&self) -> &(dyn Placed + 'a) {
+        self
+    }
+}
+
+impl Ord for dyn Placed + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.placed().cmp(&other.placed())
+    }
+}
+
+impl PartialOrd for dyn Placed + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for dyn Placed + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.placed() == other.placed()
+    }
+}
+
+impl Eq for dyn Placed + '_ {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn borrowed_keys_find_what_owned_keys_find_in_the_same_order() {
+        let names = ["", "a", "ab", "b", "svc-1", "svc-10", "svc-2", "é"];
+        let mut two = BTreeMap::new();
+        let mut placed = BTreeMap::new();
+        for (i, ns) in names.iter().enumerate() {
+            for name in names {
+                two.insert((ns.to_string(), name.to_string()), i);
+                placed.insert((i % 3, ns.to_string(), name.to_string()), i);
+            }
+        }
+        for ns in names {
+            for name in names {
+                let owned = (ns.to_string(), name.to_string());
+                let key: &dyn Two = &(ns, name);
+                assert_eq!(two.get(key), two.get(&owned));
+                for position in 0..3 {
+                    let owned = (position, ns.to_string(), name.to_string());
+                    let key: &dyn Placed = &(position, ns, name);
+                    assert_eq!(placed.get(key), placed.get(&owned));
+                }
+            }
+        }
+        let missing: &dyn Two = &("zz", "a");
+        assert_eq!(two.get(missing), None);
+        // The owned order is the borrowed order.
+        let keys: Vec<(&str, &str)> = two.keys().map(|k| k.two()).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+    }
+}
