@@ -51,6 +51,8 @@ pub enum Node {
 #[derive(Debug)]
 pub struct Branch {
     pub pipe: Pipeline,
+    /// An `if` condition compiled for deciding in place (`Cond::General` for `with`/`range`).
+    pub cond: crate::cond::Cond,
     pub list: Vec<Node>,
     pub else_list: Option<Vec<Node>>,
 }

@@ -2,6 +2,7 @@
 //! missingkey modes, argument type checks, range/with/if, variables and nested templates.
 
 mod call;
+mod cond;
 mod lookup;
 
 pub(crate) use lookup::{chain, lookup, Memo};
@@ -237,7 +238,7 @@ impl<'a> Exec<'a> {
     fn if_or_with(&mut self, b: &'a Branch, dot: &Val<'a>, with: bool) -> R<Flow> {
         let mark = self.vars.len();
         if !with {
-            if let Some(truth) = self.test(dot, &b.pipe) {
+            if let Some(truth) = self.test(dot, &b.cond) {
                 let flow = match (truth, &b.else_list) {
                     (true, _) => self.walk(&b.list, dot)?,
                     (false, Some(else_list)) => self.walk(else_list, dot)?,

@@ -5,6 +5,7 @@
 mod ast;
 mod builtins;
 mod cache;
+mod cond;
 mod exec;
 mod funcs;
 mod gofmt;

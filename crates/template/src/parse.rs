@@ -369,8 +369,13 @@ impl Parser {
             }
             Item::Node(_) => None,
         };
+        let cond = match context {
+            "if" => crate::cond::compile(&pipe),
+            _ => crate::cond::Cond::General,
+        };
         Ok(Branch {
             pipe,
+            cond,
             list,
             else_list,
         })

@@ -135,6 +135,16 @@ fn if_conditions_decided_in_place_match_the_general_path() {
             "443,8443,",
         ),
         ("{{ if eq .Resource.s \"x\" \"y\" }}multi{{ end }}", "multi"),
+        ("{{ if le .Resource.s \"x\" }}y{{ end }}", "y"),
+        ("{{ if gt .Resource.n 2 }}y{{ end }}", "y"),
+        ("{{ if ge .Resource.n 4 }}y{{ else }}n{{ end }}", "n"),
+        ("{{ if not .Resource.z }}y{{ end }}", "y"),
+        ("{{ if ne .Resource.z nil }}y{{ else }}n{{ end }}", "n"),
+        (
+            "{{ if or (and .Resource.n (eq .Resource.s \"y\")) (not .Resource.e) }}y{{ end }}",
+            "y",
+        ),
+        ("{{ if eq .Resource.s (.Resource.s | upper) }}y{{ else }}n{{ end }}", "n"),
     ];
     for (text, expected) in ok {
         assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
@@ -146,6 +156,9 @@ fn if_conditions_decided_in_place_match_the_general_path() {
         "{{ if lt .Resource.l 1 }}y{{ end }}",
         "{{ if eq (index .Resource.l 5) 1 }}y{{ end }}",
         "{{ if not }}y{{ end }}",
+        "{{ if lt .Resource.z 1 }}y{{ end }}",
+        "{{ if ne .Resource.n 1.5 }}y{{ end }}",
+        "{{ if or .Resource.e (lt .Resource.s 1) }}y{{ end }}",
     ] {
         let error = both(text, data.clone()).expect_err(text);
         assert!(

@@ -315,68 +315,6 @@ impl<'a> Exec<'a> {
         }
     }
 
-    /// The truth of an `if` pipeline built only from `and`, `or`, `not`, two-operand
-    /// comparisons, field chains and literals, decided over borrowed data without building any
-    /// value: `{{ if or (eq .port 443) (eq .port 8443) }}`. `None` when some part needs the
-    /// general rules (a missing key, a non-scalar comparison, any error, any other function):
-    /// the caller then evaluates the whole pipeline, which reads nothing this did not read and
-    /// so gives the same result or error.
-    pub(super) fn test(&mut self, dot: &Val<'a>, pipe: &'a Pipeline) -> Option<bool> {
-        match (pipe.decl.is_empty(), pipe.cmds.as_slice()) {
-            (true, [cmd]) => self.test_command(dot, &cmd.args),
-            _ => None,
-        }
-    }
-
-    fn test_command(&mut self, dot: &Val<'a>, args: &'a [Operand]) -> Option<bool> {
-        let (first, rest) = args.split_first()?;
-        let Arg::Func(def) = &first.kind else {
-            return match rest {
-                [] => self.test_operand(dot, first),
-                _ => None,
-            };
-        };
-        match (def.imp, def.fast, rest) {
-            // `or` yields its first true argument (else its last), `and` its first false one:
-            // as a condition, whether any (all) of them is true, evaluated in order.
-            (Imp::Or | Imp::And, _, [_, ..]) => {
-                let any = matches!(def.imp, Imp::Or);
-                for op in rest {
-                    if self.test_operand(dot, op)? == any {
-                        return Some(any);
-                    }
-                }
-                Some(!any)
-            }
-            (_, Some(Fast::Not), [op]) => Some(!self.test_operand(dot, op)?),
-            (
-                _,
-                Some(which @ (Fast::Eq | Fast::Ne | Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge)),
-                [x, y],
-            ) => {
-                let a = self.scalar_arg(dot, x)?;
-                let b = self.scalar_arg(dot, y)?;
-                compare(which, a, b)?.ok()
-            }
-            _ => None,
-        }
-    }
-
-    fn test_operand(&mut self, dot: &Val<'a>, op: &'a Operand) -> Option<bool> {
-        match &op.kind {
-            Arg::Pipe(p) => self.test(dot, p),
-            Arg::Field(names) => match dot {
-                Val::J(node, shape) => {
-                    Some(super::chain(&mut self.memo, node, *shape, names)?.truth())
-                }
-                _ => None,
-            },
-            Arg::Literal(v) => Some(v.truth()),
-            Arg::Number(n) => Some(n.ideal.truth()),
-            _ => None,
-        }
-    }
-
     /// An operand that is a literal or a field/variable chain ending in a JSON scalar, read
     /// without side effects; `None` leaves it (and any error it raises) to [`Exec::operand`].
     #[inline]
