@@ -52,7 +52,7 @@ pub enum Node {
 pub struct Branch {
     pub pipe: Pipeline,
     /// An `if` condition compiled for deciding in place (`Cond::General` for `with`/`range`).
-    pub cond: crate::cond::Cond,
+    pub cond: Box<crate::cond::Cond>,
     pub list: Vec<Node>,
     pub else_list: Option<Vec<Node>>,
 }

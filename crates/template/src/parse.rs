@@ -370,8 +370,8 @@ impl Parser {
             Item::Node(_) => None,
         };
         let cond = match context {
-            "if" => crate::cond::compile(&pipe),
-            _ => crate::cond::Cond::General,
+            "if" => Box::new(crate::cond::compile(&pipe)),
+            _ => Box::new(crate::cond::Cond::General),
         };
         Ok(Branch {
             pipe,
