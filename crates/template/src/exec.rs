@@ -4,6 +4,7 @@
 mod call;
 mod cond;
 mod lookup;
+mod text;
 
 pub(crate) use lookup::{chain, lookup, Memo};
 
@@ -48,6 +49,8 @@ pub struct Exec<'a> {
     depth: usize,
     steps: u64,
     memo: Memo<'a>,
+    /// Buffers for string-function pipelines (`exec/text.rs`), reused through the render.
+    text_bufs: [String; 3],
 }
 
 impl<'a> Exec<'a> {
@@ -72,6 +75,7 @@ impl<'a> Exec<'a> {
             depth: 0,
             steps: 0,
             memo: Memo::new(),
+            text_bufs: Default::default(),
         }
     }
 
@@ -168,49 +172,7 @@ impl<'a> Exec<'a> {
         }
     }
 
-    /// Prints a pipeline ending in a string function of one string argument (`{{ .a | quote }}`,
-    /// `{{ lower .a }}`) by writing the function's result straight to the output; `false` when
-    /// that does not apply and nothing was evaluated.
-    fn print_text_call(&mut self, pipe: &'a Pipeline, dot: &Val<'a>) -> R<bool> {
-        if self.engine != Engine::Text || !pipe.decl.is_empty() {
-            return Ok(false);
-        }
-        let Some((last, init)) = pipe.cmds.split_last() else {
-            return Ok(false);
-        };
-        let (text, arg) = match (last.args.as_slice(), init.is_empty()) {
-            ([func], false) => match &func.kind {
-                Arg::Func(def) if def.text.is_some() => (def.text, None),
-                _ => return Ok(false),
-            },
-            ([func, op], true) if call::is_plain_read(op) => match &func.kind {
-                Arg::Func(def) if def.text.is_some() => (def.text, Some(op)),
-                _ => return Ok(false),
-            },
-            _ => return Ok(false),
-        };
-        let Some(text) = text else {
-            return Ok(false);
-        };
-        let value = match arg {
-            Some(op) => self.operand(dot, op)?,
-            None => self.commands(dot, init)?,
-        };
-        if let Some(t) = value.as_text() {
-            text(t, self.out);
-            return Ok(true);
-        }
-        // Not a string: the general call checks and converts it (an operand is re-read, the
-        // earlier commands are not run again).
-        let result = match arg {
-            Some(_) => self.command(dot, last, None)?,
-            None => self.command(dot, last, Some(value))?,
-        };
-        self.print(&result);
-        Ok(true)
-    }
-
-    fn print(&mut self, value: &Val<'a>) {
+    pub(super) fn print(&mut self, value: &Val<'a>) {
         let value = match (self.engine, value) {
             (_, Val::V(v)) => v,
             (Engine::Text, Val::Key(k)) => return self.out.push_str(k),
@@ -413,7 +375,7 @@ impl<'a> Exec<'a> {
         Ok(value)
     }
 
-    fn commands(&mut self, dot: &Val<'a>, cmds: &'a [Command]) -> R<Val<'a>> {
+    pub(super) fn commands(&mut self, dot: &Val<'a>, cmds: &'a [Command]) -> R<Val<'a>> {
         let mut value = None;
         for cmd in cmds {
             value = Some(self.command(dot, cmd, value)?);

@@ -3,7 +3,10 @@
 
 use std::fmt::Write;
 
-use crate::gofmt::{format_e, format_f, format_g, quote, quote_rune, to_string, write_value};
+use crate::gofmt::{
+    format_e, format_f, format_g, push_int, quote, quote_rune, to_string, write_value,
+};
+use crate::val::Scalar;
 use crate::value::Value;
 
 #[derive(Default, Clone, Copy)]
@@ -400,4 +403,32 @@ fn pad(out: &mut String, s: &str, spec: Spec, zero_ok: bool) {
         out.extend(std::iter::repeat_n(c, fill));
         out.push_str(s);
     }
+}
+
+/// [`sprintf`] for formats whose verbs are all plain `%s`, `%d` or `%v` (no flags, width or
+/// precision) or `%%`, over one scalar per verb that the verb prints as itself (a string for
+/// `%s`, an integer for `%d`, either or a bool for `%v`), appended to `out`. `false`, with
+/// `out` possibly written to, for anything else: then [`sprintf`] decides.
+pub fn sprintf_plain(format: &str, args: &[Scalar<'_>], out: &mut String) -> bool {
+    let mut args = args.iter();
+    let mut rest = format;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let verb = rest.as_bytes().get(at + 1).copied();
+        match verb {
+            Some(b'%') => out.push('%'),
+            Some(verb @ (b's' | b'd' | b'v')) => match (verb, args.next()) {
+                (b's' | b'v', Some(Scalar::Str(s))) => out.push_str(s),
+                (b'd' | b'v', Some(Scalar::Int(i))) => push_int(out, *i),
+                (b'v', Some(Scalar::Bool(b))) => out.push_str(if *b { "true" } else { "false" }),
+                _ => return false,
+            },
+            _ => return false,
+        }
+        // Both bytes are ASCII: the slice stays on a character boundary.
+        rest = &rest[at + 2..];
+    }
+    out.push_str(rest);
+    // Arguments left over are printed as `%!(EXTRA ...)` by the general form.
+    args.next().is_none()
 }

@@ -217,3 +217,74 @@ fn string_functions_on_borrowed_text_match_the_general_path() {
         assert!(error.contains("executing"), "{text}: {error}");
     }
 }
+
+/// `printf` with plain verbs over strings, integers and bools writes its text without values;
+/// pipelines of several string functions pass text through reused buffers; `len` of borrowed
+/// data. Everything else (other verbs, other types, missing or extra arguments, errors) is the
+/// general path's.
+#[test]
+fn printf_and_string_pipelines_without_values_match_the_general_path() {
+    let data = json!({"Resource": {"s": "svc-a", "u": "été", "n": 3, "f": 1.5, "b": true,
+        "z": null, "l": [1, 2], "m": {"k": "v", "x": "y"}}});
+    let ok = [
+        ("{{ printf \"%s-%d\" .Resource.s 1 }}", "svc-a-1"),
+        (
+            "{{ printf \"%v/%v/%v\" .Resource.s .Resource.n .Resource.b }}",
+            "svc-a/3/true",
+        ),
+        ("{{ printf \"%d%%\" .Resource.n }}", "3%"),
+        ("{{ printf \"é%sé\" .Resource.u }}", "éétéé"),
+        ("{{ printf \"plain\" }}", "plain"),
+        ("{{ printf \"%s\" .Resource.n }}", "%!s(int64=3)"),
+        ("{{ printf \"%d\" .Resource.s }}", "%!d(string=svc-a)"),
+        ("{{ printf \"%d\" .Resource.f }}", "%!d(float64=1.5)"),
+        ("{{ printf \"%v\" .Resource.f }}", "1.5"),
+        ("{{ printf \"%s %s\" .Resource.s }}", "svc-a %!s(MISSING)"),
+        ("{{ printf \"%s\" .Resource.s 1 }}", "svc-a%!(EXTRA int=1)"),
+        (
+            "{{ printf \"%5s|%-3d|%x\" .Resource.s .Resource.n .Resource.n }}",
+            "svc-a|3  |3",
+        ),
+        ("{{ printf \"%v\" .Resource.z }}", "<nil>"),
+        ("{{ printf \"%s\" .Resource.m }}", "map[k:v x:y]"),
+        ("{{ printf \"%v\" .Resource.l }}", "[1 2]"),
+        ("{{ printf \"100%\" }}", "100%!(NOVERB)"),
+        ("{{ printf \"%s\" .Resource.s | quote }}", "\"svc-a\""),
+        (
+            "{{ printf \"%d\" .Resource.s | upper }}",
+            "%!D(STRING=SVC-A)",
+        ),
+        ("{{ .Resource.s | upper | lower | quote }}", "\"svc-a\""),
+        (
+            "{{ .Resource.s | upper | lower | title | quote }}",
+            "\"Svc-A\"",
+        ),
+        ("{{ .Resource.n | quote | upper }}", "\"3\""),
+        (
+            "{{ .Resource.m | quote | upper | squote }}",
+            "'\"MAP[K:V X:Y]\"'",
+        ),
+        ("{{ quote .Resource.s | upper | squote }}", "'\"SVC-A\"'"),
+        (
+            "{{ len .Resource.s }}{{ len .Resource.m }}{{ len .Resource.l }}",
+            "522",
+        ),
+        ("{{ len .Resource.u }}", "5"),
+    ];
+    for (text, expected) in ok {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
+    }
+    for text in [
+        "{{ printf \"%s\" .Resource.missing }}",
+        "{{ printf \"%s\" .Resource.missing | upper }}",
+        "{{ printf 1 }}",
+        "{{ .Resource.n | upper | quote }}",
+        "{{ .Resource.s | upper | lower 1 | quote }}",
+        "{{ len .Resource.n }}",
+        "{{ len .Resource.z }}",
+        "{{ len .Resource.missing }}",
+    ] {
+        let error = both(text, data.clone()).expect_err(text);
+        assert!(error.contains("executing"), "{text}: {error}");
+    }
+}

@@ -12,7 +12,7 @@ use crate::value::Value;
 use crate::{Error, MissingKey};
 
 /// Most arguments a fast-path call evaluates into its stack buffer.
-const FAST_ARGS: usize = 4;
+pub(super) const FAST_ARGS: usize = 4;
 
 impl<'a> Exec<'a> {
     /// Evaluates an operand as an `interface{}` argument, without converting borrowed data.
@@ -298,6 +298,21 @@ impl<'a> Exec<'a> {
                 }
                 Some(Ok(last))
             }
+            // `len .spec.ports`: a plain read, so the general call may read it again.
+            (_, Some(Fast::Len), [x]) if is_plain_read(x) => {
+                let value = match self.operand(dot, x) {
+                    Ok(value) => value,
+                    Err(e) => return Some(Err(e)),
+                };
+                let n = match value {
+                    Val::J(Json::Array(a), _) => a.len(),
+                    Val::J(Json::Object(o), _) => o.len(),
+                    Val::J(Json::String(s), _) => s.len(),
+                    Val::Key(k) => k.len(),
+                    _ => return None,
+                };
+                Some(Ok(Val::V(Value::GoInt(n as i64))))
+            }
             (
                 _,
                 Some(which @ (Fast::Eq | Fast::Ne | Fast::Lt | Fast::Le | Fast::Gt | Fast::Ge)),
@@ -318,7 +333,7 @@ impl<'a> Exec<'a> {
     /// An operand that is a literal or a field/variable chain ending in a JSON scalar, read
     /// without side effects; `None` leaves it (and any error it raises) to [`Exec::operand`].
     #[inline]
-    fn scalar_arg(&mut self, dot: &Val<'a>, op: &'a Operand) -> Option<Scalar<'a>> {
+    pub(super) fn scalar_arg(&mut self, dot: &Val<'a>, op: &'a Operand) -> Option<Scalar<'a>> {
         let found = match &op.kind {
             Arg::Number(n) => return Some(Scalar::of_value(&n.ideal)),
             Arg::Literal(v) => return Some(Scalar::of_value(v)),
