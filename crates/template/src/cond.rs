@@ -21,6 +21,14 @@ pub enum Cond {
     Not(Box<Cond>),
     /// `eq ne lt le gt ge` of exactly two operands.
     Compare(Fast, Term, Term),
+    /// `or`/`and` (`any`) of comparisons of one field chain with literals, in order:
+    /// `or (eq .port 443) (eq .port 8443)`. The chain is read once; reading it again, as Go
+    /// does for every comparison, gives the same value.
+    Compares {
+        any: bool,
+        names: Vec<Name>,
+        tests: Vec<(Fast, Value)>,
+    },
     /// A field chain from dot, as a truth value.
     Field(Vec<Name>),
     /// A literal, whose truth is known at parse time.
@@ -61,8 +69,15 @@ fn command(args: &[Operand]) -> Cond {
         };
     };
     match (def.imp, def.fast, rest) {
-        (Imp::Or, _, [_, ..]) => Cond::Any(rest.iter().map(operand).collect()),
-        (Imp::And, _, [_, ..]) => Cond::All(rest.iter().map(operand).collect()),
+        (Imp::Or | Imp::And, _, [_, ..]) => {
+            let any = matches!(def.imp, Imp::Or);
+            let all: Vec<Cond> = rest.iter().map(operand).collect();
+            match same_field_compares(any, &all) {
+                Some(compares) => compares,
+                None if any => Cond::Any(all),
+                None => Cond::All(all),
+            }
+        }
         (_, Some(Fast::Not), [op]) => Cond::Not(Box::new(operand(op))),
         (
             _,
@@ -71,6 +86,32 @@ fn command(args: &[Operand]) -> Cond {
         ) => Cond::Compare(which, term(x), term(y)),
         _ => Cond::General,
     }
+}
+
+/// [`Cond::Compares`] when every condition compares one field chain (left) with a literal
+/// (right).
+fn same_field_compares(any: bool, all: &[Cond]) -> Option<Cond> {
+    let mut field: Option<&Vec<Name>> = None;
+    let mut tests = Vec::with_capacity(all.len());
+    for c in all {
+        let Cond::Compare(which, Term::Field(names), Term::Const(value)) = c else {
+            return None;
+        };
+        match field {
+            Some(seen)
+                if seen.len() != names.len() || seen.iter().zip(names).any(|(a, b)| a != b) =>
+            {
+                return None
+            }
+            _ => field = Some(names),
+        }
+        tests.push((*which, value.clone()));
+    }
+    field.map(|names| Cond::Compares {
+        any,
+        names: names.clone(),
+        tests,
+    })
 }
 
 fn operand(op: &Operand) -> Cond {

@@ -145,6 +145,13 @@ fn if_conditions_decided_in_place_match_the_general_path() {
             "y",
         ),
         ("{{ if eq .Resource.s (.Resource.s | upper) }}y{{ else }}n{{ end }}", "n"),
+        // One field compared with several literals is read once; `or`/`and` still stop at
+        // the first deciding comparison, before one Go would reject.
+        ("{{ if and (ne .Resource.n 1) (lt .Resource.n 5) }}y{{ end }}", "y"),
+        ("{{ if or (eq .Resource.s \"x\") (eq .Resource.s 3) }}y{{ end }}", "y"),
+        ("{{ if and (eq .Resource.s \"y\") (eq .Resource.s 3) }}y{{ else }}n{{ end }}", "n"),
+        ("{{ if or (eq .Resource.n 1) (eq .Resource.n 2) (gt .Resource.n 2) }}y{{ end }}", "y"),
+        ("{{ if or (eq .Resource.m.env \"dev\") (eq .Resource.m.env \"production\") }}p{{ end }}", "p"),
     ];
     for (text, expected) in ok {
         assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
@@ -159,6 +166,9 @@ fn if_conditions_decided_in_place_match_the_general_path() {
         "{{ if lt .Resource.z 1 }}y{{ end }}",
         "{{ if ne .Resource.n 1.5 }}y{{ end }}",
         "{{ if or .Resource.e (lt .Resource.s 1) }}y{{ end }}",
+        "{{ if or (eq .Resource.s \"a\") (eq .Resource.s 3) }}y{{ end }}",
+        "{{ if or (eq .Resource.missing 1) (eq .Resource.missing 2) }}y{{ end }}",
+        "{{ if and (eq .Resource.l 1) (eq .Resource.l 2) }}y{{ end }}",
     ] {
         let error = both(text, data.clone()).expect_err(text);
         assert!(

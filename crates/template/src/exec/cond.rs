@@ -6,6 +6,7 @@
 use serde_json::Value as Json;
 
 use super::{chain, lookup, Exec};
+use crate::ast::Name;
 use crate::cond::{Cond, Term};
 use crate::funcs::Fast;
 use crate::val::{child, element, Scalar, Val};
@@ -19,6 +20,15 @@ impl<'a> Exec<'a> {
                 let a = self.term(dot, x)?;
                 let b = self.term(dot, y)?;
                 decide(*which, a, b)
+            }
+            Cond::Compares { any, names, tests } => {
+                let a = self.term_field(dot, names)?;
+                for (which, value) in tests {
+                    if decide(*which, a, Scalar::of_value(value))? == *any {
+                        return Some(*any);
+                    }
+                }
+                Some(!*any)
             }
             // `or` yields its first true argument (else its last), `and` its first false one:
             // as a condition, whether any (all) of them is true, evaluated in order.
@@ -45,6 +55,22 @@ impl<'a> Exec<'a> {
             },
             Cond::Known(truth) => Some(*truth),
             Cond::General => None,
+        }
+    }
+
+    /// A field chain from dot ending in a scalar.
+    #[inline]
+    fn term_field(&mut self, dot: &Val<'a>, names: &'a [Name]) -> Option<Scalar<'a>> {
+        let Val::J(node, shape) = dot else {
+            return None;
+        };
+        match chain(&mut self.memo, node, *shape, names)? {
+            Val::J(j, _) => match Scalar::of_json(j) {
+                Scalar::Other => None,
+                scalar => Some(scalar),
+            },
+            Val::Key(k) => Some(Scalar::Str(k)),
+            Val::V(_) => None,
         }
     }
 
