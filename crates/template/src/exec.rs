@@ -223,6 +223,8 @@ impl<'a> Exec<'a> {
         Ok(flow)
     }
 
+    // Out of line: inlined, its locals would widen the frame of every `walk`.
+    #[inline(never)]
     fn range(&mut self, b: &'a Branch, dot: &Val<'a>) -> R<()> {
         let mark = self.vars.len();
         let value = self.commands(dot, &b.pipe.cmds)?;
@@ -337,6 +339,7 @@ impl<'a> Exec<'a> {
         self.vars.push((name, value));
     }
 
+    #[inline(never)]
     fn template(
         &mut self,
         name: &str,

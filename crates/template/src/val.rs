@@ -120,13 +120,19 @@ pub fn child<'a>(shape: Shape, name: &str, node: &'a Json) -> Val<'a> {
 
 /// An entry of the top-level event data, with event-manager's types (spec §6.8).
 fn event_child<'a>(name: &str, node: &'a Json) -> Val<'a> {
-    match (name, node) {
-        ("Resource" | "CloudEvent" | "Cluster", Json::Null) => Val::V(Value::map(Map::new())),
-        ("Resources" | "CloudEvents", Json::Array(_)) => Val::J(node, Shape::EventMaps),
-        ("MatchingResource", item) => Val::V(object_reference(item)),
-        ("MatchingResources", Json::Array(items)) => {
+    // The node's kind first: `.Resource` (an object) is then told apart from the special
+    // names by one length comparison instead of a string comparison per name.
+    match node {
+        Json::Null if matches!(name, "Resource" | "CloudEvent" | "Cluster") => {
+            Val::V(Value::map(Map::new()))
+        }
+        Json::Array(_) if matches!(name, "Resources" | "CloudEvents") => {
+            Val::J(node, Shape::EventMaps)
+        }
+        Json::Array(items) if name == "MatchingResources" => {
             Val::V(Value::list(items.iter().map(object_reference).collect()))
         }
+        item if name == "MatchingResource" => Val::V(object_reference(item)),
         _ => Val::J(node, Shape::Plain),
     }
 }

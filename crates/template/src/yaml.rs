@@ -199,6 +199,11 @@ impl Emitter<'_> {
 
     /// goyaml.v2 breaks a plain scalar at a single space once past column 80.
     fn folded_plain(&mut self, s: &str, indent: usize) {
+        if !s.contains(' ') {
+            // Nowhere to break (most keys and values): copied as it is.
+            self.out.push_str(s);
+            return;
+        }
         let chars: Vec<char> = s.chars().collect();
         let mut prev_space = false;
         for (i, &c) in chars.iter().enumerate() {
