@@ -10,17 +10,34 @@ use crate::value::Value;
 /// remember a lookup by the name's address (`exec::lookup::Memo`).
 pub type Name = Arc<str>;
 
-/// Hands out one shared [`Name`] per distinct field name while parsing.
+/// A field chain (`.a.b.c`). Equal chains of one template share one allocation, so that a
+/// render can remember a whole chain by its address (`exec::lookup::Memo`).
+pub type Chain = Arc<[Name]>;
+
+/// Hands out one shared [`Name`] per distinct field name, and one shared [`Chain`] per
+/// distinct chain, while parsing.
 #[derive(Debug, Default)]
-pub struct Names(std::collections::HashMap<Box<str>, Name>);
+pub struct Names {
+    names: std::collections::HashMap<Box<str>, Name>,
+    chains: std::collections::HashMap<Vec<Name>, Chain>,
+}
 
 impl Names {
     pub fn get(&mut self, name: &str) -> Name {
-        if let Some(shared) = self.0.get(name) {
+        if let Some(shared) = self.names.get(name) {
             return Arc::clone(shared);
         }
         let shared: Name = Arc::from(name);
-        self.0.insert(name.into(), Arc::clone(&shared));
+        self.names.insert(name.into(), Arc::clone(&shared));
+        shared
+    }
+
+    pub fn chain(&mut self, names: Vec<Name>) -> Chain {
+        if let Some(shared) = self.chains.get(&names) {
+            return Arc::clone(shared);
+        }
+        let shared: Chain = Arc::from(names.as_slice());
+        self.chains.insert(names, Arc::clone(&shared));
         shared
     }
 }
@@ -100,12 +117,12 @@ pub enum Arg {
     Literal(Value),
     Number(Number),
     /// `.a.b.c`
-    Field(Vec<Name>),
+    Field(Chain),
     /// `$x.a.b` (fields may be empty).
-    Variable(Box<str>, Vec<Name>),
+    Variable(Box<str>, Chain),
     Func(&'static FuncDef),
     /// `(pipeline).a.b` or `$x.a` style chains on any operand.
-    Chain(Box<Operand>, Vec<Name>),
+    Chain(Box<Operand>, Chain),
     Pipe(Box<Pipeline>),
 }
 

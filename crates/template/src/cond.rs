@@ -5,7 +5,7 @@
 //! part is [`Cond::General`], which makes the evaluator fall back to the general pipeline.
 //! This module decides nothing at run time.
 
-use crate::ast::{Arg, Name, Operand, Pipeline};
+use crate::ast::{Arg, Chain, Operand, Pipeline};
 use crate::funcs::{Fast, Imp};
 use crate::value::Value;
 
@@ -26,11 +26,11 @@ pub enum Cond {
     /// does for every comparison, gives the same value.
     Compares {
         any: bool,
-        names: Vec<Name>,
+        names: Chain,
         tests: Vec<(Fast, Value)>,
     },
     /// A field chain from dot, as a truth value.
-    Field(Vec<Name>),
+    Field(Chain),
     /// A literal, whose truth is known at parse time.
     Known(bool),
     /// Anything else: always decided by the general pipeline.
@@ -43,9 +43,9 @@ pub enum Term {
     /// A bool, string or number literal (a number as Go's `idealConstant` passes it).
     Const(Value),
     /// A field chain from dot.
-    Field(Vec<Name>),
+    Field(Chain),
     /// `(index .a.b "k" 0)` with literal keys.
-    Index(Vec<Name>, Vec<Value>),
+    Index(Chain, Vec<Value>),
     /// Anything else: the comparison is left to the general pipeline.
     General,
 }
@@ -91,18 +91,14 @@ fn command(args: &[Operand]) -> Cond {
 /// [`Cond::Compares`] when every condition compares one field chain (left) with a literal
 /// (right).
 fn same_field_compares(any: bool, all: &[Cond]) -> Option<Cond> {
-    let mut field: Option<&Vec<Name>> = None;
+    let mut field: Option<&Chain> = None;
     let mut tests = Vec::with_capacity(all.len());
     for c in all {
         let Cond::Compare(which, Term::Field(names), Term::Const(value)) = c else {
             return None;
         };
         match field {
-            Some(seen)
-                if seen.len() != names.len() || seen.iter().zip(names).any(|(a, b)| a != b) =>
-            {
-                return None
-            }
+            Some(seen) if seen[..] != names[..] => return None,
             _ => field = Some(names),
         }
         tests.push((*which, value.clone()));

@@ -532,13 +532,9 @@ impl Parser {
             return Ok(Operand { kind: term, span });
         }
         let kind = match term {
-            Arg::Field(mut base) => {
-                base.extend(fields);
-                Arg::Field(base)
-            }
-            Arg::Variable(name, mut base) => {
-                base.extend(fields);
-                Arg::Variable(name, base)
+            Arg::Field(base) => Arg::Field(self.names.chain([&base[..], &fields].concat())),
+            Arg::Variable(name, base) => {
+                Arg::Variable(name, self.names.chain([&base[..], &fields].concat()))
             }
             Arg::Literal(_) | Arg::Number(_) | Arg::Nil | Arg::Dot => {
                 return Err(ParseError {
@@ -546,7 +542,10 @@ impl Parser {
                     message: "unexpected . after term".into(),
                 });
             }
-            other => Arg::Chain(Box::new(Operand { kind: other, span }), fields),
+            other => Arg::Chain(
+                Box::new(Operand { kind: other, span }),
+                self.names.chain(fields),
+            ),
         };
         Ok(Operand { kind, span })
     }
@@ -576,9 +575,12 @@ impl Parser {
                         message: format!("undefined variable {name:?}"),
                     });
                 }
-                Arg::Variable(name.into(), Vec::new())
+                Arg::Variable(name.into(), self.names.chain(Vec::new()))
             }
-            Tok::Field(f) => Arg::Field(vec![self.names.get(&f)]),
+            Tok::Field(f) => {
+                let name = self.names.get(&f);
+                Arg::Field(self.names.chain(vec![name]))
+            }
             Tok::Bool(b) => Arg::Literal(Value::Bool(b)),
             Tok::Str(s) => Arg::Literal(Value::string(s)),
             Tok::Char(c) => {

@@ -298,3 +298,27 @@ fn printf_and_string_pipelines_without_values_match_the_general_path() {
         assert!(error.contains("executing"), "{text}: {error}");
     }
 }
+
+/// Whole field chains are remembered per object and per chain: equal chains on different
+/// objects, chains that are prefixes of others and chains through variables each find their
+/// own node.
+#[test]
+fn whole_chains_are_remembered_per_object_and_chain() {
+    let data = json!({"Resource": {"a": {"b": {"c": "x"}, "d": "y"}},
+        "Resources": [{"a": {"b": "1"}}, {"a": {"b": "2"}}, null],
+        "MatchingResource": {"Kind": "Service", "Name": "svc"}});
+    let text = "{{ .Resource.a.b.c }}{{ .Resource.a.d }}{{ .Resource.a.b.c }}|\
+        {{ $r := .Resource }}{{ $r.a.d }}{{ $r.a.b.c }}|\
+        {{ range .Resources }}{{ .a.b }}{{ .a.b }},{{ end }}|\
+        {{ .MatchingResource.Name }}{{ .MatchingResource.Kind }}|{{ .Resource.a.b }}|\
+        {{ with .Resource.a }}{{ .b.c }}{{ end }}";
+    // A null entry of .Resources is an empty map: `.a` is then missing.
+    let error = both(text, data.clone()).expect_err("null entry has no .a");
+    assert!(error.contains("executing"), "{error}");
+    let data = json!({"Resource": data["Resource"].clone(), "Resources": [
+        {"a": {"b": "1"}}, {"a": {"b": "2"}}], "MatchingResource": data["MatchingResource"].clone()});
+    assert_eq!(
+        both(text, data).as_deref(),
+        Ok("xyx|yx|11,22,|svcService|map[c:x]|x")
+    );
+}

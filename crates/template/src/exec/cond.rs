@@ -10,6 +10,7 @@ use crate::ast::Name;
 use crate::cond::{Cond, Term};
 use crate::funcs::Fast;
 use crate::val::{child, element, Scalar, Val};
+use crate::value::Value;
 
 impl<'a> Exec<'a> {
     /// The truth of a compiled condition with `dot` as dot; `None` when it needs the general
@@ -24,7 +25,12 @@ impl<'a> Exec<'a> {
             Cond::Compares { any, names, tests } => {
                 let a = self.term_field(dot, names)?;
                 for (which, value) in tests {
-                    if decide(*which, a, Scalar::of_value(value))? == *any {
+                    let truth = match (which, a, value) {
+                        // `eq .port 443`, the common case, without the general decision.
+                        (Fast::Eq, Scalar::Int(x), Value::GoInt(y) | Value::Int(y)) => x == *y,
+                        _ => decide(*which, a, Scalar::of_value(value))?,
+                    };
+                    if truth == *any {
                         return Some(*any);
                     }
                 }
@@ -105,7 +111,7 @@ impl<'a> Exec<'a> {
 
 /// `index item k1 k2 ...` over borrowed JSON with literal keys, as the builtin answers it: a
 /// missing map key is nil; `None` for anything else (an index out of range is an error).
-fn index<'a>(mut item: Val<'a>, keys: &'a [crate::value::Value]) -> Option<Val<'a>> {
+fn index<'a>(mut item: Val<'a>, keys: &'a [Value]) -> Option<Val<'a>> {
     for key in keys {
         item = match (&item, Scalar::of_value(key)) {
             (Val::J(Json::Object(entries), shape), Scalar::Str(k)) => match lookup(entries, k) {

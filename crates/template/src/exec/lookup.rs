@@ -12,16 +12,27 @@ use crate::val::{child, Shape, Val};
 /// Slots of the direct-mapped memo (a power of two).
 const SLOTS: usize = 64;
 
+/// Slots of the memo of whole chains (a power of two).
+const CHAINS: usize = 32;
+
 /// Remembers `(object, name) -> entry` lookups of one render, by address: names are shared per
-/// distinct text at parse time (`ast::Names`), objects are borrowed for the whole render.
+/// distinct text at parse time (`ast::Names`), objects are borrowed for the whole render. Also
+/// remembers whole chains of two names or more, `(object, chain) -> node`, by the address and
+/// length of the chain (equal chains are shared too): `.Resource.metadata.name` on every line
+/// of a template is then one lookup.
 pub struct Memo<'a> {
     slots: [(usize, usize, Option<&'a Json>); SLOTS],
+    chains: [ChainSlot<'a>; CHAINS],
 }
+
+/// A remembered chain: the object's address, the chain's address and length, and the node.
+type ChainSlot<'a> = (usize, usize, usize, Option<(&'a Json, Shape)>);
 
 impl<'a> Memo<'a> {
     pub fn new() -> Self {
         Memo {
             slots: [(0, 0, None); SLOTS],
+            chains: [(0, 0, 0, None); CHAINS],
         }
     }
 
@@ -60,6 +71,34 @@ pub(crate) fn lookup<'j>(
 /// non-objects and method calls to the general rules.
 #[inline]
 pub(crate) fn chain<'a>(
+    memo: &mut Memo<'a>,
+    node: &'a Json,
+    shape: Shape,
+    names: &[Name],
+) -> Option<Val<'a>> {
+    if names.len() < 2 {
+        return steps(memo, node, shape, names);
+    }
+    let object = node as *const Json as usize;
+    let (key, len) = (names.as_ptr() as usize, names.len());
+    let slot = (object >> 3 ^ key >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59;
+    let entry = memo.chains[slot % CHAINS];
+    if let (true, Some((found, shape))) = (
+        entry.0 == object && entry.1 == key && entry.2 == len,
+        entry.3,
+    ) {
+        return Some(Val::J(found, shape));
+    }
+    let value = steps(memo, node, shape, names)?;
+    if let Val::J(found, shape) = value {
+        memo.chains[slot % CHAINS] = (object, key, len, Some((found, shape)));
+    }
+    Some(value)
+}
+
+/// [`chain`] step by step.
+#[inline]
+fn steps<'a>(
     memo: &mut Memo<'a>,
     mut node: &'a Json,
     mut shape: Shape,
