@@ -124,10 +124,19 @@ impl<'a> Exec<'a> {
                         self.print(&value);
                     }
                 }
-                Node::If(b) => match self.if_or_with(b, dot, false)? {
-                    Flow::Normal => {}
-                    flow => return Ok(flow),
-                },
+                Node::If(b) => {
+                    // A condition decided in place picks its list here, without the frame of
+                    // the general `if`.
+                    let flow = match (self.test(dot, &b.cond), &b.else_list) {
+                        (Some(true), _) => self.branch(&b.list, dot)?,
+                        (Some(false), Some(else_list)) => self.branch(else_list, dot)?,
+                        (Some(false), None) => Flow::Normal,
+                        (None, _) => self.if_or_with(b, dot, false)?,
+                    };
+                    if !matches!(flow, Flow::Normal) {
+                        return Ok(flow);
+                    }
+                }
                 Node::With(b) => match self.if_or_with(b, dot, true)? {
                     Flow::Normal => {}
                     flow => return Ok(flow),
@@ -197,20 +206,18 @@ impl<'a> Exec<'a> {
         }
     }
 
+    /// The list an `if` chose, with dot unchanged.
+    fn branch(&mut self, list: &'a [Node], dot: &Val<'a>) -> R<Flow> {
+        let mark = self.vars.len();
+        let flow = self.walk(list, dot)?;
+        // Variables declared in the branch end with it.
+        self.vars.truncate(mark);
+        Ok(flow)
+    }
+
+    /// `if` (when its condition was not decided in place) and `with`.
     fn if_or_with(&mut self, b: &'a Branch, dot: &Val<'a>, with: bool) -> R<Flow> {
         let mark = self.vars.len();
-        if !with {
-            if let Some(truth) = self.test(dot, &b.cond) {
-                let flow = match (truth, &b.else_list) {
-                    (true, _) => self.walk(&b.list, dot)?,
-                    (false, Some(else_list)) => self.walk(else_list, dot)?,
-                    (false, None) => Flow::Normal,
-                };
-                // Variables declared in the branch end with it.
-                self.vars.truncate(mark);
-                return Ok(flow);
-            }
-        }
         let value = self.pipeline(dot, &b.pipe)?;
         let flow = if value.truth() {
             self.walk(&b.list, if with { &value } else { dot })?

@@ -57,8 +57,8 @@ impl Ord for Key {
 }
 
 /// `a.cmp(b)` without the call to `memcmp` that slices make: keys that share a first byte
-/// (`name`/`namespace`, and the key being looked up when it is found) are compared eight bytes
-/// at a time, as big-endian words, which order as their bytes do.
+/// (`name`/`namespace`, and the key being looked up when it is found) are compared eight, then
+/// four bytes at a time, as big-endian words, which order as their bytes do.
 #[inline]
 fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
     let n = a.len().min(b.len());
@@ -67,6 +67,16 @@ fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
         (x.split_first_chunk::<8>(), y.split_first_chunk::<8>())
     {
         let (wx, wy) = (u64::from_be_bytes(*wx), u64::from_be_bytes(*wy));
+        if wx != wy {
+            return wx.cmp(&wy);
+        }
+        (x, y) = (rx, ry);
+    }
+    // Four bytes as one word: `name`, `port`, `spec` and the like in one comparison.
+    if let (Some((wx, rx)), Some((wy, ry))) =
+        (x.split_first_chunk::<4>(), y.split_first_chunk::<4>())
+    {
+        let (wx, wy) = (u32::from_be_bytes(*wx), u32::from_be_bytes(*wy));
         if wx != wy {
             return wx.cmp(&wy);
         }
@@ -113,6 +123,14 @@ mod tests {
             "targetPort",
             "targetPor",
             "targetPortX",
+            "port",
+            "porT",
+            "ports",
+            "spec",
+            "spe",
+            "abcdefghijkl",
+            "abcdefghijkm",
+            "abcdefghijk",
         ];
         for x in words {
             for y in words {
