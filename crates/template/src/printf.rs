@@ -412,7 +412,7 @@ fn pad(out: &mut String, s: &str, spec: Spec, zero_ok: bool) {
 pub fn sprintf_plain(format: &str, args: &[Scalar<'_>], out: &mut String) -> bool {
     let mut args = args.iter();
     let mut rest = format;
-    while let Some(at) = rest.find('%') {
+    while let Some(at) = rest.bytes().position(|b| b == b'%') {
         out.push_str(&rest[..at]);
         let verb = rest.as_bytes().get(at + 1).copied();
         match verb {

@@ -339,7 +339,8 @@ pub fn resolves_to_non_string(s: &str) -> bool {
         ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
         ".NaN", ".NAN", "<<",
     ];
-    if WORDS.contains(&s) {
+    // The words are at most six bytes long: longer text skips comparing with each.
+    if s.len() <= 6 && WORDS.contains(&s) {
         return true;
     }
     let first = s.as_bytes()[0];

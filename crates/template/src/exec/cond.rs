@@ -6,7 +6,7 @@
 use serde_json::Value as Json;
 
 use super::{chain, lookup, Exec};
-use crate::ast::Name;
+use crate::ast::Chain;
 use crate::cond::{Cond, Term};
 use crate::funcs::Fast;
 use crate::val::{child, element, Scalar, Val};
@@ -66,7 +66,7 @@ impl<'a> Exec<'a> {
 
     /// A field chain from dot ending in a scalar.
     #[inline]
-    fn term_field(&mut self, dot: &Val<'a>, names: &'a [Name]) -> Option<Scalar<'a>> {
+    fn term_field(&mut self, dot: &Val<'a>, names: &'a Chain) -> Option<Scalar<'a>> {
         let Val::J(node, shape) = dot else {
             return None;
         };

@@ -3,9 +3,11 @@
 //! in every line, `.port` three times per port), and the borrowed data cannot change during a
 //! render. Owned `Value` maps are not memoised (functions may modify them).
 
+use std::sync::Arc;
+
 use serde_json::Value as Json;
 
-use crate::ast::Name;
+use crate::ast::{Chain, Name};
 use crate::key::Key;
 use crate::val::{child, Shape, Val};
 
@@ -74,9 +76,12 @@ pub(crate) fn chain<'a>(
     memo: &mut Memo<'a>,
     node: &'a Json,
     shape: Shape,
-    names: &[Name],
+    names: &Chain,
 ) -> Option<Val<'a>> {
-    if names.len() < 2 {
+    // Chains are shared per distinct text and owned only by the tree: one held more than once
+    // appears more than once in the template, and only those are worth remembering (a chain
+    // read once per render would pay for the memo and gain nothing).
+    if names.len() < 2 || Arc::strong_count(names) < 2 {
         return steps(memo, node, shape, names);
     }
     let object = node as *const Json as usize;
