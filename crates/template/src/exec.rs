@@ -116,12 +116,8 @@ impl<'a> Exec<'a> {
                 Node::Action(pipe) => {
                     // `{{ .a.b }}`, `{{ $x }}`, `{{ $x.a }}` over borrowed data: straight to the
                     // output; anything unusual (missing keys, errors) takes the general path.
-                    if self.print_lone(pipe, dot) || self.print_text_call(pipe, dot)? {
-                        continue;
-                    }
-                    let value = self.pipeline(dot, pipe)?;
-                    if pipe.decl.is_empty() {
-                        self.print(&value);
+                    if !self.print_lone(pipe, dot) {
+                        self.action(pipe, dot)?;
                     }
                 }
                 Node::If(b) => {
@@ -150,6 +146,19 @@ impl<'a> Exec<'a> {
             }
         }
         Ok(Flow::Normal)
+    }
+
+    /// Any other action. Out of line: inlined, its locals would widen the frame of every `walk`.
+    #[inline(never)]
+    fn action(&mut self, pipe: &'a Pipeline, dot: &Val<'a>) -> R<()> {
+        if self.print_text_call(pipe, dot)? {
+            return Ok(());
+        }
+        let value = self.pipeline(dot, pipe)?;
+        if pipe.decl.is_empty() {
+            self.print(&value);
+        }
+        Ok(())
     }
 
     /// Prints a pipeline that is a lone field chain or variable when that needs no general
