@@ -4,6 +4,7 @@
 mod call;
 mod cond;
 mod lookup;
+mod range;
 mod text;
 
 pub(crate) use lookup::{chain, lookup, Memo};
@@ -13,7 +14,7 @@ use serde_json::Value as Json;
 use crate::ast::{Arg, Branch, Command, Name, Node, Operand, Pipeline, Span, Tree};
 use crate::funcs::Ty;
 use crate::gofmt::{push_int, write_value};
-use crate::val::{child, element, Root, Shape, Val};
+use crate::val::{child, Root, Val};
 use crate::value::Value;
 use crate::{Engine, Error, MissingKey};
 
@@ -235,112 +236,6 @@ impl<'a> Exec<'a> {
         } else {
             Flow::Normal
         };
-        self.vars.truncate(mark);
-        Ok(flow)
-    }
-
-    // Out of line: inlined, its locals would widen the frame of every `walk`.
-    #[inline(never)]
-    fn range(&mut self, b: &'a Branch, dot: &Val<'a>) -> R<()> {
-        let mark = self.vars.len();
-        let value = self.commands(dot, &b.pipe.cmds)?;
-        let wants_key = b.pipe.decl.len() > 1;
-        let index = |i: usize| {
-            if wants_key {
-                Val::V(Value::GoInt(i as i64))
-            } else {
-                Val::NIL
-            }
-        };
-        let empty;
-        match &value {
-            Val::J(Json::Array(items), shape) => {
-                empty = items.is_empty();
-                for (i, item) in items.iter().enumerate() {
-                    let elem = element(*shape, item);
-                    if let Flow::Break = self.range_body(b, index(i), &elem, mark)? {
-                        break;
-                    }
-                }
-            }
-            Val::J(Json::Object(entries), Shape::Plain) => {
-                empty = entries.is_empty();
-                // Go ranges over keys sorted by bytes; a JSON object is a sorted map
-                // (ADR 0011), so its own order is Go's.
-                for (k, v) in entries {
-                    let key = if wants_key { Val::Key(k) } else { Val::NIL };
-                    if let Flow::Break = self.range_body(b, key, &Val::J(v, Shape::Plain), mark)? {
-                        break;
-                    }
-                }
-            }
-            Val::J(Json::Null, _) | Val::V(Value::Nil) => empty = true,
-            Val::V(Value::List(items)) => {
-                empty = items.is_empty();
-                for (i, elem) in items.iter().enumerate() {
-                    if let Flow::Break =
-                        self.range_body(b, index(i), &Val::V(elem.clone()), mark)?
-                    {
-                        break;
-                    }
-                }
-            }
-            other => {
-                let value = self.root.value_ref(other);
-                match &value {
-                    Value::Map(m) => {
-                        // A snapshot: the body may modify the map (Go iterates over sorted keys too).
-                        let entries: Vec<(Val<'a>, Val<'a>)> = m
-                            .read()
-                            .iter()
-                            .map(|(k, v)| {
-                                let key = if wants_key {
-                                    Val::V(Value::str(k))
-                                } else {
-                                    Val::NIL
-                                };
-                                (key, Val::V(v.clone()))
-                            })
-                            .collect();
-                        empty = entries.is_empty();
-                        for (key, elem) in entries {
-                            if let Flow::Break = self.range_body(b, key, &elem, mark)? {
-                                break;
-                            }
-                        }
-                    }
-                    other => {
-                        let shown = crate::gofmt::to_string(other);
-                        return Err(
-                            self.error(b.pipe.span, format!("range can't iterate over {shown}"))
-                        );
-                    }
-                }
-            }
-        }
-        if empty {
-            if let Some(else_list) = &b.else_list {
-                self.walk(else_list, dot)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn range_body(&mut self, b: &'a Branch, key: Val<'a>, elem: &Val<'a>, mark: usize) -> R<Flow> {
-        // Every iteration costs a step, even with an empty body.
-        self.steps += 1;
-        if self.steps > MAX_STEPS {
-            return Err(self.error(b.pipe.span, "template exceeded its budget of steps"));
-        }
-        match b.pipe.decl.as_slice() {
-            [] => {}
-            [v] => self.bind(v, elem.clone(), b.pipe.is_assign),
-            [k, v, ..] => {
-                self.bind(k, key, b.pipe.is_assign);
-                self.bind(v, elem.clone(), b.pipe.is_assign);
-            }
-        }
-        let flow = self.walk(&b.list, elem)?;
         self.vars.truncate(mark);
         Ok(flow)
     }
