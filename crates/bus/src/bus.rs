@@ -245,8 +245,9 @@ pub fn content_id(bytes: &[u8]) -> String {
     hex16(&Sha256::digest(bytes))
 }
 
-/// The first 16 bytes of a digest in lower-case hex.
-fn hex16(digest: &[u8]) -> String {
+/// The first 16 bytes of a digest in lower-case hex: the content id of bytes whose SHA-256 a
+/// stage already holds (`content_id(bytes) == hex16(&Sha256::digest(bytes))`).
+pub fn hex16(digest: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(32);
     for byte in digest.iter().take(16) {

@@ -12,7 +12,7 @@ pub mod window;
 mod bus;
 mod error;
 
-pub use bus::{content_id, message_id, Bus, Outgoing};
+pub use bus::{content_id, hex16, message_id, Bus, Outgoing};
 pub use error::{Error, Result};
 pub use feed::{Delivered, Freshness, LiveFeed};
 pub use window::AckWindow;

@@ -119,7 +119,7 @@ pub async fn run(
                     let sets = tokio::task::block_in_place(|| stage.flush());
                     let Inputs { messages, parents } = held.take();
                     let outputs = match_messages(sets, "change", |set| {
-                        parents.get(&set.source_sequence).map(String::as_str)
+                        parents.get(&set.source_sequence()).map(String::as_str)
                     })?;
                     published.add(window.publish(&bus, outputs, messages).await? as u64);
                 }
@@ -263,22 +263,21 @@ fn not_stored(window: &AckWindow, error: sluice_bus::Error) -> anyhow::Result<()
 /// The messages that publish `sets`, each with a message id that names its content and a
 /// trace context that continues `parent_of(set)`, the trace of the input that caused it.
 fn match_messages<'a>(
-    sets: Vec<pb::MatchSet>,
+    sets: Vec<stage::EncodedSet>,
     cause: &str,
-    parent_of: impl Fn(&pb::MatchSet) -> Option<&'a str>,
+    parent_of: impl Fn(&stage::EncodedSet) -> Option<&'a str>,
 ) -> anyhow::Result<Vec<Outgoing>> {
     let mut outputs = Vec::with_capacity(sets.len());
     for set in sets {
-        let cluster = sluice_wire::cluster_id(set.cluster.as_ref(), "match set")?;
+        let cluster = sluice_wire::cluster_id(set.cluster(), "match set")?;
         let subject =
-            topology::match_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
-        let sequence = set.source_sequence.to_string();
-        let payload = sluice_wire::encode(&set);
-        let content = sluice_bus::content_id(&payload);
+            topology::match_subject(&sluice_wire::cluster_tokens(&cluster), set.event_source());
+        let sequence = set.source_sequence().to_string();
+        let content = sluice_bus::hex16(set.content());
         outputs.push(Outgoing {
             msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
             subject,
-            payload,
+            payload: set.encode().into(),
             traceparent: Some(sluice_runtime::child_traceparent(parent_of(&set))),
         });
     }

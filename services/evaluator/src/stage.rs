@@ -14,15 +14,20 @@
 #[cfg(test)]
 mod tests;
 
+mod encoded;
 mod keys;
 mod match_state;
 
-use keys::Two;
-use match_state::{content_hash, object_ref, to_json, update_key, KeyState, Matched, Outcome};
+pub use encoded::{ContentHash, EncodedSet};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use encoded::{content_hash_of, encode_ref};
+use keys::Two;
+use match_state::{object_ref, to_json, update_key, KeyState, Matched, Outcome};
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde_json::Value;
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::config::ConfigState;
@@ -36,8 +41,10 @@ pub type MatchKey = (ClusterId, String);
 type GroupKind = (String, String);
 /// (namespace, name).
 type ObjectKey = (String, String);
-/// Objects of one cluster by kind, parsed once and shared with the match states.
-type ClusterObjects = BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Tape>>>;
+/// Objects of one cluster by kind, parsed once and shared with the match states. Hashed, not
+/// ordered: an object is looked up for every change, and nothing reads them in order (a
+/// rebuilt match set orders itself).
+type ClusterObjects = FxHashMap<GroupKind, FxHashMap<ObjectKey, Arc<Tape>>>;
 
 /// A change with its stream sequence and its object parsed (`None`: deleted or unreadable).
 pub struct Parsed {
@@ -73,7 +80,7 @@ struct Pair {
     key: MatchKey,
     state: KeyState,
     /// Content hash of the last match set published for it.
-    published: Option<String>,
+    published: Option<ContentHash>,
 }
 
 /// A compiled EventSource and what it watches.
@@ -91,7 +98,7 @@ struct Compiled {
 pub struct Evaluator {
     config: ConfigState,
     compiled: BTreeMap<String, Result<Compiled, String>>,
-    objects: HashMap<ClusterId, ClusterObjects>,
+    objects: FxHashMap<ClusterId, ClusterObjects>,
     /// Deployed (cluster, EventSource) pairs whose EventSource exists, from the configuration,
     /// in key order, with their match state.
     pairs: Vec<Pair>,
@@ -100,9 +107,9 @@ pub struct Evaluator {
     /// Content hash of the last match set published, for keys not deployed (deployed pairs
     /// keep theirs in `pairs`): what a restart finds on the MATCH stream, or what is left of a
     /// pair that is no longer deployed until it is withdrawn.
-    published: BTreeMap<MatchKey, String>,
+    published: BTreeMap<MatchKey, ContentHash>,
     /// Per (cluster, group, kind): the pairs (indices) watching it and the selector position.
-    watchers: HashMap<ClusterId, BTreeMap<GroupKind, Vec<(usize, usize)>>>,
+    watchers: FxHashMap<ClusterId, FxHashMap<GroupKind, Vec<(usize, usize)>>>,
     /// Pairs changed by absorbed changes, not yet emitted, with the last change's sequence.
     pending: BTreeMap<usize, u64>,
 }
@@ -126,7 +133,7 @@ impl Evaluator {
     pub fn remember_published(&mut self, set: &pb::MatchSet) {
         if let Ok(cluster) = sluice_wire::cluster_id(set.cluster.as_ref(), "match stream") {
             let key = (cluster, set.event_source.clone());
-            let hash = (!set.removed).then(|| content_hash(set));
+            let hash = (!set.removed).then(|| content_hash_of(set));
             match (self.deployed.get(&key), hash) {
                 (Some(&index), hash) => self.pairs[index].published = hash,
                 (None, Some(hash)) => {
@@ -152,7 +159,7 @@ impl Evaluator {
     }
 
     /// Evaluates every deployed (cluster, EventSource) from scratch; returns what changed.
-    pub fn recompute_all(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
+    pub fn recompute_all(&mut self, sequence: u64) -> Vec<EncodedSet> {
         // Every pair is rebuilt and emitted below: nothing stays pending.
         self.pending.clear();
         let mut out = self.withdraw_undeployed(sequence);
@@ -164,7 +171,7 @@ impl Evaluator {
     }
 
     /// Applies a configuration update; returns the match sets it changed.
-    pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<pb::MatchSet> {
+    pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<EncodedSet> {
         // Pending sets are indexed by pair, and a configuration change renumbers the pairs.
         let mut out = self.flush();
         if !update.apply_to(&mut self.config) {
@@ -187,7 +194,7 @@ impl Evaluator {
     }
 
     /// Applies one object change in a managed cluster; returns the match sets it changed.
-    pub fn on_change(&mut self, change: &pb::ResourceChange, sequence: u64) -> Vec<pb::MatchSet> {
+    pub fn on_change(&mut self, change: &pb::ResourceChange, sequence: u64) -> Vec<EncodedSet> {
         let mut dirty = std::mem::take(&mut self.pending);
         self.apply_change(change, sequence, &mut dirty);
         self.emit_dirty(dirty)
@@ -196,7 +203,7 @@ impl Evaluator {
     /// Applies a batch of object changes (with their stream sequences, in stream order) and
     /// returns the match sets they changed: one per changed (cluster, EventSource), however
     /// many changes of the batch touched it, carrying the sequence of the last of them.
-    pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<pb::MatchSet> {
+    pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<EncodedSet> {
         self.absorb_batch(
             changes
                 .iter()
@@ -214,7 +221,7 @@ impl Evaluator {
 
     /// As [`Evaluator::on_changes`], for changes whose objects were parsed already (the
     /// service parses a batch on another thread while the stage evaluates the previous one).
-    pub fn on_parsed(&mut self, changes: &[Parsed]) -> Vec<pb::MatchSet> {
+    pub fn on_parsed(&mut self, changes: &[Parsed]) -> Vec<EncodedSet> {
         self.absorb(changes);
         self.flush()
     }
@@ -234,7 +241,7 @@ impl Evaluator {
 
     /// The sets absorbed changes changed since the last flush, each with the sequence of the
     /// last change that touched it.
-    pub fn flush(&mut self) -> Vec<pb::MatchSet> {
+    pub fn flush(&mut self) -> Vec<EncodedSet> {
         let pending = std::mem::take(&mut self.pending);
         self.emit_dirty(pending)
     }
@@ -331,7 +338,7 @@ impl Evaluator {
         }
     }
 
-    fn emit_dirty(&mut self, dirty: BTreeMap<usize, u64>) -> Vec<pb::MatchSet> {
+    fn emit_dirty(&mut self, dirty: BTreeMap<usize, u64>) -> Vec<EncodedSet> {
         dirty
             .into_iter()
             .filter_map(|(index, sequence)| self.emit(index, sequence))
@@ -346,7 +353,8 @@ impl Evaluator {
         object: Option<Arc<Tape>>,
     ) {
         if !self.objects.contains_key(cluster) {
-            self.objects.insert(cluster.clone(), ClusterObjects::new());
+            self.objects
+                .insert(cluster.clone(), ClusterObjects::default());
         }
         let Some(kinds) = self.objects.get_mut(cluster) else {
             return;
@@ -410,7 +418,7 @@ impl Evaluator {
             .into_keys()
             .filter(|(_, es)| self.config.event_sources.contains_key(es))
             .collect();
-        let mut old: BTreeMap<MatchKey, (KeyState, Option<String>)> =
+        let mut old: BTreeMap<MatchKey, (KeyState, Option<ContentHash>)> =
             std::mem::take(&mut self.pairs)
                 .into_iter()
                 .map(|pair| (pair.key, (pair.state, pair.published)))
@@ -451,16 +459,19 @@ impl Evaluator {
     }
 
     /// Withdraws what was published for pairs no longer deployed.
-    fn withdraw_undeployed(&mut self, sequence: u64) -> Vec<pb::MatchSet> {
+    fn withdraw_undeployed(&mut self, sequence: u64) -> Vec<EncodedSet> {
         std::mem::take(&mut self.published)
             .into_keys()
             .filter(|key| !self.deployed.contains_key(key))
-            .map(|key| pb::MatchSet {
-                cluster: Some(sluice_wire::cluster_ref(&key.0)),
-                event_source: key.1.clone(),
-                removed: true,
-                source_sequence: sequence,
-                ..Default::default()
+            .map(|key| {
+                let head = pb::MatchSet {
+                    cluster: Some(sluice_wire::cluster_ref(&key.0)),
+                    event_source: key.1.clone(),
+                    removed: true,
+                    source_sequence: sequence,
+                    ..Default::default()
+                };
+                EncodedSet::new(head, Vec::new())
             })
             .collect()
     }
@@ -499,18 +510,17 @@ impl Evaluator {
     }
 
     /// Builds the pair's match set and returns it if it differs from the last one published.
-    fn emit(&mut self, index: usize, sequence: u64) -> Option<pb::MatchSet> {
+    fn emit(&mut self, index: usize, sequence: u64) -> Option<EncodedSet> {
         let set = self.match_set(&self.pairs[index], sequence);
-        let hash = content_hash(&set);
         let published = &mut self.pairs[index].published;
-        if published.as_ref() == Some(&hash) {
+        if published.as_ref() == Some(set.content()) {
             return None;
         }
-        *published = Some(hash);
+        *published = Some(*set.content());
         Some(set)
     }
 
-    fn match_set(&self, pair: &Pair, sequence: u64) -> pb::MatchSet {
+    fn match_set(&self, pair: &Pair, sequence: u64) -> EncodedSet {
         let key = &pair.key;
         let mut set = pb::MatchSet {
             cluster: Some(sluice_wire::cluster_ref(&key.0)),
@@ -522,16 +532,17 @@ impl Evaluator {
             Some(Ok(compiled)) => compiled,
             Some(Err(error)) => {
                 set.failure_message = error.clone();
-                return set;
+                return EncodedSet::new(set, Vec::new());
             }
-            None => return set,
+            None => return EncodedSet::new(set, Vec::new()),
         };
         let state = &pair.state;
         if let Some((object, reason)) = state.errors.iter().next() {
             set.failure_message = format!("{} {}/{}: {reason}", object.0, object.1, object.2);
-            return set;
+            return EncodedSet::new(set, Vec::new());
         }
         let es = &compiled.es;
+        let mut matching = Vec::new();
         if es.has_aggregation() {
             let selected: Vec<Value> = state
                 .matching
@@ -541,7 +552,7 @@ impl Evaluator {
             match es.aggregate(&selected) {
                 Ok(aggregated) => {
                     for object in &aggregated.resources {
-                        set.matching.push(object_ref(object));
+                        encode_ref(&object_ref(object), &mut matching);
                         if es.collect_resources() {
                             set.resources.push(to_json(object));
                         }
@@ -550,18 +561,18 @@ impl Evaluator {
                 Err(error) => set.failure_message = error.to_string(),
             }
         } else {
-            set.matching.reserve_exact(state.matching.len());
+            matching.reserve_exact(state.matching.values().map(|m| m.encoded.len()).sum());
             if es.collect_resources() {
                 set.resources.reserve_exact(state.matching.len());
             }
             for m in state.matching.values() {
-                set.matching.push(m.reference.clone());
+                matching.extend_from_slice(&m.encoded);
                 if es.collect_resources() {
                     set.resources.push(to_json(&m.object.to_value()));
                 }
             }
         }
-        set
+        EncodedSet::new(set, matching)
     }
 }
 

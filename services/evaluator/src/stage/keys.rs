@@ -1,9 +1,11 @@
 //! Map keys of owned strings, looked up by borrowed ones: a change's namespace, name, group
-//! and kind are found in the stage's ordered maps without building (allocating) a key first.
-//! Keys order as the tuples they stand for, so the maps keep their order.
+//! and kind are found in the stage's maps without building (allocating) a key first. Keys
+//! order and hash as the tuples they stand for, so ordered maps keep their order and hash maps
+//! find what the owned key finds.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::hash::{Hash, Hasher};
 
 /// Two strings: (namespace, name) or (group, kind).
 pub(super) trait Two {
@@ -47,6 +49,13 @@ impl PartialEq for dyn Two + '_ {
 }
 
 impl Eq for dyn Two + '_ {}
+
+/// As `(String, String)` hashes: `str` hashes as `String` does.
+impl Hash for dyn Two + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.two().hash(state);
+    }
+}
 
 /// A selector position and two strings: (position, namespace, name).
 pub(super) trait Placed {
@@ -121,6 +130,13 @@ mod tests {
         }
         let missing: &dyn Two = &("zz", "a");
         assert_eq!(two.get(missing), None);
+        let hashed: rustc_hash::FxHashMap<(String, String), usize> =
+            two.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (owned, value) in &two {
+            let key: &dyn Two = &(owned.0.as_str(), owned.1.as_str());
+            assert_eq!(hashed.get(key), Some(value));
+        }
+        assert_eq!(hashed.get(missing), None);
         // The owned order is the borrowed order.
         let keys: Vec<(&str, &str)> = two.keys().map(|k| k.two()).collect();
         let mut sorted = keys.clone();

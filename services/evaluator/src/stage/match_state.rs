@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use sluice_eval::tape::NodeRef;
 use sluice_eval::Tape;
 use sluice_proto::v1 as pb;
 
+use super::encoded::encode_ref;
 use super::keys::Placed;
 use super::Compiled;
 
@@ -23,11 +23,12 @@ pub(super) struct KeyState {
     pub(super) errors: BTreeMap<(String, String, String), String>,
 }
 
-/// A matching object and its reference, built once when it joins the set.
+/// A matching object and its reference, encoded once when it joins the set (as an entry of
+/// `MatchSet.matching`, see `encoded.rs`).
 #[derive(Debug)]
 pub(super) struct Matched {
     pub(super) object: Arc<Tape>,
-    pub(super) reference: pb::ObjectRef,
+    pub(super) encoded: Box<[u8]>,
 }
 
 impl Matched {
@@ -39,14 +40,17 @@ impl Matched {
                 .unwrap_or_default()
         };
         let metadata = root.get("metadata");
+        let reference = pb::ObjectRef {
+            api_version: text(root.get("apiVersion")),
+            kind: text(root.get("kind")),
+            namespace: text(metadata.and_then(|m| m.get("namespace"))),
+            name: text(metadata.and_then(|m| m.get("name"))),
+        };
+        let mut encoded = Vec::new();
+        encode_ref(&reference, &mut encoded);
         Matched {
             object: object.clone(),
-            reference: pb::ObjectRef {
-                api_version: text(root.get("apiVersion")),
-                kind: text(root.get("kind")),
-                namespace: text(metadata.and_then(|m| m.get("namespace"))),
-                name: text(metadata.and_then(|m| m.get("name"))),
-            },
+            encoded: encoded.into_boxed_slice(),
         }
     }
 }
@@ -122,22 +126,4 @@ pub(super) fn object_ref(object: &Value) -> pb::ObjectRef {
 
 pub(super) fn to_json(object: &Value) -> Vec<u8> {
     serde_json::to_vec(object).unwrap_or_default()
-}
-
-/// Hash of what a match set says (not of when it was computed).
-pub(super) fn content_hash(set: &pb::MatchSet) -> String {
-    let mut hasher = Sha256::new();
-    for m in &set.matching {
-        for field in [&m.api_version, &m.kind, &m.namespace, &m.name] {
-            hasher.update(field.as_bytes());
-            hasher.update([0]);
-        }
-    }
-    for r in &set.resources {
-        hasher.update(r);
-        hasher.update([0]);
-    }
-    hasher.update(set.failure_message.as_bytes());
-    hasher.update([u8::from(set.removed)]);
-    format!("{:x}", hasher.finalize())
 }

@@ -6,7 +6,7 @@ use sluice_domain::config::ConfigState;
 use sluice_proto::v1 as pb;
 use sluice_wire::ConfigUpdate;
 
-use super::Evaluator;
+use super::{EncodedSet, Evaluator};
 
 fn cluster_ref() -> pb::ClusterRef {
     sluice_wire::cluster_ref(&sluice_domain::cluster::ClusterId {
@@ -71,8 +71,9 @@ fn deletion(name: &str) -> pb::ResourceChange {
 }
 
 /// The names in each published set, with the EventSource and the failure message.
-fn summary(sets: &[pb::MatchSet]) -> Vec<(String, Vec<String>, String)> {
+fn summary(sets: &[EncodedSet]) -> Vec<(String, Vec<String>, String)> {
     sets.iter()
+        .map(EncodedSet::to_set)
         .map(|s| {
             (
                 s.event_source.clone(),
@@ -118,7 +119,7 @@ fn only_changes_that_alter_a_set_publish_it() {
         summary(&sets),
         [("web".into(), vec!["a".into(), "c".into()], String::new())]
     );
-    assert_eq!(sets[0].source_sequence, 5);
+    assert_eq!(sets[0].source_sequence(), 5);
     assert_eq!(
         summary(&ev.on_change(&deletion("a"), 6)),
         [("web".into(), vec!["c".into()], String::new())]
@@ -135,7 +136,7 @@ fn collected_contents_republish_when_a_matching_object_changes() {
     assert_eq!(ev.on_change(&change(&service("a", "web", 80)), 2).len(), 1);
     let sets = ev.on_change(&change(&service("a", "web", 81)), 3);
     assert_eq!(sets.len(), 1);
-    let collected: Value = serde_json::from_slice(&sets[0].resources[0]).expect("json");
+    let collected: Value = serde_json::from_slice(&sets[0].to_set().resources[0]).expect("json");
     assert_eq!(collected["spec"]["ports"][0]["port"], 81);
     assert!(ev
         .on_change(&change(&service("a", "web", 81)), 4)
@@ -170,7 +171,7 @@ fn a_batch_publishes_each_changed_set_once_with_its_last_sequence() {
     assert_eq!(started(&sources).on_parsed(&parsed), sets);
     let mut got: Vec<_> = sets
         .iter()
-        .map(|s| (s.event_source.clone(), s.source_sequence))
+        .map(|s| (s.event_source().to_string(), s.source_sequence()))
         .collect();
     got.sort();
     assert_eq!(
@@ -195,11 +196,8 @@ fn an_evaluation_error_is_published_and_withdrawn() {
     let mut ev = started(&[event_source("lua", lua, false)]);
     let sets = ev.on_change(&change(&service("a", "bad", 80)), 2);
     assert_eq!(sets.len(), 1);
-    assert!(
-        sets[0].failure_message.contains("bad tier"),
-        "{}",
-        sets[0].failure_message
-    );
+    let failure = sets[0].to_set().failure_message;
+    assert!(failure.contains("bad tier"), "{failure}");
     assert_eq!(
         summary(&ev.on_change(&change(&service("a", "web", 80)), 3)),
         [("lua".into(), vec!["a".into()], String::new())]
@@ -233,7 +231,7 @@ fn an_eventsource_change_reevaluates_cached_objects_and_a_removed_trigger_withdr
     };
     let sets = ev.on_config(&removal);
     assert_eq!(sets.len(), 1);
-    assert!(sets[0].removed);
+    assert!(sets[0].to_set().removed);
     assert_eq!(ev.deployed_len(), 0);
     // Objects of a kind nobody watches any more change nothing.
     assert!(ev.on_change(&change(&service("c", "db", 80)), 6).is_empty());
