@@ -25,12 +25,9 @@
 //!   target/release/examples/service_throughput --kinds 100 --objects 100
 //! ```
 
-use std::future::IntoFuture as _;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::pull;
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use prost::Message as _;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_proto::v1 as pb;
@@ -38,6 +35,11 @@ use sluice_testkit::NatsServer;
 
 #[path = "common/workload.rs"]
 mod workload;
+
+#[path = "common/bus_bench.rs"]
+mod bus_bench;
+
+use bus_bench::{publish_changes, Cpu};
 
 struct Options {
     clusters: usize,
@@ -65,53 +67,6 @@ fn options() -> Options {
     o
 }
 
-/// utime + stime of a process in seconds (clock ticks of 1/100 s on Linux).
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // after the name: state is field 0, utime 11, stime 12
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-struct Cpu {
-    pids: [(String, String); 3],
-    start: [f64; 3],
-}
-
-impl Cpu {
-    fn start(server: u32, evaluator: u32) -> Cpu {
-        let pids = [
-            ("server".to_string(), server.to_string()),
-            ("evaluator".to_string(), evaluator.to_string()),
-            ("producer".to_string(), "self".to_string()),
-        ];
-        let start = [0, 1, 2].map(|i| cpu_seconds(&pids[i].1));
-        Cpu { pids, start }
-    }
-
-    fn report(&self, secs: f64) -> String {
-        (0..3)
-            .map(|i| {
-                let used = cpu_seconds(&self.pids[i].1) - self.start[i];
-                format!(
-                    "{} {:.2} s ({:.0}%)",
-                    self.pids[i].0,
-                    used,
-                    100.0 * used / secs
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
 async fn publish_config(bus: &Bus, o: &Options) -> anyhow::Result<()> {
     for (kind, namespace, name, object) in workload::config_objects(o.clusters, o.kinds) {
         let message = pb::ConfigObject {
@@ -131,46 +86,6 @@ async fn publish_config(bus: &Bus, o: &Options) -> anyhow::Result<()> {
         .await?;
     }
     Ok(())
-}
-
-/// Publishes one change per object with `version`, keeping up to `inflight` acks outstanding.
-async fn publish_changes(bus: &Bus, o: &Options, version: usize) -> anyhow::Result<usize> {
-    let mut acks = FuturesUnordered::new();
-    let mut count = 0;
-    for n in 0..o.objects {
-        for k in 0..o.kinds {
-            for c in 0..o.clusters {
-                let flipped = version > 1 && o.flip > 0 && count % o.flip == 0;
-                let change = workload::change(c, k, n, version, flipped);
-                let subject = topology::change_subject(
-                    &sluice_wire::cluster_tokens(&workload::cluster_id(c)),
-                    "bench.sluice.io",
-                    &change.kind,
-                    &change.namespace,
-                    &change.name,
-                );
-                let ack = bus
-                    .publish(Outgoing {
-                        msg_id: message_id(&["bench", &subject, &version.to_string()]),
-                        subject,
-                        payload: change.encode_to_vec().into(),
-                        traceparent: None,
-                    })
-                    .await?;
-                acks.push(ack.into_future());
-                count += 1;
-                while acks.len() >= o.inflight {
-                    if let Some(result) = acks.next().await {
-                        result?;
-                    }
-                }
-            }
-        }
-    }
-    while let Some(result) = acks.next().await {
-        result?;
-    }
-    Ok(count)
 }
 
 /// Polls the evaluator's consumer until nothing is pending or unacked and the ack floor has
@@ -272,10 +187,21 @@ async fn main() -> anyhow::Result<()> {
         o.inflight
     );
 
-    let cpu = Cpu::start(nats.pid(), pid);
+    let cpu = Cpu::start(&[
+        ("server", nats.pid()),
+        ("evaluator", pid),
+        ("producer", std::process::id()),
+    ]);
     let sets_before = match_sets_published(&bus).await?;
     let start = Instant::now();
-    let published = publish_changes(&bus, &o, 1).await?;
+    let published = publish_changes(
+        &bus,
+        (o.clusters, o.kinds, o.objects),
+        o.flip,
+        o.inflight,
+        1,
+    )
+    .await?;
     let produced = start.elapsed().as_secs_f64();
     let (acked, redelivered) = until_drained(&bus).await?;
     let secs = start.elapsed().as_secs_f64();
@@ -291,14 +217,25 @@ async fn main() -> anyhow::Result<()> {
 
     signal(pid, "-STOP")?;
     let start = Instant::now();
-    let published = publish_changes(&bus, &o, 2).await?;
+    let published = publish_changes(
+        &bus,
+        (o.clusters, o.kinds, o.objects),
+        o.flip,
+        o.inflight,
+        2,
+    )
+    .await?;
     let produced = start.elapsed().as_secs_f64();
     println!(
         "backlog: {published} changes published in {produced:.2} s ({:.0}/s) with the evaluator stopped",
         published as f64 / produced
     );
     let sets_before = match_sets_published(&bus).await?;
-    let cpu = Cpu::start(nats.pid(), pid);
+    let cpu = Cpu::start(&[
+        ("server", nats.pid()),
+        ("evaluator", pid),
+        ("producer", std::process::id()),
+    ]);
     let start = Instant::now();
     signal(pid, "-CONT")?;
     let (acked_after, redelivered) = until_drained(&bus).await?;
