@@ -344,14 +344,7 @@ impl<'a> Exec<'a> {
             Arg::Pipe(p) => self.index_chain(dot, p)?,
             _ => return None,
         };
-        match found {
-            Val::J(j, _) => match Scalar::of_json(j) {
-                Scalar::Other => None,
-                scalar => Some(scalar),
-            },
-            Val::Key(k) => Some(Scalar::Str(k)),
-            Val::V(_) => None,
-        }
+        super::cond::scalar_of(found)
     }
 
     /// `(index .a.b "k" 0)` over borrowed JSON with literal keys, as [`fast`] answers it;
@@ -376,18 +369,7 @@ impl<'a> Exec<'a> {
                         }
                         _ => return None,
                     };
-                    item = match (&item, key) {
-                        (Val::J(Json::Object(entries), shape), Scalar::Str(k)) => {
-                            match lookup(entries, k) {
-                                Some(v) => child(*shape, k, v),
-                                None => Val::NIL,
-                            }
-                        }
-                        (Val::J(Json::Array(items), shape), Scalar::Int(i)) => {
-                            element(*shape, usize::try_from(i).ok().and_then(|i| items.get(i))?)
-                        }
-                        _ => return None,
-                    };
+                    item = super::cond::index_step(&item, key)?;
                 }
                 Some(item)
             }

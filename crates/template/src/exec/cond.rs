@@ -70,14 +70,7 @@ impl<'a> Exec<'a> {
         let Val::J(node, shape) = dot else {
             return None;
         };
-        match chain(&mut self.memo, node, *shape, names)? {
-            Val::J(j, _) => match Scalar::of_json(j) {
-                Scalar::Other => None,
-                scalar => Some(scalar),
-            },
-            Val::Key(k) => Some(Scalar::Str(k)),
-            Val::V(_) => None,
-        }
+        scalar_of(chain(&mut self.memo, node, *shape, names)?)
     }
 
     /// A comparison operand as a borrowed scalar; `None` for anything else.
@@ -98,14 +91,7 @@ impl<'a> Exec<'a> {
             },
             Term::General => return None,
         };
-        match found {
-            Val::J(j, _) => match Scalar::of_json(j) {
-                Scalar::Other => None,
-                scalar => Some(scalar),
-            },
-            Val::Key(k) => Some(Scalar::Str(k)),
-            Val::V(_) => None,
-        }
+        scalar_of(found)
     }
 }
 
@@ -113,18 +99,38 @@ impl<'a> Exec<'a> {
 /// missing map key is nil; `None` for anything else (an index out of range is an error).
 fn index<'a>(mut item: Val<'a>, keys: &'a [Value]) -> Option<Val<'a>> {
     for key in keys {
-        item = match (&item, Scalar::of_value(key)) {
-            (Val::J(Json::Object(entries), shape), Scalar::Str(k)) => match lookup(entries, k) {
-                Some(v) => child(*shape, k, v),
-                None => Val::NIL,
-            },
-            (Val::J(Json::Array(items), shape), Scalar::Int(i)) => {
-                element(*shape, usize::try_from(i).ok().and_then(|i| items.get(i))?)
-            }
-            _ => return None,
-        };
+        item = index_step(&item, Scalar::of_value(key))?;
     }
     Some(item)
+}
+
+/// A borrowed value as a scalar of a comparison; `None` for a map, a list or a converted value.
+#[inline]
+pub(super) fn scalar_of(found: Val<'_>) -> Option<Scalar<'_>> {
+    match found {
+        Val::J(j, _) => match Scalar::of_json(j) {
+            Scalar::Other => None,
+            scalar => Some(scalar),
+        },
+        Val::Key(k) => Some(Scalar::Str(k)),
+        Val::V(_) => None,
+    }
+}
+
+/// One key of `index` over borrowed JSON: a map's entry (a missing key is nil) or a list's
+/// element; `None` for anything else (an index out of range is an error).
+#[inline]
+pub(super) fn index_step<'a>(item: &Val<'a>, key: Scalar<'a>) -> Option<Val<'a>> {
+    Some(match (item, key) {
+        (Val::J(Json::Object(entries), shape), Scalar::Str(k)) => match lookup(entries, k) {
+            Some(v) => child(*shape, k, v),
+            None => Val::NIL,
+        },
+        (Val::J(Json::Array(items), shape), Scalar::Int(i)) => {
+            element(*shape, usize::try_from(i).ok().and_then(|i| items.get(i))?)
+        }
+        _ => return None,
+    })
 }
 
 /// Go's comparison builtins over two scalars; `None` where Go would fail (mixed kinds, `lt` of
