@@ -41,6 +41,18 @@ mod bus_bench;
 
 use bus_bench::{publish_changes, Cpu};
 
+/// Publishes one change of every object of the workload, as `version`.
+async fn publish(bus: &Bus, o: &Options, version: usize) -> anyhow::Result<usize> {
+    publish_changes(
+        bus,
+        (o.clusters, o.kinds, o.objects),
+        o.flip,
+        o.inflight,
+        version,
+    )
+    .await
+}
+
 struct Options {
     clusters: usize,
     kinds: usize,
@@ -194,14 +206,7 @@ async fn main() -> anyhow::Result<()> {
     ]);
     let sets_before = match_sets_published(&bus).await?;
     let start = Instant::now();
-    let published = publish_changes(
-        &bus,
-        (o.clusters, o.kinds, o.objects),
-        o.flip,
-        o.inflight,
-        1,
-    )
-    .await?;
+    let published = publish(&bus, &o, 1).await?;
     let produced = start.elapsed().as_secs_f64();
     let (acked, redelivered) = until_drained(&bus).await?;
     let secs = start.elapsed().as_secs_f64();
@@ -217,14 +222,7 @@ async fn main() -> anyhow::Result<()> {
 
     signal(pid, "-STOP")?;
     let start = Instant::now();
-    let published = publish_changes(
-        &bus,
-        (o.clusters, o.kinds, o.objects),
-        o.flip,
-        o.inflight,
-        2,
-    )
-    .await?;
+    let published = publish(&bus, &o, 2).await?;
     let produced = start.elapsed().as_secs_f64();
     println!(
         "backlog: {published} changes published in {produced:.2} s ({:.0}/s) with the evaluator stopped",
