@@ -183,6 +183,16 @@ impl<'a> Exec<'a> {
             _ => None,
         };
         match value {
+            // Borrowed strings and integers, the usual lone fields, without the out-of-line
+            // `print` and the move of the value into it.
+            Some(Val::J(Json::String(s), _)) if self.engine == Engine::Text => {
+                self.out.push_str(s);
+                true
+            }
+            Some(Val::J(Json::Number(n), _)) if self.engine == Engine::Text && n.is_i64() => {
+                push_int(self.out, n.as_i64().unwrap_or_default());
+                true
+            }
             Some(value) => {
                 self.print(&value);
                 true

@@ -322,3 +322,52 @@ fn whole_chains_are_remembered_per_object_and_chain() {
         Ok("xyx|yx|11,22,|svcService|map[c:x]|x")
     );
 }
+
+/// `range` builds the key or index only when it binds two variables, and a lone borrowed
+/// string or integer prints straight to the output: both as the general path, with one,
+/// two and no variables, over lists, objects, nulls and converted values.
+#[test]
+fn range_bindings_and_lone_prints_match_the_general_path() {
+    let data = json!({"Resource": {"l": ["a", 2, 1.5, null, true], "m": {"b": 1, "a": "x"},
+        "n": -7, "s": "text", "e": []},
+        "Resources": [{"k": 1}, null]});
+    let cases = [
+        (
+            "{{ range .Resource.l }}{{ . }},{{ end }}",
+            "a,2,1.5,<no value>,true,",
+        ),
+        (
+            "{{ range $v := .Resource.l }}{{ $v }};{{ end }}",
+            "a;2;1.5;<no value>;true;",
+        ),
+        (
+            "{{ range $i, $v := .Resource.l }}{{ $i }}={{ $v }} {{ end }}",
+            "0=a 1=2 2=1.5 3=<no value> 4=true ",
+        ),
+        (
+            "{{ range $k, $v := .Resource.m }}{{ $k }}={{ $v }} {{ end }}",
+            "a=x b=1 ",
+        ),
+        ("{{ range .Resource.m }}{{ . }} {{ end }}", "x 1 "),
+        (
+            "{{ range $i, $r := .Resources }}{{ $i }}:{{ $r }} {{ end }}",
+            "0:map[k:1] 1:map[] ",
+        ),
+        (
+            "{{ range $k, $v := (dict \"z\" 1 \"y\" 2) }}{{ $k }}{{ $v }}{{ end }}",
+            "y2z1",
+        ),
+        (
+            "{{ range $i, $v := (list 3 4) }}{{ $i }}{{ $v }}{{ end }}",
+            "0314",
+        ),
+        ("{{ range .Resource.e }}x{{ else }}empty{{ end }}", "empty"),
+        (
+            "{{ .Resource.n }} {{ .Resource.s }} {{ .Resource.l }}",
+            "-7 text [a 2 1.5 <nil> true]",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
+    }
+}

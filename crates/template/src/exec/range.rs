@@ -14,13 +14,19 @@ impl<'a> Exec<'a> {
     #[inline(never)]
     pub(super) fn range(&mut self, b: &'a Branch, dot: &Val<'a>) -> R<()> {
         let mark = self.vars.len();
-        let value = self.commands(dot, &b.pipe.cmds)?;
+        // One command (the usual `range .a.b`) without the loop over commands.
+        let value = match b.pipe.cmds.as_slice() {
+            [cmd] => self.command(dot, cmd, None)?,
+            cmds => self.commands(dot, cmds)?,
+        };
+        // The key or index is built only when the range binds it (`$i, $v :=`): an unbound
+        // one would be built and dropped in every iteration.
         let wants_key = b.pipe.decl.len() > 1;
         let index = |i: usize| {
             if wants_key {
-                Val::V(Value::GoInt(i as i64))
+                Some(Val::V(Value::GoInt(i as i64)))
             } else {
-                Val::NIL
+                None
             }
         };
         let empty;
@@ -39,7 +45,7 @@ impl<'a> Exec<'a> {
                 // Go ranges over keys sorted by bytes; a JSON object is a sorted map
                 // (ADR 0011), so its own order is Go's.
                 for (k, v) in entries {
-                    let key = if wants_key { Val::Key(k) } else { Val::NIL };
+                    let key = wants_key.then_some(Val::Key(k));
                     if let Flow::Break = self.range_body(b, key, &Val::J(v, Shape::Plain), mark)? {
                         break;
                     }
@@ -61,15 +67,11 @@ impl<'a> Exec<'a> {
                 match &value {
                     Value::Map(m) => {
                         // A snapshot: the body may modify the map (Go iterates over sorted keys too).
-                        let entries: Vec<(Val<'a>, Val<'a>)> = m
+                        let entries: Vec<(Option<Val<'a>>, Val<'a>)> = m
                             .read()
                             .iter()
                             .map(|(k, v)| {
-                                let key = if wants_key {
-                                    Val::V(Value::str(k))
-                                } else {
-                                    Val::NIL
-                                };
+                                let key = wants_key.then(|| Val::V(Value::str(k)));
                                 (key, Val::V(v.clone()))
                             })
                             .collect();
@@ -97,7 +99,14 @@ impl<'a> Exec<'a> {
         Ok(())
     }
 
-    fn range_body(&mut self, b: &'a Branch, key: Val<'a>, elem: &Val<'a>, mark: usize) -> R<Flow> {
+    /// One iteration; `key` is the key or index when the range binds two variables.
+    fn range_body(
+        &mut self,
+        b: &'a Branch,
+        key: Option<Val<'a>>,
+        elem: &Val<'a>,
+        mark: usize,
+    ) -> R<Flow> {
         // Every iteration costs a step, even with an empty body.
         self.steps += 1;
         if self.steps > MAX_STEPS {
@@ -107,7 +116,7 @@ impl<'a> Exec<'a> {
             [] => {}
             [v] => self.bind(v, elem.clone(), b.pipe.is_assign),
             [k, v, ..] => {
-                self.bind(k, key, b.pipe.is_assign);
+                self.bind(k, key.unwrap_or(Val::NIL), b.pipe.is_assign);
                 self.bind(v, elem.clone(), b.pipe.is_assign);
             }
         }
