@@ -490,7 +490,7 @@ impl Evaluator {
                 for ((namespace, name), object) in objects {
                     match compiled.es.evaluate(object) {
                         Ok(v) if v.matching => {
-                            state.matching.insert(
+                            state.insert(
                                 (position, namespace.clone(), name.clone()),
                                 Matched::new(object),
                             );
@@ -544,11 +544,7 @@ impl Evaluator {
         let es = &compiled.es;
         let mut matching = Vec::new();
         if es.has_aggregation() {
-            let selected: Vec<Value> = state
-                .matching
-                .values()
-                .map(|m| m.object.to_value())
-                .collect();
+            let selected: Vec<Value> = state.matching().map(|m| m.object.to_value()).collect();
             match es.aggregate(&selected) {
                 Ok(aggregated) => {
                     for object in &aggregated.resources {
@@ -561,11 +557,11 @@ impl Evaluator {
                 Err(error) => set.failure_message = error.to_string(),
             }
         } else {
-            matching.reserve_exact(state.matching.values().map(|m| m.encoded.len()).sum());
+            matching.reserve_exact(state.matching().map(|m| m.encoded.len()).sum());
             if es.collect_resources() {
-                set.resources.reserve_exact(state.matching.len());
+                set.resources.reserve_exact(state.matching().len());
             }
-            for m in state.matching.values() {
+            for m in state.matching() {
                 matching.extend_from_slice(&m.encoded);
                 if es.collect_resources() {
                     set.resources.push(to_json(&m.object.to_value()));

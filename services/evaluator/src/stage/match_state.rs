@@ -2,8 +2,10 @@
 //! how one evaluated change updates it, and what identifies a match set's content.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use rustc_hash::{FxHashMap, FxHasher};
 use serde_json::Value;
 use sluice_eval::tape::NodeRef;
 use sluice_eval::Tape;
@@ -17,10 +19,63 @@ use super::Compiled;
 #[derive(Debug, Default)]
 pub(super) struct KeyState {
     /// Matching objects by (selector position, namespace, name): the API server's LIST order
-    /// within a selector, selectors in spec order.
-    pub(super) matching: BTreeMap<(usize, String, String), Matched>,
+    /// within a selector, selectors in spec order. Changed only through [`KeyState::insert`]
+    /// and [`KeyState::remove`], which keep `hashes` in step.
+    matching: BTreeMap<(usize, String, String), Matched>,
+    /// How many keys of `matching` have each hash: a key whose hash is absent is not matching,
+    /// found without searching the ordered map (whose string comparisons miss the cache on a
+    /// large set). Most changes concern objects outside the set.
+    hashes: FxHashMap<u64, u32>,
     /// Objects whose evaluation failed, with the reason.
     pub(super) errors: BTreeMap<(String, String, String), String>,
+}
+
+impl KeyState {
+    /// The matching objects in set order.
+    pub(super) fn matching(&self) -> impl ExactSizeIterator<Item = &Matched> {
+        self.matching.values()
+    }
+
+    pub(super) fn insert(&mut self, key: (usize, String, String), matched: Matched) {
+        let hash = key_hash(key.0, &key.1, &key.2);
+        if self.matching.insert(key, matched).is_none() {
+            *self.hashes.entry(hash).or_default() += 1;
+        }
+    }
+
+    /// Removes a matching object; whether it was matching.
+    fn remove(&mut self, position: usize, namespace: &str, name: &str) -> bool {
+        let hash = key_hash(position, namespace, name);
+        let Some(count) = self.hashes.get_mut(&hash) else {
+            return false;
+        };
+        let key: &dyn Placed = &(position, namespace, name);
+        if self.matching.remove(key).is_none() {
+            return false;
+        }
+        *count -= 1;
+        if *count == 0 {
+            self.hashes.remove(&hash);
+        }
+        true
+    }
+
+    fn get_mut(&mut self, position: usize, namespace: &str, name: &str) -> Option<&mut Matched> {
+        if !self
+            .hashes
+            .contains_key(&key_hash(position, namespace, name))
+        {
+            return None;
+        }
+        let key: &dyn Placed = &(position, namespace, name);
+        self.matching.get_mut(key)
+    }
+}
+
+fn key_hash(position: usize, namespace: &str, name: &str) -> u64 {
+    let mut hasher = FxHasher::default();
+    (position, namespace, name).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A matching object and its reference, encoded once when it joins the set (as an entry of
@@ -74,7 +129,6 @@ pub(super) fn update_key(
     object: Option<&Arc<Tape>>,
     outcome: Outcome,
 ) -> bool {
-    let map_key: &dyn Placed = &(position, change.namespace.as_str(), change.name.as_str());
     let owned_key = || (position, change.namespace.clone(), change.name.clone());
     let err_key = || {
         (
@@ -94,7 +148,7 @@ pub(super) fn update_key(
     };
     let membership_changed = match (now_matching, object) {
         // Still matching: the reference stays, the content is replaced.
-        (true, Some(object)) => match state.matching.get_mut(map_key) {
+        (true, Some(object)) => match state.get_mut(position, &change.namespace, &change.name) {
             Some(previous) => {
                 // Equal text is equal content; different text may still be equal content, which
                 // the published set's content hash then finds unchanged.
@@ -103,11 +157,11 @@ pub(super) fn update_key(
                 changed
             }
             None => {
-                state.matching.insert(owned_key(), Matched::new(object));
+                state.insert(owned_key(), Matched::new(object));
                 true
             }
         },
-        _ => !state.matching.is_empty() && state.matching.remove(map_key).is_some(),
+        _ => state.remove(position, &change.namespace, &change.name),
     };
     error_changed || membership_changed
 }
@@ -126,4 +180,45 @@ pub(super) fn object_ref(object: &Value) -> pb::ObjectRef {
 
 pub(super) fn to_json(object: &Value) -> Vec<u8> {
     serde_json::to_vec(object).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matched(name: &str) -> Matched {
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"{name}","namespace":"default"}}}}"#
+        );
+        let tape = Tape::parse(json.into_bytes()).expect("valid JSON");
+        Matched::new(&Arc::new(tape))
+    }
+
+    /// The hash filter never hides a member: after any sequence of inserts and removals the
+    /// state answers as a plain ordered map does.
+    #[test]
+    fn the_hash_filter_answers_as_the_ordered_map() {
+        let mut state = KeyState::default();
+        let mut model: BTreeMap<(usize, String, String), ()> = BTreeMap::new();
+        // A deterministic walk over 40 keys: inserts, removals and re-inserts in a scrambled order.
+        for step in 0..2_000usize {
+            let k = (step * 7919) % 40;
+            let key = (k % 3, format!("ns-{}", k % 4), format!("svc-{k}"));
+            if (step / 40) % 2 == 0 || step % 5 == 0 {
+                state.insert(key.clone(), matched(&key.2));
+                model.insert(key, ());
+            } else {
+                let removed = state.remove(key.0, &key.1, &key.2);
+                assert_eq!(removed, model.remove(&key).is_some(), "step {step}");
+            }
+            let probe = (k % 3, format!("ns-{}", k % 4), format!("svc-{k}"));
+            assert_eq!(
+                state.get_mut(probe.0, &probe.1, &probe.2).is_some(),
+                model.contains_key(&probe)
+            );
+        }
+        assert_eq!(state.matching().len(), model.len());
+        let counted: u32 = state.hashes.values().sum();
+        assert_eq!(counted as usize, model.len());
+    }
 }
