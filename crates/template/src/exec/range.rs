@@ -99,7 +99,10 @@ impl<'a> Exec<'a> {
         Ok(())
     }
 
-    /// One iteration; `key` is the key or index when the range binds two variables.
+    /// One iteration; `key` is the key or index when the range binds two variables. Inlined
+    /// into `range`'s loops, which are out of line of the walk: a call per iteration cost more
+    /// than the iteration's own bookkeeping.
+    #[inline(always)]
     fn range_body(
         &mut self,
         b: &'a Branch,
