@@ -5,13 +5,15 @@
 //!
 //! Speed: turning an object into CEL values costs far more than evaluating a typical rule, so
 //! only the parts of `resource` the rules select (`resource.metadata.labels...`) are converted;
-//! rules that use `resource` in any other way get the whole object.
+//! rules that use `resource` in any other way get the whole object. A rule that only compares
+//! one field of `resource` with a string or bool literal (`resource.metadata.labels.tier ==
+//! 'web'`) is answered on the object directly, without the interpreter (`FieldEquals`).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
-use cel::common::ast::{EntryExpr, Expr};
+use cel::common::ast::{operators, EntryExpr, Expr, LiteralValue};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, IdedExpr, Program, Value as CelValue};
 
@@ -29,6 +31,79 @@ pub(crate) struct CelRules {
 
 struct CompiledRule {
     program: Option<Program>,
+    /// The same rule answered without the interpreter, when it has that shape.
+    quick: Option<FieldEquals>,
+}
+
+/// `resource.a.b.c == literal` (or `literal == resource.a.b.c`) for a string or bool literal.
+/// The interpreter answers it true exactly when every step of the path is a map holding the
+/// next key and the value there equals the literal: a missing key or a step into a non-map is
+/// an error (the rule does not match), and a value of another type is not equal. Checked
+/// against the interpreter by `field_comparisons_answer_as_the_interpreter_does`.
+#[derive(Debug, PartialEq)]
+struct FieldEquals {
+    path: Vec<String>,
+    literal: Literal,
+}
+
+#[derive(Debug, PartialEq)]
+enum Literal {
+    Str(String),
+    Bool(bool),
+}
+
+impl FieldEquals {
+    /// The rule's shape, if it is a field compared with a literal.
+    fn of(e: &IdedExpr) -> Option<FieldEquals> {
+        let Expr::Call(call) = &e.expr else {
+            return None;
+        };
+        if call.func_name != operators::EQUALS || call.target.is_some() {
+            return None;
+        }
+        let [a, b] = call.args.as_slice() else {
+            return None;
+        };
+        let (field, literal) = match (&a.expr, &b.expr) {
+            (_, Expr::Literal(l)) => (a, l),
+            (Expr::Literal(l), _) => (b, l),
+            _ => return None,
+        };
+        let literal = match literal {
+            LiteralValue::String(s) => Literal::Str(s.inner().to_string()),
+            LiteralValue::Boolean(b) => Literal::Bool(*b.inner()),
+            _ => return None,
+        };
+        // `has(resource.x)` is a select with `test` set: not a field read.
+        let mut node = field;
+        while let Expr::Select(select) = &node.expr {
+            if select.test {
+                return None;
+            }
+            node = &select.operand;
+        }
+        let path = select_path(field).filter(|p| !p.is_empty())?;
+        Some(FieldEquals { path, literal })
+    }
+
+    fn holds(&self, object: NodeRef<'_>) -> bool {
+        let mut node = object;
+        for key in &self.path {
+            if node.kind() != Kind::Object {
+                return false;
+            }
+            match node.get(key) {
+                Some(child) => node = child,
+                None => return false,
+            }
+        }
+        match (&self.literal, node.kind()) {
+            (Literal::Str(want), Kind::String) => node.as_str().is_some_and(|s| s == *want),
+            (Literal::Bool(want), Kind::True) => *want,
+            (Literal::Bool(want), Kind::False) => !*want,
+            _ => false,
+        }
+    }
 }
 
 /// A rule that can never match because it does not compile, and why.
@@ -76,7 +151,10 @@ impl CelRules {
                         None
                     }
                 };
-                CompiledRule { program }
+                let quick = program
+                    .as_ref()
+                    .and_then(|p| FieldEquals::of(p.expression()));
+                CompiledRule { program, quick }
             })
             .collect::<Vec<_>>();
         let mut paths = Some(Vec::new());
@@ -102,6 +180,17 @@ impl CelRules {
 
     /// Whether any rule yields `true` for this object.
     pub(crate) fn any_true(&self, object: NodeRef<'_>) -> bool {
+        if self.rules.iter().all(|rule| rule.quick.is_some()) {
+            return self
+                .rules
+                .iter()
+                .any(|rule| rule.quick.as_ref().is_some_and(|q| q.holds(object)));
+        }
+        self.interpreted(object)
+    }
+
+    /// [`CelRules::any_true`] by the interpreter alone.
+    fn interpreted(&self, object: NodeRef<'_>) -> bool {
         let mut context = Context::with_env(env());
         let resource = match &self.paths {
             Some(paths) => {
@@ -286,6 +375,9 @@ mod tests {
             assert_eq!(compiled.any_true(object.root()), want, "{rule}");
         }
         assert!(rules(&["size(resource) == 3"]).paths.is_none());
+        assert!(rules(&["resource.metadata.labels.x == '1'"]).rules[0]
+            .quick
+            .is_some());
         assert_eq!(
             rules(&["resource.metadata.labels.x == '1' || resource.spec.n == 1"]).paths,
             Some(vec![
@@ -293,5 +385,56 @@ mod tests {
                 vec!["spec".into(), "n".into()]
             ])
         );
+    }
+
+    /// The rules answered without the interpreter give the interpreter's answer on objects
+    /// where the field is missing, null, of another type, nested under a non-map, escaped or
+    /// repeated.
+    #[test]
+    fn field_comparisons_answer_as_the_interpreter_does() {
+        let texts = [
+            r#"resource.metadata.labels.tier == 'web'"#,
+            r#"'web' == resource.metadata.labels.tier"#,
+            r#"resource.metadata.labels.tier == """#,
+            r#"resource.metadata.labels["tier"] == 'web'"#,
+            r#"resource.status.ready == true"#,
+            r#"false == resource.status.ready"#,
+            r#"resource.metadata.name == 'a\nb'"#,
+            r#"resource.spec == 'x'"#,
+            r#"resource.metadata.labels.tier == 1"#,
+        ];
+        let objects = [
+            r#"{"metadata": {"labels": {"tier": "web"}}, "status": {"ready": true}}"#,
+            r#"{"metadata": {"labels": {"tier": "db"}}, "status": {"ready": false}}"#,
+            r#"{"metadata": {"labels": {"tier": ""}}, "status": {"ready": "true"}}"#,
+            r#"{"metadata": {"labels": {"tier": 1}}, "status": {"ready": 1}}"#,
+            r#"{"metadata": {"labels": {"tier": null}}, "status": null}"#,
+            r#"{"metadata": {"labels": null}}"#,
+            r#"{"metadata": {"labels": "tier"}, "spec": "x"}"#,
+            r#"{"metadata": {"labels": ["tier"]}, "spec": {"x": 1}}"#,
+            r#"{"metadata": {"name": "a\nb", "labels": {"tier": "w\u0065b"}}}"#,
+            r#"{"metadata": {"labels": {"tier": "db", "tier": "web"}}}"#,
+            r#"{"metadata": {}}"#,
+            r#"{}"#,
+            r#"[]"#,
+            r#""web""#,
+        ];
+        for text in texts {
+            let compiled = rules(&[text]);
+            let quick = compiled.rules[0].quick.is_some();
+            for json in objects {
+                let tape = crate::tape::Tape::parse(json.as_bytes().to_vec()).expect("valid");
+                assert_eq!(
+                    compiled.any_true(tape.root()),
+                    compiled.interpreted(tape.root()),
+                    "{text} on {json} (answered without the interpreter: {quick})"
+                );
+            }
+        }
+        assert!(rules(&[texts[0]]).rules[0].quick.is_some());
+        assert!(rules(&[texts[4]]).rules[0].quick.is_some());
+        assert!(rules(&["has(resource.metadata) == true"]).rules[0]
+            .quick
+            .is_none());
     }
 }
