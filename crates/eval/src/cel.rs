@@ -87,16 +87,10 @@ impl FieldEquals {
     }
 
     fn holds(&self, object: NodeRef<'_>) -> bool {
-        let mut node = object;
-        for key in &self.path {
-            if node.kind() != Kind::Object {
-                return false;
-            }
-            match node.get(key) {
-                Some(child) => node = child,
-                None => return false,
-            }
-        }
+        // `get` answers `None` for a key missing and for a step into anything but a map.
+        let Some(node) = self.path.iter().try_fold(object, |node, key| node.get(key)) else {
+            return false;
+        };
         match (&self.literal, node.kind()) {
             (Literal::Str(want), Kind::String) => node.as_str().is_some_and(|s| s == *want),
             (Literal::Bool(want), Kind::True) => *want,

@@ -29,7 +29,12 @@ impl EncodedSet {
     /// A set from its other fields and its encoded references (see [`encode_ref`]).
     pub(super) fn new(head: pb::MatchSet, matching: Vec<u8>) -> EncodedSet {
         debug_assert!(head.matching.is_empty(), "references travel encoded");
-        let content = content_hash(&matching, &head);
+        let content = content_hash(
+            &matching,
+            &head.resources,
+            &head.failure_message,
+            head.removed,
+        );
         EncodedSet {
             head,
             matching,
@@ -83,26 +88,27 @@ pub(super) fn content_hash_of(set: &pb::MatchSet) -> ContentHash {
     for reference in &set.matching {
         encode_ref(reference, &mut matching);
     }
-    let head = pb::MatchSet {
-        matching: Vec::new(),
-        ..set.clone()
-    };
-    content_hash(&matching, &head)
+    content_hash(&matching, &set.resources, &set.failure_message, set.removed)
 }
 
 /// Hash of the encoded references, the collected resources, the failure and the removal:
 /// neither the cluster and EventSource (the key's, the same for every set of the key) nor the
 /// source sequence.
-fn content_hash(matching: &[u8], head: &pb::MatchSet) -> ContentHash {
+fn content_hash(
+    matching: &[u8],
+    resources: &[Vec<u8>],
+    failure: &str,
+    removed: bool,
+) -> ContentHash {
     let mut hasher = Sha256::new();
     hasher.update((matching.len() as u64).to_le_bytes());
     hasher.update(matching);
-    for resource in &head.resources {
+    for resource in resources {
         hasher.update((resource.len() as u64).to_le_bytes());
         hasher.update(resource);
     }
-    hasher.update(head.failure_message.as_bytes());
-    hasher.update([0, u8::from(head.removed)]);
+    hasher.update(failure.as_bytes());
+    hasher.update([0, u8::from(removed)]);
     hasher.finalize().into()
 }
 
