@@ -7,19 +7,24 @@
 //! only the parts of `resource` the rules select (`resource.metadata.labels...`) are converted;
 //! rules that use `resource` in any other way get the whole object. A rule that only compares
 //! one field of `resource` with a string or bool literal (`resource.metadata.labels.tier ==
-//! 'web'`) is answered on the object directly, without the interpreter (`FieldEquals`).
+//! 'web'`), or whether any item of a list has a field equal to a literal
+//! (`resource.spec.ports.exists(p, p.port == 443)`), is answered on the object directly, without
+//! the interpreter (`cel/quick.rs`).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
-use cel::common::ast::{operators, EntryExpr, Expr, LiteralValue};
+mod quick;
+
+use cel::common::ast::{EntryExpr, Expr};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, IdedExpr, Program, Value as CelValue};
 
 use sluice_domain::eventsource::CelRule;
 
 use crate::tape::{Kind, NodeRef};
+use quick::Quick;
 
 /// The rules of one selector.
 pub(crate) struct CelRules {
@@ -31,73 +36,8 @@ pub(crate) struct CelRules {
 
 struct CompiledRule {
     program: Option<Program>,
-    /// The same rule answered without the interpreter, when it has that shape.
-    quick: Option<FieldEquals>,
-}
-
-/// `resource.a.b.c == literal` (or `literal == resource.a.b.c`) for a string or bool literal.
-/// The interpreter answers it true exactly when every step of the path is a map holding the
-/// next key and the value there equals the literal: a missing key or a step into a non-map is
-/// an error (the rule does not match), and a value of another type is not equal. Checked
-/// against the interpreter by `field_comparisons_answer_as_the_interpreter_does`.
-#[derive(Debug, PartialEq)]
-struct FieldEquals {
-    path: Vec<String>,
-    literal: Literal,
-}
-
-#[derive(Debug, PartialEq)]
-enum Literal {
-    Str(String),
-    Bool(bool),
-}
-
-impl FieldEquals {
-    /// The rule's shape, if it is a field compared with a literal.
-    fn of(e: &IdedExpr) -> Option<FieldEquals> {
-        let Expr::Call(call) = &e.expr else {
-            return None;
-        };
-        if call.func_name != operators::EQUALS || call.target.is_some() {
-            return None;
-        }
-        let [a, b] = call.args.as_slice() else {
-            return None;
-        };
-        let (field, literal) = match (&a.expr, &b.expr) {
-            (_, Expr::Literal(l)) => (a, l),
-            (Expr::Literal(l), _) => (b, l),
-            _ => return None,
-        };
-        let literal = match literal {
-            LiteralValue::String(s) => Literal::Str(s.inner().to_string()),
-            LiteralValue::Boolean(b) => Literal::Bool(*b.inner()),
-            _ => return None,
-        };
-        // `has(resource.x)` is a select with `test` set: not a field read.
-        let mut node = field;
-        while let Expr::Select(select) = &node.expr {
-            if select.test {
-                return None;
-            }
-            node = &select.operand;
-        }
-        let path = select_path(field).filter(|p| !p.is_empty())?;
-        Some(FieldEquals { path, literal })
-    }
-
-    fn holds(&self, object: NodeRef<'_>) -> bool {
-        // `get` answers `None` for a key missing and for a step into anything but a map.
-        let Some(node) = self.path.iter().try_fold(object, |node, key| node.get(key)) else {
-            return false;
-        };
-        match (&self.literal, node.kind()) {
-            (Literal::Str(want), Kind::String) => node.as_str().is_some_and(|s| s == *want),
-            (Literal::Bool(want), Kind::True) => *want,
-            (Literal::Bool(want), Kind::False) => !*want,
-            _ => false,
-        }
-    }
+    /// The same rule answered without the interpreter, when it has a quick shape.
+    quick: Option<Quick>,
 }
 
 /// A rule that can never match because it does not compile, and why.
@@ -145,9 +85,7 @@ impl CelRules {
                         None
                     }
                 };
-                let quick = program
-                    .as_ref()
-                    .and_then(|p| FieldEquals::of(p.expression()));
+                let quick = program.as_ref().and_then(|p| Quick::of(p.expression()));
                 CompiledRule { program, quick }
             })
             .collect::<Vec<_>>();
@@ -174,13 +112,17 @@ impl CelRules {
 
     /// Whether any rule yields `true` for this object.
     pub(crate) fn any_true(&self, object: NodeRef<'_>) -> bool {
-        if self.rules.iter().all(|rule| rule.quick.is_some()) {
-            return self
-                .rules
-                .iter()
-                .any(|rule| rule.quick.as_ref().is_some_and(|q| q.holds(object)));
+        if !self.rules.iter().all(|rule| rule.quick.is_some()) {
+            return self.interpreted(object);
         }
-        self.interpreted(object)
+        for quick in self.rules.iter().filter_map(|rule| rule.quick.as_ref()) {
+            match quick.answer(object) {
+                Some(true) => return true,
+                Some(false) => {}
+                None => return self.interpreted(object),
+            }
+        }
+        false
     }
 
     /// [`CelRules::any_true`] by the interpreter alone.
@@ -284,23 +226,10 @@ fn entry_paths(entry: &EntryExpr, out: &mut Vec<Vec<String>>) -> bool {
     }
 }
 
-/// `resource.a.b.c` as `["a", "b", "c"]`; `None` when the chain does not start at `resource`.
+/// `resource.a.b.c` as `["a", "b", "c"]` (`has(resource.a.b)` too); `None` when the chain does
+/// not start at `resource`.
 fn select_path(e: &IdedExpr) -> Option<Vec<String>> {
-    let mut path = Vec::new();
-    let mut node = e;
-    loop {
-        match &node.expr {
-            Expr::Select(select) => {
-                path.push(select.field.clone());
-                node = &select.operand;
-            }
-            Expr::Ident(name) if name == "resource" => {
-                path.reverse();
-                return Some(path);
-            }
-            _ => return None,
-        }
-    }
+    quick::select_path(e, "resource", false)
 }
 
 /// A JSON object as CEL sees it: integral numbers within int64 are `int`, other numbers `double`
@@ -430,5 +359,63 @@ mod tests {
         assert!(rules(&["has(resource.metadata) == true"]).rules[0]
             .quick
             .is_none());
+    }
+
+    /// `exists` over a list with a field compared to a literal gives the interpreter's answer
+    /// when the list is missing, not a list, empty, or holds items without the field, of other
+    /// types, non-maps, floats equal to the integer, or a match after an erroring item.
+    #[test]
+    fn exists_comparisons_answer_as_the_interpreter_does() {
+        let texts = [
+            "resource.spec.ports.exists(p, p.port == 443)",
+            "resource.spec.ports.exists(p, 443 == p.port)",
+            "resource.spec.ports.exists(p, p.name == 'https')",
+            "resource.spec.ports.exists(p, p.tls.on == true)",
+            "resource.spec.ports.exists(resource, resource.port == 443)",
+            "resource.spec.ports.exists(p, p == 443)",
+            "resource.spec.ports.exists(p, p.port == 443 || p.port == 8443)",
+            "resource.spec.ports.all(p, p.port == 443)",
+            "resource.spec.ports.exists_one(p, p.port == 443)",
+            "resource.spec.ports.exists(p, p.port == 443u)",
+        ];
+        let objects = [
+            r#"{"spec": {"ports": [{"port": 80}, {"port": 443, "name": "https"}]}}"#,
+            r#"{"spec": {"ports": [{"port": 80}, {"port": 8443}]}}"#,
+            r#"{"spec": {"ports": [{"name": "x"}, {"port": 443}]}}"#,
+            r#"{"spec": {"ports": [5, {"port": 443}]}}"#,
+            r#"{"spec": {"ports": [{"port": 443.0}]}}"#,
+            r#"{"spec": {"ports": [{"port": 443.5}, {"port": "443"}]}}"#,
+            r#"{"spec": {"ports": [{"port": 1e3}, {"port": 443}]}}"#,
+            r#"{"spec": {"ports": [{"port": 18446744073709551615}]}}"#,
+            r#"{"spec": {"ports": [443, 80]}}"#,
+            r#"{"spec": {"ports": [{"port": 443, "port": 80}]}}"#,
+            r#"{"spec": {"ports": [{"tls": {"on": true}}, {"tls": null}]}}"#,
+            r#"{"spec": {"ports": [{"tls": "on"}, {"tls": {"on": "true"}}]}}"#,
+            r#"{"spec": {"ports": {"port": 443}}}"#,
+            r#"{"spec": {"ports": []}}"#,
+            r#"{"spec": {"ports": null}}"#,
+            r#"{"spec": {"ports": "443"}}"#,
+            r#"{"spec": []}"#,
+            r#"{}"#,
+        ];
+        for text in texts {
+            let compiled = rules(&[text]);
+            let quick = compiled.rules[0].quick.is_some();
+            for json in objects {
+                let tape = crate::tape::Tape::parse(json.as_bytes().to_vec()).expect("valid");
+                assert_eq!(
+                    compiled.any_true(tape.root()),
+                    compiled.interpreted(tape.root()),
+                    "{text} on {json} (answered without the interpreter: {quick})"
+                );
+            }
+        }
+        for (i, text) in texts.iter().enumerate() {
+            assert_eq!(rules(&[text]).rules[0].quick.is_some(), i < 6, "{text}");
+        }
+        // A quick rule before one that needs the interpreter still answers first.
+        let mixed = rules(&[texts[0], "size(resource.spec.ports) == 2"]);
+        let tape = crate::tape::Tape::parse(objects[1].as_bytes().to_vec()).expect("valid");
+        assert!(mixed.any_true(tape.root()));
     }
 }
