@@ -22,7 +22,7 @@ pub use encoded::{ContentHash, EncodedSet};
 
 use encoded::{content_hash_of, encode_ref};
 use keys::Two;
-use match_state::{object_ref, to_json, update_key, KeyState, Matched, Outcome};
+use match_state::{object_ref, to_json, update_key, KeyState, Outcome};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -71,8 +71,21 @@ struct Prepared {
     /// `None` when the change names no valid cluster (it is then ignored).
     cluster: Option<ClusterId>,
     object: Option<Arc<Tape>>,
-    /// (pair index, selector position, outcome) for every pair watching the object's kind.
-    outcomes: Vec<(usize, usize, Outcome)>,
+    /// (pair index, selector position, whether contents matter, outcome) for every pair
+    /// watching the object's kind.
+    outcomes: Vec<(usize, usize, bool, Outcome)>,
+}
+
+/// A pair watching a (cluster, group, kind) with one of its selectors, and what evaluates the
+/// kind's objects for it: a change reaches its EventSource without a search by name.
+struct Watcher {
+    /// Index into `Evaluator::pairs`.
+    index: usize,
+    /// Selector position.
+    position: usize,
+    es: Arc<CompiledEventSource>,
+    /// As [`Compiled::content_matters`].
+    content_matters: bool,
 }
 
 /// A deployed (cluster, EventSource) pair and its state.
@@ -108,8 +121,9 @@ pub struct Evaluator {
     /// keep theirs in `pairs`): what a restart finds on the MATCH stream, or what is left of a
     /// pair that is no longer deployed until it is withdrawn.
     published: BTreeMap<MatchKey, ContentHash>,
-    /// Per (cluster, group, kind): the pairs (indices) watching it and the selector position.
-    watchers: FxHashMap<ClusterId, FxHashMap<GroupKind, Vec<(usize, usize)>>>,
+    /// Per (cluster, group, kind): the pairs watching it. Rebuilt with the pairs, after every
+    /// compilation.
+    watchers: FxHashMap<ClusterId, FxHashMap<GroupKind, Vec<Watcher>>>,
     /// Pairs changed by absorbed changes, not yet emitted, with the last change's sequence.
     pending: BTreeMap<usize, u64>,
 }
@@ -287,25 +301,27 @@ impl Evaluator {
         };
         let group_kind: &dyn Two = &(group_str(&change.api_version), change.kind.as_str());
         let mut outcomes = Vec::new();
-        for &(index, position) in self
+        for watcher in self
             .watchers
             .get(&cluster)
             .and_then(|kinds| kinds.get(group_kind))
             .into_iter()
             .flatten()
         {
-            let Some(Ok(compiled)) = self.compiled.get(&self.pairs[index].key.1) else {
-                continue;
-            };
             let outcome = match &object {
                 None => Outcome::Absent,
-                Some(object) => match compiled.es.evaluate(object) {
+                Some(object) => match watcher.es.evaluate(object) {
                     Ok(verdict) if verdict.matching => Outcome::Matching,
                     Ok(_) => Outcome::NotMatching,
                     Err(error) => Outcome::Failed(error.to_string()),
                 },
             };
-            outcomes.push((index, position, outcome));
+            outcomes.push((
+                watcher.index,
+                watcher.position,
+                watcher.content_matters,
+                outcome,
+            ));
         }
         Prepared {
             cluster: Some(cluster),
@@ -326,13 +342,10 @@ impl Evaluator {
             return;
         };
         self.store(&cluster, change, prepared.object.clone());
-        for (index, position, outcome) in prepared.outcomes {
-            let pair = &mut self.pairs[index];
-            let Some(Ok(compiled)) = self.compiled.get(&pair.key.1) else {
-                continue;
-            };
+        for (index, position, content_matters, outcome) in prepared.outcomes {
+            let state = &mut self.pairs[index].state;
             let object = prepared.object.as_ref();
-            if update_key(&mut pair.state, compiled, position, change, object, outcome) {
+            if update_key(state, content_matters, position, change, object, outcome) {
                 dirty.insert(index, sequence);
             }
         }
@@ -439,7 +452,12 @@ impl Evaluator {
                         .or_default()
                         .entry(group_kind.clone())
                         .or_default()
-                        .push((index, position));
+                        .push(Watcher {
+                            index,
+                            position,
+                            es: compiled.es.clone(),
+                            content_matters: compiled.content_matters,
+                        });
                 }
             }
             self.deployed.insert(key.clone(), index);
@@ -490,10 +508,7 @@ impl Evaluator {
                 for ((namespace, name), object) in objects {
                     match compiled.es.evaluate(object) {
                         Ok(v) if v.matching => {
-                            state.insert(
-                                (position, namespace.clone(), name.clone()),
-                                Matched::new(object),
-                            );
+                            state.insert((position, namespace.clone(), name.clone()), object);
                         }
                         Ok(_) => {}
                         Err(error) => {
@@ -544,7 +559,7 @@ impl Evaluator {
         let es = &compiled.es;
         let mut matching = Vec::new();
         if es.has_aggregation() {
-            let selected: Vec<Value> = state.matching().map(|m| m.object.to_value()).collect();
+            let selected: Vec<Value> = state.objects().map(|object| object.to_value()).collect();
             match es.aggregate(&selected) {
                 Ok(aggregated) => {
                     for object in &aggregated.resources {
@@ -557,14 +572,14 @@ impl Evaluator {
                 Err(error) => set.failure_message = error.to_string(),
             }
         } else {
-            matching.reserve_exact(state.matching().map(|m| m.encoded.len()).sum());
-            if es.collect_resources() {
-                set.resources.reserve_exact(state.matching().len());
+            matching.reserve_exact(state.encoded().map(<[u8]>::len).sum());
+            for encoded in state.encoded() {
+                matching.extend_from_slice(encoded);
             }
-            for m in state.matching() {
-                matching.extend_from_slice(&m.encoded);
-                if es.collect_resources() {
-                    set.resources.push(to_json(&m.object.to_value()));
+            if es.collect_resources() {
+                set.resources.reserve_exact(state.encoded().len());
+                for object in state.objects() {
+                    set.resources.push(to_json(&object.to_value()));
                 }
             }
         }

@@ -100,6 +100,13 @@ impl PartialEq for dyn Placed + '_ {
 
 impl Eq for dyn Placed + '_ {}
 
+/// As `(usize, String, String)` hashes: `str` hashes as `String` does.
+impl Hash for dyn Placed + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.placed().hash(state);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +144,12 @@ mod tests {
             assert_eq!(hashed.get(key), Some(value));
         }
         assert_eq!(hashed.get(missing), None);
+        let hashed: rustc_hash::FxHashMap<(usize, String, String), usize> =
+            placed.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (owned, value) in &placed {
+            let key: &dyn Placed = &(owned.0, owned.1.as_str(), owned.2.as_str());
+            assert_eq!(hashed.get(key), Some(value));
+        }
         // The owned order is the borrowed order.
         let keys: Vec<(&str, &str)> = two.keys().map(|k| k.two()).collect();
         let mut sorted = keys.clone();

@@ -2,10 +2,9 @@
 //! how one evaluated change updates it, and what identifies a match set's content.
 
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHashMap;
 use serde_json::Value;
 use sluice_eval::tape::NodeRef;
 use sluice_eval::Tape;
@@ -13,101 +12,75 @@ use sluice_proto::v1 as pb;
 
 use super::encoded::encode_ref;
 use super::keys::Placed;
-use super::Compiled;
 
 /// State kept per (cluster, EventSource).
 #[derive(Debug, Default)]
 pub(super) struct KeyState {
-    /// Matching objects by (selector position, namespace, name): the API server's LIST order
-    /// within a selector, selectors in spec order. Changed only through [`KeyState::insert`]
-    /// and [`KeyState::remove`], which keep `hashes` in step.
-    matching: BTreeMap<(usize, String, String), Matched>,
-    /// How many keys of `matching` have each hash: a key whose hash is absent is not matching,
-    /// found without searching the ordered map (whose string comparisons miss the cache on a
-    /// large set). Most changes concern objects outside the set.
-    hashes: FxHashMap<u64, u32>,
+    /// Each matching object's reference, encoded once when it joined (as an entry of
+    /// `MatchSet.matching`, see `encoded.rs`), by (selector position, namespace, name): the API
+    /// server's LIST order within a selector, selectors in spec order. Changed only through
+    /// [`KeyState::insert`] and [`KeyState::remove`], which keep `objects` in step.
+    order: BTreeMap<(usize, String, String), Box<[u8]>>,
+    /// The matching objects' current contents by the same keys, hashed: most changes concern
+    /// an object that stays in or out of the set, found without the ordered map's string
+    /// comparisons (which miss the cache on a large set).
+    objects: FxHashMap<(usize, String, String), Arc<Tape>>,
     /// Objects whose evaluation failed, with the reason.
     pub(super) errors: BTreeMap<(String, String, String), String>,
 }
 
 impl KeyState {
-    /// The matching objects in set order.
-    pub(super) fn matching(&self) -> impl ExactSizeIterator<Item = &Matched> {
-        self.matching.values()
+    /// The matching objects' encoded references, in set order.
+    pub(super) fn encoded(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.order.values().map(|encoded| &**encoded)
     }
 
-    pub(super) fn insert(&mut self, key: (usize, String, String), matched: Matched) {
-        let hash = key_hash(key.0, &key.1, &key.2);
-        if self.matching.insert(key, matched).is_none() {
-            *self.hashes.entry(hash).or_default() += 1;
-        }
+    /// The matching objects' contents, in set order.
+    pub(super) fn objects(&self) -> impl Iterator<Item = &Arc<Tape>> {
+        self.order.keys().filter_map(|key| self.objects.get(key))
+    }
+
+    /// Adds a matching object, or replaces its content.
+    pub(super) fn insert(&mut self, key: (usize, String, String), object: &Arc<Tape>) {
+        self.order.insert(key.clone(), encode_object(object));
+        self.objects.insert(key, object.clone());
     }
 
     /// Removes a matching object; whether it was matching.
     fn remove(&mut self, position: usize, namespace: &str, name: &str) -> bool {
-        let hash = key_hash(position, namespace, name);
-        let Some(count) = self.hashes.get_mut(&hash) else {
-            return false;
-        };
         let key: &dyn Placed = &(position, namespace, name);
-        if self.matching.remove(key).is_none() {
+        if self.objects.remove(key).is_none() {
             return false;
         }
-        *count -= 1;
-        if *count == 0 {
-            self.hashes.remove(&hash);
-        }
+        self.order.remove(key);
         true
     }
 
-    fn get_mut(&mut self, position: usize, namespace: &str, name: &str) -> Option<&mut Matched> {
-        if !self
-            .hashes
-            .contains_key(&key_hash(position, namespace, name))
-        {
-            return None;
-        }
+    /// The content of a matching object.
+    fn get_mut(&mut self, position: usize, namespace: &str, name: &str) -> Option<&mut Arc<Tape>> {
         let key: &dyn Placed = &(position, namespace, name);
-        self.matching.get_mut(key)
+        self.objects.get_mut(key)
     }
 }
 
-fn key_hash(position: usize, namespace: &str, name: &str) -> u64 {
-    let mut hasher = FxHasher::default();
-    (position, namespace, name).hash(&mut hasher);
-    hasher.finish()
-}
-
-/// A matching object and its reference, encoded once when it joins the set (as an entry of
-/// `MatchSet.matching`, see `encoded.rs`).
-#[derive(Debug)]
-pub(super) struct Matched {
-    pub(super) object: Arc<Tape>,
-    pub(super) encoded: Box<[u8]>,
-}
-
-impl Matched {
-    pub(super) fn new(object: &Arc<Tape>) -> Matched {
-        let root = object.root();
-        let text = |v: Option<NodeRef<'_>>| {
-            v.and_then(|v| v.as_str())
-                .map(|s| s.into_owned())
-                .unwrap_or_default()
-        };
-        let metadata = root.get("metadata");
-        let reference = pb::ObjectRef {
-            api_version: text(root.get("apiVersion")),
-            kind: text(root.get("kind")),
-            namespace: text(metadata.and_then(|m| m.get("namespace"))),
-            name: text(metadata.and_then(|m| m.get("name"))),
-        };
-        let mut encoded = Vec::new();
-        encode_ref(&reference, &mut encoded);
-        Matched {
-            object: object.clone(),
-            encoded: encoded.into_boxed_slice(),
-        }
-    }
+/// An object's reference as an entry of `MatchSet.matching`.
+fn encode_object(object: &Tape) -> Box<[u8]> {
+    let root = object.root();
+    let text = |v: Option<NodeRef<'_>>| {
+        v.and_then(|v| v.as_str())
+            .map(|s| s.into_owned())
+            .unwrap_or_default()
+    };
+    let metadata = root.get("metadata");
+    let reference = pb::ObjectRef {
+        api_version: text(root.get("apiVersion")),
+        kind: text(root.get("kind")),
+        namespace: text(metadata.and_then(|m| m.get("namespace"))),
+        name: text(metadata.and_then(|m| m.get("name"))),
+    };
+    let mut encoded = Vec::new();
+    encode_ref(&reference, &mut encoded);
+    encoded.into_boxed_slice()
 }
 
 /// What one pair makes of one object change.
@@ -123,7 +96,7 @@ pub(super) enum Outcome {
 /// Updates one key's state for an object change; returns whether its match set may differ.
 pub(super) fn update_key(
     state: &mut KeyState,
-    compiled: &Compiled,
+    content_matters: bool,
     position: usize,
     change: &pb::ResourceChange,
     object: Option<&Arc<Tape>>,
@@ -152,12 +125,12 @@ pub(super) fn update_key(
             Some(previous) => {
                 // Equal text is equal content; different text may still be equal content, which
                 // the published set's content hash then finds unchanged.
-                let changed = compiled.content_matters && previous.object.bytes() != object.bytes();
-                previous.object = object.clone();
+                let changed = content_matters && previous.bytes() != object.bytes();
+                *previous = object.clone();
                 changed
             }
             None => {
-                state.insert(owned_key(), Matched::new(object));
+                state.insert(owned_key(), object);
                 true
             }
         },
@@ -186,27 +159,27 @@ pub(super) fn to_json(object: &Value) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn matched(name: &str) -> Matched {
+    fn object(name: &str) -> Arc<Tape> {
         let json = format!(
             r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"{name}","namespace":"default"}}}}"#
         );
-        let tape = Tape::parse(json.into_bytes()).expect("valid JSON");
-        Matched::new(&Arc::new(tape))
+        Arc::new(Tape::parse(json.into_bytes()).expect("valid JSON"))
     }
 
-    /// The hash filter never hides a member: after any sequence of inserts and removals the
-    /// state answers as a plain ordered map does.
+    /// The hashed contents and the ordered references stay in step: after any sequence of
+    /// inserts and removals the state answers as a plain ordered map does, in its order.
     #[test]
-    fn the_hash_filter_answers_as_the_ordered_map() {
+    fn the_hashed_members_answer_as_the_ordered_map() {
         let mut state = KeyState::default();
-        let mut model: BTreeMap<(usize, String, String), ()> = BTreeMap::new();
+        let mut model: BTreeMap<(usize, String, String), Arc<Tape>> = BTreeMap::new();
         // A deterministic walk over 40 keys: inserts, removals and re-inserts in a scrambled order.
         for step in 0..2_000usize {
             let k = (step * 7919) % 40;
             let key = (k % 3, format!("ns-{}", k % 4), format!("svc-{k}"));
             if (step / 40) % 2 == 0 || step % 5 == 0 {
-                state.insert(key.clone(), matched(&key.2));
-                model.insert(key, ());
+                let content = object(&key.2);
+                state.insert(key.clone(), &content);
+                model.insert(key, content);
             } else {
                 let removed = state.remove(key.0, &key.1, &key.2);
                 assert_eq!(removed, model.remove(&key).is_some(), "step {step}");
@@ -217,8 +190,12 @@ mod tests {
                 model.contains_key(&probe)
             );
         }
-        assert_eq!(state.matching().len(), model.len());
-        let counted: u32 = state.hashes.values().sum();
-        assert_eq!(counted as usize, model.len());
+        assert_eq!(state.encoded().len(), model.len());
+        let expected: Vec<Box<[u8]>> = model.values().map(|o| encode_object(o)).collect();
+        let encoded: Vec<&[u8]> = state.encoded().collect();
+        assert_eq!(encoded, expected.iter().map(|e| &**e).collect::<Vec<_>>());
+        let objects: Vec<*const Tape> = state.objects().map(Arc::as_ptr).collect();
+        let in_order: Vec<*const Tape> = model.values().map(Arc::as_ptr).collect();
+        assert_eq!(objects, in_order);
     }
 }
