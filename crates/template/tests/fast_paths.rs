@@ -3,7 +3,7 @@
 //! general path gives, including its errors.
 
 use serde_json::json;
-use sluice_template::{event_data, Options, Template};
+use sluice_template::{event_data, MissingKey, Options, Template};
 
 /// Renders `text` over `data` on the borrowed path and on the eagerly converted one; both must
 /// agree, output or error text.
@@ -370,4 +370,54 @@ fn range_bindings_and_lone_prints_match_the_general_path() {
     for (text, expected) in cases {
         assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
     }
+}
+
+/// `range` over a lone field chain reads the chain over borrowed data without the general
+/// command; a chain it does not find (missing keys, a step into a string or a number, a dot
+/// that is not an object) and values that are not lists are left to the general path, with
+/// every missingkey setting.
+#[test]
+fn range_over_a_field_chain_matches_the_general_path() {
+    let data = json!({"Resource": {"spec": {"ports": [{"port": 1}, {"port": 2}], "s": "text",
+        "n": 4, "z": null, "e": [], "m": {"b": 2, "a": 1}}, "list": [3, "x"]},
+        "Resources": [null, {"spec": {"ports": [{"port": 5}]}}]});
+    let texts = [
+        "{{ range .Resource.spec.ports }}{{ .port }},{{ end }}",
+        "{{ range $p := .Resource.spec.ports }}{{ $p.port }},{{ end }}",
+        "{{ range .Resource.spec.e }}x{{ else }}empty{{ end }}",
+        "{{ range .Resource.spec.z }}x{{ else }}null{{ end }}",
+        "{{ range .Resource.spec.m }}{{ . }}{{ end }}",
+        "{{ range .Resource.spec.missing }}x{{ else }}none{{ end }}",
+        "{{ range .Resource.missing.ports }}x{{ end }}",
+        "{{ range .Resource.spec.s }}x{{ end }}",
+        "{{ range .Resource.spec.n }}x{{ end }}",
+        "{{ range .Resource.spec.s.x }}x{{ end }}",
+        "{{ range .Resource.list }}{{ range .x }}y{{ end }}{{ end }}",
+        "{{ range .Resources }}{{ range .spec.ports }}{{ .port }}{{ end }};{{ end }}",
+        "{{ range .Resource.spec.ports.x }}x{{ end }}",
+    ];
+    for missing_key in [MissingKey::Error, MissingKey::Default, MissingKey::Zero] {
+        let options = Options {
+            missing_key,
+            ..Options::default()
+        };
+        for text in texts {
+            let template = Template::parse(text, &options).expect(text);
+            let fast = template.render_event(&data).map_err(|e| e.to_string());
+            let general = template
+                .render(&event_data(&data))
+                .map_err(|e| e.to_string());
+            assert_eq!(fast, general, "{text} ({missing_key:?})");
+        }
+    }
+    assert_eq!(
+        both(texts[0], data.clone()).as_deref(),
+        Ok("1,2,"),
+        "{}",
+        texts[0]
+    );
+    // A null entry of `.Resources` is an empty map: `.spec` is missing there.
+    let error = both(texts[11], data.clone()).expect_err(texts[11]);
+    assert!(error.contains("no entry for key \"spec\""), "{error}");
+    assert!(both(texts[6], data).is_err());
 }

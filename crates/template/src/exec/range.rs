@@ -4,8 +4,8 @@
 
 use serde_json::Value as Json;
 
-use super::{Exec, Flow, MAX_STEPS, R};
-use crate::ast::Branch;
+use super::{chain, Exec, Flow, MAX_STEPS, R};
+use crate::ast::{Arg, Branch, Operand};
 use crate::val::{element, Shape, Val};
 use crate::value::Value;
 
@@ -14,9 +14,23 @@ impl<'a> Exec<'a> {
     #[inline(never)]
     pub(super) fn range(&mut self, b: &'a Branch, dot: &Val<'a>) -> R<()> {
         let mark = self.vars.len();
-        // One command (the usual `range .a.b`) without the loop over commands.
+        // One command (the usual `range .a.b`) without the loop over commands, and a lone
+        // field chain over borrowed data without the general command's frame (`command`
+        // reads it the same way first; it is left whatever the chain does not find).
         let value = match b.pipe.cmds.as_slice() {
-            [cmd] => self.command(dot, cmd, None)?,
+            [cmd] => match (dot, cmd.args.as_slice()) {
+                (
+                    Val::J(node, shape),
+                    [Operand {
+                        kind: Arg::Field(names),
+                        ..
+                    }],
+                ) => match chain(&mut self.memo, node, *shape, names) {
+                    Some(value) => value,
+                    None => self.command(dot, cmd, None)?,
+                },
+                _ => self.command(dot, cmd, None)?,
+            },
             cmds => self.commands(dot, cmds)?,
         };
         // The key or index is built only when the range binds it (`$i, $v :=`): an unbound
