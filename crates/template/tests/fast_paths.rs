@@ -395,6 +395,10 @@ fn range_over_a_field_chain_matches_the_general_path() {
         "{{ range .Resource.list }}{{ range .x }}y{{ end }}{{ end }}",
         "{{ range .Resources }}{{ range .spec.ports }}{{ .port }}{{ end }};{{ end }}",
         "{{ range .Resource.spec.ports.x }}x{{ end }}",
+        "{{ range .Resource.spec.ports }}{{ if eq .port 2 }}{{ break }}{{ end }}{{ .port }}{{ end }}",
+        "{{ range .Resource.spec.ports }}{{ if eq .port 1 }}{{ continue }}{{ end }}{{ .port }}{{ end }}",
+        "{{ range $p := .Resource.spec.ports }}{{ $q := $p.port }}{{ $q }}{{ end }}{{ $p := 0 }}{{ $p }}",
+        "{{ range $i, $p := .Resource.spec.ports }}{{ $i }}{{ $p.port }}{{ end }}",
     ];
     for missing_key in [MissingKey::Error, MissingKey::Default, MissingKey::Zero] {
         let options = Options {
@@ -416,6 +420,11 @@ fn range_over_a_field_chain_matches_the_general_path() {
         "{}",
         texts[0]
     );
+    let assigned =
+        "{{ $p := 0 }}{{ range $p = .Resource.spec.ports }}{{ $p.port }}{{ end }}{{ $p }}";
+    let _ = both(assigned, data.clone());
+    assert_eq!(both(texts[13], data.clone()).as_deref(), Ok("1"));
+    assert_eq!(both(texts[14], data.clone()).as_deref(), Ok("2"));
     // A null entry of `.Resources` is an empty map: `.spec` is missing there.
     let error = both(texts[11], data.clone()).expect_err(texts[11]);
     assert!(error.contains("no entry for key \"spec\""), "{error}");

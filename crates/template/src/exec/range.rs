@@ -33,6 +33,26 @@ impl<'a> Exec<'a> {
             },
             cmds => self.commands(dot, cmds)?,
         };
+        // A borrowed array, the usual case, here; the rest out of line, so that this frame
+        // stays small.
+        if let (Val::J(Json::Array(items), shape), false) = (&value, b.pipe.decl.len() > 1) {
+            if !items.is_empty() {
+                for item in items {
+                    let elem = element(*shape, item);
+                    if let Flow::Break = self.range_body(b, None, &elem, mark)? {
+                        break;
+                    }
+                }
+                return Ok(());
+            }
+        }
+        self.range_value(b, dot, value, mark)
+    }
+
+    /// `range` over `value`, anything but a non-empty borrowed array ranged with at most one
+    /// variable.
+    #[inline(never)]
+    fn range_value(&mut self, b: &'a Branch, dot: &Val<'a>, value: Val<'a>, mark: usize) -> R<()> {
         // The key or index is built only when the range binds it (`$i, $v :=`): an unbound
         // one would be built and dropped in every iteration.
         let wants_key = b.pipe.decl.len() > 1;
@@ -131,7 +151,9 @@ impl<'a> Exec<'a> {
         }
         match b.pipe.decl.as_slice() {
             [] => {}
-            [v] => self.bind(v, elem.clone(), b.pipe.is_assign),
+            // `$v :=` declares: a push, without the call that looks for `$v` to assign.
+            [v] if !b.pipe.is_assign => self.vars.push((v, elem.clone())),
+            [v] => self.bind(v, elem.clone(), true),
             [k, v, ..] => {
                 self.bind(k, key.unwrap_or(Val::NIL), b.pipe.is_assign);
                 self.bind(v, elem.clone(), b.pipe.is_assign);
