@@ -65,7 +65,7 @@ impl Delivered {
             source,
         })?;
         Ok(Delivered {
-            subject: message.subject.to_string(),
+            subject: message.subject.as_str().to_owned(),
             sequence: info.stream_sequence,
             payload: message.payload.clone(),
             traceparent: message
