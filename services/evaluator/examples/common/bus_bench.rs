@@ -70,7 +70,10 @@ pub async fn publish_changes(
     for n in 0..objects {
         for k in 0..kinds {
             for c in 0..clusters {
-                let flipped = version > 1 && flip > 0 && count % flip == 0;
+                // One in `flip` changes of every (cluster, kind) flips: spread over all match
+                // sets. (Every `flip`-th change in publishing order would flip only cluster 0's
+                // sets whenever the clusters are a multiple of `flip`.)
+                let flipped = version > 1 && flip > 0 && (n + k + c) % flip == 0;
                 let change = workload::change(c, k, n, version, flipped);
                 let subject = topology::change_subject(
                     &sluice_wire::cluster_tokens(&workload::cluster_id(c)),
