@@ -112,17 +112,17 @@ pub async fn run(
                 let Some(batch) = batch else { break };
                 tokio::task::block_in_place(|| stage.absorb(&batch.changes));
                 held.add(batch);
-                // While more parsed batches wait, their changes join these sets first: behind
-                // a burst (a listed cluster), a growing set is published once per round, not
-                // once per batch.
-                if parsed.is_empty() || held.changes >= MAX_HELD_CHANGES {
-                    let sets = tokio::task::block_in_place(|| stage.flush());
-                    let Inputs { messages, parents } = held.take();
-                    let outputs = match_messages(sets, "change", |set| {
-                        parents.get(&set.source_sequence()).map(String::as_str)
-                    })?;
-                    published.add(window.publish(&bus, outputs, messages).await? as u64);
+                // While more changes wait (parsed, or still on the stream), their changes join
+                // these sets first: behind a burst (a listed cluster) or a backlog, a set is
+                // published once per round, not once per batch (ADR 0014).
+                if held.changes >= MAX_HELD_CHANGES || (parsed.is_empty() && !held.behind) {
+                    let outputs = held.flush(&mut stage)?;
+                    published.add(window.publish(&bus, outputs.0, outputs.1).await? as u64);
                 }
+            }
+            _ = tokio::time::sleep_until(held.deadline), if held.changes > 0 => {
+                let outputs = held.flush(&mut stage)?;
+                published.add(window.publish(&bus, outputs.0, outputs.1).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
@@ -154,21 +154,48 @@ struct Inputs {
 struct Batch {
     changes: Vec<stage::Parsed>,
     inputs: Inputs,
+    /// Whether the stream had more changes for the consumer when the batch's last one was
+    /// delivered (its `pending` count): the evaluator is behind on its input.
+    behind: bool,
 }
 
-/// Changes absorbed by the stage whose sets are not published yet, at most this many.
-const MAX_HELD_CHANGES: usize = 4_096;
+/// Changes absorbed by the stage whose sets are not published yet, at most this many. Held
+/// inputs are unacked: this stays well below the consumer's `max_ack_pending` (20,000), or the
+/// server would stop delivering what the stage waits for.
+const MAX_HELD_CHANGES: usize = 16_384;
+
+/// How long a change may be held before its sets are published, however far behind the
+/// evaluator is (ADR 0014).
+const MAX_HOLD: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What the stage absorbed and has not published yet.
-#[derive(Default)]
 struct Held {
     changes: usize,
     inputs: Inputs,
+    /// Whether the stream had more changes for the consumer after the last batch held.
+    behind: bool,
+    /// When the held changes are published at the latest (set by the first one held).
+    deadline: tokio::time::Instant,
+}
+
+impl Default for Held {
+    fn default() -> Held {
+        Held {
+            changes: 0,
+            inputs: Inputs::default(),
+            behind: false,
+            deadline: tokio::time::Instant::now(),
+        }
+    }
 }
 
 impl Held {
     fn add(&mut self, batch: Batch) {
+        if self.changes == 0 {
+            self.deadline = tokio::time::Instant::now() + MAX_HOLD;
+        }
         self.changes += batch.changes.len();
+        self.behind = batch.behind;
         self.inputs.messages.extend(batch.inputs.messages);
         self.inputs.parents.extend(batch.inputs.parents);
     }
@@ -176,6 +203,20 @@ impl Held {
     /// The held inputs, leaving nothing held.
     fn take(&mut self) -> Inputs {
         std::mem::take(self).inputs
+    }
+
+    /// The sets the held changes changed, as messages, and the inputs to ack once they are
+    /// stored; nothing is held afterwards.
+    fn flush(
+        &mut self,
+        stage: &mut Evaluator,
+    ) -> anyhow::Result<(Vec<Outgoing>, Vec<sluice_bus::Message>)> {
+        let sets = tokio::task::block_in_place(|| stage.flush());
+        let Inputs { messages, parents } = self.take();
+        let outputs = match_messages(sets, "change", |set| {
+            parents.get(&set.source_sequence()).map(String::as_str)
+        })?;
+        Ok((outputs, messages))
     }
 }
 
@@ -197,6 +238,7 @@ async fn read_changes(
             _ = token.cancelled() => break,
             batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("change consumer ended") };
+                let behind = batch.last().and_then(|m| m.info().ok()).is_some_and(|info| info.pending > 0);
                 // Objects are level-based: of a batch only the newest fresh change per subject
                 // is evaluated; the main loop acks the batch's inputs once the sets they
                 // changed are stored.
@@ -231,7 +273,7 @@ async fn read_changes(
                         .collect()
                 });
                 let inputs = Inputs { messages, parents };
-                if batches.send(Batch { changes, inputs }).await.is_err() {
+                if batches.send(Batch { changes, inputs, behind }).await.is_err() {
                     break;
                 }
             }

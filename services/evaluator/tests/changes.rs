@@ -298,3 +298,98 @@ async fn a_set_that_cannot_be_stored_stops_the_evaluator_and_its_restart_publish
     task.await??;
     Ok(())
 }
+
+/// A burst of changes to the same sets, published faster than the evaluator reads them: the
+/// changes of a batch, and of the batches waiting behind it (ADR 0014), join the same sets
+/// before they are published, so each set is published far fewer times than it changed, and
+/// nothing held is lost: every set ends with its final content. (How much the hold behind a
+/// backlog saves is measured by `examples/service_throughput.rs`: the sets it stores.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_ends_with_every_final_set_published_far_fewer_times_than_it_changed(
+) -> anyhow::Result<()> {
+    const BURST: usize = 2_000;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    fleet_config(&bus, 1).await?;
+    service(&bus, (0, 0), "t0", 1, None).await?;
+    let (token, task) = start_evaluator(&nats.url());
+    wait_for("every match set", DEADLINE, || async {
+        (match_sets(&bus).await.ok()?.len() == SOURCES).then_some(())
+    })
+    .await?;
+    let mut stream = bus.jetstream().get_stream(topology::MATCH.name).await?;
+    let before = stream.info().await?.state.last_sequence;
+
+    // Services svc-1.. join team t<n % 4> with every publish ack in flight: each change alters
+    // the 25 sets of its team.
+    let id = cluster("c0");
+    let mut acks = Vec::with_capacity(BURST);
+    for n in 1..=BURST {
+        let name = format!("svc-{n}");
+        let object = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": "1",
+                         "labels": {"team": format!("t{}", n % TEAMS)}}});
+        let change = pb::ResourceChange {
+            cluster: Some(sluice_wire::cluster_ref(&id)),
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            namespace: "default".into(),
+            name: name.clone(),
+            resource_version: "1".into(),
+            object_json: serde_json::to_vec(&object)?,
+            ..Default::default()
+        };
+        let subject = topology::change_subject(
+            &sluice_wire::cluster_tokens(&id),
+            "",
+            "Service",
+            "default",
+            &name,
+        );
+        let ack = bus
+            .publish(Outgoing {
+                subject,
+                msg_id: format!("c0/{name}/1"),
+                payload: change.encode_to_vec().into(),
+                traceparent: None,
+            })
+            .await?;
+        acks.push(ack);
+    }
+    for ack in acks {
+        ack.await?;
+    }
+    until_acked(&bus, last_change_sequence(&bus).await?).await?;
+    // svc-0 (t0) and the burst's Services, by team, in the set's (name) order.
+    let team_of = |source: &str| source.trim_start_matches("es-").parse::<usize>().ok();
+    let want = |team: usize| {
+        let mut names: Vec<String> = (0..=BURST)
+            .filter(|n| n % TEAMS == team)
+            .map(|n| format!("svc-{n}"))
+            .collect();
+        names.sort();
+        names
+    };
+    let sets = wait_for("the final sets", DEADLINE, || async {
+        let sets = match_sets(&bus).await.ok()?;
+        sets.iter()
+            .all(|((_, source), s)| {
+                Some(s.names.len()) == team_of(source).map(|t| want(t % TEAMS).len())
+            })
+            .then_some(sets)
+    })
+    .await?;
+    for ((_, source), stored) in &sets {
+        let team = team_of(source).unwrap_or_default() % TEAMS;
+        assert_eq!(stored.names, want(team), "{source}");
+    }
+    let published = stream.info().await?.state.last_sequence - before;
+    let changed = (BURST * SOURCES / TEAMS) as u64;
+    assert!(
+        published * 4 <= changed,
+        "{published} sets published for {changed} set changes"
+    );
+    token.cancel();
+    task.await??;
+    Ok(())
+}
