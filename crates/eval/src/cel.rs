@@ -275,6 +275,22 @@ mod tests {
         CelRules::compile(&rules, "evaluateCEL").0
     }
 
+    /// Each rule alone gives the interpreter's answer on each object (JSON text).
+    fn answers_as_the_interpreter(texts: &[&str], objects: &[&str]) {
+        for text in texts {
+            let compiled = rules(&[text]);
+            let quick = compiled.rules[0].quick.is_some();
+            for json in objects {
+                let tape = crate::tape::Tape::parse(json.as_bytes().to_vec()).expect("valid");
+                assert_eq!(
+                    compiled.any_true(tape.root()),
+                    compiled.interpreted(tape.root()),
+                    "{text} on {json} (answered without the interpreter: {quick})"
+                );
+            }
+        }
+    }
+
     #[test]
     fn rules_see_the_selected_parts_of_resource_as_if_it_were_whole() {
         let object = json!({"metadata": {"name": "a", "labels": {"x": "1"}},
@@ -342,18 +358,7 @@ mod tests {
             r#"[]"#,
             r#""web""#,
         ];
-        for text in texts {
-            let compiled = rules(&[text]);
-            let quick = compiled.rules[0].quick.is_some();
-            for json in objects {
-                let tape = crate::tape::Tape::parse(json.as_bytes().to_vec()).expect("valid");
-                assert_eq!(
-                    compiled.any_true(tape.root()),
-                    compiled.interpreted(tape.root()),
-                    "{text} on {json} (answered without the interpreter: {quick})"
-                );
-            }
-        }
+        answers_as_the_interpreter(&texts, &objects);
         assert!(rules(&[texts[0]]).rules[0].quick.is_some());
         assert!(rules(&[texts[4]]).rules[0].quick.is_some());
         assert!(rules(&["has(resource.metadata) == true"]).rules[0]
@@ -398,18 +403,7 @@ mod tests {
             r#"{"spec": []}"#,
             r#"{}"#,
         ];
-        for text in texts {
-            let compiled = rules(&[text]);
-            let quick = compiled.rules[0].quick.is_some();
-            for json in objects {
-                let tape = crate::tape::Tape::parse(json.as_bytes().to_vec()).expect("valid");
-                assert_eq!(
-                    compiled.any_true(tape.root()),
-                    compiled.interpreted(tape.root()),
-                    "{text} on {json} (answered without the interpreter: {quick})"
-                );
-            }
-        }
+        answers_as_the_interpreter(&texts, &objects);
         for (i, text) in texts.iter().enumerate() {
             assert_eq!(rules(&[text]).rules[0].quick.is_some(), i < 6, "{text}");
         }

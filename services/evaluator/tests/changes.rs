@@ -72,6 +72,14 @@ async fn service(
     version: u32,
     trace: Option<&str>,
 ) -> anyhow::Result<()> {
+    let mut change = service_change((c, n), team, version)?;
+    change.traceparent = trace.map(|trace| format!("00-{trace}-00f067aa0ba902b7-01"));
+    bus.publish_durably(change).await?;
+    Ok(())
+}
+
+/// The ResourceChange of Service `svc-<n>` in cluster `c<c>` labelled `team: <team>`.
+fn service_change((c, n): (usize, usize), team: &str, version: u32) -> anyhow::Result<Outgoing> {
     let id = cluster(&format!("c{c}"));
     let name = format!("svc-{n}");
     let object = json!({"apiVersion": "v1", "kind": "Service",
@@ -95,14 +103,12 @@ async fn service(
         "default",
         &name,
     );
-    bus.publish_durably(Outgoing {
+    Ok(Outgoing {
         subject,
         msg_id: format!("c{c}/{name}/{version}"),
         payload: change.encode_to_vec().into(),
-        traceparent: trace.map(|trace| format!("00-{trace}-00f067aa0ba902b7-01")),
+        traceparent: None,
     })
-    .await?;
-    Ok(())
 }
 
 /// The newest MatchSet of every (cluster, EventSource) subject.
@@ -322,39 +328,12 @@ async fn a_burst_ends_with_every_final_set_published_far_fewer_times_than_it_cha
 
     // Services svc-1.. join team t<n % 4> with every publish ack in flight: each change alters
     // the 25 sets of its team.
-    let id = cluster("c0");
     let mut acks = Vec::with_capacity(BURST);
     for n in 1..=BURST {
-        let name = format!("svc-{n}");
-        let object = json!({"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": "default", "resourceVersion": "1",
-                         "labels": {"team": format!("t{}", n % TEAMS)}}});
-        let change = pb::ResourceChange {
-            cluster: Some(sluice_wire::cluster_ref(&id)),
-            api_version: "v1".into(),
-            kind: "Service".into(),
-            namespace: "default".into(),
-            name: name.clone(),
-            resource_version: "1".into(),
-            object_json: serde_json::to_vec(&object)?,
-            ..Default::default()
-        };
-        let subject = topology::change_subject(
-            &sluice_wire::cluster_tokens(&id),
-            "",
-            "Service",
-            "default",
-            &name,
+        acks.push(
+            bus.publish(service_change((0, n), &format!("t{}", n % TEAMS), 1)?)
+                .await?,
         );
-        let ack = bus
-            .publish(Outgoing {
-                subject,
-                msg_id: format!("c0/{name}/1"),
-                payload: change.encode_to_vec().into(),
-                traceparent: None,
-            })
-            .await?;
-        acks.push(ack);
     }
     for ack in acks {
         ack.await?;
