@@ -101,7 +101,7 @@ pub(crate) fn chain<'a>(
     Some(value)
 }
 
-/// [`chain`] step by step.
+/// [`chain`] step by step, with one lookup site (a smaller frame than a loop plus a last step).
 #[inline]
 fn steps<'a>(
     memo: &mut Memo<'a>,
@@ -109,18 +109,20 @@ fn steps<'a>(
     mut shape: Shape,
     names: &[Name],
 ) -> Option<Val<'a>> {
-    let (last, init) = names.split_last()?;
-    for name in init {
+    let mut names = names.iter();
+    let mut name = names.next()?;
+    loop {
         let Json::Object(entries) = node else {
             return None;
         };
-        match child(shape, name, memo.get(entries, name)?) {
+        let found = child(shape, name, memo.get(entries, name)?);
+        let Some(next) = names.next() else {
+            return Some(found);
+        };
+        match found {
             Val::J(n, s) => (node, shape) = (n, s),
             _ => return None,
         }
+        name = next;
     }
-    let Json::Object(entries) = node else {
-        return None;
-    };
-    Some(child(shape, last, memo.get(entries, last)?))
 }
