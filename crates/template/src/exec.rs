@@ -44,7 +44,9 @@ pub struct Exec<'a> {
     pub name: &'a str,
     pub engine: Engine,
     pub missing_key: MissingKey,
-    pub out: &'a mut String,
+    /// The output, owned for the render (one indirection less on every write and budget
+    /// check); `Template` takes it back afterwards, partial output on error included.
+    pub out: String,
     root: Root,
     vars: Vec<(&'a str, Val<'a>)>,
     depth: usize,
@@ -61,7 +63,7 @@ impl<'a> Exec<'a> {
         name: &'a str,
         engine: Engine,
         missing_key: MissingKey,
-        out: &'a mut String,
+        out: String,
         root: Root,
     ) -> Self {
         Exec {
@@ -190,7 +192,7 @@ impl<'a> Exec<'a> {
                 true
             }
             Some(Val::J(Json::Number(n), _)) if self.engine == Engine::Text && n.is_i64() => {
-                push_int(self.out, n.as_i64().unwrap_or_default());
+                push_int(&mut self.out, n.as_i64().unwrap_or_default());
                 true
             }
             Some(value) => {
@@ -207,7 +209,7 @@ impl<'a> Exec<'a> {
             (Engine::Text, Val::Key(k)) => return self.out.push_str(k),
             (Engine::Text, Val::J(Json::String(k), _)) => return self.out.push_str(k),
             (Engine::Text, Val::J(Json::Number(n), _)) if n.is_i64() => {
-                return push_int(self.out, n.as_i64().unwrap_or_default())
+                return push_int(&mut self.out, n.as_i64().unwrap_or_default())
             }
             (_, other) => &self.root.value_ref(other),
         };
@@ -222,7 +224,7 @@ impl<'a> Exec<'a> {
                 .out
                 .push_str(&crate::builtins::html_escape(&crate::gofmt::to_string(v))),
             (_, Value::Nil) => self.out.push_str("<no value>"),
-            (_, v) => write_value(self.out, v),
+            (_, v) => write_value(&mut self.out, v),
         }
     }
 

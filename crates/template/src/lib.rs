@@ -300,10 +300,12 @@ impl Template {
             name,
             self.options.engine,
             self.options.missing_key,
-            out,
+            std::mem::take(out),
             root,
         );
-        exec.run(main, dot).map_err(|e| *e)
+        let result = exec.run(main, dot).map_err(|e| *e);
+        *out = exec.out;
+        result
     }
 
     /// A first guess of the output size: the longest output so far, or one and a half times

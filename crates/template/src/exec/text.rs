@@ -71,7 +71,7 @@ impl<'a> Exec<'a> {
             }
         };
         if let Some(f) = piped_text(last) {
-            f(text, self.out);
+            f(text, &mut self.out);
         }
         self.text_bufs = bufs;
         Ok(true)
@@ -81,9 +81,9 @@ impl<'a> Exec<'a> {
     /// with plain verbs, printed straight to the output.
     fn print_lone_call(&mut self, cmd: &'a Command, dot: &Val<'a>) -> R<bool> {
         let mark = self.out.len();
-        let mut out = std::mem::take(self.out);
+        let mut out = std::mem::take(&mut self.out);
         let printed = self.plain_printf(cmd, dot, &mut out);
-        *self.out = out;
+        self.out = out;
         if printed {
             return Ok(true);
         }
@@ -100,7 +100,7 @@ impl<'a> Exec<'a> {
         };
         let value = self.operand(dot, op)?;
         if let Some(t) = value.as_text() {
-            text(t, self.out);
+            text(t, &mut self.out);
             return Ok(true);
         }
         // Not a string: the general call checks and converts it (the operand is re-read).
