@@ -72,6 +72,9 @@ pub struct Branch {
     pub cond: Box<crate::cond::Cond>,
     pub list: Vec<Node>,
     pub else_list: Option<Vec<Node>>,
+    /// Whether a node at the top of `list` or `else_list` declares a variable, which must end
+    /// with the list (nested blocks and template calls end their own).
+    pub declares: bool,
 }
 
 #[derive(Debug)]

@@ -126,8 +126,13 @@ impl<'a> Exec<'a> {
                 Node::If(b) => {
                     // A condition decided in place picks its list here, without the frame of
                     // the general `if`.
+                    // Lists that declare nothing need no end to their variables.
                     let flow = match (self.test(dot, &b.cond), &b.else_list) {
+                        (Some(true), _) if !b.declares => self.walk(&b.list, dot)?,
                         (Some(true), _) => self.branch(&b.list, dot)?,
+                        (Some(false), Some(else_list)) if !b.declares => {
+                            self.walk(else_list, dot)?
+                        }
                         (Some(false), Some(else_list)) => self.branch(else_list, dot)?,
                         (Some(false), None) => Flow::Normal,
                         (None, _) => self.if_or_with(b, dot, false)?,

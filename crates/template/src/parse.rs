@@ -373,11 +373,16 @@ impl Parser {
             "if" => Box::new(crate::cond::compile(&pipe)),
             _ => Box::new(crate::cond::Cond::General),
         };
+        let declares = list
+            .iter()
+            .chain(else_list.iter().flatten())
+            .any(|node| matches!(node, Node::Action(p) if !p.decl.is_empty()));
         Ok(Branch {
             pipe,
             cond,
             list,
             else_list,
+            declares,
         })
     }
 

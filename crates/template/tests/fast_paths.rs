@@ -430,3 +430,44 @@ fn range_over_a_field_chain_matches_the_general_path() {
     assert!(error.contains("no entry for key \"spec\""), "{error}");
     assert!(both(texts[6], data).is_err());
 }
+
+/// The list an `if` decided in place chose runs without ending its variables when it declares
+/// none at its top; one that declares ends them, so an outer variable of the same name shows
+/// again after the `if`.
+#[test]
+fn if_lists_with_and_without_declarations_match_the_general_path() {
+    let data = json!({"Resource": {"n": 3, "l": [1, 2, 3]}});
+    let cases = [
+        (
+            "{{ $x := 0 }}{{ if eq .Resource.n 3 }}{{ $x := 1 }}{{ $x }}{{ end }}{{ $x }}",
+            "10",
+        ),
+        (
+            "{{ $x := 0 }}{{ if eq .Resource.n 4 }}{{ else }}{{ $x := 2 }}{{ $x }}{{ end }}{{ $x }}",
+            "20",
+        ),
+        (
+            "{{ $x := 0 }}{{ if eq .Resource.n 3 }}{{ $x = 5 }}{{ end }}{{ $x }}",
+            "5",
+        ),
+        (
+            "{{ if eq .Resource.n 3 }}{{ range $v := .Resource.l }}{{ $v }}{{ end }}{{ end }}",
+            "123",
+        ),
+        (
+            "{{ if eq .Resource.n 4 }}a{{ else if eq .Resource.n 3 }}{{ $y := 7 }}{{ $y }}{{ end }}",
+            "7",
+        ),
+        (
+            "{{ range .Resource.l }}{{ if eq . 2 }}{{ break }}{{ end }}{{ . }}{{ end }}",
+            "1",
+        ),
+        (
+            "{{ range .Resource.l }}{{ if eq . 2 }}{{ continue }}{{ else }}{{ . }}{{ end }}{{ end }}",
+            "13",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
+    }
+}
