@@ -365,12 +365,9 @@ impl Evaluator {
         change: &pb::ResourceChange,
         object: Option<Arc<Tape>>,
     ) {
-        if !self.objects.contains_key(cluster) {
-            self.objects
-                .insert(cluster.clone(), ClusterObjects::default());
-        }
-        let Some(kinds) = self.objects.get_mut(cluster) else {
-            return;
+        let kinds = match self.objects.get_mut(cluster) {
+            Some(kinds) => kinds,
+            None => self.objects.entry(cluster.clone()).or_default(),
         };
         let group_kind: &dyn Two = &(group_str(&change.api_version), change.kind.as_str());
         let bucket = match kinds.get_mut(group_kind) {
