@@ -43,16 +43,28 @@ pub fn write_value(out: &mut String, value: &Value) {
 
 /// Appends a decimal integer without going through `fmt`.
 pub fn push_int(out: &mut String, i: i64) {
+    // Two digits per division: ports and counts take one or two steps.
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut buf = [0u8; 20];
     let mut n = i.unsigned_abs();
     let mut pos = buf.len();
-    loop {
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        pos -= 2;
+        buf[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        pos -= 2;
+        buf[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
         pos -= 1;
-        buf[pos] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[pos] = b'0' + n as u8;
     }
     if i < 0 {
         out.push('-');
@@ -320,3 +332,22 @@ fn is_print(c: char) -> bool {
 }
 
 pub use crate::printf::sprintf;
+
+#[cfg(test)]
+mod tests {
+    use super::push_int;
+
+    #[test]
+    fn integers_print_as_rust_prints_them() {
+        let mut values = vec![i64::MIN, i64::MIN + 1, i64::MAX, 0];
+        for digits in 0..19 {
+            let p = 10i64.pow(digits);
+            values.extend([p - 1, p, p + 1, -p + 1, -p, -p - 1, 8443, 443, -80]);
+        }
+        for i in values {
+            let mut out = String::from(">");
+            push_int(&mut out, i);
+            assert_eq!(out, format!(">{i}"));
+        }
+    }
+}
