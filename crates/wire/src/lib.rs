@@ -57,21 +57,37 @@ pub fn cluster_ref(id: &ClusterId) -> pb::ClusterRef {
 }
 
 pub fn cluster_id(r: Option<&pb::ClusterRef>, subject: &str) -> Result<ClusterId> {
-    let invalid = || Error::Invalid {
-        subject: subject.to_string(),
-        field: "cluster",
-    };
-    let r = r.ok_or_else(invalid)?;
-    let cluster_type = match pb::ClusterType::try_from(r.r#type) {
-        Ok(pb::ClusterType::Sveltos) => ClusterType::Sveltos,
-        Ok(pb::ClusterType::Capi) => ClusterType::Capi,
-        _ => return Err(invalid()),
-    };
+    let r = r.ok_or_else(|| invalid_cluster(subject))?;
     Ok(ClusterId {
-        cluster_type,
+        cluster_type: cluster_type(r, subject)?,
         namespace: r.namespace.clone(),
         name: r.name.clone(),
     })
+}
+
+/// As [`cluster_id`], taking the reference's strings instead of copying them.
+pub fn into_cluster_id(r: Option<pb::ClusterRef>, subject: &str) -> Result<ClusterId> {
+    let r = r.ok_or_else(|| invalid_cluster(subject))?;
+    Ok(ClusterId {
+        cluster_type: cluster_type(&r, subject)?,
+        namespace: r.namespace,
+        name: r.name,
+    })
+}
+
+fn cluster_type(r: &pb::ClusterRef, subject: &str) -> Result<ClusterType> {
+    match pb::ClusterType::try_from(r.r#type) {
+        Ok(pb::ClusterType::Sveltos) => Ok(ClusterType::Sveltos),
+        Ok(pb::ClusterType::Capi) => Ok(ClusterType::Capi),
+        _ => Err(invalid_cluster(subject)),
+    }
+}
+
+fn invalid_cluster(subject: &str) -> Error {
+    Error::Invalid {
+        subject: subject.to_string(),
+        field: "cluster",
+    }
 }
 
 /// The `<type>.<namespace>.<name>` tokens of a cluster in subjects.

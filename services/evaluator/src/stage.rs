@@ -51,25 +51,29 @@ pub struct Parsed {
     change: pb::ResourceChange,
     sequence: u64,
     object: Option<Arc<Tape>>,
+    /// The change's cluster, its strings taken from the change (`None`: invalid, ignored).
+    cluster: Option<ClusterId>,
 }
 
 impl Parsed {
     /// Parses the change's object; its JSON text moves into the parsed document.
     pub fn new(mut change: pb::ResourceChange, sequence: u64) -> Parsed {
         let object = parse(change.deleted, std::mem::take(&mut change.object_json));
+        let cluster = sluice_wire::into_cluster_id(change.cluster.take(), "change").ok();
         Parsed {
             change,
             sequence,
             object,
+            cluster,
         }
     }
 }
 
 /// A change parsed and evaluated, ready for the bookkeeping.
 #[derive(Default)]
-struct Prepared {
+struct Prepared<'c> {
     /// `None` when the change names no valid cluster (it is then ignored).
-    cluster: Option<ClusterId>,
+    cluster: Option<&'c ClusterId>,
     object: Option<Arc<Tape>>,
     /// (pair index, selector position, whether contents matter, outcome) for every pair
     /// watching the object's kind.
@@ -86,6 +90,15 @@ struct Watcher {
     es: Arc<CompiledEventSource>,
     /// As [`Compiled::content_matters`].
     content_matters: bool,
+}
+
+/// A change as the stage takes it in: with its stream sequence, its object parsed (`None`:
+/// deleted or unreadable) and its cluster (`None`: invalid, ignored).
+struct Input<'c> {
+    change: &'c pb::ResourceChange,
+    sequence: u64,
+    object: Option<Arc<Tape>>,
+    cluster: Option<&'c ClusterId>,
 }
 
 /// A deployed (cluster, EventSource) pair and its state.
@@ -218,15 +231,19 @@ impl Evaluator {
     /// returns the match sets they changed: one per changed (cluster, EventSource), however
     /// many changes of the batch touched it, carrying the sequence of the last of them.
     pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<EncodedSet> {
+        let clusters: Vec<Option<ClusterId>> = changes
+            .iter()
+            .map(|(change, _)| cluster_of(change))
+            .collect();
         self.absorb_batch(
             changes
                 .iter()
-                .map(|(change, sequence)| {
-                    (
-                        change,
-                        *sequence,
-                        parse(change.deleted, change.object_json.clone()),
-                    )
+                .zip(&clusters)
+                .map(|((change, sequence), cluster)| Input {
+                    change,
+                    sequence: *sequence,
+                    object: parse(change.deleted, change.object_json.clone()),
+                    cluster: cluster.as_ref(),
                 })
                 .collect(),
         );
@@ -248,7 +265,12 @@ impl Evaluator {
         self.absorb_batch(
             changes
                 .iter()
-                .map(|p| (&p.change, p.sequence, p.object.clone()))
+                .map(|p| Input {
+                    change: &p.change,
+                    sequence: p.sequence,
+                    object: p.object.clone(),
+                    cluster: p.cluster.as_ref(),
+                })
                 .collect(),
         );
     }
@@ -261,17 +283,17 @@ impl Evaluator {
     }
 
     /// Evaluates a batch and records the pairs it changed as pending.
-    fn absorb_batch(&mut self, changes: Vec<(&pb::ResourceChange, u64, Option<Arc<Tape>>)>) {
+    fn absorb_batch(&mut self, changes: Vec<Input<'_>>) {
         // Evaluating (`prepare`) only reads the stage, so a batch could be evaluated on several
         // threads; measured on the shared 2-core machine under load that was slower (45k vs
         // 78k changes/s), so it is not done.
         let mut prepared = Vec::with_capacity(changes.len());
-        for (change, _, object) in &changes {
-            prepared.push(self.prepare(change, object.clone()));
+        for input in &changes {
+            prepared.push(self.prepare(input.change, input.cluster, input.object.clone()));
         }
         let mut pending = std::mem::take(&mut self.pending);
-        for ((change, sequence, _), prepared) in changes.into_iter().zip(prepared) {
-            self.apply_prepared(change, sequence, prepared, &mut pending);
+        for (input, prepared) in changes.into_iter().zip(prepared) {
+            self.apply_prepared(input.change, input.sequence, prepared, &mut pending);
         }
         self.pending = pending;
     }
@@ -289,21 +311,28 @@ impl Evaluator {
         sequence: u64,
         dirty: &mut BTreeMap<usize, u64>,
     ) {
-        let prepared = self.prepare(change, parse(change.deleted, change.object_json.clone()));
+        let cluster = cluster_of(change);
+        let object = parse(change.deleted, change.object_json.clone());
+        let prepared = self.prepare(change, cluster.as_ref(), object);
         self.apply_prepared(change, sequence, prepared, dirty);
     }
 
     /// The pure part of a change: its cluster, its object, and the verdict of every pair
     /// watching its kind.
-    fn prepare(&self, change: &pb::ResourceChange, object: Option<Arc<Tape>>) -> Prepared {
-        let Ok(cluster) = sluice_wire::cluster_id(change.cluster.as_ref(), "change") else {
+    fn prepare<'c>(
+        &self,
+        change: &pb::ResourceChange,
+        cluster: Option<&'c ClusterId>,
+        object: Option<Arc<Tape>>,
+    ) -> Prepared<'c> {
+        let Some(cluster) = cluster else {
             return Prepared::default();
         };
         let group_kind: &dyn Two = &(group_str(&change.api_version), change.kind.as_str());
         let mut outcomes = Vec::new();
         for watcher in self
             .watchers
-            .get(&cluster)
+            .get(cluster)
             .and_then(|kinds| kinds.get(group_kind))
             .into_iter()
             .flatten()
@@ -335,13 +364,13 @@ impl Evaluator {
         &mut self,
         change: &pb::ResourceChange,
         sequence: u64,
-        prepared: Prepared,
+        prepared: Prepared<'_>,
         dirty: &mut BTreeMap<usize, u64>,
     ) {
         let Some(cluster) = prepared.cluster else {
             return;
         };
-        self.store(&cluster, change, prepared.object.clone());
+        self.store(cluster, change, prepared.object.clone());
         for (index, position, content_matters, outcome) in prepared.outcomes {
             let state = &mut self.pairs[index].state;
             let object = prepared.object.as_ref();
@@ -591,6 +620,11 @@ fn parse(deleted: bool, json: Vec<u8>) -> Option<Arc<Tape>> {
         return None;
     }
     Tape::parse(json).ok().map(Arc::new)
+}
+
+/// A change's cluster; `None` when the change names no valid cluster (it is then ignored).
+fn cluster_of(change: &pb::ResourceChange) -> Option<ClusterId> {
+    sluice_wire::cluster_id(change.cluster.as_ref(), "change").ok()
 }
 
 fn group_of(api_version: &str) -> String {
