@@ -28,6 +28,9 @@ pub enum Cond {
         any: bool,
         names: Chain,
         tests: Vec<(Fast, Value)>,
+        /// The literals when every test is `eq` with an integer: an integer field is then
+        /// decided by membership (`or`) or by all of them (`and`), without a test per literal.
+        ints: Option<Box<[i64]>>,
     },
     /// A field chain from dot, as a truth value.
     Field(Chain),
@@ -103,10 +106,18 @@ fn same_field_compares(any: bool, all: &[Cond]) -> Option<Cond> {
         }
         tests.push((*which, value.clone()));
     }
+    let ints = tests
+        .iter()
+        .map(|(which, value)| match (which, value) {
+            (Fast::Eq, Value::GoInt(i) | Value::Int(i)) => Some(*i),
+            _ => None,
+        })
+        .collect();
     field.map(|names| Cond::Compares {
         any,
         names: names.clone(),
         tests,
+        ints,
     })
 }
 

@@ -471,3 +471,34 @@ fn if_lists_with_and_without_declarations_match_the_general_path() {
         assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
     }
 }
+
+/// `or`/`and` of `eq` of one field with integer literals is decided by membership when the
+/// field is an integer; any other field (a float, a string, null, a list, a missing key) is
+/// decided literal by literal as before, errors included.
+#[test]
+fn integer_membership_conditions_match_the_general_path() {
+    let data = json!({"Resource": {"i": 8443, "neg": -2, "f": 443.5, "s": "443", "z": null,
+        "l": [443]}});
+    for field in ["i", "neg", "f", "s", "z", "l", "missing"] {
+        for (op, literals) in [
+            ("or", "(eq .Resource.F 443) (eq .Resource.F 8443)"),
+            (
+                "or",
+                "(eq .Resource.F 1) (eq .Resource.F -2) (eq .Resource.F 3)",
+            ),
+            ("and", "(eq .Resource.F 8443) (eq .Resource.F 8443)"),
+            ("and", "(eq .Resource.F 8443) (eq .Resource.F 443)"),
+            ("or", "(eq .Resource.F 1)"),
+        ] {
+            let text = format!(
+                "{{{{ if {op} {} }}}}y{{{{ else }}}}n{{{{ end }}}}",
+                literals.replace('F', field)
+            );
+            let _ = both(&text, data.clone());
+        }
+    }
+    let yes = "{{ if or (eq .Resource.i 443) (eq .Resource.i 8443) }}y{{ end }}";
+    assert_eq!(both(yes, data.clone()).as_deref(), Ok("y"));
+    let all = "{{ if and (eq .Resource.i 8443) (eq .Resource.i 443) }}y{{ else }}n{{ end }}";
+    assert_eq!(both(all, data).as_deref(), Ok("n"));
+}

@@ -22,8 +22,22 @@ impl<'a> Exec<'a> {
                 let b = self.term(dot, y)?;
                 decide(*which, a, b)
             }
-            Cond::Compares { any, names, tests } => {
+            Cond::Compares {
+                any,
+                names,
+                tests,
+                ints,
+            } => {
                 let a = self.term_field(dot, names)?;
+                // `or (eq .port 443) (eq .port 8443)` over an integer: what the tests below
+                // decide one by one.
+                if let (Some(ints), Scalar::Int(x)) = (ints, a) {
+                    return Some(if *any {
+                        ints.contains(&x)
+                    } else {
+                        ints.iter().all(|&y| y == x)
+                    });
+                }
                 for (which, value) in tests {
                     let truth = match (which, a, value) {
                         // `eq .port 443`, the common case, without the general decision.
