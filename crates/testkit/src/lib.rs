@@ -4,11 +4,13 @@
 //! domain knowledge (streams, subjects, resources): tests build that on top.
 
 mod nats;
+mod orphans;
 mod paths;
 mod process;
 mod wait;
 
 pub use nats::{NatsServer, NATS_SERVER_ENV};
+pub use orphans::die_with_parent;
 pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};
 pub use process::{ServiceProcess, TERMINATE_GRACE};
 pub use wait::{wait_for, Probe};

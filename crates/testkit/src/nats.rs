@@ -125,7 +125,7 @@ impl NatsServer {
         let log_out = log
             .try_clone()
             .context("failed to share the nats-server log")?;
-        let child = Command::new(&self.binary)
+        let child = crate::die_with_parent(&mut Command::new(&self.binary))
             .args([
                 "-js",
                 "-a",

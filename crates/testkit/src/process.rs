@@ -49,7 +49,7 @@ impl ServiceProcess {
                 command.env_remove(name);
             }
         }
-        let child = command
+        let child = crate::die_with_parent(&mut command)
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())

@@ -164,7 +164,7 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|examples| examples.parent())
         .map(|dir| dir.join("sluice-evaluator"))
         .ok_or_else(|| anyhow::anyhow!("no directory for the evaluator binary"))?;
-    let mut evaluator = std::process::Command::new(&binary)
+    let mut evaluator = sluice_testkit::die_with_parent(&mut std::process::Command::new(&binary))
         .env("SLUICE_NATS_URL", nats.url())
         .env("SLUICE_HEALTH_ADDR", "127.0.0.1:0")
         .env("RUST_LOG", "warn")
