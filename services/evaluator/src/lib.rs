@@ -132,6 +132,12 @@ pub async fn run(
         }
     }
     tracing::info!("evaluator draining");
+    // What is held goes out before the drain: a restart would recompute it from the CHANGES
+    // stream, but only after the new process has rebuilt its state.
+    if held.changes > 0 {
+        let outputs = held.flush(&mut stage)?;
+        published.add(window.publish(&bus, outputs.0, outputs.1).await? as u64);
+    }
     window.drain().await?;
     drop(parsed);
     reader.await.context("change reader panicked")??;
