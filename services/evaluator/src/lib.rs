@@ -116,13 +116,11 @@ pub async fn run(
                 // these sets first: behind a burst (a listed cluster) or a backlog, a set is
                 // published once per round, not once per batch (ADR 0014).
                 if held.changes >= MAX_HELD_CHANGES || (parsed.is_empty() && !held.behind) {
-                    let outputs = held.flush(&mut stage)?;
-                    published.add(window.publish(&bus, outputs.0, outputs.1).await? as u64);
+                    published.add(held.publish(&mut stage, &bus, &mut window).await?);
                 }
             }
             _ = tokio::time::sleep_until(held.deadline), if held.changes > 0 => {
-                let outputs = held.flush(&mut stage)?;
-                published.add(window.publish(&bus, outputs.0, outputs.1).await? as u64);
+                published.add(held.publish(&mut stage, &bus, &mut window).await?);
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
@@ -135,8 +133,7 @@ pub async fn run(
     // What is held goes out before the drain: a restart would recompute it from the CHANGES
     // stream, but only after the new process has rebuilt its state.
     if held.changes > 0 {
-        let outputs = held.flush(&mut stage)?;
-        published.add(window.publish(&bus, outputs.0, outputs.1).await? as u64);
+        published.add(held.publish(&mut stage, &bus, &mut window).await?);
     }
     window.drain().await?;
     drop(parsed);
@@ -211,18 +208,20 @@ impl Held {
         std::mem::take(self).inputs
     }
 
-    /// The sets the held changes changed, as messages, and the inputs to ack once they are
-    /// stored; nothing is held afterwards.
-    fn flush(
+    /// Publishes the sets the held changes changed through `window`, which acks the held
+    /// inputs once they are stored; nothing is held afterwards. Returns the sets published.
+    async fn publish(
         &mut self,
         stage: &mut Evaluator,
-    ) -> anyhow::Result<(Vec<Outgoing>, Vec<sluice_bus::Message>)> {
+        bus: &Bus,
+        window: &mut AckWindow,
+    ) -> anyhow::Result<u64> {
         let sets = tokio::task::block_in_place(|| stage.flush());
         let Inputs { messages, parents } = self.take();
         let outputs = match_messages(sets, "change", |set| {
             parents.get(&set.source_sequence()).map(String::as_str)
         })?;
-        Ok((outputs, messages))
+        Ok(window.publish(bus, outputs, messages).await? as u64)
     }
 }
 
