@@ -30,7 +30,7 @@ fn bench(c: &mut Criterion) {
         let template = Template::parse(&text, &options).expect("fixture parses");
         let values = event_data(&data);
         let expected = template.render(&values).expect("fixture renders");
-        let shared = Arc::new(data.clone());
+        let shared = Arc::new(sluice_template::Doc::from(&data));
         let mut group = c.benchmark_group(name);
         // What the renderer does per event and template: wrap the decoded event JSON (shared
         // by all its templates) and render; only what the template reads is converted.

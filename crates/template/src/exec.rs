@@ -9,7 +9,7 @@ mod text;
 
 pub(crate) use lookup::{chain, lookup, Memo};
 
-use serde_json::Value as Json;
+use crate::doc::Doc as Json;
 
 use crate::ast::{Arg, Branch, Command, Name, Node, Operand, Pipeline, Span, Tree};
 use crate::funcs::Ty;

@@ -6,11 +6,11 @@ mod ast;
 mod builtins;
 mod cache;
 mod cond;
+pub mod doc;
 mod exec;
 mod funcs;
 mod gofmt;
 mod gojson;
-mod key;
 mod lex;
 mod methods;
 pub mod oracle;
@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use cache::TemplateCache;
+pub use doc::{Doc, DocMap};
 pub use value::{event_data, event_data_shared, Map, MapReadGuard, MapRef, MapWriteGuard, Value};
 
 /// The template syntax and escaping.
@@ -263,7 +264,7 @@ impl Template {
     /// Renders event data given as decoded JSON, with the types [`event_data`] gives it
     /// (spec §6.8). A template that cannot modify maps reads `json` in place and converts only
     /// the parts it passes to functions: the cheapest way to render one event's data.
-    pub fn render_event(&self, json: &serde_json::Value) -> Result<String> {
+    pub fn render_event(&self, json: &Doc) -> Result<String> {
         let mut out = String::with_capacity(self.output_hint());
         self.render_event_into(json, &mut out)?;
         self.note_length(out.len());
@@ -271,13 +272,13 @@ impl Template {
     }
 
     /// [`Template::render_event`] appending to `out`; on error `out` holds partial output.
-    pub fn render_event_into(&self, json: &serde_json::Value, out: &mut String) -> Result<()> {
+    pub fn render_event_into(&self, json: &Doc, out: &mut String) -> Result<()> {
         match &self.inner {
             Inner::Go { src, tree, main } if !tree.mutates && json.is_object() => {
                 let dot = val::Val::J(json, val::Shape::EventRoot);
                 self.run_go(src, tree, main, dot, val::Root(None), out)
             }
-            _ => self.render_into(&event_data(json), out),
+            _ => self.render_into(&value::doc_event_data(json), out),
         }
     }
 

@@ -5,7 +5,7 @@ use serde_json::{json, Value as Json};
 
 use std::sync::Arc;
 
-use crate::{event_data_shared, Engine, MissingKey, Options, Template};
+use crate::{event_data_shared, Doc, Engine, MissingKey, Options, Template};
 
 /// The oracle's default template name.
 pub const DEFAULT_NAME: &str = "sluice-conformance";
@@ -67,8 +67,8 @@ fn render_request(request: &Json) -> Result<String, String> {
         .unwrap_or(DEFAULT_NAME)
         .to_string();
     let data = match fields.get("data") {
-        None | Some(Json::Null) => event_data_shared(Arc::new(json!({}))),
-        Some(d @ Json::Object(_)) => event_data_shared(Arc::new(d.clone())),
+        None | Some(Json::Null) => event_data_shared(Arc::new(Doc::object::<&str>([]))),
+        Some(d @ Json::Object(_)) => event_data_shared(Arc::new(Doc::from(d))),
         Some(_) => return Err("data must be a JSON object".into()),
     };
     let options = Options {

@@ -3,10 +3,10 @@
 //! templates that call no map-mutating function, where the identity of maps is unobservable;
 //! this module does not decide that (see `Template::render_into`).
 
-use serde_json::Value as Json;
+use crate::doc::Doc as Json;
 
 use crate::value::{
-    event_data, event_entry, event_value, lazy_value, object_reference, JsonRef, Map, Value,
+    doc_event_data, event_entry, event_value, lazy_value, object_reference, JsonRef, Map, Value,
 };
 
 /// How the event-manager Go types apply to a borrowed JSON node.
@@ -173,7 +173,7 @@ impl Root {
             // Borrowed data without a shared document behind it: convert eagerly.
             return match shape {
                 Shape::Plain => Value::from(j),
-                Shape::EventRoot => event_data(j),
+                Shape::EventRoot => doc_event_data(j),
                 Shape::EventMaps => match j {
                     Json::Array(items) => Value::list(
                         items

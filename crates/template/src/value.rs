@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::doc::Doc;
+
 /// The entries of a map value, in Go's printing order (sorted keys).
 pub type Map = BTreeMap<String, Value>;
 
@@ -155,10 +157,10 @@ impl MapRef {
                 return;
             }
             let mut map = std::mem::take(children);
-            if let serde_json::Value::Object(entries) = json.get() {
+            if let Doc::Object(entries) = json.get() {
                 for (k, v) in entries {
                     if !map.contains_key(k) {
-                        map.insert(k.clone(), lazy_value(&json.child(v)));
+                        map.insert(k.to_string(), lazy_value(&json.child(v)));
                     }
                 }
             }
@@ -233,12 +235,12 @@ impl MapRef {
 /// A node of a shared JSON document that is never modified.
 #[derive(Clone)]
 pub(crate) struct JsonRef {
-    root: Arc<serde_json::Value>,
-    node: std::ptr::NonNull<serde_json::Value>,
+    root: Arc<Doc>,
+    node: std::ptr::NonNull<Doc>,
 }
 
 // SAFETY: `node` points into `*root`, which `root` keeps alive and which is never mutated (the
-// Arc is only ever read through shared references). `serde_json::Value` is Send and Sync, so
+// Arc is only ever read through shared references). `Doc` is Send and Sync, so
 // sharing a reference into it across threads is sound.
 unsafe impl Send for JsonRef {}
 unsafe impl Sync for JsonRef {}
@@ -250,18 +252,18 @@ impl std::fmt::Debug for JsonRef {
 }
 
 impl JsonRef {
-    fn new(root: Arc<serde_json::Value>) -> JsonRef {
+    fn new(root: Arc<Doc>) -> JsonRef {
         let node = std::ptr::NonNull::from(&*root);
         JsonRef { root, node }
     }
 
-    pub(crate) fn get(&self) -> &serde_json::Value {
+    pub(crate) fn get(&self) -> &Doc {
         // SAFETY: see the Send/Sync impls: the pointee lives as long as `self.root`.
         unsafe { self.node.as_ref() }
     }
 
     /// A reference to `node`, which must have been reached from `self.get()`.
-    pub(crate) fn child(&self, node: &serde_json::Value) -> JsonRef {
+    pub(crate) fn child(&self, node: &Doc) -> JsonRef {
         JsonRef {
             root: Arc::clone(&self.root),
             node: std::ptr::NonNull::from(node),
@@ -272,8 +274,8 @@ impl JsonRef {
 /// One level of conversion: scalars become values, objects lazy maps, arrays lists of those.
 pub(crate) fn lazy_value(j: &JsonRef) -> Value {
     match j.get() {
-        serde_json::Value::Object(_) => Value::Map(MapRef::lazy(j.clone())),
-        serde_json::Value::Array(items) => Value::list(
+        Doc::Object(_) => Value::Map(MapRef::lazy(j.clone())),
+        Doc::Array(items) => Value::list(
             items
                 .iter()
                 .map(|item| lazy_value(&j.child(item)))
@@ -419,14 +421,36 @@ impl From<&serde_json::Value> for Value {
 
 impl From<serde_json::Value> for Value {
     fn from(json: serde_json::Value) -> Self {
-        Value::from_shared_json(Arc::new(json))
+        Value::from_shared_json(Arc::new(Doc::from(&json)))
+    }
+}
+
+/// The same number rule over the event's document.
+impl From<&Doc> for Value {
+    fn from(json: &Doc) -> Self {
+        match json {
+            Doc::Null => Value::Nil,
+            Doc::Bool(b) => Value::Bool(*b),
+            Doc::Number(n) => match n.as_i64() {
+                Some(i) => Value::Int(i),
+                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Doc::String(s) => Value::str(s),
+            Doc::Array(items) => Value::list(items.iter().map(Value::from).collect()),
+            Doc::Object(entries) => Value::map(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Value::from(v)))
+                    .collect(),
+            ),
+        }
     }
 }
 
 impl Value {
     /// A value over a shared JSON document that converts only what templates read (see
-    /// [`MapRef`]); same number rule as `From<&serde_json::Value>`.
-    pub fn from_shared_json(json: Arc<serde_json::Value>) -> Value {
+    /// [`MapRef`]); same number rule as `From<&Doc>`.
+    pub fn from_shared_json(json: Arc<Doc>) -> Value {
         lazy_value(&JsonRef::new(json))
     }
 }
@@ -467,13 +491,18 @@ impl From<f64> for Value {
 /// `.Resources`/`.CloudEvents` likewise, and `.MatchingResource(s)` are `ObjectReference`s whose
 /// absent fields are empty strings.
 pub fn event_data(json: &serde_json::Value) -> Value {
+    doc_event_data(&Doc::from(json))
+}
+
+/// [`event_data`] of the event's document.
+pub fn doc_event_data(json: &Doc) -> Value {
     build_event_data(json, &|v| Value::from(v))
 }
 
 /// [`event_data`] over a shared JSON document, converting only what templates read: the cheap
 /// way to give one event's data to many templates. Wrapping costs one allocation; templates
 /// that cannot modify maps read the JSON in place.
-pub fn event_data_shared(json: Arc<serde_json::Value>) -> Value {
+pub fn event_data_shared(json: Arc<Doc>) -> Value {
     let root = JsonRef::new(json);
     if !root.get().is_object() {
         return lazy_value(&root);
@@ -491,18 +520,15 @@ fn event_map(root: &JsonRef) -> Map {
 }
 
 /// The top-level event value of `node` (reached from `root`), as [`event_data_shared`] sees it.
-pub(crate) fn event_value(root: &JsonRef, node: &serde_json::Value) -> Value {
+pub(crate) fn event_value(root: &JsonRef, node: &Doc) -> Value {
     match node {
-        serde_json::Value::Object(_) => Value::map(event_map(&root.child(node))),
+        Doc::Object(_) => Value::map(event_map(&root.child(node))),
         other => lazy_value(&root.child(other)),
     }
 }
 
 /// `.Resources`/`.CloudEvents` entries: a `null` entry is an empty map.
-pub(crate) fn event_entry(
-    convert: &dyn Fn(&serde_json::Value) -> Value,
-    item: &serde_json::Value,
-) -> Value {
+pub(crate) fn event_entry(convert: &dyn Fn(&Doc) -> Value, item: &Doc) -> Value {
     if item.is_null() {
         Value::map(Map::new())
     } else {
@@ -510,39 +536,34 @@ pub(crate) fn event_entry(
     }
 }
 
-fn build_event_data(
-    json: &serde_json::Value,
-    convert: &dyn Fn(&serde_json::Value) -> Value,
-) -> Value {
+fn build_event_data(json: &Doc, convert: &dyn Fn(&Doc) -> Value) -> Value {
     if !json.is_object() {
         return convert(json);
     }
     Value::map(build_event_map(json, convert))
 }
 
-fn build_event_map(json: &serde_json::Value, convert: &dyn Fn(&serde_json::Value) -> Value) -> Map {
+fn build_event_map(json: &Doc, convert: &dyn Fn(&Doc) -> Value) -> Map {
     let mut map = Map::new();
-    let serde_json::Value::Object(entries) = json else {
+    let Doc::Object(entries) = json else {
         return map;
     };
     for (key, value) in entries {
-        let converted = match (key.as_str(), value) {
-            ("Resource" | "CloudEvent" | "Cluster", serde_json::Value::Null) => {
-                Value::map(Map::new())
-            }
-            ("Resources" | "CloudEvents", serde_json::Value::Array(items)) => Value::list(
+        let converted = match (key, value) {
+            ("Resource" | "CloudEvent" | "Cluster", Doc::Null) => Value::map(Map::new()),
+            ("Resources" | "CloudEvents", Doc::Array(items)) => Value::list(
                 items
                     .iter()
                     .map(|item| event_entry(convert, item))
                     .collect(),
             ),
             ("MatchingResource", item) => object_reference(item),
-            ("MatchingResources", serde_json::Value::Array(items)) => {
+            ("MatchingResources", Doc::Array(items)) => {
                 Value::list(items.iter().map(object_reference).collect())
             }
             _ => convert(value),
         };
-        map.insert(key.clone(), converted);
+        map.insert(key.to_string(), converted);
     }
     map
 }
@@ -557,7 +578,7 @@ const OBJECT_REFERENCE_FIELDS: [&str; 7] = [
     "UID",
 ];
 
-pub(crate) fn object_reference(json: &serde_json::Value) -> Value {
+pub(crate) fn object_reference(json: &Doc) -> Value {
     let mut map = Map::new();
     for field in OBJECT_REFERENCE_FIELDS {
         let value = json.get(field).and_then(|v| v.as_str()).unwrap_or_default();

@@ -65,7 +65,7 @@ fn other_answer(request: &Json, borrowed: bool) -> Json {
         Err(e) => return json!({ "error": e.to_string() }),
     };
     let rendered = if borrowed {
-        template.render_event(&request["data"])
+        template.render_event(&sluice_template::Doc::from(&request["data"]))
     } else {
         template.render(&sluice_template::event_data(&request["data"]))
     };

@@ -581,8 +581,13 @@ fn borrowed_data_ranges_over_sorted_keys_and_keeps_event_types() {
                 {{ .MatchingResource.Name }}/{{ .MatchingResource.Kind }}|{{ index .Resources 0 }}";
     let expected = "app=a;b=1;tier=web;zone=z;0|x|svc/|map[]";
     let template = Template::parse(text, &Options::default()).expect("parses");
-    assert_eq!(template.render_event(&data).expect("borrowed"), expected);
-    let shared = sluice_template::event_data_shared(Arc::new(data.clone()));
+    assert_eq!(
+        template
+            .render_event(&sluice_template::Doc::from(&data))
+            .expect("borrowed"),
+        expected
+    );
+    let shared = sluice_template::event_data_shared(Arc::new(sluice_template::Doc::from(&data)));
     assert_eq!(template.render(&shared).expect("shared"), expected);
     assert_eq!(
         template.render(&event_data(&data)).expect("eager"),

@@ -9,7 +9,9 @@ use sluice_template::{event_data, MissingKey, Options, Template};
 /// agree, output or error text.
 fn both(text: &str, data: serde_json::Value) -> Result<String, String> {
     let template = Template::parse(text, &Options::default()).map_err(|e| e.to_string())?;
-    let fast = template.render_event(&data).map_err(|e| e.to_string());
+    let fast = template
+        .render_event(&sluice_template::Doc::from(&data))
+        .map_err(|e| e.to_string());
     let general = template
         .render(&event_data(&data))
         .map_err(|e| e.to_string());
@@ -73,12 +75,14 @@ fn output_longer_than_the_first_guess_and_shorter_later_renders() {
         .map(|i| json!({"metadata": {"name": format!("service-{i}")}}))
         .collect();
     let long = template
-        .render_event(&json!({ "Resources": many }))
+        .render_event(&sluice_template::Doc::from(json!({ "Resources": many })))
         .expect("renders");
     assert_eq!(long.lines().count(), 500);
     assert!(long.starts_with("service-0\nservice-1\n"));
     let short = template
-        .render_event(&json!({"Resources": [{"metadata": {"name": "one"}}]}))
+        .render_event(&sluice_template::Doc::from(
+            json!({"Resources": [{"metadata": {"name": "one"}}]}),
+        ))
         .expect("renders");
     assert_eq!(short, "one\n");
 }
@@ -407,7 +411,9 @@ fn range_over_a_field_chain_matches_the_general_path() {
         };
         for text in texts {
             let template = Template::parse(text, &options).expect(text);
-            let fast = template.render_event(&data).map_err(|e| e.to_string());
+            let fast = template
+                .render_event(&sluice_template::Doc::from(&data))
+                .map_err(|e| e.to_string());
             let general = template
                 .render(&event_data(&data))
                 .map_err(|e| e.to_string());

@@ -39,7 +39,9 @@ pub fn event_source_name(
         "ClusterNamespace": cluster.id.namespace,
         "ClusterName": cluster.id.name,
     });
-    let name = template.render_event(&data).map_err(fail)?;
+    let name = template
+        .render_event(&sluice_template::Doc::from(&data))
+        .map_err(fail)?;
     Ok(match name.as_str() {
         // libsveltos returns the cluster namespace for an empty result.
         "" => cluster.id.namespace.clone(),

@@ -17,7 +17,7 @@ use sluice_domain::config::ConfigState;
 use sluice_domain::eventtrigger::EventTrigger;
 use sluice_domain::naming;
 use sluice_proto::v1 as pb;
-use sluice_template::{Engine, TemplateCache};
+use sluice_template::{Doc, Engine, TemplateCache};
 
 use render::Renderer;
 
@@ -62,32 +62,31 @@ pub fn desired_state(
         &cluster.id,
         &report.event_source,
     );
-    let resources: Vec<Value> = report
+    // Decoded straight into the templates' document (ADR 0015): no `serde_json::Value` between.
+    let resources: Vec<Doc> = report
         .resources
         .iter()
         .filter_map(|r| serde_json::from_slice(r).ok())
         .collect();
+    let cluster_doc = Doc::from(&cluster.object);
     let renderer = Renderer::new(ctx, trigger, cluster);
     let mut out = Vec::new();
     if trigger.one_for_event {
-        let items: Vec<(pb::ObjectRef, Value)> = if resources.is_empty() {
+        let items: Vec<(pb::ObjectRef, Doc)> = if resources.is_empty() {
             report
                 .matching
                 .iter()
-                .map(|m| (m.clone(), Value::Null))
+                .map(|m| (m.clone(), Doc::Null))
                 .collect()
         } else {
-            resources
-                .iter()
-                .map(|r| (sluice_wire::object_ref(r), r.clone()))
-                .collect()
+            resources.into_iter().map(|r| (object_ref(&r), r)).collect()
         };
         for (matching, resource) in items {
-            let data = json!({
-                "MatchingResource": object_reference(&matching),
-                "Resource": resource,
-                "Cluster": cluster.object,
-            });
+            let data = Doc::object([
+                ("MatchingResource", object_reference(&matching)),
+                ("Resource", resource),
+                ("Cluster", cluster_doc.clone()),
+            ]);
             // Generators first, with the base labels only (event-manager gives their outputs no
             // per-resource label, so `nameFormat` must be unique per resource).
             out.extend(renderer.generated(&base, &data)?);
@@ -96,11 +95,14 @@ pub fn desired_state(
             out.extend(renderer.profile(&labels, &data)?);
         }
     } else if !report.matching.is_empty() {
-        let data = json!({
-            "MatchingResources": report.matching.iter().map(object_reference).collect::<Vec<_>>(),
-            "Resources": resources,
-            "Cluster": cluster.object,
-        });
+        let data = Doc::object([
+            (
+                "MatchingResources",
+                Doc::Array(report.matching.iter().map(object_reference).collect()),
+            ),
+            ("Resources", Doc::Array(resources.into_boxed_slice())),
+            ("Cluster", cluster_doc),
+        ]);
         out.extend(renderer.generated(&base, &data)?);
         out.extend(renderer.profile(&base, &data)?);
     }
@@ -141,13 +143,13 @@ pub fn cloud_event_state(
         attribute("source").to_string(),
         attribute("subject").to_string(),
     );
-    let data = if trigger.one_for_event {
+    let data = Doc::from(&if trigger.one_for_event {
         json!({"MatchingResource": {}, "Resource": null, "CloudEvent": event,
                "Cluster": cluster.object})
     } else {
         json!({"MatchingResources": [], "Resources": [], "CloudEvents": [event],
                "Cluster": cluster.object})
-    };
+    });
     let action_text = trigger.cloud_event_action.as_deref().unwrap_or("Create");
     let action = match renderer
         .render(action_text, &data, Engine::Text, "spec.cloudEventAction")?
@@ -179,8 +181,26 @@ pub fn cloud_event_state(
 }
 
 /// corev1.ObjectReference with Go field names, as templates see `.MatchingResource`.
-fn object_reference(r: &pb::ObjectRef) -> Value {
-    json!({"APIVersion": r.api_version, "Kind": r.kind, "Namespace": r.namespace, "Name": r.name})
+fn object_reference(r: &pb::ObjectRef) -> Doc {
+    let text = |s: &str| Doc::String(s.into());
+    Doc::object([
+        ("APIVersion", text(&r.api_version)),
+        ("Kind", text(&r.kind)),
+        ("Namespace", text(&r.namespace)),
+        ("Name", text(&r.name)),
+    ])
+}
+
+/// The reference of a matched resource, as `sluice_wire::object_ref` reads it from JSON.
+fn object_ref(object: &Doc) -> pb::ObjectRef {
+    let text = |d: Option<&Doc>| d.and_then(Doc::as_str).unwrap_or("").to_string();
+    let metadata = object.get("metadata");
+    pb::ObjectRef {
+        api_version: text(object.get("apiVersion")),
+        kind: text(object.get("kind")),
+        namespace: text(metadata.and_then(|m| m.get("namespace"))),
+        name: text(metadata.and_then(|m| m.get("name"))),
+    }
 }
 
 /// One object per (kind, namespace, name), the last rendering winning, in first-seen order

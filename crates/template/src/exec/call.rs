@@ -2,7 +2,7 @@
 //! and the builtins templates call most (`eq ne lt le gt ge not len index`) evaluated over
 //! borrowed data without converting it. Everything else gets owned `Value` arguments.
 
-use serde_json::Value as Json;
+use crate::doc::Doc as Json;
 
 use super::{lookup, Exec, R};
 use crate::ast::{Arg, Operand, Pipeline, Span};

@@ -3,7 +3,7 @@
 //! pipeline, which reads nothing this did not read (lookups only) and so gives the same result
 //! or error.
 
-use serde_json::Value as Json;
+use crate::doc::Doc as Json;
 
 use super::{chain, lookup, Exec};
 use crate::ast::Chain;

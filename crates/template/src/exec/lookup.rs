@@ -5,68 +5,39 @@
 
 use std::sync::Arc;
 
-use serde_json::Value as Json;
+use crate::doc::Doc as Json;
 
 use crate::ast::{Chain, Name};
-use crate::key::Key;
+use crate::doc::DocMap;
 use crate::val::{child, Shape, Val};
-
-/// Slots of the direct-mapped memo (a power of two).
-const SLOTS: usize = 64;
 
 /// Slots of the memo of whole chains (a power of two).
 const CHAINS: usize = 32;
 
-/// Remembers `(object, name) -> entry` lookups of one render, by address: names are shared per
-/// distinct text at parse time (`ast::Names`), objects are borrowed for the whole render. Also
-/// remembers whole chains of two names or more, `(object, chain) -> node`, by the address and
-/// length of the chain (equal chains are shared too): `.Resource.metadata.name` on every line
-/// of a template is then one lookup.
+/// Remembers whole chains of two names or more, `(object, chain) -> node`, for one render, by
+/// the address of the object (borrowed for the whole render) and the address and length of
+/// the chain (equal chains of a template are shared at parse time, `ast::Names`):
+/// `.Resource.metadata.name` on every line of a template is then one lookup. Single keys are
+/// not remembered: a lookup in a small object costs less than the memo's own bookkeeping.
 pub struct Memo<'a> {
-    slots: [(usize, usize, Option<&'a Json>); SLOTS],
     chains: [ChainSlot<'a>; CHAINS],
 }
 
 /// A remembered chain: the object's address, the chain's address and length, and the node.
 type ChainSlot<'a> = (usize, usize, usize, Option<(&'a Json, Shape)>);
 
-impl<'a> Memo<'a> {
+impl Memo<'_> {
     pub fn new() -> Self {
         Memo {
-            slots: [(0, 0, None); SLOTS],
             chains: [(0, 0, 0, None); CHAINS],
         }
     }
-
-    /// The entry `name` of `entries`, remembered.
-    #[inline]
-    pub fn get(
-        &mut self,
-        entries: &'a serde_json::Map<String, Json>,
-        name: &Name,
-    ) -> Option<&'a Json> {
-        let object = entries as *const _ as usize;
-        let key = name.as_ptr() as usize;
-        let slot = (object >> 3 ^ key >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
-        let entry = &mut self.slots[slot % SLOTS];
-        if entry.0 == object && entry.1 == key {
-            if let Some(found) = entry.2 {
-                return Some(found);
-            }
-        }
-        let found = lookup(entries, name)?;
-        *entry = (object, key, Some(found));
-        Some(found)
-    }
 }
 
-/// A key lookup in a JSON object (a sorted map, ADR 0011), comparing keys inline (`Key`).
+/// A key lookup in a JSON object (sorted entries with inline key heads, ADR 0015).
 #[inline]
-pub(crate) fn lookup<'j>(
-    entries: &'j serde_json::Map<String, Json>,
-    key: &str,
-) -> Option<&'j Json> {
-    entries.get(Key::new(key))
+pub(crate) fn lookup<'j>(entries: &'j DocMap, key: &str) -> Option<&'j Json> {
+    entries.get(key)
 }
 
 /// A field chain over borrowed JSON when every step finds its key; `None` leaves missing keys,
@@ -82,7 +53,7 @@ pub(crate) fn chain<'a>(
     // appears more than once in the template, and only those are worth remembering (a chain
     // read once per render would pay for the memo and gain nothing).
     if names.len() < 2 || Arc::strong_count(names) < 2 {
-        return steps(memo, node, shape, names);
+        return steps(node, shape, names);
     }
     let object = node as *const Json as usize;
     let (key, len) = (names.as_ptr() as usize, names.len());
@@ -94,7 +65,7 @@ pub(crate) fn chain<'a>(
     ) {
         return Some(Val::J(found, shape));
     }
-    let value = steps(memo, node, shape, names)?;
+    let value = steps(node, shape, names)?;
     if let Val::J(found, shape) = value {
         memo.chains[slot % CHAINS] = (object, key, len, Some((found, shape)));
     }
@@ -103,19 +74,14 @@ pub(crate) fn chain<'a>(
 
 /// [`chain`] step by step, with one lookup site (a smaller frame than a loop plus a last step).
 #[inline]
-fn steps<'a>(
-    memo: &mut Memo<'a>,
-    mut node: &'a Json,
-    mut shape: Shape,
-    names: &[Name],
-) -> Option<Val<'a>> {
+fn steps<'a>(mut node: &'a Json, mut shape: Shape, names: &[Name]) -> Option<Val<'a>> {
     let mut names = names.iter();
     let mut name = names.next()?;
     loop {
         let Json::Object(entries) = node else {
             return None;
         };
-        let found = child(shape, name, memo.get(entries, name)?);
+        let found = child(shape, name, lookup(entries, name)?);
         let Some(next) = names.next() else {
             return Some(found);
         };

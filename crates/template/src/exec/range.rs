@@ -2,7 +2,7 @@
 //! (a JSON object is a sorted map, ADR 0011), `$i, $v` bindings, `break`/`continue`, `else`
 //! for empty collections, and a step of the budget per iteration.
 
-use serde_json::Value as Json;
+use crate::doc::Doc as Json;
 
 use super::{chain, Exec, Flow, MAX_STEPS, R};
 use crate::ast::{Arg, Branch, Operand};

@@ -8,6 +8,7 @@ use base64::Engine as _;
 use serde_json::{json, Map, Value};
 use sluice_domain::config::annotations_of;
 use sluice_domain::naming;
+use sluice_template::Doc;
 
 use super::render::Renderer;
 use super::{Desired, RenderError, CLUSTER_PROFILE_SECRET_TYPE};
@@ -64,7 +65,7 @@ impl<'a> Renderer<'a> {
         place: &str,
         source: &Source<'_>,
         labels: &BTreeMap<String, String>,
-        data: &Value,
+        data: &Doc,
         name: Option<String>,
     ) -> Result<Desired, RenderError> {
         let mut labels = labels.clone();
@@ -130,7 +131,7 @@ impl<'a> Renderer<'a> {
     pub(super) fn generated(
         &self,
         labels: &BTreeMap<String, String>,
-        data: &Value,
+        data: &Doc,
     ) -> Result<Vec<Desired>, RenderError> {
         let generators = [
             (

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use sluice_domain::eventtrigger::PolicyRef;
 use sluice_domain::naming;
-use sluice_template::Engine;
+use sluice_template::{Doc, Engine};
 
 use super::render::Renderer;
 use super::{Desired, RenderError};
@@ -17,7 +17,7 @@ impl<'a> Renderer<'a> {
     pub(super) fn profile(
         &self,
         labels: &BTreeMap<String, String>,
-        data: &Value,
+        data: &Doc,
     ) -> Result<Vec<Desired>, RenderError> {
         let name = match &self.trigger.profile_name_format {
             Some(format) => self.render(format, data, Engine::Text, "spec.profileNameFormat")?,
@@ -90,7 +90,7 @@ impl<'a> Renderer<'a> {
     }
 
     /// `clusterRefs` to the source cluster, or the destination selector/cluster (spec §6.7).
-    fn destination(&self, spec: &mut Map<String, Value>, data: &Value) -> Result<(), RenderError> {
+    fn destination(&self, spec: &mut Map<String, Value>, data: &Doc) -> Result<(), RenderError> {
         if let Some(selector) = &self.trigger.destination_cluster_selector {
             spec.insert("clusterSelector".into(), json!(selector));
         }
@@ -115,7 +115,7 @@ impl<'a> Renderer<'a> {
         index: usize,
         reference: &'a PolicyRef,
         labels: &BTreeMap<String, String>,
-        data: &Value,
+        data: &Doc,
     ) -> Result<Option<(Value, Option<Desired>)>, RenderError> {
         let place = format!("spec.policyRefs[{index}]");
         let namespace =
@@ -163,7 +163,7 @@ impl<'a> Renderer<'a> {
         &self,
         item: &Value,
         labels: &BTreeMap<String, String>,
-        data: &Value,
+        data: &Doc,
         place: &str,
         instantiated: &mut Vec<Desired>,
     ) -> Result<Value, RenderError> {
@@ -194,7 +194,7 @@ impl<'a> Renderer<'a> {
         &self,
         entry: &Value,
         labels: &BTreeMap<String, String>,
-        data: &Value,
+        data: &Doc,
         place: &str,
         instantiated: &mut Vec<Desired>,
     ) -> Result<Value, RenderError> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use sluice_domain::cluster::Cluster;
 use sluice_domain::eventtrigger::EventTrigger;
-use sluice_template::{Engine, MissingKey, Options, Template};
+use sluice_template::{Doc, Engine, MissingKey, Options, Template};
 
 use super::{Context, RenderError, ENGINE_ANNOTATION};
 
@@ -69,7 +69,7 @@ impl<'a> Renderer<'a> {
     pub(super) fn render(
         &self,
         text: &str,
-        data: &Value,
+        data: &Doc,
         engine: Engine,
         place: &str,
     ) -> Result<String, RenderError> {
@@ -86,7 +86,7 @@ impl<'a> Renderer<'a> {
     pub(super) fn namespace(
         &self,
         text: &str,
-        data: &Value,
+        data: &Doc,
         place: &str,
     ) -> Result<String, RenderError> {
         match text {
@@ -105,7 +105,7 @@ impl<'a> Renderer<'a> {
     pub(super) fn templated_list(
         &self,
         items: &[Value],
-        data: &Value,
+        data: &Doc,
         place: &str,
     ) -> Result<Vec<Value>, RenderError> {
         items
@@ -120,7 +120,7 @@ impl<'a> Renderer<'a> {
     pub(super) fn templated(
         &self,
         value: &Value,
-        data: &Value,
+        data: &Doc,
         place: &str,
     ) -> Result<Value, RenderError> {
         Ok(match value {
