@@ -101,19 +101,13 @@ impl<'a> Exec<'a> {
     }
 
     fn walk_nodes(&mut self, list: &'a [Node], dot: &Val<'a>) -> R<Flow> {
+        // The budget is charged a list at a time: every loop walks its body as a list, so a
+        // runaway loop is stopped within one iteration, and a node costs no check of its own.
+        self.steps += list.len() as u64;
+        if self.steps > MAX_STEPS || self.out.len() > MAX_OUTPUT {
+            return Err(self.over_budget());
+        }
         for node in list {
-            self.steps += 1;
-            if self.steps > MAX_STEPS || self.out.len() > MAX_OUTPUT {
-                let what = if self.steps > MAX_STEPS {
-                    "steps"
-                } else {
-                    "output bytes"
-                };
-                return Err(self.error(
-                    Span::default(),
-                    format!("template exceeded its budget of {what}"),
-                ));
-            }
             match node {
                 Node::Text(t) => self.out.push_str(t),
                 Node::Action(pipe) => {
@@ -156,6 +150,19 @@ impl<'a> Exec<'a> {
         Ok(Flow::Normal)
     }
 
+    #[cold]
+    fn over_budget(&self) -> Box<Error> {
+        let what = if self.steps > MAX_STEPS {
+            "steps"
+        } else {
+            "output bytes"
+        };
+        self.error(
+            Span::default(),
+            format!("template exceeded its budget of {what}"),
+        )
+    }
+
     /// Any other action. Out of line: inlined, its locals would widen the frame of every `walk`.
     #[inline(never)]
     fn action(&mut self, pipe: &'a Pipeline, dot: &Val<'a>) -> R<()> {
@@ -174,9 +181,13 @@ impl<'a> Exec<'a> {
     #[inline]
     fn print_lone(&mut self, pipe: &'a Pipeline, dot: &Val<'a>) -> bool {
         let value = match (pipe.lone_operand(), dot) {
-            (Some(Arg::Field(names)), Val::J(node, shape)) => {
-                chain(&mut self.memo, node, *shape, names)
-            }
+            (Some(Arg::Field(names)), Val::J(node, shape)) => match (&names[..], node) {
+                // `{{ .port }}`: one lookup, without the chain's frame.
+                ([name], Json::Object(entries)) => {
+                    lookup(entries, name).map(|found| child(*shape, name, found))
+                }
+                _ => chain(&mut self.memo, node, *shape, names),
+            },
             (Some(Arg::Variable(name, names)), _) => {
                 match self.vars.iter().rev().find(|(n, _)| same(n, name)) {
                     Some((_, value)) if names.is_empty() => Some(value.clone()),

@@ -84,6 +84,10 @@ impl<'a> Exec<'a> {
         let Val::J(node, shape) = dot else {
             return None;
         };
+        if let ([name], Json::Object(entries)) = (&names[..], node) {
+            // `.port`: one lookup, without the chain's frame.
+            return scalar_of(child(*shape, name, lookup(entries, name)?));
+        }
         scalar_of(chain(&mut self.memo, node, *shape, names)?)
     }
 

@@ -72,23 +72,26 @@ pub(crate) fn chain<'a>(
     Some(value)
 }
 
-/// [`chain`] step by step, with one lookup site (a smaller frame than a loop plus a last step).
+/// [`chain`] step by step. Only the first step can meet event data's types (`child`): below
+/// the top level every node is plain data, so the later steps are bare lookups.
 #[inline]
-fn steps<'a>(mut node: &'a Json, mut shape: Shape, names: &[Name]) -> Option<Val<'a>> {
-    let mut names = names.iter();
-    let mut name = names.next()?;
-    loop {
+fn steps<'a>(node: &'a Json, shape: Shape, names: &[Name]) -> Option<Val<'a>> {
+    let (first, rest) = names.split_first()?;
+    let Json::Object(entries) = node else {
+        return None;
+    };
+    let found = child(shape, first, lookup(entries, first)?);
+    if rest.is_empty() {
+        return Some(found);
+    }
+    let Val::J(mut node, _) = found else {
+        return None;
+    };
+    for name in rest {
         let Json::Object(entries) = node else {
             return None;
         };
-        let found = child(shape, name, lookup(entries, name)?);
-        let Some(next) = names.next() else {
-            return Some(found);
-        };
-        match found {
-            Val::J(n, s) => (node, shape) = (n, s),
-            _ => return None,
-        }
-        name = next;
+        node = lookup(entries, name)?;
     }
+    Some(Val::J(node, Shape::Plain))
 }
