@@ -1,6 +1,6 @@
-//! The borrowed-data fast paths of `Template::render_event` (remembered key lookups, printing
-//! a field chain, comparisons over borrowed scalars, the output size guess) give what the
-//! general path gives, including its errors.
+//! The borrowed-data fast paths of `Template::render_event` (lookups in the event's `Doc`,
+//! remembered chains, printing a field chain, comparisons over borrowed scalars, the output
+//! size guess) give what the general path gives, including its errors.
 
 use serde_json::json;
 use sluice_template::{event_data, MissingKey, Options, Template};
@@ -29,6 +29,64 @@ fn same_key_of_different_objects_is_looked_up_per_object() {
         {{ range .spec.ports }}{{ if or (eq .port 443) (eq .port 8443) }}{{ .port }},{{ end }}{{ end }}\
         {{ end }}{{ .Cluster.metadata.name }}";
     assert_eq!(both(text, data).as_deref(), Ok("aa:443,bb:8443,c"));
+}
+
+/// One-name fields are read in place in conditions and prints (`.port`), at the top level too,
+/// where event-manager's types apply; chains read bare lookups below the top level.
+#[test]
+fn one_name_fields_and_deep_chains_answer_as_the_general_path() {
+    let data = json!({
+        "Resource": null,
+        "Cluster": {"metadata": {"labels": {"env": "fv"}}},
+        "Resources": [null, {"port": 443, "a": {"b": {"c": [1, {"d": "deep"}]}}}],
+        "MatchingResources": [{"Name": "x"}],
+    });
+    let ok = [
+        ("{{ .Resource }}", "map[]"),
+        ("{{ if .Resource }}y{{ else }}n{{ end }}", "n"),
+        ("{{ if .Cluster }}y{{ end }}", "y"),
+        (
+            "{{ .Resources }}",
+            "[map[] map[a:map[b:map[c:[1 map[d:deep]]]] port:443]]",
+        ),
+        (
+            "{{ with index .Resources 1 }}{{ if eq .port 443 }}{{ .port }}{{ end }}{{ end }}",
+            "443",
+        ),
+        (
+            "{{ with index .Resources 1 }}{{ if .port }}y{{ end }}{{ end }}",
+            "y",
+        ),
+        (
+            "{{ range .MatchingResources }}{{ .Name }}{{ .Kind }}{{ end }}",
+            "x",
+        ),
+        ("{{ .Cluster.metadata.labels.env }}", "fv"),
+        ("{{ (index .Resources 1).a.b.c }}", "[1 map[d:deep]]"),
+        (
+            "{{ range (index .Resources 1).a.b.c }}{{ . }};{{ end }}",
+            "1;map[d:deep];",
+        ),
+        (
+            "{{ with index .Resources 1 }}{{ .a.b.c }}{{ end }}",
+            "[1 map[d:deep]]",
+        ),
+    ];
+    for (text, expected) in ok {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
+    }
+    for text in [
+        "{{ .Missing }}",
+        "{{ if eq .Missing 1 }}{{ end }}",
+        "{{ range .Resources }}{{ .port }}{{ end }}",
+        "{{ range .Resources }}{{ if eq .port 443 }}{{ end }}{{ end }}",
+        "{{ .Resources.a }}",
+        "{{ .Cluster.metadata.labels.env.x }}",
+        "{{ .Cluster.metadata.missing.x }}",
+    ] {
+        let error = both(text, data.clone()).expect_err(text);
+        assert!(error.contains("executing"), "{text}: {error}");
+    }
 }
 
 #[test]
