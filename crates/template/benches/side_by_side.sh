@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side by side in one run: Go text/template (oracle bench-template, modes preparsed and sveltos)
-# and ours (examples/bench, per render starting from the decoded event JSON: `shared` =
+# and ours (examples/bench, per render starting from the decoded event, a Doc: `shared` =
 # event_data_shared + render, `event` = Template::render_event) on the same fixtures. Go and
 # ours are interleaved so that both see the same machine load; every figure is the best of three
 # runs (on a shared machine the minimum is the least disturbed one); each row is one round,
