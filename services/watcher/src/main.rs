@@ -3,6 +3,11 @@
 use clap::Parser;
 use sluice_runtime::CommonArgs;
 
+/// mimalloc, as in the evaluator: decoding JSON makes many small allocations, which glibc
+/// malloc serves markedly slower (ADR 0016).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice-watcher",
