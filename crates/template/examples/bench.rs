@@ -12,6 +12,10 @@ use std::time::Instant;
 
 use sluice_template::{event_data_shared, oracle, Doc, Options, Template};
 
+// The allocator the renderer runs with (ADR 0016), so that the figures are what it pays.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: bench FIXTURE.json ITERATIONS")?;
