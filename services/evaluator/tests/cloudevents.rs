@@ -125,21 +125,29 @@ fn summary(m: &pb::CloudEventMatch) -> (String, String, String, String) {
     (cluster, m.event_source.clone(), m.nats_subject.clone(), id)
 }
 
-/// Waits until the match of the event with `id` is stored; everything published before it is
-/// then stored too, because the evaluator publishes in input order.
-async fn until_seen(bus: &Bus, id: &str) -> anyhow::Result<Vec<pb::CloudEventMatch>> {
-    until_seen_within(bus, id, DEADLINE).await
+/// Waits until `count` matches of the event with `id` are stored; everything published before
+/// them is then stored too, because the evaluator publishes in input order.
+async fn until_seen(bus: &Bus, id: &str, count: usize) -> anyhow::Result<Vec<pb::CloudEventMatch>> {
+    until_seen_within(bus, id, count, DEADLINE).await
 }
 
+/// [`until_seen`] with its own deadline. One event matched by two EventSources is two matches,
+/// which may be stored one after the other: waiting for the first alone raced the second.
 async fn until_seen_within(
     bus: &Bus,
     id: &str,
+    count: usize,
     deadline: Duration,
 ) -> anyhow::Result<Vec<pb::CloudEventMatch>> {
-    wait_for(&format!("match of event {id}"), deadline, || async {
-        let all = matches(bus).await.ok()?;
-        all.iter().any(|m| summary(m).3 == id).then_some(all)
-    })
+    wait_for(
+        &format!("{count} matches of event {id}"),
+        deadline,
+        || async {
+            let all = matches(bus).await.ok()?;
+            let seen = all.iter().filter(|m| summary(m).3 == id).count();
+            (seen >= count).then_some(all)
+        },
+    )
     .await
 }
 
@@ -168,7 +176,7 @@ async fn only_deployed_selecting_event_sources_match() -> anyhow::Result<()> {
     let marker = event("auth.example.com.login", "marker");
     receive(&bus, "prod", "user-operation", &marker, "5").await?;
 
-    let all = until_seen(&bus, "marker").await?;
+    let all = until_seen(&bus, "marker", 2).await?;
     let got: Vec<_> = all.iter().map(summary).collect();
     let want = |es: &str, subject: &str, id: &str| {
         (
@@ -215,7 +223,7 @@ async fn only_deployed_selecting_event_sources_match() -> anyhow::Result<()> {
     // event to a pull request it left behind; JetStream then redelivers it after the consumer's
     // ack wait (30 s), which is the bound at-least-once delivery gives across a restart
     // (`crates/bus/tests/handover.rs`).
-    let all = until_seen_within(&bus, "after", AFTER_RESTART).await?;
+    let all = until_seen_within(&bus, "after", 2, AFTER_RESTART).await?;
     assert_eq!(
         all.len(),
         7,
@@ -249,7 +257,7 @@ async fn malformed_cloudevents_are_dead_lettered_and_do_not_block() -> anyhow::R
         "good",
     )
     .await?;
-    let all = until_seen(&bus, "good").await?;
+    let all = until_seen(&bus, "good", 2).await?;
     assert_eq!(all.len(), 2, "only the valid event matched");
     let dead = wait_for("dead letter", DEADLINE, || async {
         let mut stream = bus.jetstream().get_stream(topology::DEAD.name).await.ok()?;
@@ -308,7 +316,7 @@ async fn an_invalid_regex_is_a_load_error_reported_for_the_event_source() -> any
         "1",
     )
     .await?;
-    let all = until_seen(&bus, "10001").await?;
+    let all = until_seen(&bus, "10001", 1).await?;
     let names: Vec<_> = all.iter().map(|m| m.event_source.as_str()).collect();
     assert_eq!(names, ["logins"]);
     token.cancel();
