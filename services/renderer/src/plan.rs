@@ -63,11 +63,21 @@ pub fn desired_state(
         &report.event_source,
     );
     // Decoded straight into the templates' document (ADR 0015): no `serde_json::Value` between.
-    let resources: Vec<Doc> = report
+    // A resource that does not decode fails this (trigger, cluster): rendering without it would
+    // withdraw what it deployed, and the error says where it is (the applier keeps what exists).
+    let resources = report
         .resources
         .iter()
-        .filter_map(|r| serde_json::from_slice(r).ok())
-        .collect();
+        .enumerate()
+        .map(|(i, r)| {
+            serde_json::from_slice::<Doc>(r).map_err(|e| {
+                RenderError(format!(
+                    "eventtrigger {}: match set of eventsource {}: resources[{i}] is not valid JSON: {e}",
+                    trigger.name, report.event_source
+                ))
+            })
+        })
+        .collect::<Result<Vec<Doc>, RenderError>>()?;
     let cluster_doc = Doc::from(&cluster.object);
     let renderer = Renderer::new(ctx, trigger, cluster);
     let mut out = Vec::new();

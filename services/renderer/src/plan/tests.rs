@@ -152,6 +152,23 @@ fn seed_001_missing_generator_source_fails_only_with_where() {
 }
 
 #[test]
+fn a_resource_that_does_not_decode_fails_the_trigger_with_where_instead_of_being_dropped() {
+    let state = config(&[SEED_001_TRIGGER]);
+    let workload = cluster("workload", json!({"env": "production"}));
+    let mut set = match_set(
+        "requiring-credentials",
+        &[namespace("eng"), namespace("ops")],
+    );
+    set.resources[1] = b"{\"metadata\": ".to_vec();
+    let err = render(&state, "distribute-credentials", &workload, &set).expect_err("undecodable");
+    assert_eq!(
+        err.to_string(),
+        "eventtrigger distribute-credentials: match set of eventsource requiring-credentials: \
+         resources[1] is not valid JSON: EOF while parsing a value at line 1 column 13"
+    );
+}
+
+#[test]
 fn seed_003_template_reading_event_data_is_instantiated_for_the_destination_selector() {
     let state = config(&[SEED_003_TRIGGER]);
     let gke = cluster("gke", json!({"env": "production"}));
