@@ -182,11 +182,14 @@ impl Applier {
         let desired: Vec<Value> = if state.removed {
             Vec::new()
         } else {
-            state
-                .objects
-                .iter()
-                .filter_map(|o| serde_json::from_slice(&o.object_json).ok())
-                .collect()
+            match desired_objects(state) {
+                Ok(objects) => objects,
+                Err(message) => {
+                    // As for a broken template: applying the rest would withdraw this one.
+                    result.failure_message = message;
+                    return Ok(result);
+                }
+            }
         };
         // A CloudEvent unit owns only what carries its CloudEvent labels; the trigger's main
         // unit owns the rest, and on removal everything with the trigger's labels.
@@ -409,8 +412,60 @@ impl Applier {
 }
 
 /// The guarded maps hold no invariant a panicking holder could break half-way: use them anyway.
+/// The objects a desired state wants; an object that does not decode is an error that says
+/// which one, for the trigger's status and EventReport.
+fn desired_objects(state: &pb::DesiredState) -> Result<Vec<Value>, String> {
+    state
+        .objects
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            serde_json::from_slice(&o.object_json).map_err(|e| {
+                format!(
+                    "eventtrigger {}: desired object {i} is not valid JSON: {e}",
+                    state.event_trigger
+                )
+            })
+        })
+        .collect()
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(json: &[u8]) -> pb::ManagedObject {
+        pb::ManagedObject {
+            object_json: json.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_object_that_does_not_decode_is_an_error_that_says_which() {
+        let mut state = pb::DesiredState {
+            event_trigger: "service-network-policy".into(),
+            objects: vec![object(br#"{"kind": "ConfigMap"}"#), object(br#"{"kind": "#)],
+            ..Default::default()
+        };
+        assert_eq!(
+            desired_objects(&state),
+            Err(
+                "eventtrigger service-network-policy: desired object 1 is not valid JSON: \
+                 EOF while parsing a value at line 1 column 9"
+                    .to_string()
+            )
+        );
+        state.objects.pop();
+        assert_eq!(
+            desired_objects(&state),
+            Ok(vec![serde_json::json!({"kind": "ConfigMap"})])
+        );
+    }
 }
