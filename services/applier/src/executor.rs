@@ -411,7 +411,6 @@ impl Applier {
     }
 }
 
-/// The guarded maps hold no invariant a panicking holder could break half-way: use them anyway.
 /// The objects a desired state wants; an object that does not decode is an error that says
 /// which one, for the trigger's status and EventReport.
 fn desired_objects(state: &pb::DesiredState) -> Result<Vec<Value>, String> {
@@ -430,6 +429,7 @@ fn desired_objects(state: &pb::DesiredState) -> Result<Vec<Value>, String> {
         .collect()
 }
 
+/// The guarded maps hold no invariant a panicking holder could break half-way: use them anyway.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
