@@ -88,8 +88,17 @@ pub fn desired_state(
                 .iter()
                 .map(|m| (m.clone(), Doc::Null))
                 .collect()
+        } else if resources.len() == report.matching.len() {
+            // The match set lists the references of its resources, in the same order.
+            report.matching.iter().cloned().zip(resources).collect()
         } else {
-            resources.into_iter().map(|r| (object_ref(&r), r)).collect()
+            return Err(RenderError(format!(
+                "eventtrigger {}: match set of eventsource {}: {} resources for {} matching references",
+                trigger.name,
+                report.event_source,
+                resources.len(),
+                report.matching.len()
+            )));
         };
         for (matching, resource) in items {
             let data = Doc::object([
@@ -199,18 +208,6 @@ fn object_reference(r: &pb::ObjectRef) -> Doc {
         ("Namespace", text(&r.namespace)),
         ("Name", text(&r.name)),
     ])
-}
-
-/// The reference of a matched resource, as `sluice_wire::object_ref` reads it from JSON.
-fn object_ref(object: &Doc) -> pb::ObjectRef {
-    let text = |d: Option<&Doc>| d.and_then(Doc::as_str).unwrap_or("").to_string();
-    let metadata = object.get("metadata");
-    pb::ObjectRef {
-        api_version: text(object.get("apiVersion")),
-        kind: text(object.get("kind")),
-        namespace: text(metadata.and_then(|m| m.get("namespace"))),
-        name: text(metadata.and_then(|m| m.get("name"))),
-    }
 }
 
 /// One object per (kind, namespace, name), the last rendering winning, in first-seen order

@@ -169,6 +169,22 @@ fn a_resource_that_does_not_decode_fails_the_trigger_with_where_instead_of_being
 }
 
 #[test]
+fn resources_are_paired_with_the_match_sets_references_and_a_mismatch_says_where() {
+    let state = config(&[SEED_003_TRIGGER]);
+    let gke = cluster("gke", json!({"env": "production"}));
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "my-lb-service", "namespace": "test"}});
+    let mut set = match_set("load-balancer-service", &[service]);
+    set.matching.clear();
+    let err = render(&state, "service-policy", &gke, &set).expect_err("unpaired");
+    assert_eq!(
+        err.to_string(),
+        "eventtrigger service-policy: match set of eventsource load-balancer-service: \
+         1 resources for 0 matching references"
+    );
+}
+
+#[test]
 fn seed_003_template_reading_event_data_is_instantiated_for_the_destination_selector() {
     let state = config(&[SEED_003_TRIGGER]);
     let gke = cluster("gke", json!({"env": "production"}));
