@@ -1,6 +1,6 @@
-//! Key lookups in borrowed JSON objects for field chains, and a per-render memo of them: a
-//! template reads the same few keys of the same objects again and again (`.Resource.metadata`
-//! in every line, `.port` three times per port), and the borrowed data cannot change during a
+//! Key lookups in borrowed JSON objects for field chains, and a per-render memo of whole
+//! chains: a template reads the same chains of the same objects again and again
+//! (`.Resource.metadata.name` in every line), and the borrowed data cannot change during a
 //! render. Owned `Value` maps are not memoised (functions may modify them).
 
 use std::sync::Arc;

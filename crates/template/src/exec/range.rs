@@ -1,5 +1,5 @@
 //! `range` over borrowed JSON arrays and objects, owned lists and maps: Go's iteration order
-//! (a JSON object is a sorted map, ADR 0011), `$i, $v` bindings, `break`/`continue`, `else`
+//! (a JSON object's entries are sorted by key, ADR 0015), `$i, $v` bindings, `break`/`continue`, `else`
 //! for empty collections, and a step of the budget per iteration.
 
 use crate::doc::Doc as Json;
