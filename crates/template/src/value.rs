@@ -403,10 +403,7 @@ impl From<&serde_json::Value> for Value {
         match json {
             serde_json::Value::Null => Value::Nil,
             serde_json::Value::Bool(b) => Value::Bool(*b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) => Value::Int(i),
-                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-            },
+            serde_json::Value::Number(n) => number(n),
             serde_json::Value::String(s) => Value::str(s),
             serde_json::Value::Array(items) => Value::list(items.iter().map(Value::from).collect()),
             serde_json::Value::Object(entries) => Value::map(
@@ -416,6 +413,14 @@ impl From<&serde_json::Value> for Value {
                     .collect(),
             ),
         }
+    }
+}
+
+/// sluice's number rule for one JSON number.
+fn number(n: &serde_json::Number) -> Value {
+    match n.as_i64() {
+        Some(i) => Value::Int(i),
+        None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
     }
 }
 
@@ -431,10 +436,7 @@ impl From<&Doc> for Value {
         match json {
             Doc::Null => Value::Nil,
             Doc::Bool(b) => Value::Bool(*b),
-            Doc::Number(n) => match n.as_i64() {
-                Some(i) => Value::Int(i),
-                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-            },
+            Doc::Number(n) => number(n),
             Doc::String(s) => Value::str(s),
             Doc::Array(items) => Value::list(items.iter().map(Value::from).collect()),
             Doc::Object(entries) => Value::map(
