@@ -19,6 +19,21 @@ fn both(text: &str, data: serde_json::Value) -> Result<String, String> {
     fast
 }
 
+/// Each template renders `expected` over `data`, the same on both paths.
+fn renders_as(data: &serde_json::Value, cases: &[(&str, &str)]) {
+    for (text, expected) in cases {
+        assert_eq!(both(text, data.clone()).as_deref(), Ok(*expected), "{text}");
+    }
+}
+
+/// Each template fails while executing over `data`, with the same error on both paths.
+fn fails_executing(data: &serde_json::Value, texts: &[&str]) {
+    for text in texts {
+        let error = both(text, data.clone()).expect_err(text);
+        assert!(error.contains("executing"), "{text}: {error}");
+    }
+}
+
 #[test]
 fn same_key_of_different_objects_is_looked_up_per_object() {
     let data = json!({"Resources": [
@@ -72,21 +87,19 @@ fn one_name_fields_and_deep_chains_answer_as_the_general_path() {
             "[1 map[d:deep]]",
         ),
     ];
-    for (text, expected) in ok {
-        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
-    }
-    for text in [
-        "{{ .Missing }}",
-        "{{ if eq .Missing 1 }}{{ end }}",
-        "{{ range .Resources }}{{ .port }}{{ end }}",
-        "{{ range .Resources }}{{ if eq .port 443 }}{{ end }}{{ end }}",
-        "{{ .Resources.a }}",
-        "{{ .Cluster.metadata.labels.env.x }}",
-        "{{ .Cluster.metadata.missing.x }}",
-    ] {
-        let error = both(text, data.clone()).expect_err(text);
-        assert!(error.contains("executing"), "{text}: {error}");
-    }
+    renders_as(&data, &ok);
+    fails_executing(
+        &data,
+        &[
+            "{{ .Missing }}",
+            "{{ if eq .Missing 1 }}{{ end }}",
+            "{{ range .Resources }}{{ .port }}{{ end }}",
+            "{{ range .Resources }}{{ if eq .port 443 }}{{ end }}{{ end }}",
+            "{{ .Resources.a }}",
+            "{{ .Cluster.metadata.labels.env.x }}",
+            "{{ .Cluster.metadata.missing.x }}",
+        ],
+    );
 }
 
 #[test]
@@ -106,20 +119,18 @@ fn comparisons_over_borrowed_scalars_keep_go_rules_and_errors() {
         ("{{ and .Resource.n .Resource.s }}", "x"),
         ("{{ or .Resource.z .Resource.l }}", "[1]"),
     ];
-    for (text, expected) in ok {
-        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
-    }
-    for text in [
-        "{{ eq .Resource.n 1.5 }}",
-        "{{ lt .Resource.b true }}",
-        "{{ lt .Resource.n \"a\" }}",
-        "{{ eq .Resource.missing 1 }}",
-        "{{ eq .Resource.l 1 }}",
-        "{{ or .Resource.z .Resource.missing }}",
-    ] {
-        let error = both(text, data.clone()).expect_err(text);
-        assert!(error.contains("executing"), "{text}: {error}");
-    }
+    renders_as(&data, &ok);
+    fails_executing(
+        &data,
+        &[
+            "{{ eq .Resource.n 1.5 }}",
+            "{{ lt .Resource.b true }}",
+            "{{ lt .Resource.n \"a\" }}",
+            "{{ eq .Resource.missing 1 }}",
+            "{{ eq .Resource.l 1 }}",
+            "{{ or .Resource.z .Resource.missing }}",
+        ],
+    );
 }
 
 #[test]
@@ -215,9 +226,7 @@ fn if_conditions_decided_in_place_match_the_general_path() {
         ("{{ if or (eq .Resource.n 1) (eq .Resource.n 2) (gt .Resource.n 2) }}y{{ end }}", "y"),
         ("{{ if or (eq .Resource.m.env \"dev\") (eq .Resource.m.env \"production\") }}p{{ end }}", "p"),
     ];
-    for (text, expected) in ok {
-        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
-    }
+    renders_as(&data, &ok);
     for text in [
         "{{ if eq .Resource.missing 1 }}y{{ end }}",
         "{{ if and (eq .Resource.n 3) .Resource.missing }}y{{ end }}",
@@ -275,19 +284,17 @@ fn string_functions_on_borrowed_text_match_the_general_path() {
             "yes",
         ),
     ];
-    for (text, expected) in ok {
-        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
-    }
-    for text in [
-        "{{ upper .Resource.n }}",
-        "{{ .Resource.n | lower }}",
-        "{{ .Resource.missing | upper }}",
-        "{{ quote .Resource.missing }}",
-        "{{ .Resource.s | upper 1 }}",
-    ] {
-        let error = both(text, data.clone()).expect_err(text);
-        assert!(error.contains("executing"), "{text}: {error}");
-    }
+    renders_as(&data, &ok);
+    fails_executing(
+        &data,
+        &[
+            "{{ upper .Resource.n }}",
+            "{{ .Resource.n | lower }}",
+            "{{ .Resource.missing | upper }}",
+            "{{ quote .Resource.missing }}",
+            "{{ .Resource.s | upper 1 }}",
+        ],
+    );
 }
 
 /// `printf` with plain verbs over strings, integers and bools writes its text without values;
@@ -343,22 +350,20 @@ fn printf_and_string_pipelines_without_values_match_the_general_path() {
         ),
         ("{{ len .Resource.u }}", "5"),
     ];
-    for (text, expected) in ok {
-        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
-    }
-    for text in [
-        "{{ printf \"%s\" .Resource.missing }}",
-        "{{ printf \"%s\" .Resource.missing | upper }}",
-        "{{ printf 1 }}",
-        "{{ .Resource.n | upper | quote }}",
-        "{{ .Resource.s | upper | lower 1 | quote }}",
-        "{{ len .Resource.n }}",
-        "{{ len .Resource.z }}",
-        "{{ len .Resource.missing }}",
-    ] {
-        let error = both(text, data.clone()).expect_err(text);
-        assert!(error.contains("executing"), "{text}: {error}");
-    }
+    renders_as(&data, &ok);
+    fails_executing(
+        &data,
+        &[
+            "{{ printf \"%s\" .Resource.missing }}",
+            "{{ printf \"%s\" .Resource.missing | upper }}",
+            "{{ printf 1 }}",
+            "{{ .Resource.n | upper | quote }}",
+            "{{ .Resource.s | upper | lower 1 | quote }}",
+            "{{ len .Resource.n }}",
+            "{{ len .Resource.z }}",
+            "{{ len .Resource.missing }}",
+        ],
+    );
 }
 
 /// Whole field chains are remembered per object and per chain: equal chains on different
@@ -429,9 +434,7 @@ fn range_bindings_and_lone_prints_match_the_general_path() {
             "-7 text [a 2 1.5 <nil> true]",
         ),
     ];
-    for (text, expected) in cases {
-        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
-    }
+    renders_as(&data, &cases);
 }
 
 /// `range` over a lone field chain reads the chain over borrowed data without the general
@@ -531,9 +534,7 @@ fn if_lists_with_and_without_declarations_match_the_general_path() {
             "13",
         ),
     ];
-    for (text, expected) in cases {
-        assert_eq!(both(text, data.clone()).as_deref(), Ok(expected), "{text}");
-    }
+    renders_as(&data, &cases);
 }
 
 /// `or`/`and` of `eq` of one field with integer literals is decided by membership when the
