@@ -39,12 +39,22 @@ struct Entry {
     value: Doc,
 }
 
+impl Entry {
+    fn new(key: Box<str>, value: Doc) -> Entry {
+        Entry {
+            head: head(key.as_bytes()),
+            key,
+            value,
+        }
+    }
+}
+
 /// Objects with more entries than this are searched by halving instead of in order.
 const SCAN: usize = 24;
 
 /// The first eight bytes of `key`, zero-padded, as a big-endian word.
 #[inline]
-pub fn head(key: &[u8]) -> u64 {
+fn head(key: &[u8]) -> u64 {
     let n = key.len();
     if let Some(word) = key.first_chunk::<8>() {
         return u64::from_be_bytes(*word);
@@ -64,40 +74,38 @@ pub fn head(key: &[u8]) -> u64 {
 impl DocMap {
     /// An object from entries in any order; of equal keys the last one wins, as in
     /// `serde_json` and Go's `encoding/json`.
-    pub fn from_entries(mut entries: Vec<(Box<str>, Doc)>) -> DocMap {
-        if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
+    pub fn from_entries(entries: Vec<(Box<str>, Doc)>) -> DocMap {
+        DocMap::from_unsorted(
+            entries
+                .into_iter()
+                .map(|(key, value)| Entry::new(key, value))
+                .collect(),
+        )
+    }
+
+    /// [`DocMap::from_entries`] of built entries; sorted and unique ones, the usual case for
+    /// JSON that Go or sluice wrote, keep their allocation.
+    fn from_unsorted(mut entries: Vec<Entry>) -> DocMap {
+        if !entries.windows(2).all(|w| w[0].key < w[1].key) {
             // Stable, so that equal keys keep their order and the last of each run can win.
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut unique: Vec<(Box<str>, Doc)> = Vec::with_capacity(entries.len());
+            entries.sort_by(|a, b| a.key.cmp(&b.key));
+            let mut unique: Vec<Entry> = Vec::with_capacity(entries.len());
             for entry in entries {
                 match unique.last_mut() {
-                    Some(last) if last.0 == entry.0 => *last = entry,
+                    Some(last) if last.key == entry.key => *last = entry,
                     _ => unique.push(entry),
                 }
             }
             entries = unique;
         }
         DocMap {
-            entries: entries
-                .into_iter()
-                .map(|(key, value)| Entry {
-                    head: head(key.as_bytes()),
-                    key,
-                    value,
-                })
-                .collect(),
+            entries: entries.into_boxed_slice(),
         }
     }
 
     /// The value of `key`.
-    #[inline]
-    pub fn get(&self, key: &str) -> Option<&Doc> {
-        self.get_at(key, head(key.as_bytes()))
-    }
-
-    /// The value of `key`, whose [`head`] is `head`.
     #[inline(always)]
-    pub fn get_at(&self, key: &str, head: u64) -> Option<&Doc> {
+    pub fn get(&self, key: &str) -> Option<&Doc> {
         if self.entries.len() > SCAN {
             let i = self
                 .entries
@@ -105,6 +113,7 @@ impl DocMap {
                 .ok()?;
             return Some(&self.entries[i].value);
         }
+        let head = head(key.as_bytes());
         for e in self.entries.iter() {
             if e.head == head {
                 // Equal heads: equal keys when the lengths and any bytes past eight agree.
@@ -245,11 +254,7 @@ impl From<&serde_json::Value> for Doc {
             serde_json::Value::Object(entries) => Doc::Object(DocMap {
                 entries: entries
                     .iter()
-                    .map(|(k, v)| Entry {
-                        head: head(k.as_bytes()),
-                        key: k.as_str().into(),
-                        value: Doc::from(v),
-                    })
+                    .map(|(k, v)| Entry::new(k.as_str().into(), Doc::from(v)))
                     .collect(),
             }),
         }
@@ -323,12 +328,11 @@ impl<'de> Visitor<'de> for DocVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Doc, A::Error> {
-        let mut entries: Vec<(Box<str>, Doc)> =
-            Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
         while let Some(key) = map.next_key::<KeyText>()? {
-            entries.push((key.0, map.next_value()?));
+            entries.push(Entry::new(key.0, map.next_value()?));
         }
-        Ok(Doc::Object(DocMap::from_entries(entries)))
+        Ok(Doc::Object(DocMap::from_unsorted(entries)))
     }
 }
 
