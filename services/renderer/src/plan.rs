@@ -11,7 +11,7 @@ mod tests;
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use sluice_domain::cluster::Cluster;
 use sluice_domain::config::ConfigState;
 use sluice_domain::eventtrigger::EventTrigger;
@@ -162,13 +162,23 @@ pub fn cloud_event_state(
         attribute("source").to_string(),
         attribute("subject").to_string(),
     );
-    let data = Doc::from(&if trigger.one_for_event {
-        json!({"MatchingResource": {}, "Resource": null, "CloudEvent": event,
-               "Cluster": cluster.object})
+    let (event, cluster_doc) = (Doc::from(event), Doc::from(&cluster.object));
+    let data = if trigger.one_for_event {
+        Doc::object([
+            ("MatchingResource", Doc::object::<&str>([])),
+            ("Resource", Doc::Null),
+            ("CloudEvent", event),
+            ("Cluster", cluster_doc),
+        ])
     } else {
-        json!({"MatchingResources": [], "Resources": [], "CloudEvents": [event],
-               "Cluster": cluster.object})
-    });
+        let none = || Doc::Array(Box::default());
+        Doc::object([
+            ("MatchingResources", none()),
+            ("Resources", none()),
+            ("CloudEvents", Doc::Array(Box::new([event]))),
+            ("Cluster", cluster_doc),
+        ])
+    };
     let action_text = trigger.cloud_event_action.as_deref().unwrap_or("Create");
     let action = match renderer
         .render(action_text, &data, Engine::Text, "spec.cloudEventAction")?
