@@ -233,7 +233,7 @@ mod tests {
             "t",
             Some(&json!({"kind": "EventBasedAddOn",
                 "metadata": {"name": "t", "deletionTimestamp": "2026-11-22T07:00:00Z",
-                             "finalizers": ["eventtriggerfinalizer.projectsveltos.io"]},
+                             "finalizers": ["eventtrigger.finalizer.projectsveltos.io"]},
                 "spec": {"clusterSelector": "env=fv", "eventSourceName": "es"}})),
         );
         assert!(s.event_triggers.is_empty());

@@ -8,4 +8,5 @@ pub mod gocase;
 pub mod naming;
 pub mod natsconfig;
 pub mod pattern;
+pub mod reference;
 pub mod selector;

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use futures::StreamExt;
 use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
@@ -68,6 +69,17 @@ fn object_id(object: &Value) -> ObjectId {
 fn content_hash(object: &Value) -> String {
     let bytes = serde_json::to_vec(object).unwrap_or_default();
     sluice_bus::content_id(&bytes)
+}
+
+/// SHA-256 of what a desired state asks for: its objects' JSON in order, or its failure.
+fn deployed_hash(state: &pb::DesiredState) -> Vec<u8> {
+    let mut hasher = Sha256::new();
+    hasher.update(state.failure_message.as_bytes());
+    for object in &state.objects {
+        hasher.update((object.object_json.len() as u64).to_be_bytes());
+        hasher.update(&object.object_json);
+    }
+    hasher.finalize().to_vec()
 }
 
 impl Applier {
@@ -173,6 +185,7 @@ impl Applier {
             event_source: state.event_source.clone(),
             cloud_event: !state.cloud_event_source.is_empty()
                 || !state.cloud_event_subject.is_empty(),
+            deployed_hash: deployed_hash(state),
             ..Default::default()
         };
         if !state.failure_message.is_empty() {

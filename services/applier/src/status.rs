@@ -6,13 +6,15 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine as _;
 use serde_json::{json, Value};
 use sluice_domain::cluster::ClusterId;
+use sluice_domain::reference::object_reference;
 use sluice_proto::v1 as pb;
 
-/// Sveltos's EventTrigger finalizer: a trigger a Sveltos installation left behind is released
-/// by sluice too.
-pub const FINALIZER: &str = "eventtriggerfinalizer.projectsveltos.io";
+/// Sveltos's EventTrigger finalizer (event-manager's `EventTriggerFinalizer`): a trigger a
+/// Sveltos installation left behind is released by sluice too.
+pub const FINALIZER: &str = "eventtrigger.finalizer.projectsveltos.io";
 
 /// The API version a trigger kind's status is written through.
 pub fn api_version(kind: &str) -> &'static str {
@@ -25,8 +27,16 @@ pub fn api_version(kind: &str) -> &'static str {
 #[derive(Clone, Debug, Default, PartialEq)]
 struct TriggerState {
     kind: String,
-    /// Cluster -> failure message ("" when provisioned).
-    clusters: BTreeMap<ClusterId, String>,
+    clusters: BTreeMap<ClusterId, ClusterOutcome>,
+}
+
+/// What the trigger's main unit last did in one cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ClusterOutcome {
+    /// The rendering failure ("" when provisioned).
+    failure: String,
+    /// What was deployed (`ApplyResult::deployed_hash`).
+    hash: Vec<u8>,
 }
 
 /// What each trigger's status should say.
@@ -56,9 +66,13 @@ impl Statuses {
         if result.removed {
             entry.clusters.remove(&cluster);
         } else {
-            entry
-                .clusters
-                .insert(cluster, result.failure_message.clone());
+            entry.clusters.insert(
+                cluster,
+                ClusterOutcome {
+                    failure: result.failure_message.clone(),
+                    hash: result.deployed_hash.clone(),
+                },
+            );
         }
         self.triggers.get(&result.event_trigger) != before.as_ref()
     }
@@ -84,18 +98,20 @@ impl Statuses {
         let state = self.triggers.get(trigger).unwrap_or(&empty);
         let reference = |c: &ClusterId| {
             let (api_version, kind) = c.cluster_type.api_version_kind();
-            json!({"apiVersion": api_version, "kind": kind, "namespace": c.namespace, "name": c.name})
+            object_reference(api_version, kind, &c.namespace, &c.name)
         };
         let matching: Vec<Value> = state.clusters.keys().map(reference).collect();
+        // `hash` is required by the CRD (`[]byte`, so base64 in JSON).
         let info: Vec<Value> = state
             .clusters
             .iter()
-            .map(|(cluster, failure)| {
-                if failure.is_empty() {
-                    json!({"cluster": reference(cluster), "status": "Provisioned"})
+            .map(|(cluster, outcome)| {
+                let hash = base64::engine::general_purpose::STANDARD.encode(&outcome.hash);
+                if outcome.failure.is_empty() {
+                    json!({"cluster": reference(cluster), "hash": hash, "status": "Provisioned"})
                 } else {
-                    json!({"cluster": reference(cluster), "status": "Failed",
-                           "failureMessage": failure})
+                    json!({"cluster": reference(cluster), "hash": hash, "status": "Failed",
+                           "failureMessage": outcome.failure})
                 }
             })
             .collect();
@@ -125,6 +141,7 @@ mod tests {
             })),
             failure_message: failure.into(),
             removed,
+            deployed_hash: format!("hash-{cluster}").into_bytes(),
             ..Default::default()
         }
     }
@@ -143,6 +160,7 @@ mod tests {
         assert_eq!(status["apiVersion"], "lib.projectsveltos.io/v1beta1");
         assert_eq!(status["status"]["matchingClusters"][1]["name"], "b");
         assert_eq!(status["status"]["clusterInfo"][0]["status"], "Provisioned");
+        assert_eq!(status["status"]["clusterInfo"][0]["hash"], "aGFzaC1h");
         assert_eq!(status["status"]["clusterInfo"][1]["status"], "Failed");
         assert_eq!(
             status["status"]["clusterInfo"][1]["failureMessage"],
@@ -155,6 +173,34 @@ mod tests {
         assert_eq!(
             s.status_object("t")["status"]["matchingClusters"],
             json!([])
+        );
+    }
+
+    #[test]
+    fn every_cluster_info_carries_the_hash_the_crd_requires() {
+        let mut s = Statuses::default();
+        s.record(&result("a", "", false));
+        s.record(&result("b", "broken template", false));
+        let info = s.status_object("t")["status"]["clusterInfo"].clone();
+        for entry in info.as_array().expect("clusterInfo is a list") {
+            assert!(entry["hash"].is_string(), "{entry}");
+        }
+        assert_eq!(info[1]["hash"], "aGFzaC1i");
+    }
+
+    #[test]
+    fn the_finalizer_is_event_managers() {
+        assert_eq!(FINALIZER, "eventtrigger.finalizer.projectsveltos.io");
+    }
+
+    #[test]
+    fn cluster_references_omit_empty_fields() {
+        let mut s = Statuses::default();
+        s.record(&result("a", "", false));
+        assert_eq!(
+            s.status_object("t")["status"]["matchingClusters"][0],
+            json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                   "namespace": "default", "name": "a"})
         );
     }
 

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::naming;
+use sluice_domain::reference::object_reference;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
@@ -26,7 +27,7 @@ pub fn event_report(cluster: &ClusterId, set: &pb::MatchSet) -> Value {
     let matching: Vec<Value> = set
         .matching
         .iter()
-        .map(|m| json!({"apiVersion": m.api_version, "kind": m.kind, "namespace": m.namespace, "name": m.name}))
+        .map(|m| object_reference(&m.api_version, &m.kind, &m.namespace, &m.name))
         .collect();
     let mut spec = json!({
         "clusterNamespace": cluster.namespace,
@@ -226,4 +227,45 @@ pub async fn run(
     drop(matches);
     bus.close().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_domain::cluster::ClusterType;
+
+    #[test]
+    fn a_cluster_scoped_match_is_referenced_without_a_namespace() {
+        let cluster = ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: "default".into(),
+            name: "cluster-a".into(),
+        };
+        let set = pb::MatchSet {
+            event_source: "namespaces".into(),
+            matching: vec![
+                pb::ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "Namespace".into(),
+                    namespace: String::new(),
+                    name: "team-a".into(),
+                },
+                pb::ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    namespace: "team-a".into(),
+                    name: "web".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        let report = event_report(&cluster, &set);
+        assert_eq!(
+            report["spec"]["matchingResources"],
+            json!([
+                {"apiVersion": "v1", "kind": "Namespace", "name": "team-a"},
+                {"apiVersion": "v1", "kind": "Service", "namespace": "team-a", "name": "web"},
+            ])
+        );
+    }
 }

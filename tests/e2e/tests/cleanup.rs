@@ -140,7 +140,7 @@ async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_
     );
     assert_eq!(
         trigger["metadata"]["finalizers"],
-        json!(["eventtriggerfinalizer.projectsveltos.io"])
+        json!(["eventtrigger.finalizer.projectsveltos.io"])
     );
 
     // A broken template: the status and the EventReport say where; what exists stays.
@@ -236,7 +236,7 @@ async fn a_trigger_left_with_sveltos_finalizer_is_released_when_deleted() -> any
     // A trigger a Sveltos installation finalized, selecting no cluster under sluice.
     let stack = Stack::start(&["cluster-a"], None).await?;
     let trigger = json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
-        "metadata": {"name": "inherited", "finalizers": ["eventtriggerfinalizer.projectsveltos.io"]},
+        "metadata": {"name": "inherited", "finalizers": ["eventtrigger.finalizer.projectsveltos.io"]},
         "spec": {"sourceClusterSelector": {"matchLabels": {"env": "nowhere"}},
                  "eventSourceName": "sveltos-service"}});
     stack.apply(MANAGEMENT, &trigger).await?;

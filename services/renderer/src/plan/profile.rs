@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use sluice_domain::eventtrigger::PolicyRef;
 use sluice_domain::naming;
+use sluice_domain::reference::object_reference;
 use sluice_template::{Doc, Engine};
 
 use super::render::Renderer;
@@ -101,8 +102,12 @@ impl<'a> Renderer<'a> {
             let (api_version, kind) = self.cluster.id.cluster_type.api_version_kind();
             spec.insert(
                 "clusterRefs".into(),
-                json!([{"apiVersion": api_version, "kind": kind,
-                        "namespace": self.cluster.id.namespace, "name": self.cluster.id.name}]),
+                json!([object_reference(
+                    api_version,
+                    kind,
+                    &self.cluster.id.namespace,
+                    &self.cluster.id.name
+                )]),
             );
         }
         Ok(())

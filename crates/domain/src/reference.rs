@@ -1,0 +1,47 @@
+//! Object references as Sveltos's Go types write them: `corev1.ObjectReference` marks every
+//! field `omitempty`, so a cluster-scoped object's reference has no `namespace` at all. Only
+//! the JSON shape lives here; which objects are referenced is the callers' business.
+
+use serde_json::{Map, Value};
+
+/// The JSON of an `ObjectReference` with `apiVersion`, `kind`, `namespace` and `name`, leaving
+/// out the fields that are empty.
+pub fn object_reference(api_version: &str, kind: &str, namespace: &str, name: &str) -> Value {
+    let mut reference = Map::new();
+    for (field, value) in [
+        ("apiVersion", api_version),
+        ("kind", kind),
+        ("namespace", namespace),
+        ("name", name),
+    ] {
+        if !value.is_empty() {
+            reference.insert(field.to_string(), Value::String(value.to_string()));
+        }
+    }
+    Value::Object(reference)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn empty_fields_are_omitted_as_go_omitempty_does() {
+        let check = |(api_version, kind, namespace, name), expected: Value| {
+            assert_eq!(
+                object_reference(api_version, kind, namespace, name),
+                expected
+            );
+        };
+        check(
+            ("v1", "Service", "default", "web"),
+            json!({"apiVersion": "v1", "kind": "Service", "namespace": "default", "name": "web"}),
+        );
+        check(
+            ("v1", "Namespace", "", "team-a"),
+            json!({"apiVersion": "v1", "kind": "Namespace", "name": "team-a"}),
+        );
+        check(("", "", "", ""), json!({}));
+    }
+}
