@@ -39,7 +39,11 @@ impl Error {
     }
 
     /// Whether retrying the same request later can succeed (server busy, unreachable, conflict).
+    /// An object too large to store never becomes storable by waiting.
     pub fn is_transient(&self) -> bool {
+        if self.is_too_large() {
+            return false;
+        }
         match self {
             Error::Request { source, .. } | Error::UnknownKind { source, .. } => {
                 match source.as_ref() {
@@ -51,6 +55,14 @@ impl Error {
             }
             _ => false,
         }
+    }
+
+    /// Whether the API server refused the object for its size: 413 for a request body over
+    /// its limit, or etcd's "request is too large" (passed on as a 500) for a stored object.
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, Error::Request { source, .. }
+            if matches!(source.as_ref(), kube::Error::Api(status)
+                if status.code == 413 || status.message.contains("request is too large")))
     }
 }
 

@@ -56,7 +56,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use health::{serve_health, serve_health_on, Counter, Health};
 pub use shutdown::{drain, shutdown_token, EXIT_SECOND_SIGNAL};
-pub use telemetry::init_telemetry;
+pub use telemetry::{error_chain, init_telemetry};
 pub use trace::{
     child_traceparent, new_traceparent, parse_traceparent, InvalidTraceparent, TraceContext,
     TRACEPARENT_HEADER,

@@ -42,3 +42,16 @@ pub fn init_telemetry(service: &'static str, format: LogFormat) -> Result<()> {
     );
     Ok(())
 }
+
+/// An error with its whole chain of sources, `outer: inner: innermost`: how an error is
+/// rendered where it is reported (a log line, a status field, a dead letter's reason).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -50,7 +50,7 @@ pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::
                 received.inc();
                 let matches = sluice_wire::decode::<pb::CloudEventReceived>("CloudEventReceived", &delivered)
                     .map_err(|error| error.to_string())
-                    .and_then(|event| selector.select(&event, delivered.sequence).map_err(|e| error_chain(&e)));
+                    .and_then(|event| selector.select(&event, delivered.sequence).map_err(|e| sluice_runtime::error_chain(&e)));
                 let matches = match matches {
                     Ok(matches) => matches,
                     Err(reason) => {
@@ -117,17 +117,6 @@ async fn dead_letter(
             None
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -437,7 +437,7 @@ impl Evaluator {
                             group_kinds,
                         }
                     })
-                    .map_err(|e| error_chain(&e)),
+                    .map_err(|e| sluice_runtime::error_chain(&e)),
             ),
         };
         match compiled {
@@ -634,15 +634,4 @@ fn group_of(api_version: &str) -> String {
 /// The group of an apiVersion (`apps/v1` → `apps`, `v1` → the core group, empty).
 fn group_str(api_version: &str) -> &str {
     api_version.split_once('/').map(|(g, _)| g).unwrap_or("")
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -56,6 +56,38 @@ pub fn event_report(cluster: &ClusterId, set: &pb::MatchSet) -> Value {
     })
 }
 
+/// The most JSON an EventReport may take: etcd's default request limit (1.5 MiB, what
+/// kube-apiserver can store in one object) less 64 KiB for the metadata and managed fields the
+/// server adds.
+pub const EVENT_REPORT_LIMIT: usize = 1_572_864 - 65_536;
+
+/// The EventReport to write for a match set, bounded by `limit` bytes of JSON: when the matching
+/// references and collected resources do not fit, the report keeps neither and the second value
+/// says why (its size and the limit), for the report's `status.failureMessage`. The match set
+/// itself flows on unchanged: ClusterProfiles never depend on the report being storable.
+pub fn bounded_event_report(
+    cluster: &ClusterId,
+    set: &pb::MatchSet,
+    limit: usize,
+) -> (Value, Option<String>) {
+    let report = event_report(cluster, set);
+    let size = serde_json::to_vec(&report).map_or(usize::MAX, |json| json.len());
+    if size <= limit {
+        return (report, None);
+    }
+    let mut empty = set.clone();
+    empty.matching.clear();
+    empty.resources.clear();
+    let reason = format!(
+        "eventreport {}/{}: {} matching resources take {size} bytes, over the {limit} bytes one \
+         object may hold in the API server; matchingResources and resources are left out",
+        cluster.namespace,
+        naming::event_report_name(cluster, &set.event_source),
+        set.matching.len(),
+    );
+    (event_report(cluster, &empty), Some(reason))
+}
+
 /// Writes (or deletes) the EventReport for one match set; `failure` is what its status says
 /// went wrong (evaluation or rendering), if anything.
 async fn write(
@@ -70,8 +102,11 @@ async fn write(
         return apply::delete(client, kind, &cluster.namespace, &name).await;
     }
     let failed = !set.failure_message.is_empty();
+    let mut too_large = None;
     if !failed {
-        apply::apply(client, kind, &event_report(cluster, set), FIELD_MANAGER).await?;
+        let (report, reason) = bounded_event_report(cluster, set, EVENT_REPORT_LIMIT);
+        apply::apply(client, kind, &report, FIELD_MANAGER).await?;
+        too_large = reason;
     } else if apply::get(client, kind, &cluster.namespace, &name)
         .await?
         .is_none()
@@ -82,7 +117,11 @@ async fn write(
         empty.resources.clear();
         apply::apply(client, kind, &event_report(cluster, &empty), FIELD_MANAGER).await?;
     }
-    write_status(client, kind, cluster, &set.event_source, failure).await
+    let failure = match (too_large, failure) {
+        (Some(size), Some(other)) => Some(format!("{size}; {other}")),
+        (size, other) => size.or_else(|| other.map(str::to_string)),
+    };
+    write_status(client, kind, cluster, &set.event_source, failure.as_deref()).await
 }
 
 /// Writes an EventReport's status; a report that does not exist (yet) is left alone.
@@ -180,14 +219,25 @@ pub async fn run(
                     let key = (cluster.clone(), set.event_source.clone());
                     failures.record_evaluation(&key, &set.failure_message, set.removed);
                     let failure = failures.message(&key);
-                    if let Err(error) = write(&client, &kind, &cluster, &set, failure.as_deref()).await {
-                        errors.inc();
-                        tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %error, "failed to write EventReport, will retry");
-                        let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
-                        let _ = message.ack_with(nak).await;
-                        continue;
+                    let mut acks = Vec::with_capacity(2);
+                    match write(&client, &kind, &cluster, &set, failure.as_deref()).await {
+                        Ok(()) => written.inc(),
+                        Err(error) if error.is_transient() => {
+                            errors.inc();
+                            tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %error, "failed to write EventReport, will retry");
+                            let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
+                            let _ = message.ack_with(nak).await;
+                            continue;
+                        }
+                        Err(error) => {
+                            // The API server will never take this report: say so on the dead-letter
+                            // subject and pass the set on, so the renderer does not wait for it.
+                            errors.inc();
+                            let reason = sluice_runtime::error_chain(&error);
+                            tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %reason, "EventReport refused by the API server, passing the match set on");
+                            acks.push(bus.dead_letter("reporter", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?);
+                        }
                     }
-                    written.inc();
                     last_seen.record(&delivered);
                     let subject = topology::report_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
                     let ack = bus
@@ -198,7 +248,8 @@ pub async fn run(
                             traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
                         })
                         .await?;
-                    window.push(vec![ack], Some(message));
+                    acks.push(ack);
+                    window.push(acks, Some(message));
                 }
             }
             result = applied_feed.next() => {
@@ -234,13 +285,65 @@ mod tests {
     use super::*;
     use sluice_domain::cluster::ClusterType;
 
-    #[test]
-    fn a_cluster_scoped_match_is_referenced_without_a_namespace() {
-        let cluster = ClusterId {
+    fn cluster() -> ClusterId {
+        ClusterId {
             cluster_type: ClusterType::Sveltos,
             namespace: "default".into(),
             name: "cluster-a".into(),
+        }
+    }
+
+    fn services(count: usize) -> pb::MatchSet {
+        let service = |i: usize| pb::ObjectRef {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            namespace: "default".into(),
+            name: format!("service-{i}"),
         };
+        pb::MatchSet {
+            event_source: "sveltos-service".into(),
+            matching: (0..count).map(service).collect(),
+            resources: (0..count)
+                .map(|i| format!(r#"{{"metadata":{{"name":"service-{i}"}}}}"#).into_bytes())
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_report_that_fits_is_written_whole() {
+        let set = services(3);
+        let (report, failure) = bounded_event_report(&cluster(), &set, EVENT_REPORT_LIMIT);
+        assert_eq!(failure, None);
+        assert_eq!(report, event_report(&cluster(), &set));
+        assert_eq!(report["spec"]["matchingResources"][2]["name"], "service-2");
+    }
+
+    #[test]
+    fn a_report_over_the_limit_keeps_no_lists_and_says_its_size_and_the_limit() {
+        let set = services(20_000);
+        let whole = serde_json::to_vec(&event_report(&cluster(), &set))
+            .expect("a report serializes")
+            .len();
+        assert!(whole > EVENT_REPORT_LIMIT, "{whole} bytes");
+        let (report, failure) = bounded_event_report(&cluster(), &set, EVENT_REPORT_LIMIT);
+        assert_eq!(report["spec"]["matchingResources"], json!([]));
+        assert!(report["spec"].get("resources").is_none(), "{report}");
+        assert_eq!(report["spec"]["eventSourceName"], "sveltos-service");
+        assert_eq!(
+            failure,
+            Some(format!(
+                "eventreport default/{}: 20000 matching resources take {whole} bytes, over the \
+                 {EVENT_REPORT_LIMIT} bytes one object may hold in the API server; \
+                 matchingResources and resources are left out",
+                naming::event_report_name(&cluster(), "sveltos-service")
+            ))
+        );
+    }
+
+    #[test]
+    fn a_cluster_scoped_match_is_referenced_without_a_namespace() {
+        let cluster = cluster();
         let set = pb::MatchSet {
             event_source: "namespaces".into(),
             matching: vec![
