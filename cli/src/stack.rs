@@ -40,6 +40,15 @@ impl Stack {
     /// Starts NATS and the test server with `mgmt` plus `managed` clusters, then the services.
     /// `dir` keeps the kubeconfigs (a temporary directory when `None`).
     pub async fn start(managed: &[&str], dir: Option<&Path>) -> anyhow::Result<Stack> {
+        Stack::start_with_nats_args(managed, dir, &[]).await
+    }
+
+    /// [`Stack::start`] with extra nats-server options (e.g. `["-c", "limits.conf"]`).
+    pub async fn start_with_nats_args(
+        managed: &[&str],
+        dir: Option<&Path>,
+        nats_args: &[&str],
+    ) -> anyhow::Result<Stack> {
         let (dir, temp) = match dir {
             Some(d) => {
                 std::fs::create_dir_all(d)?;
@@ -50,7 +59,7 @@ impl Stack {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        let nats = NatsServer::start()
+        let nats = NatsServer::start_with_args(nats_args)
             .await
             .context("failed to start nats-server")?;
         let mut clusters = vec![MANAGEMENT.to_string()];
@@ -134,6 +143,16 @@ impl Stack {
         if let Some(mut process) = self.services.remove(service) {
             process.kill();
         }
+    }
+
+    /// The services that have exited (none should, whatever their input).
+    pub fn exited_services(&mut self) -> Vec<&'static str> {
+        self.services
+            .iter_mut()
+            .filter_map(|(name, process)| {
+                (!matches!(process.try_status(), Ok(None))).then_some(*name)
+            })
+            .collect()
     }
 
     pub fn service_log(&self, service: &str) -> String {

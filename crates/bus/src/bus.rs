@@ -87,6 +87,16 @@ impl Bus {
         }
     }
 
+    /// The most payload one message may carry: the server's `max_payload` less room for the
+    /// headers a stage sends (message id, trace context). A stage that would publish more
+    /// publishes a failure for that key instead: nothing it produces may stop it.
+    pub fn payload_limit(&self) -> usize {
+        self.client
+            .server_info()
+            .max_payload
+            .saturating_sub(topology::HEADER_ROOM)
+    }
+
     pub fn client(&self) -> &async_nats::Client {
         &self.client
     }

@@ -25,6 +25,10 @@ pub const PREFIX: &str = "sluice.v1";
 /// Every pipeline subject, for tapping.
 pub const ALL: &str = "sluice.v1.>";
 
+/// Bytes of a message's `max_payload` kept for its headers (`Nats-Msg-Id`, `traceparent`,
+/// a dead letter's reason): [`crate::Bus::payload_limit`] is what remains for the payload.
+pub const HEADER_ROOM: usize = 4096;
+
 /// How long JetStream remembers a `Nats-Msg-Id` to drop a duplicate publish.
 pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
 

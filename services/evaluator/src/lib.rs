@@ -56,7 +56,7 @@ pub async fn run(
     );
     let mut window =
         AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
-    let outputs = match_messages(boot, "boot", |_| None)?;
+    let outputs = match_messages(boot, "boot", bus.payload_limit(), |_| None)?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
@@ -102,7 +102,7 @@ pub async fn run(
                 // The sets of absorbed changes are published with the configuration's, so the
                 // changes are acked once those are stored.
                 let sets = tokio::task::block_in_place(|| stage.on_config(&update));
-                let outputs = match_messages(sets, "config", |_| None)?;
+                let outputs = match_messages(sets, "config", bus.payload_limit(), |_| None)?;
                 let inputs = held.take();
                 published.add(window.publish(&bus, outputs, inputs.messages).await? as u64);
             }
@@ -218,7 +218,7 @@ impl Held {
     ) -> anyhow::Result<u64> {
         let sets = tokio::task::block_in_place(|| stage.flush());
         let Inputs { messages, parents } = self.take();
-        let outputs = match_messages(sets, "change", |set| {
+        let outputs = match_messages(sets, "change", bus.payload_limit(), |set| {
             parents.get(&set.source_sequence()).map(String::as_str)
         })?;
         Ok(window.publish(bus, outputs, messages).await? as u64)
@@ -309,13 +309,25 @@ fn not_stored(window: &AckWindow, error: sluice_bus::Error) -> anyhow::Result<()
 
 /// The messages that publish `sets`, each with a message id that names its content and a
 /// trace context that continues `parent_of(set)`, the trace of the input that caused it.
+/// A set too large for one message is published as a failure that says so
+/// ([`stage::EncodedSet::too_large`]).
 fn match_messages<'a>(
     sets: Vec<stage::EncodedSet>,
     cause: &str,
+    limit: usize,
     parent_of: impl Fn(&stage::EncodedSet) -> Option<&'a str>,
 ) -> anyhow::Result<Vec<Outgoing>> {
     let mut outputs = Vec::with_capacity(sets.len());
     for set in sets {
+        let mut payload = set.encode();
+        let set = if payload.len() > limit {
+            let failed = set.too_large(payload.len(), limit);
+            tracing::warn!(event_source = %set.event_source(), size = payload.len(), limit, "match set too large for one message, publishing a failure");
+            payload = failed.encode();
+            failed
+        } else {
+            set
+        };
         let cluster = sluice_wire::cluster_id(set.cluster(), "match set")?;
         let subject =
             topology::match_subject(&sluice_wire::cluster_tokens(&cluster), set.event_source());
@@ -324,7 +336,7 @@ fn match_messages<'a>(
         outputs.push(Outgoing {
             msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
             subject,
-            payload: set.encode().into(),
+            payload: payload.into(),
             traceparent: Some(sluice_runtime::child_traceparent(parent_of(&set))),
         });
     }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context as _;
 use futures::StreamExt;
+use prost::Message as _;
 use sha2::{Digest, Sha256};
 use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
 use sluice_domain::cluster::ClusterId;
@@ -286,7 +287,7 @@ pub async fn run(
     }
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let boot = tokio::task::block_in_place(|| stage.recompute(None, boot_sequence));
-    let outputs = desired_messages(boot, "boot", None)?;
+    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None)?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let mut reports = bus.durable(topology::RENDERER_REPORT, None).await?;
@@ -313,7 +314,7 @@ pub async fn run(
                 }
                 let Some(sequence) = changed else { continue };
                 let states = tokio::task::block_in_place(|| stage.recompute(None, sequence));
-                let outputs = desired_messages(states, "config", None)?;
+                let outputs = desired_messages(states, "config", bus.payload_limit(), None)?;
                 published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
             batch = sluice_bus::coalesce::next_batch(&mut reports), if !window.is_full() => {
@@ -330,7 +331,7 @@ pub async fn run(
                     };
                     let scope = stage.set_report(report);
                     let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
-                    let outputs = desired_messages(states, "report", Some(&delivered))?;
+                    let outputs = desired_messages(states, "report", bus.payload_limit(), Some(&delivered))?;
                     published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
                 }
             }
@@ -346,7 +347,7 @@ pub async fn run(
                     }
                 };
                 let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
-                let outputs = desired_messages(states, "cloudevent", Some(&delivered))?;
+                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), Some(&delivered))?;
                 published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
@@ -362,14 +363,39 @@ pub async fn run(
     Ok(())
 }
 
-/// The messages that publish `states`, each with a message id that names its content.
+/// The desired state that replaces `state` when it does not fit in one message of `limit`
+/// bytes: no objects, and a failure naming the size and the limit, so the applier keeps what
+/// exists and the trigger's status shows why. `state` itself when it fits.
+pub fn bounded(state: pb::DesiredState, limit: usize) -> pb::DesiredState {
+    let size = state.encoded_len();
+    if size <= limit {
+        return state;
+    }
+    let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")
+        .map_or_else(|_| "?".to_string(), |c| c.to_string());
+    pb::DesiredState {
+        objects: Vec::new(),
+        failure_message: format!(
+            "eventtrigger {}: the desired state for cluster {cluster} ({} objects) takes {size} \
+             bytes, over the {limit} bytes one bus message may carry (nats max_payload)",
+            state.event_trigger,
+            state.objects.len(),
+        ),
+        ..state
+    }
+}
+
+/// The messages that publish `states`, each with a message id that names its content; a state
+/// too large for one message is published as its failure ([`bounded`]).
 fn desired_messages(
     states: Vec<pb::DesiredState>,
     cause: &str,
+    limit: usize,
     input: Option<&Delivered>,
 ) -> anyhow::Result<Vec<Outgoing>> {
     let mut outputs = Vec::with_capacity(states.len());
     for state in states {
+        let state = bounded(state, limit);
         let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
         let tokens = sluice_wire::cluster_tokens(&cluster);
         let subject = if state.cloud_event_source.is_empty() && state.cloud_event_subject.is_empty()
@@ -398,4 +424,45 @@ fn desired_messages(
         });
     }
     Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_domain::cluster::ClusterType;
+
+    #[test]
+    fn a_desired_state_too_large_becomes_its_failure() {
+        let state = pb::DesiredState {
+            event_trigger: "t".into(),
+            cluster: Some(sluice_wire::cluster_ref(&ClusterId {
+                cluster_type: ClusterType::Sveltos,
+                namespace: "default".into(),
+                name: "c".into(),
+            })),
+            event_source: "es".into(),
+            objects: vec![managed_object(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "projectsveltos"},
+                "data": {"k": "v".repeat(200)},
+            }))],
+            ..Default::default()
+        };
+        assert_eq!(bounded(state.clone(), 10_000), state, "fits");
+        let size = state.encoded_len();
+        let failed = bounded(state.clone(), 100);
+        assert!(failed.objects.is_empty());
+        assert_eq!(
+            failed.failure_message,
+            format!(
+                "eventtrigger t: the desired state for cluster sveltos:default/c (1 objects) \
+                 takes {size} bytes, over the 100 bytes one bus message may carry (nats \
+                 max_payload)"
+            )
+        );
+        assert_eq!(
+            (failed.event_trigger.as_str(), failed.event_source.as_str()),
+            ("t", "es")
+        );
+    }
 }

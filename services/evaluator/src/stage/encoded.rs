@@ -71,6 +71,20 @@ impl EncodedSet {
     }
 
     /// The set as a message (decoding what [`EncodedSet::encode`] writes).
+    /// The set that replaces this one when its encoding (`size` bytes) exceeds what one
+    /// message may carry (`limit`): no members, and a failure that says the size and the
+    /// limit, so the EventReport shows it and the renderer keeps what exists.
+    pub fn too_large(&self, size: usize, limit: usize) -> EncodedSet {
+        let mut head = self.head.clone();
+        head.resources.clear();
+        head.failure_message = format!(
+            "match set of eventsource {} takes {size} bytes, over the {limit} bytes one bus \
+             message may carry (nats max_payload)",
+            head.event_source
+        );
+        EncodedSet::new(head, Vec::new())
+    }
+
     pub fn to_set(&self) -> pb::MatchSet {
         pb::MatchSet::decode(self.encode().as_slice()).expect("an encoded match set decodes as one")
     }
@@ -194,5 +208,29 @@ mod tests {
         ] {
             assert_ne!(content_hash_of(&other), content_hash_of(&a), "{other:?}");
         }
+    }
+
+    #[test]
+    fn a_set_too_large_becomes_a_failure_that_names_its_size_and_the_limit() {
+        let mut head = set(&[]);
+        head.matching.clear();
+        let mut matching = Vec::new();
+        for name in ["a", "b"] {
+            encode_ref(&reference(name), &mut matching);
+        }
+        let whole = EncodedSet::new(head, matching);
+        let failed = whole.too_large(whole.encode().len(), 10);
+        let decoded = failed.to_set();
+        assert!(decoded.matching.is_empty() && decoded.resources.is_empty());
+        assert_eq!(
+            decoded.failure_message,
+            format!(
+                "match set of eventsource web takes {} bytes, over the 10 bytes one bus message \
+                 may carry (nats max_payload)",
+                whole.encode().len()
+            )
+        );
+        assert_eq!(decoded.source_sequence, 7);
+        assert_ne!(failed.content(), whole.content());
     }
 }
