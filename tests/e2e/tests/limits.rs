@@ -82,7 +82,7 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
     let message = failed["failureMessage"].as_str().unwrap_or_default();
     assert!(
         message.contains("the desired state for cluster sveltos:default/cluster-a")
-            && message.contains(&format!("one bus message may carry")),
+            && message.contains("one bus message may carry"),
         "{message}"
     );
 
