@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/eventsources")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/conformance/eventsources")
 }
 
 /// Compares one answer with one `expected` block as the corpus README says.

@@ -10,7 +10,7 @@ use sluice_eval::{compile_object, CompiledEventSource, Gvk, LoadError};
 /// Every EventSource written in a ```yaml block of the seed documents, by name (later blocks
 /// with the same name are kept too, in document order).
 fn seed_event_sources() -> Vec<(String, Value)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/seeds");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/seeds");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("seeds directory")
         .map(|e| e.expect("entry").path())

@@ -7,7 +7,7 @@ use serde_json::{json, Value as Json};
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/templates")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/conformance/templates")
 }
 
 /// YAML to JSON with the corpus' number rule: a YAML integer is a JSON integer, a YAML float

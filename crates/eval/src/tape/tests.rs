@@ -136,10 +136,10 @@ fn lookups_answer_as_value_lookups_do() {
 #[test]
 fn conformance_objects_parse_alike() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/conformance/eventsources");
+        .join("../../tests/corpus/conformance/eventsources");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         panic!(
-            "{} not found: the corpus sits beside the repository",
+            "{} not found: the corpus is part of the repository (tests/corpus)",
             dir.display()
         );
     };
