@@ -4,7 +4,8 @@
 //! kube-apiserver names them (`io.projectsveltos.lib.v1beta1.EventTrigger`). That is what
 //! `kubectl explain` reads (it finds the kind from a path's operation, then the schema carrying
 //! that kind) and what `kubectl create/apply` check to leave field validation to the server.
-//! Built-in kinds have paths but no schemas; `metadata` of every CRD kind refers to a short
+//! Of the built-in kinds, ConfigMap, Secret, Namespace and Service have schemas of their main
+//! fields (the others have paths only); `metadata` of every published kind refers to a short
 //! ObjectMeta schema.
 
 use serde_json::{json, Map, Value};
@@ -67,11 +68,10 @@ pub fn group_version<'a>(
         } else {
             format!("{prefix}/{}", r.plural)
         };
-        let schema = r
-            .crd
-            .as_deref()
-            .and_then(&crd)
-            .and_then(|c| crd_version_schema(c, version));
+        let schema = match r.crd.as_deref() {
+            Some(name) => crd(name).and_then(|c| crd_version_schema(c, version)),
+            None => builtin_schema(group, version, &r.kind),
+        };
         let reference = schema
             .as_ref()
             .map(|_| json!({"$ref": format!("#/components/schemas/{}", schema_name(group, version, &r.kind))}));
@@ -161,6 +161,89 @@ fn patch_operation(r: &ResourceInfo, gvk: &Value) -> Value {
     })
 }
 
+/// Schemas of the main fields of the core kinds sluice and its users touch most, in our words.
+fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Value> {
+    if !group.is_empty() || version != "v1" {
+        return None;
+    }
+    let string = |d: &str| json!({"type": "string", "description": d});
+    let strings = |d: &str| json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": d});
+    let bytes = |d: &str| json!({"type": "object", "additionalProperties": {"type": "string", "format": "byte"}, "description": d});
+    let top = |description: &str, fields: Value| {
+        let mut properties = json!({
+            "apiVersion": string("Versioned schema of this representation of the object, as group/version."),
+            "kind": string("The REST resource this object represents, in CamelCase."),
+            "metadata": {"type": "object", "description": "Standard object metadata."},
+        });
+        if let (Some(p), Some(f)) = (properties.as_object_mut(), fields.as_object()) {
+            p.extend(f.clone());
+        }
+        json!({"type": "object", "description": description, "properties": properties})
+    };
+    let schema = match kind {
+        "ConfigMap" => top(
+            "A ConfigMap holds configuration data as text or bytes, by key.",
+            json!({
+                "data": strings("Text values by key."),
+                "binaryData": bytes("Binary values by key, base64-encoded; keys must not also be in data."),
+                "immutable": {"type": "boolean", "description": "When true, data and binaryData cannot be changed."},
+            }),
+        ),
+        "Secret" => top(
+            "A Secret holds sensitive data, such as a kubeconfig or a token, by key.",
+            json!({
+                "data": bytes("Values by key, base64-encoded."),
+                "stringData": strings("Write-only text values by key, merged into data on write."),
+                "type": string("What the Secret holds, e.g. Opaque or kubernetes.io/service-account-token."),
+                "immutable": {"type": "boolean", "description": "When true, data cannot be changed."},
+            }),
+        ),
+        "Namespace" => top(
+            "A Namespace is a scope for names of namespaced objects.",
+            json!({
+                "spec": {"type": "object", "description": "Desired state of the namespace.", "properties": {
+                    "finalizers": {"type": "array", "items": {"type": "string", "default": ""},
+                        "description": "Finalizers that must be removed before the namespace is deleted."}}},
+                "status": {"type": "object", "description": "Observed state of the namespace.", "properties": {
+                    "phase": {"type": "string", "enum": ["Active", "Terminating"], "description": "Active, or Terminating while its objects are deleted."}}},
+            }),
+        ),
+        "Service" => top(
+            "A Service exposes a set of pods, chosen by a label selector, under one name and address.",
+            json!({
+                "spec": {"type": "object", "description": "Desired state of the service.", "properties": {
+                    "type": {"type": "string", "enum": ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
+                        "description": "How the service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName."},
+                    "selector": strings("Pods with these labels receive the service's traffic."),
+                    "ports": {"type": "array", "description": "Ports the service exposes.",
+                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"],
+                        "items": {"type": "object", "required": ["port"], "description": "One exposed port.", "properties": {
+                            "name": string("Name of the port, unique in the service; required when there are several."),
+                            "port": {"type": "integer", "format": "int32", "description": "Port the service listens on."},
+                            "targetPort": {"x-kubernetes-int-or-string": true, "description": "Port number or name on the pods that traffic goes to."},
+                            "protocol": {"type": "string", "default": "TCP", "enum": ["SCTP", "TCP", "UDP"], "description": "TCP, UDP or SCTP."},
+                            "nodePort": {"type": "integer", "format": "int32", "description": "Port on every node, for NodePort and LoadBalancer services."},
+                            "appProtocol": string("Application protocol of the port.")}}},
+                    "clusterIP": string("Virtual IP address of the service; None makes a headless service."),
+                    "clusterIPs": {"type": "array", "items": {"type": "string", "default": ""}, "description": "Virtual IP addresses, one per IP family."},
+                    "externalName": string("DNS name an ExternalName service points to."),
+                    "externalTrafficPolicy": string("Cluster or Local: whether external traffic may go to pods on other nodes."),
+                    "sessionAffinity": string("ClientIP keeps a client on one pod; None balances every connection."),
+                    "ipFamilies": {"type": "array", "items": {"type": "string", "default": ""}, "description": "IP families of the service: IPv4, IPv6."},
+                    "ipFamilyPolicy": string("SingleStack, PreferDualStack or RequireDualStack.")}},
+                "status": {"type": "object", "description": "Observed state of the service.", "properties": {
+                    "loadBalancer": {"type": "object", "description": "The load balancer, for LoadBalancer services.", "properties": {
+                        "ingress": {"type": "array", "description": "Addresses of the load balancer.", "items": {"type": "object",
+                            "description": "One address.", "properties": {
+                                "ip": string("IP address."),
+                                "hostname": string("DNS name.")}}}}}}},
+            }),
+        ),
+        _ => return None,
+    };
+    Some(schema)
+}
+
 /// The ObjectMeta fields objects carry here, described in our words.
 fn object_meta() -> Value {
     let string = |d: &str| json!({"type": "string", "description": d});
@@ -211,6 +294,30 @@ mod tests {
         assert_eq!(
             schema_name("", "v1", "ConfigMap"),
             "io.k8s.api.core.v1.ConfigMap"
+        );
+    }
+
+    #[test]
+    fn core_kinds_with_a_schema_are_published_others_have_paths_only() {
+        let registry = Registry::default();
+        let doc = group_version(&registry, |_| None, "", "v1").expect("core v1 document");
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        let mut names: Vec<&str> = schemas.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            vec![
+                "io.k8s.api.core.v1.ConfigMap",
+                "io.k8s.api.core.v1.Namespace",
+                "io.k8s.api.core.v1.Secret",
+                "io.k8s.api.core.v1.Service",
+                OBJECT_META,
+            ]
+        );
+        assert!(doc["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"].is_object());
+        assert_eq!(
+            schemas["io.k8s.api.core.v1.Service"]["x-kubernetes-group-version-kind"],
+            json!([{"group": "", "version": "v1", "kind": "Service"}])
         );
     }
 

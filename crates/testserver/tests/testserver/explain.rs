@@ -1,5 +1,6 @@
 //! `kubectl explain` through the test server: the real kubectl reads the OpenAPI v3 documents and
-//! describes CRD fields, their children and our descriptions, in both served versions.
+//! describes CRD fields, their children and our descriptions, in both served versions, and the
+//! core kinds that have a published schema.
 
 use sluice_testserver::{Config, TestServer};
 use tokio::process::Command;
@@ -208,4 +209,20 @@ async fn kubectl_explain_describes_capi_cluster_and_sveltos_cluster() {
         flat(&out).contains("When true, nothing is deployed to the cluster"),
         "{out}"
     );
+}
+
+#[tokio::test]
+async fn kubectl_explain_describes_the_core_kinds_with_a_schema() {
+    let server = server().await;
+    let out = explain(&server, &["service.spec.ports"]).await;
+    let text = flat(&out);
+    assert!(text.contains("KIND: Service"), "{out}");
+    assert!(out.contains("\n  port\t<integer> -required-"), "{out}");
+    assert!(
+        text.contains("Port number or name on the pods that traffic goes to."),
+        "{out}"
+    );
+    let out = explain(&server, &["configmap"]).await;
+    assert!(out.contains("\n  binaryData\t<map[string]string>"), "{out}");
+    assert!(flat(&out).contains("Text values by key."), "{out}");
 }
