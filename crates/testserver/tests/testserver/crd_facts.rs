@@ -451,3 +451,20 @@ fn the_test_server_preinstalls_the_files_of_k8s_crds() {
         assert_eq!(&compiled[name], crd, "{name}");
     }
 }
+
+/// The YAML files are what `scripts/gen-crds.py` makes of the facts and descriptions (nobody
+/// edited a generated file by hand, and no input changed without regenerating).
+#[test]
+fn the_crd_files_are_what_the_generator_writes() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("python3")
+        .arg(root.join("scripts/gen-crds.py"))
+        .arg("--check")
+        .output()
+        .expect("python3 runs scripts/gen-crds.py");
+    assert!(
+        out.status.success(),
+        "scripts/gen-crds.py --check failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
