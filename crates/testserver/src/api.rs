@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::query::{ContinueToken, Filter};
-use crate::resources::ResourceInfo;
+use crate::resources::{GroupResource, ResourceInfo};
 use crate::server::Shared;
 use crate::{openapi, table, watch};
 
@@ -211,18 +211,29 @@ fn route(call: &Call, path: &str) -> Result<Response, ApiError> {
                 state.resource_version(),
             ))
         }
-        ["openapi", "v3", "api", v] => openapi::group_version(&call.cluster.lock().registry, "", v)
-            .map(|v| json_response(StatusCode::OK, &v))
-            .ok_or_else(ApiError::page_not_found),
-        ["openapi", "v3", "apis", g, v] => {
-            openapi::group_version(&call.cluster.lock().registry, g, v)
-                .map(|v| json_response(StatusCode::OK, &v))
-                .ok_or_else(ApiError::page_not_found)
-        }
+        ["openapi", "v3", "api", v] => openapi_group_version(call, "", v),
+        ["openapi", "v3", "apis", g, v] => openapi_group_version(call, g, v),
         ["api", "v1", rest @ ..] => resource(call, "", "v1", rest),
         ["apis", g, v, rest @ ..] => resource(call, g, v, rest),
         _ => Err(ApiError::page_not_found()),
     }
+}
+
+/// `GET /openapi/v3/<gv>`, with the schemas of the CRDs stored in this cluster.
+fn openapi_group_version(call: &Call, group: &str, version: &str) -> Result<Response, ApiError> {
+    let state = call.cluster.lock();
+    let crds: GroupResource = (
+        "apiextensions.k8s.io".into(),
+        "customresourcedefinitions".into(),
+    );
+    openapi::group_version(
+        &state.registry,
+        |name| state.get(&crds, "", name),
+        group,
+        version,
+    )
+    .map(|v| json_response(StatusCode::OK, &v))
+    .ok_or_else(ApiError::page_not_found)
 }
 
 fn resolve(call: &Call, group: &str, version: &str, segs: &[&str]) -> Result<Target, ApiError> {

@@ -4,8 +4,8 @@
 //! and kubectl both accept a server URL with a path. Objects live in memory as JSON, per cluster,
 //! keyed by group, resource, namespace and name, with one resourceVersion counter per cluster.
 //!
-//! What it implements: discovery (legacy, not aggregated; a minimal `/openapi/v3` that tells kubectl the server validates
-//! fields; `/openapi/v2` answers 404), built-in kinds and CRD-defined kinds (served only while their CRD exists), create, get,
+//! What it implements: discovery (legacy, not aggregated; `/openapi/v3` with each CRD version's schema, for
+//! `kubectl explain` and kubectl's server-side field validation; `/openapi/v2` answers 404), built-in kinds and CRD-defined kinds (served only while their CRD exists), create, get,
 //! list (label and `metadata.name`/`metadata.namespace` field selectors, `limit`/`continue`),
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
 //! patch, server-side apply with per-manager field ownership, `/status`, delete with finalizers,

@@ -1,11 +1,18 @@
-//! A minimal OpenAPI v3 surface: the root index and one document per group version listing each
-//! kind's PATCH operation with the `fieldValidation` parameter. That is what kubectl checks to
-//! decide that the server validates fields itself, so `kubectl create -f`/`apply -f` work without
-//! downloading schemas. No schemas are published (`kubectl explain` does not work).
+//! The OpenAPI v3 documents: the root index, and per group version the kinds' paths (list and
+//! item, with `x-kubernetes-group-version-kind`; PATCH with the `fieldValidation` parameter) and
+//! `components.schemas` holding each CustomResourceDefinition version's schema, named as
+//! kube-apiserver names them (`io.projectsveltos.lib.v1beta1.EventTrigger`). That is what
+//! `kubectl explain` reads (it finds the kind from a path's operation, then the schema carrying
+//! that kind) and what `kubectl create/apply` check to leave field validation to the server.
+//! Of the built-in kinds, ConfigMap, Secret, Namespace and Service have schemas of their main
+//! fields (the others have paths only); `metadata` of every published kind refers to a short
+//! ObjectMeta schema.
 
 use serde_json::{json, Map, Value};
 
-use crate::resources::Registry;
+use crate::resources::{Registry, ResourceInfo};
+
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 /// `GET /openapi/v3`: one entry per served group version.
 pub fn root(cluster: &str, registry: &Registry, hash: u64) -> Value {
@@ -24,9 +31,27 @@ pub fn root(cluster: &str, registry: &Registry, hash: u64) -> Value {
     json!({"paths": paths})
 }
 
-/// `GET /openapi/v3/<gv>`: PATCH operations tagged with their group-version-kind.
-pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+/// The name kube-apiserver gives the schema of a kind: the group's labels reversed, then the
+/// version and the kind (`lib.projectsveltos.io`, `v1beta1`, `EventTrigger` ->
+/// `io.projectsveltos.lib.v1beta1.EventTrigger`); core kinds are `io.k8s.api.core.<version>.<Kind>`.
+pub fn schema_name(group: &str, version: &str, kind: &str) -> String {
+    if group.is_empty() {
+        return format!("io.k8s.api.core.{version}.{kind}");
+    }
+    let reversed: Vec<&str> = group.split('.').rev().collect();
+    format!("{}.{version}.{kind}", reversed.join("."))
+}
+
+/// `GET /openapi/v3/<gv>`: the kinds' operations and the CRD kinds' schemas. `crd` returns the
+/// stored CustomResourceDefinition object of a name.
+pub fn group_version<'a>(
+    registry: &Registry,
+    crd: impl Fn(&str) -> Option<&'a Value>,
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let mut paths = Map::new();
+    let mut schemas = Map::new();
     let prefix = if group.is_empty() {
         format!("/api/{version}")
     } else {
@@ -37,25 +62,304 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
         .iter()
         .filter(|r| r.group == group && r.versions.iter().any(|v| v == version))
     {
-        let path = if r.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        let gvk = json!({"group": group, "version": version, "kind": r.kind});
+        let list_path = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", r.plural)
         } else {
-            format!("{prefix}/{}/{{name}}", r.plural)
+            format!("{prefix}/{}", r.plural)
         };
-        let param = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
-        let op = json!({
-            "operationId": format!("patch{}", r.kind),
-            "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation"), param("force")],
-            "responses": {"200": {"description": "OK"}},
-            "x-kubernetes-action": "patch",
-            "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": r.kind},
-        });
-        paths.insert(path, json!({"patch": op}));
+        let schema = match r.crd.as_deref() {
+            Some(name) => crd(name).and_then(|c| crd_version_schema(c, version)),
+            None => builtin_schema(group, version, &r.kind),
+        };
+        let reference = schema
+            .as_ref()
+            .map(|_| json!({"$ref": format!("#/components/schemas/{}", schema_name(group, version, &r.kind))}));
+        paths.insert(list_path.clone(), json!({"get": list_operation(r, &gvk)}));
+        paths.insert(
+            format!("{list_path}/{{name}}"),
+            json!({"get": get_operation(r, &gvk, reference.as_ref()), "patch": patch_operation(r, &gvk)}),
+        );
+        if let Some(mut schema) = schema {
+            if let Some(object) = schema.as_object_mut() {
+                object.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
+                if let Some(properties) =
+                    object.get_mut("properties").and_then(Value::as_object_mut)
+                {
+                    let description = properties
+                        .get("metadata")
+                        .and_then(|m| m.get("description"))
+                        .cloned()
+                        .unwrap_or_else(|| json!("Standard object metadata."));
+                    properties.insert(
+                        "metadata".into(),
+                        json!({"allOf": [{"$ref": format!("#/components/schemas/{OBJECT_META}")}], "description": description}),
+                    );
+                }
+            }
+            schemas.insert(schema_name(group, version, &r.kind), schema);
+        }
     }
     if paths.is_empty() {
         return None;
     }
-    Some(
-        json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": paths, "components": {"schemas": {}}}),
-    )
+    if !schemas.is_empty() {
+        schemas.insert(OBJECT_META.into(), object_meta());
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }))
+}
+
+/// The `openAPIV3Schema` of one version of a CRD object, if it serves that version.
+fn crd_version_schema(crd: &Value, version: &str) -> Option<Value> {
+    crd.pointer("/spec/versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
+        .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+        .cloned()
+}
+
+fn query(name: &str) -> Value {
+    json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}})
+}
+
+fn list_operation(r: &ResourceInfo, gvk: &Value) -> Value {
+    json!({
+        "operationId": format!("list{}", r.kind),
+        "parameters": [query("labelSelector"), query("fieldSelector"), query("limit"), query("continue"), query("watch")],
+        "responses": {"200": {"description": "OK"}},
+        "x-kubernetes-action": "list",
+        "x-kubernetes-group-version-kind": gvk,
+    })
+}
+
+fn get_operation(r: &ResourceInfo, gvk: &Value, schema: Option<&Value>) -> Value {
+    let mut ok = json!({"description": "OK"});
+    if let Some(schema) = schema {
+        ok["content"] = json!({"application/json": {"schema": schema}});
+    }
+    json!({
+        "operationId": format!("read{}", r.kind),
+        "responses": {"200": ok},
+        "x-kubernetes-action": "get",
+        "x-kubernetes-group-version-kind": gvk,
+    })
+}
+
+fn patch_operation(r: &ResourceInfo, gvk: &Value) -> Value {
+    json!({
+        "operationId": format!("patch{}", r.kind),
+        "parameters": [query("dryRun"), query("fieldManager"), query("fieldValidation"), query("force")],
+        "responses": {"200": {"description": "OK"}},
+        "x-kubernetes-action": "patch",
+        "x-kubernetes-group-version-kind": gvk,
+    })
+}
+
+/// Schemas of the main fields of the core kinds sluice and its users touch most, in our words.
+fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Value> {
+    if !group.is_empty() || version != "v1" {
+        return None;
+    }
+    let string = |d: &str| json!({"type": "string", "description": d});
+    let strings = |d: &str| json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": d});
+    let bytes = |d: &str| json!({"type": "object", "additionalProperties": {"type": "string", "format": "byte"}, "description": d});
+    let top = |description: &str, fields: Value| {
+        let mut properties = json!({
+            "apiVersion": string("Versioned schema of this representation of the object, as group/version."),
+            "kind": string("The REST resource this object represents, in CamelCase."),
+            "metadata": {"type": "object", "description": "Standard object metadata."},
+        });
+        if let (Some(p), Some(f)) = (properties.as_object_mut(), fields.as_object()) {
+            p.extend(f.clone());
+        }
+        json!({"type": "object", "description": description, "properties": properties})
+    };
+    let schema = match kind {
+        "ConfigMap" => top(
+            "A ConfigMap holds configuration data as text or bytes, by key.",
+            json!({
+                "data": strings("Text values by key."),
+                "binaryData": bytes("Binary values by key, base64-encoded; keys must not also be in data."),
+                "immutable": {"type": "boolean", "description": "When true, data and binaryData cannot be changed."},
+            }),
+        ),
+        "Secret" => top(
+            "A Secret holds sensitive data, such as a kubeconfig or a token, by key.",
+            json!({
+                "data": bytes("Values by key, base64-encoded."),
+                "stringData": strings("Write-only text values by key, merged into data on write."),
+                "type": string("What the Secret holds, e.g. Opaque or kubernetes.io/service-account-token."),
+                "immutable": {"type": "boolean", "description": "When true, data cannot be changed."},
+            }),
+        ),
+        "Namespace" => top(
+            "A Namespace is a scope for names of namespaced objects.",
+            json!({
+                "spec": {"type": "object", "description": "Desired state of the namespace.", "properties": {
+                    "finalizers": {"type": "array", "items": {"type": "string", "default": ""},
+                        "description": "Finalizers that must be removed before the namespace is deleted."}}},
+                "status": {"type": "object", "description": "Observed state of the namespace.", "properties": {
+                    "phase": {"type": "string", "enum": ["Active", "Terminating"], "description": "Active, or Terminating while its objects are deleted."}}},
+            }),
+        ),
+        "Service" => top(
+            "A Service exposes a set of pods, chosen by a label selector, under one name and address.",
+            json!({
+                "spec": {"type": "object", "description": "Desired state of the service.", "properties": {
+                    "type": {"type": "string", "enum": ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
+                        "description": "How the service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName."},
+                    "selector": strings("Pods with these labels receive the service's traffic."),
+                    "ports": {"type": "array", "description": "Ports the service exposes.",
+                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"],
+                        "items": {"type": "object", "required": ["port"], "description": "One exposed port.", "properties": {
+                            "name": string("Name of the port, unique in the service; required when there are several."),
+                            "port": {"type": "integer", "format": "int32", "description": "Port the service listens on."},
+                            "targetPort": {"x-kubernetes-int-or-string": true, "description": "Port number or name on the pods that traffic goes to."},
+                            "protocol": {"type": "string", "default": "TCP", "enum": ["SCTP", "TCP", "UDP"], "description": "TCP, UDP or SCTP."},
+                            "nodePort": {"type": "integer", "format": "int32", "description": "Port on every node, for NodePort and LoadBalancer services."},
+                            "appProtocol": string("Application protocol of the port.")}}},
+                    "clusterIP": string("Virtual IP address of the service; None makes a headless service."),
+                    "clusterIPs": {"type": "array", "items": {"type": "string", "default": ""}, "description": "Virtual IP addresses, one per IP family."},
+                    "externalName": string("DNS name an ExternalName service points to."),
+                    "externalTrafficPolicy": string("Cluster or Local: whether external traffic may go to pods on other nodes."),
+                    "sessionAffinity": string("ClientIP keeps a client on one pod; None balances every connection."),
+                    "ipFamilies": {"type": "array", "items": {"type": "string", "default": ""}, "description": "IP families of the service: IPv4, IPv6."},
+                    "ipFamilyPolicy": string("SingleStack, PreferDualStack or RequireDualStack.")}},
+                "status": {"type": "object", "description": "Observed state of the service.", "properties": {
+                    "loadBalancer": {"type": "object", "description": "The load balancer, for LoadBalancer services.", "properties": {
+                        "ingress": {"type": "array", "description": "Addresses of the load balancer.", "items": {"type": "object",
+                            "description": "One address.", "properties": {
+                                "ip": string("IP address."),
+                                "hostname": string("DNS name.")}}}}}}},
+            }),
+        ),
+        _ => return None,
+    };
+    Some(schema)
+}
+
+/// The ObjectMeta fields objects carry here, described in our words.
+fn object_meta() -> Value {
+    let string = |d: &str| json!({"type": "string", "description": d});
+    let map = |d: &str| json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": d});
+    json!({
+        "type": "object",
+        "description": "Metadata every persisted object has: identity, labels, annotations, and what the server maintains.",
+        "properties": {
+            "name": string("Name of the object, unique among objects of its kind in its namespace."),
+            "generateName": string("Prefix from which the server generates a unique name when name is empty."),
+            "namespace": string("Namespace of the object; empty for cluster-scoped objects."),
+            "uid": string("Unique identifier the server assigns at creation."),
+            "resourceVersion": string("Version of the object, changed by every write; used for optimistic concurrency and watches."),
+            "generation": {"type": "integer", "format": "int64", "description": "Incremented by the server when the desired state (anything but metadata and status) changes."},
+            "creationTimestamp": {"type": "string", "format": "date-time", "description": "When the object was created."},
+            "deletionTimestamp": {"type": "string", "format": "date-time", "description": "When deletion was requested; the object goes once its finalizers are removed."},
+            "labels": map("Key/value pairs used to select objects."),
+            "annotations": map("Key/value pairs for tools and controllers; not used to select objects."),
+            "finalizers": {"type": "array", "items": {"type": "string", "default": ""}, "description": "Controllers that must finish cleanup before the object is deleted."},
+            "ownerReferences": {"type": "array", "description": "Objects this object depends on; it is garbage collected when they are gone.",
+                "items": {"type": "object", "required": ["apiVersion", "kind", "name", "uid"], "properties": {
+                    "apiVersion": string("API version of the owner."),
+                    "kind": string("Kind of the owner."),
+                    "name": string("Name of the owner."),
+                    "uid": string("UID of the owner."),
+                    "controller": {"type": "boolean", "description": "True when the owner is the managing controller."},
+                    "blockOwnerDeletion": {"type": "boolean", "description": "True when the owner cannot be deleted in the foreground before this object."}}}},
+            "managedFields": {"type": "array", "description": "Which manager owns which fields, maintained by server-side apply.",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_follow_kube_apiserver() {
+        assert_eq!(
+            schema_name("lib.projectsveltos.io", "v1beta1", "EventTrigger"),
+            "io.projectsveltos.lib.v1beta1.EventTrigger"
+        );
+        assert_eq!(
+            schema_name("cluster.x-k8s.io", "v1beta1", "Cluster"),
+            "io.x-k8s.cluster.v1beta1.Cluster"
+        );
+        assert_eq!(
+            schema_name("", "v1", "ConfigMap"),
+            "io.k8s.api.core.v1.ConfigMap"
+        );
+    }
+
+    #[test]
+    fn core_kinds_with_a_schema_are_published_others_have_paths_only() {
+        let registry = Registry::default();
+        let doc = group_version(&registry, |_| None, "", "v1").expect("core v1 document");
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        let mut names: Vec<&str> = schemas.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            vec![
+                "io.k8s.api.core.v1.ConfigMap",
+                "io.k8s.api.core.v1.Namespace",
+                "io.k8s.api.core.v1.Secret",
+                "io.k8s.api.core.v1.Service",
+                OBJECT_META,
+            ]
+        );
+        assert!(doc["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"].is_object());
+        assert_eq!(
+            schemas["io.k8s.api.core.v1.Service"]["x-kubernetes-group-version-kind"],
+            json!([{"group": "", "version": "v1", "kind": "Service"}])
+        );
+    }
+
+    #[test]
+    fn a_crd_version_is_published_with_its_kind_and_paths() {
+        let crd = crate::crds::sveltos_crds()
+            .into_iter()
+            .find(|c| c["metadata"]["name"] == "eventtriggers.lib.projectsveltos.io")
+            .expect("EventTrigger CRD");
+        let mut registry = Registry::default();
+        registry.install(crate::resources::from_crd(&crd).expect("CRD defines a resource"));
+        let lookup = |name: &str| (name == "eventtriggers.lib.projectsveltos.io").then_some(&crd);
+        for version in ["v1beta1", "v1alpha1"] {
+            let doc = group_version(&registry, lookup, "lib.projectsveltos.io", version)
+                .expect("document");
+            let name = format!("io.projectsveltos.lib.{version}.EventTrigger");
+            let schema = &doc["components"]["schemas"][&name];
+            assert_eq!(
+                schema["x-kubernetes-group-version-kind"],
+                json!([{"group": "lib.projectsveltos.io", "version": version, "kind": "EventTrigger"}])
+            );
+            assert_eq!(
+                schema["properties"]["metadata"]["allOf"][0]["$ref"],
+                format!("#/components/schemas/{OBJECT_META}")
+            );
+            assert!(doc["components"]["schemas"][OBJECT_META].is_object());
+            let list =
+                &doc["paths"][format!("/apis/lib.projectsveltos.io/{version}/eventtriggers")];
+            assert_eq!(
+                list["get"]["x-kubernetes-group-version-kind"]["kind"],
+                "EventTrigger"
+            );
+            let item = &doc["paths"]
+                [format!("/apis/lib.projectsveltos.io/{version}/eventtriggers/{{name}}")];
+            assert_eq!(item["patch"]["x-kubernetes-action"], "patch");
+        }
+        let alpha = group_version(&registry, lookup, "lib.projectsveltos.io", "v1alpha1")
+            .expect("v1alpha1");
+        assert_eq!(
+            alpha["components"]["schemas"]["io.projectsveltos.lib.v1alpha1.EventTrigger"]
+                ["properties"]["spec"]["properties"]["sourceClusterSelector"]["type"],
+            "string"
+        );
+    }
 }

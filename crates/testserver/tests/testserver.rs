@@ -3,6 +3,9 @@
 mod testserver {
     pub mod client;
     pub mod crd;
+    pub mod crd_examples;
+    pub mod crd_facts;
+    pub mod explain;
     pub mod faults;
     pub mod kubectl;
     pub mod ssa;
