@@ -29,6 +29,7 @@ mod fields;
 mod object;
 mod openapi;
 mod patch;
+mod protobuf;
 mod query;
 mod resources;
 mod server;
