@@ -5,6 +5,7 @@ mod testserver {
     pub mod crd;
     pub mod faults;
     pub mod kubectl;
+    pub mod kubectl_typed;
     pub mod ssa;
     pub mod support;
     pub mod watch;
