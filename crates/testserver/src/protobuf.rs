@@ -3,9 +3,10 @@
 //!
 //! The wire format is the 4-byte magic `k8s\0` followed by a `runtime.Unknown` message whose
 //! `typeMeta` names the kind and whose `raw` holds the object. The messages are k8s-pb's, generated
-//! from Kubernetes' `generated.proto` files. Only the kinds typed kubectl commands create are
-//! decoded (Secret, ConfigMap, Namespace, ServiceAccount); any other kind is refused with 415 naming
-//! it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
+//! from Kubernetes' `generated.proto` files. Only the kinds typed kubectl commands create and that
+//! are small enough to convert field by field are decoded (v1 Secret, ConfigMap, Namespace,
+//! ServiceAccount; rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding,
+//! ClusterRoleBinding); any other kind is refused with 415 naming it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
 //!
 //! Go's protobuf encoder writes every non-pointer field, empty strings and zero numbers included,
 //! while its JSON encoder omits them (`omitempty`); so empty strings, zero numbers, empty maps and
@@ -13,6 +14,7 @@
 
 use base64::Engine;
 use k8s_pb::api::core::v1 as core;
+use k8s_pb::api::rbac::v1 as rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use prost::Message;
@@ -62,9 +64,35 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         ("v1", "ServiceAccount") => {
             service_account(core::ServiceAccount::decode(raw.as_slice()).map_err(invalid)?)
         }
+        (RBAC, "Role") => {
+            let r = rbac::Role::decode(raw.as_slice()).map_err(invalid)?;
+            into_map(with_meta(r.metadata).nullable_list("rules", r.rules, policy_rule).done())
+        }
+        (RBAC, "ClusterRole") => {
+            let r = rbac::ClusterRole::decode(raw.as_slice()).map_err(invalid)?;
+            let aggregation = r.aggregation_rule.map(|a| {
+                Obj::default()
+                    .list("clusterRoleSelectors", a.cluster_role_selectors, label_selector)
+                    .done()
+            });
+            into_map(
+                with_meta(r.metadata)
+                    .nullable_list("rules", r.rules, policy_rule)
+                    .present("aggregationRule", aggregation)
+                    .done(),
+            )
+        }
+        (RBAC, "RoleBinding") => {
+            let b = rbac::RoleBinding::decode(raw.as_slice()).map_err(invalid)?;
+            binding(b.metadata, b.subjects, b.role_ref)
+        }
+        (RBAC, "ClusterRoleBinding") => {
+            let b = rbac::ClusterRoleBinding::decode(raw.as_slice()).map_err(invalid)?;
+            binding(b.metadata, b.subjects, b.role_ref)
+        }
         _ => {
             return Err(unsupported(format!(
-                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount); send application/json"
+                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding); send application/json"
             )))
         }
     };
@@ -72,6 +100,8 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     obj.insert("kind".into(), json!(kind));
     Ok(Value::Object(obj))
 }
+
+const RBAC: &str = "rbac.authorization.k8s.io/v1";
 
 fn unsupported(message: String) -> ApiError {
     ApiError::new(415, "UnsupportedMediaType", message)
@@ -133,6 +163,31 @@ impl Obj {
 
     fn list<T>(self, key: &str, items: Vec<T>, f: impl Fn(T) -> Value) -> Self {
         self.value(key, Value::Array(items.into_iter().map(f).collect()))
+    }
+
+    /// A slice without `omitempty`: Go writes an empty (nil) one as `null`.
+    fn nullable_list<T>(mut self, key: &str, items: Vec<T>, f: impl Fn(T) -> Value) -> Self {
+        let value = if items.is_empty() {
+            Value::Null
+        } else {
+            Value::Array(items.into_iter().map(f).collect())
+        };
+        self.0.insert(key.into(), value);
+        self
+    }
+
+    /// A string without `omitempty`: present even when empty.
+    fn required(mut self, key: &str, value: Option<String>) -> Self {
+        self.0.insert(key.into(), json!(value.unwrap_or_default()));
+        self
+    }
+
+    /// A pointer field: present whenever it was sent, even if empty.
+    fn present(mut self, key: &str, value: Option<Value>) -> Self {
+        if let Some(v) = value {
+            self.0.insert(key.into(), v);
+        }
+        self
     }
 
     fn time(self, key: &str, t: Option<meta::Time>) -> Self {
@@ -302,6 +357,52 @@ fn service_account(a: core::ServiceAccount) -> Map<String, Value> {
     )
 }
 
+fn policy_rule(r: rbac::PolicyRule) -> Value {
+    Obj::default()
+        .nullable_list("verbs", r.verbs, Value::from)
+        .list("apiGroups", r.api_groups, Value::from)
+        .list("resources", r.resources, Value::from)
+        .list("resourceNames", r.resource_names, Value::from)
+        .list("nonResourceURLs", r.non_resource_ur_ls, Value::from)
+        .done()
+}
+
+fn label_selector(s: meta::LabelSelector) -> Value {
+    Obj::default()
+        .strings("matchLabels", s.match_labels)
+        .list("matchExpressions", s.match_expressions, |e| {
+            Obj::default()
+                .required("key", e.key)
+                .required("operator", e.operator)
+                .list("values", e.values, Value::from)
+                .done()
+        })
+        .done()
+}
+
+fn binding(
+    metadata: Option<meta::ObjectMeta>,
+    subjects: Vec<rbac::Subject>,
+    role_ref: Option<rbac::RoleRef>,
+) -> Map<String, Value> {
+    let role_ref = role_ref.unwrap_or_default();
+    let role_ref = Obj::default()
+        .required("apiGroup", role_ref.api_group)
+        .required("kind", role_ref.kind)
+        .required("name", role_ref.name)
+        .done();
+    let mut obj = with_meta(metadata).list("subjects", subjects, |s| {
+        Obj::default()
+            .required("kind", s.kind)
+            .string("apiGroup", s.api_group)
+            .required("name", s.name)
+            .string("namespace", s.namespace)
+            .done()
+    });
+    obj.0.insert("roleRef".into(), role_ref);
+    into_map(obj.done())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +452,21 @@ mod tests {
             KUBECTL_SECRET,
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"},
                 "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"}}),
+        );
+    }
+
+    /// The bytes kubectl 1.32 sends for
+    /// `kubectl create clusterrolebinding crb --clusterrole=view --user=alice --serviceaccount=ops:robot`.
+    const KUBECTL_CLUSTER_ROLE_BINDING: &[u8] = b"k8s\x00\x0a2\x0a\x1crbac.authorization.k8s.io/v1\x12\x12ClusterRoleBinding\x12\x91\x01\x0a\x13\x0a\x03crb\x12\x00\x1a\x00\x22\x00*\x002\x008\x00B\x00\x12*\x0a\x04User\x12\x19rbac.authorization.k8s.io\x1a\x05alice\x22\x00\x12\x1e\x0a\x0eServiceAccount\x12\x00\x1a\x05robot\x22\x03ops\x1a.\x0a\x19rbac.authorization.k8s.io\x12\x0bClusterRole\x1a\x04view\x1a\x00\x22\x00";
+
+    #[test]
+    fn kubectl_cluster_role_binding_bytes_decode() {
+        check(
+            KUBECTL_CLUSTER_ROLE_BINDING,
+            json!({"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": "crb"},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+                    {"kind": "ServiceAccount", "name": "robot", "namespace": "ops"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}),
         );
     }
 
@@ -478,6 +594,75 @@ mod tests {
                 "creationTimestamp": "2023-11-14T22:13:20Z",
                 "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1",
                     "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}}]})
+        );
+    }
+
+    #[test]
+    fn rbac_roles_and_bindings() {
+        let rule = rbac::PolicyRule {
+            verbs: vec!["get".into(), "list".into()],
+            api_groups: vec![String::new()],
+            resources: vec!["secrets".into()],
+            resource_names: vec![],
+            non_resource_ur_ls: vec![],
+        };
+        let role = rbac::Role {
+            metadata: Some(go_meta("reader")),
+            rules: vec![rule.clone()],
+        };
+        check(
+            &envelope(RBAC, "Role", role.encode_to_vec()),
+            json!({"apiVersion": RBAC, "kind": "Role", "metadata": {"name": "reader"},
+                "rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["secrets"]}]}),
+        );
+        let aggregated = rbac::ClusterRole {
+            metadata: Some(go_meta("agg")),
+            rules: vec![],
+            aggregation_rule: Some(rbac::AggregationRule {
+                cluster_role_selectors: vec![meta::LabelSelector {
+                    match_labels: [("x".to_string(), "y".to_string())].into(),
+                    match_expressions: vec![meta::LabelSelectorRequirement {
+                        key: Some("k".into()),
+                        operator: Some("Exists".into()),
+                        values: vec![],
+                    }],
+                }],
+            }),
+        };
+        check(
+            &envelope(RBAC, "ClusterRole", aggregated.encode_to_vec()),
+            json!({"apiVersion": RBAC, "kind": "ClusterRole", "metadata": {"name": "agg"}, "rules": null,
+                "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"},
+                    "matchExpressions": [{"key": "k", "operator": "Exists"}]}]}}),
+        );
+        let binding = rbac::ClusterRoleBinding {
+            metadata: Some(go_meta("b")),
+            subjects: vec![
+                rbac::Subject {
+                    kind: Some("ServiceAccount".into()),
+                    api_group: Some(String::new()),
+                    name: Some("robot".into()),
+                    namespace: Some("ops".into()),
+                },
+                rbac::Subject {
+                    kind: Some("User".into()),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    name: Some("alice".into()),
+                    namespace: Some(String::new()),
+                },
+            ],
+            role_ref: Some(rbac::RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: Some("ClusterRole".into()),
+                name: Some("view".into()),
+            }),
+        };
+        check(
+            &envelope(RBAC, "ClusterRoleBinding", binding.encode_to_vec()),
+            json!({"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": "b"},
+                "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "ops"},
+                    {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}),
         );
     }
 
