@@ -177,6 +177,20 @@ async fn kubectl_create_namespace_serviceaccount_and_configmap() {
     assert_eq!(cm["data"], json!({"mode": "fast", "empty": ""}));
     assert!(cm.get("binaryData").is_none(), "{cm}");
 
+    // A file that is not UTF-8 goes to binaryData.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let blob = dir.path().join("blob");
+    std::fs::write(&blob, [0u8, 159, 146, 150]).expect("write");
+    let from_file = format!("--from-file=blob={}", blob.display());
+    k.run(
+        &["create", "configmap", "files", "-n", "team-a", &from_file],
+        None,
+    )
+    .await;
+    let cm = get_json(&k, &["configmap", "files", "-n", "team-a"]).await;
+    assert_eq!(cm["binaryData"], json!({"blob": b64(&[0, 159, 146, 150])}));
+    assert!(cm.get("data").is_none(), "{cm}");
+
     // A namespace that does not exist is refused, as for JSON bodies.
     let (ok, _, err) = k
         .try_run(
