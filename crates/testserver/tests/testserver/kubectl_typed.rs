@@ -1,9 +1,10 @@
 //! The real kubectl's typed commands: `create secret|configmap|namespace|serviceaccount` send
-//! protobuf bodies, `label` and `annotate` send merge patches; and clusters served on their own
-//! ports (`Config::port_per_cluster`), where kubectl's path-less requests (`get --raw /version`) work.
+//! protobuf bodies, `label` and `annotate` send merge patches; request media types; and clusters
+//! served on their own ports (`Config::port_per_cluster`), where kubectl's path-less requests
+//! (`get --raw /version`) work.
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams};
 use serde_json::{json, Value};
 use sluice_testserver::{Config, TestServer};
@@ -223,6 +224,85 @@ async fn kubectl_create_of_a_kind_without_protobuf_decoding_names_the_kind() {
     );
     let (ok, _, err) = k.try_run(&["get", "deployment", "web"], None).await;
     assert!(!ok && err.contains("NotFound"), "{err}");
+    server.shutdown().await;
+}
+
+/// POSTs `body` with an optional Content-Type; returns the status code and body.
+async fn post(
+    server: &TestServer,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connects");
+    let ct = content_type
+        .map(|c| format!("Content-Type: {c}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        server.addr(),
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.expect("writes");
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.expect("reads");
+    let text = String::from_utf8_lossy(&out).to_string();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, text)
+}
+
+#[tokio::test]
+async fn request_bodies_need_a_known_media_type() {
+    let server = server_with(Config::default()).await;
+    let path = "/clusters/mgmt/api/v1/namespaces/default/configmaps";
+    let cm = |name: &str| {
+        format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#)
+    };
+    let (code, text) = post(&server, path, Some("text/plain"), &cm("plain")).await;
+    assert_eq!(code, 415, "{text}");
+    assert!(
+        text.contains("UnsupportedMediaType") && text.contains("text/plain"),
+        "{text}"
+    );
+    let (code, text) = post(
+        &server,
+        path,
+        Some("application/json; charset=utf-8"),
+        &cm("json"),
+    )
+    .await;
+    assert_eq!(code, 201, "{text}");
+    let (code, text) = post(&server, path, None, &cm("untyped")).await;
+    assert_eq!(code, 201, "no Content-Type is JSON: {text}");
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: yaml}\n";
+    let (code, text) = post(&server, path, Some("application/yaml"), yaml).await;
+    assert_eq!(code, 201, "{text}");
+    let (code, text) = post(
+        &server,
+        path,
+        Some("application/vnd.kubernetes.protobuf"),
+        &cm("x"),
+    )
+    .await;
+    assert_eq!(code, 400, "JSON sent as protobuf lacks the magic: {text}");
+    let configmaps: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let mut names: Vec<String> = configmaps
+        .list(&ListParams::default())
+        .await
+        .expect("list configmaps")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["json", "untyped", "yaml"]);
     server.shutdown().await;
 }
 
