@@ -57,8 +57,9 @@ pub fn start(
     ClusterPort { addr, stop }
 }
 
-/// The request with `prefix` put in front of its path.
+/// The request with `prefix` put in front of its path, marked as arriving on a cluster's own port.
 fn under_prefix(mut req: Request, prefix: &str) -> Request {
+    req.extensions_mut().insert(crate::api::AtRoot);
     let path_and_query = req
         .uri()
         .path_and_query()

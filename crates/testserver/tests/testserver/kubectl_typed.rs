@@ -419,12 +419,45 @@ async fn port_per_cluster_serves_each_cluster_at_the_root_of_its_own_port() {
         "mgmt sees c1's namespace: {err}"
     );
 
+    // The OpenAPI index points at the port's root, and kubectl's client-side apply follows it.
+    let index: Value = serde_json::from_str(
+        &k.run(&["--context", "c1", "get", "--raw", "/openapi/v3"], None)
+            .await,
+    )
+    .expect("json");
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("api/v1 in the index");
+    assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
+    let applied = k
+        .run(
+            &["--context", "c1", "apply", "-f", "-"],
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {a: b}\n"),
+        )
+        .await;
+    assert_eq!(applied.trim(), "configmap/applied created");
+
     // The path layout on the shared listener keeps serving the same clusters.
     let path_url = format!("--server=http://{}/clusters/c1", server.addr());
     let via_path = k
         .run(&[&path_url, "get", "ns", "only-c1", "-o", "name"], None)
         .await;
     assert_eq!(via_path.trim(), "namespace/only-c1");
+    let index: Value = serde_json::from_str(
+        &k.run(
+            &[&path_url, "get", "--raw", "/clusters/c1/openapi/v3"],
+            None,
+        )
+        .await,
+    )
+    .expect("json");
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("api/v1 in the index");
+    assert!(
+        url.starts_with("/clusters/c1/openapi/v3/api/v1?hash="),
+        "{url}"
+    );
     let (code, body) = http(&server, "GET", "/admin/clusters", "").await;
     assert_eq!((code, body.contains("c1")), (200, true), "{body}");
 
