@@ -31,7 +31,14 @@ pub(crate) struct Call {
     pub query: HashMap<String, String>,
     pub headers: HeaderMap,
     pub body: axum::body::Bytes,
+    /// The path the cluster's API is under for this client: `/clusters/<name>`, or empty on the
+    /// cluster's own port.
+    pub base: String,
 }
+
+/// Marks a request that arrived on a cluster's own port (`Config::port_per_cluster`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AtRoot;
 
 impl Call {
     pub fn param(&self, key: &str) -> Option<&str> {
@@ -146,6 +153,11 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         .unwrap_or_default();
     let method = req.method().clone();
     let headers = req.headers().clone();
+    let base = if req.extensions().get::<AtRoot>().is_some() {
+        String::new()
+    } else {
+        format!("/clusters/{name}")
+    };
     let body = match axum::body::to_bytes(req.into_body(), 64 << 20).await {
         Ok(b) => b,
         Err(e) => {
@@ -159,6 +171,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         query,
         headers,
         body,
+        base,
     };
     let sub = sub.trim_end_matches('/').to_string();
     match route(&call, &sub) {
@@ -206,7 +219,7 @@ fn route(call: &Call, path: &str) -> Result<Response, ApiError> {
         ["openapi", "v3"] => {
             let state = call.cluster.lock();
             ok(openapi::root(
-                &call.cluster.name,
+                &call.base,
                 &state.registry,
                 state.resource_version(),
             ))

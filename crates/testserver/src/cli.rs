@@ -42,6 +42,10 @@ pub struct CliArgs {
     /// Changes retained per cluster for watches before clients get 410 Gone.
     #[arg(long, default_value_t = 10_000)]
     pub watch_history: usize,
+    /// Also serve each cluster at the root of its own free port on the listen IP (as kind does);
+    /// the kubeconfig then points there. `/clusters/<name>` on --listen keeps working.
+    #[arg(long, conflicts_with = "advertise")]
+    pub port_per_cluster: bool,
 }
 
 /// Top-level parser for the standalone binary.
@@ -86,6 +90,7 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
         watch_history: args.watch_history,
         sveltos_crds: !args.no_crds,
         objects,
+        port_per_cluster: args.port_per_cluster,
     };
     let server = TestServer::start(config)
         .await

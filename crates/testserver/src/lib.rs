@@ -1,14 +1,16 @@
 //! Kubernetes API test server: many clusters in one process, for tests and demos only, never production.
 //!
 //! One listener serves every cluster under its own base path, `http://<addr>/clusters/<name>`; kube-rs
-//! and kubectl both accept a server URL with a path. Objects live in memory as JSON, per cluster,
+//! and kubectl both accept a server URL with a path. With `Config::port_per_cluster` each cluster is
+//! also served at the root of its own port, for tools that drop the path. Objects live in memory as JSON, per cluster,
 //! keyed by group, resource, namespace and name, with one resourceVersion counter per cluster.
 //!
 //! What it implements: discovery (legacy, not aggregated; `/openapi/v3` with each CRD version's schema, for
 //! `kubectl explain` and kubectl's server-side field validation; `/openapi/v2` answers 404), built-in kinds and CRD-defined kinds (served only while their CRD exists), create, get,
 //! list (label and `metadata.name`/`metadata.namespace` field selectors, `limit`/`continue`),
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
-//! patch, server-side apply with per-manager field ownership, `/status`, delete with finalizers,
+//! patch, server-side apply with per-manager field ownership, protobuf request bodies of the kinds
+//! kubectl's typed `create` commands send, `/status`, delete with finalizers,
 //! namespace cascade, Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
 //! and a per-cluster audit log of requests (`TestServer::audit`).
 //!
@@ -29,6 +31,7 @@ mod fields;
 mod object;
 mod openapi;
 mod patch;
+mod protobuf;
 mod query;
 mod resources;
 mod server;

@@ -14,8 +14,8 @@ use crate::resources::{Registry, ResourceInfo};
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
-/// `GET /openapi/v3`: one entry per served group version.
-pub fn root(cluster: &str, registry: &Registry, hash: u64) -> Value {
+/// `GET /openapi/v3`: one entry per served group version; `base` is the path the cluster's API is under.
+pub fn root(base: &str, registry: &Registry, hash: u64) -> Value {
     let mut paths = Map::new();
     for r in registry.all() {
         for v in &r.versions {
@@ -24,7 +24,7 @@ pub fn root(cluster: &str, registry: &Registry, hash: u64) -> Value {
             } else {
                 format!("apis/{}/{v}", r.group)
             };
-            let url = format!("/clusters/{cluster}/openapi/v3/{gv}?hash={hash:016X}");
+            let url = format!("{base}/openapi/v3/{gv}?hash={hash:016X}");
             paths.insert(gv, json!({"serverRelativeURL": url}));
         }
     }

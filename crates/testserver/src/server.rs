@@ -1,7 +1,9 @@
-//! The process-level server: one listener, many clusters under `/clusters/<name>`, admin
-//! endpoints under `/admin`, generated kubeconfigs, seeding objects, and shutdown.
+//! The process-level server: one listener, many clusters under `/clusters/<name>` (and, with
+//! `Config::port_per_cluster`, each cluster also at the root of its own port), admin endpoints
+//! under `/admin`, generated kubeconfigs, seeding objects, and shutdown.
 
 mod admin;
+mod port;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,6 +30,10 @@ pub struct Config {
     pub sveltos_crds: bool,
     /// Objects created in every cluster at start (after the CRDs).
     pub objects: Vec<Value>,
+    /// Also serve each cluster at the root of its own port on the listen IP, as kind does, and
+    /// point kubeconfigs there (`http://127.0.0.1:<port>`, no path); `/clusters/<name>` on the
+    /// shared listener keeps working.
+    pub port_per_cluster: bool,
 }
 
 impl Default for Config {
@@ -38,6 +44,7 @@ impl Default for Config {
             watch_history: 10_000,
             sveltos_crds: false,
             objects: Vec::new(),
+            port_per_cluster: false,
         }
     }
 }
@@ -47,6 +54,10 @@ pub struct Shared {
     clusters: RwLock<BTreeMap<String, Arc<Cluster>>>,
     config: Config,
     addr: SocketAddr,
+    /// Per-cluster listeners (with `Config::port_per_cluster`), by cluster name.
+    ports: RwLock<BTreeMap<String, port::ClusterPort>>,
+    /// Cancelled at shutdown; per-cluster listeners stop with it.
+    shutdown: CancellationToken,
 }
 
 impl Shared {
@@ -68,10 +79,15 @@ impl Shared {
     }
 
     /// Adds a cluster (no-op if it exists), preinstalling what the config asks for.
-    fn add(&self, name: &str) -> Result<()> {
+    fn add(self: &Arc<Self>, name: &str) -> Result<()> {
         if self.cluster(name).is_some() {
             return Ok(());
         }
+        let bound = if self.config.port_per_cluster {
+            Some(port::bind(self.addr.ip())?)
+        } else {
+            None
+        };
         let cluster = Arc::new(Cluster::new(name, self.config.watch_history));
         let mut seed: Vec<Value> = if self.config.sveltos_crds {
             crate::crds::sveltos_crds()
@@ -86,6 +102,17 @@ impl Shared {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.to_string(), cluster);
+        if let Some(bound) = bound {
+            let served = port::start(bound, self, name, self.shutdown.child_token());
+            let replaced = self
+                .ports
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(name.to_string(), served);
+            if let Some(old) = replaced {
+                old.stop.cancel();
+            }
+        }
         Ok(())
     }
 
@@ -98,6 +125,36 @@ impl Shared {
         if let Some(c) = removed {
             c.faults.drop_watches();
         }
+        let port = self
+            .ports
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        if let Some(port) = port {
+            port.stop.cancel();
+        }
+    }
+
+    /// Base URL of one cluster's API: its own port's root, else `http://<addr>/clusters/<name>`.
+    fn cluster_url(&self, name: &str) -> String {
+        match self
+            .ports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+        {
+            Some(port) => format!("http://{}", port.addr),
+            None => cluster_url(self.addr, name),
+        }
+    }
+
+    /// A kubeconfig with one context per named cluster; the first is current.
+    fn kubeconfig(&self, names: &[String]) -> String {
+        let servers: Vec<(String, String)> = names
+            .iter()
+            .map(|n| (n.clone(), self.cluster_url(n)))
+            .collect();
+        kubeconfig(&servers)
     }
 }
 
@@ -182,38 +239,21 @@ impl TestServer {
             source,
         })?;
         let names = config.clusters.clone();
+        let shutdown = CancellationToken::new();
         let shared = Arc::new(Shared {
             clusters: RwLock::new(BTreeMap::new()),
             config,
             addr,
+            ports: RwLock::new(BTreeMap::new()),
+            shutdown: shutdown.clone(),
         });
         for name in &names {
-            shared.add(name)?;
+            if let Err(error) = shared.add(name) {
+                shutdown.cancel();
+                return Err(error);
+            }
         }
-        // Small request/response exchanges stall on delayed ACKs without TCP_NODELAY.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::warn!(
-                    error = &error as &dyn std::error::Error,
-                    "failed to set TCP_NODELAY"
-                );
-            }
-        });
-        let app = admin::router()
-            .fallback(crate::api::handle)
-            .with_state(shared.clone());
-        let shutdown = CancellationToken::new();
-        let token = shutdown.clone();
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { token.cancelled().await });
-            if let Err(error) = serve.await {
-                tracing::error!(
-                    error = &error as &dyn std::error::Error,
-                    "test server stopped"
-                );
-            }
-        });
+        let task = serve(listener, app(shared.clone()), shutdown.clone());
         tracing::info!(%addr, clusters = names.len(), "sluice test server listening (test and demo use only)");
         Ok(TestServer {
             addr,
@@ -227,9 +267,10 @@ impl TestServer {
         self.addr
     }
 
-    /// Base URL of one cluster's API, `http://<addr>/clusters/<name>`.
+    /// Base URL of one cluster's API: `http://<addr>/clusters/<name>`, or with
+    /// `Config::port_per_cluster` the root of the cluster's own port, `http://127.0.0.1:<port>`.
     pub fn cluster_url(&self, cluster: &str) -> String {
-        cluster_url(self.addr, cluster)
+        self.shared.cluster_url(cluster)
     }
 
     /// Names of the clusters currently served, sorted.
@@ -251,12 +292,12 @@ impl TestServer {
             names.retain(|n| n != &first);
             names.insert(0, first);
         }
-        kubeconfig(self.addr, &names)
+        self.shared.kubeconfig(&names)
     }
 
     /// A kubeconfig for one cluster only (what goes into a Sveltos kubeconfig Secret).
     pub fn kubeconfig_for(&self, cluster: &str) -> String {
-        kubeconfig(self.addr, &[cluster.to_string()])
+        self.shared.kubeconfig(&[cluster.to_string()])
     }
 
     /// Adds a cluster at run time, seeded like the configured ones.
@@ -326,10 +367,46 @@ pub(crate) fn cluster_url(addr: SocketAddr, cluster: &str) -> String {
     format!("http://{addr}/clusters/{cluster}")
 }
 
-pub(crate) fn kubeconfig(addr: SocketAddr, names: &[String]) -> String {
-    let clusters: Vec<Value> = names
+/// The HTTP application: admin endpoints and every cluster's API under `/clusters/<name>`.
+fn app(shared: Arc<Shared>) -> axum::Router {
+    admin::router()
+        .fallback(crate::api::handle)
+        .with_state(shared)
+}
+
+/// Serves `app` on `listener` until `stop` is cancelled.
+fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    // Small request/response exchanges stall on delayed ACKs without TCP_NODELAY.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::warn!(
+                error = &error as &dyn std::error::Error,
+                "failed to set TCP_NODELAY"
+            );
+        }
+    });
+    tokio::spawn(async move {
+        let serve = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await });
+        if let Err(error) = serve.await {
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "test server stopped"
+            );
+        }
+    })
+}
+
+/// A kubeconfig with one context per `(cluster name, server URL)`; the first is current.
+pub(crate) fn kubeconfig(servers: &[(String, String)]) -> String {
+    let names: Vec<&String> = servers.iter().map(|(n, _)| n).collect();
+    let clusters: Vec<Value> = servers
         .iter()
-        .map(|n| json!({"name": n, "cluster": {"server": cluster_url(addr, n)}}))
+        .map(|(n, url)| json!({"name": n, "cluster": {"server": url}}))
         .collect();
     let users: Vec<Value> = names
         .iter()
@@ -346,7 +423,7 @@ pub(crate) fn kubeconfig(addr: SocketAddr, names: &[String]) -> String {
         "clusters": clusters,
         "users": users,
         "contexts": contexts,
-        "current-context": names.first().cloned().unwrap_or_default(),
+        "current-context": servers.first().map(|(n, _)| n.clone()).unwrap_or_default(),
     });
     serde_yaml::to_string(&doc).unwrap_or_default()
 }

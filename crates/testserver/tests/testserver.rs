@@ -8,6 +8,7 @@ mod testserver {
     pub mod explain;
     pub mod faults;
     pub mod kubectl;
+    pub mod kubectl_typed;
     pub mod ssa;
     pub mod support;
     pub mod watch;

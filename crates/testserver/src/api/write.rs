@@ -21,24 +21,19 @@ fn subresource(target: &Target) -> Subresource {
     }
 }
 
+/// The request body as JSON, by its media type; no Content-Type means JSON, as on the real server.
 fn body_json(call: &Call) -> Result<Value, ApiError> {
     let ct = call.header("content-type");
-    if ct.contains("protobuf") {
-        return Err(unsupported(ct));
+    match ct.split(';').next().unwrap_or("").trim() {
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&call.body),
+        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(&call.body)
+            .map_err(|e| ApiError::bad_request(format!("failed to decode YAML body: {e}"))),
+        "" | "application/json" | "application/apply-patch+json" => {
+            serde_json::from_slice(&call.body)
+                .map_err(|e| ApiError::bad_request(format!("failed to decode JSON body: {e}")))
+        }
+        _ => Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {ct:?})"))),
     }
-    if ct.contains("yaml") {
-        serde_yaml::from_slice(&call.body)
-            .map_err(|e| ApiError::bad_request(format!("failed to decode YAML body: {e}")))
-    } else {
-        serde_json::from_slice(&call.body)
-            .map_err(|e| ApiError::bad_request(format!("failed to decode JSON body: {e}")))
-    }
-}
-
-/// Protobuf bodies are not decoded: only JSON and YAML are served (typed kubectl generators such as
-/// `kubectl create configmap` send protobuf; `kubectl create -f` sends JSON).
-fn unsupported(ct: &str) -> ApiError {
-    ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/apply-patch+yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct})"))
 }
 
 fn check_type(target: &Target, obj: &Value) -> Result<(), ApiError> {

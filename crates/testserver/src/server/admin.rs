@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::{kubeconfig, Shared};
+use super::Shared;
 use crate::error::ApiError;
 use crate::faults::FaultRequest;
 
@@ -78,7 +78,7 @@ async fn get_faults(State(shared): State<Arc<Shared>>, Path(name): Path<String>)
 async fn kubeconfig_all(State(shared): State<Arc<Shared>>) -> Response {
     (
         [("content-type", "application/yaml")],
-        kubeconfig(shared.addr, &shared.names()),
+        shared.kubeconfig(&shared.names()),
     )
         .into_response()
 }

@@ -1,0 +1,500 @@
+//! The real kubectl's typed commands: `create secret|configmap|namespace|serviceaccount` send
+//! protobuf bodies, `label` and `annotate` send merge patches; request media types; and clusters
+//! served on their own ports (`Config::port_per_cluster`), where kubectl's path-less requests
+//! (`get --raw /version`) work.
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ListParams};
+use serde_json::{json, Value};
+use sluice_testserver::{Config, TestServer};
+
+use super::kubectl::Kubectl;
+use super::support::{client, eventually, http, server_with};
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn unb64(text: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_str().expect("a base64 string"))
+        .expect("valid base64")
+}
+
+async fn get_json(k: &Kubectl, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "json", "--show-managed-fields"]);
+    serde_json::from_str(&k.run(&all, None).await).expect("kubectl prints JSON")
+}
+
+async fn two_clusters(port_per_cluster: bool) -> TestServer {
+    server_with(Config {
+        clusters: vec!["mgmt".into(), "c1".into()],
+        port_per_cluster,
+        ..Config::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn kubectl_create_secret_generic_from_file_registers_a_cluster_kubeconfig() {
+    let server = two_clusters(false).await;
+    let k = Kubectl::new(&server);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c1.kubeconfig");
+    let kubeconfig = server.kubeconfig_for("c1");
+    std::fs::write(&file, &kubeconfig).expect("write kubeconfig");
+
+    k.run(&["create", "namespace", "fleet"], None).await;
+    let from_file = format!("--from-file=kubeconfig={}", file.display());
+    let out = k
+        .run(
+            &[
+                "create",
+                "secret",
+                "generic",
+                "c1-sveltos-kubeconfig",
+                "-n",
+                "fleet",
+                &from_file,
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(out.trim(), "secret/c1-sveltos-kubeconfig created");
+
+    let secret = get_json(&k, &["secret", "c1-sveltos-kubeconfig", "-n", "fleet"]).await;
+    assert_eq!(
+        secret["data"],
+        json!({"kubeconfig": b64(kubeconfig.as_bytes())})
+    );
+    assert_eq!(secret["metadata"]["namespace"], "fleet");
+    assert_eq!(
+        secret["metadata"]["managedFields"][0]["manager"],
+        "kubectl-create"
+    );
+    assert!(secret.get("stringData").is_none(), "{secret}");
+
+    // The stored kubeconfig reaches cluster c1, as a Sveltos controller would use it.
+    let stored = dir.path().join("stored.kubeconfig");
+    std::fs::write(&stored, unb64(&secret["data"]["kubeconfig"])).expect("write");
+    let stored_arg = stored.display().to_string();
+    k.run(&["--context", "c1", "create", "namespace", "in-c1"], None)
+        .await;
+    let names = k
+        .run(
+            &[
+                "--kubeconfig",
+                &stored_arg,
+                "get",
+                "namespaces",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert!(names.lines().any(|l| l == "namespace/in-c1"), "{names}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_create_secret_tls_and_docker_registry_set_type_and_data() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let cert = format!("--cert={fixtures}/tls.crt");
+    let key = format!("--key={fixtures}/tls.key");
+    k.run(&["create", "secret", "tls", "web-tls", &cert, &key], None)
+        .await;
+    let tls = get_json(&k, &["secret", "web-tls"]).await;
+    assert_eq!(tls["type"], "kubernetes.io/tls");
+    let cert_pem = std::fs::read(format!("{fixtures}/tls.crt")).expect("fixture");
+    assert_eq!(unb64(&tls["data"]["tls.crt"]), cert_pem);
+    let key_pem = std::fs::read(format!("{fixtures}/tls.key")).expect("fixture");
+    assert_eq!(unb64(&tls["data"]["tls.key"]), key_pem);
+
+    k.run(
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "pull",
+            "--docker-server=registry.example",
+            "--docker-username=robot",
+            "--docker-password=s3cret",
+        ],
+        None,
+    )
+    .await;
+    let pull = get_json(&k, &["secret", "pull"]).await;
+    assert_eq!(pull["type"], "kubernetes.io/dockerconfigjson");
+    let config: Value =
+        serde_json::from_slice(&unb64(&pull["data"][".dockerconfigjson"])).expect("json");
+    assert_eq!(config["auths"]["registry.example"]["username"], "robot");
+    assert_eq!(config["auths"]["registry.example"]["password"], "s3cret");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_create_namespace_serviceaccount_and_configmap() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    assert_eq!(
+        k.run(&["create", "namespace", "team-a"], None).await.trim(),
+        "namespace/team-a created"
+    );
+    let ns = get_json(&k, &["namespace", "team-a"]).await;
+    assert_eq!(ns["metadata"]["name"], "team-a");
+    assert_eq!(ns["status"]["phase"], "Active");
+    let (ok, _, err) = k.try_run(&["create", "namespace", "team-a"], None).await;
+    assert!(!ok && err.contains("already exists"), "{err}");
+
+    k.run(
+        &["create", "serviceaccount", "robot", "--namespace", "team-a"],
+        None,
+    )
+    .await;
+    let sa = get_json(&k, &["serviceaccount", "robot", "-n", "team-a"]).await;
+    assert_eq!(sa["metadata"]["name"], "robot");
+    assert_eq!(sa["metadata"]["namespace"], "team-a");
+
+    k.run(
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "-n",
+            "team-a",
+            "--from-literal=mode=fast",
+            "--from-literal=empty=",
+        ],
+        None,
+    )
+    .await;
+    let cm = get_json(&k, &["configmap", "settings", "-n", "team-a"]).await;
+    assert_eq!(cm["data"], json!({"mode": "fast", "empty": ""}));
+    assert!(cm.get("binaryData").is_none(), "{cm}");
+
+    // A file that is not UTF-8 goes to binaryData.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let blob = dir.path().join("blob");
+    std::fs::write(&blob, [0u8, 159, 146, 150]).expect("write");
+    let from_file = format!("--from-file=blob={}", blob.display());
+    k.run(
+        &["create", "configmap", "files", "-n", "team-a", &from_file],
+        None,
+    )
+    .await;
+    let cm = get_json(&k, &["configmap", "files", "-n", "team-a"]).await;
+    assert_eq!(cm["binaryData"], json!({"blob": b64(&[0, 159, 146, 150])}));
+    assert!(cm.get("data").is_none(), "{cm}");
+
+    // A namespace that does not exist is refused, as for JSON bodies.
+    let (ok, _, err) = k
+        .try_run(
+            &[
+                "create",
+                "configmap",
+                "x",
+                "-n",
+                "missing",
+                "--from-literal=a=b",
+            ],
+            None,
+        )
+        .await;
+    assert!(!ok && err.contains("not found"), "{err}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_create_of_a_kind_without_protobuf_decoding_names_the_kind() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    let (ok, _, err) = k
+        .try_run(&["create", "deployment", "web", "--image=nginx"], None)
+        .await;
+    assert!(!ok, "kubectl create deployment succeeded");
+    assert!(
+        err.contains("apps/v1 Deployment") && err.contains("application/json"),
+        "{err}"
+    );
+    let (ok, _, err) = k.try_run(&["get", "deployment", "web"], None).await;
+    assert!(!ok && err.contains("NotFound"), "{err}");
+    server.shutdown().await;
+}
+
+/// POSTs `body` with an optional Content-Type; returns the status code and body.
+async fn post(
+    server: &TestServer,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connects");
+    let ct = content_type
+        .map(|c| format!("Content-Type: {c}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        server.addr(),
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.expect("writes");
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.expect("reads");
+    let text = String::from_utf8_lossy(&out).to_string();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, text)
+}
+
+#[tokio::test]
+async fn request_bodies_need_a_known_media_type() {
+    let server = server_with(Config::default()).await;
+    let path = "/clusters/mgmt/api/v1/namespaces/default/configmaps";
+    let cm = |name: &str| {
+        format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#)
+    };
+    let (code, text) = post(&server, path, Some("text/plain"), &cm("plain")).await;
+    assert_eq!(code, 415, "{text}");
+    assert!(
+        text.contains("UnsupportedMediaType") && text.contains("text/plain"),
+        "{text}"
+    );
+    let (code, text) = post(
+        &server,
+        path,
+        Some("application/json; charset=utf-8"),
+        &cm("json"),
+    )
+    .await;
+    assert_eq!(code, 201, "{text}");
+    let (code, text) = post(&server, path, None, &cm("untyped")).await;
+    assert_eq!(code, 201, "no Content-Type is JSON: {text}");
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: yaml}\n";
+    let (code, text) = post(&server, path, Some("application/yaml"), yaml).await;
+    assert_eq!(code, 201, "{text}");
+    let (code, text) = post(
+        &server,
+        path,
+        Some("application/vnd.kubernetes.protobuf"),
+        &cm("x"),
+    )
+    .await;
+    assert_eq!(code, 400, "JSON sent as protobuf lacks the magic: {text}");
+    let configmaps: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let mut names: Vec<String> = configmaps
+        .list(&ListParams::default())
+        .await
+        .expect("list configmaps")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["json", "untyped", "yaml"]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_label_and_annotate_set_overwrite_and_remove() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(
+        &["create", "configmap", "settings", "--from-literal=a=1"],
+        None,
+    )
+    .await;
+    let meta = |obj: Value, field: &str| obj["metadata"][field].clone();
+
+    k.run(
+        &["label", "configmap", "settings", "tier=web", "env=dev"],
+        None,
+    )
+    .await;
+    let cm = get_json(&k, &["configmap", "settings"]).await;
+    assert_eq!(meta(cm, "labels"), json!({"tier": "web", "env": "dev"}));
+
+    let (ok, _, err) = k
+        .try_run(&["label", "configmap", "settings", "tier=db"], None)
+        .await;
+    assert!(!ok && err.contains("already has a value"), "{err}");
+    k.run(
+        &["label", "configmap", "settings", "tier=db", "--overwrite"],
+        None,
+    )
+    .await;
+    k.run(&["label", "configmap", "settings", "env-"], None)
+        .await;
+    let cm = get_json(&k, &["configmap", "settings"]).await;
+    assert_eq!(meta(cm, "labels"), json!({"tier": "db"}));
+
+    k.run(
+        &["annotate", "configmap", "settings", "owner=ops", "note=x"],
+        None,
+    )
+    .await;
+    k.run(
+        &[
+            "annotate",
+            "configmap",
+            "settings",
+            "owner=sre",
+            "--overwrite",
+        ],
+        None,
+    )
+    .await;
+    k.run(&["annotate", "configmap", "settings", "note-"], None)
+        .await;
+    let cm = get_json(&k, &["configmap", "settings"]).await;
+    assert_eq!(meta(cm.clone(), "annotations"), json!({"owner": "sre"}));
+    assert_eq!(cm["data"], json!({"a": "1"}));
+    let managers: Vec<&str> = cm["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert_eq!(
+        managers,
+        vec!["kubectl-create", "kubectl-label", "kubectl-annotate"]
+    );
+
+    // Cluster-scoped objects are labeled through the same patch.
+    k.run(&["create", "namespace", "team-a"], None).await;
+    k.run(&["label", "namespace", "team-a", "env=prod"], None)
+        .await;
+    let ns = get_json(&k, &["namespace", "team-a"]).await;
+    assert_eq!(ns["metadata"]["labels"]["env"], "prod");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn port_per_cluster_serves_each_cluster_at_the_root_of_its_own_port() {
+    let server = two_clusters(true).await;
+    let mgmt = server.cluster_url("mgmt");
+    let c1 = server.cluster_url("c1");
+    for url in [&mgmt, &c1] {
+        let port: u16 = url
+            .strip_prefix("http://127.0.0.1:")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{url} is not http://127.0.0.1:<port>"));
+        assert_ne!(port, server.addr().port(), "{url}");
+    }
+    assert_ne!(mgmt, c1);
+    assert!(server
+        .kubeconfig_yaml()
+        .contains(&format!("server: {c1}\n")));
+
+    let k = Kubectl::new(&server);
+    let version: Value =
+        serde_json::from_str(&k.run(&["get", "--raw", "/version"], None).await).expect("json");
+    assert_eq!(version["gitVersion"], "v1.33.0-sluice-testserver");
+    let names = k.run(&["get", "ns", "-o", "name"], None).await;
+    assert!(names.lines().any(|l| l == "namespace/default"), "{names}");
+
+    k.run(&["--context", "c1", "create", "namespace", "only-c1"], None)
+        .await;
+    let in_c1 = k
+        .run(
+            &["--context", "c1", "get", "ns", "only-c1", "-o", "name"],
+            None,
+        )
+        .await;
+    assert_eq!(in_c1.trim(), "namespace/only-c1");
+    let (ok, _, err) = k.try_run(&["get", "ns", "only-c1"], None).await;
+    assert!(
+        !ok && err.contains("NotFound"),
+        "mgmt sees c1's namespace: {err}"
+    );
+
+    // The OpenAPI index points at the port's root, and kubectl's client-side apply follows it.
+    let index: Value = serde_json::from_str(
+        &k.run(&["--context", "c1", "get", "--raw", "/openapi/v3"], None)
+            .await,
+    )
+    .expect("json");
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("api/v1 in the index");
+    assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
+    let applied = k
+        .run(
+            &["--context", "c1", "apply", "-f", "-"],
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {a: b}\n"),
+        )
+        .await;
+    assert_eq!(applied.trim(), "configmap/applied created");
+
+    // The path layout on the shared listener keeps serving the same clusters.
+    let path_url = format!("--server=http://{}/clusters/c1", server.addr());
+    let via_path = k
+        .run(&[&path_url, "get", "ns", "only-c1", "-o", "name"], None)
+        .await;
+    assert_eq!(via_path.trim(), "namespace/only-c1");
+    let index: Value = serde_json::from_str(
+        &k.run(
+            &[&path_url, "get", "--raw", "/clusters/c1/openapi/v3"],
+            None,
+        )
+        .await,
+    )
+    .expect("json");
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("api/v1 in the index");
+    assert!(
+        url.starts_with("/clusters/c1/openapi/v3/api/v1?hash="),
+        "{url}"
+    );
+    let (code, body) = http(&server, "GET", "/admin/clusters", "").await;
+    assert_eq!((code, body.contains("c1")), (200, true), "{body}");
+
+    // kube-rs reads the same kubeconfig.
+    let namespaces: Api<Namespace> = Api::all(client(&server, "c1").await);
+    let listed = namespaces
+        .list(&ListParams::default())
+        .await
+        .expect("list namespaces");
+    assert!(listed
+        .items
+        .iter()
+        .any(|n| n.metadata.name.as_deref() == Some("only-c1")));
+
+    // Clusters added at run time get a port; removing one closes it.
+    server.add_cluster("late").await;
+    let late = server.cluster_url("late");
+    let addr = late.trim_start_matches("http://").to_string();
+    let late_k = Kubectl::new(&server);
+    let got = late_k
+        .run(
+            &[
+                "--context",
+                "late",
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default",
+            ],
+            None,
+        )
+        .await;
+    assert!(got.contains("\"name\":\"default\""), "{got}");
+    server.remove_cluster("late").await;
+    eventually(10, "the removed cluster's port to close", || {
+        let addr = addr.clone();
+        async move { tokio::net::TcpStream::connect(&addr).await.err() }
+    })
+    .await;
+    server.shutdown().await;
+}
