@@ -133,14 +133,17 @@ async fn write_status(
     failure: Option<&str>,
 ) -> sluice_kube::Result<()> {
     let name = naming::event_report_name(cluster, event_source);
+    // A field this manager stops applying is removed by the server: no `null` is sent for
+    // "no failure" (the CRD's failureMessage is a non-nullable string).
+    let mut status = json!({"phase": "Processed"});
+    if let Some(failure) = failure {
+        status["failureMessage"] = json!(failure);
+    }
     let status = json!({
         "apiVersion": "lib.projectsveltos.io/v1beta1",
         "kind": "EventReport",
         "metadata": {"name": name, "namespace": cluster.namespace},
-        "status": {
-            "phase": "Processed",
-            "failureMessage": failure.map_or(Value::Null, |f| json!(f)),
-        },
+        "status": status,
     });
     match apply::apply_status(
         client,
