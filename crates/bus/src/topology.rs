@@ -273,13 +273,34 @@ pub fn desired_cloudevent_subject(
     )
 }
 
-/// Every CloudEvent unit of a trigger in a cluster.
-pub fn desired_cloudevent_filter(event_trigger: &str, cluster: &str) -> String {
-    format!("{}.ce.>", desired_subject(event_trigger, cluster))
+/// The unit of what one matching resource renders to under a `oneForEvent` trigger
+/// (ADR 0018): an event changes this unit only, whatever else matches.
+pub fn desired_resource_subject(
+    event_trigger: &str,
+    cluster: &str,
+    namespace: &str,
+    name: &str,
+) -> String {
+    format!(
+        "{}.r.{}.{}",
+        desired_subject(event_trigger, cluster),
+        encode_token(namespace),
+        encode_token(name)
+    )
+}
+
+/// Every unit of a trigger in a cluster besides its main unit (CloudEvent and resource units).
+pub fn desired_units_filter(event_trigger: &str, cluster: &str) -> String {
+    format!("{}.>", desired_subject(event_trigger, cluster))
 }
 
 pub fn applied_subject(event_trigger: &str, cluster: &str) -> String {
     format!("{PREFIX}.applied.{}.{cluster}", encode_token(event_trigger))
+}
+
+/// The results of every unit of a trigger in a cluster besides its main unit.
+pub fn applied_units_filter(event_trigger: &str, cluster: &str) -> String {
+    format!("{}.>", applied_subject(event_trigger, cluster))
 }
 
 /// The ApplyResult subject for a desired-state subject (main or CloudEvent unit): the same
@@ -378,6 +399,29 @@ mod tests {
             "{applied}"
         );
         assert_eq!(applied_subject_for("sluice.v1.match.x"), None);
+        let unit = desired_resource_subject("t", &c, "", "team-a");
+        assert_eq!(
+            applied_subject_for(&unit),
+            Some(format!("{}.r._.team-a", applied_subject("t", &c)))
+        );
+    }
+
+    #[test]
+    fn the_units_filter_covers_every_unit_of_its_pair_only() {
+        let c = cluster_tokens("sveltos", "default", "cluster-a");
+        let filter = desired_units_filter("t", &c);
+        let covered = |subject: &str| {
+            let prefix = filter.trim_end_matches('>');
+            subject.starts_with(prefix)
+        };
+        assert!(covered(&desired_cloudevent_subject("t", &c, "s", "x")));
+        assert!(covered(&desired_resource_subject(
+            "t", &c, "default", "web"
+        )));
+        assert!(!covered(&desired_subject("t", &c)), "the main unit stays");
+        assert!(!covered(&desired_resource_subject(
+            "t2", &c, "default", "web"
+        )));
     }
 
     #[test]
@@ -398,6 +442,10 @@ mod tests {
             ),
             (report_subject(&c, "sveltos-service"), REPORT),
             (desired_subject("trigger", &c), DESIRED),
+            (
+                desired_resource_subject("trigger", &c, "default", "web"),
+                DESIRED,
+            ),
             (applied_subject("trigger", &c), APPLIED),
             (dead_subject("renderer"), DEAD),
         ];

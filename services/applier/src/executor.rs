@@ -30,26 +30,61 @@ const OWNED: [(&str, &str); 3] = [
 /// (kind, namespace, name) of an owned object.
 type ObjectId = (String, String, String);
 
-/// Which unit of a (trigger, cluster) a desired state describes.
+/// The label keys an owned object carries, as listed.
+#[derive(Debug, Default)]
+struct LabelKeys(std::collections::BTreeSet<String>);
+
+impl LabelKeys {
+    fn contains(&self, key: &str) -> bool {
+        self.0.contains(key)
+    }
+}
+
+/// Which unit of a (trigger, cluster) a desired state describes (ADR 0009, ADR 0018).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Unit {
-    /// What the match set renders to.
+    /// What the match set renders to as a whole (nothing of its own under `oneForEvent`).
     Main,
     /// What one CloudEvent (by `source` and `subject`) created.
     CloudEvent { source: String, subject: String },
+    /// What one matching resource renders to under a `oneForEvent` trigger.
+    Resource { namespace: String, name: String },
 }
 
 impl Unit {
     pub(crate) fn of(state: &pb::DesiredState) -> Unit {
-        if state.cloud_event_source.is_empty() && state.cloud_event_subject.is_empty() {
-            Unit::Main
-        } else {
+        if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
             Unit::CloudEvent {
                 source: state.cloud_event_source.clone(),
                 subject: state.cloud_event_subject.clone(),
             }
+        } else if !state.resource_name.is_empty() {
+            Unit::Resource {
+                namespace: state.resource_namespace.clone(),
+                name: state.resource_name.clone(),
+            }
+        } else {
+            Unit::Main
         }
     }
+
+    /// The labels that, beside the owner labels, pick this unit's objects.
+    fn labels(&self) -> BTreeMap<String, String> {
+        match self {
+            Unit::Main => BTreeMap::new(),
+            Unit::CloudEvent { source, subject } => naming::cloud_event_labels(source, subject),
+            Unit::Resource { namespace, name } => naming::resource_labels(namespace, name),
+        }
+    }
+}
+
+/// Whether an object of a (trigger, cluster) belongs to a unit other than the main one: what a
+/// CloudEvent created, or what one resource of a `oneForEvent` trigger renders to.
+fn in_own_unit(object: &Value) -> bool {
+    let labels = object.pointer("/metadata/labels");
+    [naming::LABEL_CE_SOURCE, naming::LABEL_RESOURCE_NAME]
+        .iter()
+        .any(|label| labels.and_then(|l| l.get(*label)).is_some())
 }
 
 pub(crate) struct Applier {
@@ -186,6 +221,8 @@ impl Applier {
             cloud_event: !state.cloud_event_source.is_empty()
                 || !state.cloud_event_subject.is_empty(),
             deployed_hash: deployed_hash(state),
+            resource_namespace: state.resource_namespace.clone(),
+            resource_name: state.resource_name.clone(),
             ..Default::default()
         };
         if !state.failure_message.is_empty() {
@@ -204,13 +241,11 @@ impl Applier {
                 }
             }
         };
-        // A CloudEvent unit owns only what carries its CloudEvent labels; the trigger's main
+        // A CloudEvent or resource unit owns only what carries its labels; the trigger's main
         // unit owns the rest, and on removal everything with the trigger's labels.
         let unit = Unit::of(state);
         let mut owner = naming::owner_labels(&state.event_trigger, &cluster);
-        if let Unit::CloudEvent { source, subject } = &unit {
-            owner.extend(naming::cloud_event_labels(source, subject));
-        }
+        owner.extend(unit.labels());
         let cached = if state.removed {
             None
         } else {
@@ -218,13 +253,23 @@ impl Applier {
         };
         let mut known = match cached {
             Some(known) => known,
-            // A CloudEvent's Create needs no LIST: its objects have deterministic names and
-            // are server-side applied; anything an earlier rendering of the same unit left under
-            // another name is found by labels at its Delete or with the trigger.
+            // A CloudEvent's or a resource's unit needs no LIST to apply: its objects have
+            // deterministic names and are server-side applied; anything an earlier rendering of
+            // the same unit left under another name is found by labels at its removal or with
+            // the trigger.
             None if !state.removed && unit != Unit::Main => BTreeMap::new(),
             None => {
-                let include_cloud_events = state.removed || unit != Unit::Main;
-                self.list_owned(&owner, include_cloud_events).await?
+                let include_other_units = state.removed || unit != Unit::Main;
+                let mut owned = self.list_owned(&owner, include_other_units).await?;
+                if let Unit::Resource { namespace, .. } = &unit {
+                    // A cluster-scoped resource's labels name no namespace, so the selector
+                    // also picks a namespaced resource of the same name: keep this unit's only.
+                    if namespace.is_empty() {
+                        owned
+                            .retain(|_, labels| !labels.contains(naming::LABEL_RESOURCE_NAMESPACE));
+                    }
+                }
+                owned.into_keys().map(|id| (id, String::new())).collect()
             }
         };
         let existing: Vec<Value> = known
@@ -303,8 +348,8 @@ impl Applier {
             }
         }
         if state.removed && unit == Unit::Main {
-            // Everything CloudEvents created for this trigger and cluster is gone with it.
-            let prefix = format!("{subject}.ce.");
+            // Every other unit of this trigger and cluster is gone with it.
+            let prefix = format!("{subject}.");
             lock(&self.applied).retain(|s, _| !s.starts_with(&prefix));
         } else {
             lock(&self.applied).insert(subject.to_string(), known);
@@ -394,30 +439,30 @@ impl Applier {
         }
     }
 
-    /// What the server holds for an owner (content unknown: applied again once). Objects a
-    /// CloudEvent created belong to their own unit unless `include_cloud_events`.
+    /// What the server holds for an owner (content unknown: applied again once). Objects of a
+    /// CloudEvent's or a resource's unit belong to that unit unless `include_other_units`.
     async fn list_owned(
         &self,
         owner: &BTreeMap<String, String>,
-        include_cloud_events: bool,
-    ) -> sluice_kube::Result<BTreeMap<ObjectId, String>> {
+        include_other_units: bool,
+    ) -> sluice_kube::Result<BTreeMap<ObjectId, LabelKeys>> {
         let mut known = BTreeMap::new();
         for (api_version, kind_name) in OWNED {
             let kind = self.kind(api_version, kind_name).await?;
             for object in apply::list_labelled(&self.client, &kind, owner).await? {
-                if !include_cloud_events
-                    && object
-                        .pointer("/metadata/labels")
-                        .and_then(|l| l.get(naming::LABEL_CE_SOURCE))
-                        .is_some()
-                {
+                if !include_other_units && in_own_unit(&object) {
                     continue;
                 }
                 let mut id = object_id(&object);
                 if id.0.is_empty() {
                     id.0 = kind_name.to_string();
                 }
-                known.insert(id, String::new());
+                let labels = object
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .map(|l| l.keys().cloned().collect())
+                    .unwrap_or_default();
+                known.insert(id, LabelKeys(labels));
             }
         }
         Ok(known)

@@ -107,13 +107,17 @@ pub async fn run(
                     applied.inc();
                     last_seen.record(&delivered);
                     if state.removed && Unit::of(&state) == Unit::Main {
+                        // The pair's other units went with its main unit: their states and
+                        // results leave the streams too.
                         let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
-                        let filter = topology::desired_cloudevent_filter(
-                            &state.event_trigger,
-                            &sluice_wire::cluster_tokens(&cluster),
-                        );
-                        if let Err(error) = bus.purge(topology::DESIRED, &filter).await {
-                            tracing::warn!(error = %error, %filter, "failed to purge CloudEvent units");
+                        let tokens = sluice_wire::cluster_tokens(&cluster);
+                        for (stream, filter) in [
+                            (topology::DESIRED, topology::desired_units_filter(&state.event_trigger, &tokens)),
+                            (topology::APPLIED, topology::applied_units_filter(&state.event_trigger, &tokens)),
+                        ] {
+                            if let Err(error) = bus.purge(stream, &filter).await {
+                                tracing::warn!(error = %error, %filter, "failed to purge the units of a withdrawn trigger and cluster");
+                            }
                         }
                     }
                     tracing::info!(

@@ -4,7 +4,7 @@
 //! for the trigger, so deleting a trigger waits until its ClusterProfiles, ConfigMaps and
 //! Secrets are gone. Pure bookkeeping here; the writes are in `lib.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -24,10 +24,62 @@ pub fn api_version(kind: &str) -> &'static str {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 struct TriggerState {
     kind: String,
     clusters: BTreeMap<ClusterId, ClusterOutcome>,
+    /// The resource units of each cluster (`oneForEvent` triggers, ADR 0018).
+    units: BTreeMap<ClusterId, Units>,
+}
+
+/// (namespace, name) of a resource unit.
+type Member = (String, String);
+
+/// The outcomes of one cluster's resource units, kept so that one unit's result updates the
+/// status in O(log n): the failing units, and every unit's hash folded by XOR.
+#[derive(Clone, Debug, Default)]
+struct Units {
+    failures: BTreeMap<Member, String>,
+    hashes: HashMap<Member, [u8; 32]>,
+    fold: [u8; 32],
+}
+
+impl Units {
+    fn record(&mut self, member: Member, failure: &str, hash: &[u8], removed: bool) {
+        if let Some(previous) = self.hashes.remove(&member) {
+            xor(&mut self.fold, &previous);
+        }
+        if removed || failure.is_empty() {
+            self.failures.remove(&member);
+        } else {
+            self.failures.insert(member.clone(), failure.to_string());
+        }
+        if !removed {
+            let hash = digest(hash);
+            xor(&mut self.fold, &hash);
+            self.hashes.insert(member, hash);
+        }
+    }
+
+    /// What the status shows of these units: the first failure with the number of failing
+    /// units, and the fold of their hashes.
+    fn summary(&self) -> (Option<(&Member, &String)>, usize, [u8; 32]) {
+        (self.failures.iter().next(), self.failures.len(), self.fold)
+    }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0; 32];
+    for (i, byte) in bytes.iter().take(32).enumerate() {
+        out[i] = *byte;
+    }
+    out
+}
+
+fn xor(into: &mut [u8; 32], other: &[u8; 32]) {
+    for (a, b) in into.iter_mut().zip(other) {
+        *a ^= b;
+    }
 }
 
 /// What the trigger's main unit last did in one cluster.
@@ -46,8 +98,9 @@ pub struct Statuses {
 }
 
 impl Statuses {
-    /// Records a main-unit apply result; returns whether the trigger's status changed.
-    /// CloudEvent units do not change the status (their trigger's main unit covers the cluster).
+    /// Records an apply result of a main or resource unit; returns whether the trigger's
+    /// status changed. CloudEvent units do not change the status (their trigger's main unit
+    /// covers the cluster). The main unit's removal takes the cluster's resource units with it.
     pub fn record(&mut self, result: &pb::ApplyResult) -> bool {
         if result.cloud_event {
             return false;
@@ -55,26 +108,54 @@ impl Statuses {
         let Ok(cluster) = sluice_wire::cluster_id(result.cluster.as_ref(), "apply result") else {
             return false;
         };
-        let before = self.triggers.get(&result.event_trigger).cloned();
         let entry = self
             .triggers
             .entry(result.event_trigger.clone())
             .or_default();
-        if !result.event_trigger_kind.is_empty() {
+        let mut changed = false;
+        if !result.event_trigger_kind.is_empty() && entry.kind != result.event_trigger_kind {
             entry.kind = result.event_trigger_kind.clone();
+            changed = true;
         }
+        if !result.resource_name.is_empty() {
+            let units = entry.units.entry(cluster.clone()).or_default();
+            let before = units.summary();
+            let before = (
+                before.0.map(|(m, f)| (m.clone(), f.clone())),
+                before.1,
+                before.2,
+            );
+            units.record(
+                (
+                    result.resource_namespace.clone(),
+                    result.resource_name.clone(),
+                ),
+                &result.failure_message,
+                &result.deployed_hash,
+                result.removed,
+            );
+            let after = units.summary();
+            let after = (
+                after.0.map(|(m, f)| (m.clone(), f.clone())),
+                after.1,
+                after.2,
+            );
+            return changed || (before != after && entry.clusters.contains_key(&cluster));
+        }
+        let before = entry.clusters.get(&cluster).cloned();
         if result.removed {
             entry.clusters.remove(&cluster);
+            entry.units.remove(&cluster);
         } else {
             entry.clusters.insert(
-                cluster,
+                cluster.clone(),
                 ClusterOutcome {
                     failure: result.failure_message.clone(),
                     hash: result.deployed_hash.clone(),
                 },
             );
         }
-        self.triggers.get(&result.event_trigger) != before.as_ref()
+        changed || entry.clusters.get(&cluster) != before.as_ref()
     }
 
     /// The trigger's kind as last reported (`EventTrigger` when never reported).
@@ -105,7 +186,8 @@ impl Statuses {
         let info: Vec<Value> = state
             .clusters
             .iter()
-            .map(|(cluster, outcome)| {
+            .map(|(cluster, main)| {
+                let outcome = with_units(main, state.units.get(cluster));
                 let hash = base64::engine::general_purpose::STANDARD.encode(&outcome.hash);
                 if outcome.failure.is_empty() {
                     json!({"cluster": reference(cluster), "hash": hash, "status": "Provisioned"})
@@ -122,6 +204,28 @@ impl Statuses {
             "metadata": {"name": trigger},
             "status": {"matchingClusters": matching, "clusterInfo": info},
         })
+    }
+}
+
+/// A cluster's outcome with its resource units folded in: Failed while the main unit or any
+/// resource unit failed (the first failure shown, with how many more), and a hash that changes
+/// whenever any unit's does.
+fn with_units(main: &ClusterOutcome, units: Option<&Units>) -> ClusterOutcome {
+    let Some(units) = units else {
+        return main.clone();
+    };
+    let (first, failing, fold) = units.summary();
+    let mut hash = digest(&main.hash);
+    xor(&mut hash, &fold);
+    let failure = match first {
+        _ if !main.failure.is_empty() => main.failure.clone(),
+        None => String::new(),
+        Some((_, failure)) if failing == 1 => failure.clone(),
+        Some((_, failure)) => format!("{failure} (and {} more resources failed)", failing - 1),
+    };
+    ClusterOutcome {
+        failure,
+        hash: hash.to_vec(),
     }
 }
 
@@ -186,6 +290,53 @@ mod tests {
             assert!(entry["hash"].is_string(), "{entry}");
         }
         assert_eq!(info[1]["hash"], "aGFzaC1i");
+    }
+
+    fn resource(
+        cluster: &str,
+        name: &str,
+        failure: &str,
+        hash: u8,
+        removed: bool,
+    ) -> pb::ApplyResult {
+        pb::ApplyResult {
+            resource_namespace: "default".into(),
+            resource_name: name.into(),
+            deployed_hash: vec![hash; 32],
+            ..result(cluster, failure, removed)
+        }
+    }
+
+    #[test]
+    fn resource_units_roll_up_into_their_clusters_status() {
+        let mut s = Statuses::default();
+        s.record(&result("a", "", false));
+        let info = |s: &Statuses| s.status_object("t")["status"]["clusterInfo"][0].clone();
+        let provisioned = info(&s);
+        assert!(s.record(&resource("a", "web", "", 1, false)));
+        let with_web = info(&s);
+        assert_eq!(with_web["status"], "Provisioned");
+        assert_ne!(
+            with_web["hash"], provisioned["hash"],
+            "a unit changes the hash"
+        );
+        assert!(!s.record(&resource("a", "web", "", 1, false)), "unchanged");
+
+        assert!(s.record(&resource("a", "api", "template of api failed", 2, false)));
+        assert!(s.record(&resource("a", "db", "template of db failed", 3, false)));
+        assert_eq!(info(&s)["status"], "Failed");
+        assert_eq!(
+            info(&s)["failureMessage"],
+            "template of api failed (and 1 more resources failed)"
+        );
+        assert!(s.record(&resource("a", "api", "", 2, true)));
+        assert!(s.record(&resource("a", "db", "", 2, false)));
+        assert_eq!(info(&s)["status"], "Provisioned");
+
+        // Removing the pair's main unit takes its resource units with it.
+        assert!(s.record(&result("a", "", true)));
+        s.record(&result("a", "", false));
+        assert_eq!(info(&s), provisioned);
     }
 
     #[test]

@@ -1,256 +1,22 @@
-//! The renderer service: for every EventTrigger and every cluster it selects, renders the
-//! complete desired state from the cluster's reported match set and publishes it when it
-//! changes. Rendering failures affect only that (EventTrigger, cluster) and travel on as
-//! `failure_message`, so the applier keeps what exists and reports the error.
+//! The renderer service: for every EventTrigger and every cluster it selects, renders what the
+//! cluster's reported match set asks for and publishes each desired-state unit that changed
+//! (`stage`: the pair's main unit, and one unit per resource of a `oneForEvent` trigger).
+//! Rendering failures affect only their unit and travel on as `failure_message`, so the
+//! applier keeps what exists and reports the error.
 
 pub mod plan;
+pub mod stage;
 
-use std::collections::{BTreeMap, BTreeSet};
+pub use stage::{ReportChange, Stage, UnitKey};
 
 use anyhow::Context as _;
 use futures::StreamExt;
 use prost::Message as _;
-use sha2::{Digest, Sha256};
 use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
-use sluice_domain::cluster::ClusterId;
-use sluice_domain::config::ConfigState;
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
-use sluice_template::TemplateCache;
 
-/// (EventTrigger name, cluster).
-pub type DesiredKey = (String, ClusterId);
-
-/// The renderer's state: configuration, latest reports, and what it last published.
-pub struct Stage {
-    pub config: ConfigState,
-    reports: BTreeMap<(ClusterId, String), pb::MatchSet>,
-    /// Content hash and trigger kind of each desired state last published.
-    published: BTreeMap<DesiredKey, (String, String)>,
-    templates: TemplateCache,
-    sveltos_namespace: String,
-}
-
-impl Stage {
-    pub fn new(config: ConfigState, sveltos_namespace: &str) -> Stage {
-        Stage {
-            config,
-            reports: BTreeMap::new(),
-            published: BTreeMap::new(),
-            templates: TemplateCache::new(4096),
-            sveltos_namespace: sveltos_namespace.to_string(),
-        }
-    }
-
-    /// Remembers a desired state already on the bus (startup replay).
-    pub fn remember_published(&mut self, state: &pb::DesiredState) {
-        if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
-            // CloudEvent units are not re-rendered: they keep what their event created.
-            return;
-        }
-        if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired stream") {
-            let key = (state.event_trigger.clone(), cluster);
-            if state.removed {
-                self.published.remove(&key);
-            } else {
-                self.published
-                    .insert(key, (content_hash(state), state.event_trigger_kind.clone()));
-            }
-        }
-    }
-
-    /// Records a report; returns the cluster and EventSource it concerns.
-    pub fn set_report(&mut self, report: pb::MatchSet) -> Option<(ClusterId, String)> {
-        let cluster = sluice_wire::cluster_id(report.cluster.as_ref(), "report").ok()?;
-        let key = (cluster, report.event_source.clone());
-        if report.removed {
-            self.reports.remove(&key);
-        } else {
-            self.reports.insert(key.clone(), report);
-        }
-        Some(key)
-    }
-
-    /// Renders every (trigger, cluster) in scope and returns the desired states that changed,
-    /// plus removals for keys that no longer exist.
-    pub fn recompute(
-        &mut self,
-        scope: Option<&(ClusterId, String)>,
-        sequence: u64,
-    ) -> Vec<pb::DesiredState> {
-        let mut current: BTreeSet<DesiredKey> = BTreeSet::new();
-        let mut out = Vec::new();
-        for trigger in self.config.valid_event_triggers() {
-            for cluster_id in self.config.source_clusters(trigger) {
-                current.insert((trigger.name.clone(), cluster_id.clone()));
-                let Some(cluster) = self.config.clusters.get(&cluster_id) else {
-                    continue;
-                };
-                let event_source =
-                    sluice_wire::names::event_source_name(trigger, cluster, &self.templates);
-                if let Some((c, es)) = scope {
-                    if *c != cluster_id || event_source.as_ref() != Ok(es) {
-                        continue;
-                    }
-                }
-                let mut state = pb::DesiredState {
-                    event_trigger: trigger.name.clone(),
-                    cluster: Some(sluice_wire::cluster_ref(&cluster_id)),
-                    event_source: event_source.clone().unwrap_or_default(),
-                    event_trigger_kind: trigger.kind.as_str().to_string(),
-                    source_sequence: sequence,
-                    ..Default::default()
-                };
-                let report = match &event_source {
-                    Ok(es) => self.reports.get(&(cluster_id.clone(), es.clone())),
-                    Err(error) => {
-                        state.failure_message = error.clone();
-                        None
-                    }
-                };
-                match report {
-                    None => {}
-                    Some(report) if !report.failure_message.is_empty() => {
-                        state.failure_message = report.failure_message.clone();
-                    }
-                    Some(report) => {
-                        let ctx = plan::Context {
-                            config: &self.config,
-                            templates: &self.templates,
-                            sveltos_namespace: &self.sveltos_namespace,
-                        };
-                        match plan::desired_state(&ctx, trigger, cluster, report) {
-                            Ok(objects) => {
-                                state.objects = objects
-                                    .into_iter()
-                                    .map(|d| managed_object(d.object))
-                                    .collect();
-                            }
-                            Err(error) => state.failure_message = error.to_string(),
-                        }
-                    }
-                }
-                let key = (trigger.name.clone(), cluster_id.clone());
-                let hash = content_hash(&state);
-                if self.published.get(&key).map(|(h, _)| h) != Some(&hash) {
-                    self.published
-                        .insert(key, (hash, trigger.kind.as_str().to_string()));
-                    out.push(state);
-                }
-            }
-        }
-        let gone: Vec<DesiredKey> = self
-            .published
-            .keys()
-            .filter(|k| !current.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
-            let kind = self.published.remove(&key).map(|(_, kind)| kind);
-            out.push(pb::DesiredState {
-                event_trigger: key.0.clone(),
-                cluster: Some(sluice_wire::cluster_ref(&key.1)),
-                removed: true,
-                event_trigger_kind: kind.unwrap_or_default(),
-                source_sequence: sequence,
-                ..Default::default()
-            });
-        }
-        out
-    }
-}
-
-impl Stage {
-    /// What one matched CloudEvent does for every trigger deploying its EventSource to its
-    /// cluster: a desired state for that CloudEvent's unit (objects for `Create`, `removed` for
-    /// `Delete`, or the rendering failure).
-    pub fn cloud_event(
-        &self,
-        matched: &pb::CloudEventMatch,
-        sequence: u64,
-    ) -> Vec<pb::DesiredState> {
-        let Ok(cluster_id) = sluice_wire::cluster_id(matched.cluster.as_ref(), "CloudEvent match")
-        else {
-            return Vec::new();
-        };
-        let Some(cluster) = self.config.clusters.get(&cluster_id) else {
-            return Vec::new();
-        };
-        let Ok(event) = serde_json::from_slice::<serde_json::Value>(&matched.event_json) else {
-            tracing::warn!(cluster = %cluster_id, "dropping a CloudEvent match that is not JSON");
-            return Vec::new();
-        };
-        let attribute = |name: &str| {
-            event
-                .get(name)
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let ctx = plan::Context {
-            config: &self.config,
-            templates: &self.templates,
-            sveltos_namespace: &self.sveltos_namespace,
-        };
-        let mut out = Vec::new();
-        for trigger in self.config.valid_event_triggers() {
-            if sluice_wire::names::event_source_name(trigger, cluster, &self.templates).as_ref()
-                != Ok(&matched.event_source)
-                || !self.config.source_clusters(trigger).contains(&cluster_id)
-            {
-                continue;
-            }
-            let mut state = pb::DesiredState {
-                event_trigger: trigger.name.clone(),
-                cluster: matched.cluster.clone(),
-                event_source: matched.event_source.clone(),
-                source_sequence: sequence,
-                cloud_event_source: attribute("source"),
-                cloud_event_subject: attribute("subject"),
-                event_trigger_kind: trigger.kind.as_str().to_string(),
-                ..Default::default()
-            };
-            match plan::cloud_event_state(&ctx, trigger, cluster, &matched.event_source, &event) {
-                Ok(outcome) if outcome.action == plan::CloudEventAction::Delete => {
-                    state.removed = true;
-                }
-                Ok(outcome) => {
-                    state.objects = outcome
-                        .objects
-                        .into_iter()
-                        .map(|d| managed_object(d.object))
-                        .collect();
-                }
-                Err(error) => state.failure_message = error.to_string(),
-            }
-            out.push(state);
-        }
-        out
-    }
-}
-
-fn managed_object(object: serde_json::Value) -> pb::ManagedObject {
-    let r = sluice_wire::object_ref(&object);
-    pb::ManagedObject {
-        api_version: r.api_version,
-        kind: r.kind,
-        namespace: r.namespace,
-        name: r.name,
-        object_json: serde_json::to_vec(&object).unwrap_or_default(),
-    }
-}
-
-fn content_hash(state: &pb::DesiredState) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(state.event_source.as_bytes());
-    for o in &state.objects {
-        hasher.update(&o.object_json);
-        hasher.update([0]);
-    }
-    hasher.update(state.failure_message.as_bytes());
-    hasher.update([u8::from(state.removed)]);
-    format!("{:x}", hasher.finalize())
-}
+use stage::content_hash;
 
 /// Runs the renderer until `token` is cancelled.
 pub async fn run(
@@ -398,17 +164,24 @@ fn desired_messages(
         let state = bounded(state, limit);
         let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
         let tokens = sluice_wire::cluster_tokens(&cluster);
-        let subject = if state.cloud_event_source.is_empty() && state.cloud_event_subject.is_empty()
-        {
-            topology::desired_subject(&state.event_trigger, &tokens)
-        } else {
-            topology::desired_cloudevent_subject(
-                &state.event_trigger,
-                &tokens,
-                &state.cloud_event_source,
-                &state.cloud_event_subject,
-            )
-        };
+        let subject =
+            if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
+                topology::desired_cloudevent_subject(
+                    &state.event_trigger,
+                    &tokens,
+                    &state.cloud_event_source,
+                    &state.cloud_event_subject,
+                )
+            } else if !state.resource_name.is_empty() {
+                topology::desired_resource_subject(
+                    &state.event_trigger,
+                    &tokens,
+                    &state.resource_namespace,
+                    &state.resource_name,
+                )
+            } else {
+                topology::desired_subject(&state.event_trigger, &tokens)
+            };
         if !state.failure_message.is_empty() {
             tracing::warn!(event_trigger = %state.event_trigger, cluster = %cluster, failure = %state.failure_message, "rendering failed");
         }
@@ -429,7 +202,8 @@ fn desired_messages(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_domain::cluster::ClusterType;
+    use sluice_domain::cluster::{ClusterId, ClusterType};
+    use stage::managed_object;
 
     #[test]
     fn a_desired_state_too_large_becomes_its_failure() {

@@ -49,82 +49,130 @@ pub struct Context<'a> {
     pub sveltos_namespace: &'a str,
 }
 
-/// The whole desired state for (trigger, cluster), given the cluster's match set.
+/// The whole desired state for (trigger, cluster), given the cluster's match set: the main
+/// unit's objects followed by every resource unit's ([`main_unit`], [`resource_unit`]).
 pub fn desired_state(
     ctx: &Context<'_>,
     trigger: &EventTrigger,
     cluster: &Cluster,
     report: &pb::MatchSet,
 ) -> Result<Vec<Desired>, RenderError> {
+    let mut out = main_unit(ctx, trigger, cluster, report)?;
+    if trigger.one_for_event {
+        for (matching, resource) in members(trigger, report)? {
+            out.extend(resource_unit(
+                ctx,
+                trigger,
+                cluster,
+                &report.event_source,
+                &matching,
+                resource,
+            )?);
+        }
+    }
+    Ok(distinct(out))
+}
+
+/// Each member of a match set: its reference and its resource as templates read it (`Null`
+/// when the EventSource does not collect resources). A resource that does not decode fails
+/// the (trigger, cluster): rendering without it would withdraw what it deployed, and the error
+/// says where it is (the applier keeps what exists).
+pub fn members(
+    trigger: &EventTrigger,
+    report: &pb::MatchSet,
+) -> Result<Vec<(pb::ObjectRef, Doc)>, RenderError> {
+    if report.resources.is_empty() {
+        return Ok(report
+            .matching
+            .iter()
+            .map(|m| (m.clone(), Doc::Null))
+            .collect());
+    }
+    if report.resources.len() != report.matching.len() {
+        return Err(RenderError(format!(
+            "eventtrigger {}: match set of eventsource {}: {} resources for {} matching references",
+            trigger.name,
+            report.event_source,
+            report.resources.len(),
+            report.matching.len()
+        )));
+    }
+    // The match set lists the references of its resources, in the same order. Decoded
+    // straight into the templates' document (ADR 0015): no `serde_json::Value` between.
+    report
+        .matching
+        .iter()
+        .zip(&report.resources)
+        .enumerate()
+        .map(|(i, (m, r))| {
+            let resource = serde_json::from_slice::<Doc>(r).map_err(|e| {
+                RenderError(format!(
+                    "eventtrigger {}: match set of eventsource {}: resources[{i}] is not valid JSON: {e}",
+                    trigger.name, report.event_source
+                ))
+            })?;
+            Ok((m.clone(), resource))
+        })
+        .collect()
+}
+
+/// What the main unit of (trigger, cluster) wants: with `oneForEvent: false` the one rendering
+/// over every resource of the set (nothing while nothing matches); with `oneForEvent: true`
+/// nothing, since each resource is its own unit (ADR 0018).
+pub fn main_unit(
+    ctx: &Context<'_>,
+    trigger: &EventTrigger,
+    cluster: &Cluster,
+    report: &pb::MatchSet,
+) -> Result<Vec<Desired>, RenderError> {
+    if trigger.one_for_event || report.matching.is_empty() {
+        return Ok(Vec::new());
+    }
+    let resources: Vec<Doc> = members(trigger, report)?
+        .into_iter()
+        .map(|(_, resource)| resource)
+        .collect();
     let base = naming::base_labels(
         &trigger.name,
         &trigger.labels,
         &cluster.id,
         &report.event_source,
     );
-    // Decoded straight into the templates' document (ADR 0015): no `serde_json::Value` between.
-    // A resource that does not decode fails this (trigger, cluster): rendering without it would
-    // withdraw what it deployed, and the error says where it is (the applier keeps what exists).
-    let resources = report
-        .resources
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            serde_json::from_slice::<Doc>(r).map_err(|e| {
-                RenderError(format!(
-                    "eventtrigger {}: match set of eventsource {}: resources[{i}] is not valid JSON: {e}",
-                    trigger.name, report.event_source
-                ))
-            })
-        })
-        .collect::<Result<Vec<Doc>, RenderError>>()?;
-    let cluster_doc = Doc::from(&cluster.object);
     let renderer = Renderer::new(ctx, trigger, cluster);
-    let mut out = Vec::new();
-    if trigger.one_for_event {
-        let items: Vec<(pb::ObjectRef, Doc)> = if resources.is_empty() {
-            report
-                .matching
-                .iter()
-                .map(|m| (m.clone(), Doc::Null))
-                .collect()
-        } else if resources.len() == report.matching.len() {
-            // The match set lists the references of its resources, in the same order.
-            report.matching.iter().cloned().zip(resources).collect()
-        } else {
-            return Err(RenderError(format!(
-                "eventtrigger {}: match set of eventsource {}: {} resources for {} matching references",
-                trigger.name,
-                report.event_source,
-                resources.len(),
-                report.matching.len()
-            )));
-        };
-        for (matching, resource) in items {
-            let data = Doc::object([
-                ("MatchingResource", object_reference(&matching)),
-                ("Resource", resource),
-                ("Cluster", cluster_doc.clone()),
-            ]);
-            // Generators first, with the base labels only (event-manager gives their outputs no
-            // per-resource label, so `nameFormat` must be unique per resource).
-            out.extend(renderer.generated(&base, &data)?);
-            let mut labels = base.clone();
-            labels.extend(naming::resource_labels(&matching.namespace, &matching.name));
-            out.extend(renderer.profile(&labels, &data)?);
-        }
-    } else if !report.matching.is_empty() {
-        let data = Doc::object([
-            (
-                "MatchingResources",
-                Doc::Array(report.matching.iter().map(object_reference).collect()),
-            ),
-            ("Resources", Doc::Array(resources.into_boxed_slice())),
-            ("Cluster", cluster_doc),
-        ]);
-        out.extend(renderer.generated(&base, &data)?);
-        out.extend(renderer.profile(&base, &data)?);
-    }
+    let data = Doc::object([
+        (
+            "MatchingResources",
+            Doc::Array(report.matching.iter().map(object_reference).collect()),
+        ),
+        ("Resources", Doc::Array(resources.into_boxed_slice())),
+        ("Cluster", Doc::from(&cluster.object)),
+    ]);
+    let mut out = renderer.generated(&base, &data)?;
+    out.extend(renderer.profile(&base, &data)?);
+    Ok(distinct(out))
+}
+
+/// What one matching resource's unit wants under a `oneForEvent: true` trigger: its
+/// ClusterProfile, instantiated references and generator outputs, every one labelled with the
+/// resource (ADR 0018: generator outputs too, so the unit owns them).
+pub fn resource_unit(
+    ctx: &Context<'_>,
+    trigger: &EventTrigger,
+    cluster: &Cluster,
+    event_source: &str,
+    matching: &pb::ObjectRef,
+    resource: Doc,
+) -> Result<Vec<Desired>, RenderError> {
+    let mut labels = naming::base_labels(&trigger.name, &trigger.labels, &cluster.id, event_source);
+    labels.extend(naming::resource_labels(&matching.namespace, &matching.name));
+    let renderer = Renderer::new(ctx, trigger, cluster);
+    let data = Doc::object([
+        ("MatchingResource", object_reference(matching)),
+        ("Resource", resource),
+        ("Cluster", Doc::from(&cluster.object)),
+    ]);
+    let mut out = renderer.generated(&labels, &data)?;
+    out.extend(renderer.profile(&labels, &data)?);
     Ok(distinct(out))
 }
 

@@ -7,14 +7,18 @@ use std::collections::BTreeMap;
 use sluice_domain::cluster::ClusterId;
 use sluice_proto::v1 as pb;
 
+/// How many rendering failures a report's message spells out; the rest are counted.
+const SHOWN_FAILURES: usize = 5;
+
 /// (cluster, EventSource): one EventReport.
 pub type ReportKey = (ClusterId, String);
 
 #[derive(Debug, Default)]
 pub struct Failures {
     evaluation: BTreeMap<ReportKey, String>,
-    /// Per report, trigger -> its rendering failure.
-    rendering: BTreeMap<ReportKey, BTreeMap<String, String>>,
+    /// Per report, the rendering failure of each failing unit: (trigger, resource namespace,
+    /// resource name), the resource empty for a trigger's main unit.
+    rendering: BTreeMap<ReportKey, BTreeMap<(String, String, String), String>>,
 }
 
 impl Failures {
@@ -39,10 +43,18 @@ impl Failures {
         let key = (cluster, result.event_source.clone());
         let before = self.message(&key);
         let triggers = self.rendering.entry(key.clone()).or_default();
-        if result.failure_message.is_empty() || result.removed {
-            triggers.remove(&result.event_trigger);
+        let unit = (
+            result.event_trigger.clone(),
+            result.resource_namespace.clone(),
+            result.resource_name.clone(),
+        );
+        if result.removed && result.resource_name.is_empty() {
+            // The trigger's main unit is withdrawn, its resource units with it.
+            triggers.retain(|(trigger, _, _), _| *trigger != result.event_trigger);
+        } else if result.failure_message.is_empty() || result.removed {
+            triggers.remove(&unit);
         } else {
-            triggers.insert(result.event_trigger.clone(), result.failure_message.clone());
+            triggers.insert(unit, result.failure_message.clone());
         }
         if triggers.is_empty() {
             self.rendering.remove(&key);
@@ -55,8 +67,20 @@ impl Failures {
         if let Some(failure) = self.evaluation.get(key) {
             return Some(failure.clone());
         }
-        let triggers = self.rendering.get(key)?;
-        Some(triggers.values().cloned().collect::<Vec<_>>().join("; "))
+        let failures = self.rendering.get(key)?;
+        let mut message = failures
+            .values()
+            .take(SHOWN_FAILURES)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        if failures.len() > SHOWN_FAILURES {
+            message.push_str(&format!(
+                "; and {} more failing units",
+                failures.len() - SHOWN_FAILURES
+            ));
+        }
+        Some(message)
     }
 }
 

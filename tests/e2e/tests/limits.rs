@@ -1,8 +1,10 @@
-//! What cannot fit fails visibly and alone: on a bus whose messages carry at most 32 KiB, a
-//! trigger whose desired state outgrows one message, and then a match set that does, become
-//! failures in the trigger's status and the EventReport; every service keeps running, the other
-//! cluster's events still become ClusterProfiles, and once the sets fit again everything
-//! converges with nothing left over.
+//! No ceiling where the units are bounded, and what cannot fit fails visibly and alone, on a
+//! bus whose messages carry at most 32 KiB: twenty Services of a `oneForEvent` trigger become
+//! twenty resource units (their desired state as one message would take about 54 KiB); eighty
+//! Services make the match set itself outgrow a message, which becomes a failure in the
+//! EventReport and the trigger's status while every service keeps running and the other
+//! cluster's events still become ClusterProfiles; once the set fits again everything converges
+//! with nothing left over (ADR 0018).
 
 use std::time::Duration;
 
@@ -66,25 +68,21 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
         .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
         .await?;
 
-    // Twenty Services: their match set fits in a message, their desired state does not.
+    // Twenty Services: each is its own unit, so none outgrows a message.
     create_services(&stack, 0..20).await?;
-    let failed = wait_for(
-        "cluster-a's desired state to fail for its size",
-        DEADLINE,
-        || async {
-            cluster_info(&stack, "cluster-a")
-                .await
-                .filter(|info| info["status"] == "Failed")
-        },
-    )
+    wait_for("twenty profiles in cluster-a", DEADLINE, || async {
+        let owned = owned_by(&stack, TRIGGER, "cluster-a").await.ok()?;
+        let profiles = owned
+            .iter()
+            .filter(|o| o["kind"] == "ClusterProfile")
+            .count();
+        let provisioned = cluster_info(&stack, "cluster-a")
+            .await
+            .is_some_and(|info| info["status"] == "Provisioned");
+        (profiles == 20 && provisioned).then_some(())
+    })
     .await
     .map_err(|e| fail(&stack, e))?;
-    let message = failed["failureMessage"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("the desired state for cluster sveltos:default/cluster-a")
-            && message.contains("one bus message may carry"),
-        "{message}"
-    );
 
     // The other cluster's events still flow.
     stack.apply_yaml("cluster-b", demo::SERVICE).await?;
@@ -118,6 +116,23 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
             .as_str()
             .is_some_and(|m| m.contains(&format!("over the {} bytes", MAX_PAYLOAD - 4096))),
         "{report}"
+    );
+    let failed = wait_for(
+        "the trigger's status to show the match set's size",
+        DEADLINE,
+        || async {
+            cluster_info(&stack, "cluster-a")
+                .await
+                .filter(|info| info["status"] == "Failed")
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert!(
+        failed["failureMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("match set of eventsource sveltos-service takes")),
+        "{failed}"
     );
     assert_eq!(
         stack.exited_services(),
