@@ -18,6 +18,7 @@
 //! apiVersion); no authentication, admission, defaulting or schema validation; `dryRun` is not
 //! supported; paginated lists are not snapshots (later pages show current state).
 
+mod admission;
 mod api;
 mod audit;
 mod cli;
@@ -25,12 +26,14 @@ mod cluster;
 mod crds;
 mod error;
 mod faults;
+mod field_error;
 mod fields;
 mod object;
 mod openapi;
 mod patch;
 mod query;
 mod resources;
+mod schema;
 mod server;
 mod table;
 mod watch;
