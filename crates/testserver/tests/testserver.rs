@@ -7,5 +7,6 @@ mod testserver {
     pub mod kubectl;
     pub mod ssa;
     pub mod support;
+    pub mod validation;
     pub mod watch;
 }

@@ -10,13 +10,13 @@ use tokio::process::Command;
 
 use super::support::server_with;
 
-struct Kubectl {
+pub struct Kubectl {
     _dir: tempfile::TempDir,
     kubeconfig: std::path::PathBuf,
 }
 
 impl Kubectl {
-    fn new(server: &TestServer) -> Kubectl {
+    pub fn new(server: &TestServer) -> Kubectl {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig.yaml");
         std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("write kubeconfig");
@@ -34,13 +34,13 @@ impl Kubectl {
     }
 
     /// Runs kubectl with `stdin`; returns stdout, failing the test with stderr on a non-zero exit.
-    async fn run(&self, args: &[&str], stdin: Option<&str>) -> String {
+    pub async fn run(&self, args: &[&str], stdin: Option<&str>) -> String {
         let (ok, out, err) = self.try_run(args, stdin).await;
         assert!(ok, "kubectl {args:?} failed: {err}");
         out
     }
 
-    async fn try_run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    pub async fn try_run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         use tokio::io::AsyncWriteExt;
         let mut child = self
             .command(args)
