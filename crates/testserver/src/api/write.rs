@@ -131,6 +131,31 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
         .unwrap_or("")
         .trim()
         .to_string();
+    // Custom resources have no strategic merge patch: apiserver lists what it accepts instead.
+    let accepted: &[&str] = if target.info.crd.is_some() {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    } else {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    };
+    if !accepted.contains(&ct.as_str()) && ct != "application/apply-patch+json" {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+        ));
+    }
     let name = target.name.as_deref().unwrap_or("");
     let sub = subresource(target);
     if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+json" {

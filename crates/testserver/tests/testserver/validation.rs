@@ -313,6 +313,24 @@ async fn patches_are_pruned_and_validated_like_writes() {
     assert_eq!(code, 422, "{text}");
     assert!(text.contains("PatchOptions.meta.k8s.io"), "{text}");
 
+    // Custom resources take no strategic merge patch (kubectl patch's default type).
+    let err = fails(
+        &k,
+        &[
+            "patch",
+            "eventtriggers",
+            "services",
+            "-p",
+            r#"{"spec":{"oneForEvent":false}}"#,
+        ],
+        "",
+    )
+    .await;
+    assert!(
+        err.contains("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"),
+        "{err}"
+    );
+
     // Server-side apply converts the configuration with the schema: an undeclared field is a 500.
     let (code, _, text) = http_with(
         &server,
