@@ -4,7 +4,6 @@
 //! kinds, the version's structural schema. Every error is collected into one `422 Invalid`.
 
 use serde_json::Value;
-use sluice_domain::selector;
 
 use crate::error::ApiError;
 use crate::field_error::FieldError;
@@ -84,7 +83,7 @@ pub fn object_errors(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> V
         .and_then(|v| v.rsplit('/').next())
         .unwrap_or("");
     if let Some(schema) = info.schema(version) {
-        errors.extend(crate::schema::validate(schema, obj));
+        errors.extend(crate::schema::validate(schema, obj, old));
     }
     errors
 }
@@ -126,11 +125,11 @@ fn meta_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
             )),
             Some(map) => {
                 for (k, v) in map {
-                    if let Err(e) = selector::validate_key(k, 0) {
+                    for problem in qualified_name_problems(k) {
                         errors.push(FieldError::invalid(
                             "metadata.labels",
                             Value::from(k.as_str()),
-                            e.message,
+                            problem,
                         ));
                     }
                     match v.as_str() {
@@ -140,11 +139,11 @@ fn meta_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
                             format!("value of {k} must be a string"),
                         )),
                         Some(s) => {
-                            if let Err(e) = selector::validate_value(s, 0) {
+                            for problem in label_value_problems(s) {
                                 errors.push(FieldError::invalid(
                                     "metadata.labels",
                                     Value::from(s),
-                                    e.message,
+                                    problem,
                                 ));
                             }
                         }
@@ -163,11 +162,11 @@ fn meta_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
             Some(map) => {
                 let mut size = 0;
                 for (k, v) in map {
-                    if let Err(e) = selector::validate_key(k, 0) {
+                    for problem in qualified_name_problems(&k.to_lowercase()) {
                         errors.push(FieldError::invalid(
                             "metadata.annotations",
                             Value::from(k.as_str()),
-                            e.message,
+                            problem,
                         ));
                     }
                     match v.as_str() {
@@ -235,6 +234,64 @@ pub fn name_problems(name: &str, dns_label: bool, prefix: bool) -> Vec<String> {
             }
             .to_string(),
         );
+    }
+    out
+}
+
+const QUALIFIED_NAME_MESSAGE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const LABEL_VALUE_MESSAGE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, the name part of label and annotation keys.
+fn is_qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// Why a label or annotation key is not a qualified name (apimachinery `IsQualifiedName`).
+fn qualified_name_problems(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                out.push("prefix part must be non-empty".to_string());
+            } else {
+                out.extend(
+                    name_problems(prefix, false, false)
+                        .into_iter()
+                        .map(|p| format!("prefix part {p}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            return vec![format!("a qualified name {QUALIFIED_NAME_MESSAGE} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")];
+        }
+    };
+    if name.is_empty() {
+        out.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        out.push("name part must be no more than 63 characters".to_string());
+    }
+    if !is_qualified_name_part(name) {
+        out.push(format!("name part {QUALIFIED_NAME_MESSAGE}"));
+    }
+    out
+}
+
+/// Why a label value is invalid (apimachinery `IsValidLabelValue`).
+fn label_value_problems(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if value.len() > 63 {
+        out.push("must be no more than 63 characters".to_string());
+    }
+    if !value.is_empty() && !is_qualified_name_part(value) {
+        out.push(LABEL_VALUE_MESSAGE.to_string());
     }
     out
 }
@@ -446,6 +503,26 @@ mod tests {
             &[&format!(
                 "metadata.generateName: Invalid value: \"X-\": {SUBDOMAIN_MESSAGE}"
             )],
+        );
+    }
+
+    #[test]
+    fn labels_and_annotations_have_apimachinery_messages() {
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "c", "labels": {"example.com/ok": "v", "bad key": "bad value", "Ex.com/x": ""}}}),
+            None,
+            &[
+                &format!("metadata.labels: Invalid value: \"Ex.com/x\": prefix part {SUBDOMAIN_MESSAGE}"),
+                &format!("metadata.labels: Invalid value: \"bad key\": name part {QUALIFIED_NAME_MESSAGE}"),
+                &format!("metadata.labels: Invalid value: \"bad value\": {LABEL_VALUE_MESSAGE}"),
+            ],
+        );
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "c", "annotations": {"a/b/c": "x", "Fine/Key": "any value"}}}),
+            None,
+            &[&format!("metadata.annotations: Invalid value: \"a/b/c\": a qualified name {QUALIFIED_NAME_MESSAGE} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")],
         );
     }
 

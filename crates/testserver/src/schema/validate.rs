@@ -7,14 +7,36 @@ use serde_json::{Map, Value};
 use super::{additional, child, embedded, format, index, items, nullable, properties};
 use crate::field_error::{ErrorType, FieldError};
 
-/// All validation errors of `obj` (pruned and defaulted) against `schema`.
-pub fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
+/// All validation errors of `obj` (pruned and defaulted) against `schema`. On updates `old` is
+/// the stored object: schema errors of values the update leaves unchanged are ratcheted (dropped),
+/// as apiserver does since CRD validation ratcheting (GA in 1.33).
+pub fn validate(schema: &Value, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut walk = Walk::default();
     walk.value(schema, obj, "");
     let mut out = walk.schema;
+    if let Some(old) = old {
+        out.retain(|e| !unchanged(e, obj, old));
+    }
     out.extend(walk.embedded);
     out.extend(walk.lists);
     out
+}
+
+/// Whether the value an error is about is the same in both objects. `required` is not ratcheted,
+/// and inside a list the whole list must be unchanged (items are not correlated).
+fn unchanged(e: &FieldError, new: &Value, old: &Value) -> bool {
+    if e.kind == ErrorType::Required || e.field == "<nil>" {
+        return false;
+    }
+    let path = e.field.split('[').next().unwrap_or("");
+    let (a, b) = (lookup(new, path), lookup(old, path));
+    a.is_some() && a == b
+}
+
+fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .filter(|k| !k.is_empty())
+        .try_fold(v, |v, k| v.get(k))
 }
 
 #[derive(Default)]
@@ -382,7 +404,7 @@ mod tests {
 
     /// Validates `obj` against `schema` and compares the rendered errors, in order.
     fn check(schema: &Value, obj: Value, want: &[&str]) {
-        let got: Vec<String> = validate(schema, &obj)
+        let got: Vec<String> = validate(schema, &obj, None)
             .iter()
             .map(ToString::to_string)
             .collect();
@@ -495,6 +517,31 @@ mod tests {
             &json!({"type": "object", "required": ["spec"], "properties": {"spec": {"type": "object"}}}),
             json!({"apiVersion": "g/v1", "kind": "K"}),
             &["spec: Required value"],
+        );
+    }
+
+    #[test]
+    fn updates_ratchet_errors_of_unchanged_values() {
+        let s = trigger();
+        let old = obj(json!({"syncMode": "Legacy", "name": "UPPER", "tags": ["a", "a"]}));
+        let errors = |new: &Value| -> Vec<String> {
+            validate(&s, new, Some(&old))
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        // Unchanged invalid values pass; list-type uniqueness is not ratcheted.
+        assert_eq!(errors(&old), ["spec.tags[1]: Duplicate value: \"a\""]);
+        let mut changed = old.clone();
+        changed["spec"]["syncMode"] = json!("Other");
+        changed["spec"]["oneForEvent"] = json!("no");
+        assert_eq!(
+            errors(&changed),
+            [
+                "spec.oneForEvent: Invalid value: \"string\": spec.oneForEvent in body must be of type boolean: \"string\"",
+                "spec.syncMode: Unsupported value: \"Other\": supported values: \"OneTime\", \"Continuous\", \"ContinuousWithDriftDetection\", \"DryRun\"",
+                "spec.tags[1]: Duplicate value: \"a\"",
+            ]
         );
     }
 

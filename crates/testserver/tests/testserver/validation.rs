@@ -447,3 +447,34 @@ async fn config_maps_and_secrets_decode_like_the_typed_server() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_tightened_schema_ratchets_values_an_update_leaves_alone() {
+    let (server, k) = started().await;
+    k.run(&["apply", "-f", "-"], Some(TRIGGER)).await;
+    let mut crd: Value = serde_yaml::from_str(CRD).expect("crd yaml");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["eventSourceName"]["maxLength"] = json!(2);
+    k.run(&["apply", "-f", "-"], Some(&crd.to_string())).await;
+    // "svc" is now too long, but a label change leaves it alone.
+    k.run(&["label", "eventtriggers", "services", "team=a"], None)
+        .await;
+    let err = fails(
+        &k,
+        &[
+            "patch",
+            "eventtriggers",
+            "services",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"eventSourceName":"abcd"}}"#,
+        ],
+        "",
+    )
+    .await;
+    assert!(
+        err.contains("spec.eventSourceName: Too long: may not be more than 2 bytes"),
+        "{err}"
+    );
+    server.shutdown().await;
+}
