@@ -110,8 +110,8 @@ pub fn decode(
 }
 
 /// Server-side apply converts the applied configuration with the kind's schema first: an
-/// undeclared field fails the request whatever `fieldValidation` says, with a 500 (apiserver
-/// does not classify this error).
+/// undeclared field or a value of the wrong kind fails the request whatever `fieldValidation`
+/// says, with a 500 (apiserver does not classify this error).
 pub fn check_apply_fields(
     info: &ResourceInfo,
     version: &str,
@@ -119,18 +119,16 @@ pub fn check_apply_fields(
     name: &str,
     config: &Value,
 ) -> Result<(), ApiError> {
-    let mut copy = config.clone();
-    let unknown = match info.schema(version) {
-        Some(schema) => crate::schema::prune(schema, &mut copy),
-        None => prune_builtin(info, &mut copy),
+    let lines: Vec<String> = match info.schema(version) {
+        Some(schema) => crate::schema::apply_errors(schema, config),
+        None => prune_builtin(info, &mut config.clone())
+            .iter()
+            .map(|u| format!(".{u}: field not declared in schema"))
+            .collect(),
     };
-    if unknown.is_empty() {
+    if lines.is_empty() {
         return Ok(());
     }
-    let lines: Vec<String> = unknown
-        .iter()
-        .map(|u| format!(".{u}: field not declared in schema"))
-        .collect();
     let detail = if lines.len() == 1 {
         lines[0].clone()
     } else {

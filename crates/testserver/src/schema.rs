@@ -7,6 +7,7 @@
 mod default;
 mod format;
 mod prune;
+mod typed;
 mod validate;
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use serde_json::{Map, Value};
 
 pub use default::default;
 pub use prune::prune;
+pub use typed::apply_errors;
 pub use validate::validate;
 
 /// The fields of `ObjectMeta`: anything else under `metadata` is unknown and dropped.

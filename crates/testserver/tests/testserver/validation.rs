@@ -331,7 +331,8 @@ async fn patches_are_pruned_and_validated_like_writes() {
         "{err}"
     );
 
-    // Server-side apply converts the configuration with the schema: an undeclared field is a 500.
+    // Server-side apply converts the configuration with the schema: an undeclared field or a
+    // value of the wrong kind is a 500.
     let (code, _, text) = http_with(
         &server,
         "PATCH",
@@ -347,6 +348,20 @@ async fn patches_are_pruned_and_validated_like_writes() {
         "failed to create typed patch object (/services; test.sluice.dev/v1beta1, Kind=EventTrigger): .spec.bogus: field not declared in schema"
     );
     assert!(status.get("reason").is_none(), "{status}");
+    let (code, _, text) = http_with(
+        &server,
+        "PATCH",
+        &format!("{url}?fieldManager=ops"),
+        "application/apply-patch+yaml",
+        &TRIGGER.replace("oneForEvent: true", "oneForEvent: \"yes\""),
+    )
+    .await;
+    assert_eq!(code, 500, "{text}");
+    let status: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(
+        status["message"],
+        "failed to create typed patch object (/services; test.sluice.dev/v1beta1, Kind=EventTrigger): .spec.oneForEvent: expected boolean, got &{yes}"
+    );
     server.shutdown().await;
 }
 
