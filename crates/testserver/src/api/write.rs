@@ -55,7 +55,10 @@ fn decode(
     verb: Verb,
 ) -> Result<Vec<String>, ApiError> {
     let directive = admission::directive(call.param("fieldValidation"), verb)?;
-    let duplicates = if verb != Verb::Patch && !call.header("content-type").contains("yaml") {
+    let duplicates = if verb != Verb::Patch
+        && directive != admission::Directive::Ignore
+        && !call.header("content-type").contains("yaml")
+    {
         admission::duplicate_fields(&call.body)
     } else {
         Vec::new()
