@@ -18,6 +18,17 @@ use crate::resources::{GroupResource, ResourceInfo};
 use crate::server::Shared;
 use crate::{openapi, table, watch};
 
+/// The largest request body apiserver reads (`--max-request-bytes` of the generic server, 3 MiB).
+pub const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+
+fn request_too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("Request entity too large: limit is {MAX_REQUEST_BYTES}"),
+    )
+}
+
 /// A JSON response with the given status.
 pub fn json_response(code: StatusCode, body: &Value) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
@@ -93,11 +104,12 @@ impl Target {
         self.namespace.as_deref().unwrap_or("")
     }
 
-    /// The stored object as returned for this URL's version.
+    /// The stored object as returned for this URL's version, defaulted by that version's schema.
     pub fn present(&self, mut obj: Value) -> Value {
         if obj.is_object() {
             obj["apiVersion"] = json!(self.info.api_version(&self.version));
             obj["kind"] = json!(self.info.kind);
+            crate::schema::default_on_read(&self.info.schemas, &self.version, &mut obj);
         }
         obj
     }
@@ -158,11 +170,24 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
     } else {
         format!("/clusters/{name}")
     };
-    let body = match axum::body::to_bytes(req.into_body(), 64 << 20).await {
+    let too_large = headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n > MAX_REQUEST_BYTES);
+    if too_large {
+        return request_too_large().into_response();
+    }
+    let body = match axum::body::to_bytes(req.into_body(), MAX_REQUEST_BYTES).await {
         Ok(b) => b,
         Err(e) => {
+            // A body that outgrows the limit without a Content-Length ends up here as well.
+            if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
+            {
+                return request_too_large().into_response();
+            }
             return ApiError::bad_request(format!("failed to read request body: {e}"))
-                .into_response()
+                .into_response();
         }
     };
     let call = Call {

@@ -4,7 +4,17 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use crate::field_error::{aggregate, go_quote, FieldError};
 use crate::resources::ResourceInfo;
+
+/// `Kind.group`, or `Kind` for the core group: how apiserver names a kind in messages.
+fn qualified_kind(group: &str, kind: &str) -> String {
+    if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    }
+}
 
 /// Failures starting or driving the test server.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +95,7 @@ impl ApiError {
         .with_details(info, name)
     }
 
+    /// `422 Invalid` with one cause; `detail` is the message after the field (`Invalid value: ...`).
     pub fn invalid(
         info: &ResourceInfo,
         name: &str,
@@ -95,16 +106,44 @@ impl ApiError {
         let mut e = ApiError::new(
             422,
             "Invalid",
-            format!("{} \"{name}\" is invalid: {field}: {detail}", info.kind),
-        )
-        .with_details(info, name);
-        if let Some(Value::Object(d)) = e.details.as_mut() {
-            d.insert("kind".into(), json!(info.kind));
-            d.insert(
-                "causes".into(),
-                json!([{"reason": "FieldValueInvalid", "message": detail, "field": field}]),
-            );
+            format!(
+                "{} \"{name}\" is invalid: {field}: {detail}",
+                qualified_kind(&info.group, &info.kind)
+            ),
+        );
+        e.details = Some(json!({"name": name, "group": info.group, "kind": info.kind,
+            "causes": [{"reason": "FieldValueInvalid", "message": detail, "field": field}]}));
+        e
+    }
+
+    /// `422 Invalid` listing every field error, as apiserver's `NewInvalid` builds it.
+    pub fn invalid_fields(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> ApiError {
+        let qualified = qualified_kind(group, kind);
+        let message = if errors.is_empty() {
+            format!("{qualified} {} is invalid", go_quote(name))
+        } else {
+            format!(
+                "{qualified} {} is invalid: {}",
+                go_quote(name),
+                aggregate(errors)
+            )
+        };
+        let mut details = serde_json::Map::new();
+        if !name.is_empty() {
+            details.insert("name".into(), json!(name));
         }
+        if !group.is_empty() {
+            details.insert("group".into(), json!(group));
+        }
+        if !kind.is_empty() {
+            details.insert("kind".into(), json!(kind));
+        }
+        details.insert(
+            "causes".into(),
+            Value::Array(errors.iter().map(FieldError::cause).collect()),
+        );
+        let mut e = ApiError::new(422, "Invalid", message);
+        e.details = Some(Value::Object(details));
         e
     }
 
@@ -135,6 +174,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        // An error apiserver did not classify has no reason (`StatusReasonUnknown` is omitted).
+        if self.reason.is_empty() {
+            if let Value::Object(m) = &mut v {
+                m.remove("reason");
+            }
+        }
         if let (Some(d), Value::Object(m)) = (&self.details, &mut v) {
             m.insert("details".into(), d.clone());
         }

@@ -12,14 +12,19 @@
 //! patch, server-side apply with per-manager field ownership, protobuf request bodies of the kinds
 //! kubectl's typed `create` commands send, `/status`, delete with finalizers,
 //! namespace cascade, Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
-//! and a per-cluster audit log of requests (`TestServer::audit`).
+//! and a per-cluster audit log of requests (`TestServer::audit`). Writes are decoded, pruned,
+//! defaulted and validated as kube-apiserver does (`admission`, `schema`, `cluster::validate`): CRD
+//! structural schemas, `fieldValidation` Strict/Warn/Ignore, ConfigMap/Secret rules, `422 Invalid`
+//! with every cause, the 3 MiB request and 1.5 MiB stored-object limits.
 //!
 //! Deliberate simplifications: strategic merge patch is treated as a JSON merge patch (lists are
 //! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs use
 //! conversion strategy `None` (an object is stored as written and returned with the requested
-//! apiVersion); no authentication, admission, defaulting or schema validation; `dryRun` is not
+//! apiVersion); no authentication or admission plugins; schema combinators (`allOf`, `anyOf`,
+//! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced; `dryRun` is not
 //! supported; paginated lists are not snapshots (later pages show current state).
 
+mod admission;
 mod api;
 mod audit;
 mod cli;
@@ -27,6 +32,7 @@ mod cluster;
 mod crds;
 mod error;
 mod faults;
+mod field_error;
 mod fields;
 mod object;
 mod openapi;
@@ -34,6 +40,7 @@ mod patch;
 mod protobuf;
 mod query;
 mod resources;
+mod schema;
 mod server;
 mod table;
 mod watch;

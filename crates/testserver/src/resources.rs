@@ -1,7 +1,11 @@
 //! The resource registry of one cluster: built-in kinds, kinds added by CustomResourceDefinitions, and the
 //! discovery documents built from them. It does not store objects.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
+
+use crate::schema::VersionSchema;
 
 /// One served resource (a group, its served versions, a plural name).
 #[derive(Clone, Debug, PartialEq)]
@@ -16,6 +20,8 @@ pub struct ResourceInfo {
     pub short_names: Vec<String>,
     /// Name of the CRD that defines it; `None` for built-ins.
     pub crd: Option<String>,
+    /// The `openAPIV3Schema` of each CRD version that has one.
+    pub schemas: Vec<VersionSchema>,
 }
 
 /// The storage identity of a resource: group and plural, independent of version.
@@ -33,6 +39,14 @@ impl ResourceInfo {
         } else {
             format!("{}.{}", self.plural, self.group)
         }
+    }
+
+    /// The structural schema of one version, for CRD kinds that declare one.
+    pub fn schema(&self, version: &str) -> Option<&Arc<Value>> {
+        self.schemas
+            .iter()
+            .find(|s| s.version == version)
+            .map(|s| &s.schema)
     }
 
     pub fn api_version(&self, version: &str) -> String {
@@ -94,6 +108,7 @@ fn builtin(
         status,
         short_names: short.iter().map(|s| s.to_string()).collect(),
         crd: None,
+        schemas: Vec::new(),
     }
 }
 
@@ -227,6 +242,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         status,
         short_names,
         crd: Some(name),
+        schemas: crate::schema::crd_schemas(crd),
     })
 }
 

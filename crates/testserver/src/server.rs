@@ -190,6 +190,17 @@ fn create_object(cluster: &Cluster, obj: Value) -> Result<Value> {
         .cloned()
         .ok_or_else(|| seed_err(format!("no resource serves {api_version} {kind}")))?;
     check_type(&info, version, &obj).map_err(|e| seed_err(e.message))?;
+    // Seeds are decoded as `kubectl create -f` sends them: unknown fields are errors, defaults are set.
+    let mut obj = obj;
+    crate::admission::decode(
+        &info,
+        version,
+        &mut obj,
+        Vec::new(),
+        crate::admission::Directive::Strict,
+        crate::admission::Verb::Create,
+    )
+    .map_err(|e| seed_err(e.message))?;
     let mut namespace = meta_str(&obj, "namespace").to_string();
     if info.namespaced {
         if namespace.is_empty() {

@@ -131,6 +131,7 @@ impl Stream {
     async fn send(&self, kind: &str, mut object: Value) -> bool {
         object["apiVersion"] = json!(self.info.api_version(&self.version));
         object["kind"] = json!(self.info.kind);
+        crate::schema::default_on_read(&self.info.schemas, &self.version, &mut object);
         if let Some(include) = &self.params.table {
             object = table::table(&[object], json!({}), include);
         }

@@ -11,5 +11,6 @@ mod testserver {
     pub mod kubectl_typed;
     pub mod ssa;
     pub mod support;
+    pub mod validation;
     pub mod watch;
 }

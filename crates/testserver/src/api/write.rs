@@ -6,6 +6,7 @@ use axum::response::Response;
 use serde_json::{json, Value};
 
 use super::{json_response, respond_object, Call, Target};
+use crate::admission::{self, Verb};
 use crate::cluster::{Owner, Subresource};
 use crate::error::ApiError;
 use crate::fields;
@@ -40,6 +41,44 @@ fn check_type(target: &Target, obj: &Value) -> Result<(), ApiError> {
     crate::cluster::check_type(&target.info, &target.version, obj)
 }
 
+/// Decodes a written object as apiserver does (pruning, `fieldValidation`, defaulting); returns
+/// the warnings for the response.
+fn decode(
+    call: &Call,
+    target: &Target,
+    obj: &mut Value,
+    verb: Verb,
+) -> Result<Vec<String>, ApiError> {
+    let directive = admission::directive(call.param("fieldValidation"), verb)?;
+    let duplicates = if verb != Verb::Patch
+        && directive != admission::Directive::Ignore
+        && !call.header("content-type").contains("yaml")
+    {
+        admission::duplicate_fields(&call.body)
+    } else {
+        Vec::new()
+    };
+    admission::decode(
+        &target.info,
+        &target.version,
+        obj,
+        duplicates,
+        directive,
+        verb,
+    )
+}
+
+/// Adds one `Warning: 299 - "<text>"` header per warning, as apiserver does.
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let quoted = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+            resp.headers_mut().append("warning", v);
+        }
+    }
+    resp
+}
+
 pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
     if target.info.namespaced && target.namespace.is_none() {
         return Err(ApiError::new(
@@ -48,20 +87,25 @@ pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
             "create namespaced objects under /namespaces/<namespace>/",
         ));
     }
-    let obj = body_json(call)?;
+    let mut obj = body_json(call)?;
     check_type(target, &obj)?;
+    let warnings = decode(call, target, &mut obj, Verb::Create)?;
     let created = call.cluster.lock().create(
         &target.info,
         target.ns(),
         obj,
         &Owner::Update(call.manager()),
     )?;
-    Ok(respond_object(call, StatusCode::CREATED, target, created))
+    Ok(with_warnings(
+        respond_object(call, StatusCode::CREATED, target, created),
+        &warnings,
+    ))
 }
 
 pub fn replace(call: &Call, target: &Target) -> Result<Response, ApiError> {
-    let obj = body_json(call)?;
+    let mut obj = body_json(call)?;
     check_type(target, &obj)?;
+    let warnings = decode(call, target, &mut obj, Verb::Update)?;
     let name = target.name.as_deref().unwrap_or("");
     let updated = call.cluster.lock().update(
         &target.info,
@@ -71,7 +115,10 @@ pub fn replace(call: &Call, target: &Target) -> Result<Response, ApiError> {
         subresource(target),
         &Owner::Update(call.manager()),
     )?;
-    Ok(respond_object(call, StatusCode::OK, target, updated))
+    Ok(with_warnings(
+        respond_object(call, StatusCode::OK, target, updated),
+        &warnings,
+    ))
 }
 
 pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
@@ -82,6 +129,31 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
         .unwrap_or("")
         .trim()
         .to_string();
+    // Custom resources have no strategic merge patch: apiserver lists what it accepts instead.
+    let accepted: &[&str] = if target.info.crd.is_some() {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    } else {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    };
+    if !accepted.contains(&ct.as_str()) && ct != "application/apply-patch+json" {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+        ));
+    }
     let name = target.name.as_deref().unwrap_or("");
     let sub = subresource(target);
     if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+json" {
@@ -115,6 +187,7 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
         }
     }
     check_type(target, &doc)?;
+    let warnings = decode(call, target, &mut doc, Verb::Patch)?;
     let updated = state.update(
         &target.info,
         target.ns(),
@@ -124,7 +197,10 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
         &Owner::Update(call.manager()),
     )?;
     drop(state);
-    Ok(respond_object(call, StatusCode::OK, target, updated))
+    Ok(with_warnings(
+        respond_object(call, StatusCode::OK, target, updated),
+        &warnings,
+    ))
 }
 
 fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError> {
@@ -144,6 +220,7 @@ fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError>
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
+    admission::check_apply_fields(&target.info, &target.version, target.ns(), name, &config)?;
     let force = call.param("force") == Some("true");
     let sub = subresource(target);
     let mut state = call.cluster.lock();
@@ -167,6 +244,16 @@ fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError>
         e.details = Some(json!({"name": name, "group": target.info.group, "kind": target.info.plural, "causes": causes}));
         e
     })?;
+    let mut merged = merged;
+    // The applied configuration was checked above; decoding the merged object defaults it.
+    admission::decode(
+        &target.info,
+        &target.version,
+        &mut merged,
+        Vec::new(),
+        admission::Directive::Ignore,
+        Verb::Patch,
+    )?;
     if live.is_none() {
         if sub == Subresource::Status {
             return Err(ApiError::not_found(&target.info, name));

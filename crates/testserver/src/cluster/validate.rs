@@ -1,12 +1,21 @@
-//! Validation of incoming objects, as the real API server does before storing: identity matches the
-//! URL, names are DNS names, labels and annotation keys are well formed.
+//! Validation of objects about to be stored, as the real API server does it: identity matches the
+//! URL, `ObjectMeta` rules (names, generateName, labels, annotations, finalizers), the rules of the
+//! built-in kinds sluice writes (ConfigMap and Secret keys, sizes, immutability) and, for CRD
+//! kinds, the version's structural schema. Every error is collected into one `422 Invalid`.
 
 use serde_json::Value;
-use sluice_domain::selector;
 
 use crate::error::ApiError;
+use crate::field_error::FieldError;
 use crate::object::meta_str;
 use crate::resources::ResourceInfo;
+
+/// The largest ConfigMap or Secret payload the API server accepts (`core.MaxSecretSize`).
+pub const MAX_DATA_SIZE: usize = 1024 * 1024;
+
+const SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const LABEL_MESSAGE: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const CONFIG_KEY_MESSAGE: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
 
 /// Checks `apiVersion`/`kind` against the URL's resource and version.
 pub fn check_type(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
@@ -38,97 +47,521 @@ pub fn check_type(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(),
     Ok(())
 }
 
-/// Checks name, labels and annotations of an object about to be stored.
-pub fn check_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
-    let name = meta_str(obj, "name");
+/// Checks an object about to be stored; `old` is the stored object on updates.
+pub fn check_object(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     if !obj.is_object() {
         return Err(ApiError::bad_request(
             "the request body must be a JSON object",
         ));
     }
-    if name.is_empty() {
-        return Err(ApiError::invalid(
-            info,
-            name,
-            "metadata.name",
-            "Required value: name or generateName is required",
-        ));
+    let errors = object_errors(info, obj, old);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields(
+            &info.group,
+            &info.kind,
+            meta_str(obj, "name"),
+            &errors,
+        ))
     }
-    let dns_label = info.kind == "Namespace";
-    if let Some(problem) = name_problem(name, dns_label) {
-        return Err(ApiError::invalid(
-            info,
-            name,
+}
+
+/// Every validation error of `obj`: metadata first, then the kind's own rules, then its schema.
+pub fn object_errors(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = meta_errors(info, obj);
+    if info.group.is_empty() {
+        match info.kind.as_str() {
+            "ConfigMap" => errors.extend(config_map_errors(obj, old)),
+            "Secret" => errors.extend(secret_errors(obj, old)),
+            _ => {}
+        }
+    }
+    let version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| v.rsplit('/').next())
+        .unwrap_or("");
+    if let Some(schema) = info.schema(version) {
+        errors.extend(crate::schema::validate(schema, obj, old));
+    }
+    errors
+}
+
+fn meta_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let name = meta_str(obj, "name");
+    let dns_label = info.kind == "Namespace" && info.group.is_empty();
+    if name.is_empty() {
+        errors.push(FieldError::required(
             "metadata.name",
-            format!("Invalid value: \"{name}\": {problem}"),
+            "name or generateName is required",
         ));
+    } else {
+        for problem in name_problems(name, dns_label, false) {
+            errors.push(FieldError::invalid(
+                "metadata.name",
+                Value::from(name),
+                problem,
+            ));
+        }
+    }
+    let generate_name = meta_str(obj, "generateName");
+    if !generate_name.is_empty() {
+        for problem in name_problems(generate_name, dns_label, true) {
+            errors.push(FieldError::invalid(
+                "metadata.generateName",
+                Value::from(generate_name),
+                problem,
+            ));
+        }
     }
     if let Some(labels) = obj.pointer("/metadata/labels") {
-        let map = labels.as_object().ok_or_else(|| {
-            ApiError::invalid(info, name, "metadata.labels", "must be a map of strings")
-        })?;
-        for (k, v) in map {
-            selector::validate_key(k, 0)
-                .map_err(|e| ApiError::invalid(info, name, "metadata.labels", e.message))?;
-            let v = v.as_str().ok_or_else(|| {
-                ApiError::invalid(
-                    info,
-                    name,
-                    "metadata.labels",
-                    format!("value of {k} must be a string"),
-                )
-            })?;
-            selector::validate_value(v, 0)
-                .map_err(|e| ApiError::invalid(info, name, "metadata.labels", e.message))?;
+        match labels.as_object() {
+            None => errors.push(FieldError::invalid(
+                "metadata.labels",
+                labels.clone(),
+                "must be a map of strings",
+            )),
+            Some(map) => {
+                for (k, v) in map {
+                    for problem in qualified_name_problems(k) {
+                        errors.push(FieldError::invalid(
+                            "metadata.labels",
+                            Value::from(k.as_str()),
+                            problem,
+                        ));
+                    }
+                    match v.as_str() {
+                        None => errors.push(FieldError::invalid(
+                            "metadata.labels",
+                            v.clone(),
+                            format!("value of {k} must be a string"),
+                        )),
+                        Some(s) => {
+                            for problem in label_value_problems(s) {
+                                errors.push(FieldError::invalid(
+                                    "metadata.labels",
+                                    Value::from(s),
+                                    problem,
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
     if let Some(annotations) = obj.pointer("/metadata/annotations") {
-        let map = annotations.as_object().ok_or_else(|| {
-            ApiError::invalid(
-                info,
-                name,
+        match annotations.as_object() {
+            None => errors.push(FieldError::invalid(
                 "metadata.annotations",
+                annotations.clone(),
                 "must be a map of strings",
-            )
-        })?;
-        for (k, v) in map {
-            selector::validate_key(k, 0)
-                .map_err(|e| ApiError::invalid(info, name, "metadata.annotations", e.message))?;
-            if !v.is_string() {
-                return Err(ApiError::invalid(
-                    info,
-                    name,
-                    "metadata.annotations",
-                    format!("value of {k} must be a string"),
-                ));
+            )),
+            Some(map) => {
+                let mut size = 0;
+                for (k, v) in map {
+                    for problem in qualified_name_problems(&k.to_lowercase()) {
+                        errors.push(FieldError::invalid(
+                            "metadata.annotations",
+                            Value::from(k.as_str()),
+                            problem,
+                        ));
+                    }
+                    match v.as_str() {
+                        None => errors.push(FieldError::invalid(
+                            "metadata.annotations",
+                            v.clone(),
+                            format!("value of {k} must be a string"),
+                        )),
+                        Some(s) => size += k.len() + s.len(),
+                    }
+                }
+                // apimachinery's TotalAnnotationSizeLimitB.
+                if size > 256 * 1024 {
+                    errors.push(FieldError::too_long("metadata.annotations", 256 * 1024));
+                }
             }
         }
     }
     if let Some(f) = obj.pointer("/metadata/finalizers") {
         if !f.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
-            return Err(ApiError::invalid(
-                info,
-                name,
+            errors.push(FieldError::invalid(
                 "metadata.finalizers",
+                f.clone(),
                 "must be a list of strings",
             ));
         }
     }
-    Ok(())
+    errors
 }
 
-/// Why `name` is not a valid DNS subdomain (or label, for namespaces), if it is not.
-fn name_problem(name: &str, dns_label: bool) -> Option<&'static str> {
-    let max = if dns_label { 63 } else { 253 };
-    let ok_chars = name.bytes().all(|b| {
-        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (b == b'.' && !dns_label)
-    });
-    let ends_ok = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    if name.len() > max {
-        Some("must be no more than the maximum length")
-    } else if !ok_chars || !ends_ok(name.as_bytes().first()) || !ends_ok(name.as_bytes().last()) {
-        Some("a lowercase RFC 1123 name must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+/// Why `name` is not a valid DNS subdomain (or label, for namespaces). A `prefix` (generateName)
+/// may end with `-`.
+pub fn name_problems(name: &str, dns_label: bool, prefix: bool) -> Vec<String> {
+    let masked;
+    let name = if prefix && name.ends_with('-') {
+        masked = format!("{}a", &name[..name.len() - 1]);
+        masked.as_str()
     } else {
-        None
+        name
+    };
+    let max = if dns_label { 63 } else { 253 };
+    let mut out = Vec::new();
+    if name.len() > max {
+        out.push(format!("must be no more than {max} characters"));
+    }
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let ok = if dns_label {
+        name.bytes().all(|b| alnum(b) || b == b'-')
+            && name.bytes().next().is_some_and(alnum)
+            && name.bytes().last().is_some_and(alnum)
+    } else {
+        name.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| alnum(b) || b == b'-')
+                && part.bytes().next().is_some_and(alnum)
+                && part.bytes().last().is_some_and(alnum)
+        })
+    };
+    if !ok {
+        out.push(
+            if dns_label {
+                LABEL_MESSAGE
+            } else {
+                SUBDOMAIN_MESSAGE
+            }
+            .to_string(),
+        );
+    }
+    out
+}
+
+const QUALIFIED_NAME_MESSAGE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const LABEL_VALUE_MESSAGE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, the name part of label and annotation keys.
+fn is_qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// Why a label or annotation key is not a qualified name (apimachinery `IsQualifiedName`).
+fn qualified_name_problems(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                out.push("prefix part must be non-empty".to_string());
+            } else {
+                out.extend(
+                    name_problems(prefix, false, false)
+                        .into_iter()
+                        .map(|p| format!("prefix part {p}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            return vec![format!("a qualified name {QUALIFIED_NAME_MESSAGE} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")];
+        }
+    };
+    if name.is_empty() {
+        out.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        out.push("name part must be no more than 63 characters".to_string());
+    }
+    if !is_qualified_name_part(name) {
+        out.push(format!("name part {QUALIFIED_NAME_MESSAGE}"));
+    }
+    out
+}
+
+/// Why a label value is invalid (apimachinery `IsValidLabelValue`).
+fn label_value_problems(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if value.len() > 63 {
+        out.push("must be no more than 63 characters".to_string());
+    }
+    if !value.is_empty() && !is_qualified_name_part(value) {
+        out.push(LABEL_VALUE_MESSAGE.to_string());
+    }
+    out
+}
+
+/// Why `key` is not a valid ConfigMap or Secret key.
+fn config_key_problems(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if key.len() > 253 {
+        out.push("must be no more than 253 characters".to_string());
+    }
+    if key.is_empty()
+        || !key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    {
+        out.push(CONFIG_KEY_MESSAGE.to_string());
+    }
+    match key {
+        "." => out.push("must not be '.'".to_string()),
+        ".." => out.push("must not be '..'".to_string()),
+        k if k.starts_with("..") => out.push("must not start with '..'".to_string()),
+        _ => {}
+    }
+    out
+}
+
+fn key_errors(obj: &Value, field: &str, errors: &mut Vec<FieldError>) -> usize {
+    let mut size = 0;
+    if let Some(map) = obj.get(field).and_then(Value::as_object) {
+        for (k, v) in map {
+            for problem in config_key_problems(k) {
+                errors.push(FieldError::invalid(
+                    format!("{field}[{k}]"),
+                    Value::from(k.as_str()),
+                    problem,
+                ));
+            }
+            size += v.as_str().map_or(0, str::len);
+        }
+    }
+    size
+}
+
+fn immutable_errors(obj: &Value, old: Option<&Value>, fields: &[&str]) -> Vec<FieldError> {
+    let Some(old) = old else {
+        return Vec::new();
+    };
+    if old.get("immutable") != Some(&Value::Bool(true)) {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    for field in fields {
+        if obj.get(*field) != old.get(*field) {
+            errors.push(FieldError::forbidden(
+                *field,
+                "field is immutable when `immutable` is set",
+            ));
+        }
+    }
+    if obj.get("immutable") != Some(&Value::Bool(true)) {
+        errors.push(FieldError::forbidden(
+            "immutable",
+            "field is immutable when `immutable` is set",
+        ));
+    }
+    errors
+}
+
+fn config_map_errors(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut size = key_errors(obj, "data", &mut errors);
+    // binaryData values are base64 in JSON; their size is the decoded size.
+    if let Some(map) = obj.get("binaryData").and_then(Value::as_object) {
+        for (k, v) in map {
+            for problem in config_key_problems(k) {
+                errors.push(FieldError::invalid(
+                    format!("binaryData[{k}]"),
+                    Value::from(k.as_str()),
+                    problem,
+                ));
+            }
+            if obj
+                .pointer(&format!(
+                    "/data/{}",
+                    k.replace('~', "~0").replace('/', "~1")
+                ))
+                .is_some()
+            {
+                errors.push(FieldError::invalid(
+                    format!("binaryData[{k}]"),
+                    Value::from(k.as_str()),
+                    "duplicate of key present in data",
+                ));
+            }
+            size += v.as_str().map_or(0, |s| s.len() / 4 * 3);
+        }
+    }
+    if size > MAX_DATA_SIZE {
+        errors.push(FieldError::too_long("", MAX_DATA_SIZE as i64));
+    }
+    errors.extend(immutable_errors(obj, old, &["data", "binaryData"]));
+    errors
+}
+
+fn secret_errors(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut size = 0;
+    if let Some(map) = obj.get("data").and_then(Value::as_object) {
+        for (k, v) in map {
+            for problem in config_key_problems(k) {
+                errors.push(FieldError::invalid(
+                    format!("data[{k}]"),
+                    Value::from(k.as_str()),
+                    problem,
+                ));
+            }
+            size += v.as_str().map_or(0, |s| s.len() / 4 * 3);
+        }
+    }
+    if size > MAX_DATA_SIZE {
+        errors.push(FieldError::too_long("data", MAX_DATA_SIZE as i64));
+    }
+    let ty = obj.get("type").and_then(Value::as_str).unwrap_or("Opaque");
+    let required: &[&str] = match ty {
+        "kubernetes.io/tls" => &["tls.crt", "tls.key"],
+        "kubernetes.io/dockerconfigjson" => &[".dockerconfigjson"],
+        "kubernetes.io/dockercfg" => &[".dockercfg"],
+        _ => &[],
+    };
+    for key in required {
+        if obj.pointer(&format!("/data/{key}")).is_none() {
+            errors.push(FieldError::required(format!("data[{key}]"), ""));
+        }
+    }
+    if let Some(old) = old {
+        let old_ty = old.get("type").and_then(Value::as_str).unwrap_or("Opaque");
+        if old_ty != ty {
+            errors.push(FieldError::invalid(
+                "type",
+                Value::from(ty),
+                "field is immutable",
+            ));
+        }
+    }
+    errors.extend(immutable_errors(obj, old, &["data"]));
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn builtin(kind: &str) -> ResourceInfo {
+        crate::resources::builtins()
+            .into_iter()
+            .find(|r| r.kind == kind)
+            .expect("built-in kind")
+    }
+
+    fn check(kind: &str, obj: Value, old: Option<Value>, want: &[&str]) {
+        let got: Vec<String> = object_errors(&builtin(kind), &obj, old.as_ref())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(got, want, "{obj}");
+    }
+
+    #[test]
+    fn names_follow_the_dns_rules() {
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "a.b-c"}}),
+            None,
+            &[],
+        );
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "Upper"}}),
+            None,
+            &[&format!(
+                "metadata.name: Invalid value: \"Upper\": {SUBDOMAIN_MESSAGE}"
+            )],
+        );
+        check(
+            "Namespace",
+            json!({"metadata": {"name": "a.b"}}),
+            None,
+            &[&format!(
+                "metadata.name: Invalid value: \"a.b\": {LABEL_MESSAGE}"
+            )],
+        );
+        check(
+            "ConfigMap",
+            json!({"metadata": {}}),
+            None,
+            &["metadata.name: Required value: name or generateName is required"],
+        );
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "x-abcde", "generateName": "x-"}}),
+            None,
+            &[],
+        );
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "a", "generateName": "X-"}}),
+            None,
+            &[&format!(
+                "metadata.generateName: Invalid value: \"X-\": {SUBDOMAIN_MESSAGE}"
+            )],
+        );
+    }
+
+    #[test]
+    fn labels_and_annotations_have_apimachinery_messages() {
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "c", "labels": {"example.com/ok": "v", "bad key": "bad value", "Ex.com/x": ""}}}),
+            None,
+            &[
+                &format!("metadata.labels: Invalid value: \"Ex.com/x\": prefix part {SUBDOMAIN_MESSAGE}"),
+                &format!("metadata.labels: Invalid value: \"bad key\": name part {QUALIFIED_NAME_MESSAGE}"),
+                &format!("metadata.labels: Invalid value: \"bad value\": {LABEL_VALUE_MESSAGE}"),
+            ],
+        );
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "c", "annotations": {"a/b/c": "x", "Fine/Key": "any value"}}}),
+            None,
+            &[&format!("metadata.annotations: Invalid value: \"a/b/c\": a qualified name {QUALIFIED_NAME_MESSAGE} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")],
+        );
+    }
+
+    #[test]
+    fn config_map_keys_and_size_are_checked() {
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "c"}, "data": {"ok.key_1": "v", "bad key": "v", "..x": "v"}}),
+            None,
+            &[
+                "data[..x]: Invalid value: \"..x\": must not start with '..'",
+                &format!("data[bad key]: Invalid value: \"bad key\": {CONFIG_KEY_MESSAGE}"),
+            ],
+        );
+        let big = "x".repeat(MAX_DATA_SIZE + 1);
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "c"}, "data": {"k": big}}),
+            None,
+            &[": Too long: may not be more than 1048576 bytes"],
+        );
+        check(
+            "ConfigMap",
+            json!({"metadata": {"name": "c"}, "immutable": true, "data": {"k": "2"}}),
+            Some(json!({"metadata": {"name": "c"}, "immutable": true, "data": {"k": "1"}})),
+            &["data: Forbidden: field is immutable when `immutable` is set"],
+        );
+    }
+
+    #[test]
+    fn secret_type_is_immutable_and_typed_secrets_need_their_keys() {
+        check(
+            "Secret",
+            json!({"metadata": {"name": "s"}, "type": "kubernetes.io/tls", "data": {"tls.crt": "YQ=="}}),
+            Some(json!({"metadata": {"name": "s"}, "type": "Opaque"})),
+            &[
+                "data[tls.key]: Required value",
+                "type: Invalid value: \"kubernetes.io/tls\": field is immutable",
+            ],
+        );
     }
 }

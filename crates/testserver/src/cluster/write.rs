@@ -64,10 +64,11 @@ impl State {
                 .filter(char::is_ascii_alphanumeric)
                 .take(5)
                 .collect();
-            let name = format!("{}{suffix}", meta_str(&obj, "generateName"));
+            // apiserver truncates the prefix so the generated name fits a DNS label.
+            let prefix: String = meta_str(&obj, "generateName").chars().take(58).collect();
+            let name = format!("{prefix}{suffix}");
             set_meta(&mut obj, "name", json!(name));
         }
-        check_object(info, &obj)?;
         let name = meta_str(&obj, "name").to_string();
         if info.namespaced {
             match self.get(&namespaces_gr(), "", namespace) {
@@ -88,24 +89,26 @@ impl State {
                 Some(_) => {}
             }
         }
-        let gr = info.gr();
-        if self.get(&gr, namespace, &name).is_some() {
-            return Err(ApiError::already_exists(info, &name));
-        }
         if info.status {
             if let Some(m) = obj.as_object_mut() {
                 m.remove("status");
             }
+        }
+        if info.kind == "Namespace" {
+            obj["status"] = json!({"phase": "Active"});
+        }
+        apply_defaults(info, &mut obj);
+        // Validation sees the object as it would be stored, after status is reset and defaults are set.
+        check_object(info, &obj, None)?;
+        let gr = info.gr();
+        if self.get(&gr, namespace, &name).is_some() {
+            return Err(ApiError::already_exists(info, &name));
         }
         if is_crd(info) {
             let res = from_crd(&obj).map_err(|e| ApiError::invalid(info, &name, "spec", e))?;
             obj["status"] = crd_status(&obj);
             self.registry.install(res);
         }
-        if info.kind == "Namespace" {
-            obj["status"] = json!({"phase": "Active"});
-        }
-        apply_defaults(info, &mut obj);
         set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
         set_meta(&mut obj, "creationTimestamp", json!(now()));
         set_meta(&mut obj, "generation", json!(1));
@@ -125,6 +128,7 @@ impl State {
                 Subresource::Main,
             );
         }
+        check_storage_size(&obj)?;
         let rv = self.next_rv();
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
         let shared = self.put(&gr, (namespace.to_string(), name), obj.clone());
@@ -205,7 +209,7 @@ impl State {
         if sub == Subresource::Main {
             apply_defaults(info, &mut stored);
         }
-        check_object(info, &stored)?;
+        check_object(info, &stored, Some(&current))?;
         if let Owner::Update(manager) = owner {
             let api_version = stored
                 .get("apiVersion")
@@ -236,6 +240,7 @@ impl State {
                 .unwrap_or(0);
             set_meta(&mut stored, "generation", json!(generation + 1));
         }
+        check_storage_size(&stored)?;
         if is_crd(info) && sub == Subresource::Main {
             let res = from_crd(&stored).map_err(|e| ApiError::invalid(info, name, "spec", e))?;
             self.registry.install(res);
@@ -381,6 +386,30 @@ impl State {
             }
         }
     }
+}
+
+/// The largest object etcd stores with its default `--max-request-bytes` (1.5 MiB).
+pub const MAX_STORED_BYTES: usize = 3 * 512 * 1024;
+
+/// etcd refuses larger writes; apiserver passes etcd's error on unclassified, as a 500 without a reason.
+fn check_storage_size(obj: &Value) -> Result<(), ApiError> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, obj);
+    if count.0 > MAX_STORED_BYTES {
+        return Err(ApiError::new(500, "", "etcdserver: request is too large"));
+    }
+    Ok(())
 }
 
 /// The status a real server reports once a CRD's names are accepted.

@@ -68,27 +68,40 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> u16 {
 
 /// A raw HTTP/1.1 request to the server (for admin endpoints and raw watch lines).
 pub async fn http(server: &TestServer, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (code, _, body) = http_with(server, method, path, "application/json", body).await;
+    (code, body)
+}
+
+/// A raw HTTP/1.1 request with a content type; returns the status, the response head and the body.
+/// The server may answer before it has read a large body, so a failed write is not an error here.
+pub async fn http_with(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(server.addr())
         .await
         .expect("connects");
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         server.addr(),
         body.len()
     );
-    stream.write_all(req.as_bytes()).await.expect("writes");
+    let _ = stream.write_all(req.as_bytes()).await;
     let mut out = Vec::new();
-    stream.read_to_end(&mut out).await.expect("reads");
+    let _ = stream.read_to_end(&mut out).await;
     let text = String::from_utf8_lossy(&out).to_string();
     let code = text
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text
+    let (head, body) = text
         .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
+        .map(|(h, b)| (h.to_string(), b.to_string()))
         .unwrap_or_default();
-    (code, body)
+    (code, head, body)
 }
