@@ -111,7 +111,9 @@ async fn preinstalled_sveltos_crds_with_status_subresources() {
     let reports: Api<DynamicObject> = Api::namespaced_with(c, "default", &ar);
     let report: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventReport",
-        "metadata": {"name": "r"}, "spec": {"clusterName": "c1"}, "status": {"phase": "WaitingForDelivery"},
+        "metadata": {"name": "r"},
+        "spec": {"clusterName": "c1", "clusterNamespace": "default", "clusterType": "Sveltos", "eventSourceName": "es"},
+        "status": {"phase": "WaitingForDelivery"},
     }))
     .expect("report");
     let created = reports
