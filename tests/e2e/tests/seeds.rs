@@ -323,9 +323,12 @@ async fn seed_001_generator_replicates_credentials_for_labelled_namespaces() -> 
         "ok"
     );
     let profile = profile_of(&owned);
+    // As stored: the ClusterProfile CRD's defaults (force, optional, skipNamespaceCreation,
+    // tier) filled in by the API server.
     assert_eq!(
         profile["spec"]["policyRefs"],
-        json!([{"kind": "ConfigMap", "namespace": "default", "name": "info", "deploymentType": "Remote"}])
+        json!([{"kind": "ConfigMap", "namespace": "default", "name": "info", "deploymentType": "Remote",
+                "force": false, "optional": false, "skipNamespaceCreation": false, "tier": 100}])
     );
     assert_eq!(
         profile["spec"]["templateResourceRefs"],
