@@ -334,10 +334,10 @@ async fn seed_001_generator_replicates_credentials_for_labelled_namespaces() -> 
         profile["spec"]["templateResourceRefs"],
         json!([
             {"resource": {"apiVersion": "v1", "kind": "Secret", "name": "login-credentials", "namespace": "default"},
-             "identifier": "Credentials"},
+             "identifier": "Credentials", "ignoreStatusChanges": false, "optional": false},
             {"resource": {"apiVersion": "v1", "kind": "ConfigMap", "name": "default-workload-namespaces",
                           "namespace": "projectsveltos"},
-             "identifier": "Namespaces"}
+             "identifier": "Namespaces", "ignoreStatusChanges": false, "optional": false}
         ])
     );
     // Only production clusters are selected.
