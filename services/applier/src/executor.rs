@@ -213,7 +213,11 @@ impl Applier {
         let mut result = pb::ApplyResult {
             event_trigger: state.event_trigger.clone(),
             cluster: state.cluster.clone(),
-            failure_message: state.failure_message.clone(),
+            failure_message: if state.failure_message.is_empty() {
+                state.status_message.clone()
+            } else {
+                state.failure_message.clone()
+            },
             source_sequence: state.source_sequence,
             removed: state.removed,
             event_trigger_kind: state.event_trigger_kind.clone(),

@@ -140,6 +140,15 @@ impl Stage {
                 };
                 let mut main = pair.state(None);
                 let report = match &event_source {
+                    Ok(es) if !config.event_sources.contains_key(es) => {
+                        // Nothing matches, so nothing is wanted; the status says why instead of
+                        // showing Provisioned.
+                        main.status_message = format!(
+                            "eventtrigger {}: spec.eventSourceName: eventsource {es:?} does not exist",
+                            trigger.name
+                        );
+                        None
+                    }
                     Ok(es) => self.reports.get(&(cluster_id.clone(), es.clone())),
                     Err(error) => {
                         main.failure_message = error.clone();
@@ -470,6 +479,8 @@ pub(crate) fn content_hash(state: &pb::DesiredState) -> String {
         hasher.update([0]);
     }
     hasher.update(state.failure_message.as_bytes());
+    hasher.update([0]);
+    hasher.update(state.status_message.as_bytes());
     hasher.update([u8::from(state.removed)]);
     format!("{:x}", hasher.finalize())
 }

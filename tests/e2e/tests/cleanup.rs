@@ -101,6 +101,16 @@ async fn event_source_changed_then_deleted_withdraws_everything() -> anyhow::Res
         )
         .await?;
     cleaned(&stack).await?;
+    // The trigger now names an EventSource that does not exist: its status says so.
+    let trigger =
+        wait_cluster_info(&stack, "the missing EventSource in the status", "Failed").await?;
+    assert_eq!(
+        trigger["status"]["clusterInfo"][0]["failureMessage"],
+        "eventtrigger service-network-policy: spec.eventSourceName: eventsource \"sveltos-service\" does not exist"
+    );
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    restored(&stack).await?;
+    wait_cluster_info(&stack, "the status to recover", "Provisioned").await?;
     Ok(())
 }
 

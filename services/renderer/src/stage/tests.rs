@@ -162,3 +162,26 @@ fn member_diff_names_joined_changed_and_left_members() {
     assert_eq!(diff.changed, Vec::<Member>::new());
     assert_eq!(diff.removed, vec![key("a"), key("b"), key("c")]);
 }
+
+#[test]
+fn a_trigger_naming_an_event_source_that_does_not_exist_fails_until_it_does() {
+    let mut stage = stage();
+    let event_source = stage.config.event_sources.remove("sveltos-service");
+    let start = stage.recompute(None, 1);
+    assert_eq!(start.len(), 1);
+    assert_eq!(
+        start[0].status_message,
+        "eventtrigger service-network-policy: spec.eventSourceName: eventsource \"sveltos-service\" does not exist"
+    );
+    assert_eq!(
+        start[0].failure_message, "",
+        "what was deployed is withdrawn"
+    );
+    stage.config.event_sources.insert(
+        "sveltos-service".into(),
+        event_source.expect("the seed's EventSource"),
+    );
+    let fixed = stage.recompute(None, 2);
+    assert_eq!(fixed.len(), 1);
+    assert_eq!(fixed[0].status_message, "");
+}
