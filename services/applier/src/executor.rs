@@ -443,6 +443,44 @@ impl Applier {
         }
     }
 
+    /// Tells, with a Warning Event on the trigger, why a trigger in the configuration feed cannot
+    /// be used (`problems`); each problem once per trigger (`reported`). Failures are logged:
+    /// the trigger's next change reports again.
+    pub(crate) async fn report_invalid(
+        &self,
+        delivered: &sluice_bus::Delivered,
+        reported: &mut BTreeMap<String, String>,
+    ) {
+        let Ok(config) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered) else {
+            return;
+        };
+        let Some((kind, name, uid, message)) = crate::problems::invalid_trigger(&config) else {
+            reported.remove(&config.name);
+            return;
+        };
+        if reported.get(&name) == Some(&message) {
+            return;
+        }
+        tracing::warn!(event_trigger = %name, problem = %message, "EventTrigger cannot be used");
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        let event = crate::problems::event(&kind, &name, &uid, &message, &now);
+        let written = async {
+            let kind = self.kind("v1", "Event").await?;
+            apply::apply(&self.client, &kind, &event, FIELD_MANAGER).await
+        }
+        .await;
+        match written {
+            Ok(_) => {
+                reported.insert(name, message);
+            }
+            Err(error) => {
+                tracing::warn!(event_trigger = %name, error = %sluice_runtime::error_chain(&error), "failed to write the Event of an unusable EventTrigger");
+            }
+        }
+    }
+
     /// What the server holds for an owner (content unknown: applied again once). Objects of a
     /// CloudEvent's or a resource's unit belong to that unit unless `include_other_units`.
     async fn list_owned(

@@ -5,6 +5,7 @@
 
 mod executor;
 pub mod plan;
+pub mod problems;
 pub mod status;
 
 use std::collections::BTreeSet;
@@ -48,6 +49,8 @@ pub async fn run(
     }
     // Triggers being deleted: one sluice never owned anything for (or whose objects are gone
     // already) is released at once, even if another installation put the finalizer there.
+    // The problem last reported per unusable trigger, so each one is one Event.
+    let mut reported = std::collections::BTreeMap::new();
     let mut deleting = {
         let mut initial = Vec::new();
         let mut feeds = Vec::new();
@@ -60,6 +63,7 @@ pub async fn run(
         }
         for delivered in &initial {
             applier.release_if_done(&statuses, delivered).await;
+            applier.report_invalid(delivered, &mut reported).await;
         }
         futures::stream::select_all(feeds)
     };
@@ -73,6 +77,7 @@ pub async fn run(
             trigger = deleting.next() => {
                 let Some(Ok(delivered)) = trigger else { continue };
                 applier.release_if_done(&statuses, &delivered).await;
+                applier.report_invalid(&delivered, &mut reported).await;
             }
             batch = sluice_bus::coalesce::next_batch(&mut desired), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("desired-state consumer ended") };

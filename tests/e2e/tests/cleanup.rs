@@ -278,3 +278,40 @@ async fn a_trigger_left_with_sveltos_finalizer_is_released_when_deleted() -> any
     .map_err(|e| fail(&stack, e))?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_trigger_is_told_in_a_warning_event() -> anyhow::Result<()> {
+    let stack = running_seed().await?;
+    // Valid for the CRD's schema (a selector operator is any string), unusable for sluice.
+    let broken = json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+        "metadata": {"name": "broken-selector"},
+        "spec": {"eventSourceName": "sveltos-service",
+                 "sourceClusterSelector": {"matchExpressions": [{"key": "env", "operator": "Foo"}]}},
+    });
+    stack.apply(MANAGEMENT, &broken).await?;
+    let event = wait_for(
+        "a Warning Event on the unusable trigger",
+        DEADLINE,
+        || async {
+            let events = stack.list(MANAGEMENT, "v1", "Event", &[]).await.ok()?;
+            events
+                .into_iter()
+                .find(|e| e["involvedObject"]["name"] == "broken-selector")
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "InvalidSpec");
+    assert_eq!(event["involvedObject"]["kind"], "EventTrigger");
+    let message = event["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("eventtrigger broken-selector: ")
+            && message.contains("sourceClusterSelector"),
+        "{message}"
+    );
+    // The working trigger is unaffected.
+    restored(&stack).await?;
+    Ok(())
+}
