@@ -5,5 +5,6 @@
 pub mod cloudevents;
 pub mod demo;
 pub mod fleet;
+pub mod load;
 pub mod stack;
 pub mod tap;

@@ -43,6 +43,14 @@ enum Command {
         /// time (publish -> ClusterProfile latency), then as many back to back (throughput).
         #[arg(long)]
         cloudevents: Option<usize>,
+        /// Instead of the demo, open-loop load on seed 000's NetworkPolicy trigger:
+        /// `<Services per second>x<count>`, e.g. `1000x2000`, created then deleted at that rate
+        /// after `--preload` matching Services; prints latency percentiles and CPU per event.
+        #[arg(long, value_parser = parse_load)]
+        load: Option<(f64, usize)>,
+        /// With `--load`: matching Services created and converged first.
+        #[arg(long, default_value_t = 0)]
+        preload: usize,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -67,6 +75,18 @@ enum Command {
     Render,
 }
 
+fn parse_load(text: &str) -> Result<(f64, usize), String> {
+    let (rate, count) = text
+        .split_once('x')
+        .ok_or_else(|| format!("{text:?}: expected <rate>x<count>, e.g. 1000x2000"))?;
+    let rate: f64 = rate.parse().map_err(|e| format!("rate {rate:?}: {e}"))?;
+    let count: usize = count.parse().map_err(|e| format!("count {count:?}: {e}"))?;
+    if rate.is_nan() || rate <= 0.0 || count == 0 {
+        return Err(format!("{text:?}: rate and count must be positive"));
+    }
+    Ok((rate, count))
+}
+
 fn parse_fleet(text: &str) -> Result<(usize, usize), String> {
     let (clusters, resources) = text
         .split_once('x')
@@ -88,8 +108,29 @@ async fn main() -> anyhow::Result<()> {
             bench,
             fleet,
             cloudevents,
+            load,
+            preload,
         } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
+            if let Some((rate, count)) = load {
+                let report =
+                    sluice_cli::load::measure(preload, rate, count, &mut std::io::stdout()).await?;
+                let (p50, p99, max) = sluice_cli::demo::percentiles(&report.create);
+                println!(
+                    "open loop, {} matching before, {count} Services at {rate}/s: create -> ClusterProfile p50 {p50:?}, p99 {p99:?}, max {max:?}",
+                    report.preload
+                );
+                let (p50, p99, max) = sluice_cli::demo::percentiles(&report.delete);
+                println!("  delete -> ClusterProfile gone p50 {p50:?}, p99 {p99:?}, max {max:?}");
+                println!(
+                    "  CPU per event, all processes: {:?}",
+                    report.cpu_per_event()
+                );
+                for ((name, seconds), (_, rss)) in report.cpu.iter().zip(&report.peak_rss_kb) {
+                    println!("    {name}: {seconds:.2} s CPU, peak RSS {} MB", rss / 1024);
+                }
+                return Ok(());
+            }
             if let Some(events) = cloudevents.filter(|n| *n > 0) {
                 let report =
                     sluice_cli::cloudevents::measure(events, &mut std::io::stdout()).await?;

@@ -145,6 +145,19 @@ impl Stack {
         }
     }
 
+    /// Every process of the stack by name, with its pid: the five services, nats-server, and
+    /// this process (which holds the API test server).
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        let mut out: Vec<(String, u32)> = self
+            .services
+            .iter()
+            .map(|(name, p)| (name.to_string(), p.pid()))
+            .collect();
+        out.push(("nats-server".to_string(), self.nats.pid()));
+        out.push(("sluice (API test server)".to_string(), std::process::id()));
+        out
+    }
+
     /// The services that have exited (none should, whatever their input).
     pub fn exited_services(&mut self) -> Vec<&'static str> {
         self.services
