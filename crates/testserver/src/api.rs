@@ -1,5 +1,6 @@
-//! The Kubernetes API under `/clusters/<name>/`: fault gate, discovery, and resource requests
-//! (get, list, watch, create, replace, patch, apply, delete) dispatched to one cluster's state.
+//! The Kubernetes API under `/clusters/<name>/`: fault gate, authentication and authorization
+//! (`auth`), discovery, and resource requests (get, list, watch, create, replace, patch, apply,
+//! delete) dispatched to one cluster's state.
 
 mod write;
 
@@ -144,6 +145,11 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
     let query = Query::<HashMap<String, String>>::try_from_uri(req.uri())
         .map(|q| q.0)
         .unwrap_or_default();
+    let user = match crate::auth::admit(&cluster, req.method().as_str(), sub, &query, req.headers())
+    {
+        Ok(user) => user,
+        Err(e) => return e.into_response(),
+    };
     let method = req.method().clone();
     let headers = req.headers().clone();
     let body = match axum::body::to_bytes(req.into_body(), 64 << 20).await {
@@ -161,6 +167,9 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         body,
     };
     let sub = sub.trim_end_matches('/').to_string();
+    if let Some(answer) = crate::auth::serve(&call, &sub, &user) {
+        return answer.unwrap_or_else(|e| e.into_response());
+    }
     match route(&call, &sub) {
         Ok(resp) => resp,
         Err(e) => e.into_response(),

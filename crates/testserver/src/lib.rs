@@ -12,14 +12,20 @@
 //! namespace cascade, Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
 //! and a per-cluster audit log of requests (`TestServer::audit`).
 //!
+//! Every request is authenticated by a bearer token (the admin token of a cluster, or a
+//! ServiceAccount token minted by `TestServer::service_account_token` or a `TokenRequest`) and
+//! authorized by the cluster's RBAC objects, as kube-apiserver with anonymous authentication off
+//! and the RBAC authorizer does (`auth`); `/admin` is the test harness's and needs no token.
+//!
 //! Deliberate simplifications: strategic merge patch is treated as a JSON merge patch (lists are
 //! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs use
 //! conversion strategy `None` (an object is stored as written and returned with the requested
-//! apiVersion); no authentication, admission, defaulting or schema validation; `dryRun` is not
+//! apiVersion); no admission, defaulting or schema validation; `dryRun` is not
 //! supported; paginated lists are not snapshots (later pages show current state).
 
 mod api;
 mod audit;
+mod auth;
 mod cli;
 mod cluster;
 mod crds;
@@ -36,6 +42,7 @@ mod table;
 mod watch;
 
 pub use audit::{Audit, AuditEntry};
+pub use auth::UserInfo;
 pub use cli::{default_names, load_manifests, run_cli, Cli, CliArgs};
 pub use crds::sveltos_crds;
 pub use error::{ApiError, Error, Result};

@@ -1,7 +1,9 @@
 //! The process-level server: one listener, many clusters under `/clusters/<name>`, admin
-//! endpoints under `/admin`, generated kubeconfigs, seeding objects, and shutdown.
+//! endpoints under `/admin`, generated kubeconfigs (as each cluster's administrator or as a
+//! ServiceAccount), seeding objects, and shutdown.
 
 mod admin;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,6 +30,9 @@ pub struct Config {
     pub sveltos_crds: bool,
     /// Objects created in every cluster at start (after the CRDs).
     pub objects: Vec<Value>,
+    /// Host names or addresses the serving certificate is valid for besides `localhost`,
+    /// `127.0.0.1`, `::1` and the bind address (e.g. a docker-compose service name).
+    pub tls_names: Vec<String>,
 }
 
 impl Default for Config {
@@ -38,6 +43,7 @@ impl Default for Config {
             watch_history: 10_000,
             sveltos_crds: false,
             objects: Vec::new(),
+            tls_names: Vec::new(),
         }
     }
 }
@@ -47,6 +53,8 @@ pub struct Shared {
     clusters: RwLock<BTreeMap<String, Arc<Cluster>>>,
     config: Config,
     addr: SocketAddr,
+    /// PEM of the authority that signed the serving certificate.
+    ca_pem: String,
 }
 
 impl Shared {
@@ -87,6 +95,58 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.to_string(), cluster);
         Ok(())
+    }
+
+    /// Admin credentials of the named clusters that exist, in the given order.
+    fn admin_credentials(&self, names: &[String]) -> Vec<Credential> {
+        names
+            .iter()
+            .filter_map(|name| {
+                let cluster = self.cluster(name)?;
+                Some(Credential {
+                    cluster: name.clone(),
+                    user: name.clone(),
+                    token: cluster.tokens.admin().to_string(),
+                    namespace: "default".into(),
+                })
+            })
+            .collect()
+    }
+
+    /// Mints a token for ServiceAccount `namespace/name` of `cluster`.
+    fn service_account_token(&self, cluster: &str, namespace: &str, name: &str) -> Result<String> {
+        let token_err = |message: String| Error::Token {
+            cluster: cluster.to_string(),
+            service_account: format!("{namespace}/{name}"),
+            message,
+        };
+        let c = self
+            .cluster(cluster)
+            .ok_or_else(|| token_err("no such cluster".into()))?;
+        let state = c.lock();
+        c.tokens
+            .issue(&state, namespace, name)
+            .map_err(|e| token_err(e.message))
+    }
+
+    /// A kubeconfig for one cluster as ServiceAccount `namespace/name`, with a fresh token.
+    fn service_account_kubeconfig(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String> {
+        let token = self.service_account_token(cluster, namespace, name)?;
+        Ok(kubeconfig(
+            self.addr,
+            &self.ca_pem,
+            &[Credential {
+                cluster: cluster.to_string(),
+                user: format!("system:serviceaccount:{namespace}:{name}"),
+                token,
+                namespace: namespace.to_string(),
+            }],
+        ))
     }
 
     fn remove(&self, name: &str) {
@@ -181,28 +241,25 @@ impl TestServer {
             addr: config.bind,
             source,
         })?;
+        let tls = tls::Tls::generate(addr, &config.tls_names).map_err(|message| Error::Tls {
+            addr: config.bind,
+            message,
+        })?;
         let names = config.clusters.clone();
         let shared = Arc::new(Shared {
             clusters: RwLock::new(BTreeMap::new()),
             config,
             addr,
+            ca_pem: tls.ca_pem.clone(),
         });
         for name in &names {
             shared.add(name)?;
         }
-        // Small request/response exchanges stall on delayed ACKs without TCP_NODELAY.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::warn!(
-                    error = &error as &dyn std::error::Error,
-                    "failed to set TCP_NODELAY"
-                );
-            }
-        });
+        let shutdown = CancellationToken::new();
+        let listener = tls::DualListener::start(listener, &tls, shutdown.clone());
         let app = admin::router()
             .fallback(crate::api::handle)
             .with_state(shared.clone());
-        let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, app)
@@ -227,9 +284,16 @@ impl TestServer {
         self.addr
     }
 
-    /// Base URL of one cluster's API, `http://<addr>/clusters/<name>`.
+    /// Base URL of one cluster's API, `https://<addr>/clusters/<name>` (the port also answers
+    /// plain HTTP).
     pub fn cluster_url(&self, cluster: &str) -> String {
         cluster_url(self.addr, cluster)
+    }
+
+    /// PEM of the certificate authority that signed the serving certificate (what the
+    /// kubeconfigs carry as `certificate-authority-data`).
+    pub fn ca_pem(&self) -> &str {
+        &self.shared.ca_pem
     }
 
     /// Names of the clusters currently served, sorted.
@@ -251,12 +315,52 @@ impl TestServer {
             names.retain(|n| n != &first);
             names.insert(0, first);
         }
-        kubeconfig(self.addr, &names)
+        kubeconfig(
+            self.addr,
+            &self.shared.ca_pem,
+            &self.shared.admin_credentials(&names),
+        )
     }
 
-    /// A kubeconfig for one cluster only (what goes into a Sveltos kubeconfig Secret).
+    /// A kubeconfig for one cluster only (what goes into a Sveltos kubeconfig Secret), as its
+    /// administrator.
     pub fn kubeconfig_for(&self, cluster: &str) -> String {
-        kubeconfig(self.addr, &[cluster.to_string()])
+        kubeconfig(
+            self.addr,
+            &self.shared.ca_pem,
+            &self.shared.admin_credentials(&[cluster.to_string()]),
+        )
+    }
+
+    /// The bearer token of a cluster's administrator (`kubernetes-admin`, group
+    /// `system:masters`), `None` for an unknown cluster.
+    pub fn admin_token(&self, cluster: &str) -> Option<String> {
+        self.shared
+            .cluster(cluster)
+            .map(|c| c.tokens.admin().to_string())
+    }
+
+    /// Mints a token for an existing ServiceAccount, as a `TokenRequest` does: it authenticates
+    /// as `system:serviceaccount:<namespace>:<name>` until that ServiceAccount is deleted.
+    pub fn service_account_token(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String> {
+        self.shared.service_account_token(cluster, namespace, name)
+    }
+
+    /// A kubeconfig for one cluster as an existing ServiceAccount (context named after the
+    /// cluster, default namespace the ServiceAccount's), with a freshly minted token.
+    pub fn service_account_kubeconfig(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String> {
+        self.shared
+            .service_account_kubeconfig(cluster, namespace, name)
     }
 
     /// Adds a cluster at run time, seeded like the configured ones.
@@ -323,21 +427,32 @@ impl TestServer {
 }
 
 pub(crate) fn cluster_url(addr: SocketAddr, cluster: &str) -> String {
-    format!("http://{addr}/clusters/{cluster}")
+    format!("https://{addr}/clusters/{cluster}")
 }
 
-pub(crate) fn kubeconfig(addr: SocketAddr, names: &[String]) -> String {
-    let clusters: Vec<Value> = names
+/// One context of a generated kubeconfig: a cluster, who uses it and the default namespace.
+pub(crate) struct Credential {
+    pub cluster: String,
+    pub user: String,
+    pub token: String,
+    pub namespace: String,
+}
+
+/// A kubeconfig with one context per credential, named after its cluster; the first is current.
+pub(crate) fn kubeconfig(addr: SocketAddr, ca_pem: &str, credentials: &[Credential]) -> String {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let clusters: Vec<Value> = credentials
         .iter()
-        .map(|n| json!({"name": n, "cluster": {"server": cluster_url(addr, n)}}))
+        .map(|c| json!({"name": c.cluster, "cluster": {"server": cluster_url(addr, &c.cluster), "certificate-authority-data": ca}}))
         .collect();
-    let users: Vec<Value> = names
+    let users: Vec<Value> = credentials
         .iter()
-        .map(|n| json!({"name": n, "user": {}}))
+        .map(|c| json!({"name": c.user, "user": {"token": c.token}}))
         .collect();
-    let contexts: Vec<Value> = names
+    let contexts: Vec<Value> = credentials
         .iter()
-        .map(|n| json!({"name": n, "context": {"cluster": n, "user": n, "namespace": "default"}}))
+        .map(|c| json!({"name": c.cluster, "context": {"cluster": c.cluster, "user": c.user, "namespace": c.namespace}}))
         .collect();
     let doc = json!({
         "apiVersion": "v1",
@@ -346,7 +461,7 @@ pub(crate) fn kubeconfig(addr: SocketAddr, names: &[String]) -> String {
         "clusters": clusters,
         "users": users,
         "contexts": contexts,
-        "current-context": names.first().cloned().unwrap_or_default(),
+        "current-context": credentials.first().map(|c| c.cluster.clone()).unwrap_or_default(),
     });
     serde_yaml::to_string(&doc).unwrap_or_default()
 }

@@ -55,7 +55,13 @@ pub fn check_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         ));
     }
     let dns_label = info.kind == "Namespace";
-    if let Some(problem) = name_problem(name, dns_label) {
+    // RBAC objects may be named like `system:discovery`: any valid path segment.
+    let problem = if info.group == "rbac.authorization.k8s.io" {
+        path_segment_problem(name)
+    } else {
+        name_problem(name, dns_label)
+    };
+    if let Some(problem) = problem {
         return Err(ApiError::invalid(
             info,
             name,
@@ -118,6 +124,16 @@ pub fn check_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
 }
 
 /// Why `name` is not a valid DNS subdomain (or label, for namespaces), if it is not.
+fn path_segment_problem(name: &str) -> Option<&'static str> {
+    if name == "." || name == ".." {
+        Some("may not be '.' or '..'")
+    } else if name.contains('/') || name.contains('%') {
+        Some("may not contain '/' or '%'")
+    } else {
+        None
+    }
+}
+
 fn name_problem(name: &str, dns_label: bool) -> Option<&'static str> {
     let max = if dns_label { 63 } else { 253 };
     let ok_chars = name.bytes().all(|b| {

@@ -68,12 +68,23 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> u16 {
 
 /// A raw HTTP/1.1 request to the server (for admin endpoints and raw watch lines).
 pub async fn http(server: &TestServer, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_with(server, method, path, "", body).await
+}
+
+/// A raw plain-HTTP/1.1 request with extra header lines (each ending in `\r\n`).
+pub async fn http_with(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(server.addr())
         .await
         .expect("connects");
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         server.addr(),
         body.len()
     );
