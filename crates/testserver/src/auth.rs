@@ -9,6 +9,7 @@
 //! bound token does); no client certificates, no impersonation, no ClusterRole aggregation.
 
 mod bootstrap;
+mod protobuf;
 mod rbac;
 mod request;
 
@@ -292,11 +293,22 @@ fn token_request(call: &Call, namespace: &str, name: &str) -> Result<Response, A
 
 /// `POST selfsubjectaccessreviews`: whether the caller may do what the spec describes.
 fn self_subject_access_review(call: &Call, user: &UserInfo) -> Result<Response, ApiError> {
-    let mut review = serde_json::from_slice::<Value>(&call.body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "failed to decode SelfSubjectAccessReview as JSON: {e}"
-        ))
-    })?;
+    let mut review = if call
+        .header("content-type")
+        .starts_with("application/vnd.kubernetes.protobuf")
+    {
+        protobuf::self_subject_access_review(&call.body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "failed to decode SelfSubjectAccessReview as protobuf: {e}"
+            ))
+        })?
+    } else {
+        serde_json::from_slice::<Value>(&call.body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "failed to decode SelfSubjectAccessReview as JSON: {e}"
+            ))
+        })?
+    };
     let spec = review.get("spec").cloned().unwrap_or_default();
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
     let action = if let Some(r) = spec.get("resourceAttributes") {

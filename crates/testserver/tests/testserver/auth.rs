@@ -274,6 +274,25 @@ async fn kubectl_creates_a_token_and_is_forbidden_with_it() {
         err,
         "Error from server (Forbidden): configmaps is forbidden: User \"system:serviceaccount:team:robot\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\""
     );
+    // kubectl auth can-i sends a protobuf SelfSubjectAccessReview; exit code 1 means no
+    for (args, answer) in [
+        (
+            vec!["auth", "can-i", "list", "configmaps", "-n", "team"],
+            "no",
+        ),
+        (vec!["auth", "can-i", "get", "/version"], "yes"),
+        (vec!["auth", "can-i", "get", "/metrics"], "no"),
+    ] {
+        let args = [args.as_slice(), &["--token", &token]].concat();
+        let (ok, out, err) = kubectl(&kubeconfig, &args).await;
+        assert_eq!(
+            (ok, out.as_str()),
+            (answer == "yes", answer),
+            "{args:?}: {err}"
+        );
+    }
+    let (ok, out, err) = kubectl(&kubeconfig, &["auth", "can-i", "delete", "clusterroles"]).await;
+    assert!(ok && out == "yes", "the administrator may: {err}");
     let (ok, _, err) = kubectl(&kubeconfig, &["create", "token", "nobody", "-n", "team"]).await;
     assert!(!ok);
     assert!(
