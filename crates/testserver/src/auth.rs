@@ -149,10 +149,12 @@ pub fn admit(
     }
     let path = path.trim_matches('/');
     // OpenAPI index URLs carry the cluster prefix; clients may join it onto the base path again.
-    let path = path
-        .strip_prefix(&format!("clusters/{}", cluster.name))
-        .unwrap_or(path);
-    let path = format!("/{}", path.trim_start_matches('/'));
+    let prefix = format!("clusters/{}", cluster.name);
+    let path = match path.strip_prefix(&prefix) {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => rest.trim_start_matches('/'),
+        _ => path,
+    };
+    let path = format!("/{path}");
     let action = request::action(
         method,
         &path,
@@ -211,7 +213,12 @@ fn authorize(policy: &Policy, user: &UserInfo, action: &Action) -> Result<(), Ap
         ..
     } = action
     {
-        error.details = Some(json!({"name": name, "group": group, "kind": resource}));
+        // As the real Status: an empty name is left out.
+        error.details = Some(if name.is_empty() {
+            json!({"group": group, "kind": resource})
+        } else {
+            json!({"name": name, "group": group, "kind": resource})
+        });
     }
     Err(error)
 }

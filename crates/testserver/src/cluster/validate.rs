@@ -123,7 +123,7 @@ pub fn check_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Why `name` is not a valid DNS subdomain (or label, for namespaces), if it is not.
+/// Why `name` is not a valid path segment (the rule for RBAC object names), if it is not.
 fn path_segment_problem(name: &str) -> Option<&'static str> {
     if name == "." || name == ".." {
         Some("may not be '.' or '..'")
@@ -134,6 +134,7 @@ fn path_segment_problem(name: &str) -> Option<&'static str> {
     }
 }
 
+/// Why `name` is not a valid DNS subdomain (or label, for namespaces), if it is not.
 fn name_problem(name: &str, dns_label: bool) -> Option<&'static str> {
     let max = if dns_label { 63 } else { 253 };
     let ok_chars = name.bytes().all(|b| {
