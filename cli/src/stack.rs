@@ -174,13 +174,45 @@ impl Stack {
             .unwrap_or_default()
     }
 
-    /// Every service's log, for a failing test's message.
+    /// Every service's log and the management cluster's 403s, for a failing test's message
+    /// (a service logs only that a write failed; the denial says which grant is missing).
     pub fn logs(&self) -> String {
-        self.services
+        let mut parts: Vec<String> = self
+            .services
             .iter()
             .map(|(name, p)| format!("===== {name} =====\n{}", tail(&p.log(), 60)))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        let denials = self.denials();
+        if !denials.is_empty() {
+            // Services retry: the same denial repeats; each is shown once with its count.
+            let mut distinct: Vec<(&String, usize)> = Vec::new();
+            for denial in &denials {
+                match distinct.iter_mut().find(|(d, _)| *d == denial) {
+                    Some((_, count)) => *count += 1,
+                    None => distinct.push((denial, 1)),
+                }
+            }
+            let lines: Vec<String> = distinct
+                .iter()
+                .take(20)
+                .map(|(d, count)| format!("{count}x {d}"))
+                .collect();
+            parts.push(format!(
+                "===== {} requests denied by RBAC in {MANAGEMENT} =====\n{}",
+                denials.len(),
+                lines.join("\n")
+            ));
+        }
+        parts.join("\n")
+    }
+
+    /// The management cluster's 403s so far, oldest first: `<method> <path>: <message>`.
+    pub fn denials(&self) -> Vec<String> {
+        self.server
+            .denials(MANAGEMENT)
+            .into_iter()
+            .map(|d| format!("{} {}: {}", d.method, d.path, d.message))
+            .collect()
     }
 
     pub fn client(&self, cluster: &str) -> anyhow::Result<&kube::Client> {

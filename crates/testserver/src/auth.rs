@@ -161,7 +161,16 @@ pub fn admit(
         query.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     );
     let policy = policy(&state);
-    authorize(&policy, &user, &action)?;
+    let denied = |error: ApiError| {
+        cluster.audit.record_denial(crate::audit::Denial {
+            user: user.name.clone(),
+            method: method.to_string(),
+            path: path.clone(),
+            message: error.message.clone(),
+        });
+        error
+    };
+    authorize(&policy, &user, &action).map_err(denied)?;
     // A server-side apply that creates its object is also a create (kube-apiserver's
     // `withAuthorization` on create-on-update).
     let content_type = headers
@@ -194,7 +203,7 @@ pub fn admit(
             if let Action::Resource { verb, .. } = &mut create {
                 *verb = "create".into();
             }
-            authorize(&policy, &user, &create)?;
+            authorize(&policy, &user, &create).map_err(denied)?;
         }
     }
     Ok(user)

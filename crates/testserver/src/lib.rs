@@ -41,7 +41,7 @@ mod server;
 mod table;
 mod watch;
 
-pub use audit::{Audit, AuditEntry};
+pub use audit::{Audit, AuditEntry, Denial};
 pub use auth::UserInfo;
 pub use cli::{default_names, load_manifests, run_cli, Cli, CliArgs};
 pub use crds::sveltos_crds;

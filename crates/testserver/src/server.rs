@@ -405,6 +405,15 @@ impl TestServer {
             .unwrap_or_default()
     }
 
+    /// The requests of a cluster the authorizer refused with 403, oldest first (empty for an
+    /// unknown cluster).
+    pub fn denials(&self, cluster: &str) -> Vec<crate::audit::Denial> {
+        self.shared
+            .cluster(cluster)
+            .map(|c| c.audit.denials())
+            .unwrap_or_default()
+    }
+
     /// The audit log of a cluster (empty for an unknown cluster).
     pub fn audit(&self, cluster: &str) -> Vec<crate::audit::AuditEntry> {
         self.shared

@@ -192,6 +192,21 @@ async fn a_service_account_gets_exactly_what_its_bindings_grant() {
         .await
         .expect("apply to an existing secret is a patch");
 
+    // the audit log keeps every denial
+    let denials = server.denials("mgmt");
+    assert_eq!(denials.len(), 5, "{denials:#?}");
+    assert_eq!(
+        (
+            denials[4].user.as_str(),
+            denials[4].method.as_str(),
+            denials[4].path.as_str()
+        ),
+        (user, "PATCH", "/api/v1/namespaces/team/secrets/s1")
+    );
+    assert!(denials[4]
+        .message
+        .contains("cannot create resource \"secrets\""));
+
     // SelfSubjectAccessReview (every authenticated user may ask about themselves)
     let can = |verb: &str, namespace: &str| SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
