@@ -1,7 +1,11 @@
 //! The local stack: a real nats-server with JetStream, the Kubernetes API test server with a
 //! management cluster and managed clusters, and the five services as separate processes,
-//! configured exactly as in docker-compose.yml. Managed clusters are registered the Sveltos way:
-//! a SveltosCluster plus its kubeconfig Secret in the management cluster (spec §13).
+//! configured as in docker-compose.yml. Each service talks to the management cluster as its own
+//! ServiceAccount with exactly the RBAC of `k8s/base` (the namespaces and `rbac.yaml` are applied
+//! first), so a missing grant fails as it would in a real cluster. Managed clusters are
+//! registered the Sveltos way: a SveltosCluster plus its kubeconfig Secret in the management
+//! cluster (spec §13); that kubeconfig is the managed cluster's administrator, as Sveltos's
+//! registration commonly uses a cluster-admin ServiceAccount.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,8 +27,18 @@ pub const SERVICES: [&str; 5] = [
     "sluice-watcher",
 ];
 
+/// Namespace of the services' ServiceAccounts (`k8s/base/rbac.yaml`).
+pub const SERVICE_NAMESPACE: &str = "sluice-system";
+
 /// Name of the management cluster in the test server.
 pub const MANAGEMENT: &str = "mgmt";
+
+/// The namespaces and RBAC of the deployment (`k8s/base`): the services' ServiceAccounts, Roles,
+/// ClusterRoles and bindings, applied to the management cluster as they are.
+const DEPLOYMENT_RBAC: [&str; 2] = [
+    include_str!("../../k8s/base/namespace.yaml"),
+    include_str!("../../k8s/base/rbac.yaml"),
+];
 
 /// A running stack. Dropping it stops every process.
 pub struct Stack {
@@ -91,22 +105,39 @@ impl Stack {
             clients,
             _temp: temp,
         };
-        stack
-            .apply(MANAGEMENT, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "projectsveltos"}}))
-            .await?;
+        for yaml in DEPLOYMENT_RBAC {
+            stack
+                .apply_yaml(MANAGEMENT, yaml)
+                .await
+                .context("failed to apply the RBAC of k8s/base")?;
+        }
+        for service in SERVICES {
+            let kubeconfig = stack
+                .server
+                .service_account_kubeconfig(MANAGEMENT, SERVICE_NAMESPACE, service)
+                .with_context(|| format!("failed to mint a token for {service}"))?;
+            std::fs::write(stack.service_kubeconfig(service), kubeconfig)?;
+        }
         for service in SERVICES {
             stack.start_service(service)?;
         }
         Ok(stack)
     }
 
-    /// The environment every service gets (as in docker-compose.yml).
+    /// The kubeconfig file a service uses: the management cluster as its ServiceAccount
+    /// `sluice-system/<service>`.
+    pub fn service_kubeconfig(&self, service: &str) -> PathBuf {
+        self.dir.join(format!("{service}.kubeconfig"))
+    }
+
+    /// The environment every service gets (as in docker-compose.yml, but with the service's own
+    /// kubeconfig).
     pub fn service_env(&self, service: &str) -> Vec<(String, String)> {
         vec![
             ("SLUICE_NATS_URL".into(), self.nats.url()),
             (
                 "SLUICE_KUBECONFIG".into(),
-                self.dir.join("mgmt.kubeconfig").display().to_string(),
+                self.service_kubeconfig(service).display().to_string(),
             ),
             (
                 "SLUICE_HEALTH_ADDR".into(),
@@ -175,13 +206,45 @@ impl Stack {
             .unwrap_or_default()
     }
 
-    /// Every service's log, for a failing test's message.
+    /// Every service's log and the management cluster's 403s, for a failing test's message
+    /// (a service logs only that a write failed; the denial says which grant is missing).
     pub fn logs(&self) -> String {
-        self.services
+        let mut parts: Vec<String> = self
+            .services
             .iter()
             .map(|(name, p)| format!("===== {name} =====\n{}", tail(&p.log(), 60)))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        let denials = self.denials();
+        if !denials.is_empty() {
+            // Services retry: the same denial repeats; each is shown once with its count.
+            let mut distinct: Vec<(&String, usize)> = Vec::new();
+            for denial in &denials {
+                match distinct.iter_mut().find(|(d, _)| *d == denial) {
+                    Some((_, count)) => *count += 1,
+                    None => distinct.push((denial, 1)),
+                }
+            }
+            let lines: Vec<String> = distinct
+                .iter()
+                .take(20)
+                .map(|(d, count)| format!("{count}x {d}"))
+                .collect();
+            parts.push(format!(
+                "===== {} requests denied by RBAC in {MANAGEMENT} =====\n{}",
+                denials.len(),
+                lines.join("\n")
+            ));
+        }
+        parts.join("\n")
+    }
+
+    /// The management cluster's 403s so far, oldest first: `<method> <path>: <message>`.
+    pub fn denials(&self) -> Vec<String> {
+        self.server
+            .denials(MANAGEMENT)
+            .into_iter()
+            .map(|d| format!("{} {}: {}", d.method, d.path, d.message))
+            .collect()
     }
 
     pub fn client(&self, cluster: &str) -> anyhow::Result<&kube::Client> {

@@ -1,7 +1,10 @@
-//! The Kubernetes API under `/clusters/<name>/`: fault gate, discovery, and resource requests
-//! (get, list, watch, create, replace, patch, apply, delete) dispatched to one cluster's state.
+//! The Kubernetes API under `/clusters/<name>/`: fault gate, authentication and authorization
+//! (`auth`), discovery, and resource requests (get, list, watch, create, replace, patch, apply,
+//! delete) dispatched to one cluster's state.
 
 mod write;
+
+pub(crate) use write::body_json;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -163,6 +166,11 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
     let query = Query::<HashMap<String, String>>::try_from_uri(req.uri())
         .map(|q| q.0)
         .unwrap_or_default();
+    let user = match crate::auth::admit(&cluster, req.method().as_str(), sub, &query, req.headers())
+    {
+        Ok(user) => user,
+        Err(e) => return e.into_response(),
+    };
     let method = req.method().clone();
     let headers = req.headers().clone();
     let base = if req.extensions().get::<AtRoot>().is_some() {
@@ -199,6 +207,9 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         base,
     };
     let sub = sub.trim_end_matches('/').to_string();
+    if let Some(answer) = crate::auth::serve(&call, &sub, &user) {
+        return answer.unwrap_or_else(|e| e.into_response());
+    }
     match route(&call, &sub) {
         Ok(resp) => resp,
         Err(e) => e.into_response(),

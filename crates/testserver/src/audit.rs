@@ -1,6 +1,7 @@
 //! The audit log of one cluster: method, path and query of the latest requests, oldest first,
 //! as a real API server's audit log records them, so that tests can check which requests a
-//! client made (for example that it never listed a kind cluster-wide).
+//! client made (for example that it never listed a kind cluster-wide), and the requests the
+//! authorizer refused, with who made them and why.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -18,10 +19,20 @@ pub struct AuditEntry {
     pub query: String,
 }
 
+/// A request the authorizer refused, with the message its 403 carried.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Denial {
+    pub user: String,
+    pub method: String,
+    pub path: String,
+    pub message: String,
+}
+
 /// Handle to one cluster's audit log; cheap to clone.
 #[derive(Clone, Default)]
 pub struct Audit {
     entries: Arc<Mutex<VecDeque<AuditEntry>>>,
+    denials: Arc<Mutex<VecDeque<Denial>>>,
 }
 
 impl Audit {
@@ -35,6 +46,20 @@ impl Audit {
             path: path.to_string(),
             query: query.unwrap_or("").to_string(),
         });
+    }
+
+    pub(crate) fn record_denial(&self, denial: Denial) {
+        let mut denials = self.denials.lock().unwrap_or_else(|e| e.into_inner());
+        if denials.len() == CAPACITY {
+            denials.pop_front();
+        }
+        denials.push_back(denial);
+    }
+
+    /// Every remembered 403, oldest first.
+    pub fn denials(&self) -> Vec<Denial> {
+        let denials = self.denials.lock().unwrap_or_else(|e| e.into_inner());
+        denials.iter().cloned().collect()
     }
 
     /// Every remembered request, oldest first.

@@ -84,6 +84,11 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
         Some(path) => load_manifests(path)?,
         None => Vec::new(),
     };
+    let tls_names = args
+        .advertise
+        .iter()
+        .map(|a| host_of(a).to_string())
+        .collect();
     let config = Config {
         bind: args.listen,
         clusters,
@@ -91,6 +96,7 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
         sveltos_crds: !args.no_crds,
         objects,
         port_per_cluster: args.port_per_cluster,
+        tls_names,
     };
     let server = TestServer::start(config)
         .await
@@ -99,15 +105,15 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
         let mut text = server.kubeconfig_yaml();
         if let Some(advertise) = &args.advertise {
             text = text.replace(
-                &format!("http://{}/", server.addr()),
-                &format!("http://{advertise}/"),
+                &format!("https://{}/", server.addr()),
+                &format!("https://{advertise}/"),
             );
         }
         std::fs::write(path, text)
             .with_context(|| format!("failed to write kubeconfig {}", path.display()))?;
     }
     println!(
-        "sluice test server (tests and demos only) on http://{}",
+        "sluice test server (tests and demos only) on https://{} (and plain HTTP for /admin)",
         server.addr()
     );
     for name in server.clusters() {
@@ -118,6 +124,15 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
         .context("failed to wait for Ctrl-C")?;
     server.shutdown().await;
     Ok(())
+}
+
+/// The host of `host:port` (`[v6]:port` too).
+fn host_of(address: &str) -> &str {
+    let host = address
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(address, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// Reads every YAML document of a file, or of every manifest file in a directory (sorted by name).

@@ -1,6 +1,7 @@
 //! One simulated cluster: its resource registry, its objects (JSON values keyed by group, resource,
-//! namespace and name), its resourceVersion counter and its bounded watch history. Pure state
-//! behind one mutex; HTTP concerns live in `api`.
+//! namespace and name), its resourceVersion counter, its bounded watch history and the
+//! credentials it accepts. It starts as a new cluster does: four namespaces and the bootstrap
+//! RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
 
 mod defaults;
 mod validate;
@@ -59,6 +60,8 @@ pub struct Cluster {
     state: Mutex<State>,
     pub faults: Faults,
     pub audit: crate::audit::Audit,
+    /// The credentials this cluster accepts.
+    pub tokens: crate::auth::Tokens,
 }
 
 /// Everything stored for one cluster.
@@ -95,11 +98,25 @@ impl Cluster {
                 let _ = state.create(&info, "", obj, &Owner::Update("kube-apiserver".into()));
             }
         }
+        for obj in crate::auth::bootstrap_policy() {
+            let kind = obj["kind"].as_str().unwrap_or("");
+            let info = state
+                .registry
+                .all()
+                .iter()
+                .find(|r| r.group == "rbac.authorization.k8s.io" && r.kind == kind)
+                .cloned();
+            if let Some(info) = info {
+                // The bootstrap policy is valid by construction.
+                let _ = state.create(&info, "", obj, &Owner::Update("kube-apiserver".into()));
+            }
+        }
         Cluster {
             name: name.to_string(),
             state: Mutex::new(state),
             faults: Faults::default(),
             audit: crate::audit::Audit::default(),
+            tokens: crate::auth::Tokens::default(),
         }
     }
 

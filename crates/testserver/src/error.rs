@@ -25,11 +25,22 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to set up TLS for {addr}: {message}")]
+    Tls {
+        addr: std::net::SocketAddr,
+        message: String,
+    },
     #[error("failed to load manifests from {path}")]
     Load {
         path: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to mint a token for ServiceAccount {service_account} in cluster {cluster}: {message}")]
+    Token {
+        cluster: String,
+        service_account: String,
+        message: String,
     },
     #[error("failed to load object {what} into cluster {cluster}: {message}")]
     Seed {

@@ -1,8 +1,9 @@
 //! Kubernetes API test server: many clusters in one process, for tests and demos only, never production.
 //!
-//! One listener serves every cluster under its own base path, `http://<addr>/clusters/<name>`; kube-rs
+//! One listener serves every cluster under its own base path, `https://<addr>/clusters/<name>`; kube-rs
 //! and kubectl both accept a server URL with a path. With `Config::port_per_cluster` each cluster is
-//! also served at the root of its own port, for tools that drop the path. Objects live in memory as JSON, per cluster,
+//! also served at the root of its own port, for tools that drop the path. Every port answers TLS
+//! (a certificate authority generated at start, `TestServer::ca_pem`) and plain HTTP. Objects live in memory as JSON, per cluster,
 //! keyed by group, resource, namespace and name, with one resourceVersion counter per cluster.
 //!
 //! What it implements: discovery (legacy, not aggregated; `/openapi/v3` with each CRD version's schema, for
@@ -17,16 +18,22 @@
 //! structural schemas, `fieldValidation` Strict/Warn/Ignore, ConfigMap/Secret rules, `422 Invalid`
 //! with every cause, the 3 MiB request and 1.5 MiB stored-object limits.
 //!
+//! Every request is authenticated by a bearer token (the admin token of a cluster, or a
+//! ServiceAccount token minted by `TestServer::service_account_token` or a `TokenRequest`) and
+//! authorized by the cluster's RBAC objects, as kube-apiserver with anonymous authentication off
+//! and the RBAC authorizer does (`auth`); `/admin` is the test harness's and needs no token.
+//!
 //! Deliberate simplifications: strategic merge patch is treated as a JSON merge patch (lists are
 //! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs use
 //! conversion strategy `None` (an object is stored as written and returned with the requested
-//! apiVersion); no authentication or admission plugins; schema combinators (`allOf`, `anyOf`,
+//! apiVersion); no admission plugins beyond validation; schema combinators (`allOf`, `anyOf`,
 //! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced; `dryRun` is not
 //! supported; paginated lists are not snapshots (later pages show current state).
 
 mod admission;
 mod api;
 mod audit;
+mod auth;
 mod cli;
 mod cluster;
 mod crds;
@@ -45,7 +52,8 @@ mod server;
 mod table;
 mod watch;
 
-pub use audit::{Audit, AuditEntry};
+pub use audit::{Audit, AuditEntry, Denial};
+pub use auth::UserInfo;
 pub use cli::{default_names, load_manifests, run_cli, Cli, CliArgs};
 pub use crds::sveltos_crds;
 pub use error::{ApiError, Error, Result};

@@ -6,13 +6,17 @@
 //! from Kubernetes' `generated.proto` files. Only the kinds typed kubectl commands create and that
 //! are small enough to convert field by field are decoded (v1 Secret, ConfigMap, Namespace,
 //! ServiceAccount; rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding,
-//! ClusterRoleBinding); any other kind is refused with 415 naming it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
+//! ClusterRoleBinding), and the two identity requests kubectl sends as protobuf
+//! (authorization.k8s.io/v1 SelfSubjectAccessReview for `auth can-i`, authentication.k8s.io/v1
+//! TokenRequest for `create token`); any other kind is refused with 415 naming it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
 //!
 //! Go's protobuf encoder writes every non-pointer field, empty strings and zero numbers included,
 //! while its JSON encoder omits them (`omitempty`); so empty strings, zero numbers, empty maps and
 //! lists and zero timestamps are left out of the JSON here as well.
 
 use base64::Engine;
+use k8s_pb::api::authentication::v1 as authentication;
+use k8s_pb::api::authorization::v1 as authorization;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::rbac::v1 as rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
@@ -90,9 +94,17 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
             let b = rbac::ClusterRoleBinding::decode(raw.as_slice()).map_err(invalid)?;
             binding(b.metadata, b.subjects, b.role_ref)
         }
+        (AUTHORIZATION, "SelfSubjectAccessReview") => {
+            let r = authorization::SelfSubjectAccessReview::decode(raw.as_slice()).map_err(invalid)?;
+            self_subject_access_review(r)
+        }
+        (AUTHENTICATION, "TokenRequest") => {
+            let r = authentication::TokenRequest::decode(raw.as_slice()).map_err(invalid)?;
+            token_request(r)
+        }
         _ => {
             return Err(unsupported(format!(
-                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding); send application/json"
+                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding; {AUTHORIZATION} SelfSubjectAccessReview; {AUTHENTICATION} TokenRequest); send application/json"
             )))
         }
     };
@@ -102,6 +114,8 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 const RBAC: &str = "rbac.authorization.k8s.io/v1";
+const AUTHORIZATION: &str = "authorization.k8s.io/v1";
+const AUTHENTICATION: &str = "authentication.k8s.io/v1";
 
 fn unsupported(message: String) -> ApiError {
     ApiError::new(415, "UnsupportedMediaType", message)
@@ -378,6 +392,57 @@ fn label_selector(s: meta::LabelSelector) -> Value {
                 .done()
         })
         .done()
+}
+
+fn self_subject_access_review(r: authorization::SelfSubjectAccessReview) -> Map<String, Value> {
+    let spec = r.spec.unwrap_or_default();
+    let resource = spec.resource_attributes.map(|a| {
+        Obj::default()
+            .string("namespace", a.namespace)
+            .string("verb", a.verb)
+            .string("group", a.group)
+            .string("version", a.version)
+            .string("resource", a.resource)
+            .string("subresource", a.subresource)
+            .string("name", a.name)
+            .done()
+    });
+    let non_resource = spec.non_resource_attributes.map(|a| {
+        Obj::default()
+            .string("path", a.path)
+            .string("verb", a.verb)
+            .done()
+    });
+    let spec = Obj::default()
+        .present("resourceAttributes", resource)
+        .present("nonResourceAttributes", non_resource)
+        .done();
+    let mut obj = with_meta(r.metadata);
+    obj.0.insert("spec".into(), spec);
+    into_map(obj.done())
+}
+
+fn token_request(r: authentication::TokenRequest) -> Map<String, Value> {
+    let spec = r.spec.unwrap_or_default();
+    let bound = spec.bound_object_ref.map(|b| {
+        Obj::default()
+            .string("kind", b.kind)
+            .string("apiVersion", b.api_version)
+            .string("name", b.name)
+            .string("uid", b.u_id)
+            .done()
+    });
+    let spec = Obj::default()
+        .nullable_list("audiences", spec.audiences, Value::from)
+        .present(
+            "expirationSeconds",
+            spec.expiration_seconds.map(Value::from),
+        )
+        .present("boundObjectRef", bound)
+        .done();
+    let mut obj = with_meta(r.metadata);
+    obj.0.insert("spec".into(), spec);
+    into_map(obj.done())
 }
 
 fn binding(
@@ -663,6 +728,69 @@ mod tests {
                 "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "ops"},
                     {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}],
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}),
+        );
+    }
+
+    #[test]
+    fn identity_requests_keep_what_was_asked() {
+        let review = authorization::SelfSubjectAccessReview {
+            metadata: Some(go_meta("")),
+            spec: Some(authorization::SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(authorization::ResourceAttributes {
+                    namespace: Some("team".into()),
+                    verb: Some("list".into()),
+                    group: Some(String::new()),
+                    version: Some(String::new()),
+                    resource: Some("configmaps".into()),
+                    subresource: Some(String::new()),
+                    name: Some(String::new()),
+                    ..Default::default()
+                }),
+                non_resource_attributes: None,
+            }),
+            status: Some(Default::default()),
+        };
+        check(
+            &envelope(
+                AUTHORIZATION,
+                "SelfSubjectAccessReview",
+                review.encode_to_vec(),
+            ),
+            json!({"apiVersion": AUTHORIZATION, "kind": "SelfSubjectAccessReview", "metadata": {},
+                "spec": {"resourceAttributes": {"namespace": "team", "verb": "list", "resource": "configmaps"}}}),
+        );
+        let non_resource = authorization::SelfSubjectAccessReview {
+            spec: Some(authorization::SelfSubjectAccessReviewSpec {
+                resource_attributes: None,
+                non_resource_attributes: Some(authorization::NonResourceAttributes {
+                    path: Some("/version".into()),
+                    verb: Some("get".into()),
+                }),
+            }),
+            ..Default::default()
+        };
+        check(
+            &envelope(
+                AUTHORIZATION,
+                "SelfSubjectAccessReview",
+                non_resource.encode_to_vec(),
+            ),
+            json!({"apiVersion": AUTHORIZATION, "kind": "SelfSubjectAccessReview", "metadata": {},
+                "spec": {"nonResourceAttributes": {"path": "/version", "verb": "get"}}}),
+        );
+        let request = authentication::TokenRequest {
+            metadata: Some(go_meta("robot")),
+            spec: Some(authentication::TokenRequestSpec {
+                audiences: vec!["sluice".into()],
+                expiration_seconds: Some(600),
+                bound_object_ref: None,
+            }),
+            status: Some(Default::default()),
+        };
+        check(
+            &envelope(AUTHENTICATION, "TokenRequest", request.encode_to_vec()),
+            json!({"apiVersion": AUTHENTICATION, "kind": "TokenRequest", "metadata": {"name": "robot"},
+                "spec": {"audiences": ["sluice"], "expirationSeconds": 600}}),
         );
     }
 

@@ -112,6 +112,8 @@ fn builtin(
     }
 }
 
+const RBAC: &str = "rbac.authorization.k8s.io";
+
 /// The built-in kinds every cluster serves.
 pub fn builtins() -> Vec<ResourceInfo> {
     vec![
@@ -185,6 +187,18 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
             &[],
         ),
+        builtin(RBAC, "v1", "ClusterRole", "clusterroles", false, false, &[]),
+        builtin(
+            RBAC,
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            false,
+            false,
+            &[],
+        ),
+        builtin(RBAC, "v1", "Role", "roles", true, false, &[]),
+        builtin(RBAC, "v1", "RoleBinding", "rolebindings", true, false, &[]),
     ]
 }
 

@@ -1,9 +1,11 @@
 //! The process-level server: one listener, many clusters under `/clusters/<name>` (and, with
-//! `Config::port_per_cluster`, each cluster also at the root of its own port), admin endpoints
-//! under `/admin`, generated kubeconfigs, seeding objects, and shutdown.
+//! `Config::port_per_cluster`, each cluster also at the root of its own port), every port
+//! answering TLS and plain HTTP, admin endpoints under `/admin`, generated kubeconfigs (as each
+//! cluster's administrator or as a ServiceAccount), seeding objects, and shutdown.
 
 mod admin;
 mod port;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,9 +33,12 @@ pub struct Config {
     /// Objects created in every cluster at start (after the CRDs).
     pub objects: Vec<Value>,
     /// Also serve each cluster at the root of its own port on the listen IP, as kind does, and
-    /// point kubeconfigs there (`http://127.0.0.1:<port>`, no path); `/clusters/<name>` on the
+    /// point kubeconfigs there (`https://127.0.0.1:<port>`, no path); `/clusters/<name>` on the
     /// shared listener keeps working.
     pub port_per_cluster: bool,
+    /// Host names or addresses the serving certificate is valid for besides `localhost`,
+    /// `127.0.0.1`, `::1` and the bind address (e.g. a docker-compose service name).
+    pub tls_names: Vec<String>,
 }
 
 impl Default for Config {
@@ -45,6 +50,7 @@ impl Default for Config {
             sveltos_crds: false,
             objects: Vec::new(),
             port_per_cluster: false,
+            tls_names: Vec::new(),
         }
     }
 }
@@ -58,6 +64,8 @@ pub struct Shared {
     ports: RwLock<BTreeMap<String, port::ClusterPort>>,
     /// Cancelled at shutdown; per-cluster listeners stop with it.
     shutdown: CancellationToken,
+    /// The authority and serving certificate every listener uses.
+    tls: tls::Tls,
 }
 
 impl Shared {
@@ -116,6 +124,54 @@ impl Shared {
         Ok(())
     }
 
+    /// Admin credentials of the named clusters that exist, in the given order.
+    fn admin_credentials(&self, names: &[String]) -> Vec<Credential> {
+        names
+            .iter()
+            .filter_map(|name| {
+                let cluster = self.cluster(name)?;
+                Some(Credential {
+                    cluster: name.clone(),
+                    user: name.clone(),
+                    token: cluster.tokens.admin().to_string(),
+                    namespace: "default".into(),
+                })
+            })
+            .collect()
+    }
+
+    /// Mints a token for ServiceAccount `namespace/name` of `cluster`.
+    fn service_account_token(&self, cluster: &str, namespace: &str, name: &str) -> Result<String> {
+        let token_err = |message: String| Error::Token {
+            cluster: cluster.to_string(),
+            service_account: format!("{namespace}/{name}"),
+            message,
+        };
+        let c = self
+            .cluster(cluster)
+            .ok_or_else(|| token_err("no such cluster".into()))?;
+        let state = c.lock();
+        c.tokens
+            .issue(&state, namespace, name)
+            .map_err(|e| token_err(e.message))
+    }
+
+    /// A kubeconfig for one cluster as ServiceAccount `namespace/name`, with a fresh token.
+    fn service_account_kubeconfig(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String> {
+        let token = self.service_account_token(cluster, namespace, name)?;
+        Ok(self.kubeconfig(&[Credential {
+            cluster: cluster.to_string(),
+            user: format!("system:serviceaccount:{namespace}:{name}"),
+            token,
+            namespace: namespace.to_string(),
+        }]))
+    }
+
     fn remove(&self, name: &str) {
         let removed = self
             .clusters
@@ -135,7 +191,7 @@ impl Shared {
         }
     }
 
-    /// Base URL of one cluster's API: its own port's root, else `http://<addr>/clusters/<name>`.
+    /// Base URL of one cluster's API: its own port's root, else `https://<addr>/clusters/<name>`.
     fn cluster_url(&self, name: &str) -> String {
         match self
             .ports
@@ -143,18 +199,38 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
         {
-            Some(port) => format!("http://{}", port.addr),
-            None => cluster_url(self.addr, name),
+            Some(port) => format!("https://{}", port.addr),
+            None => format!("https://{}/clusters/{name}", self.addr),
         }
     }
 
-    /// A kubeconfig with one context per named cluster; the first is current.
-    fn kubeconfig(&self, names: &[String]) -> String {
-        let servers: Vec<(String, String)> = names
+    /// A kubeconfig with one context per credential, named after its cluster (the first is
+    /// current): each cluster's `cluster_url`, trusted through the generated authority.
+    fn kubeconfig(&self, credentials: &[Credential]) -> String {
+        use base64::Engine as _;
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.tls.ca_pem);
+        let clusters: Vec<Value> = credentials
             .iter()
-            .map(|n| (n.clone(), self.cluster_url(n)))
+            .map(|c| json!({"name": c.cluster, "cluster": {"server": self.cluster_url(&c.cluster), "certificate-authority-data": ca}}))
             .collect();
-        kubeconfig(&servers)
+        let users: Vec<Value> = credentials
+            .iter()
+            .map(|c| json!({"name": c.user, "user": {"token": c.token}}))
+            .collect();
+        let contexts: Vec<Value> = credentials
+            .iter()
+            .map(|c| json!({"name": c.cluster, "context": {"cluster": c.cluster, "user": c.user, "namespace": c.namespace}}))
+            .collect();
+        let doc = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
+            "clusters": clusters,
+            "users": users,
+            "contexts": contexts,
+            "current-context": credentials.first().map(|c| c.cluster.clone()).unwrap_or_default(),
+        });
+        serde_yaml::to_string(&doc).unwrap_or_default()
     }
 }
 
@@ -249,6 +325,10 @@ impl TestServer {
             addr: config.bind,
             source,
         })?;
+        let tls = tls::Tls::generate(addr, &config.tls_names).map_err(|message| Error::Tls {
+            addr: config.bind,
+            message,
+        })?;
         let names = config.clusters.clone();
         let shutdown = CancellationToken::new();
         let shared = Arc::new(Shared {
@@ -257,6 +337,7 @@ impl TestServer {
             addr,
             ports: RwLock::new(BTreeMap::new()),
             shutdown: shutdown.clone(),
+            tls,
         });
         for name in &names {
             if let Err(error) = shared.add(name) {
@@ -264,7 +345,7 @@ impl TestServer {
                 return Err(error);
             }
         }
-        let task = serve(listener, app(shared.clone()), shutdown.clone());
+        let task = serve(listener, &shared.tls, app(shared.clone()), shutdown.clone());
         tracing::info!(%addr, clusters = names.len(), "sluice test server listening (test and demo use only)");
         Ok(TestServer {
             addr,
@@ -278,10 +359,17 @@ impl TestServer {
         self.addr
     }
 
-    /// Base URL of one cluster's API: `http://<addr>/clusters/<name>`, or with
-    /// `Config::port_per_cluster` the root of the cluster's own port, `http://127.0.0.1:<port>`.
+    /// Base URL of one cluster's API: `https://<addr>/clusters/<name>`, or with
+    /// `Config::port_per_cluster` the root of the cluster's own port, `https://127.0.0.1:<port>`
+    /// (every port also answers plain HTTP).
     pub fn cluster_url(&self, cluster: &str) -> String {
         self.shared.cluster_url(cluster)
+    }
+
+    /// PEM of the certificate authority that signed the serving certificate (what the
+    /// kubeconfigs carry as `certificate-authority-data`).
+    pub fn ca_pem(&self) -> &str {
+        &self.shared.tls.ca_pem
     }
 
     /// Names of the clusters currently served, sorted.
@@ -303,12 +391,46 @@ impl TestServer {
             names.retain(|n| n != &first);
             names.insert(0, first);
         }
-        self.shared.kubeconfig(&names)
+        self.shared
+            .kubeconfig(&self.shared.admin_credentials(&names))
     }
 
-    /// A kubeconfig for one cluster only (what goes into a Sveltos kubeconfig Secret).
+    /// A kubeconfig for one cluster only (what goes into a Sveltos kubeconfig Secret), as its
+    /// administrator.
     pub fn kubeconfig_for(&self, cluster: &str) -> String {
-        self.shared.kubeconfig(&[cluster.to_string()])
+        self.shared
+            .kubeconfig(&self.shared.admin_credentials(&[cluster.to_string()]))
+    }
+
+    /// The bearer token of a cluster's administrator (`kubernetes-admin`, group
+    /// `system:masters`), `None` for an unknown cluster.
+    pub fn admin_token(&self, cluster: &str) -> Option<String> {
+        self.shared
+            .cluster(cluster)
+            .map(|c| c.tokens.admin().to_string())
+    }
+
+    /// Mints a token for an existing ServiceAccount, as a `TokenRequest` does: it authenticates
+    /// as `system:serviceaccount:<namespace>:<name>` until that ServiceAccount is deleted.
+    pub fn service_account_token(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String> {
+        self.shared.service_account_token(cluster, namespace, name)
+    }
+
+    /// A kubeconfig for one cluster as an existing ServiceAccount (context named after the
+    /// cluster, default namespace the ServiceAccount's), with a freshly minted token.
+    pub fn service_account_kubeconfig(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String> {
+        self.shared
+            .service_account_kubeconfig(cluster, namespace, name)
     }
 
     /// Adds a cluster at run time, seeded like the configured ones.
@@ -353,6 +475,15 @@ impl TestServer {
             .unwrap_or_default()
     }
 
+    /// The requests of a cluster the authorizer refused with 403, oldest first (empty for an
+    /// unknown cluster).
+    pub fn denials(&self, cluster: &str) -> Vec<crate::audit::Denial> {
+        self.shared
+            .cluster(cluster)
+            .map(|c| c.audit.denials())
+            .unwrap_or_default()
+    }
+
     /// The audit log of a cluster (empty for an unknown cluster).
     pub fn audit(&self, cluster: &str) -> Vec<crate::audit::AuditEntry> {
         self.shared
@@ -374,10 +505,6 @@ impl TestServer {
     }
 }
 
-pub(crate) fn cluster_url(addr: SocketAddr, cluster: &str) -> String {
-    format!("http://{addr}/clusters/{cluster}")
-}
-
 /// The HTTP application: admin endpoints and every cluster's API under `/clusters/<name>`.
 fn app(shared: Arc<Shared>) -> axum::Router {
     admin::router()
@@ -385,21 +512,14 @@ fn app(shared: Arc<Shared>) -> axum::Router {
         .with_state(shared)
 }
 
-/// Serves `app` on `listener` until `stop` is cancelled.
+/// Serves `app` on `listener`, TLS and plain HTTP alike, until `stop` is cancelled.
 fn serve(
     listener: tokio::net::TcpListener,
+    tls: &tls::Tls,
     app: axum::Router,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    // Small request/response exchanges stall on delayed ACKs without TCP_NODELAY.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::warn!(
-                error = &error as &dyn std::error::Error,
-                "failed to set TCP_NODELAY"
-            );
-        }
-    });
+    let listener = tls::DualListener::start(listener, tls, stop.clone());
     tokio::spawn(async move {
         let serve = axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await });
@@ -412,29 +532,10 @@ fn serve(
     })
 }
 
-/// A kubeconfig with one context per `(cluster name, server URL)`; the first is current.
-pub(crate) fn kubeconfig(servers: &[(String, String)]) -> String {
-    let names: Vec<&String> = servers.iter().map(|(n, _)| n).collect();
-    let clusters: Vec<Value> = servers
-        .iter()
-        .map(|(n, url)| json!({"name": n, "cluster": {"server": url}}))
-        .collect();
-    let users: Vec<Value> = names
-        .iter()
-        .map(|n| json!({"name": n, "user": {}}))
-        .collect();
-    let contexts: Vec<Value> = names
-        .iter()
-        .map(|n| json!({"name": n, "context": {"cluster": n, "user": n, "namespace": "default"}}))
-        .collect();
-    let doc = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "preferences": {},
-        "clusters": clusters,
-        "users": users,
-        "contexts": contexts,
-        "current-context": servers.first().map(|(n, _)| n.clone()).unwrap_or_default(),
-    });
-    serde_yaml::to_string(&doc).unwrap_or_default()
+/// One context of a generated kubeconfig: a cluster, who uses it and the default namespace.
+pub(crate) struct Credential {
+    pub cluster: String,
+    pub user: String,
+    pub token: String,
+    pub namespace: String,
 }

@@ -1,6 +1,7 @@
 //! Integration tests of the Kubernetes API test server, driven by kube-rs and the real kubectl binary.
 
 mod testserver {
+    pub mod auth;
     pub mod client;
     pub mod crd;
     pub mod crd_examples;

@@ -23,7 +23,7 @@ fn subresource(target: &Target) -> Subresource {
 }
 
 /// The request body as JSON, by its media type; no Content-Type means JSON, as on the real server.
-fn body_json(call: &Call) -> Result<Value, ApiError> {
+pub(crate) fn body_json(call: &Call) -> Result<Value, ApiError> {
     let ct = call.header("content-type");
     match ct.split(';').next().unwrap_or("").trim() {
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&call.body),

@@ -88,17 +88,30 @@ pub fn object_errors(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> V
     errors
 }
 
+/// Why `name` (or a generateName `prefix`) does not fit the kind's name rule: RBAC objects take
+/// any path segment, namespaces a DNS label, everything else a DNS subdomain.
+fn object_name_problems(info: &ResourceInfo, name: &str, prefix: bool) -> Vec<String> {
+    if info.group == "rbac.authorization.k8s.io" {
+        path_segment_problems(name, prefix)
+    } else {
+        name_problems(
+            name,
+            info.kind == "Namespace" && info.group.is_empty(),
+            prefix,
+        )
+    }
+}
+
 fn meta_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let name = meta_str(obj, "name");
-    let dns_label = info.kind == "Namespace" && info.group.is_empty();
     if name.is_empty() {
         errors.push(FieldError::required(
             "metadata.name",
             "name or generateName is required",
         ));
     } else {
-        for problem in name_problems(name, dns_label, false) {
+        for problem in object_name_problems(info, name, false) {
             errors.push(FieldError::invalid(
                 "metadata.name",
                 Value::from(name),
@@ -108,7 +121,7 @@ fn meta_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
     }
     let generate_name = meta_str(obj, "generateName");
     if !generate_name.is_empty() {
-        for problem in name_problems(generate_name, dns_label, true) {
+        for problem in object_name_problems(info, generate_name, true) {
             errors.push(FieldError::invalid(
                 "metadata.generateName",
                 Value::from(generate_name),
@@ -195,6 +208,21 @@ fn meta_errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
         }
     }
     errors
+}
+
+/// Why `name` is not a valid path segment (apimachinery `IsValidPathSegmentName`), the rule for
+/// RBAC object names such as `system:discovery`. A `prefix` (generateName) may be `.` or `..`.
+fn path_segment_problems(name: &str, prefix: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if !prefix && (name == "." || name == "..") {
+        out.push(format!("may not be '{name}'"));
+    }
+    for illegal in ["/", "%"] {
+        if name.contains(illegal) {
+            out.push(format!("may not contain '{illegal}'"));
+        }
+    }
+    out
 }
 
 /// Why `name` is not a valid DNS subdomain (or label, for namespaces). A `prefix` (generateName)

@@ -1,4 +1,6 @@
-//! Admin endpoints under `/admin`: list, add and remove clusters, read and set faults, kubeconfigs.
+//! Admin endpoints under `/admin`: list, add and remove clusters, read and set faults, kubeconfigs
+//! (administrator of every cluster, or a ServiceAccount of one). They are the test harness's and
+//! need no token.
 
 use std::sync::Arc;
 
@@ -22,6 +24,10 @@ pub fn router() -> Router<Arc<Shared>> {
             post(set_faults).get(get_faults),
         )
         .route("/admin/kubeconfig", get(kubeconfig_all))
+        .route(
+            "/admin/clusters/{name}/serviceaccounts/{namespace}/{account}/kubeconfig",
+            post(service_account_kubeconfig),
+        )
         .route("/healthz", get(|| async { "ok" }))
 }
 
@@ -78,7 +84,27 @@ async fn get_faults(State(shared): State<Arc<Shared>>, Path(name): Path<String>)
 async fn kubeconfig_all(State(shared): State<Arc<Shared>>) -> Response {
     (
         [("content-type", "application/yaml")],
-        shared.kubeconfig(&shared.names()),
+        shared.kubeconfig(&shared.admin_credentials(&shared.names())),
     )
         .into_response()
+}
+
+/// Mints a token for an existing ServiceAccount and answers a kubeconfig that uses it.
+async fn service_account_kubeconfig(
+    State(shared): State<Arc<Shared>>,
+    Path((name, namespace, account)): Path<(String, String, String)>,
+) -> Response {
+    if shared.cluster(&name).is_none() {
+        return ApiError::new(404, "NotFound", format!("cluster {name:?} not found"))
+            .into_response();
+    }
+    match shared.service_account_kubeconfig(&name, &namespace, &account) {
+        Ok(yaml) => (
+            StatusCode::CREATED,
+            [("content-type", "application/yaml")],
+            yaml,
+        )
+            .into_response(),
+        Err(e) => ApiError::new(404, "NotFound", e.to_string()).into_response(),
+    }
 }

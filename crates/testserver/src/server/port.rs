@@ -1,7 +1,8 @@
 //! A cluster's own listener (`Config::port_per_cluster`): like a kind cluster, the cluster's API is
-//! at the root of its own address, `http://127.0.0.1:<port>/api/v1/...`, for clients that drop a
-//! path in the server URL. Requests are served by the same application as the shared listener,
-//! with `/clusters/<name>` put in front of the path; admin endpoints are not reachable here.
+//! at the root of its own address, `https://127.0.0.1:<port>/api/v1/...`, for clients that drop a
+//! path in the server URL. Requests are served by the same application as the shared listener
+//! (same certificate, TLS and plain HTTP, authentication and RBAC), with `/clusters/<name>` put in
+//! front of the path; admin endpoints are not reachable here.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,7 +54,7 @@ pub fn start(
         .fallback_service(inner.map_request(move |req: Request| under_prefix(req, &prefix)));
     let addr = bound.addr;
     tracing::info!(%addr, cluster = name, "serving cluster on its own port");
-    drop(serve(bound.listener, router, stop.clone()));
+    drop(serve(bound.listener, &shared.tls, router, stop.clone()));
     ClusterPort { addr, stop }
 }
 

@@ -367,8 +367,8 @@ async fn clusters_are_isolated_and_can_be_added_and_removed() {
     assert_eq!(code(c2.get("x").await), 404);
     assert_eq!(
         server.object_count("mgmt"),
-        5,
-        "4 built-in namespaces and one configmap"
+        13,
+        "4 built-in namespaces, the 8 bootstrap ClusterRoles and ClusterRoleBindings, one configmap"
     );
     server.shutdown().await;
 }

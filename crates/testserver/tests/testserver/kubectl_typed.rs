@@ -227,7 +227,8 @@ async fn kubectl_create_of_a_kind_without_protobuf_decoding_names_the_kind() {
     server.shutdown().await;
 }
 
-/// POSTs `body` with an optional Content-Type; returns the status code and body.
+/// POSTs `body` to `mgmt` as its administrator with an optional Content-Type; returns the status
+/// code and body.
 async fn post(
     server: &TestServer,
     path: &str,
@@ -241,8 +242,9 @@ async fn post(
     let ct = content_type
         .map(|c| format!("Content-Type: {c}\r\n"))
         .unwrap_or_default();
+    let token = server.admin_token("mgmt").expect("mgmt");
     let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         server.addr(),
         body.len()
     );
@@ -387,9 +389,9 @@ async fn port_per_cluster_serves_each_cluster_at_the_root_of_its_own_port() {
     let c1 = server.cluster_url("c1");
     for url in [&mgmt, &c1] {
         let port: u16 = url
-            .strip_prefix("http://127.0.0.1:")
+            .strip_prefix("https://127.0.0.1:")
             .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("{url} is not http://127.0.0.1:<port>"));
+            .unwrap_or_else(|| panic!("{url} is not https://127.0.0.1:<port>"));
         assert_ne!(port, server.addr().port(), "{url}");
     }
     assert_ne!(mgmt, c1);
@@ -438,14 +440,33 @@ async fn port_per_cluster_serves_each_cluster_at_the_root_of_its_own_port() {
     assert_eq!(applied.trim(), "configmap/applied created");
 
     // The path layout on the shared listener keeps serving the same clusters.
-    let path_url = format!("--server=http://{}/clusters/c1", server.addr());
+    let path_url = format!("--server=https://{}/clusters/c1", server.addr());
     let via_path = k
-        .run(&[&path_url, "get", "ns", "only-c1", "-o", "name"], None)
+        .run(
+            &[
+                "--context",
+                "c1",
+                &path_url,
+                "get",
+                "ns",
+                "only-c1",
+                "-o",
+                "name",
+            ],
+            None,
+        )
         .await;
     assert_eq!(via_path.trim(), "namespace/only-c1");
     let index: Value = serde_json::from_str(
         &k.run(
-            &[&path_url, "get", "--raw", "/clusters/c1/openapi/v3"],
+            &[
+                "--context",
+                "c1",
+                &path_url,
+                "get",
+                "--raw",
+                "/clusters/c1/openapi/v3",
+            ],
             None,
         )
         .await,
@@ -475,7 +496,7 @@ async fn port_per_cluster_serves_each_cluster_at_the_root_of_its_own_port() {
     // Clusters added at run time get a port; removing one closes it.
     server.add_cluster("late").await;
     let late = server.cluster_url("late");
-    let addr = late.trim_start_matches("http://").to_string();
+    let addr = late.trim_start_matches("https://").to_string();
     let late_k = Kubectl::new(&server);
     let got = late_k
         .run(

@@ -66,14 +66,16 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> u16 {
     }
 }
 
-/// A raw HTTP/1.1 request to the server (for admin endpoints and raw watch lines).
+/// A raw HTTP/1.1 request to the server (for admin endpoints and raw watch lines), as the
+/// administrator of the cluster its path names.
 pub async fn http(server: &TestServer, method: &str, path: &str, body: &str) -> (u16, String) {
     let (code, _, body) = http_with(server, method, path, "application/json", body).await;
     (code, body)
 }
 
-/// A raw HTTP/1.1 request with a content type; returns the status, the response head and the body.
-/// The server may answer before it has read a large body, so a failed write is not an error here.
+/// A raw HTTP/1.1 request with a content type, as the administrator of the cluster its path
+/// names (`/clusters/<name>/...`, no token otherwise); returns the status, the response head and
+/// the body.
 pub async fn http_with(
     server: &TestServer,
     method: &str,
@@ -81,12 +83,33 @@ pub async fn http_with(
     content_type: &str,
     body: &str,
 ) -> (u16, String, String) {
+    let token = path
+        .strip_prefix("/clusters/")
+        .and_then(|rest| server.admin_token(rest.split(['/', '?']).next()?));
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let headers = format!("{authorization}Content-Type: {content_type}\r\n");
+    http_raw(server, method, path, &headers, body).await
+}
+
+/// A raw plain-HTTP/1.1 request with exactly the given header lines (each ending in `\r\n`)
+/// besides `Host`, `Content-Length` and `Connection`; returns the status, the response head and
+/// the body. The server may answer before it has read a large body, so a failed write is not an
+/// error here.
+pub async fn http_raw(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(server.addr())
         .await
         .expect("connects");
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         server.addr(),
         body.len()
     );

@@ -1,0 +1,556 @@
+//! Authentication and RBAC as clients see them: 401 without a valid token, a ServiceAccount
+//! getting exactly what its Roles grant (kube-rs and the real kubectl), 403 Status messages as
+//! kube-apiserver writes them, server-side apply that creates needing `create`, TokenRequest
+//! and SelfSubjectAccessReview.
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{json, Value};
+use sluice_testserver::TestServer;
+
+use super::support::{client, http_raw, server};
+
+/// A kube-rs client from kubeconfig text.
+async fn client_from(kubeconfig: &str) -> Client {
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig parses");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig loads");
+    Client::try_from(config).expect("client builds")
+}
+
+/// The Status of a failed kube-rs call: (code, reason, message).
+fn denial<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> (u16, String, String) {
+    match result {
+        Err(kube::Error::Api(status)) => (status.code, status.reason, status.message),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn forbidden(message: &str) -> (u16, String, String) {
+    (403, "Forbidden".into(), message.into())
+}
+
+async fn create<K>(api: &Api<K>, object: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object).expect("object parses");
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("admin creates");
+}
+
+/// Namespace `team` with ServiceAccount `robot`, as the administrator.
+async fn team_with_robot(server: &TestServer) -> Client {
+    let admin = client(server, "mgmt").await;
+    create(
+        &Api::<Namespace>::all(admin.clone()),
+        json!({"metadata": {"name": "team"}}),
+    )
+    .await;
+    create(
+        &Api::<ServiceAccount>::namespaced(admin.clone(), "team"),
+        json!({"metadata": {"name": "robot"}}),
+    )
+    .await;
+    admin
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_token_get_401() {
+    let server = server(&["mgmt", "c1"]).await;
+    let path = "/clusters/mgmt/api/v1/namespaces";
+    for headers in [
+        String::new(),
+        "Authorization: Bearer not-a-token\r\n".to_string(),
+        // a cluster's token is not valid in another cluster
+        format!(
+            "Authorization: Bearer {}\r\n",
+            server.admin_token("c1").expect("c1")
+        ),
+        format!(
+            "Authorization: Basic {}\r\n",
+            server.admin_token("mgmt").expect("mgmt")
+        ),
+    ] {
+        let (code, _, body) = http_raw(&server, "GET", path, &headers, "").await;
+        let status: Value = serde_json::from_str(&body).expect("a Status");
+        assert_eq!(code, 401, "{headers:?}: {body}");
+        assert_eq!(
+            status,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+        );
+    }
+    let admin = format!(
+        "Authorization: Bearer {}\r\n",
+        server.admin_token("mgmt").expect("mgmt")
+    );
+    assert_eq!(http_raw(&server, "GET", path, &admin, "").await.0, 200);
+    // the test harness's endpoints need no token
+    assert_eq!(
+        http_raw(&server, "GET", "/admin/clusters", "", "").await.0,
+        200
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_service_account_gets_exactly_what_its_bindings_grant() {
+    let server = server(&["mgmt"]).await;
+    let admin = team_with_robot(&server).await;
+    let robot = client_from(
+        &server
+            .service_account_kubeconfig("mgmt", "team", "robot")
+            .expect("robot exists"),
+    )
+    .await;
+    let user = "system:serviceaccount:team:robot";
+    let team_cms = Api::<ConfigMap>::namespaced(robot.clone(), "team");
+    let default_cms = Api::<ConfigMap>::namespaced(robot.clone(), "default");
+
+    // discovery and version: every authenticated user (bootstrap system:discovery)
+    robot.apiserver_version().await.expect("version");
+    robot
+        .list_api_groups()
+        .await
+        .expect("discovery of API groups");
+    // nothing else
+    assert_eq!(
+        denial(team_cms.list(&Default::default()).await),
+        forbidden(&format!("configmaps is forbidden: User \"{user}\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\"")),
+    );
+    assert_eq!(
+        denial(Api::<Namespace>::all(robot.clone()).list(&Default::default()).await),
+        forbidden(&format!("namespaces is forbidden: User \"{user}\" cannot list resource \"namespaces\" in API group \"\" at the cluster scope")),
+    );
+
+    // a ClusterRole bound by a RoleBinding grants it in that namespace only
+    let rbac = "rbac.authorization.k8s.io/v1";
+    for object in [
+        json!({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": "cm-editor"},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create"]}]}),
+        json!({"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": "robot-cm", "namespace": "team"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cm-editor"},
+               "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}]}),
+        // apply may patch Secrets, but not create them
+        json!({"apiVersion": rbac, "kind": "Role", "metadata": {"name": "secret-patcher", "namespace": "team"},
+               "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["patch"]}]}),
+        json!({"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": "secret-patcher", "namespace": "team"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secret-patcher"},
+               "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}]}),
+    ] {
+        let kind = object["kind"].as_str().expect("kind").to_string();
+        let api_resource = kube::discovery::ApiResource::from_gvk(
+            &kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind),
+        );
+        let api: Api<kube::api::DynamicObject> = match object.pointer("/metadata/namespace") {
+            Some(ns) => {
+                Api::namespaced_with(admin.clone(), ns.as_str().expect("ns"), &api_resource)
+            }
+            None => Api::all_with(admin.clone(), &api_resource),
+        };
+        create(&api, object).await;
+    }
+    assert!(team_cms
+        .list(&Default::default())
+        .await
+        .expect("list in team")
+        .items
+        .is_empty());
+    create(&team_cms, json!({"metadata": {"name": "made-by-robot"}})).await;
+    assert_eq!(
+        denial(default_cms.list(&Default::default()).await),
+        forbidden(&format!("configmaps is forbidden: User \"{user}\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"")),
+    );
+    assert_eq!(
+        denial(team_cms.delete("made-by-robot", &DeleteParams::default()).await),
+        forbidden(&format!("configmaps \"made-by-robot\" is forbidden: User \"{user}\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"team\"")),
+    );
+
+    // server-side apply that would create the object also needs create
+    let secrets = Api::<Secret>::namespaced(robot.clone(), "team");
+    let apply = PatchParams::apply("robot");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"}, "stringData": {"a": "1"}});
+    assert_eq!(
+        denial(secrets.patch("s1", &apply, &Patch::Apply(&secret)).await),
+        forbidden(&format!("secrets \"s1\" is forbidden: User \"{user}\" cannot create resource \"secrets\" in API group \"\" in the namespace \"team\"")),
+    );
+    create(
+        &Api::<Secret>::namespaced(admin.clone(), "team"),
+        json!({"metadata": {"name": "s1"}}),
+    )
+    .await;
+    secrets
+        .patch("s1", &apply, &Patch::Apply(&secret))
+        .await
+        .expect("apply to an existing secret is a patch");
+
+    // the audit log keeps every denial
+    let denials = server.denials("mgmt");
+    assert_eq!(denials.len(), 5, "{denials:#?}");
+    assert_eq!(
+        (
+            denials[4].user.as_str(),
+            denials[4].method.as_str(),
+            denials[4].path.as_str()
+        ),
+        (user, "PATCH", "/api/v1/namespaces/team/secrets/s1")
+    );
+    assert!(denials[4]
+        .message
+        .contains("cannot create resource \"secrets\""));
+
+    // SelfSubjectAccessReview (every authenticated user may ask about themselves)
+    let can = |verb: &str, namespace: &str| SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                resource: Some("configmaps".into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews = Api::<SelfSubjectAccessReview>::all(robot.clone());
+    for (verb, namespace, allowed) in [
+        ("create", "team", true),
+        ("delete", "team", false),
+        ("list", "default", false),
+    ] {
+        let review = reviews
+            .create(&PostParams::default(), &can(verb, namespace))
+            .await
+            .expect("review");
+        assert_eq!(
+            review.status.map(|s| s.allowed),
+            Some(allowed),
+            "{verb} configmaps in {namespace}"
+        );
+    }
+
+    // a token lives as long as its ServiceAccount
+    Api::<ServiceAccount>::namespaced(admin.clone(), "team")
+        .delete("robot", &DeleteParams::default())
+        .await
+        .expect("delete robot");
+    assert_eq!(
+        denial(team_cms.list(&Default::default()).await),
+        (401, "Unauthorized".into(), "Unauthorized".into())
+    );
+    assert!(server
+        .service_account_kubeconfig("mgmt", "team", "robot")
+        .is_err());
+    server.shutdown().await;
+}
+
+/// Runs kubectl; (success, stdout, stderr).
+async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env("HOME", kubeconfig.parent().expect("dir"))
+        .output()
+        .await
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+#[tokio::test]
+async fn kubectl_creates_a_token_and_is_forbidden_with_it() {
+    let server = server(&["mgmt"]).await;
+    team_with_robot(&server).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("admin.yaml");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("write kubeconfig");
+
+    let (ok, token, err) = kubectl(&kubeconfig, &["create", "token", "robot", "-n", "team"]).await;
+    assert!(ok && !token.is_empty(), "kubectl create token: {err}");
+    let (ok, _, err) = kubectl(
+        &kubeconfig,
+        &["get", "configmaps", "-n", "team", "--token", &token],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "Error from server (Forbidden): configmaps is forbidden: User \"system:serviceaccount:team:robot\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\""
+    );
+    // kubectl auth can-i sends a protobuf SelfSubjectAccessReview; exit code 1 means no
+    for (args, answer) in [
+        (
+            vec!["auth", "can-i", "list", "configmaps", "-n", "team"],
+            "no",
+        ),
+        (vec!["auth", "can-i", "get", "/version"], "yes"),
+        (vec!["auth", "can-i", "get", "/metrics"], "no"),
+    ] {
+        let args = [args.as_slice(), &["--token", &token]].concat();
+        let (ok, out, err) = kubectl(&kubeconfig, &args).await;
+        assert_eq!(
+            (ok, out.as_str()),
+            (answer == "yes", answer),
+            "{args:?}: {err}"
+        );
+    }
+    let (ok, out, err) = kubectl(&kubeconfig, &["auth", "can-i", "delete", "clusterroles"]).await;
+    assert!(ok && out == "yes", "the administrator may: {err}");
+    let (ok, _, err) = kubectl(&kubeconfig, &["create", "token", "nobody", "-n", "team"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("serviceaccounts \"nobody\" not found"),
+        "{err}"
+    );
+    // with the admin kubeconfig as before
+    let (ok, out, err) = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "clusterrolebinding",
+            "cluster-admin",
+            "-o",
+            "jsonpath={.subjects[0].name}",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "system:masters");
+    server.shutdown().await;
+}
+
+/// A GET over plain HTTP to `addr` with the given header lines; returns the status code.
+async fn plain_get(addr: &str, path: &str, headers: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).await.expect("writes");
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.expect("reads");
+    String::from_utf8_lossy(&out)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn per_cluster_ports_serve_tls_and_enforce_authentication_and_rbac() {
+    let server = super::support::server_with(sluice_testserver::Config {
+        clusters: vec!["mgmt".into(), "c1".into()],
+        port_per_cluster: true,
+        ..Default::default()
+    })
+    .await;
+    let url = server.cluster_url("mgmt");
+    let addr = url
+        .strip_prefix("https://127.0.0.1:")
+        .map(|port| format!("127.0.0.1:{port}"))
+        .unwrap_or_else(|| panic!("{url} is not https://127.0.0.1:<port>"));
+    assert_ne!(addr, server.addr().to_string());
+
+    // admin and ServiceAccount kubeconfigs point at the port, with the authority and a token
+    let admin = team_with_robot(&server).await;
+    let kubeconfig = server
+        .service_account_kubeconfig("mgmt", "team", "robot")
+        .expect("robot exists");
+    let parsed: Value = serde_yaml::from_str(&kubeconfig).expect("kubeconfig is YAML");
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(server.ca_pem());
+    assert_eq!(
+        parsed["clusters"][0]["cluster"],
+        json!({"server": url, "certificate-authority-data": ca})
+    );
+    assert!(parsed["users"][0]["user"]["token"]
+        .as_str()
+        .is_some_and(|t| !t.is_empty()));
+    let robot = client_from(&kubeconfig).await;
+    let user = "system:serviceaccount:team:robot";
+    let team_cms = Api::<ConfigMap>::namespaced(robot.clone(), "team");
+    assert_eq!(
+        denial(team_cms.list(&Default::default()).await),
+        forbidden(&format!("configmaps is forbidden: User \"{user}\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\"")),
+    );
+    let rbac = "rbac.authorization.k8s.io/v1";
+    for object in [
+        json!({"apiVersion": rbac, "kind": "Role", "metadata": {"name": "cm-reader", "namespace": "team"},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]}),
+        json!({"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": "robot-cm", "namespace": "team"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
+               "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}]}),
+    ] {
+        let kind = object["kind"].as_str().expect("kind").to_string();
+        let api_resource = kube::discovery::ApiResource::from_gvk(
+            &kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind),
+        );
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(admin.clone(), "team", &api_resource);
+        create(&api, object).await;
+    }
+    team_cms
+        .list(&Default::default())
+        .await
+        .expect("the Role granted list in team");
+    assert_eq!(server.denials("mgmt").len(), 1);
+
+    // plain HTTP on the port: no token or another cluster's token is 401, the admin token works
+    let path = "/api/v1/namespaces";
+    assert_eq!(plain_get(&addr, path, "").await, 401);
+    let c1_token = format!(
+        "Authorization: Bearer {}\r\n",
+        server.admin_token("c1").expect("c1")
+    );
+    assert_eq!(plain_get(&addr, path, &c1_token).await, 401);
+    let mgmt_token = format!(
+        "Authorization: Bearer {}\r\n",
+        server.admin_token("mgmt").expect("mgmt")
+    );
+    assert_eq!(plain_get(&addr, path, &mgmt_token).await, 200);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_create_role_binding_and_token_send_protobuf_the_server_reads() {
+    let server = server(&["mgmt"]).await;
+    team_with_robot(&server).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("admin.yaml");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("write kubeconfig");
+    let run = |args: &'static [&'static str]| {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let (ok, out, err) = kubectl(&kubeconfig, args).await;
+            assert!(ok, "kubectl {args:?}: {err}");
+            out
+        }
+    };
+
+    // TokenRequest: the requested duration and audience are honoured
+    let request: Value = serde_json::from_str(
+        &run(&[
+            "create",
+            "token",
+            "robot",
+            "-n",
+            "team",
+            "--duration",
+            "10m",
+            "--audience",
+            "sluice",
+            "-o",
+            "json",
+        ])
+        .await,
+    )
+    .expect("kubectl prints the TokenRequest");
+    // (kubectl prints the typed object: Go writes the absent boundObjectRef as null)
+    assert_eq!(
+        request["spec"],
+        json!({"audiences": ["sluice"], "boundObjectRef": null, "expirationSeconds": 600})
+    );
+    let token = request["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+
+    // typed create of RBAC objects (protobuf bodies), then the robot may list configmaps in team
+    assert_eq!(
+        run(&[
+            "create",
+            "role",
+            "cm-reader",
+            "-n",
+            "team",
+            "--verb=list",
+            "--resource=configmaps"
+        ])
+        .await,
+        "role.rbac.authorization.k8s.io/cm-reader created"
+    );
+    assert_eq!(
+        run(&[
+            "create",
+            "rolebinding",
+            "robot-cm",
+            "-n",
+            "team",
+            "--role=cm-reader",
+            "--serviceaccount=team:robot"
+        ])
+        .await,
+        "rolebinding.rbac.authorization.k8s.io/robot-cm created"
+    );
+    assert_eq!(
+        run(&[
+            "create",
+            "clusterrolebinding",
+            "robot-view",
+            "--clusterrole=view",
+            "--serviceaccount=team:robot"
+        ])
+        .await,
+        "clusterrolebinding.rbac.authorization.k8s.io/robot-view created"
+    );
+    let binding: Value = serde_json::from_str(
+        &run(&["get", "rolebinding", "robot-cm", "-n", "team", "-o", "json"]).await,
+    )
+    .expect("json");
+    assert_eq!(
+        (&binding["roleRef"], &binding["subjects"]),
+        (
+            &json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"}),
+            &json!([{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}])
+        )
+    );
+    for (verb, answer) in [("list", "yes"), ("delete", "no")] {
+        let (ok, out, err) = kubectl(
+            &kubeconfig,
+            &[
+                "auth",
+                "can-i",
+                verb,
+                "configmaps",
+                "-n",
+                "team",
+                "--token",
+                &token,
+            ],
+        )
+        .await;
+        assert_eq!(
+            (ok, out.as_str()),
+            (answer == "yes", answer),
+            "{verb}: {err}"
+        );
+    }
+    let (ok, out, err) = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "configmaps",
+            "-n",
+            "team",
+            "--token",
+            &token,
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert!(ok && out.is_empty(), "{out} {err}");
+    server.shutdown().await;
+}
