@@ -398,6 +398,7 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
                     &["configmaps", "secrets"],
                     &["create", "patch", "delete"],
                 ),
+                expand("default", "", &["events"], &["create", "patch"]),
             ]
             .concat(),
         ),
