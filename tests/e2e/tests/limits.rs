@@ -52,6 +52,28 @@ async fn cluster_info(stack: &Stack, cluster: &str) -> Option<Value> {
         .cloned()
 }
 
+/// Waits until cluster-a has exactly `count` of the trigger's ClusterProfiles and its status
+/// says Provisioned.
+async fn provisioned_with(stack: &Stack, count: usize) -> anyhow::Result<()> {
+    wait_for(
+        &format!("{count} profiles in cluster-a, provisioned"),
+        DEADLINE,
+        || async {
+            let owned = owned_by(stack, TRIGGER, "cluster-a").await.ok()?;
+            let profiles = owned
+                .iter()
+                .filter(|o| o["kind"] == "ClusterProfile")
+                .count();
+            let provisioned = cluster_info(stack, "cluster-a")
+                .await
+                .is_some_and(|info| info["status"] == "Provisioned");
+            (profiles == count && provisioned).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| fail(stack, e))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Result<()> {
     let config = tempfile::NamedTempFile::new()?;
@@ -70,19 +92,7 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
 
     // Twenty Services: each is its own unit, so none outgrows a message.
     create_services(&stack, 0..20).await?;
-    wait_for("twenty profiles in cluster-a", DEADLINE, || async {
-        let owned = owned_by(&stack, TRIGGER, "cluster-a").await.ok()?;
-        let profiles = owned
-            .iter()
-            .filter(|o| o["kind"] == "ClusterProfile")
-            .count();
-        let provisioned = cluster_info(&stack, "cluster-a")
-            .await
-            .is_some_and(|info| info["status"] == "Provisioned");
-        (profiles == 20 && provisioned).then_some(())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    provisioned_with(&stack, 20).await?;
 
     // The other cluster's events still flow.
     stack.apply_yaml("cluster-b", demo::SERVICE).await?;
@@ -153,23 +163,7 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
             )
             .await?;
     }
-    wait_for(
-        "cluster-a to converge on two profiles",
-        DEADLINE,
-        || async {
-            let owned = owned_by(&stack, TRIGGER, "cluster-a").await.ok()?;
-            let profiles = owned
-                .iter()
-                .filter(|o| o["kind"] == "ClusterProfile")
-                .count();
-            let provisioned = cluster_info(&stack, "cluster-a")
-                .await
-                .is_some_and(|info| info["status"] == "Provisioned");
-            (profiles == 2 && provisioned).then_some(())
-        },
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    provisioned_with(&stack, 2).await?;
     for index in 0..2 {
         let name = format!("service-{index:03}");
         assert_eq!(
