@@ -59,6 +59,8 @@ pub struct Cluster {
     state: Mutex<State>,
     pub faults: Faults,
     pub audit: crate::audit::Audit,
+    /// Where the Services named by conversion webhooks are reached (`Config::webhook_services`).
+    pub webhook_services: crate::conversion::ServiceUrls,
 }
 
 /// Everything stored for one cluster.
@@ -100,7 +102,14 @@ impl Cluster {
             state: Mutex::new(state),
             faults: Faults::default(),
             audit: crate::audit::Audit::default(),
+            webhook_services: Default::default(),
         }
+    }
+
+    /// The same cluster, reaching conversion webhook Services at `services`.
+    pub fn with_webhook_services(mut self, services: crate::conversion::ServiceUrls) -> Cluster {
+        self.webhook_services = services;
+        self
     }
 
     /// Locks the state; a poisoned lock is recovered because every mutation leaves the state consistent.

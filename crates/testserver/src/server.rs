@@ -34,6 +34,12 @@ pub struct Config {
     /// point kubeconfigs there (`http://127.0.0.1:<port>`, no path); `/clusters/<name>` on the
     /// shared listener keeps working.
     pub port_per_cluster: bool,
+    /// Base URLs (`https://127.0.0.1:9443`) of the Services conversion webhooks name in
+    /// `clientConfig.service`, by `namespace/name`.
+    pub webhook_services: crate::conversion::ServiceUrls,
+    /// Preinstalled Sveltos CRDs convert through this webhook (`clientConfig.url` and the PEM CA
+    /// bundle); without it they use strategy `None`.
+    pub conversion_webhook: Option<(String, Vec<u8>)>,
 }
 
 impl Default for Config {
@@ -45,6 +51,8 @@ impl Default for Config {
             sveltos_crds: false,
             objects: Vec::new(),
             port_per_cluster: false,
+            webhook_services: Default::default(),
+            conversion_webhook: None,
         }
     }
 }
@@ -88,9 +96,15 @@ impl Shared {
         } else {
             None
         };
-        let cluster = Arc::new(Cluster::new(name, self.config.watch_history));
+        let cluster = Arc::new(
+            Cluster::new(name, self.config.watch_history)
+                .with_webhook_services(self.config.webhook_services.clone()),
+        );
         let mut seed: Vec<Value> = if self.config.sveltos_crds {
-            crate::crds::sveltos_crds()
+            crate::crds::with_conversion(
+                crate::crds::sveltos_crds(),
+                self.config.conversion_webhook.as_ref(),
+            )
         } else {
             Vec::new()
         };
