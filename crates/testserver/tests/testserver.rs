@@ -2,6 +2,7 @@
 
 mod testserver {
     pub mod client;
+    pub mod conversion;
     pub mod crd;
     pub mod crd_examples;
     pub mod crd_facts;
