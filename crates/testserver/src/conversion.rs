@@ -282,13 +282,7 @@ fn post(url: &str, ca_bundle: &[u8], body: &[u8]) -> Result<(u16, Vec<u8>), Stri
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (
-            h.trim_start_matches('[').trim_end_matches(']'),
-            p.parse::<u16>().map_err(|e| post_err(&e))?,
-        ),
-        _ => (authority, 443),
-    };
+    let (host, port) = host_port(authority).map_err(|e| post_err(&e))?;
     let mut roots = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject as _;
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_bundle) {
@@ -336,6 +330,25 @@ fn post(url: &str, ca_bundle: &[u8], body: &[u8]) -> Result<(u16, Vec<u8>), Stri
         Err(e) => return Err(post_err(&e)),
     }
     parse_response(&raw).map_err(|e| post_err(&e))
+}
+
+/// `host[:port]` or `[v6][:port]`; the port defaults to 443.
+fn host_port(authority: &str) -> Result<(&str, u16), String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let (host, after) = rest.split_once(']').ok_or("unclosed [ in the URL host")?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().map_err(|e| format!("invalid port {p:?}: {e}"))?,
+        None => 443,
+    };
+    Ok((host, port))
 }
 
 /// Splits an HTTP/1.1 response into status and body (Content-Length or close-delimited, or
@@ -417,6 +430,15 @@ mod tests {
         for (crd, expected) in cases {
             assert_eq!(strategy(&crd), expected, "{crd}");
         }
+    }
+
+    #[test]
+    fn splits_host_and_port() {
+        assert_eq!(host_port("127.0.0.1:9443"), Ok(("127.0.0.1", 9443)));
+        assert_eq!(host_port("svc.ns.svc"), Ok(("svc.ns.svc", 443)));
+        assert_eq!(host_port("[::1]:8443"), Ok(("::1", 8443)));
+        assert_eq!(host_port("[::1]"), Ok(("::1", 443)));
+        assert!(host_port("h:x").is_err());
     }
 
     #[test]
