@@ -345,7 +345,9 @@ fn host_port(authority: &str) -> Result<(&str, u16), String> {
         },
     };
     let port = match port {
-        Some(p) => p.parse::<u16>().map_err(|e| format!("invalid port {p:?}: {e}"))?,
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|e| format!("invalid port {p:?}: {e}"))?,
         None => 443,
     };
     Ok((host, port))
