@@ -276,18 +276,42 @@ def crd_object(crd, describer, missing):
         if "status" in v.get("subresources", []):
             entry["subresources"] = {"status": {}}
         versions.append(entry)
+    metadata = {"name": crd["name"]}
+    conversion = {"strategy": "None"}
+    if len(versions) > 1:
+        # Kinds served in two versions convert through the watcher's webhook (ADR 0019); the
+        # caBundle is injected by cert-manager from the webhook's Certificate.
+        metadata["annotations"] = {"cert-manager.io/inject-ca-from": f"{WEBHOOK_NAMESPACE}/{WEBHOOK_SERVICE}"}
+        conversion = {
+            "strategy": "Webhook",
+            "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "service": {
+                        "namespace": WEBHOOK_NAMESPACE,
+                        "name": WEBHOOK_SERVICE,
+                        "path": "/convert",
+                        "port": 443,
+                    },
+                },
+            },
+        }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": crd["name"]},
+        "metadata": metadata,
         "spec": {
             "group": crd["group"],
             "names": names,
             "scope": crd["scope"],
-            "conversion": {"strategy": "None"},
+            "conversion": conversion,
             "versions": versions,
         },
     }
+
+
+WEBHOOK_NAMESPACE = "sluice-system"
+WEBHOOK_SERVICE = "sluice-conversion-webhook"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,8 +389,8 @@ def header(crd):
         lines.append("# A legacy kind, v1alpha1 only (docs/adr/0017-crd-schemas.md): its fields are in")
         lines.append("# k8s/crds/facts/legacy-facts.json, reusing the EventTrigger v1beta1 shapes.")
     if len(crd["versions"]) > 1:
-        lines.append("# v1alpha1 is the legacy shape (docs/adr/0017-crd-schemas.md). Conversion strategy None:")
-        lines.append("# an object is stored as written, so the stored shape differs by the version it was written in.")
+        lines.append("# v1alpha1 is the legacy shape (docs/adr/0017-crd-schemas.md). Objects are stored in the storage")
+        lines.append("# version and converted by the watcher's conversion webhook (docs/adr/0019-crd-conversion-webhook.md).")
     return "\n".join(lines) + "\n"
 
 

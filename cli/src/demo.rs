@@ -1,7 +1,8 @@
 //! The demo the README starts with: seed 000's first example on the local stack. A Service
 //! labelled `sveltos: fv` in a managed cluster becomes an EventReport, an instantiated
 //! ConfigMap holding the NetworkPolicy and a ClusterProfile in the management cluster; deleting
-//! the Service removes them.
+//! the Service removes them. The v1alpha1 EventSource is converted by the watcher's conversion
+//! webhook; the demo prints it in both versions.
 
 use std::time::{Duration, Instant};
 
@@ -121,6 +122,24 @@ pub async fn run(
     writeln!(out, "# applying seed 000: EventSource sveltos-service, EventBasedAddOn service-network-policy, ConfigMap network-policy")?;
     stack.apply_yaml(MANAGEMENT, EVENT_SOURCE).await?;
     stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
+    // The v1alpha1 EventSource went through the watcher's conversion webhook (ADR 0019).
+    for version in ["v1beta1", "v1alpha1"] {
+        let api_version = format!("lib.projectsveltos.io/{version}");
+        let source = stack
+            .get(
+                MANAGEMENT,
+                &api_version,
+                "EventSource",
+                "",
+                "sveltos-service",
+            )
+            .await?;
+        writeln!(
+            out,
+            "--- EventSource sveltos-service read as {version} (stored as v1beta1; `kubectl get eventsources.{version}.lib.projectsveltos.io sveltos-service -o yaml`)\n{}",
+            source.as_ref().map(yaml).unwrap_or_default()
+        )?;
+    }
     // Give the watcher a moment to start watching Services in cluster-a: poll for the
     // EventReport of the (still empty) match set, which proves the path is live.
     wait_for(

@@ -47,6 +47,8 @@ pub struct Stack {
     pub dir: PathBuf,
     services: BTreeMap<&'static str, ServiceProcess>,
     clients: BTreeMap<String, kube::Client>,
+    /// The watcher's conversion webhook, which the CRDs of two versions call.
+    pub webhook: crate::webhook::StackWebhook,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -78,9 +80,11 @@ impl Stack {
             .context("failed to start nats-server")?;
         let mut clusters = vec![MANAGEMENT.to_string()];
         clusters.extend(managed.iter().map(|c| c.to_string()));
+        let webhook = crate::webhook::StackWebhook::issue(&dir)?;
         let server = TestServer::start(Config {
             clusters: clusters.clone(),
             sveltos_crds: true,
+            conversion_webhook: Some((webhook.url(), webhook.ca_pem.clone())),
             ..Default::default()
         })
         .await
@@ -103,6 +107,7 @@ impl Stack {
             dir,
             services: BTreeMap::new(),
             clients,
+            webhook,
             _temp: temp,
         };
         for yaml in DEPLOYMENT_RBAC {
@@ -121,6 +126,12 @@ impl Stack {
         for service in SERVICES {
             stack.start_service(service)?;
         }
+        // v1alpha1 objects cannot be written or read before the webhook answers.
+        stack
+            .webhook
+            .wait_listening(Duration::from_secs(30))
+            .await
+            .with_context(|| stack.logs())?;
         Ok(stack)
     }
 
@@ -153,7 +164,10 @@ impl Stack {
     }
 
     pub fn start_service(&mut self, service: &'static str) -> anyhow::Result<()> {
-        let env = self.service_env(service);
+        let mut env = self.service_env(service);
+        if service == "sluice-watcher" {
+            env.extend(self.webhook.env());
+        }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let process = ServiceProcess::spawn(service, &[], &env)
             .with_context(|| format!("failed to start {service}"))?;

@@ -156,8 +156,17 @@ pub fn parse_event_source(obj: &Value) -> Result<EventSource, EventSourceError> 
     Ok(EventSource { name, spec })
 }
 
+/// Whether a spec is the pre-2023-12 flat v1alpha1 form (`group`/`version`/`kind`/`script`
+/// directly in `spec`) rather than a list of `resourceSelectors`.
+pub fn is_flat_spec(spec: &Map<String, Value>) -> bool {
+    !spec.contains_key("resourceSelectors") && spec.contains_key("kind")
+}
+
+/// The keys the flat v1alpha1 form accepts for its label filters, in the order they are read.
+pub const FLAT_LABEL_FILTER_KEYS: [&str; 2] = ["labelFilters", "labelsFilters"];
+
 fn parse_spec(spec: &Map<String, Value>) -> Result<EventSourceSpec, EventSourceError> {
-    let flat = !spec.contains_key("resourceSelectors") && spec.contains_key("kind");
+    let flat = is_flat_spec(spec);
     let resource_selectors = if flat {
         vec![parse_selector(spec, "spec", true)?]
     } else {
@@ -234,7 +243,7 @@ fn parse_selector(
     let name = opt_str(m, "name", &field("name"))?.unwrap_or_default();
 
     let mut label_filters = Vec::new();
-    for key in ["labelFilters", "labelsFilters"] {
+    for key in FLAT_LABEL_FILTER_KEYS {
         let Some(list) = m.get(key).filter(|v| !v.is_null()) else {
             continue;
         };

@@ -275,7 +275,12 @@ fn parse_selector(value: &Value, field: &str) -> Result<Selector, EventTriggerEr
     }
 }
 
-fn label_selector(value: &Value, field: &str) -> Result<LabelSelector, EventTriggerError> {
+/// A selector field as a LabelSelector: a v1alpha1 string is parsed and converted, a v1beta1
+/// object is read as it is.
+pub(crate) fn label_selector(
+    value: &Value,
+    field: &str,
+) -> Result<LabelSelector, EventTriggerError> {
     let err = |message: String| EventTriggerError::Field {
         field: field.to_string(),
         message,

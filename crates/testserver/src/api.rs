@@ -100,6 +100,8 @@ pub(crate) struct Target {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub status: bool,
+    /// Where conversion webhook Services are reached.
+    pub services: crate::conversion::ServiceUrls,
 }
 
 impl Target {
@@ -107,14 +109,61 @@ impl Target {
         self.namespace.as_deref().unwrap_or("")
     }
 
-    /// The stored object as returned for this URL's version, defaulted by that version's schema.
-    pub fn present(&self, mut obj: Value) -> Value {
-        if obj.is_object() {
+    /// The stored object as returned for this URL's version (converted by the CRD's conversion
+    /// strategy), defaulted by that version's schema.
+    pub fn present(&self, obj: Value) -> Result<Value, ApiError> {
+        Ok(self.present_all(vec![obj])?.pop().unwrap_or_default())
+    }
+
+    /// [`Target::present`] for many objects, converted in one review.
+    pub fn present_all(&self, objects: Vec<Value>) -> Result<Vec<Value>, ApiError> {
+        let mut objects =
+            crate::conversion::convert(&self.info, &self.services, objects, &self.version)?;
+        for obj in objects.iter_mut().filter(|o| o.is_object()) {
             obj["apiVersion"] = json!(self.info.api_version(&self.version));
             obj["kind"] = json!(self.info.kind);
-            crate::schema::default_on_read(&self.info.schemas, &self.version, &mut obj);
+            crate::schema::default_on_read(&self.info.schemas, &self.version, obj);
         }
-        obj
+        Ok(objects)
+    }
+
+    /// A written object (decoded in the URL's version) as it is stored: with a conversion
+    /// webhook, validated against the written version's schema, converted to the storage
+    /// version, then pruned and defaulted by the storage version's schema (which validates it
+    /// when it is stored). Other kinds are stored as written.
+    pub fn to_storage(&self, obj: Value) -> Result<Value, ApiError> {
+        let storage = &self.info.storage_version;
+        if !matches!(
+            self.info.conversion,
+            crate::conversion::Strategy::Webhook(_)
+        ) || &self.version == storage
+        {
+            return Ok(obj);
+        }
+        if let Some(schema) = self.info.schema(&self.version) {
+            let errors = crate::schema::validate(schema, &obj, None);
+            if !errors.is_empty() {
+                return Err(ApiError::invalid_fields(
+                    &self.info.group,
+                    &self.info.kind,
+                    crate::object::meta_str(&obj, "name"),
+                    &errors,
+                ));
+            }
+        }
+        let mut stored =
+            crate::conversion::convert(&self.info, &self.services, vec![obj], storage)?
+                .pop()
+                .unwrap_or_default();
+        crate::admission::decode(
+            &self.info,
+            storage,
+            &mut stored,
+            Vec::new(),
+            crate::admission::Directive::Ignore,
+            crate::admission::Verb::Update,
+        )?;
+        Ok(stored)
     }
 }
 
@@ -325,6 +374,7 @@ fn resolve(call: &Call, group: &str, version: &str, segs: &[&str]) -> Result<Tar
         namespace,
         name,
         status,
+        services: call.cluster.webhook_services.clone(),
     })
 }
 
@@ -355,15 +405,19 @@ pub(crate) fn respond_object(
     obj: Value,
 ) -> Response {
     let accept = call.header("accept");
+    let obj = match target.present(obj) {
+        Ok(obj) => obj,
+        Err(e) => return e.into_response(),
+    };
     if table::wants_table(accept) {
         let t = table::table(
-            &[target.present(obj)],
+            &[obj],
             json!({}),
             call.param("includeObject").unwrap_or("Metadata"),
         );
         return json_response(code, &t);
     }
-    json_response(code, &target.present(obj))
+    json_response(code, &obj)
 }
 
 fn get(call: &Call, target: &Target) -> Result<Response, ApiError> {
@@ -413,9 +467,10 @@ fn list(call: &Call, target: &Target) -> Result<Response, ApiError> {
             more = true;
             break;
         }
-        items.push(target.present(obj.clone()));
+        items.push(obj.clone());
     }
     drop(state);
+    let items = target.present_all(items)?;
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if more {
         if let Some(last) = items.last() {
@@ -479,11 +534,5 @@ fn watch_call(call: &Call, target: Target) -> Result<Response, ApiError> {
                 .to_string()
         }),
     };
-    watch::serve(
-        call.cluster.clone(),
-        target.info,
-        target.version,
-        filter,
-        params,
-    )
+    watch::serve(call.cluster.clone(), target, filter, params)
 }

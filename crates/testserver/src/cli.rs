@@ -46,6 +46,27 @@ pub struct CliArgs {
     /// the kubeconfig then points there. `/clusters/<name>` on --listen keeps working.
     #[arg(long, conflicts_with = "advertise")]
     pub port_per_cluster: bool,
+    /// Where a Service named by a conversion webhook's `clientConfig.service` is reached:
+    /// `namespace/name=https://127.0.0.1:9443` (repeatable).
+    #[arg(long = "webhook-service", value_parser = parse_service_url)]
+    pub webhook_services: Vec<(String, String)>,
+    /// The preinstalled Sveltos CRDs convert v1alpha1 and v1beta1 through this webhook URL
+    /// (`https://127.0.0.1:9443/convert`); without it they use conversion strategy None.
+    #[arg(long, requires = "conversion_webhook_ca")]
+    pub conversion_webhook_url: Option<String>,
+    /// PEM CA bundle the conversion webhook's serving certificate chains to.
+    #[arg(long, requires = "conversion_webhook_url")]
+    pub conversion_webhook_ca: Option<PathBuf>,
+}
+
+fn parse_service_url(text: &str) -> Result<(String, String), String> {
+    let (service, url) = text
+        .split_once('=')
+        .ok_or("expected namespace/name=https://host:port")?;
+    if !service.contains('/') || !url.starts_with("https://") {
+        return Err("expected namespace/name=https://host:port".into());
+    }
+    Ok((service.to_string(), url.to_string()))
 }
 
 /// Top-level parser for the standalone binary.
@@ -97,6 +118,14 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
         objects,
         port_per_cluster: args.port_per_cluster,
         tls_names,
+        webhook_services: std::sync::Arc::new(args.webhook_services.iter().cloned().collect()),
+        conversion_webhook: match (&args.conversion_webhook_url, &args.conversion_webhook_ca) {
+            (Some(url), Some(ca)) => Some((
+                url.clone(),
+                std::fs::read(ca).with_context(|| format!("failed to read {}", ca.display()))?,
+            )),
+            _ => None,
+        },
     };
     let server = TestServer::start(config)
         .await

@@ -62,6 +62,8 @@ pub struct Cluster {
     pub audit: crate::audit::Audit,
     /// The credentials this cluster accepts.
     pub tokens: crate::auth::Tokens,
+    /// Where the Services named by conversion webhooks are reached (`Config::webhook_services`).
+    pub webhook_services: crate::conversion::ServiceUrls,
 }
 
 /// Everything stored for one cluster.
@@ -117,7 +119,14 @@ impl Cluster {
             faults: Faults::default(),
             audit: crate::audit::Audit::default(),
             tokens: crate::auth::Tokens::default(),
+            webhook_services: Default::default(),
         }
+    }
+
+    /// The same cluster, reaching conversion webhook Services at `services`.
+    pub fn with_webhook_services(mut self, services: crate::conversion::ServiceUrls) -> Cluster {
+        self.webhook_services = services;
+        self
     }
 
     /// Locks the state; a poisoned lock is recovered because every mutation leaves the state consistent.

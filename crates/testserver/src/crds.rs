@@ -56,6 +56,30 @@ pub fn sveltos_crds() -> Vec<Value> {
         .clone()
 }
 
+/// The CRDs with their conversion webhooks pointed at `webhook` (`clientConfig.url` and the PEM
+/// CA bundle), or, without one, with strategy `None`: a test server has no Services to reach.
+pub fn with_conversion(mut crds: Vec<Value>, webhook: Option<&(String, Vec<u8>)>) -> Vec<Value> {
+    use base64::Engine as _;
+    for crd in &mut crds {
+        let Some(conversion) = crd.pointer_mut("/spec/conversion") else {
+            continue;
+        };
+        if conversion.get("strategy").and_then(Value::as_str) != Some("Webhook") {
+            continue;
+        }
+        match webhook {
+            Some((url, ca)) => {
+                conversion["webhook"]["clientConfig"] = serde_json::json!({
+                    "url": url,
+                    "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
+                });
+            }
+            None => *conversion = serde_json::json!({"strategy": "None"}),
+        }
+    }
+    crds
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

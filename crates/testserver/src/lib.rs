@@ -24,9 +24,9 @@
 //! and the RBAC authorizer does (`auth`); `/admin` is the test harness's and needs no token.
 //!
 //! Deliberate simplifications: strategic merge patch is treated as a JSON merge patch (lists are
-//! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs use
-//! conversion strategy `None` (an object is stored as written and returned with the requested
-//! apiVersion); no admission plugins beyond validation; schema combinators (`allOf`, `anyOf`,
+//! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs with
+//! conversion strategy `None` store an object as written and return it with the requested
+//! apiVersion (strategy `Webhook` converts through the CRD's webhook, `conversion`); no admission plugins beyond validation; schema combinators (`allOf`, `anyOf`,
 //! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced; `dryRun` is not
 //! supported; paginated lists are not snapshots (later pages show current state).
 
@@ -36,6 +36,7 @@ mod audit;
 mod auth;
 mod cli;
 mod cluster;
+mod conversion;
 mod crds;
 mod error;
 mod faults;
@@ -55,6 +56,7 @@ mod watch;
 pub use audit::{Audit, AuditEntry, Denial};
 pub use auth::UserInfo;
 pub use cli::{default_names, load_manifests, run_cli, Cli, CliArgs};
+pub use conversion::ServiceUrls;
 pub use crds::sveltos_crds;
 pub use error::{ApiError, Error, Result};
 pub use faults::{FaultRequest, FaultSettings, Faults};

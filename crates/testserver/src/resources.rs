@@ -22,6 +22,10 @@ pub struct ResourceInfo {
     pub crd: Option<String>,
     /// The `openAPIV3Schema` of each CRD version that has one.
     pub schemas: Vec<VersionSchema>,
+    /// The version objects are stored in (the only version of a built-in kind).
+    pub storage_version: String,
+    /// How objects move between versions (`spec.conversion` of a CRD).
+    pub conversion: crate::conversion::Strategy,
 }
 
 /// The storage identity of a resource: group and plural, independent of version.
@@ -109,6 +113,8 @@ fn builtin(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         crd: None,
         schemas: Vec::new(),
+        storage_version: version.into(),
+        conversion: crate::conversion::Strategy::None,
     }
 }
 
@@ -227,8 +233,12 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         .ok_or("spec.versions is required")?;
     let mut served = Vec::new();
     let mut status = false;
+    let mut storage_version = None;
     for v in versions {
         let vname = s(v, "/name").ok_or("spec.versions[].name is required")?;
+        if v.get("storage").and_then(Value::as_bool).unwrap_or(false) {
+            storage_version = Some(vname.clone());
+        }
         if v.get("served").and_then(Value::as_bool).unwrap_or(false) {
             served.push(vname);
         }
@@ -237,6 +247,10 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
     if served.is_empty() {
         return Err("spec.versions must serve at least one version".into());
     }
+    let storage_version = storage_version
+        .or_else(|| served.first().cloned())
+        .unwrap_or_default();
+    let conversion = crate::conversion::strategy(crd)?;
     let short_names = spec
         .pointer("/names/shortNames")
         .and_then(Value::as_array)
@@ -257,6 +271,8 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         short_names,
         crd: Some(name),
         schemas: crate::schema::crd_schemas(crd),
+        storage_version,
+        conversion,
     })
 }
 

@@ -39,6 +39,12 @@ pub struct Config {
     /// Host names or addresses the serving certificate is valid for besides `localhost`,
     /// `127.0.0.1`, `::1` and the bind address (e.g. a docker-compose service name).
     pub tls_names: Vec<String>,
+    /// Base URLs (`https://127.0.0.1:9443`) of the Services conversion webhooks name in
+    /// `clientConfig.service`, by `namespace/name`.
+    pub webhook_services: crate::conversion::ServiceUrls,
+    /// Preinstalled Sveltos CRDs convert through this webhook (`clientConfig.url` and the PEM CA
+    /// bundle); without it they use strategy `None`.
+    pub conversion_webhook: Option<(String, Vec<u8>)>,
 }
 
 impl Default for Config {
@@ -51,6 +57,8 @@ impl Default for Config {
             objects: Vec::new(),
             port_per_cluster: false,
             tls_names: Vec::new(),
+            webhook_services: Default::default(),
+            conversion_webhook: None,
         }
     }
 }
@@ -96,9 +104,15 @@ impl Shared {
         } else {
             None
         };
-        let cluster = Arc::new(Cluster::new(name, self.config.watch_history));
+        let cluster = Arc::new(
+            Cluster::new(name, self.config.watch_history)
+                .with_webhook_services(self.config.webhook_services.clone()),
+        );
         let mut seed: Vec<Value> = if self.config.sveltos_crds {
-            crate::crds::sveltos_crds()
+            crate::crds::with_conversion(
+                crate::crds::sveltos_crds(),
+                self.config.conversion_webhook.as_ref(),
+            )
         } else {
             Vec::new()
         };

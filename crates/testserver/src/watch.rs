@@ -36,19 +36,25 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 struct Stream {
     info: ResourceInfo,
     version: String,
+    services: crate::conversion::ServiceUrls,
     filter: Filter,
     params: WatchParams,
     tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
 }
 
 /// Starts a watch and returns the streaming response.
-pub fn serve(
+pub(crate) fn serve(
     cluster: Arc<Cluster>,
-    info: ResourceInfo,
-    version: String,
+    target: crate::api::Target,
     filter: Filter,
     params: WatchParams,
 ) -> Result<Response, ApiError> {
+    let crate::api::Target {
+        info,
+        version,
+        services,
+        ..
+    } = target;
     let gr = info.gr();
     let rv_param = params
         .resource_version
@@ -58,6 +64,7 @@ pub fn serve(
     let stream = Stream {
         info,
         version,
+        services,
         filter,
         params,
         tx,
@@ -128,7 +135,19 @@ impl Stream {
         self.tx.send(Ok(Bytes::from(line))).await.is_ok()
     }
 
-    async fn send(&self, kind: &str, mut object: Value) -> bool {
+    /// Sends one event with the object in the watch's version; a failed conversion ends the
+    /// watch with an `ERROR` event carrying the failure, as apiserver does.
+    async fn send(&self, kind: &str, object: Value) -> bool {
+        let converted =
+            crate::conversion::convert(&self.info, &self.services, vec![object], &self.version);
+        let mut object = match converted {
+            Ok(mut objects) => objects.pop().unwrap_or_default(),
+            Err(e) => {
+                self.send_raw(json!({"type": "ERROR", "object": e.status()}))
+                    .await;
+                return false;
+            }
+        };
         object["apiVersion"] = json!(self.info.api_version(&self.version));
         object["kind"] = json!(self.info.kind);
         crate::schema::default_on_read(&self.info.schemas, &self.version, &mut object);

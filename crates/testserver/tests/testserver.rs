@@ -3,6 +3,7 @@
 mod testserver {
     pub mod auth;
     pub mod client;
+    pub mod conversion;
     pub mod crd;
     pub mod crd_examples;
     pub mod crd_facts;

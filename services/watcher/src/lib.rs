@@ -2,11 +2,13 @@
 //! (`ConfigObject`), and watches, in every managed cluster some EventTrigger selects, exactly the
 //! kinds its EventSources select, publishing each object's current state (`ResourceChange`),
 //! and forwards the CloudEvents of those clusters' NATS (`CloudEventReceived`).
-//! It evaluates nothing; it only reports what exists and what arrives.
+//! It evaluates nothing; it only reports what exists and what arrives. It also serves the CRD
+//! conversion webhook (`webhook`, ADR 0019) when configured.
 
 pub mod cloudevents;
 mod managed;
 mod management;
+pub mod webhook;
 
 use anyhow::Context as _;
 use sluice_bus::{topology, Bus};
@@ -16,6 +18,35 @@ use tokio::sync::mpsc;
 
 pub use cloudevents::desired_listeners;
 pub use managed::desired_watches;
+
+/// Runs the watcher, and the conversion webhook when `webhook` names an address, until `token`
+/// is cancelled. The webhook is up before the watcher connects to anything.
+pub async fn run_with_webhook(
+    common: CommonArgs,
+    webhook: webhook::WebhookArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let served = match (
+        webhook.webhook_addr,
+        &webhook.webhook_tls_cert,
+        &webhook.webhook_tls_key,
+    ) {
+        (Some(addr), Some(cert), Some(key)) => Some(
+            webhook::serve(addr, cert, key, health.clone(), token.clone())
+                .await
+                .context("failed to start the conversion webhook")?,
+        ),
+        _ => None,
+    };
+    let outcome = run(common, health, token.clone()).await;
+    if let Some((_, task)) = served {
+        token.cancel();
+        // The task logs its own failure; a join error only means it panicked.
+        let _ = task.await;
+    }
+    outcome
+}
 
 /// Runs the watcher until `token` is cancelled.
 pub async fn run(

@@ -17,10 +17,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Config {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    webhook: sluice_watcher::webhook::WebhookArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config: Config = sluice_runtime::parse_config();
-    sluice_runtime::serve("watcher", config.common, sluice_watcher::run).await
+    let webhook = config.webhook;
+    sluice_runtime::serve("watcher", config.common, |common, health, token| {
+        sluice_watcher::run_with_webhook(common, webhook, health, token)
+    })
+    .await
 }

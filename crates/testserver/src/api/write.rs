@@ -90,6 +90,7 @@ pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
     let mut obj = body_json(call)?;
     check_type(target, &obj)?;
     let warnings = decode(call, target, &mut obj, Verb::Create)?;
+    let obj = target.to_storage(obj)?;
     let created = call.cluster.lock().create(
         &target.info,
         target.ns(),
@@ -106,6 +107,7 @@ pub fn replace(call: &Call, target: &Target) -> Result<Response, ApiError> {
     let mut obj = body_json(call)?;
     check_type(target, &obj)?;
     let warnings = decode(call, target, &mut obj, Verb::Update)?;
+    let obj = target.to_storage(obj)?;
     let name = target.name.as_deref().unwrap_or("");
     let updated = call.cluster.lock().update(
         &target.info,
@@ -166,7 +168,7 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
         .get(&target.info.gr(), target.ns(), name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(&target.info, name))?;
-    let mut doc = target.present(live);
+    let mut doc = target.present(live)?;
     match ct.as_str() {
         "application/json-patch+json" => patch::json_patch(&mut doc, &body).map_err(|e| {
             ApiError::new(
@@ -188,6 +190,7 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
     }
     check_type(target, &doc)?;
     let warnings = decode(call, target, &mut doc, Verb::Patch)?;
+    let doc = target.to_storage(doc)?;
     let updated = state.update(
         &target.info,
         target.ns(),
@@ -233,7 +236,7 @@ fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError>
     {
         return Err(ApiError::conflict(&target.info, name));
     }
-    let live = live.map(|l| target.present(l));
+    let live = live.map(|l| target.present(l)).transpose()?;
     let merged = fields::apply(live.as_ref(), &config, &manager, force, target.info.status, sub).map_err(|conflicts| {
         let causes: Vec<Value> = conflicts
             .iter()
@@ -254,6 +257,7 @@ fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError>
         admission::Directive::Ignore,
         Verb::Patch,
     )?;
+    let merged = target.to_storage(merged)?;
     if live.is_none() {
         if sub == Subresource::Status {
             return Err(ApiError::not_found(&target.info, name));
@@ -316,8 +320,9 @@ pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiEr
         .collect();
     let mut items = Vec::new();
     for (ns, name) in keys {
-        items.push(target.present(state.delete(&target.info, &ns, &name, None, None)?));
+        items.push(state.delete(&target.info, &ns, &name, None, None)?);
     }
+    let items = target.present_all(items)?;
     let rv = state.resource_version();
     drop(state);
     let body = json!({

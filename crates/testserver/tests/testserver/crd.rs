@@ -33,10 +33,13 @@ async fn crd_kinds_are_served_only_while_the_crd_exists() {
     );
 
     let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    let def = sveltos_crds()
+    let mut def = sveltos_crds()
         .into_iter()
         .find(|c| c["metadata"]["name"] == "eventsources.lib.projectsveltos.io")
         .expect("eventsource crd");
+    // The shipped CRD converts through the watcher's webhook (tests/conversion.rs); with
+    // strategy None an object is stored as written.
+    def["spec"]["conversion"] = json!({"strategy": "None"});
     let created = crds
         .create(
             &PostParams::default(),
