@@ -30,6 +30,9 @@ pub const SERVICES: [&str; 5] = [
 /// Namespace of the services' ServiceAccounts (`k8s/base/rbac.yaml`).
 pub const SERVICE_NAMESPACE: &str = "sluice-system";
 
+/// Sveltos's namespace, where EventReports, ClusterProfiles' instantiated objects live.
+pub const SVELTOS_NAMESPACE: &str = "projectsveltos";
+
 /// Name of the management cluster in the test server.
 pub const MANAGEMENT: &str = "mgmt";
 
@@ -110,6 +113,15 @@ impl Stack {
             webhook,
             _temp: temp,
         };
+        // Sveltos's own namespace: Sveltos creates it in a real management cluster, and sluice's
+        // manifests only place Roles in it (k8s/README.md).
+        stack
+            .apply(
+                MANAGEMENT,
+                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SVELTOS_NAMESPACE}}),
+            )
+            .await
+            .context("failed to create Sveltos's namespace")?;
         for yaml in DEPLOYMENT_RBAC {
             stack
                 .apply_yaml(MANAGEMENT, yaml)
