@@ -361,13 +361,19 @@ impl Pair<'_> {
         report: &pb::MatchSet,
         changed: Option<&MemberDiff>,
     ) -> Result<Vec<pb::DesiredState>, plan::RenderError> {
-        let wanted: Option<HashSet<&Member>> = changed.map(|c| c.changed.iter().collect());
+        let wanted: Option<HashSet<(&str, &str)>> = changed.map(|c| {
+            c.changed
+                .iter()
+                .map(|(namespace, name)| (namespace.as_str(), name.as_str()))
+                .collect()
+        });
         let mut units = Vec::new();
         for (i, matching) in report.matching.iter().enumerate() {
-            let member = (matching.namespace.clone(), matching.name.clone());
-            if wanted.as_ref().is_some_and(|w| !w.contains(&member)) {
+            let key = (matching.namespace.as_str(), matching.name.as_str());
+            if wanted.as_ref().is_some_and(|w| !w.contains(&key)) {
                 continue;
             }
+            let member = (matching.namespace.clone(), matching.name.clone());
             let resource = match report.resources.get(i) {
                 None if report.resources.is_empty() => Doc::Null,
                 None => {
@@ -404,36 +410,40 @@ impl Pair<'_> {
     }
 }
 
+/// Each member's position in a set, by (namespace, name) borrowed from the set.
+fn member_index(set: Option<&pb::MatchSet>) -> HashMap<(&str, &str), usize> {
+    set.map(|s| {
+        s.matching
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ((m.namespace.as_str(), m.name.as_str()), i))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 /// The members that changed between two sets of the same key (`None` for no set): joined,
 /// reference changed, or collected resource changed; and the members that left.
 pub fn member_diff(before: Option<&pb::MatchSet>, after: Option<&pb::MatchSet>) -> MemberDiff {
-    let index = |set: Option<&pb::MatchSet>| -> HashMap<Member, usize> {
-        set.map(|s| {
-            s.matching
-                .iter()
-                .enumerate()
-                .map(|(i, m)| ((m.namespace.clone(), m.name.clone()), i))
-                .collect()
-        })
-        .unwrap_or_default()
-    };
-    let old = index(before);
+    // Keys borrow the sets' strings: a diff allocates only for the members it names.
+    let owned = |(namespace, name): (&str, &str)| (namespace.to_string(), name.to_string());
+    let old = member_index(before);
+    let new = member_index(after);
     let mut diff = MemberDiff::default();
-    let new = index(after);
     if let Some(after) = after {
         for (i, matching) in after.matching.iter().enumerate() {
-            let member = (matching.namespace.clone(), matching.name.clone());
-            let same = before.zip(old.get(&member)).is_some_and(|(before, &j)| {
+            let key = (matching.namespace.as_str(), matching.name.as_str());
+            let same = before.zip(old.get(&key)).is_some_and(|(before, &j)| {
                 before.matching[j] == *matching && before.resources.get(j) == after.resources.get(i)
             });
             if !same {
-                diff.changed.push(member);
+                diff.changed.push(owned(key));
             }
         }
     }
-    for member in old.keys() {
-        if !new.contains_key(member) {
-            diff.removed.push(member.clone());
+    for key in old.keys() {
+        if !new.contains_key(key) {
+            diff.removed.push(owned(*key));
         }
     }
     diff.removed.sort();
