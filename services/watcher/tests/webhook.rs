@@ -33,15 +33,17 @@ fn issue(dir: &Path) -> Vec<u8> {
     ca.pem().into_bytes()
 }
 
-/// A raw request to the test server; returns the status and the JSON body.
+/// A raw request to the test server as the management cluster's administrator (the port also
+/// answers plain HTTP); returns the status and the JSON body.
 async fn request(server: &TestServer, method: &str, path: &str, body: &Value) -> (u16, Value) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let token = server.admin_token("mgmt").expect("the mgmt cluster");
     let body = body.to_string();
     let mut stream = tokio::net::TcpStream::connect(server.addr())
         .await
         .expect("connects");
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(req.as_bytes()).await.expect("write");
