@@ -20,7 +20,8 @@ async fn get(client: &kube::Client, api_version: &str, kind: &str, ns: &str, nam
         .unwrap_or_else(|| panic!("no {kind} {ns}/{name}"))
 }
 
-#[tokio::test]
+// multi-threaded: kubectl runs as a blocking child process while this runtime serves the API
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_prepares_clusters_service_accounts_example_and_host_kubeconfig() {
     let server = TestServer::start(Config {
         clusters: vec!["mgmt".into(), "cluster-a".into(), "cluster-b".into()],
