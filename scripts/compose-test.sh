@@ -170,6 +170,11 @@ wait_healthy() {
 }
 for name in nats testserver "${SERVICES[@]}"; do wait_healthy "${name}"; done
 step_done "all health checks pass"
+restarts=""
+for name in "${SERVICES[@]}"; do
+    restarts+=" ${name}=$(podman inspect --format '{{.RestartCount}}' "$(container "${name}")")"
+done
+log "service restarts while setup ran:${restarts}"
 
 # --- end to end from the host, kubectl only -------------------------------------------------------
 KUBECONFIG_HOST="${STATE}/host.kubeconfig"
