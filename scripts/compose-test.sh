@@ -83,7 +83,7 @@ if [[ -z "${SLUICE_BIN_DIR:-}" ]]; then
     cargo build --release --workspace --bins >&2
     SLUICE_BIN_DIR="${CARGO_TARGET_DIR:-${REPO}/target}/release"
 fi
-step_done "release binaries (cargo build --release)"
+step_done "binaries (cargo build --release or SLUICE_BIN_DIR)"
 
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 context="${STATE}/sluice-context"
@@ -135,9 +135,13 @@ teardown() {
     fi
     log "tearing down (podman-compose down -v)"
     compose down -v >"${STATE}/down.log" 2>&1 || true
+    # podman-compose 1.0.3 leaves the project's network behind (docker compose down removes it)
+    podman network ls --filter "label=io.podman.compose.project=${PROJECT}" --format '{{.Name}}' \
+        | xargs --no-run-if-empty podman network rm >>"${STATE}/down.log" 2>&1 || true
     local left
     left="$(podman ps -a --filter "label=io.podman.compose.project=${PROJECT}" --format '{{.Names}}')"
     left+="$(podman volume ls --filter "label=io.podman.compose.project=${PROJECT}" --format '{{.Name}}')"
+    left+="$(podman network ls --filter "label=io.podman.compose.project=${PROJECT}" --format '{{.Name}}')"
     [[ -z "${left}" ]] || { log "left behind after down -v: ${left}"; status=1; }
     step_done "teardown (down -v)"
     print_timings
