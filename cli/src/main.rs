@@ -54,6 +54,15 @@ enum Command {
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
+    /// Prepare a running API test server (docker-compose's one-shot job): the RBAC of k8s/base,
+    /// a kubeconfig per service as its ServiceAccount, managed clusters registered the Sveltos
+    /// way, optionally seed 000's first example, and a kubeconfig for the host.
+    Setup(sluice_cli::setup::SetupArgs),
+    /// Exit 0 when a plain-HTTP GET of the URL answers 2xx (container health checks).
+    Probe {
+        /// e.g. `http://127.0.0.1:8080/healthz`
+        url: String,
+    },
     /// Print pipeline messages on a subject (wildcards allowed), decoded from protobuf.
     Tap {
         /// Subject filter, e.g. `sluice.v1.>` or `sluice.v1.desired.>`.
@@ -188,6 +197,8 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Testserver(args) => sluice_testserver::run_cli(args).await,
+        Command::Setup(args) => sluice_cli::setup::run(&args, &mut std::io::stdout()).await,
+        Command::Probe { url } => sluice_cli::setup::probe(&url).await,
         Command::Tap {
             subject,
             nats_url,

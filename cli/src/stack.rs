@@ -38,7 +38,7 @@ pub const MANAGEMENT: &str = "mgmt";
 
 /// The namespaces and RBAC of the deployment (`k8s/base`): the services' ServiceAccounts, Roles,
 /// ClusterRoles and bindings, applied to the management cluster as they are.
-const DEPLOYMENT_RBAC: [&str; 2] = [
+pub const DEPLOYMENT_RBAC: [&str; 2] = [
     include_str!("../../k8s/base/namespace.yaml"),
     include_str!("../../k8s/base/rbac.yaml"),
 ];
@@ -370,38 +370,48 @@ impl Stack {
         name: &str,
         labels: &[(&str, &str)],
     ) -> anyhow::Result<()> {
-        let kubeconfig =
-            base64::engine::general_purpose::STANDARD.encode(self.server.kubeconfig_for(name));
-        self.apply(
-            MANAGEMENT,
-            &json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": format!("{name}-sveltos-kubeconfig"), "namespace": "default"},
-                    "data": {"kubeconfig": kubeconfig}}),
-        )
-        .await?;
-        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-        self.apply(
-            MANAGEMENT,
-            &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
-                    "metadata": {"name": name, "namespace": "default", "labels": labels},
-                    "spec": {}}),
-        )
-        .await?;
-        let client = self.client(MANAGEMENT)?;
-        let kind =
-            apply::resolve(client, "lib.projectsveltos.io/v1beta1", "SveltosCluster").await?;
-        apply::apply_status(
-            client,
-            &kind,
-            "default",
+        register_cluster(
+            self.client(MANAGEMENT)?,
             name,
-            &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
-                    "metadata": {"name": name, "namespace": "default"}, "status": {"ready": true}}),
-            "sluice-cli",
+            &self.server.kubeconfig_for(name),
+            labels,
         )
-        .await?;
-        Ok(())
+        .await
     }
+}
+
+/// Registers a managed cluster the Sveltos way in the management cluster `mgmt`: the Secret
+/// `default/<name>-sveltos-kubeconfig` holding `kubeconfig`, and a ready SveltosCluster
+/// `default/<name>` with the given labels.
+pub async fn register_cluster(
+    mgmt: &kube::Client,
+    name: &str,
+    kubeconfig: &str,
+    labels: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    let kubeconfig = base64::engine::general_purpose::STANDARD.encode(kubeconfig);
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let documents = [
+        json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{name}-sveltos-kubeconfig"), "namespace": "default"},
+                "data": {"kubeconfig": kubeconfig}}),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                "metadata": {"name": name, "namespace": "default", "labels": labels},
+                "spec": {}}),
+    ];
+    sluice_kube::manifest::apply_documents(mgmt, &documents, "sluice-cli").await?;
+    let kind = apply::resolve(mgmt, "lib.projectsveltos.io/v1beta1", "SveltosCluster").await?;
+    apply::apply_status(
+        mgmt,
+        &kind,
+        "default",
+        name,
+        &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+                "metadata": {"name": name, "namespace": "default"}, "status": {"ready": true}}),
+        "sluice-cli",
+    )
+    .await?;
+    Ok(())
 }
 
 fn tail(text: &str, lines: usize) -> String {

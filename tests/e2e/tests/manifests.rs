@@ -417,9 +417,64 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
     }
 }
 
-/// `docker-compose.yml` with its `<<` merge keys resolved (nested merges need several passes).
+/// Resolves compose variable interpolation as `docker compose config` does for an empty
+/// environment: `${VAR:-default}` and `${VAR-default}` become the default, `$$` a literal `$`.
+/// A variable without a default (`${VAR}`, `$VAR`) is an error: the file must work as written.
+fn interpolate(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let end = body
+                .find('}')
+                .ok_or_else(|| format!("unclosed ${{ in {:?}", &rest[at..]))?;
+            let expr = &body[..end];
+            let (name, default) = expr
+                .split_once(":-")
+                .or_else(|| expr.split_once('-'))
+                .ok_or_else(|| format!("variable ${{{expr}}} has no default"))?;
+            let valid = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid {
+                return Err(format!("bad variable name {name:?} in ${{{expr}}}"));
+            }
+            out.push_str(default);
+            rest = &body[end + 1..];
+        } else {
+            return Err(format!(
+                "bare $ (a variable without default?) in {:?}",
+                &rest[at..]
+            ));
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[test]
+fn interpolation_resolves_defaults_and_refuses_unset_variables() {
+    assert_eq!(
+        interpolate("image: ${A:-nats:2.15.1-alpine} port ${B-1}:2 $$HOME").unwrap(),
+        "image: nats:2.15.1-alpine port 1:2 $HOME"
+    );
+    assert!(interpolate("image: ${SLUICE_IMAGE}")
+        .unwrap_err()
+        .contains("no default"));
+    assert!(interpolate("image: $SLUICE_IMAGE").is_err());
+    assert!(interpolate("image: ${A:-x").is_err());
+}
+
+/// `docker-compose.yml` as `docker compose config` sees it without environment: variables at
+/// their defaults, `<<` merge keys resolved (nested merges need several passes).
 fn compose() -> Value {
     let text = std::fs::read_to_string(repo_root().join("docker-compose.yml")).unwrap();
+    let text = interpolate(&text).unwrap_or_else(|e| panic!("docker-compose.yml: {e}"));
     let mut yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     for _ in 0..8 {
         yaml.apply_merge().unwrap();
@@ -432,12 +487,117 @@ fn compose() -> Value {
     json
 }
 
+/// The compose file's structure as `docker compose config` checks it: known top-level and
+/// service keys (compose specification), every dependency a service with a valid condition,
+/// health checks where a dependency waits for health, a one-shot job that is not restarted,
+/// declared named volumes, and images for every service.
+#[test]
+fn compose_file_is_valid_compose() {
+    let compose = compose();
+    let top: BTreeSet<&str> = [
+        "name", "services", "volumes", "networks", "configs", "secrets",
+    ]
+    .into();
+    for key in compose.as_object().unwrap().keys() {
+        assert!(
+            top.contains(key.as_str()) || key.starts_with("x-"),
+            "unknown top-level key {key}"
+        );
+    }
+    let service_keys: BTreeSet<&str> = [
+        "image",
+        "build",
+        "command",
+        "entrypoint",
+        "environment",
+        "env_file",
+        "ports",
+        "expose",
+        "volumes",
+        "depends_on",
+        "healthcheck",
+        "restart",
+        "stop_signal",
+        "stop_grace_period",
+        "user",
+        "working_dir",
+        "networks",
+        "labels",
+        "container_name",
+        "profiles",
+        "init",
+    ]
+    .into();
+    let services = compose["services"].as_object().unwrap();
+    let volumes: BTreeSet<&String> = compose["volumes"].as_object().unwrap().keys().collect();
+    for (name, spec) in services {
+        for key in spec.as_object().unwrap().keys() {
+            assert!(
+                service_keys.contains(key.as_str()),
+                "services.{name}: unknown key {key}"
+            );
+        }
+        assert!(
+            spec["image"].as_str().is_some_and(|i| !i.is_empty()),
+            "services.{name}.image"
+        );
+        for volume in spec["volumes"].as_array().into_iter().flatten() {
+            let source = volume.as_str().unwrap().split(':').next().unwrap();
+            if !source.starts_with(['.', '/']) {
+                assert!(
+                    volumes.contains(&source.to_owned()),
+                    "services.{name}: volume {source} is not declared"
+                );
+            }
+        }
+        for port in spec["ports"].as_array().into_iter().flatten() {
+            let parts: Vec<&str> = port.as_str().unwrap().split(':').collect();
+            assert_eq!(
+                parts.len(),
+                3,
+                "services.{name}: port {port} is not IP:HOST:CONTAINER"
+            );
+            for number in &parts[1..] {
+                number
+                    .parse::<u16>()
+                    .unwrap_or_else(|e| panic!("services.{name}: port {port}: {e}"));
+            }
+        }
+        for (dependency, condition) in spec["depends_on"].as_object().into_iter().flatten() {
+            let target = services
+                .get(dependency)
+                .unwrap_or_else(|| panic!("services.{name} depends on unknown {dependency}"));
+            match condition["condition"].as_str().unwrap() {
+                "service_healthy" => assert!(
+                    target["healthcheck"]["test"].is_array(),
+                    "services.{name} waits for {dependency} to be healthy, which has no health check"
+                ),
+                "service_completed_successfully" => assert_eq!(
+                    target["restart"], "no",
+                    "services.{name} waits for {dependency} to complete, which is restarted"
+                ),
+                "service_started" => {}
+                other => panic!("services.{name}.depends_on.{dependency}: unknown condition {other}"),
+            }
+        }
+    }
+}
+
 fn string_list(value: &Value) -> Vec<String> {
     value
         .as_array()
         .unwrap_or_else(|| panic!("expected a list, got {value}"))
         .iter()
         .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The value after `flag` in a command line.
+fn flag_values(command: &[String], flag: &str) -> Vec<String> {
+    command
+        .windows(2)
+        .filter(|pair| pair[0] == flag)
+        .map(|pair| pair[1].clone())
         .collect()
 }
 
@@ -453,12 +613,36 @@ fn compose_runs_workspace_binaries_with_common_env_and_health_checks() {
     let testserver = string_list(&services["testserver"]["command"]);
     assert_eq!(&testserver[..2], ["sluice", "testserver"]);
     assert!(binaries.contains("sluice"), "{binaries:?}");
-    let flag = |name: &str| {
-        let at = testserver.iter().position(|a| a == name).unwrap();
-        testserver[at + 1].clone()
-    };
-    assert_eq!(flag("--cluster-names"), "mgmt,cluster-a,cluster-b");
-    let kubeconfig = flag("--kubeconfig");
+    assert_eq!(
+        flag_values(&testserver, "--cluster-names"),
+        ["mgmt,cluster-a,cluster-b"]
+    );
+    let advertise = flag_values(&testserver, "--advertise");
+    assert_eq!(advertise, [format!("testserver:{}", 6443)]);
+
+    // the one-shot job prepares exactly the clusters the test server serves
+    let setup = string_list(&services["setup"]["command"]);
+    assert_eq!(&setup[..2], ["sluice", "setup"]);
+    assert_eq!(flag_values(&setup, "--advertise"), advertise);
+    assert_eq!(flag_values(&setup, "--server"), ["http://testserver:6443"]);
+    let registered: Vec<String> = flag_values(&setup, "--cluster")
+        .iter()
+        .map(|c| c.split(':').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(registered, ["cluster-a", "cluster-b"]);
+    assert_eq!(flag_values(&setup, "--example"), ["cluster-a"]);
+    let dir = flag_values(&setup, "--dir").pop().unwrap();
+    assert!(
+        string_list(&services["setup"]["volumes"]).contains(&format!("shared:{dir}")),
+        "setup writes {dir} to the shared volume"
+    );
+    // the host kubeconfig names the port compose publishes on the host
+    let published = string_list(&services["testserver"]["ports"]);
+    let host_port = published[0].rsplit_once(':').unwrap().0;
+    assert_eq!(
+        flag_values(&setup, "--host-address"),
+        [host_port.to_owned()]
+    );
 
     for service in SERVICES {
         let name = format!("sluice-{service}");
@@ -486,31 +670,59 @@ fn compose_runs_workspace_binaries_with_common_env_and_health_checks() {
             services.contains_key(nats_host),
             "{service}: NATS host {nats_host} is no service"
         );
+        // its own ServiceAccount's kubeconfig, as `sluice setup` writes it
         assert_eq!(
             config.kubeconfig.as_deref(),
-            Some(Path::new(&kubeconfig)),
+            Some(Path::new(&dir).join(format!("{name}.kubeconfig")).as_path()),
             "{service}"
         );
 
-        let health = string_list(&spec["healthcheck"]["test"]).join(" ");
+        let health = string_list(&spec["healthcheck"]["test"]);
         let addr: SocketAddr = config.health_addr;
-        assert!(
-            health.contains(&format!(":{}/healthz", addr.port())),
-            "{service}: {health}"
+        assert_eq!(
+            health,
+            [
+                "CMD",
+                "sluice",
+                "probe",
+                &format!("http://127.0.0.1:{}/healthz", addr.port())
+            ],
+            "{service}"
         );
 
-        let depends: BTreeSet<&String> = spec["depends_on"].as_object().unwrap().keys().collect();
-        assert!(depends.contains(&"nats".to_owned()) && depends.contains(&"testserver".to_owned()));
+        let depends: BTreeMap<&String, &Value> =
+            spec["depends_on"].as_object().unwrap().iter().collect();
+        for (dependency, condition) in [
+            ("nats", "service_healthy"),
+            ("testserver", "service_healthy"),
+            ("setup", "service_completed_successfully"),
+        ] {
+            assert_eq!(
+                depends.get(&dependency.to_owned()).map(|d| &d["condition"]),
+                Some(&Value::from(condition)),
+                "{service} waits for {dependency}"
+            );
+        }
         let volumes = string_list(&spec["volumes"]);
-        let shared = Path::new(&kubeconfig).parent().unwrap().to_str().unwrap();
         assert!(
-            volumes.iter().any(|v| v.split(':').nth(1) == Some(shared)),
-            "{service} does not mount {shared}: {volumes:?}"
+            volumes.contains(&format!("shared:{dir}:ro")),
+            "{service} does not mount {dir} read-only: {volumes:?}"
         );
     }
 }
 
-/// `nats:2.11-alpine` -> (2, 11).
+/// The NATS version the tests run (`scripts/install-nats.sh`).
+fn tested_nats_version() -> String {
+    let script = std::fs::read_to_string(repo_root().join("scripts/install-nats.sh")).unwrap();
+    script
+        .lines()
+        .find_map(|l| l.strip_prefix("NATS_VERSION=\""))
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap()
+        .to_owned()
+}
+
+/// `nats:2.15.1-alpine` -> (2, 15).
 fn nats_image_version(image: &str) -> (u32, u32) {
     let tag = image.strip_prefix("nats:").unwrap();
     let mut parts = tag.split(['.', '-']);
@@ -521,7 +733,7 @@ fn nats_image_version(image: &str) -> (u32, u32) {
 }
 
 #[test]
-fn nats_image_is_the_same_everywhere_and_has_jetstream_2_10() {
+fn nats_image_is_the_same_everywhere_the_tested_version_with_jetstream() {
     let compose_image = compose()["services"]["nats"]["image"]
         .as_str()
         .unwrap()
@@ -534,6 +746,11 @@ fn nats_image_is_the_same_everywhere_and_has_jetstream_2_10() {
         .to_owned();
     assert_eq!(compose_image, k8s_image);
     assert!(nats_image_version(&k8s_image) >= (2, 10), "{k8s_image}");
+    assert_eq!(
+        compose_image,
+        format!("nats:{}-alpine", tested_nats_version()),
+        "the images run the NATS version the tests use"
+    );
 }
 
 #[test]
@@ -555,6 +772,62 @@ fn dockerfile_ships_every_binary_the_manifests_run() {
         .unwrap();
     let copied: BTreeSet<String> = names.split_whitespace().map(str::to_owned).collect();
     assert_eq!(copied, run);
+    // the `prebuilt` target copies the same binaries from its build context
+    let line = dockerfile
+        .lines()
+        .find(|line| line.starts_with("COPY sluice "))
+        .unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let prebuilt: BTreeSet<String> = words[1..words.len() - 1]
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+    assert_eq!(prebuilt, run);
+    assert_eq!(words.last(), Some(&"/usr/local/bin/"));
+}
+
+/// `ARG NAME=value` of the Dockerfile.
+fn dockerfile_arg(dockerfile: &str, name: &str) -> String {
+    dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("ARG {name}=")))
+        .unwrap_or_else(|| panic!("Dockerfile has no ARG {name}="))
+        .to_owned()
+}
+
+#[test]
+fn image_is_labelled_non_root_and_the_licence_file_exists() {
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).unwrap();
+    let cargo: toml::Value = std::fs::read_to_string(repo_root().join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let package = &cargo["workspace"]["package"];
+    let version = package["version"].as_str().unwrap();
+    let license = package["license"].as_str().unwrap();
+    assert_eq!(dockerfile_arg(&dockerfile, "VERSION"), version);
+    for label in [
+        "org.opencontainers.image.version=\"${VERSION}\"",
+        "org.opencontainers.image.source=\"${SOURCE_URL}\"",
+        &format!("org.opencontainers.image.licenses=\"{license}\""),
+    ] {
+        assert!(
+            dockerfile.contains(label),
+            "Dockerfile lacks the label {label}"
+        );
+    }
+    // every final image runs as the unprivileged user the base stage sets
+    assert!(dockerfile.contains("USER 65532:65532"));
+    for stage in [
+        "FROM runtime-base AS prebuilt",
+        "FROM runtime-base AS runtime",
+    ] {
+        assert!(dockerfile.contains(stage), "{stage}");
+    }
+    let text = std::fs::read_to_string(repo_root().join("LICENSE"))
+        .unwrap_or_else(|e| panic!("Cargo.toml names licence {license}, but LICENSE: {e}"));
+    assert_eq!(license, "Apache-2.0");
+    assert!(text.contains("Apache License") && text.contains("Version 2.0, January 2004"));
 }
 
 /// The environment variables the built binary `bin` documents in its `--help`, plus `RUST_LOG`:
@@ -601,22 +874,40 @@ fn built_service_binaries_accept_every_variable_the_manifests_set() {
 }
 
 #[test]
-fn built_cli_accepts_the_compose_testserver_command() {
+fn built_cli_accepts_the_compose_commands() {
     let compose = compose();
-    let command = string_list(&compose["services"]["testserver"]["command"]);
-    let path = try_bin_path(&command[0]).unwrap_or_else(|error| panic!("{error:#}"));
-    let output = Command::new(&path)
-        .args([command[1].as_str(), "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{command:?} --help failed: {help}");
-    for flag in command.iter().filter(|arg| arg.starts_with("--")) {
-        assert!(
-            help.contains(flag.as_str()),
-            "{} {} has no {flag}: {help}",
-            command[0],
-            command[1]
-        );
+    let services = compose["services"].as_object().unwrap();
+    let mut commands = vec![
+        string_list(&services["testserver"]["command"]),
+        string_list(&services["setup"]["command"]),
+    ];
+    for (name, spec) in services {
+        let test = spec["healthcheck"]["test"].as_array().into_iter().flatten();
+        let test: Vec<String> = test.map(|v| v.as_str().unwrap().to_owned()).collect();
+        if test.get(1).map(String::as_str) == Some("sluice") {
+            assert_eq!(test[0], "CMD", "{name}");
+            commands.push(test[1..].to_vec());
+        }
+    }
+    assert!(
+        commands.len() >= 8,
+        "testserver, setup and the health checks: {commands:?}"
+    );
+    for command in commands {
+        let path = try_bin_path(&command[0]).unwrap_or_else(|error| panic!("{error:#}"));
+        let output = Command::new(&path)
+            .args([command[1].as_str(), "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{command:?} --help failed: {help}");
+        for flag in command.iter().filter(|arg| arg.starts_with("--")) {
+            assert!(
+                help.contains(flag.as_str()),
+                "{} {} has no {flag}: {help}",
+                command[0],
+                command[1]
+            );
+        }
     }
 }
