@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::demo::{EVENT_BASED_ADDON, EVENT_SOURCE, SERVICE};
-use crate::stack::{register_cluster, DEPLOYMENT_RBAC, MANAGEMENT, SERVICES, SERVICE_NAMESPACE};
+use crate::stack::{register_cluster, MANAGEMENT, SERVICES, SERVICE_NAMESPACE};
 
 /// What `sluice setup` does.
 #[derive(Clone, Debug, clap::Args)]
@@ -234,12 +234,7 @@ pub async fn run(args: &SetupArgs, out: &mut dyn std::io::Write) -> anyhow::Resu
         out,
         "applying the namespaces and RBAC of k8s/base to {MANAGEMENT}"
     )?;
-    for yaml in DEPLOYMENT_RBAC {
-        let documents = sluice_kube::manifest::parse_documents(yaml)?;
-        sluice_kube::manifest::apply_documents(&mgmt, &documents, "sluice-setup")
-            .await
-            .context("failed to apply the RBAC of k8s/base")?;
-    }
+    crate::stack::install_deployment_rbac(&mgmt, "sluice-setup").await?;
     for service in SERVICES {
         let url = format!(
             "{base}/admin/clusters/{MANAGEMENT}/serviceaccounts/{SERVICE_NAMESPACE}/{service}/kubeconfig"

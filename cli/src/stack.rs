@@ -43,6 +43,28 @@ pub const DEPLOYMENT_RBAC: [&str; 2] = [
     include_str!("../../k8s/base/rbac.yaml"),
 ];
 
+/// Prepares a management cluster the way an installation finds and makes it: Sveltos's namespace
+/// (Sveltos creates it; sluice's manifests only place Roles in it, k8s/README.md), then the
+/// namespaces and RBAC of `k8s/base` as they are.
+pub async fn install_deployment_rbac(
+    client: &kube::Client,
+    field_manager: &str,
+) -> anyhow::Result<()> {
+    let sveltos =
+        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {SVELTOS_NAMESPACE}\n");
+    let documents = sluice_kube::manifest::parse_documents(&sveltos)?;
+    sluice_kube::manifest::apply_documents(client, &documents, field_manager)
+        .await
+        .context("failed to create Sveltos's namespace")?;
+    for yaml in DEPLOYMENT_RBAC {
+        let documents = sluice_kube::manifest::parse_documents(yaml)?;
+        sluice_kube::manifest::apply_documents(client, &documents, field_manager)
+            .await
+            .context("failed to apply the RBAC of k8s/base")?;
+    }
+    Ok(())
+}
+
 /// A running stack. Dropping it stops every process.
 pub struct Stack {
     pub nats: NatsServer,
@@ -113,21 +135,7 @@ impl Stack {
             webhook,
             _temp: temp,
         };
-        // Sveltos's own namespace: Sveltos creates it in a real management cluster, and sluice's
-        // manifests only place Roles in it (k8s/README.md).
-        stack
-            .apply(
-                MANAGEMENT,
-                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SVELTOS_NAMESPACE}}),
-            )
-            .await
-            .context("failed to create Sveltos's namespace")?;
-        for yaml in DEPLOYMENT_RBAC {
-            stack
-                .apply_yaml(MANAGEMENT, yaml)
-                .await
-                .context("failed to apply the RBAC of k8s/base")?;
-        }
+        install_deployment_rbac(stack.client(MANAGEMENT)?, "sluice-stack").await?;
         for service in SERVICES {
             let kubeconfig = stack
                 .server
