@@ -38,7 +38,7 @@ pub const MANAGEMENT: &str = "mgmt";
 
 /// The namespaces and RBAC of the deployment (`k8s/base`): the services' ServiceAccounts, Roles,
 /// ClusterRoles and bindings, applied to the management cluster as they are.
-pub const DEPLOYMENT_RBAC: [&str; 2] = [
+const DEPLOYMENT_RBAC: [&str; 2] = [
     include_str!("../../k8s/base/namespace.yaml"),
     include_str!("../../k8s/base/rbac.yaml"),
 ];
