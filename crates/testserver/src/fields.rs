@@ -84,7 +84,14 @@ fn store_entries(obj: &mut Value, entries: Vec<Entry>) {
             v
         })
         .collect();
-    set_meta(obj, "managedFields", json!(list));
+    if list.is_empty() {
+        // `omitempty`: an object no manager owns a field of carries no managedFields at all.
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+    } else {
+        set_meta(obj, "managedFields", json!(list));
+    }
 }
 
 fn to_fields_v1(paths: &BTreeSet<Path>) -> Value {

@@ -12,6 +12,7 @@ mod testserver {
     pub mod kubectl;
     pub mod kubectl_typed;
     pub mod ssa;
+    pub mod strategies;
     pub mod support;
     pub mod validation;
     pub mod watch;

@@ -38,6 +38,80 @@ fn is_crd(info: &ResourceInfo) -> bool {
     info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
 }
 
+/// Whether the kind's registry strategy sets `metadata.generation` (to 1 on create, bumped when
+/// the desired state changes): custom resources, CRDs, and the built-ins whose `PrepareForCreate`
+/// does so. ConfigMap, Secret, Namespace, Service, Pod, Endpoints, ServiceAccount, Event, Lease
+/// and the RBAC kinds carry no generation.
+pub fn tracks_generation(info: &ResourceInfo) -> bool {
+    info.crd.is_some()
+        || is_crd(info)
+        || matches!(
+            (info.group.as_str(), info.kind.as_str()),
+            (
+                "apps",
+                "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
+            ) | ("networking.k8s.io", "Ingress" | "NetworkPolicy")
+        )
+}
+
+/// Drops what Go's `omitempty` leaves out when a typed object is encoded: empty
+/// `metadata.labels`, `annotations`, `finalizers`, `ownerReferences` and `managedFields` (every
+/// kind: custom resources' metadata is round-tripped through the typed `ObjectMeta` too), and the
+/// empty `data`/`binaryData` maps of ConfigMaps and Secrets. Other empty maps of custom resources
+/// stay as written.
+pub fn drop_empty_omitted(info: &ResourceInfo, obj: &mut Value) {
+    let empty = |v: &Value| {
+        v.as_object().is_some_and(|m| m.is_empty()) || v.as_array().is_some_and(|a| a.is_empty())
+    };
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "managedFields",
+        ] {
+            if meta.get(field).is_some_and(empty) {
+                meta.remove(field);
+            }
+        }
+    }
+    if info.crd.is_none()
+        && info.group.is_empty()
+        && matches!(info.kind.as_str(), "ConfigMap" | "Secret")
+    {
+        if let Some(m) = obj.as_object_mut() {
+            for field in ["data", "binaryData", "stringData"] {
+                if m.get(field).is_some_and(empty) {
+                    m.remove(field);
+                }
+            }
+        }
+    }
+}
+
+/// The namespace strategy's create step: every namespace carries the `kubernetes` finalizer in
+/// `spec.finalizers` and starts `Active`.
+fn prepare_namespace(obj: &mut Value) {
+    let listed = obj
+        .pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|v| v == "kubernetes"));
+    if !listed {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            obj["spec"] = json!({});
+        }
+        match obj["spec"]
+            .get_mut("finalizers")
+            .and_then(Value::as_array_mut)
+        {
+            Some(list) => list.push(json!("kubernetes")),
+            None => obj["spec"]["finalizers"] = json!(["kubernetes"]),
+        }
+    }
+    obj["status"] = json!({"phase": "Active"});
+}
+
 impl State {
     /// Stores a new object. `namespace` comes from the URL ("" for cluster-scoped kinds).
     pub fn create(
@@ -94,10 +168,13 @@ impl State {
                 m.remove("status");
             }
         }
-        if info.kind == "Namespace" {
-            obj["status"] = json!({"phase": "Active"});
+        // What the strategy sets is owned by no manager: ownership is recorded on the object as sent.
+        let incoming = obj.clone();
+        if info.kind == "Namespace" && info.group.is_empty() {
+            prepare_namespace(&mut obj);
         }
         apply_defaults(info, &mut obj);
+        drop_empty_omitted(info, &mut obj);
         // Validation sees the object as it would be stored, after status is reset and defaults are set.
         check_object(info, &obj, None)?;
         let gr = info.gr();
@@ -111,7 +188,11 @@ impl State {
         }
         set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
         set_meta(&mut obj, "creationTimestamp", json!(now()));
-        set_meta(&mut obj, "generation", json!(1));
+        if tracks_generation(info) {
+            set_meta(&mut obj, "generation", json!(1));
+        } else {
+            remove_meta(&mut obj, "generation");
+        }
         remove_meta(&mut obj, "deletionTimestamp");
         if let Owner::Update(manager) = owner {
             let api_version = obj
@@ -119,14 +200,34 @@ impl State {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
+            let mut sent = if info.kind == "Namespace" && info.group.is_empty() {
+                let mut sent = obj.clone();
+                for field in ["spec", "status"] {
+                    match incoming.get(field) {
+                        Some(v) => sent[field] = v.clone(),
+                        None => {
+                            sent.as_object_mut().map(|m| m.remove(field));
+                        }
+                    }
+                }
+                sent
+            } else {
+                obj.clone()
+            };
             fields::record_update(
                 None,
-                &mut obj,
+                &mut sent,
                 manager,
                 &api_version,
                 info.status,
                 Subresource::Main,
             );
+            match sent.pointer("/metadata/managedFields") {
+                Some(mf) => set_meta(&mut obj, "managedFields", mf.clone()),
+                None => {
+                    remove_meta(&mut obj, "managedFields");
+                }
+            }
         }
         check_storage_size(&obj)?;
         let rv = self.next_rv();
@@ -207,8 +308,25 @@ impl State {
             }
         }
         if sub == Subresource::Main {
+            if info.kind == "Namespace" && info.group.is_empty() {
+                // The namespace strategy keeps spec.finalizers; only the finalize subresource changes them.
+                match current.pointer("/spec/finalizers") {
+                    Some(f) => {
+                        if !stored.get("spec").is_some_and(Value::is_object) {
+                            stored["spec"] = json!({});
+                        }
+                        stored["spec"]["finalizers"] = f.clone();
+                    }
+                    None => {
+                        if let Some(spec) = stored.get_mut("spec").and_then(Value::as_object_mut) {
+                            spec.remove("finalizers");
+                        }
+                    }
+                }
+            }
             apply_defaults(info, &mut stored);
         }
+        drop_empty_omitted(info, &mut stored);
         check_object(info, &stored, Some(&current))?;
         if let Owner::Update(manager) = owner {
             let api_version = stored
@@ -233,7 +351,7 @@ impl State {
         if strip_rv(&stored) == strip_rv(&current) {
             return Ok(current);
         }
-        if spec_part(&stored) != spec_part(&current) {
+        if tracks_generation(info) && spec_part(&stored) != spec_part(&current) {
             let generation = current
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)

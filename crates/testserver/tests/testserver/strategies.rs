@@ -1,0 +1,171 @@
+//! What kube-apiserver's registry strategies do to built-in kinds, seen through kubectl: namespace
+//! finalizers and phase, which kinds carry `metadata.generation`, maps `omitempty` drops once
+//! emptied, and no empty `managedFields`.
+
+use serde_json::Value;
+use sluice_testserver::Config;
+
+use super::kubectl::Kubectl;
+use super::support::server_with;
+
+async fn get(k: &Kubectl, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "json"]);
+    let out = k.run(&all, None).await;
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl get {args:?}: {e}: {out}"))
+}
+
+#[tokio::test]
+async fn a_new_namespace_carries_the_kubernetes_finalizer_and_is_active() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(&["create", "namespace", "team-a"], None).await;
+    let ns = get(&k, &["namespace", "team-a"]).await;
+    assert_eq!(
+        ns["spec"]["finalizers"],
+        serde_json::json!(["kubernetes"]),
+        "{ns}"
+    );
+    assert_eq!(ns["status"]["phase"], "Active", "{ns}");
+    let seeded = get(&k, &["namespace", "kube-system"]).await;
+    assert_eq!(
+        seeded["spec"]["finalizers"],
+        serde_json::json!(["kubernetes"]),
+        "{seeded}"
+    );
+
+    // An update cannot drop the finalizer; deleting still empties and removes the namespace.
+    k.run(&["label", "namespace", "team-a", "x=1"], None).await;
+    let labelled = get(&k, &["namespace", "team-a"]).await;
+    assert_eq!(
+        labelled["spec"]["finalizers"],
+        serde_json::json!(["kubernetes"]),
+        "{labelled}"
+    );
+    k.run(&["create", "configmap", "c", "-n", "team-a"], None)
+        .await;
+    k.run(&["delete", "namespace", "team-a"], None).await;
+    let (ok, _, err) = k.try_run(&["get", "namespace", "team-a"], None).await;
+    assert!(!ok && err.contains("NotFound"), "{err}");
+}
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: d}}
+  template:
+    metadata: {labels: {app: d}}
+    spec: {containers: [{name: c, image: nginx}]}
+"#;
+
+#[tokio::test]
+async fn generation_is_set_only_for_kinds_whose_strategy_sets_it() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(&["create", "configmap", "c", "--from-literal=a=1"], None)
+        .await;
+    k.run(
+        &["create", "secret", "generic", "s", "--from-literal=a=1"],
+        None,
+    )
+    .await;
+    k.run(&["create", "serviceaccount", "sa"], None).await;
+    k.run(&["create", "namespace", "n"], None).await;
+    k.run(&["create", "-f", "-"], Some(DEPLOYMENT)).await;
+    for what in [
+        "configmap/c",
+        "secret/s",
+        "serviceaccount/sa",
+        "namespace/n",
+    ] {
+        let obj = get(&k, &[what]).await;
+        assert!(
+            obj["metadata"].get("generation").is_none(),
+            "{what} carries a generation: {obj}"
+        );
+    }
+    k.run(&["label", "configmap", "c", "x=1"], None).await;
+    k.run(
+        &[
+            "patch",
+            "configmap",
+            "c",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"a":"2"}}"#,
+        ],
+        None,
+    )
+    .await;
+    let cm = get(&k, &["configmap", "c"]).await;
+    assert!(cm["metadata"].get("generation").is_none(), "{cm}");
+
+    let d = get(&k, &["deployment", "d"]).await;
+    assert_eq!(d["metadata"]["generation"], 1, "{d}");
+    k.run(
+        &[
+            "patch",
+            "deployment",
+            "d",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":3}}"#,
+        ],
+        None,
+    )
+    .await;
+    let d = get(&k, &["deployment", "d"]).await;
+    assert_eq!(d["metadata"]["generation"], 2, "{d}");
+}
+
+#[tokio::test]
+async fn removing_the_last_annotation_or_label_drops_the_map() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(&["create", "configmap", "c", "--from-literal=a=1"], None)
+        .await;
+    k.run(&["annotate", "configmap", "c", "note=x"], None).await;
+    k.run(&["label", "configmap", "c", "env=dev"], None).await;
+    k.run(&["annotate", "configmap", "c", "note-"], None).await;
+    k.run(&["label", "configmap", "c", "env-"], None).await;
+    let cm = get(&k, &["configmap", "c"]).await;
+    assert!(cm["metadata"].get("annotations").is_none(), "{cm}");
+    assert!(cm["metadata"].get("labels").is_none(), "{cm}");
+    k.run(
+        &[
+            "patch",
+            "configmap",
+            "c",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"a":null}}"#,
+        ],
+        None,
+    )
+    .await;
+    let cm = get(&k, &["configmap", "c"]).await;
+    assert!(cm.get("data").is_none(), "{cm}");
+}
+
+#[tokio::test]
+async fn objects_no_manager_owns_a_field_of_carry_no_managed_fields() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    let seeded = get(&k, &["namespace", "default", "--show-managed-fields"]).await;
+    assert!(
+        seeded["metadata"].get("managedFields").is_none(),
+        "{seeded}"
+    );
+    k.run(&["create", "configmap", "c", "--from-literal=a=1"], None)
+        .await;
+    let cm = get(&k, &["configmap", "c", "--show-managed-fields"]).await;
+    let managers = cm["metadata"]["managedFields"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{cm}"));
+    assert_eq!(managers.len(), 1, "{cm}");
+    assert_eq!(managers[0]["manager"], "kubectl-create", "{cm}");
+}
