@@ -16,6 +16,12 @@ async fn get(k: &Kubectl, args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl get {args:?}: {e}: {out}"))
 }
 
+const HELD_CONFIGMAP: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: held, namespace: team-a, finalizers: [example.com/hold]}
+"#;
+
 #[tokio::test]
 async fn a_new_namespace_carries_the_kubernetes_finalizer_and_is_active() {
     let server = server_with(Config::default()).await;
@@ -43,9 +49,33 @@ async fn a_new_namespace_carries_the_kubernetes_finalizer_and_is_active() {
         serde_json::json!(["kubernetes"]),
         "{labelled}"
     );
-    k.run(&["create", "configmap", "c", "-n", "team-a"], None)
+    k.run(&["create", "-f", "-"], Some(HELD_CONFIGMAP)).await;
+    k.run(&["delete", "namespace", "team-a", "--wait=false"], None)
         .await;
-    k.run(&["delete", "namespace", "team-a"], None).await;
+    let terminating = get(&k, &["namespace", "team-a"]).await;
+    assert_eq!(
+        terminating["status"]["phase"], "Terminating",
+        "{terminating}"
+    );
+    assert_eq!(
+        terminating["spec"]["finalizers"],
+        serde_json::json!(["kubernetes"]),
+        "{terminating}"
+    );
+    k.run(
+        &[
+            "patch",
+            "configmap",
+            "held",
+            "-n",
+            "team-a",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+        None,
+    )
+    .await;
     let (ok, _, err) = k.try_run(&["get", "namespace", "team-a"], None).await;
     assert!(!ok && err.contains("NotFound"), "{err}");
 }
