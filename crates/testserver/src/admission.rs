@@ -411,14 +411,8 @@ pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::builtin_kind as builtin;
     use serde_json::json;
-
-    fn builtin(kind: &str) -> ResourceInfo {
-        crate::resources::builtins()
-            .into_iter()
-            .find(|r| r.kind == kind)
-            .expect("built-in kind")
-    }
 
     #[test]
     fn the_directive_defaults_to_warn_and_rejects_unknown_values() {

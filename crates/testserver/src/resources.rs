@@ -121,6 +121,15 @@ fn builtin(
 const RBAC: &str = "rbac.authorization.k8s.io";
 
 /// The built-in kinds every cluster serves.
+/// The built-in kind named `kind`, for tests.
+#[cfg(test)]
+pub(crate) fn builtin_kind(kind: &str) -> ResourceInfo {
+    builtins()
+        .into_iter()
+        .find(|r| r.kind == kind)
+        .expect("built-in kind")
+}
+
 pub fn builtins() -> Vec<ResourceInfo> {
     vec![
         builtin("", "v1", "Namespace", "namespaces", false, true, &["ns"]),

@@ -471,14 +471,8 @@ fn secret_errors(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::builtin_kind as builtin;
     use serde_json::json;
-
-    fn builtin(kind: &str) -> ResourceInfo {
-        crate::resources::builtins()
-            .into_iter()
-            .find(|r| r.kind == kind)
-            .expect("built-in kind")
-    }
 
     fn check(kind: &str, obj: Value, old: Option<Value>, want: &[&str]) {
         let got: Vec<String> = object_errors(&builtin(kind), &obj, old.as_ref())
