@@ -18,6 +18,10 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Bus {
     client: async_nats::Client,
     js: jetstream::Context,
+    /// How many times the connection was lost: a publish ack still pending when it changes
+    /// will never come (the server may have died with the message), so it is retried at once
+    /// instead of after the ack timeout.
+    disconnects: tokio::sync::watch::Receiver<u64>,
 }
 
 /// One message a stage wants published.
@@ -34,8 +38,17 @@ pub struct Outgoing {
 impl Bus {
     /// Connects and makes sure every stream of the topology exists with its configuration.
     pub async fn connect(url: &str) -> Result<Bus> {
+        let (lost, disconnects) = tokio::sync::watch::channel(0u64);
         let client = async_nats::ConnectOptions::new()
             .name("sluice")
+            .event_callback(move |event| {
+                if matches!(event, async_nats::Event::Disconnected) {
+                    lost.send_modify(|count| *count += 1);
+                }
+                // The client's own default: every connection event is logged.
+                tracing::info!("nats event: {event}");
+                std::future::ready(())
+            })
             .retry_on_initial_connect()
             .connection_timeout(Duration::from_secs(5))
             .connect(url)
@@ -52,7 +65,11 @@ impl Bus {
             // chunks), so this one is never what stops a publish.
             .max_ack_inflight(1 << 24)
             .build(client.clone());
-        let bus = Bus { client, js };
+        let bus = Bus {
+            client,
+            js,
+            disconnects,
+        };
         for spec in ALL_STREAMS {
             bus.ensure_stream(spec).await?;
         }
@@ -95,6 +112,15 @@ impl Bus {
             .server_info()
             .max_payload
             .saturating_sub(topology::HEADER_ROOM)
+    }
+
+    /// Counts lost connections, seen as of now: it changes at the next drop of the connection,
+    /// so that whoever awaits the acks of publishes made after this call knows when they are
+    /// lost. Take it before publishing.
+    pub fn disconnects(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut disconnects = self.disconnects.clone();
+        disconnects.borrow_and_update();
+        disconnects
     }
 
     pub fn client(&self) -> &async_nats::Client {

@@ -40,6 +40,21 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    #[error("{what} ended")]
+    Ended { what: String },
+    #[error("consumer {consumer} acks cover earlier deliveries, so an input to retry stops the stage: {reason}")]
+    Uncovered { consumer: String, reason: String },
+}
+
+impl Error {
+    /// Whether a publish was refused for its size: the server never takes it, however often
+    /// it is sent.
+    pub fn is_too_large(&self) -> bool {
+        use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+        matches!(self, Error::Publish { source, .. }
+            if source.downcast_ref::<PublishError>()
+                .is_some_and(|e| e.kind() == PublishErrorKind::MaxPayloadExceeded))
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -27,6 +27,14 @@ impl Freshness {
             .is_some_and(|seen| *seen >= delivered.sequence)
     }
 
+    /// Whether a newer state of the subject than this delivery was recorded (a redelivery of
+    /// the recorded state itself is not superseded).
+    pub fn is_superseded(&self, delivered: &Delivered) -> bool {
+        self.seen
+            .get(&delivered.subject)
+            .is_some_and(|seen| *seen > delivered.sequence)
+    }
+
     pub fn record(&mut self, delivered: &Delivered) {
         match self.seen.get_mut(&delivered.subject) {
             Some(seen) => *seen = delivered.sequence,
@@ -271,5 +279,10 @@ mod tests {
         assert!(fresh.is_stale(&delivered("a", 3)));
         assert!(!fresh.is_stale(&delivered("a", 6)));
         assert!(!fresh.is_stale(&delivered("b", 1)));
+        assert!(
+            !fresh.is_superseded(&delivered("a", 5)),
+            "the same state again"
+        );
+        assert!(fresh.is_superseded(&delivered("a", 4)));
     }
 }

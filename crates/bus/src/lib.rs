@@ -1,11 +1,13 @@
 //! The NATS JetStream adapter of sluice: the message topology ([`topology`]), the connection
 //! with its streams ([`Bus`]), state replay and durable consumption ([`feed`]), and the
-//! in-order ack window that keeps publish acks in flight ([`window`]), and the coalescing of
-//! level-based inputs a stage has fallen behind on ([`coalesce`]).
+//! in-order ack window that keeps publish acks in flight ([`window`]), the coalescing of
+//! level-based inputs a stage has fallen behind on ([`coalesce`]), and the one stage runner
+//! that drives every consuming stage with them ([`runner`]).
 //! It knows nothing of Kubernetes or of what the messages mean.
 
 pub mod coalesce;
 pub mod feed;
+pub mod runner;
 pub mod topology;
 pub mod window;
 

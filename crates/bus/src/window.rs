@@ -93,20 +93,25 @@ impl AckWindow {
     /// is acked once all of `acks` are stored, or nacked if one fails. Counts as one entry of
     /// the window.
     pub fn push_batch(&mut self, acks: Vec<PublishAckFuture>, inputs: Vec<Message>) {
-        self.push_entry(acks, inputs, None);
+        let held = acks.len();
+        self.push_entry(held, await_all(acks).boxed(), inputs, None);
     }
 
     /// Publishes `outputs` and registers `inputs` (possibly none) to be acked once all of them
     /// are stored. Before each publish that would exceed the ack budget it waits for the
     /// oldest entry to settle, or, when this call's own outputs fill the budget, for those.
     /// Returns how many outputs were published. An output that cannot be sent is an error and
-    /// registers nothing: the inputs come back after their ack wait.
+    /// registers nothing: the inputs come back after their ack wait. An output whose ack was
+    /// still pending when the connection dropped is published again (same message id) instead
+    /// of failing after the ack timeout: the server may have lost it, and its input need not
+    /// come back for that.
     pub async fn publish(
         &mut self,
         bus: &Bus,
         outputs: impl IntoIterator<Item = Outgoing>,
         inputs: Vec<Message>,
     ) -> Result<usize> {
+        let lost = bus.disconnects();
         let mut pending = Vec::new();
         let mut failure = None;
         let mut published = 0;
@@ -117,28 +122,39 @@ impl AckWindow {
                     if let Settled::Retried(error) = settled {
                         tracing::warn!(error = %error, "output not stored, input will be redelivered");
                     }
-                } else if let Some(error) = await_all(std::mem::take(&mut pending)).await {
-                    failure = Some(error);
+                } else {
+                    let acks = std::mem::take(&mut pending);
+                    if let Some((_, error)) =
+                        await_stored(bus.clone(), lost.clone(), acks).await.pop()
+                    {
+                        failure = Some(error);
+                    }
                 }
             }
-            pending.push(bus.publish(output).await?);
+            let ack = bus.publish(output.clone()).await?;
+            pending.push((output, ack));
             published += 1;
         }
-        self.push_entry(pending, inputs, failure);
+        let held = pending.len();
+        let stored = await_stored(bus.clone(), lost, pending)
+            .map(|mut failed| failed.pop().map(|(_, error)| error));
+        self.push_entry(held, stored.boxed(), inputs, failure);
         Ok(published)
     }
 
+    /// Registers an entry: `held` acks that `stored` awaits (its failure, if any), and the
+    /// inputs to ack once it and every earlier entry settled.
     fn push_entry(
         &mut self,
-        acks: Vec<PublishAckFuture>,
+        held: usize,
+        stored: BoxFuture<'static, Option<Error>>,
         inputs: Vec<Message>,
         earlier: Option<Error>,
     ) {
-        let held = acks.len();
         self.acks += held;
         let covering = self.covering;
         let fut = async move {
-            let failure = await_all(acks).await.or(earlier);
+            let failure = stored.await.or(earlier);
             let settled = match failure {
                 None => {
                     let mut settled = Settled::Acked;
@@ -219,4 +235,48 @@ async fn await_all(acks: Vec<PublishAckFuture>) -> Option<Error> {
         }
     }
     failure
+}
+
+/// Awaits the acks of `pending` (outputs published after `lost` was taken) and returns the
+/// outputs that were not stored, with why. When the connection drops, every output whose ack
+/// is still pending is published again at once (same message id: JetStream drops the copy of
+/// one that did land), since its ack may never come.
+pub(crate) async fn await_stored(
+    bus: Bus,
+    mut lost: tokio::sync::watch::Receiver<u64>,
+    pending: Vec<(Outgoing, PublishAckFuture)>,
+) -> Vec<(Outgoing, Error)> {
+    let mut failed = Vec::new();
+    let mut queue: std::collections::VecDeque<_> = pending.into();
+    while let Some((output, ack)) = queue.pop_front() {
+        tokio::select! {
+            biased;
+            stored = ack => {
+                if let Err(source) = stored {
+                    let subject = output.subject.clone();
+                    failed.push((output, Error::Publish { subject, source: Box::new(source) }));
+                }
+            }
+            () = connection_lost(&mut lost) => {
+                let again: Vec<Outgoing> = std::iter::once(output)
+                    .chain(queue.drain(..).map(|(output, _)| output))
+                    .collect();
+                tracing::debug!(outputs = again.len(), "connection dropped before the acks came, publishing again");
+                for output in again {
+                    match bus.publish(output.clone()).await {
+                        Ok(ack) => queue.push_back((output, ack)),
+                        Err(error) => failed.push((output, error)),
+                    }
+                }
+            }
+        }
+    }
+    failed
+}
+
+/// Resolves when the connection drops (never once the client is gone for good).
+pub(crate) async fn connection_lost(lost: &mut tokio::sync::watch::Receiver<u64>) {
+    if lost.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }

@@ -300,15 +300,11 @@ impl Applier {
             for object in phase {
                 let r = sluice_wire::object_ref(object);
                 let kind = self.kind(&r.api_version, &r.kind).await?;
-                writes.push((object, r, kind));
+                writes.push((object.clone(), r, kind));
             }
             let client = &self.client;
             let outcomes: Vec<_> = futures::stream::iter(writes)
-                .map(|(object, r, kind)| async move {
-                    apply::apply(client, &kind, object, FIELD_MANAGER)
-                        .await
-                        .map(|_| (object, r))
-                })
+                .map(move |(object, r, kind)| apply_one(client, object, r, kind))
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .collect()
                 .await;
@@ -316,7 +312,7 @@ impl Applier {
             for outcome in outcomes {
                 match outcome {
                     Ok((object, r)) => {
-                        known.insert(object_id(object), content_hash(object));
+                        known.insert(object_id(&object), content_hash(&object));
                         result.applied.push(r);
                     }
                     Err(error) => failure = Some(error),
@@ -333,22 +329,18 @@ impl Applier {
         for phase in [profiles, references] {
             let mut deletes = Vec::with_capacity(phase.len());
             for r in phase {
-                deletes.push((r, self.kind(&r.api_version, &r.kind).await?));
+                deletes.push((r.clone(), self.kind(&r.api_version, &r.kind).await?));
             }
             let client = &self.client;
             let outcomes: Vec<_> = futures::stream::iter(deletes)
-                .map(|(r, kind)| async move {
-                    apply::delete(client, &kind, &r.namespace, &r.name)
-                        .await
-                        .map(|()| r)
-                })
+                .map(move |(r, kind)| delete_one(client, r, kind))
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .collect()
                 .await;
             for outcome in outcomes {
                 let r = outcome?;
                 known.remove(&(r.kind.clone(), r.namespace.clone(), r.name.clone()));
-                result.deleted.push(r.clone());
+                result.deleted.push(r);
             }
         }
         if state.removed && unit == Unit::Main {
@@ -509,6 +501,31 @@ impl Applier {
         }
         Ok(known)
     }
+}
+
+/// Applies one object. It takes owned values: a stream of futures over borrowed ones is not
+/// provably `Send` (a compiler limit with higher-ranked lifetimes), and the runner's stages
+/// must be.
+async fn apply_one(
+    client: &kube::Client,
+    object: Value,
+    r: pb::ObjectRef,
+    kind: Kind,
+) -> sluice_kube::Result<(Value, pb::ObjectRef)> {
+    apply::apply(client, &kind, &object, FIELD_MANAGER)
+        .await
+        .map(|_| (object, r))
+}
+
+/// Deletes one object (owned, as [`apply_one`]).
+async fn delete_one(
+    client: &kube::Client,
+    r: pb::ObjectRef,
+    kind: Kind,
+) -> sluice_kube::Result<pb::ObjectRef> {
+    apply::delete(client, &kind, &r.namespace, &r.name)
+        .await
+        .map(|()| r)
 }
 
 /// The objects a desired state wants; an object that does not decode is an error that says

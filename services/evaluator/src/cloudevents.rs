@@ -56,8 +56,15 @@ pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::
                     Err(reason) => {
                         rejected.inc();
                         tracing::warn!(subject = %delivered.subject, sequence = delivered.sequence, reason = %reason, "rejecting cloudevent");
-                        let dead = dead_letter(&bus, &delivered, &reason).await;
-                        window.push(dead.into_iter().collect(), Some(message));
+                        match dead_letter(&bus, &delivered, &reason).await {
+                            // Acked once the dead letter is stored, nacked by the window if not.
+                            Some(parked) => window.push(vec![parked], Some(message)),
+                            None => {
+                                // Not stored, so not acked: it comes back and is rejected again.
+                                let delay = sluice_bus::runner::retry_delay(message.info().map_or(1, |i| i.delivered));
+                                let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(Some(delay))).await;
+                            }
+                        }
                         continue;
                     }
                 };

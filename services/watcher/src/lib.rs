@@ -91,7 +91,7 @@ pub async fn run(
             Err(error) => tracing::warn!(error = %error, "skipping unreadable config message"),
         }
     }
-    let mut watches = managed::Watches::new(bus.clone(), health.clone());
+    let mut watches = managed::Watches::new(bus.clone(), health.clone(), token.child_token());
     watches.reconcile(&state).await;
     let mut listeners = cloudevents::Listeners::new(bus.clone(), health.clone());
     listeners.reconcile(&state);

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
+use sluice_bus::runner::publish::publish_stored;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::cluster::{kubeconfig_from_secret, ClusterId};
 use sluice_domain::config::ConfigState;
 use sluice_kube::watch::{watch_kind, Change, ObjectKey};
 use sluice_proto::v1 as pb;
-use sluice_runtime::Health;
+use sluice_runtime::{CancellationToken, Health};
 use tokio::task::JoinHandle;
 
 /// group, version, kind.
@@ -71,6 +72,8 @@ pub fn desired_watches(state: &ConfigState) -> BTreeMap<ClusterId, ClusterWatch>
 struct Running {
     kubeconfig_hash: String,
     task: JoinHandle<()>,
+    /// Stops the task's publishing retries.
+    token: CancellationToken,
 }
 
 /// The running watch tasks.
@@ -79,15 +82,17 @@ pub struct Watches {
     health: Health,
     running: HashMap<(ClusterId, Gvk), Running>,
     clusters: BTreeSet<ClusterId>,
+    token: CancellationToken,
 }
 
 impl Watches {
-    pub fn new(bus: Bus, health: Health) -> Watches {
+    pub fn new(bus: Bus, health: Health, token: CancellationToken) -> Watches {
         Watches {
             bus,
             health,
             running: HashMap::new(),
             clusters: BTreeSet::new(),
+            token,
         }
     }
 
@@ -114,6 +119,7 @@ impl Watches {
                 .is_some_and(|(hash, _)| *hash == running.kubeconfig_hash);
             if !keep {
                 tracing::info!(cluster = %key.0, kind = %key.1 .2, "stopping watch");
+                running.token.cancel();
                 running.task.abort();
             }
             keep
@@ -123,18 +129,21 @@ impl Watches {
                 continue;
             }
             tracing::info!(cluster = %key.0, kind = %key.1 .2, "starting watch");
+            let token = self.token.child_token();
             let task = tokio::spawn(watch_managed(
                 self.bus.clone(),
                 self.health.clone(),
                 key.0.clone(),
                 key.1.clone(),
                 kubeconfig,
+                token.clone(),
             ));
             self.running.insert(
                 key,
                 Running {
                     kubeconfig_hash: hash,
                     task,
+                    token,
                 },
             );
         }
@@ -156,6 +165,7 @@ impl Watches {
 
     pub fn stop_all(&mut self) {
         for (_, running) in self.running.drain() {
+            running.token.cancel();
             running.task.abort();
         }
     }
@@ -163,7 +173,14 @@ impl Watches {
 
 const RETRY: Duration = Duration::from_secs(2);
 
-async fn watch_managed(bus: Bus, health: Health, cluster: ClusterId, gvk: Gvk, kubeconfig: String) {
+async fn watch_managed(
+    bus: Bus,
+    health: Health,
+    cluster: ClusterId,
+    gvk: Gvk,
+    kubeconfig: String,
+    token: CancellationToken,
+) {
     let errors = health.counter("sluice_watcher_managed_errors_total");
     let published = health.counter("sluice_watcher_changes_published_total");
     let tokens = sluice_wire::cluster_tokens(&cluster);
@@ -210,30 +227,19 @@ async fn watch_managed(bus: Bus, health: Health, cluster: ClusterId, gvk: Gvk, k
                     continue;
                 }
             };
-            // A listed cluster can yield any number of changes: their acks are awaited a
-            // bounded chunk at a time.
-            let mut changes = changes.into_iter().peekable();
-            while changes.peek().is_some() {
-                let mut acks = Vec::with_capacity(topology::ACKS_IN_FLIGHT);
-                for change in changes.by_ref().take(topology::ACKS_IN_FLIGHT) {
-                    let out = resource_change(&cluster, &tokens, &gvk, &api_version, change);
-                    match bus.publish(out).await {
-                        Ok(ack) => acks.push(ack),
-                        Err(error) => {
-                            errors.inc();
-                            tracing::warn!(cluster = %cluster, error = %error, "failed to publish change");
-                        }
-                    }
-                }
-                for ack in acks {
-                    match ack.await {
-                        Ok(_) => published.inc(),
-                        Err(error) => {
-                            errors.inc();
-                            tracing::warn!(cluster = %cluster, error = %error, "change not stored");
-                        }
-                    }
-                }
+            // The watch has counted these changes as known: each is published until it is
+            // stored (a listed cluster's many a bounded chunk at a time), or the watch stops.
+            let outputs: Vec<Outgoing> = changes
+                .into_iter()
+                .map(|change| resource_change(&cluster, &tokens, &gvk, &api_version, change))
+                .collect();
+            let Ok(report) = publish_stored(&bus, outputs, &token).await else {
+                return;
+            };
+            published.add(report.stored as u64);
+            errors.add(report.retries as u64);
+            for (out, error) in report.refused {
+                tracing::warn!(cluster = %cluster, subject = %out.subject, error = %error, "change refused by the bus, not published");
             }
         }
     }

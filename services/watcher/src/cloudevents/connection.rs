@@ -366,14 +366,23 @@ async fn settle(
         Err(reason) => {
             counters.rejected.inc();
             tracing::warn!(cluster = %cluster, subject, reason = %reason, "rejecting malformed cloudevent");
-            let dead =
-                dead_letter(bus, cluster, subject, &message.payload, &reason.to_string()).await;
-            window.push(dead.into_iter().collect(), input);
+            match dead_letter(bus, cluster, subject, &message.payload, &reason.to_string()).await {
+                // Acked once the dead letter is stored, nacked by the window if it is not.
+                Some(parked) => window.push(vec![parked], input),
+                None => {
+                    counters.errors.inc();
+                    if let Some(input) = input {
+                        // Not stored, so not acked: it comes back and is rejected again.
+                        let _ = input.ack_with(AckKind::Nak(Some(FIRST_BACKOFF))).await;
+                    }
+                }
+            }
         }
     }
 }
 
-/// Parks a malformed CloudEvent with the reason; the input is acked once it is stored.
+/// Parks a malformed CloudEvent with the reason; the publish ack of the dead letter, `None`
+/// when it could not be sent.
 async fn dead_letter(
     bus: &Bus,
     cluster: &ClusterId,
@@ -394,7 +403,7 @@ async fn dead_letter(
     {
         Ok(ack) => Some(ack),
         Err(error) => {
-            tracing::warn!(cluster = %cluster, error = %error, "failed to dead-letter cloudevent");
+            tracing::warn!(cluster = %cluster, error = %error, "failed to dead-letter cloudevent, it will come back");
             None
         }
     }

@@ -1,0 +1,338 @@
+//! The stage runner against a real nats-server: a transient error is nacked and the input comes
+//! back, a permanent one is dead-lettered with its reason and acked; an input whose dead
+//! letter cannot be stored is not acked; a drain cut short by its deadline returns in time and
+//! leaves the input to be redelivered.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use sluice_bus::runner::{Action, Failure, Hooks, Input, Outcome, Output, Runner, Stage};
+use sluice_bus::topology::{self, Acks, ConsumerSpec};
+use sluice_bus::{Bus, Delivered, Outgoing};
+use sluice_testkit::{wait_for, NatsServer};
+use tokio_util::sync::CancellationToken;
+
+const DEADLINE: Duration = Duration::from_secs(15);
+
+/// A consumer of its own on the desired-state stream, so its dead letters have their subject.
+const SPEC: ConsumerSpec = ConsumerSpec {
+    stream: topology::DESIRED,
+    durable: "runner-test",
+    acks: Acks::Each,
+};
+
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("server busy")]
+    Busy,
+    #[error("cannot be handled: {0}")]
+    Broken(String),
+}
+
+impl Failure for ProbeError {
+    fn action(&self) -> Action {
+        match self {
+            ProbeError::Busy => Action::Retry,
+            ProbeError::Broken(_) => Action::Reject,
+        }
+    }
+}
+
+/// Handles a body by what it says: `retry-once` fails transiently on its first delivery,
+/// `reject` permanently, `hang` never finishes while `hang` is set; anything else is echoed
+/// to the applied subject of its input.
+#[derive(Clone, Default)]
+struct Probe {
+    attempts: Arc<Mutex<HashMap<String, usize>>>,
+    hang: bool,
+}
+
+impl Probe {
+    fn attempts(&self, body: &str) -> usize {
+        self.attempts
+            .lock()
+            .expect("lock")
+            .get(body)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Stage for Probe {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        let mut out = Vec::new();
+        for input in inputs {
+            let body = input.value.as_str();
+            let attempt = {
+                let mut attempts = self.attempts.lock().expect("lock");
+                let slot = attempts.entry(body.to_string()).or_default();
+                *slot += 1;
+                *slot
+            };
+            if body == "hang" && self.hang {
+                std::future::pending::<()>().await;
+            }
+            out.push(match body {
+                "retry-once" if attempt == 1 => Err(ProbeError::Busy),
+                "reject" => Err(ProbeError::Broken("no template".into())),
+                _ => Ok(vec![Output {
+                    subject: topology::applied_subject_for(&input.delivered.subject)
+                        .expect("a desired subject"),
+                    payload: Bytes::from(format!("done {body}")),
+                }]),
+            });
+        }
+        out
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) {
+        match side {}
+    }
+}
+
+fn subject(name: &str) -> String {
+    topology::desired_subject(name, &topology::cluster_tokens("sveltos", "default", "a"))
+}
+
+async fn send(bus: &Bus, name: &str, body: &str) -> anyhow::Result<()> {
+    bus.publish_durably(Outgoing {
+        subject: subject(name),
+        msg_id: format!("{name}-{body}"),
+        payload: Bytes::from(body.to_string()),
+        traceparent: None,
+    })
+    .await?;
+    Ok(())
+}
+
+async fn output(bus: &Bus, name: &str) -> Option<String> {
+    let applied = topology::applied_subject_for(&subject(name))?;
+    let stream = bus
+        .jetstream()
+        .get_stream(topology::APPLIED.name)
+        .await
+        .ok()?;
+    let message = stream
+        .get_last_raw_message_by_subject(&applied)
+        .await
+        .ok()?;
+    Some(String::from_utf8_lossy(&message.payload).to_string())
+}
+
+/// (unacked, pending) of the test consumer.
+async fn consumer_state(bus: &Bus) -> anyhow::Result<(usize, u64)> {
+    let stream = bus.jetstream().get_stream(SPEC.stream.name).await?;
+    let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream
+        .get_consumer(SPEC.durable)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let info = consumer.info().await?;
+    Ok((info.num_ack_pending, info.num_pending))
+}
+
+fn counter() -> (Arc<AtomicU64>, sluice_bus::runner::Count) {
+    let value = Arc::new(AtomicU64::new(0));
+    let inner = value.clone();
+    (
+        value,
+        Arc::new(move |n| {
+            inner.fetch_add(n, Ordering::Relaxed);
+        }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_the_reason(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let probe = Probe::default();
+    let (handled, handled_hook) = counter();
+    let (retried, retried_hook) = counter();
+    let (rejected, rejected_hook) = counter();
+    let runner = Runner::bind(&bus, SPEC).await?.with_hooks(Hooks {
+        handled: handled_hook,
+        retried: retried_hook,
+        rejected: rejected_hook,
+        trace: None,
+    });
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let mut stage = probe.clone();
+        let token = token.clone();
+        async move {
+            runner
+                .run(&mut stage, futures::stream::pending(), token)
+                .await
+        }
+    });
+    send(&bus, "ok", "fine").await?;
+    send(&bus, "flaky", "retry-once").await?;
+    send(&bus, "bad", "reject").await?;
+
+    assert_eq!(
+        wait_for("output of a good input", DEADLINE, || output(&bus, "ok")).await?,
+        "done fine"
+    );
+    // The transient failure was nacked and delivered again, then handled.
+    assert_eq!(
+        wait_for("output of a retried input", DEADLINE, || output(
+            &bus, "flaky"
+        ))
+        .await?,
+        "done retry-once"
+    );
+    assert_eq!(probe.attempts("retry-once"), 2);
+    // The permanent failure is a dead letter with the reason and where it came from.
+    let dead = bus.jetstream().get_stream(topology::DEAD.name).await?;
+    let letter = wait_for("dead letter", DEADLINE, || async {
+        dead.get_last_raw_message_by_subject(&topology::dead_subject(SPEC.durable))
+            .await
+            .ok()
+    })
+    .await?;
+    assert_eq!(letter.payload, Bytes::from("reject"));
+    let header = |name: &str| {
+        letter
+            .headers
+            .get(name)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        header(topology::ERROR_HEADER),
+        "cannot be handled: no template"
+    );
+    assert_eq!(header(topology::ORIGIN_SUBJECT_HEADER), subject("bad"));
+    // Everything is acked, and the rejected input was handled once.
+    wait_for("every input acked", DEADLINE, || async {
+        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
+    })
+    .await?;
+    assert_eq!(probe.attempts("reject"), 1);
+    assert_eq!(handled.load(Ordering::Relaxed), 2);
+    assert_eq!(retried.load(Ordering::Relaxed), 1);
+    assert_eq!(rejected.load(Ordering::Relaxed), 1);
+    token.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_whose_dead_letter_is_not_stored_is_not_acked() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    // No stream takes the dead letters.
+    bus.jetstream().delete_stream(topology::DEAD.name).await?;
+    let probe = Probe::default();
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let mut stage = probe.clone();
+        let token = token.clone();
+        async move {
+            runner
+                .run(&mut stage, futures::stream::pending(), token)
+                .await
+        }
+    });
+    send(&bus, "bad", "reject").await?;
+    // Rejected again and again: each dead letter fails, so the input is never acked.
+    wait_for("the input delivered again", DEADLINE, || async {
+        (probe.attempts("reject") >= 2).then_some(())
+    })
+    .await?;
+    let (unacked, pending) = consumer_state(&bus).await?;
+    assert_eq!(unacked + pending as usize, 1, "the input is still there");
+    // Once the dead letters have a stream again, the next delivery is parked and acked.
+    Bus::connect(&nats.url()).await?;
+    let dead = bus.jetstream().get_stream(topology::DEAD.name).await?;
+    wait_for("dead letter stored", DEADLINE, || async {
+        dead.get_last_raw_message_by_subject(&topology::dead_subject(SPEC.durable))
+            .await
+            .ok()
+    })
+    .await?;
+    wait_for("the input acked", DEADLINE, || async {
+        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
+    })
+    .await?;
+    token.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_returns_by_its_deadline_and_leaves_the_input_to_come_back() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let first = Bus::connect(&nats.url()).await?;
+    let deadline = Duration::from_millis(300);
+    let hanging = Probe {
+        hang: true,
+        ..Probe::default()
+    };
+    let runner = Runner::bind(&first, SPEC)
+        .await?
+        .with_drain_deadline(deadline);
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let mut stage = hanging.clone();
+        let token = token.clone();
+        async move {
+            runner
+                .run(&mut stage, futures::stream::pending(), token)
+                .await
+        }
+    });
+    send(&first, "slow", "hang").await?;
+    wait_for("the stage handling", DEADLINE, || async {
+        (hanging.attempts("hang") == 1).then_some(())
+    })
+    .await?;
+    let cancelled = Instant::now();
+    token.cancel();
+    tokio::time::timeout(DEADLINE, task).await???;
+    let took = cancelled.elapsed();
+    assert!(
+        took >= deadline && took < deadline + Duration::from_secs(2),
+        "drain took {took:?}"
+    );
+    first.close().await;
+
+    // The input was not acked: a new runner gets it at once (nacked, not left to ack wait).
+    let second = Bus::connect(&nats.url()).await?;
+    let runner = Runner::bind(&second, SPEC).await?;
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let mut stage = Probe::default();
+        let token = token.clone();
+        async move {
+            runner
+                .run(&mut stage, futures::stream::pending(), token)
+                .await
+        }
+    });
+    assert_eq!(
+        wait_for(
+            "the input handled after the restart",
+            Duration::from_secs(5),
+            || { output(&second, "slow") }
+        )
+        .await?,
+        "done hang"
+    );
+    token.cancel();
+    task.await??;
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! The applier as a stage of the runner (`sluice_bus::runner`): a desired state in, its
+//! `ApplyResult` out. Decoding checks what the executor relies on (a valid cluster, a desired
+//! subject), so a malformed state is rejected to the dead letters instead of retried; a
+//! Kubernetes error is retried when `sluice_kube::Error::is_transient` says so and rejected
+//! otherwise. What follows from a result (the units to purge, the status to write) is decided by
+//! the pure [`followups`] and executed here.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sluice_bus::runner::{Action, Failure, Input, Outcome, Output, Stage};
+use sluice_bus::topology::{self, StreamSpec};
+use sluice_bus::{Bus, Delivered};
+use sluice_domain::cluster::ClusterId;
+use sluice_proto::v1 as pb;
+
+use crate::executor::{Applier, Unit};
+use crate::status::Statuses;
+
+/// Why a desired state was not applied; its type says retry or reject.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("failed to decode the desired state")]
+    Decode(#[source] sluice_wire::Error),
+    #[error("desired state names no valid cluster")]
+    Cluster(#[source] sluice_wire::Error),
+    #[error("desired state on {0}, which is not a desired-state subject")]
+    ForeignSubject(String),
+    #[error("failed to apply the desired state of {event_trigger}")]
+    Kube {
+        event_trigger: String,
+        #[source]
+        source: sluice_kube::Error,
+    },
+}
+
+impl Failure for ApplyError {
+    fn action(&self) -> Action {
+        match self {
+            ApplyError::Kube { source, .. } if source.is_transient() => Action::Retry,
+            _ => Action::Reject,
+        }
+    }
+}
+
+/// A desired state checked for what the executor relies on.
+#[derive(Debug)]
+pub struct Desired {
+    pub state: pb::DesiredState,
+    pub cluster: ClusterId,
+    /// Where its `ApplyResult` goes.
+    pub applied_subject: String,
+}
+
+/// Decodes and checks one desired state.
+pub fn decode(delivered: &Delivered) -> Result<Desired, ApplyError> {
+    let state = sluice_wire::decode::<pb::DesiredState>("DesiredState", delivered)
+        .map_err(ApplyError::Decode)?;
+    let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), &delivered.subject)
+        .map_err(ApplyError::Cluster)?;
+    let applied_subject = topology::applied_subject_for(&delivered.subject)
+        .ok_or_else(|| ApplyError::ForeignSubject(delivered.subject.clone()))?;
+    Ok(Desired {
+        state,
+        cluster,
+        applied_subject,
+    })
+}
+
+/// What to do once a desired state is applied, decided from the state alone.
+#[derive(Debug, Default, PartialEq)]
+pub struct Followups {
+    /// Streams and filters to purge: the removal of a pair's main unit takes the pair's other
+    /// units' states and results off the streams.
+    pub purge: Vec<(StreamSpec, String)>,
+}
+
+pub fn followups(state: &pb::DesiredState, cluster: &ClusterId) -> Followups {
+    if !(state.removed && Unit::of(state) == Unit::Main) {
+        return Followups::default();
+    }
+    let tokens = sluice_wire::cluster_tokens(cluster);
+    Followups {
+        purge: vec![
+            (
+                topology::DESIRED,
+                topology::desired_units_filter(&state.event_trigger, &tokens),
+            ),
+            (
+                topology::APPLIED,
+                topology::applied_units_filter(&state.event_trigger, &tokens),
+            ),
+        ],
+    }
+}
+
+/// The applier's stage: the executor, the statuses it keeps and the problems it reported.
+pub(crate) struct ApplierStage {
+    pub(crate) bus: Bus,
+    pub(crate) applier: Applier,
+    pub(crate) statuses: Statuses,
+    /// The problem last reported per unusable trigger, so each one is one Event.
+    pub(crate) reported: BTreeMap<String, String>,
+}
+
+impl Stage for ApplierStage {
+    type Input = Desired;
+    /// The configuration feed of EventTriggers and EventBasedAddOns.
+    type Side = sluice_bus::Result<Delivered>;
+    type Error = ApplyError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<Desired, ApplyError> {
+        decode(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<Desired>]) -> Vec<Outcome<ApplyError>> {
+        let units: Vec<(&str, &pb::DesiredState)> = inputs
+            .iter()
+            .map(|input| (input.delivered.subject.as_str(), &input.value.state))
+            .collect();
+        let results = self.applier.execute_all(&units).await;
+        // Each trigger's status is written once per batch.
+        let mut touched = BTreeSet::new();
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        for (input, result) in inputs.iter().zip(results) {
+            let desired = &input.value;
+            let result = match result {
+                Ok(result) => result,
+                Err(source) => {
+                    // A CRD may have been re-created: kinds are resolved again next time.
+                    self.applier.forget_kinds();
+                    outcomes.push(Err(ApplyError::Kube {
+                        event_trigger: desired.state.event_trigger.clone(),
+                        source,
+                    }));
+                    continue;
+                }
+            };
+            for (stream, filter) in followups(&desired.state, &desired.cluster).purge {
+                if let Err(error) = self.bus.purge(stream, &filter).await {
+                    tracing::warn!(error = %error, %filter, "failed to purge the units of a withdrawn trigger and cluster");
+                }
+            }
+            tracing::info!(
+                event_trigger = %desired.state.event_trigger,
+                applied = result.applied.len(),
+                deleted = result.deleted.len(),
+                failure = %result.failure_message,
+                "desired state applied"
+            );
+            if self.statuses.record(&result) {
+                touched.insert(result.event_trigger.clone());
+            }
+            outcomes.push(Ok(vec![Output {
+                subject: desired.applied_subject.clone(),
+                payload: sluice_wire::encode(&result),
+            }]));
+        }
+        for trigger in touched {
+            self.applier.write_status(&self.statuses, &trigger).await;
+        }
+        outcomes
+    }
+
+    async fn on_side(&mut self, side: sluice_bus::Result<Delivered>) {
+        match side {
+            Ok(delivered) => {
+                self.applier
+                    .release_if_done(&self.statuses, &delivered)
+                    .await;
+                self.applier
+                    .report_invalid(&delivered, &mut self.reported)
+                    .await;
+            }
+            Err(error) => tracing::warn!(error = %error, "skipping a configuration message"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+    use sluice_domain::cluster::ClusterType;
+
+    fn delivered(subject: &str, state: &pb::DesiredState) -> Delivered {
+        Delivered {
+            subject: subject.to_string(),
+            sequence: 1,
+            payload: state.encode_to_vec().into(),
+            traceparent: None,
+        }
+    }
+
+    fn cluster() -> ClusterId {
+        ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: "default".into(),
+            name: "cluster-a".into(),
+        }
+    }
+
+    fn state(removed: bool) -> pb::DesiredState {
+        pb::DesiredState {
+            event_trigger: "t".into(),
+            cluster: Some(sluice_wire::cluster_ref(&cluster())),
+            removed,
+            ..Default::default()
+        }
+    }
+
+    fn subject() -> String {
+        topology::desired_subject("t", &sluice_wire::cluster_tokens(&cluster()))
+    }
+
+    #[test]
+    fn a_malformed_desired_state_is_rejected_not_retried() {
+        let garbage = Delivered {
+            payload: bytes::Bytes::from_static(&[0xff, 0xff, 0xff]),
+            ..delivered(&subject(), &state(false))
+        };
+        let error = decode(&garbage).expect_err("not protobuf");
+        assert!(matches!(error, ApplyError::Decode(_)));
+        assert_eq!(error.action(), Action::Reject);
+
+        let no_cluster = pb::DesiredState {
+            cluster: None,
+            ..state(false)
+        };
+        let error = decode(&delivered(&subject(), &no_cluster)).expect_err("no cluster");
+        assert!(matches!(error, ApplyError::Cluster(_)));
+        assert_eq!(error.action(), Action::Reject);
+
+        let error = decode(&delivered("sluice.v1.match.x", &state(false))).expect_err("foreign");
+        assert_eq!(error.action(), Action::Reject);
+
+        let ok = decode(&delivered(&subject(), &state(false))).expect("valid");
+        assert_eq!(
+            ok.applied_subject,
+            topology::applied_subject("t", &sluice_wire::cluster_tokens(&cluster()))
+        );
+    }
+
+    #[test]
+    fn kubernetes_errors_retry_only_when_transient() {
+        let kube = |code: u16| ApplyError::Kube {
+            event_trigger: "t".into(),
+            source: sluice_kube::Error::Request {
+                verb: "apply",
+                kind: "ClusterProfile".into(),
+                name: "x".into(),
+                source: Box::new(kube::Error::Api(
+                    kube::core::Status {
+                        code,
+                        ..kube::core::Status::failure("refused", "Refused")
+                    }
+                    .boxed(),
+                )),
+            },
+        };
+        assert_eq!(kube(503).action(), Action::Retry);
+        assert_eq!(kube(409).action(), Action::Retry);
+        assert_eq!(kube(422).action(), Action::Reject);
+        assert_eq!(kube(403).action(), Action::Reject);
+    }
+
+    #[test]
+    fn only_the_removal_of_a_main_unit_purges_the_pairs_other_units() {
+        assert_eq!(followups(&state(false), &cluster()), Followups::default());
+        let tokens = sluice_wire::cluster_tokens(&cluster());
+        assert_eq!(
+            followups(&state(true), &cluster()).purge,
+            vec![
+                (
+                    topology::DESIRED,
+                    topology::desired_units_filter("t", &tokens)
+                ),
+                (
+                    topology::APPLIED,
+                    topology::applied_units_filter("t", &tokens)
+                ),
+            ]
+        );
+        let unit = pb::DesiredState {
+            resource_name: "web".into(),
+            ..state(true)
+        };
+        assert_eq!(followups(&unit, &cluster()), Followups::default());
+    }
+}
