@@ -249,6 +249,38 @@ fn inputs_are_acked_only_by_the_ack_window() {
     );
 }
 
+/// Services whose consuming stages run on `sluice_bus::runner` (ADR 0021); the others still
+/// run loops of their own and join this list as they move.
+const ON_THE_RUNNER: [&str; 1] = ["services/applier/"];
+
+#[test]
+fn stages_on_the_runner_have_no_consumer_loop_of_their_own() {
+    let mut violations = Vec::new();
+    for (path, code) in production_sources() {
+        if !ON_THE_RUNNER.iter().any(|dir| path.starts_with(dir)) {
+            continue;
+        }
+        for needle in [
+            "coalesce::",
+            ".durable(",
+            ".park(",
+            "AckWindow",
+            "ack_with(",
+        ] {
+            violations.extend(
+                lines_containing(&code, needle)
+                    .into_iter()
+                    .map(|n| format!("{path}:{n}: {needle}")),
+            );
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "a stage on the runner pulls, acks, nacks or dead-letters by itself:\n  {}",
+        violations.join("\n  ")
+    );
+}
+
 #[test]
 fn services_call_kubernetes_only_through_sluice_kube() {
     let mut violations = Vec::new();
