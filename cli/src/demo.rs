@@ -104,6 +104,15 @@ fn yaml(value: &Value) -> String {
     serde_yaml::to_string(&clean).unwrap_or_default()
 }
 
+/// Installs seed 000 for `cluster` (registered with `env=fv`, so the trigger selects it): the
+/// EventSource and the EventBasedAddOn with its ConfigMap.
+pub async fn install_seed(stack: &Stack, cluster: &str) -> anyhow::Result<()> {
+    stack.register_cluster(cluster, &[("env", "fv")]).await?;
+    stack.apply_yaml(MANAGEMENT, EVENT_SOURCE).await?;
+    stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
+    Ok(())
+}
+
 /// Runs seed 000's first example and prints every step. Returns (create→profile, delete→gone).
 pub async fn run(
     stack: &Stack,

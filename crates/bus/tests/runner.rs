@@ -141,6 +141,26 @@ async fn consumer_state(bus: &Bus) -> anyhow::Result<(usize, u64)> {
     Ok((info.num_ack_pending, info.num_pending))
 }
 
+/// Runs `stage` on `runner` in a task; cancel the token to drain and end it.
+fn spawn(
+    runner: Runner,
+    mut stage: Probe,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<sluice_bus::Result<()>>,
+) {
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let token = token.clone();
+        async move {
+            runner
+                .run(&mut stage, futures::stream::pending(), token)
+                .await
+        }
+    });
+    (token, task)
+}
+
 fn counter() -> (Arc<AtomicU64>, sluice_bus::runner::Count) {
     let value = Arc::new(AtomicU64::new(0));
     let inner = value.clone();
@@ -167,16 +187,7 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
         rejected: rejected_hook,
         trace: None,
     });
-    let token = CancellationToken::new();
-    let task = tokio::spawn({
-        let mut stage = probe.clone();
-        let token = token.clone();
-        async move {
-            runner
-                .run(&mut stage, futures::stream::pending(), token)
-                .await
-        }
-    });
+    let (token, task) = spawn(runner, probe.clone());
     send(&bus, "ok", "fine").await?;
     send(&bus, "flaky", "retry-once").await?;
     send(&bus, "bad", "reject").await?;
@@ -237,16 +248,7 @@ async fn an_input_whose_dead_letter_is_not_stored_is_not_acked() -> anyhow::Resu
     bus.jetstream().delete_stream(topology::DEAD.name).await?;
     let probe = Probe::default();
     let runner = Runner::bind(&bus, SPEC).await?;
-    let token = CancellationToken::new();
-    let task = tokio::spawn({
-        let mut stage = probe.clone();
-        let token = token.clone();
-        async move {
-            runner
-                .run(&mut stage, futures::stream::pending(), token)
-                .await
-        }
-    });
+    let (token, task) = spawn(runner, probe.clone());
     send(&bus, "bad", "reject").await?;
     // Rejected again and again: each dead letter fails, so the input is never acked.
     wait_for("the input delivered again", DEADLINE, || async {
@@ -285,16 +287,7 @@ async fn a_drain_returns_by_its_deadline_and_leaves_the_input_to_come_back() -> 
     let runner = Runner::bind(&first, SPEC)
         .await?
         .with_drain_deadline(deadline);
-    let token = CancellationToken::new();
-    let task = tokio::spawn({
-        let mut stage = hanging.clone();
-        let token = token.clone();
-        async move {
-            runner
-                .run(&mut stage, futures::stream::pending(), token)
-                .await
-        }
-    });
+    let (token, task) = spawn(runner, hanging.clone());
     send(&first, "slow", "hang").await?;
     wait_for("the stage handling", DEADLINE, || async {
         (hanging.attempts("hang") == 1).then_some(())
@@ -313,16 +306,7 @@ async fn a_drain_returns_by_its_deadline_and_leaves_the_input_to_come_back() -> 
     // The input was not acked: a new runner gets it at once (nacked, not left to ack wait).
     let second = Bus::connect(&nats.url()).await?;
     let runner = Runner::bind(&second, SPEC).await?;
-    let token = CancellationToken::new();
-    let task = tokio::spawn({
-        let mut stage = Probe::default();
-        let token = token.clone();
-        async move {
-            runner
-                .run(&mut stage, futures::stream::pending(), token)
-                .await
-        }
-    });
+    let (token, task) = spawn(runner, Probe::default());
     assert_eq!(
         wait_for(
             "the input handled after the restart",

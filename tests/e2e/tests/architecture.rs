@@ -228,19 +228,10 @@ fn subjects_are_named_only_in_the_bus_crate() {
 
 #[test]
 fn inputs_are_acked_only_by_the_ack_window() {
-    let mut violations = Vec::new();
-    for (path, code) in production_sources() {
-        if path == "crates/bus/src/window.rs" {
-            continue;
-        }
-        for needle in [".ack()", ".double_ack(", "AckKind::Ack"] {
-            violations.extend(
-                lines_containing(&code, needle)
-                    .into_iter()
-                    .map(|n| format!("{path}:{n}: {needle}")),
-            );
-        }
-    }
+    let violations = production_lines_containing(
+        |path| path != "crates/bus/src/window.rs",
+        &[".ack()", ".double_ack(", "AckKind::Ack"],
+    );
     assert!(
         violations.is_empty(),
         "inputs acked outside sluice_bus::AckWindow (which acks only after the outputs are \
@@ -249,31 +240,41 @@ fn inputs_are_acked_only_by_the_ack_window() {
     );
 }
 
-/// Services whose consuming stages run on `sluice_bus::runner` (ADR 0021); the others still
-/// run loops of their own and join this list as they move.
-const ON_THE_RUNNER: [&str; 1] = ["services/applier/"];
-
-#[test]
-fn stages_on_the_runner_have_no_consumer_loop_of_their_own() {
-    let mut violations = Vec::new();
+/// `path:line: needle` for every production line of the files `scanned` picks that contains one
+/// of `needles`.
+fn production_lines_containing(scanned: impl Fn(&str) -> bool, needles: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
     for (path, code) in production_sources() {
-        if !ON_THE_RUNNER.iter().any(|dir| path.starts_with(dir)) {
+        if !scanned(&path) {
             continue;
         }
-        for needle in [
-            "coalesce::",
-            ".durable(",
-            ".park(",
-            "AckWindow",
-            "ack_with(",
-        ] {
-            violations.extend(
+        for needle in needles {
+            found.extend(
                 lines_containing(&code, needle)
                     .into_iter()
                     .map(|n| format!("{path}:{n}: {needle}")),
             );
         }
     }
+    found
+}
+
+/// Services whose consuming stages run on `sluice_bus::runner` (ADR 0021); the others still
+/// run loops of their own and join this list as they move.
+const ON_THE_RUNNER: [&str; 1] = ["services/applier/"];
+
+#[test]
+fn stages_on_the_runner_have_no_consumer_loop_of_their_own() {
+    let violations = production_lines_containing(
+        |path| ON_THE_RUNNER.iter().any(|dir| path.starts_with(dir)),
+        &[
+            "coalesce::",
+            ".durable(",
+            ".park(",
+            "AckWindow",
+            "ack_with(",
+        ],
+    );
     assert!(
         violations.is_empty(),
         "a stage on the runner pulls, acks, nacks or dead-letters by itself:\n  {}",

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use sluice_cli::demo::{self, wait_profile};
-use sluice_cli::stack::{Stack, MANAGEMENT};
+use sluice_cli::stack::Stack;
 use sluice_testkit::wait_for;
 
 const TRIGGER: &str = "service-network-policy";
@@ -63,13 +63,7 @@ fn service(name: &str) -> String {
 async fn a_nats_crash_during_a_stream_of_events_loses_none_and_resumes_quickly(
 ) -> anyhow::Result<()> {
     let mut stack = Stack::start(&["cluster-a"], None).await?;
-    stack
-        .register_cluster("cluster-a", &[("env", "fv")])
-        .await?;
-    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
-    stack
-        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
-        .await?;
+    demo::install_seed(&stack, "cluster-a").await?;
     // The path is live once a first Service has its profile.
     stack.apply_yaml("cluster-a", &service("warm-up")).await?;
     if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "warm-up", RESUME * 6).await {
