@@ -1,129 +1,113 @@
-//! The evaluator's CloudEvent runner: follows the configuration, consumes `CloudEventReceived`
-//! with its own durable consumer, publishes one `CloudEventMatch` per selecting EventSource and
-//! acks the input once those are stored. The matching itself is the pure [`select`] stage.
+//! The evaluator's CloudEvent stage on the stage runner (`sluice_bus::runner`): follows the
+//! configuration as its side feed, consumes `CloudEventReceived` with its own durable consumer
+//! and publishes one `CloudEventMatch` per selecting EventSource; the runner acks the input once
+//! those are stored. A message that does not decode, or whose CloudEvent is invalid, is
+//! rejected to the dead letters. The matching itself is the pure [`select`] stage.
 
 pub mod select;
 
-use futures::StreamExt;
-use sluice_bus::window::Settled;
-use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use std::sync::Arc;
+
+use sluice_bus::runner::{Action, Failure, Hooks, Input, Outcome, Output, Runner, Stage};
+use sluice_bus::{topology, Bus, Delivered};
 use sluice_proto::v1 as pb;
-use sluice_runtime::{CancellationToken, Health};
+use sluice_runtime::{CancellationToken, Counter, Health};
 
 pub use select::{CloudEventSelector, SelectError};
 
 /// Runs until `token` is cancelled; an error means the bus is unusable (the process restarts).
 pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::Result<()> {
-    let published = health.counter("sluice_evaluator_cloudevent_matches_published_total");
-    let received = health.counter("sluice_evaluator_cloudevents_received_total");
+    let (config, config_feed) = sluice_wire::follow_config(&bus).await?;
+    let mut stage = CloudEventStage {
+        selector: CloudEventSelector::new(config),
+        received: health.counter("sluice_evaluator_cloudevents_received_total"),
+        published: health.counter("sluice_evaluator_cloudevent_matches_published_total"),
+    };
     let rejected = health.counter("sluice_evaluator_cloudevents_rejected_total");
-
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
-    let mut selector = CloudEventSelector::new(config);
-    let mut events = bus.durable(topology::EVALUATOR_CLOUDEVENTS, None).await?;
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
-    tracing::info!(
-        consumer = topology::EVALUATOR_CLOUDEVENTS.durable,
-        stream = topology::CLOUDEVENTS.name,
-        "matching cloudevents"
-    );
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => break,
-            update = config_feed.next() => {
-                let Some(update) = update else { anyhow::bail!("configuration feed ended") };
-                match update {
-                    Ok(update) => selector.on_config(&update),
-                    Err(error) => tracing::warn!(error = %error, "skipping config message"),
-                }
-            }
-            message = events.next(), if !window.is_full() => {
-                let Some(message) = message else { anyhow::bail!("cloudevent consumer ended") };
-                let message = match message {
-                    Ok(message) => message,
-                    Err(error) => {
-                        tracing::warn!(error = %error, "cloudevent consumer error");
-                        continue;
-                    }
-                };
-                let delivered = Delivered::from_message(topology::CLOUDEVENTS.name, &message)?;
-                received.inc();
-                let matches = sluice_wire::decode::<pb::CloudEventReceived>("CloudEventReceived", &delivered)
-                    .map_err(|error| error.to_string())
-                    .and_then(|event| selector.select(&event, delivered.sequence).map_err(|e| sluice_runtime::error_chain(&e)));
-                let matches = match matches {
-                    Ok(matches) => matches,
-                    Err(reason) => {
-                        rejected.inc();
-                        tracing::warn!(subject = %delivered.subject, sequence = delivered.sequence, reason = %reason, "rejecting cloudevent");
-                        match dead_letter(&bus, &delivered, &reason).await {
-                            // Acked once the dead letter is stored, nacked by the window if not.
-                            Some(parked) => window.push(vec![parked], Some(message)),
-                            None => {
-                                // Not stored, so not acked: it comes back and is rejected again.
-                                let delay = sluice_bus::runner::retry_delay(message.info().map_or(1, |i| i.delivered));
-                                let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(Some(delay))).await;
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let mut acks = Vec::with_capacity(matches.len());
-                for m in matches {
-                    acks.push(bus.publish(outgoing(&m, &delivered)?).await?);
-                }
-                published.add(acks.len() as u64);
-                window.push(acks, Some(message));
-            }
-            settled = window.next(), if !window.is_empty() => {
-                if let Some(Settled::Retried(error)) = settled {
-                    tracing::warn!(error = %error, "cloudevent match not stored, input will be redelivered");
-                }
-            }
-        }
-    }
-    window.drain().await?;
+    let runner = Runner::bind(&bus, topology::EVALUATOR_CLOUDEVENTS)
+        .await?
+        .with_hooks(Hooks {
+            rejected: Arc::new(move |n| rejected.add(n)),
+            trace: Some(sluice_runtime::child_traceparent),
+            ..Hooks::default()
+        });
+    let updates = futures::stream::unfold(config_feed, |mut feed| async move {
+        feed.next().await.map(|update| (update, feed))
+    });
+    runner.run(&mut stage, updates, token).await?;
     Ok(())
 }
 
-/// The message of one match. Its id is derived from the input's stream sequence and the
-/// EventSource, so a redelivered input publishes duplicates JetStream drops.
-pub fn outgoing(m: &pb::CloudEventMatch, input: &Delivered) -> anyhow::Result<Outgoing> {
-    let cluster = sluice_wire::cluster_id(m.cluster.as_ref(), "cloudevent match")?;
-    let tokens = sluice_wire::cluster_tokens(&cluster);
-    let sequence = m.source_sequence.to_string();
-    Ok(Outgoing {
-        subject: topology::cloudevent_match_subject(&tokens, &m.event_source),
-        msg_id: message_id(&["cematch", &tokens, &sequence, &m.event_source]),
-        payload: sluice_wire::encode(m),
-        traceparent: Some(sluice_runtime::child_traceparent(
-            input.traceparent.as_deref(),
-        )),
-    })
+/// Why a received message is rejected; never worth a retry.
+#[derive(Debug, thiserror::Error)]
+pub enum CloudEventError {
+    #[error("failed to decode the received cloudevent")]
+    Decode(#[source] sluice_wire::Error),
+    #[error("cloudevent cannot be matched")]
+    Select(#[source] SelectError),
 }
 
-/// Parks a CloudEvent that can never be matched, with the reason; returns the publish ack.
-async fn dead_letter(
-    bus: &Bus,
-    delivered: &Delivered,
-    reason: &str,
-) -> Option<sluice_bus::PublishAckFuture> {
-    match bus
-        .dead_letter(
-            "evaluator",
-            &delivered.subject,
-            delivered.payload.clone(),
-            reason,
-            &[],
-        )
-        .await
-    {
-        Ok(ack) => Some(ack),
-        Err(error) => {
-            tracing::warn!(error = %error, "failed to dead-letter cloudevent");
-            None
+impl Failure for CloudEventError {
+    fn action(&self) -> Action {
+        Action::Reject
+    }
+}
+
+/// The selector with the configuration it follows, and its counters.
+struct CloudEventStage {
+    selector: CloudEventSelector,
+    received: Counter,
+    published: Counter,
+}
+
+impl Stage for CloudEventStage {
+    type Input = pb::CloudEventReceived;
+    type Side = sluice_wire::Result<sluice_wire::ConfigUpdate>;
+    type Error = CloudEventError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<pb::CloudEventReceived, CloudEventError> {
+        self.received.inc();
+        sluice_wire::decode("CloudEventReceived", delivered).map_err(CloudEventError::Decode)
+    }
+
+    async fn handle(
+        &mut self,
+        inputs: &[Input<pb::CloudEventReceived>],
+    ) -> Vec<Outcome<CloudEventError>> {
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let matched = self
+                .selector
+                .select(&input.value, input.delivered.sequence)
+                .map_err(CloudEventError::Select)
+                .and_then(|matches| matches.iter().map(output).collect::<Result<Vec<_>, _>>());
+            if let Ok(outputs) = &matched {
+                self.published.add(outputs.len() as u64);
+            }
+            outcomes.push(matched);
+        }
+        outcomes
+    }
+
+    async fn on_side(&mut self, update: sluice_wire::Result<sluice_wire::ConfigUpdate>) {
+        match update {
+            Ok(update) => self.selector.on_config(&update),
+            Err(error) => tracing::warn!(error = %error, "skipping config message"),
         }
     }
+}
+
+/// The message of one match, on its cluster's and EventSource's subject. The runner derives its
+/// id from the input's stream sequence and the subject, so a redelivered input publishes
+/// duplicates JetStream drops.
+pub fn output(m: &pb::CloudEventMatch) -> Result<Output, CloudEventError> {
+    let cluster = sluice_wire::cluster_id(m.cluster.as_ref(), "cloudevent match")
+        .map_err(|e| CloudEventError::Select(SelectError::Cluster(e)))?;
+    let tokens = sluice_wire::cluster_tokens(&cluster);
+    Ok(Output {
+        subject: topology::cloudevent_match_subject(&tokens, &m.event_source),
+        payload: sluice_wire::encode(m),
+    })
 }
 
 #[cfg(test)]
@@ -131,16 +115,7 @@ mod tests {
     use super::*;
     use sluice_domain::cluster::{ClusterId, ClusterType};
 
-    fn input(sequence: u64) -> Delivered {
-        Delivered {
-            subject: "in".into(),
-            sequence,
-            payload: Default::default(),
-            traceparent: None,
-        }
-    }
-
-    fn matched(event_source: &str, sequence: u64) -> pb::CloudEventMatch {
+    fn matched(event_source: &str) -> pb::CloudEventMatch {
         let cluster = ClusterId {
             cluster_type: ClusterType::Sveltos,
             namespace: "default".into(),
@@ -151,28 +126,22 @@ mod tests {
             event_source: event_source.into(),
             nats_subject: "user-operation".into(),
             event_json: br#"{"id":"10001"}"#.to_vec(),
-            source_sequence: sequence,
+            source_sequence: 7,
         }
     }
 
     #[test]
-    fn a_redelivered_input_publishes_the_same_ids() {
-        let id = |es: &str, seq: u64| {
-            outgoing(&matched(es, seq), &input(seq))
-                .expect("valid")
-                .msg_id
-        };
-        assert_eq!(id("user-operation", 7), id("user-operation", 7));
-        assert_ne!(
-            id("user-operation", 7),
-            id("user-operation", 8),
-            "same event content, new input"
-        );
-        assert_ne!(id("user-operation", 7), id("logins", 7));
-        let out = outgoing(&matched("user-operation", 7), &input(7)).expect("valid");
+    fn a_match_goes_to_its_clusters_and_event_sources_subject() {
+        let out = output(&matched("user-operation")).expect("valid");
         assert_eq!(
             out.subject,
             topology::cloudevent_match_subject("sveltos.default.production", "user-operation")
         );
+        let no_cluster = pb::CloudEventMatch {
+            cluster: None,
+            ..matched("user-operation")
+        };
+        let error = output(&no_cluster).expect_err("no cluster");
+        assert_eq!(error.action(), Action::Reject);
     }
 }

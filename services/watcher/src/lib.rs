@@ -73,6 +73,7 @@ pub async fn run(
             kind,
             tx.clone(),
             health.clone(),
+            token.child_token(),
         )));
     }
     drop(tx);

@@ -7,11 +7,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::Client;
 use serde_json::Value;
+use sluice_bus::runner::publish::publish_stored;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::naming;
 use sluice_kube::watch::{watch_kind, Change, ObjectKey};
 use sluice_proto::v1 as pb;
-use sluice_runtime::Health;
+use sluice_runtime::{CancellationToken, Health};
 use tokio::sync::mpsc;
 
 /// A configuration kind and the API versions it may be served at, preferred first.
@@ -83,6 +84,7 @@ pub async fn watch(
     watched: WatchedKind,
     tx: mpsc::Sender<Update>,
     health: Health,
+    token: CancellationToken,
 ) {
     let errors = health.counter("sluice_watcher_management_errors_total");
     loop {
@@ -109,7 +111,7 @@ pub async fn watch(
                         let Some(change) = outputs.filter(watched.kind, change) else {
                             continue;
                         };
-                        let update = publish(&bus, watched.kind, change).await;
+                        let update = publish(&bus, watched.kind, change, &token).await;
                         match update {
                             Ok(update) => {
                                 if tx.send(update).await.is_err() {
@@ -218,7 +220,14 @@ async fn seed(bus: &Bus, kind: &str) -> sluice_bus::Result<HashMap<ObjectKey, St
     Ok(known)
 }
 
-async fn publish(bus: &Bus, kind: &str, change: Change) -> sluice_bus::Result<Update> {
+/// Publishes one object's state, retried until it is stored (the watch already counts it as
+/// known); an error only for a state the bus can never take, or when cancelled.
+async fn publish(
+    bus: &Bus,
+    kind: &str,
+    change: Change,
+    token: &CancellationToken,
+) -> Result<Update, String> {
     let (namespace, name, resource_version, object) = change.into_parts();
     let deleted = object.is_none();
     let message = pb::ConfigObject {
@@ -232,7 +241,7 @@ async fn publish(bus: &Bus, kind: &str, change: Change) -> sluice_bus::Result<Up
             .map(|o| serde_json::to_vec(o).unwrap_or_default())
             .unwrap_or_default(),
     };
-    bus.publish_durably(Outgoing {
+    let out = Outgoing {
         subject: topology::config_subject(kind, &namespace, &name),
         msg_id: message_id(&[
             "config",
@@ -244,8 +253,13 @@ async fn publish(bus: &Bus, kind: &str, change: Change) -> sluice_bus::Result<Up
         ]),
         payload: sluice_wire::encode(&message),
         traceparent: Some(sluice_runtime::new_traceparent()),
-    })
-    .await?;
+    };
+    let report = publish_stored(bus, vec![out], token)
+        .await
+        .map_err(|cancelled| cancelled.to_string())?;
+    if let Some((_, error)) = report.refused.into_iter().next() {
+        return Err(sluice_runtime::error_chain(&error));
+    }
     Ok(Update {
         kind: kind.to_string(),
         namespace,
