@@ -1,0 +1,80 @@
+//! A desired state the applier can never apply (it names no valid cluster) is rejected to the
+//! dead letters with the reason, once, instead of being retried for ever, and the pipeline goes
+//! on: seed 000's Service still becomes its ClusterProfile.
+
+use std::time::Duration;
+
+use prost::Message as _;
+use sluice_bus::topology;
+use sluice_cli::demo::{self, wait_profile};
+use sluice_cli::stack::Stack;
+use sluice_testkit::wait_for;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desired_state_without_a_valid_cluster_is_dead_lettered_once() -> anyhow::Result<()> {
+    let stack = Stack::start(&["cluster-a"], None).await?;
+    demo::install_seed(&stack, "cluster-a").await?;
+    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
+    let js = bus.jetstream().clone();
+    let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let malformed = sluice_proto::v1::DesiredState {
+        event_trigger: "service-network-policy".into(),
+        cluster: None,
+        ..Default::default()
+    };
+    let subject = topology::desired_subject("broken", &cluster);
+    js.publish(subject.clone(), malformed.encode_to_vec().into())
+        .await?
+        .await?;
+
+    let dead = js.get_stream(topology::DEAD.name).await?;
+    let letter = wait_for("the applier's dead letter", DEADLINE, || async {
+        dead.get_last_raw_message_by_subject(&topology::dead_subject("applier"))
+            .await
+            .ok()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let header = |name: &str| {
+        letter
+            .headers
+            .get(name)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        header(topology::ERROR_HEADER).contains("names no valid cluster"),
+        "{}",
+        header(topology::ERROR_HEADER)
+    );
+    assert_eq!(header(topology::ORIGIN_SUBJECT_HEADER), subject);
+
+    // The pipeline goes on, and the rejected state was not retried: one dead letter, and the
+    // applier's consumer holds nothing unacked.
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    wait_profile(
+        &stack,
+        "service-network-policy",
+        "cluster-a",
+        "my-service",
+        DEADLINE,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let stream = js.get_stream(topology::DESIRED.name).await?;
+    let consumer: async_nats::jetstream::consumer::PullConsumer = stream
+        .get_consumer(topology::APPLIER_DESIRED.durable)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The Service's own state is acked once its result is stored, a moment after its profile.
+    wait_for("every desired state acked", DEADLINE, || async {
+        let info = consumer.get_info().await.ok()?;
+        (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+    })
+    .await?;
+    let mut dead = js.get_stream(topology::DEAD.name).await?;
+    assert_eq!(dead.info().await?.state.messages, 1, "rejected only once");
+    Ok(())
+}
