@@ -41,12 +41,11 @@ impl Bus {
         let (lost, disconnects) = tokio::sync::watch::channel(0u64);
         let client = async_nats::ConnectOptions::new()
             .name("sluice")
+            // async-nats logs every connection event itself; this only counts the drops.
             .event_callback(move |event| {
                 if matches!(event, async_nats::Event::Disconnected) {
                     lost.send_modify(|count| *count += 1);
                 }
-                // The client's own default: every connection event is logged.
-                tracing::info!("nats event: {event}");
                 std::future::ready(())
             })
             .retry_on_initial_connect()
