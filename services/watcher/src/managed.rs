@@ -239,9 +239,30 @@ async fn watch_managed(
             published.add(report.stored as u64);
             errors.add(report.retries as u64);
             for (out, error) in report.refused {
-                tracing::warn!(cluster = %cluster, subject = %out.subject, error = %error, "change refused by the bus, not published");
+                errors.inc();
+                refused(&bus, &cluster, &out.subject, &error).await;
             }
         }
+    }
+}
+
+/// Tells where the user looks that a change was too large for the bus: a dead letter on
+/// `sluice.v1.dead.watcher` naming its subject and the reason (without the payload, which is
+/// what did not fit). The change itself is not published; the object's next change is.
+async fn refused(bus: &Bus, cluster: &ClusterId, subject: &str, error: &sluice_bus::Error) {
+    let reason = sluice_runtime::error_chain(error);
+    tracing::warn!(cluster = %cluster, subject, error = %reason, "change refused by the bus, not published");
+    let parked = async {
+        bus.dead_letter("watcher", subject, bytes::Bytes::new(), &reason, &[])
+            .await?
+            .await
+            .map_err(|source| sluice_bus::Error::Publish {
+                subject: topology::dead_subject("watcher"),
+                source: Box::new(source),
+            })
+    };
+    if let Err(error) = parked.await {
+        tracing::warn!(cluster = %cluster, subject, error = %error, "failed to dead-letter a refused change");
     }
 }
 

@@ -78,3 +78,66 @@ async fn a_desired_state_without_a_valid_cluster_is_dead_lettered_once() -> anyh
     assert_eq!(dead.info().await?.state.messages, 1, "rejected only once");
     Ok(())
 }
+
+/// A Service too large for a bus whose messages carry at most 32 KiB: the watcher cannot
+/// publish its change, says so on `sluice.v1.dead.watcher` (the subject and the reason, not the
+/// payload that did not fit), and its watch goes on: the next Service becomes a ClusterProfile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_too_large_for_the_bus_is_dead_lettered_and_the_watch_goes_on(
+) -> anyhow::Result<()> {
+    const MAX_PAYLOAD: usize = 32 * 1024;
+    let config = tempfile::NamedTempFile::new()?;
+    std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
+    let config_path = config.path().display().to_string();
+    let stack = Stack::start_with_nats_args(&["cluster-a"], None, &["-c", &config_path]).await?;
+    demo::install_seed(&stack, "cluster-a").await?;
+    let huge = demo::SERVICE
+        .replace("name: my-service", "name: huge")
+        .replace(
+            "  labels:",
+            &format!(
+                "  annotations:\n    filler: {}\n  labels:",
+                "x".repeat(MAX_PAYLOAD)
+            ),
+        );
+    stack.apply_yaml("cluster-a", &huge).await?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    wait_profile(
+        &stack,
+        "service-network-policy",
+        "cluster-a",
+        "my-service",
+        DEADLINE,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+
+    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
+    let dead = bus.jetstream().get_stream(topology::DEAD.name).await?;
+    let letter = wait_for("the watcher's dead letter", DEADLINE, || async {
+        dead.get_last_raw_message_by_subject(&topology::dead_subject("watcher"))
+            .await
+            .ok()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let header = |name: &str| {
+        letter
+            .headers
+            .get(name)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default()
+    };
+    let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    assert_eq!(
+        header(topology::ORIGIN_SUBJECT_HEADER),
+        topology::change_subject(&cluster, "", "Service", "default", "huge")
+    );
+    assert!(
+        header(topology::ERROR_HEADER).contains("max payload"),
+        "{}",
+        header(topology::ERROR_HEADER)
+    );
+    assert!(letter.payload.is_empty());
+    Ok(())
+}
