@@ -12,23 +12,14 @@ use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
-use crate::{plan, status};
+use crate::plan::{self, content_hash, object_id, ObjectId, OWNED};
+use crate::status;
 const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 /// Writes of one desired state in flight at once (per phase).
 const WRITE_CONCURRENCY: usize = 16;
 /// Desired states of different (trigger, cluster) pairs applied at once.
 const STATE_CONCURRENCY: usize = 8;
-
-/// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
-const OWNED: [(&str, &str); 3] = [
-    ("config.projectsveltos.io/v1beta1", "ClusterProfile"),
-    ("v1", "ConfigMap"),
-    ("v1", "Secret"),
-];
-
-/// (kind, namespace, name) of an owned object.
-type ObjectId = (String, String, String);
 
 /// The label keys an owned object carries, as listed.
 #[derive(Debug, Default)]
@@ -94,16 +85,6 @@ pub(crate) struct Applier {
     /// unchanged object is not applied again, and stale objects are found without a LIST. A
     /// subject seen for the first time (or after an error) is listed from the server.
     applied: Mutex<HashMap<String, BTreeMap<ObjectId, String>>>,
-}
-
-fn object_id(object: &Value) -> ObjectId {
-    let r = sluice_wire::object_ref(object);
-    (r.kind, r.namespace, r.name)
-}
-
-fn content_hash(object: &Value) -> String {
-    let bytes = serde_json::to_vec(object).unwrap_or_default();
-    sluice_bus::content_id(&bytes)
 }
 
 /// SHA-256 of what a desired state asks for: its objects' JSON in order, or its failure.
@@ -276,24 +257,12 @@ impl Applier {
                 owned.into_keys().map(|id| (id, String::new())).collect()
             }
         };
-        let existing: Vec<Value> = known
-            .keys()
-            .map(|(kind, namespace, name)| {
-                let api_version = OWNED
-                    .iter()
-                    .find(|(_, k)| k == kind)
-                    .map_or("v1", |(a, _)| *a);
-                serde_json::json!({"apiVersion": api_version, "kind": kind,
-                                   "metadata": {"namespace": namespace, "name": name}})
-            })
-            .collect();
-        let steps = plan::plan(&desired, &existing);
+        let steps = plan::plan(&desired, &known);
         // Referenced objects before the profiles that point at them, profiles deleted before
         // what they referenced: each phase runs its writes concurrently.
         let (references, profiles): (Vec<&Value>, Vec<&Value>) = steps
             .apply
             .iter()
-            .filter(|o| known.get(&object_id(o)) != Some(&content_hash(o)))
             .partition(|o| o.get("kind").and_then(Value::as_str) != Some("ClusterProfile"));
         for phase in [references, profiles] {
             let mut writes = Vec::with_capacity(phase.len());

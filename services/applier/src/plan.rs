@@ -1,9 +1,26 @@
-//! The applier's pure part: desired objects and owned objects in, an apply plan out.
-//! Referenced ConfigMaps/Secrets are applied before the ClusterProfiles that point at them;
-//! stale ClusterProfiles are deleted before the objects they referenced.
+//! The applier's pure part: desired objects and what a unit is known to hold (with the content
+//! hashes last applied) in, an apply plan out: only the objects whose content changed are
+//! applied, referenced ConfigMaps/Secrets before the ClusterProfiles that point at them; stale
+//! ClusterProfiles are deleted before the objects they referenced.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 use sluice_proto::v1 as pb;
+
+/// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
+pub const OWNED: [(&str, &str); 3] = [
+    ("config.projectsveltos.io/v1beta1", "ClusterProfile"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+];
+
+/// (kind, namespace, name) of an owned object.
+pub type ObjectId = (String, String, String);
+
+/// What a unit is known to hold: each owned object with the content hash last applied (empty
+/// when only listed, so that it is applied again once).
+pub type Known = BTreeMap<ObjectId, String>;
 
 /// What to do, in order.
 #[derive(Debug, Default, PartialEq)]
@@ -12,8 +29,15 @@ pub struct Plan {
     pub delete: Vec<pb::ObjectRef>,
 }
 
-fn identity(r: &pb::ObjectRef) -> (String, String, String) {
-    (r.kind.clone(), r.namespace.clone(), r.name.clone())
+pub fn object_id(object: &Value) -> ObjectId {
+    let r = sluice_wire::object_ref(object);
+    (r.kind, r.namespace, r.name)
+}
+
+/// The hash of an object as applied: an unchanged one is not applied again.
+pub fn content_hash(object: &Value) -> String {
+    let bytes = serde_json::to_vec(object).unwrap_or_default();
+    sluice_bus::content_id(&bytes)
 }
 
 fn rank(kind: &str) -> u8 {
@@ -24,19 +48,30 @@ fn rank(kind: &str) -> u8 {
     }
 }
 
-/// Plans the writes: everything desired is applied (server-side apply is idempotent), and
-/// everything owned but not desired is deleted.
-pub fn plan(desired: &[Value], existing: &[Value]) -> Plan {
-    let mut apply: Vec<Value> = desired.to_vec();
-    apply.sort_by_key(|o| rank(o.get("kind").and_then(Value::as_str).unwrap_or("")));
-    let wanted: Vec<_> = desired
+/// Plans the writes: every desired object whose content differs from what is known to be
+/// applied (server-side apply is idempotent), references before profiles; and every known
+/// object not desired, profiles before what they reference.
+pub fn plan(desired: &[Value], known: &Known) -> Plan {
+    let mut apply: Vec<Value> = desired
         .iter()
-        .map(|o| identity(&sluice_wire::object_ref(o)))
+        .filter(|o| known.get(&object_id(o)) != Some(&content_hash(o)))
+        .cloned()
         .collect();
-    let mut delete: Vec<pb::ObjectRef> = existing
-        .iter()
-        .map(sluice_wire::object_ref)
-        .filter(|r| !wanted.contains(&identity(r)))
+    apply.sort_by_key(|o| rank(o.get("kind").and_then(Value::as_str).unwrap_or("")));
+    let wanted: std::collections::BTreeSet<ObjectId> = desired.iter().map(object_id).collect();
+    let mut delete: Vec<pb::ObjectRef> = known
+        .keys()
+        .filter(|id| !wanted.contains(*id))
+        .map(|(kind, namespace, name)| pb::ObjectRef {
+            api_version: OWNED
+                .iter()
+                .find(|(_, k)| k == kind)
+                .map_or("v1", |(a, _)| *a)
+                .to_string(),
+            kind: kind.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        })
         .collect();
     delete.sort_by_key(|r| std::cmp::Reverse(rank(&r.kind)));
     Plan { apply, delete }
@@ -51,6 +86,13 @@ mod tests {
         json!({"apiVersion": api_version, "kind": k, "metadata": {"namespace": ns, "name": name}})
     }
 
+    fn listed(objects: &[Value]) -> Known {
+        objects
+            .iter()
+            .map(|o| (object_id(o), String::new()))
+            .collect()
+    }
+
     #[test]
     fn applies_references_first_and_deletes_profiles_first() {
         let desired = vec![
@@ -62,7 +104,7 @@ mod tests {
             ),
             obj("v1", "ConfigMap", "projectsveltos", "sveltos-b"),
         ];
-        let existing = vec![
+        let existing = listed(&[
             obj("v1", "ConfigMap", "projectsveltos", "old-cm"),
             obj(
                 "config.projectsveltos.io/v1beta1",
@@ -76,7 +118,7 @@ mod tests {
                 "",
                 "sveltos-a",
             ),
-        ];
+        ]);
         let p = plan(&desired, &existing);
         let applied: Vec<_> = p
             .apply
@@ -84,16 +126,37 @@ mod tests {
             .map(|o| o["kind"].as_str().unwrap_or(""))
             .collect();
         assert_eq!(applied, ["ConfigMap", "ClusterProfile"]);
-        let deleted: Vec<_> = p.delete.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(deleted, ["old-cp", "old-cm"]);
+        let deleted: Vec<_> = p
+            .delete
+            .iter()
+            .map(|r| (r.api_version.as_str(), r.name.as_str()))
+            .collect();
+        assert_eq!(
+            deleted,
+            [
+                ("config.projectsveltos.io/v1beta1", "old-cp"),
+                ("v1", "old-cm")
+            ]
+        );
     }
 
     #[test]
     fn nothing_desired_deletes_everything_owned() {
-        let existing = vec![obj("v1", "Secret", "projectsveltos", "s")];
+        let existing = listed(&[obj("v1", "Secret", "projectsveltos", "s")]);
         let p = plan(&[], &existing);
         assert!(p.apply.is_empty());
         assert_eq!(p.delete.len(), 1);
         assert_eq!(p.delete[0].kind, "Secret");
+    }
+
+    #[test]
+    fn an_object_applied_with_the_same_content_is_not_applied_again() {
+        let same = obj("v1", "ConfigMap", "projectsveltos", "same");
+        let changed = obj("v1", "ConfigMap", "projectsveltos", "changed");
+        let mut known = listed(std::slice::from_ref(&changed));
+        known.insert(object_id(&same), content_hash(&same));
+        let p = plan(&[same, changed.clone()], &known);
+        assert_eq!(p.apply, vec![changed], "listed objects are applied once");
+        assert!(p.delete.is_empty());
     }
 }
