@@ -349,11 +349,13 @@ async fn settle(
 ) {
     let subject = message.subject.as_str();
     match out {
-        Ok(out) => match bus.publish(out).await {
-            Ok(ack) => {
-                counters.forwarded.inc();
-                window.push(vec![ack], input);
-            }
+        // Through the window's `publish`, so that an event whose ack a dropped bus connection
+        // lost is published again at once rather than after the ack timeout.
+        Ok(out) => match window
+            .publish(bus, [out], input.clone().into_iter().collect())
+            .await
+        {
+            Ok(_) => counters.forwarded.inc(),
             Err(error) => {
                 counters.errors.inc();
                 tracing::warn!(cluster = %cluster, subject, error = &error as &dyn std::error::Error, "failed to publish cloudevent");
