@@ -222,8 +222,8 @@ impl Runner {
         );
         let mut cut = Vec::new();
         loop {
+            // Unbiased: a busy side feed must not starve the consumer, nor the other way round.
             tokio::select! {
-                biased;
                 () = token.cancelled() => break,
                 settled = core.window.next(), if !core.window.is_empty() => {
                     if let Some(settled) = settled {
