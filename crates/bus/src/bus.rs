@@ -205,6 +205,26 @@ impl Bus {
             })
     }
 
+    /// The last dead letter of `stage`, as `(payload, reason, origin subject)` (for `sluice
+    /// tap`-like tools and tests); `None` when it has none.
+    pub async fn last_dead_letter(&self, stage: &str) -> Option<(Bytes, String, String)> {
+        let stream = self.stream(topology::DEAD).await.ok()?;
+        let letter = stream
+            .get_last_raw_message_by_subject(&topology::dead_subject(stage))
+            .await
+            .ok()?;
+        let header = |name: &str| {
+            letter
+                .headers
+                .get(name)
+                .map(|value| value.as_str().to_string())
+                .unwrap_or_default()
+        };
+        let reason = header(topology::ERROR_HEADER);
+        let origin = header(topology::ORIGIN_SUBJECT_HEADER);
+        Some((letter.payload, reason, origin))
+    }
+
     /// Dead-letters an unreadable input ([`Bus::dead_letter`], logged with the reason) and
     /// registers it in `window`, which acks it once the dead letter is stored.
     pub async fn park(

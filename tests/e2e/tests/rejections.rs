@@ -12,6 +12,31 @@ use sluice_testkit::wait_for;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
+/// A stage's last dead letter, once there is one: (payload, reason, origin subject).
+async fn dead_letter(stack: &Stack, stage: &str) -> anyhow::Result<(bytes::Bytes, String, String)> {
+    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
+    wait_for(&format!("the {stage}'s dead letter"), DEADLINE, || {
+        bus.last_dead_letter(stage)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))
+}
+
+/// Seed 000's Service in cluster-a becomes its ClusterProfile: the pipeline goes on.
+async fn seed_service_goes_through(stack: &Stack) -> anyhow::Result<()> {
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    wait_profile(
+        stack,
+        "service-network-policy",
+        "cluster-a",
+        "my-service",
+        DEADLINE,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_desired_state_without_a_valid_cluster_is_dead_lettered_once() -> anyhow::Result<()> {
     let stack = Stack::start(&["cluster-a"], None).await?;
@@ -29,40 +54,13 @@ async fn a_desired_state_without_a_valid_cluster_is_dead_lettered_once() -> anyh
         .await?
         .await?;
 
-    let dead = js.get_stream(topology::DEAD.name).await?;
-    let letter = wait_for("the applier's dead letter", DEADLINE, || async {
-        dead.get_last_raw_message_by_subject(&topology::dead_subject("applier"))
-            .await
-            .ok()
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
-    let header = |name: &str| {
-        letter
-            .headers
-            .get(name)
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_default()
-    };
-    assert!(
-        header(topology::ERROR_HEADER).contains("names no valid cluster"),
-        "{}",
-        header(topology::ERROR_HEADER)
-    );
-    assert_eq!(header(topology::ORIGIN_SUBJECT_HEADER), subject);
+    let (_, reason, origin) = dead_letter(&stack, "applier").await?;
+    assert!(reason.contains("names no valid cluster"), "{reason}");
+    assert_eq!(origin, subject);
 
     // The pipeline goes on, and the rejected state was not retried: one dead letter, and the
     // applier's consumer holds nothing unacked.
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    wait_profile(
-        &stack,
-        "service-network-policy",
-        "cluster-a",
-        "my-service",
-        DEADLINE,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    seed_service_goes_through(&stack).await?;
     let stream = js.get_stream(topology::DESIRED.name).await?;
     let consumer: async_nats::jetstream::consumer::PullConsumer = stream
         .get_consumer(topology::APPLIER_DESIRED.durable)
@@ -101,43 +99,14 @@ async fn a_change_too_large_for_the_bus_is_dead_lettered_and_the_watch_goes_on(
             ),
         );
     stack.apply_yaml("cluster-a", &huge).await?;
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    wait_profile(
-        &stack,
-        "service-network-policy",
-        "cluster-a",
-        "my-service",
-        DEADLINE,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
-
-    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
-    let dead = bus.jetstream().get_stream(topology::DEAD.name).await?;
-    let letter = wait_for("the watcher's dead letter", DEADLINE, || async {
-        dead.get_last_raw_message_by_subject(&topology::dead_subject("watcher"))
-            .await
-            .ok()
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
-    let header = |name: &str| {
-        letter
-            .headers
-            .get(name)
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_default()
-    };
+    seed_service_goes_through(&stack).await?;
+    let (payload, reason, origin) = dead_letter(&stack, "watcher").await?;
     let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
     assert_eq!(
-        header(topology::ORIGIN_SUBJECT_HEADER),
+        origin,
         topology::change_subject(&cluster, "", "Service", "default", "huge")
     );
-    assert!(
-        header(topology::ERROR_HEADER).contains("max payload"),
-        "{}",
-        header(topology::ERROR_HEADER)
-    );
-    assert!(letter.payload.is_empty());
+    assert!(reason.contains("max payload"), "{reason}");
+    assert!(payload.is_empty());
     Ok(())
 }
