@@ -162,7 +162,8 @@ impl Runner {
         Runner::bind_filtered(bus, spec, None).await
     }
 
-    /// [`Runner::bind`] for the subjects of `filter` only (one partition of the stream).
+    /// [`Runner::bind`] for the subjects of `filter` only: one partition of the stream, whose
+    /// spec must name a durable of its own (a durable's filter is fixed when it is created).
     pub async fn bind_filtered(
         bus: &Bus,
         spec: ConsumerSpec,
