@@ -18,7 +18,8 @@ pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::
     let received = health.counter("sluice_evaluator_cloudevents_received_total");
     let rejected = health.counter("sluice_evaluator_cloudevents_rejected_total");
 
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
+    // The evaluator reads no Secret contents: it follows the configuration without the key.
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus, None).await?;
     let mut selector = CloudEventSelector::new(config);
     let mut events = bus.durable(topology::EVALUATOR_CLOUDEVENTS, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);

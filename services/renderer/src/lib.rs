@@ -24,11 +24,13 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
     let bus = Bus::connect(&common.nats_url)
         .await
         .context("failed to connect to the bus")?;
     let published = health.counter("sluice_renderer_desired_states_published_total");
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus, key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
     for delivered in bus
         .replay_state(topology::DESIRED, topology::DESIRED.subjects)
