@@ -12,7 +12,8 @@
 //! `{{ .Resource.metadata.name }}`); the watcher has no event, so a template is read as a
 //! pattern in which every `{{ }}` action may render to any text (`"{{ .X }}-values"` admits
 //! every name ending in `-values`). That admits a superset of what any rendering can name,
-//! never less. An empty namespace is the source cluster's, as the renderer resolves it.
+//! never less. An empty namespace is the source cluster's, as the renderer resolves it, so it
+//! stands for every cluster's namespace.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -98,8 +99,7 @@ pub struct Reference {
     pub name: NamePattern,
 }
 
-/// Every ConfigMap/Secret some valid trigger makes the renderer read, for the clusters it
-/// selects now.
+/// Every ConfigMap/Secret some valid trigger makes the renderer read.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct References {
     exact: HashSet<(DataKind, String, String)>,
@@ -107,27 +107,26 @@ pub struct References {
 }
 
 impl References {
-    /// The references of every valid trigger of `state`. A trigger that selects no cluster
-    /// renders nothing and so needs nothing; an empty namespace stands for each selected
-    /// cluster's.
+    /// The references of every valid trigger of `state`. An empty namespace stands for the
+    /// namespace of every known cluster, not only of those the trigger selects now: a cluster
+    /// that starts matching must find what it needs already on the bus (the renderer renders
+    /// it as soon as its label changes), and a cluster that stops matching for a moment must
+    /// not have it withdrawn and sent again.
     pub fn of(state: &ConfigState) -> References {
+        let namespaces: BTreeSet<&str> = state
+            .clusters
+            .keys()
+            .map(|id| id.namespace.as_str())
+            .collect();
         let mut out = References::default();
         for trigger in state.valid_event_triggers() {
-            let namespaces: BTreeSet<String> = state
-                .source_clusters(trigger)
-                .into_iter()
-                .map(|id| id.namespace)
-                .collect();
-            if namespaces.is_empty() {
-                continue;
-            }
             for (kind, namespace, name) in written_references(trigger) {
                 let name = NamePattern::parse(name);
                 if namespace.is_empty() {
                     for cluster_namespace in &namespaces {
                         out.insert(Reference {
                             kind,
-                            namespace: NamePattern::Exact(cluster_namespace.clone()),
+                            namespace: NamePattern::Exact(cluster_namespace.to_string()),
                             name: name.clone(),
                         });
                     }
@@ -457,7 +456,7 @@ mod tests {
                 vec!["ConfigMap:default/policy", "Secret:default/policy"],
             ),
             (
-                "an empty namespace is each selected cluster's",
+                "an empty namespace is each cluster's",
                 json!({"policyRefs": [{"kind": "ConfigMap", "name": "values"}]}),
                 vec!["ConfigMap:team-a/values", "ConfigMap:team-b/values"],
             ),
@@ -493,10 +492,15 @@ mod tests {
                 vec![],
             ),
             (
-                "a trigger that selects no cluster needs nothing",
+                "a trigger that selects no cluster now still needs what it names",
                 json!({"sourceClusterSelector": {"matchLabels": {"env": "none"}},
-                       "policyRefs": [{"kind": "ConfigMap", "namespace": "default", "name": "policy"}]}),
-                vec![],
+                       "policyRefs": [{"kind": "ConfigMap", "namespace": "default", "name": "policy"},
+                                      {"kind": "ConfigMap", "name": "values"}]}),
+                vec![
+                    "ConfigMap:default/policy",
+                    "ConfigMap:team-a/values",
+                    "ConfigMap:team-b/values",
+                ],
             ),
         ];
         for (what, spec, expected) in cases {

@@ -226,6 +226,7 @@ mod tests {
             "--health-addr=127.0.0.1:9090",
             "--log-format=json",
             "--sveltos-namespace=fleet",
+            "--bus-key-file=/etc/sluice/bus-key/key",
         ])
         .unwrap();
         assert_eq!(common.nats_url, "nats://10.0.0.1:4222");
@@ -233,6 +234,10 @@ mod tests {
         assert_eq!(common.health_addr.port(), 9090);
         assert_eq!(common.log_format, LogFormat::Json);
         assert_eq!(common.sveltos_namespace, "fleet");
+        assert_eq!(
+            common.bus_key_file.as_deref(),
+            Some(std::path::Path::new("/etc/sluice/bus-key/key"))
+        );
     }
 
     #[test]
@@ -246,6 +251,7 @@ mod tests {
                 "SLUICE_HEALTH_ADDR",
                 "SLUICE_LOG_FORMAT",
                 "SLUICE_SVELTOS_NAMESPACE",
+                "SLUICE_BUS_KEY_FILE",
             ]
         );
     }

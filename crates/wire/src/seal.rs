@@ -120,9 +120,9 @@ impl BusKey {
     }
 }
 
-/// What a sealed config object is about: its kind, namespace and name.
+/// What a sealed config object is about: its subject, which names kind, namespace and name.
 pub fn config_about(kind: &str, namespace: &str, name: &str) -> String {
-    format!("sluice.v1.ConfigObject {kind} {namespace}/{name}")
+    sluice_bus::topology::config_subject(kind, namespace, name)
 }
 
 #[cfg(test)]

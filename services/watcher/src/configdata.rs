@@ -27,8 +27,9 @@ enum Form {
     Sealed,
     /// A stand-in saying the contents are withheld (no bus key).
     Withheld,
-    /// A Secret with contents in clear (what an earlier version published): always replaced.
-    Clear,
+    /// A Secret in clear (what an earlier version published) or sealed with another key:
+    /// always replaced.
+    Stale,
 }
 
 /// What the stream holds for one key.
@@ -105,14 +106,19 @@ fn plan(
 }
 
 /// What the stream holds for a config message of a ConfigMap or Secret, if it is one that
-/// holds an object.
-fn held_of(message: &pb::ConfigObject) -> Option<(Key, Held)> {
+/// holds an object. With a key, a sealed payload that does not open with it is stale.
+fn held_of(message: &pb::ConfigObject, key: Option<&BusKey>) -> Option<(Key, Held)> {
     let kind = DataKind::of_config_kind(&message.kind)?;
     if message.deleted {
         return None;
     }
     let form = if !message.sealed_object_json.is_empty() {
-        Form::Sealed
+        let about =
+            sluice_wire::seal::config_about(&message.kind, &message.namespace, &message.name);
+        match key.map(|key| key.open(&about, &message.sealed_object_json)) {
+            Some(Err(_)) => Form::Stale,
+            _ => Form::Sealed,
+        }
     } else {
         let object: Value = serde_json::from_slice(&message.object_json).unwrap_or(Value::Null);
         if configdata::withheld_reason(&object).is_some() {
@@ -120,7 +126,7 @@ fn held_of(message: &pb::ConfigObject) -> Option<(Key, Held)> {
         } else if kind == DataKind::Secret
             && (object.get("data").is_some() || object.get("stringData").is_some())
         {
-            Form::Clear
+            Form::Stale
         } else {
             Form::Plain
         }
@@ -166,7 +172,7 @@ impl ConfigData {
         if DataKind::of_config_kind(&message.kind).is_none() {
             return false;
         }
-        if let Some((key, held)) = held_of(&message) {
+        if let Some((key, held)) = held_of(&message, self.key.as_ref()) {
             self.held.insert(key, held);
         }
         true
@@ -204,7 +210,8 @@ impl ConfigData {
                         Some(&form),
                         self.key.as_ref(),
                     );
-                    let Some(held) = held_of(&message).map(|(_, held)| held) else {
+                    // What was just sealed opens with the same key: no need to try.
+                    let Some(held) = held_of(&message, None).map(|(_, held)| held) else {
                         continue;
                     };
                     match self
@@ -243,13 +250,15 @@ impl ConfigData {
         let payload = sluice_wire::encode(message);
         Outgoing {
             subject: topology::config_subject(key.0.as_str(), &key.1, &key.2),
-            // The content decides (a sealed payload differs each time it is sealed).
+            // Unique per step: the same content may go, be withdrawn and come back within the
+            // dedupe window, and each of those must be stored. A step is published once (its
+            // ack awaited); a retry after a failure repeats a state, which is harmless.
             msg_id: message_id(&[
                 "config-data",
                 key.0.as_str(),
                 &key.1,
                 &key.2,
-                &sluice_bus::content_id(&payload),
+                &uuid::Uuid::new_v4().to_string(),
             ]),
             payload,
             traceparent: Some(sluice_runtime::new_traceparent()),
@@ -345,7 +354,7 @@ mod tests {
                         Some(form),
                         key.as_ref(),
                     );
-                    held_of(&message)
+                    held_of(&message, None)
                 }
                 Step::Withdraw { .. } => None,
             })
@@ -411,7 +420,7 @@ mod tests {
                 object_json: serde_json::to_vec(&object).expect("json"),
                 ..Default::default()
             };
-            held_of(&message).expect("held")
+            held_of(&message, None).expect("held")
         };
         // A kubeconfig and a referenced Secret published in clear by an earlier version.
         let held: HashMap<Key, Held> = [clear("c1-kubeconfig", true), clear("credentials", true)]
@@ -440,5 +449,30 @@ mod tests {
             summary(&plan(&s, &References::of(&s), &held, true)),
             ["+Secret/credentials sealed"]
         );
+    }
+
+    #[test]
+    fn secrets_sealed_with_another_key_are_sealed_again() {
+        let s = state();
+        let old = BusKey::from_bytes(&[4; 32]).expect("key");
+        let new = BusKey::from_bytes(&[5; 32]).expect("key");
+        let secret = s.secrets[&("default".to_string(), "credentials".to_string())].clone();
+        let form = configdata::bus_form(DataKind::Secret, &secret);
+        let message = sluice_wire::config_message(
+            "Secret",
+            "default",
+            "credentials",
+            "1",
+            Some(&form),
+            Some(&old),
+        );
+        let (key, held) = held_of(&message, Some(&new)).expect("held");
+        assert_eq!(held.form, Form::Stale);
+        assert_eq!(
+            held_of(&message, Some(&old)).expect("held").1.form,
+            Form::Sealed
+        );
+        let steps = plan(&s, &References::of(&s), &HashMap::from([(key, held)]), true);
+        assert!(summary(&steps).contains(&"+Secret/credentials sealed".to_string()));
     }
 }
