@@ -277,6 +277,13 @@ mod tests {
     use serde_json::json;
     use sluice_domain::configdata::CLUSTER_PROFILE_SECRET_TYPE;
 
+    /// Trigger `t` over the `env: prod` clusters with these policyRefs.
+    fn trigger(policy_refs: Value) -> Value {
+        json!({"kind": "EventTrigger", "metadata": {"name": "t"},
+            "spec": {"sourceClusterSelector": {"matchLabels": {"env": "prod"}},
+                     "eventSourceName": "es", "policyRefs": policy_refs}})
+    }
+
     fn state() -> ConfigState {
         let mut s = ConfigState::default();
         s.apply(
@@ -292,12 +299,9 @@ mod tests {
             "EventTrigger",
             "",
             "t",
-            Some(&json!({"kind": "EventTrigger", "metadata": {"name": "t"},
-                "spec": {"sourceClusterSelector": {"matchLabels": {"env": "prod"}},
-                         "eventSourceName": "es",
-                         "policyRefs": [{"kind": "ConfigMap", "name": "policy"},
-                                        {"kind": "Secret", "name": "credentials"},
-                                        {"kind": "Secret", "name": "opaque"}]}})),
+            Some(&trigger(json!([{"kind": "ConfigMap", "name": "policy"},
+                                 {"kind": "Secret", "name": "credentials"},
+                                 {"kind": "Secret", "name": "opaque"}]))),
         );
         for (kind, name, kind_type) in [
             ("ConfigMap", "policy", None),
@@ -387,10 +391,7 @@ mod tests {
             "EventTrigger",
             "",
             "t",
-            Some(&json!({"kind": "EventTrigger", "metadata": {"name": "t"},
-                "spec": {"sourceClusterSelector": {"matchLabels": {"env": "prod"}},
-                         "eventSourceName": "es",
-                         "policyRefs": [{"kind": "Secret", "name": "opaque"}]}})),
+            Some(&trigger(json!([{"kind": "Secret", "name": "opaque"}]))),
         );
         assert_eq!(
             summary(&plan(&s, &References::of(&s), &held, true)),
