@@ -212,6 +212,88 @@ pub fn config_message(
     }
 }
 
+/// What a sealed desired object is about: its trigger and its identity.
+fn desired_about(state: &pb::DesiredState, object: &pb::ManagedObject) -> String {
+    format!(
+        "DesiredState {} {} {}/{}",
+        state.event_trigger, object.kind, object.namespace, object.name
+    )
+}
+
+/// `state` with every Secret's JSON sealed, ready to publish. Without a key a Secret cannot
+/// go on the bus: `Err` is the same unit as a failure that names it, with no objects (the
+/// applier keeps what exists and the trigger's status shows why).
+pub fn seal_desired(
+    mut state: pb::DesiredState,
+    key: Option<&BusKey>,
+) -> Result<pb::DesiredState, pb::DesiredState> {
+    for index in 0..state.objects.len() {
+        if state.objects[index].kind != "Secret" || state.objects[index].object_json.is_empty() {
+            continue;
+        }
+        let Some(key) = key else {
+            let object = &state.objects[index];
+            let failure = format!(
+                "eventtrigger {}: Secret {}/{} cannot go on the bus: {NO_KEY}",
+                state.event_trigger, object.namespace, object.name
+            );
+            return Err(pb::DesiredState {
+                objects: Vec::new(),
+                failure_message: failure,
+                ..state
+            });
+        };
+        let about = desired_about(&state, &state.objects[index]);
+        let object = &mut state.objects[index];
+        object.sealed_object_json = key.seal(&about, &object.object_json);
+        object.object_json = Vec::new();
+    }
+    Ok(state)
+}
+
+/// `state` with every sealed object opened. `Err` is the same unit as a failure that names the
+/// object that does not open (no key, another key), with no objects.
+pub fn open_desired(
+    mut state: pb::DesiredState,
+    key: Option<&BusKey>,
+) -> Result<pb::DesiredState, pb::DesiredState> {
+    for index in 0..state.objects.len() {
+        if state.objects[index].sealed_object_json.is_empty() {
+            continue;
+        }
+        let about = desired_about(&state, &state.objects[index]);
+        let opened = key.map(|key| key.open(&about, &state.objects[index].sealed_object_json));
+        match opened {
+            Some(Ok(json)) => {
+                let object = &mut state.objects[index];
+                object.object_json = json;
+                object.sealed_object_json = Vec::new();
+            }
+            failed => {
+                let object = &state.objects[index];
+                let reason = if failed.is_some() { WRONG_KEY } else { NO_KEY };
+                let failure = format!(
+                    "eventtrigger {}: {} {}/{}: {reason}",
+                    state.event_trigger, object.kind, object.namespace, object.name
+                );
+                return Err(pb::DesiredState {
+                    objects: Vec::new(),
+                    failure_message: failure,
+                    ..state
+                });
+            }
+        }
+    }
+    Ok(state)
+}
+
+/// Decodes a desired state and opens its sealed objects ([`open_desired`]; one that does not
+/// open makes the unit a failure).
+pub fn decode_desired(delivered: &Delivered, key: Option<&BusKey>) -> Result<pb::DesiredState> {
+    let state = decode::<pb::DesiredState>("DesiredState", delivered)?;
+    Ok(open_desired(state, key).unwrap_or_else(|failed| failed))
+}
+
 /// Follows the configuration stream: the current configuration, and a feed of later updates.
 /// Sealed Secrets are opened with `key`; without one (a stage that reads no Secret contents)
 /// they arrive as stand-ins that say their contents are withheld.
@@ -334,5 +416,54 @@ mod tests {
                 && deleted.object_json.is_empty()
                 && deleted.sealed_object_json.is_empty()
         );
+    }
+
+    #[test]
+    fn desired_secrets_travel_sealed_and_a_unit_that_cannot_seal_or_open_fails() {
+        let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"namespace": "projectsveltos", "name": "copy"}, "data": {"k": "dG9wLXNlY3JldA=="}});
+        let profile = serde_json::json!({"kind": "ClusterProfile", "metadata": {"name": "p"}});
+        let managed = |object: &Value| pb::ManagedObject {
+            kind: object["kind"].as_str().unwrap_or("").into(),
+            namespace: object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .into(),
+            name: object["metadata"]["name"].as_str().unwrap_or("").into(),
+            object_json: serde_json::to_vec(object).expect("json"),
+            ..Default::default()
+        };
+        let state = pb::DesiredState {
+            event_trigger: "t".into(),
+            objects: vec![managed(&secret), managed(&profile)],
+            ..Default::default()
+        };
+        let key = BusKey::from_bytes(&[1; 32]).expect("key");
+        let sealed = seal_desired(state.clone(), Some(&key)).expect("sealed");
+        let bytes = encode(&sealed);
+        assert!(!bytes.windows(8).any(|w| w == b"dG9wLXNl"));
+        assert!(sealed.objects[0].object_json.is_empty());
+        assert_eq!(
+            sealed.objects[1], state.objects[1],
+            "only Secrets are sealed"
+        );
+        assert_eq!(
+            open_desired(sealed.clone(), Some(&key)).expect("opens"),
+            state
+        );
+        let other = BusKey::from_bytes(&[2; 32]).expect("key");
+        for (key, reason) in [(Some(&other), WRONG_KEY), (None, NO_KEY)] {
+            let failed = open_desired(sealed.clone(), key).expect_err("does not open");
+            assert!(failed.objects.is_empty());
+            assert_eq!(
+                failed.failure_message,
+                format!("eventtrigger t: Secret projectsveltos/copy: {reason}")
+            );
+        }
+        let unkeyed = seal_desired(state, None).expect_err("no key");
+        assert!(unkeyed.objects.is_empty());
+        assert!(unkeyed
+            .failure_message
+            .contains("Secret projectsveltos/copy cannot go on the bus"));
     }
 }

@@ -25,6 +25,9 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Opens the Secrets of desired states (ADR 0023).
+    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
     let bus = Bus::connect(&common.nats_url)
         .await
         .context("failed to connect to the bus")?;
@@ -84,7 +87,7 @@ pub async fn run(
                 // Desired states are level-based: only the newest per subject is applied.
                 let mut ready = Vec::new();
                 for (delivered, message) in sluice_bus::coalesce::fresh(topology::DESIRED.name, batch, &last_seen, &mut window) {
-                    match sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
+                    match sluice_wire::decode_desired(&delivered, key.as_ref()) {
                         Ok(state) => ready.push((delivered, message, state)),
                         Err(error) => {
                             bus.park("applier", &delivered, message, &error.to_string(), &mut window).await?;

@@ -36,7 +36,8 @@ pub async fn run(
         .replay_state(topology::DESIRED, topology::DESIRED.subjects)
         .await?
     {
-        if let Ok(state) = sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
+        // Remembered as rendered: what it published sealed is compared opened.
+        if let Ok(state) = sluice_wire::decode_desired(&delivered, key.as_ref()) {
             stage.remember_published(&state);
         }
     }
@@ -55,7 +56,7 @@ pub async fn run(
     }
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let boot = tokio::task::block_in_place(|| stage.recompute(None, boot_sequence));
-    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None)?;
+    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None, key.as_ref())?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let mut reports = bus.durable(topology::RENDERER_REPORT, None).await?;
@@ -82,7 +83,7 @@ pub async fn run(
                 }
                 let Some(sequence) = changed else { continue };
                 let states = tokio::task::block_in_place(|| stage.recompute(None, sequence));
-                let outputs = desired_messages(states, "config", bus.payload_limit(), None)?;
+                let outputs = desired_messages(states, "config", bus.payload_limit(), None, key.as_ref())?;
                 published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
             batch = sluice_bus::coalesce::next_batch(&mut reports), if !window.is_full() => {
@@ -99,7 +100,7 @@ pub async fn run(
                     };
                     let scope = stage.set_report(report);
                     let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
-                    let outputs = desired_messages(states, "report", bus.payload_limit(), Some(&delivered))?;
+                    let outputs = desired_messages(states, "report", bus.payload_limit(), Some(&delivered), key.as_ref())?;
                     published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
                 }
             }
@@ -115,7 +116,7 @@ pub async fn run(
                     }
                 };
                 let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
-                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), Some(&delivered))?;
+                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), Some(&delivered), key.as_ref())?;
                 published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
@@ -153,17 +154,33 @@ pub fn bounded(state: pb::DesiredState, limit: usize) -> pb::DesiredState {
     }
 }
 
-/// The messages that publish `states`, each with a message id that names its content; a state
-/// too large for one message is published as its failure ([`bounded`]).
+/// The messages that publish `states`, each with a message id that names its content; Secrets
+/// sealed with `key` (without one, a unit with a Secret is published as its failure,
+/// `sluice_wire::seal_desired`); a state too large for one message is published as its
+/// failure ([`bounded`]).
 fn desired_messages(
     states: Vec<pb::DesiredState>,
     cause: &str,
     limit: usize,
     input: Option<&Delivered>,
+    key: Option<&sluice_wire::BusKey>,
 ) -> anyhow::Result<Vec<Outgoing>> {
     let mut outputs = Vec::with_capacity(states.len());
     for state in states {
+        let rendered_hash = content_hash(&state);
+        let state = sluice_wire::seal_desired(state, key).unwrap_or_else(|failed| failed);
         let state = bounded(state, limit);
+        // The id names the content; of a sealed state, the rendered one (a sealed payload
+        // differs each time it is sealed).
+        let hash = if state
+            .objects
+            .iter()
+            .any(|o| !o.sealed_object_json.is_empty())
+        {
+            rendered_hash
+        } else {
+            content_hash(&state)
+        };
         let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
         let tokens = sluice_wire::cluster_tokens(&cluster);
         let subject =
@@ -188,7 +205,6 @@ fn desired_messages(
             tracing::warn!(event_trigger = %state.event_trigger, cluster = %cluster, failure = %state.failure_message, "rendering failed");
         }
         let sequence = state.source_sequence.to_string();
-        let hash = content_hash(&state);
         outputs.push(Outgoing {
             msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
             subject,

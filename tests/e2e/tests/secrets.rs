@@ -3,7 +3,8 @@
 //! Secret's contents only sealed, and a reference removed (also while the watcher is down)
 //! withdraws its object. Every message of every stream and every service's log is searched
 //! for the contents of each Secret and unreferenced ConfigMap, while seed 001's credentials
-//! example and a trigger reading a sealed Secret still render.
+//! example and a trigger instantiating a sealed Secret still render (the instantiated copy
+//! travels sealed to the applier too).
 
 use std::time::Duration;
 
@@ -55,6 +56,18 @@ fn secret(name: &str, kind_type: &str, key: &str, value: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Secret", "type": kind_type,
            "metadata": {"name": name, "namespace": "default"},
            "data": {key: b64(value)}})
+}
+
+/// A cluster-profile Secret the renderer instantiates per cluster.
+fn instantiated_secret() -> Value {
+    let mut object = secret(
+        "app-credentials",
+        CLUSTER_PROFILE,
+        "token",
+        &format!("{SEALED_TOKEN}-{{{{ .Cluster.metadata.name }}}}"),
+    );
+    object["metadata"]["annotations"] = json!({"projectsveltos.io/instantiate": "ok"});
+    object
 }
 
 fn config_map(name: &str, value: &str) -> Value {
@@ -173,7 +186,7 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     stack.apply_yaml(MANAGEMENT, CREDENTIALS_CONFIGMAPS).await?;
     for object in [
         secret("login-credentials", "Opaque", "password", LOGIN_PASSWORD),
-        secret("app-credentials", CLUSTER_PROFILE, "token", SEALED_TOKEN),
+        instantiated_secret(),
         secret("unreferenced", CLUSTER_PROFILE, "token", UNREFERENCED_TOKEN),
         config_map("unreferenced", UNREFERENCED_CONFIG),
         config_map("workload-policy", REFERENCED_CONFIG),
@@ -203,21 +216,38 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
-    let policy_refs = |with_secret: bool| {
-        let mut refs =
-            vec![json!({"kind": "ConfigMap", "namespace": "default", "name": "workload-policy"})];
-        if with_secret {
-            refs.push(json!({"kind": "Secret", "namespace": "default", "name": "app-credentials"}));
-        }
-        refs
+    let kinds = |refs: &[Value]| -> Vec<String> {
+        refs.iter()
+            .map(|r| {
+                format!(
+                    "{}:{}",
+                    r["kind"].as_str().unwrap_or(""),
+                    r["namespace"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
     };
-    wait_for("the profile over the sealed Secret", DEADLINE, || async {
-        profile_refs(&stack)
-            .await
-            .filter(|refs| *refs == policy_refs(true))
-    })
+    let refs = wait_for(
+        "the profile over the instantiated Secret",
+        DEADLINE,
+        || async {
+            profile_refs(&stack)
+                .await
+                .filter(|refs| kinds(refs) == ["ConfigMap:default", "Secret:projectsveltos"])
+        },
+    )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    // The renderer opened the Secret, rendered it and sealed the copy; the applier opened that.
+    let copy_name = refs[1]["name"].as_str().unwrap_or_default();
+    let copy = stack
+        .get(MANAGEMENT, "v1", "Secret", "projectsveltos", copy_name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the instantiated Secret exists"))?;
+    assert_eq!(
+        copy["data"]["token"],
+        json!(b64(&format!("{SEALED_TOKEN}-workload")))
+    );
 
     let bus = Bus::connect(&stack.nats.url()).await?;
     let sealed = config_object(&bus, "Secret", "app-credentials")
@@ -257,7 +287,7 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     wait_for("the profile without the Secret", DEADLINE, || async {
         profile_refs(&stack)
             .await
-            .filter(|refs| *refs == policy_refs(false))
+            .filter(|refs| kinds(refs) == ["ConfigMap:default"])
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
