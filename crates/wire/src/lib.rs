@@ -221,12 +221,9 @@ fn desired_about(state: &pb::DesiredState, object: &pb::ManagedObject) -> String
 }
 
 /// `state` with every Secret's JSON sealed, ready to publish. Without a key a Secret cannot
-/// go on the bus: `Err` is the same unit as a failure that names it, with no objects (the
+/// go on the bus: the unit comes back as a failure that names it, with no objects (the
 /// applier keeps what exists and the trigger's status shows why).
-pub fn seal_desired(
-    mut state: pb::DesiredState,
-    key: Option<&BusKey>,
-) -> Result<pb::DesiredState, pb::DesiredState> {
+pub fn seal_desired(mut state: pb::DesiredState, key: Option<&BusKey>) -> pb::DesiredState {
     for index in 0..state.objects.len() {
         if state.objects[index].kind != "Secret" || state.objects[index].object_json.is_empty() {
             continue;
@@ -237,26 +234,28 @@ pub fn seal_desired(
                 "eventtrigger {}: Secret {}/{} cannot go on the bus: {NO_KEY}",
                 state.event_trigger, object.namespace, object.name
             );
-            return Err(pb::DesiredState {
-                objects: Vec::new(),
-                failure_message: failure,
-                ..state
-            });
+            return failed(state, failure);
         };
         let about = desired_about(&state, &state.objects[index]);
         let object = &mut state.objects[index];
         object.sealed_object_json = key.seal(&about, &object.object_json);
         object.object_json = Vec::new();
     }
-    Ok(state)
+    state
 }
 
-/// `state` with every sealed object opened. `Err` is the same unit as a failure that names the
-/// object that does not open (no key, another key), with no objects.
-pub fn open_desired(
-    mut state: pb::DesiredState,
-    key: Option<&BusKey>,
-) -> Result<pb::DesiredState, pb::DesiredState> {
+/// `state` as a failure with no objects.
+fn failed(state: pb::DesiredState, failure_message: String) -> pb::DesiredState {
+    pb::DesiredState {
+        objects: Vec::new(),
+        failure_message,
+        ..state
+    }
+}
+
+/// `state` with every sealed object opened. A unit with an object that does not open (no key,
+/// another key) comes back as a failure that names it, with no objects.
+pub fn open_desired(mut state: pb::DesiredState, key: Option<&BusKey>) -> pb::DesiredState {
     for index in 0..state.objects.len() {
         if state.objects[index].sealed_object_json.is_empty() {
             continue;
@@ -269,29 +268,29 @@ pub fn open_desired(
                 object.object_json = json;
                 object.sealed_object_json = Vec::new();
             }
-            failed => {
+            unopened => {
                 let object = &state.objects[index];
-                let reason = if failed.is_some() { WRONG_KEY } else { NO_KEY };
+                let reason = if unopened.is_some() {
+                    WRONG_KEY
+                } else {
+                    NO_KEY
+                };
                 let failure = format!(
                     "eventtrigger {}: {} {}/{}: {reason}",
                     state.event_trigger, object.kind, object.namespace, object.name
                 );
-                return Err(pb::DesiredState {
-                    objects: Vec::new(),
-                    failure_message: failure,
-                    ..state
-                });
+                return failed(state, failure);
             }
         }
     }
-    Ok(state)
+    state
 }
 
 /// Decodes a desired state and opens its sealed objects ([`open_desired`]; one that does not
 /// open makes the unit a failure).
 pub fn decode_desired(delivered: &Delivered, key: Option<&BusKey>) -> Result<pb::DesiredState> {
     let state = decode::<pb::DesiredState>("DesiredState", delivered)?;
-    Ok(open_desired(state, key).unwrap_or_else(|failed| failed))
+    Ok(open_desired(state, key))
 }
 
 /// Follows the configuration stream: the current configuration, and a feed of later updates.
@@ -439,7 +438,7 @@ mod tests {
             ..Default::default()
         };
         let key = BusKey::from_bytes(&[1; 32]).expect("key");
-        let sealed = seal_desired(state.clone(), Some(&key)).expect("sealed");
+        let sealed = seal_desired(state.clone(), Some(&key));
         let bytes = encode(&sealed);
         assert!(!bytes.windows(8).any(|w| w == b"dG9wLXNl"));
         assert!(sealed.objects[0].object_json.is_empty());
@@ -447,20 +446,17 @@ mod tests {
             sealed.objects[1], state.objects[1],
             "only Secrets are sealed"
         );
-        assert_eq!(
-            open_desired(sealed.clone(), Some(&key)).expect("opens"),
-            state
-        );
+        assert_eq!(open_desired(sealed.clone(), Some(&key)), state);
         let other = BusKey::from_bytes(&[2; 32]).expect("key");
         for (key, reason) in [(Some(&other), WRONG_KEY), (None, NO_KEY)] {
-            let failed = open_desired(sealed.clone(), key).expect_err("does not open");
+            let failed = open_desired(sealed.clone(), key);
             assert!(failed.objects.is_empty());
             assert_eq!(
                 failed.failure_message,
                 format!("eventtrigger t: Secret projectsveltos/copy: {reason}")
             );
         }
-        let unkeyed = seal_desired(state, None).expect_err("no key");
+        let unkeyed = seal_desired(state, None);
         assert!(unkeyed.objects.is_empty());
         assert!(unkeyed
             .failure_message

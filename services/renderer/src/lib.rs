@@ -168,7 +168,7 @@ fn desired_messages(
     let mut outputs = Vec::with_capacity(states.len());
     for state in states {
         let rendered_hash = content_hash(&state);
-        let state = sluice_wire::seal_desired(state, key).unwrap_or_else(|failed| failed);
+        let state = sluice_wire::seal_desired(state, key);
         let state = bounded(state, limit);
         // The id names the content; of a sealed state, the rendered one (a sealed payload
         // differs each time it is sealed).
