@@ -4,7 +4,8 @@
 //! withdraws its object. Every message of every stream and every service's log is searched
 //! for the contents of each Secret and unreferenced ConfigMap, while seed 001's credentials
 //! example and a trigger instantiating a sealed Secret still render (the instantiated copy
-//! travels sealed to the applier too).
+//! travels sealed to the applier too). A managed cluster's Secret selected by an EventSource
+//! without `collectResources` reaches only the evaluator's input, not its EventReport.
 
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ const LOGIN_PASSWORD: &str = "e2e-login-password-7f3a";
 const SEALED_TOKEN: &str = "e2e-sealed-token-91c2";
 const UNREFERENCED_TOKEN: &str = "e2e-unreferenced-token-55d0";
 const UNREFERENCED_CONFIG: &str = "e2e-unreferenced-config-0b7e";
+/// A managed cluster's Secret an EventSource selects without `collectResources`: the evaluator
+/// reads it from `SLUICE_CHANGES`, and no later stream, EventReport or log may carry it.
+const MANAGED_TOKEN: &str = "e2e-managed-token-3e8f";
 /// A referenced ConfigMap's contents, which must travel (the search would miss nothing).
 const REFERENCED_CONFIG: &str = "e2e-referenced-config-c4e1";
 
@@ -191,6 +195,14 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
         config_map("unreferenced", UNREFERENCED_CONFIG),
         config_map("workload-policy", REFERENCED_CONFIG),
         sealed_trigger(true),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+               "metadata": {"name": "watched-secrets"},
+               "spec": {"collectResources": false, "resourceSelectors": [
+                   {"group": "", "version": "v1", "kind": "Secret", "namespace": "eng"}]}}),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+               "metadata": {"name": "watch-secrets"},
+               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
+                        "eventSourceName": "watched-secrets"}}),
     ] {
         stack.apply(MANAGEMENT, &object).await?;
     }
@@ -199,6 +211,14 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
             "workload",
             &json!({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": "eng", "labels": {"secret": "required"}}}),
+        )
+        .await?;
+    stack
+        .apply(
+            "workload",
+            &json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": "app-token", "namespace": "eng"},
+                    "data": {"token": b64(MANAGED_TOKEN)}}),
         )
         .await?;
 
@@ -249,6 +269,23 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
         json!(b64(&format!("{SEALED_TOKEN}-workload")))
     );
 
+    // The managed Secret matches, and its EventReport names it without its contents.
+    let report = wait_for(
+        "the EventReport of the watched Secret",
+        DEADLINE,
+        || async {
+            stack
+                .event_report("sveltos--watched-secrets--workload")
+                .await
+                .ok()
+                .flatten()
+                .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    assert!(report["spec"].get("resources").is_none(), "{report}");
+
     let bus = Bus::connect(&stack.nats.url()).await?;
     let sealed = config_object(&bus, "Secret", "app-credentials")
         .await?
@@ -280,6 +317,21 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
             );
         }
     }
+    // The managed Secret is the evaluator's input, and nothing after it.
+    for (stream, subject, payload) in &messages {
+        let carries = contains(payload, MANAGED_TOKEN) || contains(payload, &b64(MANAGED_TOKEN));
+        assert!(
+            !carries || stream == topology::CHANGES.name,
+            "{stream} {subject} carries the managed Secret"
+        );
+    }
+    assert!(
+        messages
+            .iter()
+            .any(|(stream, _, payload)| stream == topology::CHANGES.name
+                && contains(payload, &b64(MANAGED_TOKEN))),
+        "the evaluator's input carries the watched Secret"
+    );
 
     // A reference removed: the Secret leaves the stream; the ConfigMap stays.
     stack.apply(MANAGEMENT, &sealed_trigger(false)).await?;
@@ -310,7 +362,9 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     wait_withdrawn(&stack, &bus, "ConfigMap", "workload-policy").await?;
 
     // No service ever logged a Secret's contents.
-    for text in forbidden(&kubeconfig_token) {
+    let mut all = forbidden(&kubeconfig_token);
+    all.extend([MANAGED_TOKEN.to_string(), b64(MANAGED_TOKEN)]);
+    for text in all {
         for service in sluice_cli::stack::SERVICES {
             assert!(
                 !stack.service_log(service).contains(&text),
