@@ -257,4 +257,52 @@ mod tests {
             ("t", "es")
         );
     }
+
+    #[test]
+    fn secrets_leave_sealed_named_by_their_rendered_content_or_as_a_failure_without_a_key() {
+        let state = pb::DesiredState {
+            event_trigger: "t".into(),
+            cluster: Some(sluice_wire::cluster_ref(&ClusterId {
+                cluster_type: ClusterType::Sveltos,
+                namespace: "default".into(),
+                name: "c".into(),
+            })),
+            objects: vec![managed_object(serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "x", "namespace": "projectsveltos"},
+                "data": {"k": "c2VjcmV0LXZhbHVl"},
+            }))],
+            ..Default::default()
+        };
+        let key = sluice_wire::BusKey::from_bytes(&[9; 32]).expect("key");
+        let publish = |key| {
+            desired_messages(vec![state.clone()], "report", 1 << 20, None, key)
+                .expect("messages")
+                .remove(0)
+        };
+        let (first, second) = (publish(Some(&key)), publish(Some(&key)));
+        assert_ne!(first.payload, second.payload, "a fresh nonce each time");
+        assert_eq!(
+            first.msg_id, second.msg_id,
+            "the id names the rendered content"
+        );
+        assert!(!first.payload.windows(8).any(|w| w == b"c2VjcmV0"));
+        let delivered = Delivered {
+            subject: first.subject.clone(),
+            sequence: 1,
+            payload: first.payload.clone(),
+            traceparent: None,
+        };
+        assert_eq!(
+            sluice_wire::decode_desired(&delivered, Some(&key)).expect("decodes"),
+            state
+        );
+        let unkeyed = publish(None);
+        let failed: pb::DesiredState =
+            prost::Message::decode(unkeyed.payload.as_ref()).expect("decodes");
+        assert!(failed.objects.is_empty());
+        assert!(failed
+            .failure_message
+            .starts_with("eventtrigger t: Secret projectsveltos/x cannot go on the bus"));
+    }
 }
