@@ -195,7 +195,18 @@ impl Stack {
     }
 
     pub fn start_service(&mut self, service: &'static str) -> anyhow::Result<()> {
+        self.start_service_without(service, &[])
+    }
+
+    /// Starts a service with its environment less the variables named in `unset` (e.g. the
+    /// bus key, to see how a service without it behaves).
+    pub fn start_service_without(
+        &mut self,
+        service: &'static str,
+        unset: &[&str],
+    ) -> anyhow::Result<()> {
         let mut env = self.service_env(service);
+        env.retain(|(name, _)| !unset.contains(&name.as_str()));
         if service == "sluice-watcher" {
             env.extend(self.webhook.env());
         }

@@ -375,3 +375,71 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     bus.close().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says_why(
+) -> anyhow::Result<()> {
+    let mut stack = Stack::start(&["workload"], None).await?;
+    for service in ["sluice-watcher", "sluice-renderer"] {
+        stack.stop_service(service)?;
+        stack.start_service_without(service, &["SLUICE_BUS_KEY_FILE"])?;
+    }
+    stack
+        .register_cluster("workload", &[("env", "production")])
+        .await?;
+    stack.apply_yaml(MANAGEMENT, CREDENTIALS_SOURCE).await?;
+    for object in [
+        instantiated_secret(),
+        config_map("workload-policy", REFERENCED_CONFIG),
+        sealed_trigger(true),
+    ] {
+        stack.apply(MANAGEMENT, &object).await?;
+    }
+    stack
+        .apply(
+            "workload",
+            &json!({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": "eng", "labels": {"secret": "required"}}}),
+        )
+        .await?;
+    let message = wait_for("the trigger's status to say why", DEADLINE, || async {
+        let trigger = stack
+            .get(
+                MANAGEMENT,
+                "lib.projectsveltos.io/v1beta1",
+                "EventTrigger",
+                "",
+                "sealed-policy",
+            )
+            .await
+            .ok()
+            .flatten()?;
+        let info = &trigger["status"]["clusterInfo"][0];
+        (info["status"] == "Failed")
+            .then(|| info["failureMessage"].as_str().unwrap_or("").to_string())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    assert_eq!(
+        message,
+        format!(
+            "eventtrigger sealed-policy: spec.policyRefs[1]: Secret default/app-credentials: {}",
+            sluice_wire::NO_KEY
+        )
+    );
+    let bus = Bus::connect(&stack.nats.url()).await?;
+    let stand_in = config_object(&bus, "Secret", "app-credentials")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the referenced Secret's stand-in travels"))?;
+    assert!(stand_in.sealed_object_json.is_empty());
+    for (stream, subject, payload) in every_message(&bus).await? {
+        for text in [SEALED_TOKEN.to_string(), b64(SEALED_TOKEN)] {
+            assert!(
+                !contains(&payload, &text),
+                "{stream} {subject} carries {text:?}"
+            );
+        }
+    }
+    bus.close().await;
+    Ok(())
+}
