@@ -223,9 +223,9 @@ mod tests {
     use sluice_domain::cluster::{ClusterId, ClusterType};
     use stage::managed_object;
 
-    #[test]
-    fn a_desired_state_too_large_becomes_its_failure() {
-        let state = pb::DesiredState {
+    /// Trigger `t`'s unit for cluster `default/c` of EventSource `es` with one object.
+    fn unit(object: serde_json::Value) -> pb::DesiredState {
+        pb::DesiredState {
             event_trigger: "t".into(),
             cluster: Some(sluice_wire::cluster_ref(&ClusterId {
                 cluster_type: ClusterType::Sveltos,
@@ -233,13 +233,18 @@ mod tests {
                 name: "c".into(),
             })),
             event_source: "es".into(),
-            objects: vec![managed_object(serde_json::json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "x", "namespace": "projectsveltos"},
-                "data": {"k": "v".repeat(200)},
-            }))],
+            objects: vec![managed_object(object)],
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_desired_state_too_large_becomes_its_failure() {
+        let state = unit(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "projectsveltos"},
+            "data": {"k": "v".repeat(200)},
+        }));
         assert_eq!(bounded(state.clone(), 10_000), state, "fits");
         let size = state.encoded_len();
         let failed = bounded(state.clone(), 100);
@@ -260,20 +265,11 @@ mod tests {
 
     #[test]
     fn secrets_leave_sealed_named_by_their_rendered_content_or_as_a_failure_without_a_key() {
-        let state = pb::DesiredState {
-            event_trigger: "t".into(),
-            cluster: Some(sluice_wire::cluster_ref(&ClusterId {
-                cluster_type: ClusterType::Sveltos,
-                namespace: "default".into(),
-                name: "c".into(),
-            })),
-            objects: vec![managed_object(serde_json::json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "x", "namespace": "projectsveltos"},
-                "data": {"k": "c2VjcmV0LXZhbHVl"},
-            }))],
-            ..Default::default()
-        };
+        let state = unit(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "x", "namespace": "projectsveltos"},
+            "data": {"k": "c2VjcmV0LXZhbHVl"},
+        }));
         let key = sluice_wire::BusKey::from_bytes(&[9; 32]).expect("key");
         let publish = |key| {
             desired_messages(vec![state.clone()], "report", 1 << 20, None, key)

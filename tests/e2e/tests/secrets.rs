@@ -80,6 +80,14 @@ fn config_map(name: &str, value: &str) -> Value {
            "data": {"policy.yaml": value}})
 }
 
+/// Namespace `eng` of the managed cluster asks for credentials: seed 001's EventSource matches.
+async fn require_credentials(stack: &Stack) -> anyhow::Result<()> {
+    let eng = json!({"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": {"name": "eng", "labels": {"secret": "required"}}});
+    stack.apply("workload", &eng).await?;
+    Ok(())
+}
+
 /// Every message every stream holds now, as (stream, subject, payload).
 async fn every_message(bus: &Bus) -> anyhow::Result<Vec<(String, String, Vec<u8>)>> {
     let mut out = Vec::new();
@@ -206,13 +214,7 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     ] {
         stack.apply(MANAGEMENT, &object).await?;
     }
-    stack
-        .apply(
-            "workload",
-            &json!({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": "eng", "labels": {"secret": "required"}}}),
-        )
-        .await?;
+    require_credentials(&stack).await?;
     stack
         .apply(
             "workload",
@@ -395,13 +397,7 @@ async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says
     ] {
         stack.apply(MANAGEMENT, &object).await?;
     }
-    stack
-        .apply(
-            "workload",
-            &json!({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": "eng", "labels": {"secret": "required"}}}),
-        )
-        .await?;
+    require_credentials(&stack).await?;
     let message = wait_for("the trigger's status to say why", DEADLINE, || async {
         let trigger = stack
             .get(
