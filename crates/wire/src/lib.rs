@@ -19,6 +19,9 @@ pub use seal::{BusKey, SealError};
 /// Why a stage without the bus key sees a Secret without its contents.
 pub const NO_KEY: &str =
     "no bus key is configured (--bus-key-file), so Secret contents are not available";
+/// Why a Secret arrives without its contents when the watcher that publishes it has no key.
+pub const NO_KEY_AT_WATCHER: &str =
+    "the watcher has no bus key (--bus-key-file), so Secret contents do not go on the bus";
 /// Why a stage sees a Secret without its contents although it has a key.
 pub const WRONG_KEY: &str = "the Secret's contents do not open with the configured bus key";
 
@@ -198,7 +201,10 @@ pub fn config_message(
                 Vec::new(),
                 key.seal(&seal::config_about(kind, namespace, name), &json(object)),
             ),
-            None => (json(&configdata::withheld(object, NO_KEY)), Vec::new()),
+            None => (
+                json(&configdata::withheld(object, NO_KEY_AT_WATCHER)),
+                Vec::new(),
+            ),
         },
     };
     pb::ConfigObject {
@@ -406,7 +412,10 @@ mod tests {
         let unkeyed = config_message("Secret", "ns", "s", "3", Some(&form), None);
         assert!(unkeyed.sealed_object_json.is_empty());
         let object: Value = serde_json::from_slice(&unkeyed.object_json).expect("json");
-        assert_eq!(configdata::withheld_reason(&object), Some(NO_KEY));
+        assert_eq!(
+            configdata::withheld_reason(&object),
+            Some(NO_KEY_AT_WATCHER)
+        );
         assert_eq!(object.get("data"), None);
         // A deletion carries nothing.
         let deleted = config_message("Secret", "ns", "s", "4", None, Some(&key));
