@@ -143,6 +143,7 @@ impl Stack {
                 .with_context(|| format!("failed to mint a token for {service}"))?;
             std::fs::write(stack.service_kubeconfig(service), kubeconfig)?;
         }
+        std::fs::write(stack.bus_key_file(), sluice_wire::BusKey::generate_base64())?;
         for service in SERVICES {
             stack.start_service(service)?;
         }
@@ -153,6 +154,12 @@ impl Stack {
             .await
             .with_context(|| stack.logs())?;
         Ok(stack)
+    }
+
+    /// The file holding the key that seals Secret contents on the bus (`SLUICE_BUS_KEY_FILE`),
+    /// written at start with a new random key; every service gets it.
+    pub fn bus_key_file(&self) -> PathBuf {
+        self.dir.join("bus.key")
     }
 
     /// The kubeconfig file a service uses: the management cluster as its ServiceAccount
@@ -176,6 +183,10 @@ impl Stack {
             ),
             ("SLUICE_LOG_FORMAT".into(), "text".into()),
             (
+                "SLUICE_BUS_KEY_FILE".into(),
+                self.bus_key_file().display().to_string(),
+            ),
+            (
                 "RUST_LOG".into(),
                 std::env::var("RUST_LOG")
                     .unwrap_or_else(|_| format!("info,{}=debug", service.replace('-', "_"))),
@@ -184,7 +195,18 @@ impl Stack {
     }
 
     pub fn start_service(&mut self, service: &'static str) -> anyhow::Result<()> {
+        self.start_service_without(service, &[])
+    }
+
+    /// Starts a service with its environment less the variables named in `unset` (e.g. the
+    /// bus key, to see how a service without it behaves).
+    pub fn start_service_without(
+        &mut self,
+        service: &'static str,
+        unset: &[&str],
+    ) -> anyhow::Result<()> {
         let mut env = self.service_env(service);
+        env.retain(|(name, _)| !unset.contains(&name.as_str()));
         if service == "sluice-watcher" {
             env.extend(self.webhook.env());
         }

@@ -21,6 +21,15 @@ fn embedded(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(bytes)))
 }
 
+/// An object that may travel sealed (ADR 0023): tap has no key, so it says so.
+fn maybe_sealed(json: &[u8], sealed: &[u8]) -> Value {
+    if sealed.is_empty() {
+        embedded(json)
+    } else {
+        json!({"sealed": format!("{} bytes", sealed.len())})
+    }
+}
+
 fn cluster(c: &Option<pb::ClusterRef>) -> Value {
     c.as_ref().map_or(Value::Null, |c| {
         let t = pb::ClusterType::try_from(c.r#type)
@@ -44,7 +53,8 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
         "config" => {
             let m = pb::ConfigObject::decode(payload)?;
             json!({"kind": m.kind, "namespace": m.namespace, "name": m.name, "deleted": m.deleted,
-                   "resourceVersion": m.resource_version, "object": embedded(&m.object_json)})
+                   "resourceVersion": m.resource_version,
+                   "object": maybe_sealed(&m.object_json, &m.sealed_object_json)})
         }
         "change" => {
             let m = pb::ResourceChange::decode(payload)?;
@@ -73,7 +83,7 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
         "desired" => {
             let m = pb::DesiredState::decode(payload)?;
             json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster), "eventSource": m.event_source,
-                   "objects": m.objects.iter().map(|o| embedded(&o.object_json)).collect::<Vec<_>>(),
+                   "objects": m.objects.iter().map(|o| maybe_sealed(&o.object_json, &o.sealed_object_json)).collect::<Vec<_>>(),
                    "failureMessage": m.failure_message, "removed": m.removed,
                    "sourceSequence": m.source_sequence})
         }
@@ -139,5 +149,17 @@ mod tests {
         let v = decode("sluice.v1.report.x", &set.encode_to_vec()).expect("decode");
         assert_eq!(v["eventSource"], "es");
         assert!(decode("sluice.v1.desired.t.x", b"\xff\xff").is_err());
+    }
+
+    #[test]
+    fn sealed_objects_show_as_sealed() {
+        let config = pb::ConfigObject {
+            kind: "Secret".into(),
+            name: "s".into(),
+            sealed_object_json: vec![7; 60],
+            ..Default::default()
+        };
+        let v = decode("sluice.v1.config.Secret.ns.s", &config.encode_to_vec()).expect("decode");
+        assert_eq!(v["object"], json!({"sealed": "60 bytes"}));
     }
 }

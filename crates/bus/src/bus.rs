@@ -13,6 +13,10 @@ use crate::topology::{self, StreamSpec, ALL_STREAMS};
 /// How long [`Bus::close`] waits for the server before it just drops the connection.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The header that gives one message its own time to live (nats-server 2.11 and later, on
+/// streams that allow it).
+const NATS_TTL: &str = "Nats-TTL";
+
 /// A connected bus. Cheap to clone.
 #[derive(Clone)]
 pub struct Bus {
@@ -257,6 +261,33 @@ impl Bus {
         Ok(())
     }
 
+    /// Publishes a message that the stream removes by itself `ttl` after storing it (the
+    /// `Nats-TTL` header; whole seconds, at least one), and waits until it is stored.
+    pub async fn publish_expiring(&self, out: Outgoing, ttl: Duration) -> Result<()> {
+        let mut headers = HeaderMap::new();
+        if let Some(trace) = &out.traceparent {
+            headers.insert(topology::TRACEPARENT, trace.as_str());
+        }
+        let seconds = ttl.as_secs().max(1);
+        headers.insert(NATS_TTL, format!("{seconds}s").as_str());
+        let publish = jetstream::message::PublishMessage::build()
+            .payload(out.payload)
+            .headers(headers)
+            .message_id(&out.msg_id);
+        let failed =
+            |subject: &str, source: Box<dyn std::error::Error + Send + Sync>| Error::Publish {
+                subject: subject.to_string(),
+                source,
+            };
+        self.js
+            .send_publish(out.subject.clone(), publish)
+            .await
+            .map_err(|source| failed(&out.subject, Box::new(source)))?
+            .await
+            .map_err(|source| failed(&out.subject, Box::new(source)))?;
+        Ok(())
+    }
+
     /// Deletes every message on subjects matching `filter` (used to forget a removed cluster).
     pub async fn purge(&self, spec: StreamSpec, filter: &str) -> Result<u64> {
         let stream = self.stream(spec).await?;
@@ -281,6 +312,8 @@ fn stream_config(spec: StreamSpec) -> stream::Config {
         storage: stream::StorageType::File,
         duplicate_window: topology::DEDUPE_WINDOW,
         allow_direct: true,
+        // Only messages that carry a `Nats-TTL` expire by it (`Bus::publish_expiring`).
+        allow_message_ttl: true,
         ..Default::default()
     }
 }

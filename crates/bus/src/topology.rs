@@ -41,6 +41,10 @@ pub const PUBLISH_WINDOW: usize = 256;
 /// re-renders a fleet) settles older acks before it publishes more.
 pub const ACKS_IN_FLIGHT: usize = 4_096;
 
+/// How long a withdrawn ConfigMap's or Secret's deletion stays on `SLUICE_CONFIG` (its
+/// `Nats-TTL`): long enough for every follower to read it, after which the subject is gone.
+pub const CONFIG_TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// A JetStream stream of the pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamSpec {

@@ -103,3 +103,58 @@ async fn a_batch_keeps_the_newest_message_per_subject_and_acks_the_rest() -> any
     assert_eq!(bodies, ["b2"]);
     Ok(())
 }
+
+#[tokio::test]
+async fn an_expiring_message_leaves_its_subject_after_its_ttl() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let kept = topology::config_subject("ConfigMap", "default", "kept");
+    let gone = topology::config_subject("ConfigMap", "default", "gone");
+    publish(&bus, &kept, "kept", "1").await?;
+    publish(&bus, &gone, "contents", "2").await?;
+    // The deletion replaces the contents at once and expires by itself.
+    bus.publish_expiring(
+        Outgoing {
+            subject: gone.clone(),
+            payload: Bytes::from("deleted"),
+            msg_id: "3".into(),
+            traceparent: None,
+        },
+        Duration::from_secs(1),
+    )
+    .await?;
+    let subjects = |bus: Bus| async move {
+        let delivered = bus
+            .replay_state(topology::CONFIG, topology::CONFIG.subjects)
+            .await?;
+        anyhow::Ok(
+            delivered
+                .into_iter()
+                .map(|d| (d.subject, String::from_utf8_lossy(&d.payload).to_string()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let now = subjects(bus.clone()).await?;
+    assert!(
+        now.contains(&(gone.clone(), "deleted".into())),
+        "the deletion is stored first: {now:?}"
+    );
+    sluice_testkit::wait_for(
+        "the expired deletion to leave the stream",
+        Duration::from_secs(10),
+        || {
+            let bus = bus.clone();
+            let kept = kept.clone();
+            async move {
+                let left = subjects(bus).await?;
+                if left == [(kept, "kept".to_string())] {
+                    Ok(())
+                } else {
+                    Err(anyhow::anyhow!("the stream still holds {left:?}"))
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}

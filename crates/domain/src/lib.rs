@@ -2,6 +2,7 @@
 pub mod cloudevent;
 pub mod cluster;
 pub mod config;
+pub mod configdata;
 pub mod conversion;
 pub mod eventsource;
 pub mod eventtrigger;

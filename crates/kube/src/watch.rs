@@ -155,6 +155,25 @@ pub fn watch_kind(
     level_watch(api, watcher::Config::default(), known)
 }
 
+/// One batch of [`watch_kind_listing`]: the state changes, and whether a complete list of the
+/// kind ends with it.
+#[derive(Debug)]
+pub struct Listing {
+    pub changes: Vec<Change>,
+    pub listed: bool,
+}
+
+/// [`watch_kind`] saying which batch completes a list (the first one and every re-list), so a
+/// caller knows when it has seen every object that exists.
+pub fn watch_kind_listing(
+    client: Client,
+    kind: Kind,
+    known: HashMap<ObjectKey, String>,
+) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send {
+    let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
+    level_watch_listing(api, watcher::Config::default(), known)
+}
+
 /// [`watch_kind`] restricted to objects carrying all of `labels` (a label selector on the
 /// server), starting from nothing known.
 pub fn watch_labelled(
@@ -194,12 +213,25 @@ fn level_watch(
     config: watcher::Config,
     known: HashMap<ObjectKey, String>,
 ) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
+    level_watch_listing(api, config, known).map(|listing| listing.map(|l| l.changes))
+}
+
+/// [`level_watch`], saying which batch completes a list.
+fn level_watch_listing(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    known: HashMap<ObjectKey, String>,
+) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send {
     let mut state = LevelState::with_known(known);
     watcher::watcher(api, config.any_semantic())
         .default_backoff()
         .map(move |event| {
-            let event = event?;
-            Ok(state.on_event(to_json_event(event)))
+            let event = to_json_event(event?);
+            let listed = matches!(event, Event::InitDone);
+            Ok(Listing {
+                changes: state.on_event(event),
+                listed,
+            })
         })
 }
 

@@ -46,6 +46,11 @@ pub struct CommonArgs {
         default_value = "projectsveltos"
     )]
     pub sveltos_namespace: String,
+
+    /// File holding the 32-byte key (raw or base64) that seals Secret contents on the bus;
+    /// without it, no Secret contents go on the bus
+    #[arg(long, env = "SLUICE_BUS_KEY_FILE")]
+    pub bus_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -86,13 +91,16 @@ impl CommonArgs {
         );
         format!(
             "nats_url={} kubeconfig={} kube_context={} health_addr={} log_format={} \
-             sveltos_namespace={}",
+             sveltos_namespace={} bus_key_file={}",
             redact_url(&self.nats_url),
             kubeconfig,
             self.kube_context.as_deref().unwrap_or("-"),
             self.health_addr,
             self.log_format,
             self.sveltos_namespace,
+            self.bus_key_file
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |path| path.display().to_string()),
         )
     }
 }
@@ -218,6 +226,7 @@ mod tests {
             "--health-addr=127.0.0.1:9090",
             "--log-format=json",
             "--sveltos-namespace=fleet",
+            "--bus-key-file=/etc/sluice/bus-key/key",
         ])
         .unwrap();
         assert_eq!(common.nats_url, "nats://10.0.0.1:4222");
@@ -225,6 +234,10 @@ mod tests {
         assert_eq!(common.health_addr.port(), 9090);
         assert_eq!(common.log_format, LogFormat::Json);
         assert_eq!(common.sveltos_namespace, "fleet");
+        assert_eq!(
+            common.bus_key_file.as_deref(),
+            Some(std::path::Path::new("/etc/sluice/bus-key/key"))
+        );
     }
 
     #[test]
@@ -238,6 +251,7 @@ mod tests {
                 "SLUICE_HEALTH_ADDR",
                 "SLUICE_LOG_FORMAT",
                 "SLUICE_SVELTOS_NAMESPACE",
+                "SLUICE_BUS_KEY_FILE",
             ]
         );
     }

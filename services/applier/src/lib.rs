@@ -23,6 +23,9 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Opens the Secrets of desired states (ADR 0023).
+    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
     let bus = Bus::connect(&common.nats_url)
         .await
         .context("failed to connect to the bus")?;
@@ -37,6 +40,7 @@ pub async fn run(
         applier: Applier::new(client),
         statuses: status::Statuses::default(),
         reported: std::collections::BTreeMap::new(),
+        key,
     };
     // The statuses as the last results left them, so a restart writes from the whole picture.
     for delivered in bus

@@ -12,6 +12,7 @@ use sluice_bus::topology::{self, StreamSpec};
 use sluice_bus::{Bus, Delivered};
 use sluice_domain::cluster::ClusterId;
 use sluice_proto::v1 as pb;
+use sluice_wire::BusKey;
 
 use crate::executor::{Applier, Unit};
 use crate::status::Statuses;
@@ -51,10 +52,9 @@ pub struct Desired {
     pub applied_subject: String,
 }
 
-/// Decodes and checks one desired state.
-pub fn decode(delivered: &Delivered) -> Result<Desired, ApplyError> {
-    let state = sluice_wire::decode::<pb::DesiredState>("DesiredState", delivered)
-        .map_err(ApplyError::Decode)?;
+/// Decodes and checks one desired state; its sealed Secrets are opened with `key` (ADR 0023).
+pub fn decode(delivered: &Delivered, key: Option<&BusKey>) -> Result<Desired, ApplyError> {
+    let state = sluice_wire::decode_desired(delivered, key).map_err(ApplyError::Decode)?;
     let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), &delivered.subject)
         .map_err(ApplyError::Cluster)?;
     let applied_subject = topology::applied_subject_for(&delivered.subject)
@@ -100,6 +100,8 @@ pub(crate) struct ApplierStage {
     pub(crate) statuses: Statuses,
     /// The problem last reported per unusable trigger, so each one is one Event.
     pub(crate) reported: BTreeMap<String, String>,
+    /// Opens the Secrets of desired states (ADR 0023).
+    pub(crate) key: Option<BusKey>,
 }
 
 impl Stage for ApplierStage {
@@ -109,7 +111,7 @@ impl Stage for ApplierStage {
     type Error = ApplyError;
 
     fn decode(&self, delivered: &Delivered) -> Result<Desired, ApplyError> {
-        decode(delivered)
+        decode(delivered, self.key.as_ref())
     }
 
     async fn handle(&mut self, inputs: &[Input<Desired>]) -> Vec<Outcome<ApplyError>> {
@@ -218,7 +220,7 @@ mod tests {
             payload: bytes::Bytes::from_static(&[0xff, 0xff, 0xff]),
             ..delivered(&subject(), &state(false))
         };
-        let error = decode(&garbage).expect_err("not protobuf");
+        let error = decode(&garbage, None).expect_err("not protobuf");
         assert!(matches!(error, ApplyError::Decode(_)));
         assert_eq!(error.action(), Action::Reject);
 
@@ -226,14 +228,14 @@ mod tests {
             cluster: None,
             ..state(false)
         };
-        let error = decode(&delivered(&subject(), &no_cluster)).expect_err("no cluster");
+        let error = decode(&delivered(&subject(), &no_cluster), None).expect_err("no cluster");
         assert!(matches!(error, ApplyError::Cluster(_)));
         assert_eq!(error.action(), Action::Reject);
 
-        let error = decode(&delivered("sluice.v1.match.x", &state(false))).expect_err("foreign");
+        let error = decode(&delivered("sluice.v1.match.x", &state(false)), None).expect_err("foreign");
         assert_eq!(error.action(), Action::Reject);
 
-        let ok = decode(&delivered(&subject(), &state(false))).expect("valid");
+        let ok = decode(&delivered(&subject(), &state(false)), None).expect("valid");
         assert_eq!(
             ok.applied_subject,
             topology::applied_subject("t", &sluice_wire::cluster_tokens(&cluster()))

@@ -88,6 +88,7 @@ async fn publish_config(bus: &Bus, o: &Options) -> anyhow::Result<()> {
             deleted: false,
             resource_version: "1".into(),
             object_json: serde_json::to_vec(&object)?,
+            sealed_object_json: Vec::new(),
         };
         bus.publish_durably(Outgoing {
             subject: topology::config_subject(kind, &namespace, &name),

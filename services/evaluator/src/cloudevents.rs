@@ -17,7 +17,8 @@ pub use select::{CloudEventSelector, SelectError};
 
 /// Runs until `token` is cancelled; an error means the bus is unusable (the process restarts).
 pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::Result<()> {
-    let (config, config_feed) = sluice_wire::follow_config(&bus).await?;
+    // The evaluator reads no Secret contents: it follows the configuration without the key.
+    let (config, config_feed) = sluice_wire::follow_config(&bus, None).await?;
     let mut stage = CloudEventStage {
         selector: CloudEventSelector::new(config),
         received: health.counter("sluice_evaluator_cloudevents_received_total"),

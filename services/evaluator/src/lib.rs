@@ -25,7 +25,8 @@ pub async fn run(
     let published = health.counter("sluice_evaluator_match_sets_published_total");
     let rejected = health.counter("sluice_evaluator_messages_rejected_total");
 
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
+    // The evaluator reads no Secret contents: it follows the configuration without the key.
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus, None).await?;
     let mut stage = Evaluator::new(config);
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)

@@ -24,17 +24,20 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
     let bus = Bus::connect(&common.nats_url)
         .await
         .context("failed to connect to the bus")?;
     let published = health.counter("sluice_renderer_desired_states_published_total");
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus, key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
     for delivered in bus
         .replay_state(topology::DESIRED, topology::DESIRED.subjects)
         .await?
     {
-        if let Ok(state) = sluice_wire::decode::<pb::DesiredState>("DesiredState", &delivered) {
+        // Remembered as rendered: what it published sealed is compared opened.
+        if let Ok(state) = sluice_wire::decode_desired(&delivered, key.as_ref()) {
             stage.remember_published(&state);
         }
     }
@@ -53,7 +56,7 @@ pub async fn run(
     }
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let boot = tokio::task::block_in_place(|| stage.recompute(None, boot_sequence));
-    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None)?;
+    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None, key.as_ref())?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
     let mut reports = bus.durable(topology::RENDERER_REPORT, None).await?;
@@ -80,7 +83,7 @@ pub async fn run(
                 }
                 let Some(sequence) = changed else { continue };
                 let states = tokio::task::block_in_place(|| stage.recompute(None, sequence));
-                let outputs = desired_messages(states, "config", bus.payload_limit(), None)?;
+                let outputs = desired_messages(states, "config", bus.payload_limit(), None, key.as_ref())?;
                 published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
             batch = sluice_bus::coalesce::next_batch(&mut reports), if !window.is_full() => {
@@ -97,7 +100,7 @@ pub async fn run(
                     };
                     let scope = stage.set_report(report);
                     let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
-                    let outputs = desired_messages(states, "report", bus.payload_limit(), Some(&delivered))?;
+                    let outputs = desired_messages(states, "report", bus.payload_limit(), Some(&delivered), key.as_ref())?;
                     published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
                 }
             }
@@ -113,7 +116,7 @@ pub async fn run(
                     }
                 };
                 let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
-                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), Some(&delivered))?;
+                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), Some(&delivered), key.as_ref())?;
                 published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
@@ -151,17 +154,33 @@ pub fn bounded(state: pb::DesiredState, limit: usize) -> pb::DesiredState {
     }
 }
 
-/// The messages that publish `states`, each with a message id that names its content; a state
-/// too large for one message is published as its failure ([`bounded`]).
+/// The messages that publish `states`, each with a message id that names its content; Secrets
+/// sealed with `key` (without one, a unit with a Secret is published as its failure,
+/// `sluice_wire::seal_desired`); a state too large for one message is published as its
+/// failure ([`bounded`]).
 fn desired_messages(
     states: Vec<pb::DesiredState>,
     cause: &str,
     limit: usize,
     input: Option<&Delivered>,
+    key: Option<&sluice_wire::BusKey>,
 ) -> anyhow::Result<Vec<Outgoing>> {
     let mut outputs = Vec::with_capacity(states.len());
     for state in states {
+        let rendered_hash = content_hash(&state);
+        let state = sluice_wire::seal_desired(state, key);
         let state = bounded(state, limit);
+        // The id names the content; of a sealed state, the rendered one (a sealed payload
+        // differs each time it is sealed).
+        let hash = if state
+            .objects
+            .iter()
+            .any(|o| !o.sealed_object_json.is_empty())
+        {
+            rendered_hash
+        } else {
+            content_hash(&state)
+        };
         let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
         let tokens = sluice_wire::cluster_tokens(&cluster);
         let subject =
@@ -186,7 +205,6 @@ fn desired_messages(
             tracing::warn!(event_trigger = %state.event_trigger, cluster = %cluster, failure = %state.failure_message, "rendering failed");
         }
         let sequence = state.source_sequence.to_string();
-        let hash = content_hash(&state);
         outputs.push(Outgoing {
             msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
             subject,
@@ -205,9 +223,9 @@ mod tests {
     use sluice_domain::cluster::{ClusterId, ClusterType};
     use stage::managed_object;
 
-    #[test]
-    fn a_desired_state_too_large_becomes_its_failure() {
-        let state = pb::DesiredState {
+    /// Trigger `t`'s unit for cluster `default/c` of EventSource `es` with one object.
+    fn unit(object: serde_json::Value) -> pb::DesiredState {
+        pb::DesiredState {
             event_trigger: "t".into(),
             cluster: Some(sluice_wire::cluster_ref(&ClusterId {
                 cluster_type: ClusterType::Sveltos,
@@ -215,13 +233,18 @@ mod tests {
                 name: "c".into(),
             })),
             event_source: "es".into(),
-            objects: vec![managed_object(serde_json::json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "x", "namespace": "projectsveltos"},
-                "data": {"k": "v".repeat(200)},
-            }))],
+            objects: vec![managed_object(object)],
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_desired_state_too_large_becomes_its_failure() {
+        let state = unit(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "projectsveltos"},
+            "data": {"k": "v".repeat(200)},
+        }));
         assert_eq!(bounded(state.clone(), 10_000), state, "fits");
         let size = state.encoded_len();
         let failed = bounded(state.clone(), 100);
@@ -238,5 +261,44 @@ mod tests {
             (failed.event_trigger.as_str(), failed.event_source.as_str()),
             ("t", "es")
         );
+    }
+
+    #[test]
+    fn secrets_leave_sealed_named_by_their_rendered_content_or_as_a_failure_without_a_key() {
+        let state = unit(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "x", "namespace": "projectsveltos"},
+            "data": {"k": "c2VjcmV0LXZhbHVl"},
+        }));
+        let key = sluice_wire::BusKey::from_bytes(&[9; 32]).expect("key");
+        let publish = |key| {
+            desired_messages(vec![state.clone()], "report", 1 << 20, None, key)
+                .expect("messages")
+                .remove(0)
+        };
+        let (first, second) = (publish(Some(&key)), publish(Some(&key)));
+        assert_ne!(first.payload, second.payload, "a fresh nonce each time");
+        assert_eq!(
+            first.msg_id, second.msg_id,
+            "the id names the rendered content"
+        );
+        assert!(!first.payload.windows(8).any(|w| w == b"c2VjcmV0"));
+        let delivered = Delivered {
+            subject: first.subject.clone(),
+            sequence: 1,
+            payload: first.payload.clone(),
+            traceparent: None,
+        };
+        assert_eq!(
+            sluice_wire::decode_desired(&delivered, Some(&key)).expect("decodes"),
+            state
+        );
+        let unkeyed = publish(None);
+        let failed: pb::DesiredState =
+            prost::Message::decode(unkeyed.payload.as_ref()).expect("decodes");
+        assert!(failed.objects.is_empty());
+        assert!(failed
+            .failure_message
+            .starts_with("eventtrigger t: Secret projectsveltos/x cannot go on the bus"));
     }
 }

@@ -24,7 +24,8 @@ use render::Renderer;
 /// Annotation on an EventTrigger or a referenced ConfigMap/Secret choosing the template syntax.
 pub const ENGINE_ANNOTATION: &str = "sluice.io/template-engine";
 /// The only Secret type Sveltos accepts as a policy source.
-pub const CLUSTER_PROFILE_SECRET_TYPE: &str = "addons.projectsveltos.io/cluster-profile";
+pub const CLUSTER_PROFILE_SECRET_TYPE: &str =
+    sluice_domain::configdata::CLUSTER_PROFILE_SECRET_TYPE;
 
 /// One object the applier should make exist.
 #[derive(Clone, Debug, PartialEq)]

@@ -478,6 +478,7 @@ pub(crate) fn managed_object(object: serde_json::Value) -> pb::ManagedObject {
         namespace: r.namespace,
         name: r.name,
         object_json: serde_json::to_vec(&object).unwrap_or_default(),
+        sealed_object_json: Vec::new(),
     }
 }
 

@@ -1,11 +1,13 @@
 //! The watcher service: mirrors the management-cluster configuration onto the bus
-//! (`ConfigObject`), and watches, in every managed cluster some EventTrigger selects, exactly the
+//! (`ConfigObject`; of the ConfigMaps and Secrets only those a trigger references, Secret
+//! contents sealed, `configdata`), and watches, in every managed cluster some EventTrigger selects, exactly the
 //! kinds its EventSources select, publishing each object's current state (`ResourceChange`),
 //! and forwards the CloudEvents of those clusters' NATS (`CloudEventReceived`).
 //! It evaluates nothing; it only reports what exists and what arrives. It also serves the CRD
 //! conversion webhook (`webhook`, ADR 0019) when configured.
 
 pub mod cloudevents;
+mod configdata;
 mod managed;
 mod management;
 pub mod webhook;
@@ -48,12 +50,22 @@ pub async fn run_with_webhook(
     outcome
 }
 
+/// Updates from the management watches applied together before the state is acted on.
+const UPDATE_BATCH: usize = 1024;
+
 /// Runs the watcher until `token` is cancelled.
 pub async fn run(
     common: CommonArgs,
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
+    if key.is_none() {
+        tracing::warn!(
+            "no bus key (--bus-key-file): referenced Secrets go on the bus without their contents"
+        );
+    }
     let bus = Bus::connect(&common.nats_url)
         .await
         .context("failed to connect to the bus")?;
@@ -79,13 +91,18 @@ pub async fn run(
     drop(tx);
 
     // Start from what earlier runs published: the management watches only report differences
-    // from it, so unchanged objects would otherwise never reach this state.
+    // from it, so unchanged objects would otherwise never reach this state. ConfigMaps and
+    // Secrets are listed afresh instead; what of them the stream holds is only remembered.
     let mut state = ConfigState::default();
+    let mut data = configdata::ConfigData::new(bus.clone(), key, &health);
     for delivered in bus
         .replay_state(topology::CONFIG, topology::CONFIG.subjects)
         .await?
     {
-        match sluice_wire::ConfigUpdate::from_delivered(&delivered) {
+        if data.seed(&delivered) {
+            continue;
+        }
+        match sluice_wire::ConfigUpdate::from_delivered(&delivered, None) {
             Ok(update) => {
                 update.apply_to(&mut state);
             }
@@ -93,18 +110,36 @@ pub async fn run(
         }
     }
     let mut watches = managed::Watches::new(bus.clone(), health.clone(), token.child_token());
-    watches.reconcile(&state).await;
     let mut listeners = cloudevents::Listeners::new(bus.clone(), health.clone());
-    listeners.reconcile(&state);
     health.set_ready(true);
     loop {
         tokio::select! {
             _ = token.cancelled() => break,
             update = rx.recv() => {
                 let Some(update) = update else { break };
-                state.apply(&update.kind, &update.namespace, &update.name, update.object.as_ref());
-                watches.reconcile(&state).await;
-                listeners.reconcile(&state);
+                // Everything already waiting is applied before the state is acted on once.
+                let mut updates = vec![update];
+                while updates.len() < UPDATE_BATCH {
+                    match rx.try_recv() {
+                        Ok(update) => updates.push(update),
+                        Err(_) => break,
+                    }
+                }
+                for update in updates {
+                    match update {
+                        management::Update::Object { kind, namespace, name, object } => {
+                            state.apply(&kind, &namespace, &name, object.as_ref());
+                        }
+                        management::Update::Listed(kind) => data.listed(kind),
+                    }
+                }
+                // Until every Secret is listed a cluster's kubeconfig may be missing: nothing
+                // starts, stops or is withdrawn from a partial view.
+                if data.is_listed() {
+                    data.reconcile(&state).await;
+                    watches.reconcile(&state).await;
+                    listeners.reconcile(&state);
+                }
             }
         }
     }

@@ -1,5 +1,7 @@
 //! Watching the management cluster's configuration kinds and publishing each object's state
 //! on its config subject. A kind that is not served yet (its CRD is missing) is retried.
+//! ConfigMaps and Secrets are not published here: they go to the watcher's own state, and
+//! `configdata` publishes the referenced ones.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -9,8 +11,9 @@ use kube::Client;
 use serde_json::Value;
 use sluice_bus::runner::publish::publish_stored;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
+use sluice_domain::configdata::DataKind;
 use sluice_domain::naming;
-use sluice_kube::watch::{watch_kind, Change, ObjectKey};
+use sluice_kube::watch::{watch_kind_listing, Change, ObjectKey};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, Health};
 use tokio::sync::mpsc;
@@ -66,13 +69,18 @@ pub const WATCHED: [WatchedKind; 8] = [
     },
 ];
 
-/// One configuration object's new state, as handed to the watcher's main loop.
+/// What a kind's watch hands to the watcher's main loop.
 #[derive(Debug)]
-pub struct Update {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    pub object: Option<Value>,
+pub enum Update {
+    /// One configuration object's new state (`None`: deleted).
+    Object {
+        kind: String,
+        namespace: String,
+        name: String,
+        object: Option<Value>,
+    },
+    /// A complete list of a ConfigMap or Secret kind has been handed over.
+    Listed(DataKind),
 }
 
 const RETRY: Duration = Duration::from_secs(2);
@@ -92,26 +100,35 @@ pub async fn watch(
             tokio::time::sleep(RETRY).await;
             continue;
         };
-        let known = match seed(&bus, watched.kind).await {
-            Ok(known) => known,
-            Err(error) => {
-                errors.inc();
-                tracing::warn!(kind = watched.kind, error = %error, "failed to read published config, retrying");
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
+        // ConfigMaps and Secrets start from nothing known: every one that exists is listed
+        // into the watcher's state, and `configdata` decides what of them the bus holds.
+        let data_kind = DataKind::of_config_kind(watched.kind);
+        let known = match data_kind {
+            Some(_) => HashMap::new(),
+            None => match seed(&bus, watched.kind).await {
+                Ok(known) => known,
+                Err(error) => {
+                    errors.inc();
+                    tracing::warn!(kind = watched.kind, error = %error, "failed to read published config, retrying");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            },
         };
         tracing::info!(kind = watched.kind, api = %kind.resource.api_version, "watching management kind");
         let mut outputs = Outputs::new(known.keys().cloned());
-        let mut stream = Box::pin(watch_kind(client.clone(), kind, known));
+        let mut stream = Box::pin(watch_kind_listing(client.clone(), kind, known));
         while let Some(batch) = stream.next().await {
             match batch {
-                Ok(changes) => {
-                    for change in changes {
+                Ok(listing) => {
+                    for change in listing.changes {
                         let Some(change) = outputs.filter(watched.kind, change) else {
                             continue;
                         };
-                        let update = publish(&bus, watched.kind, change, &token).await;
+                        let update = match data_kind {
+                            Some(_) => Ok(local(watched.kind, change)),
+                            None => publish(&bus, watched.kind, change, &token).await,
+                        };
                         match update {
                             Ok(update) => {
                                 if tx.send(update).await.is_err() {
@@ -122,6 +139,11 @@ pub async fn watch(
                                 errors.inc();
                                 tracing::warn!(kind = watched.kind, error = %error, "failed to publish config");
                             }
+                        }
+                    }
+                    if let (Some(data_kind), true) = (data_kind, listing.listed) {
+                        if tx.send(Update::Listed(data_kind)).await.is_err() {
+                            return;
                         }
                     }
                 }
@@ -230,17 +252,17 @@ async fn publish(
 ) -> Result<Update, String> {
     let (namespace, name, resource_version, object) = change.into_parts();
     let deleted = object.is_none();
-    let message = pb::ConfigObject {
-        kind: kind.to_string(),
-        namespace: namespace.clone(),
-        name: name.clone(),
-        deleted,
-        resource_version: resource_version.clone(),
-        object_json: object
-            .as_ref()
-            .map(|o| serde_json::to_vec(o).unwrap_or_default())
-            .unwrap_or_default(),
-    };
+    let form = object
+        .as_ref()
+        .map(|o| sluice_domain::configdata::BusForm::Plain(o.clone()));
+    let message = sluice_wire::config_message(
+        kind,
+        &namespace,
+        &name,
+        &resource_version,
+        form.as_ref(),
+        None,
+    );
     let out = Outgoing {
         subject: topology::config_subject(kind, &namespace, &name),
         msg_id: message_id(&[
@@ -260,12 +282,23 @@ async fn publish(
     if let Some((_, error)) = report.refused.into_iter().next() {
         return Err(sluice_runtime::error_chain(&error));
     }
-    Ok(Update {
+    Ok(Update::Object {
         kind: kind.to_string(),
         namespace,
         name,
         object,
     })
+}
+
+/// A ConfigMap's or Secret's change for the watcher's own state only.
+fn local(kind: &str, change: Change) -> Update {
+    let (namespace, name, _, object) = change.into_parts();
+    Update::Object {
+        kind: kind.to_string(),
+        namespace,
+        name,
+        object,
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub async fn config(
         deleted: false,
         resource_version: "1".into(),
         object_json: serde_json::to_vec(&object)?,
+        sealed_object_json: Vec::new(),
     };
     // A new id per content: a changed object is a new message, not a duplicate.
     let id = format!("{kind}/{namespace}/{name}/{object}");
@@ -63,6 +64,7 @@ pub fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Resu
         health_addr: "127.0.0.1:0".parse().expect("address"),
         log_format: LogFormat::Text,
         sveltos_namespace: "projectsveltos".into(),
+        bus_key_file: None,
     };
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));

@@ -40,6 +40,9 @@ impl<'a> Renderer<'a> {
         let Some(object) = object else {
             return Ok(None);
         };
+        if let Some(reason) = sluice_domain::configdata::withheld_reason(object) {
+            return Err(self.error(place, &format!("Secret {namespace}/{name}: {reason}")));
+        }
         if kind == "Secret"
             && object.get("type").and_then(Value::as_str) != Some(CLUSTER_PROFILE_SECRET_TYPE)
         {

@@ -382,3 +382,48 @@ fn values_from_is_instantiated_resolved_or_left_as_written() {
         json!({"kind": "Secret", "namespace": "default", "name": "missing-{{ .Resource.metadata.name }}"})
     );
 }
+
+#[test]
+fn a_secret_whose_contents_are_withheld_fails_the_trigger_and_says_why() {
+    let mut state = config(&[r#"
+apiVersion: lib.projectsveltos.io/v1beta1
+kind: EventTrigger
+metadata:
+  name: sealed
+spec:
+  sourceClusterSelector: {matchLabels: {env: fv}}
+  eventSourceName: es
+  policyRefs:
+  - kind: Secret
+    namespace: default
+    name: credentials
+"#]);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "type": CLUSTER_PROFILE_SECRET_TYPE,
+        "metadata": {"namespace": "default", "name": "credentials"}});
+    let stand_in = sluice_domain::configdata::withheld(&secret, sluice_wire::NO_KEY);
+    state.apply("Secret", "default", "credentials", Some(&stand_in));
+    let err = render(
+        &state,
+        "sealed",
+        &cluster("cluster-a", json!({"env": "fv"})),
+        &match_set("es", &[namespace("a")]),
+    )
+    .expect_err("contents withheld");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "eventtrigger sealed: spec.policyRefs[0]: Secret default/credentials: {}",
+            sluice_wire::NO_KEY
+        )
+    );
+    // With the contents, the same reference renders.
+    state.apply("Secret", "default", "credentials", Some(&secret));
+    render(
+        &state,
+        "sealed",
+        &cluster("cluster-a", json!({"env": "fv"})),
+        &match_set("es", &[namespace("a")]),
+    )
+    .expect("renders");
+}

@@ -1,0 +1,443 @@
+//! Only what is needed goes on the bus (issue 22): on the whole stack, the management cluster's
+//! ConfigMaps and Secrets reach a stream only when a trigger makes the renderer read them, a
+//! Secret's contents only sealed, and a reference removed (also while the watcher is down)
+//! withdraws its object. Every message of every stream and every service's log is searched
+//! for the contents of each Secret and unreferenced ConfigMap, while seed 001's credentials
+//! example and a trigger instantiating a sealed Secret still render (the instantiated copy
+//! travels sealed to the applier too). A managed cluster's Secret selected by an EventSource
+//! without `collectResources` reaches only the evaluator's input, not its EventReport.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use prost::Message as _;
+use serde_json::{json, Value};
+use sluice_bus::{topology, Bus};
+use sluice_cli::demo::owned_by;
+use sluice_cli::stack::{Stack, MANAGEMENT};
+use sluice_testkit::wait_for;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+const CREDENTIALS_SOURCE: &str =
+    include_str!("../../../examples/seed-001-credentials/eventsource.yaml");
+const CREDENTIALS_TRIGGER: &str =
+    include_str!("../../../examples/seed-001-credentials/eventtrigger.yaml");
+const CREDENTIALS_CONFIGMAPS: &str =
+    include_str!("../../../examples/seed-001-credentials/configmaps.yaml");
+
+const CLUSTER_PROFILE: &str = "addons.projectsveltos.io/cluster-profile";
+/// Contents no stream and no log may show, in clear or as base64.
+const LOGIN_PASSWORD: &str = "e2e-login-password-7f3a";
+const SEALED_TOKEN: &str = "e2e-sealed-token-91c2";
+const UNREFERENCED_TOKEN: &str = "e2e-unreferenced-token-55d0";
+const UNREFERENCED_CONFIG: &str = "e2e-unreferenced-config-0b7e";
+/// A managed cluster's Secret an EventSource selects without `collectResources`: the evaluator
+/// reads it from `SLUICE_CHANGES`, and no later stream, EventReport or log may carry it.
+const MANAGED_TOKEN: &str = "e2e-managed-token-3e8f";
+/// A referenced ConfigMap's contents, which must travel (the search would miss nothing).
+const REFERENCED_CONFIG: &str = "e2e-referenced-config-c4e1";
+
+/// A trigger that reads a cluster-profile Secret and a ConfigMap named after the cluster.
+fn sealed_trigger(with_secret: bool) -> Value {
+    let mut refs = vec![json!({"kind": "ConfigMap", "namespace": "default",
+                               "name": "{{ .Cluster.metadata.name }}-policy"})];
+    if with_secret {
+        refs.push(json!({"kind": "Secret", "namespace": "default", "name": "app-credentials"}));
+    }
+    json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+           "metadata": {"name": "sealed-policy"},
+           "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
+                    "eventSourceName": "requiring-credentials",
+                    "policyRefs": refs}})
+}
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn secret(name: &str, kind_type: &str, key: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "type": kind_type,
+           "metadata": {"name": name, "namespace": "default"},
+           "data": {key: b64(value)}})
+}
+
+/// A cluster-profile Secret the renderer instantiates per cluster.
+fn instantiated_secret() -> Value {
+    let mut object = secret(
+        "app-credentials",
+        CLUSTER_PROFILE,
+        "token",
+        &format!("{SEALED_TOKEN}-{{{{ .Cluster.metadata.name }}}}"),
+    );
+    object["metadata"]["annotations"] = json!({"projectsveltos.io/instantiate": "ok"});
+    object
+}
+
+fn config_map(name: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": "default"},
+           "data": {"policy.yaml": value}})
+}
+
+/// Namespace `eng` of the managed cluster asks for credentials: seed 001's EventSource matches.
+async fn require_credentials(stack: &Stack) -> anyhow::Result<()> {
+    let eng = json!({"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": {"name": "eng", "labels": {"secret": "required"}}});
+    stack.apply("workload", &eng).await?;
+    Ok(())
+}
+
+/// Every message every stream holds now, as (stream, subject, payload).
+async fn every_message(bus: &Bus) -> anyhow::Result<Vec<(String, String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for spec in topology::ALL_STREAMS {
+        let mut stream = bus.jetstream().get_stream(spec.name).await?;
+        let state = stream.info().await?.state.clone();
+        if state.messages == 0 {
+            continue;
+        }
+        for sequence in state.first_sequence..=state.last_sequence {
+            // A sequence removed (replaced, purged, expired) is simply not there.
+            if let Ok(message) = stream.get_raw_message(sequence).await {
+                out.push((
+                    spec.name.to_string(),
+                    message.subject.to_string(),
+                    message.payload.to_vec(),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle.as_bytes())
+}
+
+/// The config message a subject holds, if any.
+async fn config_object(
+    bus: &Bus,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<Option<sluice_proto::v1::ConfigObject>> {
+    let subject = topology::config_subject(kind, "default", name);
+    let held = bus.replay_state(topology::CONFIG, &subject).await?;
+    held.last()
+        .map(|d| sluice_proto::v1::ConfigObject::decode(d.payload.as_ref()))
+        .transpose()
+        .map_err(Into::into)
+}
+
+/// Waits until a subject holds no object: gone, or only a deletion.
+async fn wait_withdrawn(stack: &Stack, bus: &Bus, kind: &str, name: &str) -> anyhow::Result<()> {
+    wait_for(
+        &format!("{kind} default/{name} withdrawn from SLUICE_CONFIG"),
+        DEADLINE,
+        || async {
+            match config_object(bus, kind, name).await {
+                Ok(None) => Some(()),
+                Ok(Some(message)) if message.deleted && message.object_json.is_empty() => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))
+}
+
+/// The policyRefs of the ClusterProfile the sealed-policy trigger made for `workload`.
+async fn profile_refs(stack: &Stack) -> Option<Vec<Value>> {
+    let owned = owned_by(stack, "sealed-policy", "workload").await.ok()?;
+    let profile = owned.iter().find(|o| o["kind"] == "ClusterProfile")?;
+    let refs = profile["spec"]["policyRefs"].as_array()?;
+    Some(
+        refs.iter()
+            .map(|r| json!({"kind": r["kind"], "namespace": r["namespace"], "name": r["name"]}))
+            .collect(),
+    )
+}
+
+fn forbidden(kubeconfig_token: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for text in [
+        LOGIN_PASSWORD,
+        SEALED_TOKEN,
+        UNREFERENCED_TOKEN,
+        UNREFERENCED_CONFIG,
+        kubeconfig_token,
+    ] {
+        out.push(text.to_string());
+        out.push(b64(text));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unreferenced(
+) -> anyhow::Result<()> {
+    let mut stack = Stack::start(&["workload"], None).await?;
+    stack
+        .register_cluster("workload", &[("env", "production")])
+        .await?;
+    // The token in the managed cluster's kubeconfig Secret.
+    let kubeconfig_token = stack
+        .server
+        .admin_token("workload")
+        .ok_or_else(|| anyhow::anyhow!("the managed cluster has an administrator token"))?;
+    assert!(stack
+        .server
+        .kubeconfig_for("workload")
+        .contains(&kubeconfig_token));
+    // Seed 001: the credentials Secret is read by addon-controller (templateResourceRefs), never
+    // by sluice, so it must not travel; the policy ConfigMap and generator source must.
+    stack.apply_yaml(MANAGEMENT, CREDENTIALS_SOURCE).await?;
+    stack.apply_yaml(MANAGEMENT, CREDENTIALS_TRIGGER).await?;
+    stack.apply_yaml(MANAGEMENT, CREDENTIALS_CONFIGMAPS).await?;
+    for object in [
+        secret("login-credentials", "Opaque", "password", LOGIN_PASSWORD),
+        instantiated_secret(),
+        secret("unreferenced", CLUSTER_PROFILE, "token", UNREFERENCED_TOKEN),
+        config_map("unreferenced", UNREFERENCED_CONFIG),
+        config_map("workload-policy", REFERENCED_CONFIG),
+        sealed_trigger(true),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+               "metadata": {"name": "watched-secrets"},
+               "spec": {"collectResources": false, "resourceSelectors": [
+                   {"group": "", "version": "v1", "kind": "Secret", "namespace": "eng"}]}}),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+               "metadata": {"name": "watch-secrets"},
+               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
+                        "eventSourceName": "watched-secrets"}}),
+    ] {
+        stack.apply(MANAGEMENT, &object).await?;
+    }
+    require_credentials(&stack).await?;
+    stack
+        .apply(
+            "workload",
+            &json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": "app-token", "namespace": "eng"},
+                    "data": {"token": b64(MANAGED_TOKEN)}}),
+        )
+        .await?;
+
+    // Both triggers render: seed 001's generator output, and the profile that references the
+    // sealed Secret (the renderer opened it: a withheld Secret fails the trigger instead).
+    wait_for("seed 001's generated ConfigMap", DEADLINE, || async {
+        owned_by(&stack, "distribute-credentials", "workload")
+            .await
+            .ok()
+            .filter(|owned| {
+                owned
+                    .iter()
+                    .any(|o| o["metadata"]["name"] == "default-workload-namespaces")
+            })
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let kinds = |refs: &[Value]| -> Vec<String> {
+        refs.iter()
+            .map(|r| {
+                format!(
+                    "{}:{}",
+                    r["kind"].as_str().unwrap_or(""),
+                    r["namespace"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    let refs = wait_for(
+        "the profile over the instantiated Secret",
+        DEADLINE,
+        || async {
+            profile_refs(&stack)
+                .await
+                .filter(|refs| kinds(refs) == ["ConfigMap:default", "Secret:projectsveltos"])
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    // The renderer opened the Secret, rendered it and sealed the copy; the applier opened that.
+    let copy_name = refs[1]["name"].as_str().unwrap_or_default();
+    let copy = stack
+        .get(MANAGEMENT, "v1", "Secret", "projectsveltos", copy_name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the instantiated Secret exists"))?;
+    assert_eq!(
+        copy["data"]["token"],
+        json!(b64(&format!("{SEALED_TOKEN}-workload")))
+    );
+
+    // The managed Secret matches, and its EventReport names it without its contents.
+    let report = wait_for(
+        "the EventReport of the watched Secret",
+        DEADLINE,
+        || async {
+            stack
+                .event_report("sveltos--watched-secrets--workload")
+                .await
+                .ok()
+                .flatten()
+                .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    assert!(report["spec"].get("resources").is_none(), "{report}");
+
+    let bus = Bus::connect(&stack.nats.url()).await?;
+    let sealed = config_object(&bus, "Secret", "app-credentials")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the referenced Secret travels"))?;
+    assert!(sealed.object_json.is_empty() && !sealed.sealed_object_json.is_empty());
+    for (kind, name) in [
+        ("Secret", "login-credentials"),
+        ("Secret", "unreferenced"),
+        ("Secret", "workload-sveltos-kubeconfig"),
+        ("ConfigMap", "unreferenced"),
+    ] {
+        assert!(
+            config_object(&bus, kind, name).await?.is_none(),
+            "{kind} {name} is not referenced and must not travel"
+        );
+    }
+    let messages = every_message(&bus).await?;
+    assert!(
+        messages
+            .iter()
+            .any(|(_, _, payload)| contains(payload, REFERENCED_CONFIG)),
+        "a referenced ConfigMap's contents travel: the search sees payloads"
+    );
+    for text in forbidden(&kubeconfig_token) {
+        for (stream, subject, payload) in &messages {
+            assert!(
+                !contains(payload, &text),
+                "{stream} {subject} carries {text:?}"
+            );
+        }
+    }
+    // The managed Secret is the evaluator's input, and nothing after it.
+    for (stream, subject, payload) in &messages {
+        let carries = contains(payload, MANAGED_TOKEN) || contains(payload, &b64(MANAGED_TOKEN));
+        assert!(
+            !carries || stream == topology::CHANGES.name,
+            "{stream} {subject} carries the managed Secret"
+        );
+    }
+    assert!(
+        messages
+            .iter()
+            .any(|(stream, _, payload)| stream == topology::CHANGES.name
+                && contains(payload, &b64(MANAGED_TOKEN))),
+        "the evaluator's input carries the watched Secret"
+    );
+
+    // A reference removed: the Secret leaves the stream; the ConfigMap stays.
+    stack.apply(MANAGEMENT, &sealed_trigger(false)).await?;
+    wait_withdrawn(&stack, &bus, "Secret", "app-credentials").await?;
+    wait_for("the profile without the Secret", DEADLINE, || async {
+        profile_refs(&stack)
+            .await
+            .filter(|refs| kinds(refs) == ["ConfigMap:default"])
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    assert!(config_object(&bus, "ConfigMap", "workload-policy")
+        .await?
+        .is_some_and(|m| !m.deleted));
+
+    // While the watcher is down the last reference goes: at its start the ConfigMap leaves.
+    stack.stop_service("sluice-watcher")?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventTrigger",
+            "",
+            "sealed-policy",
+        )
+        .await?;
+    stack.start_service("sluice-watcher")?;
+    wait_withdrawn(&stack, &bus, "ConfigMap", "workload-policy").await?;
+
+    // No service ever logged a Secret's contents.
+    let mut all = forbidden(&kubeconfig_token);
+    all.extend([MANAGED_TOKEN.to_string(), b64(MANAGED_TOKEN)]);
+    for text in all {
+        for service in sluice_cli::stack::SERVICES {
+            assert!(
+                !stack.service_log(service).contains(&text),
+                "{service} logged {text:?}"
+            );
+        }
+    }
+    bus.close().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says_why(
+) -> anyhow::Result<()> {
+    let mut stack = Stack::start(&["workload"], None).await?;
+    for service in ["sluice-watcher", "sluice-renderer"] {
+        stack.stop_service(service)?;
+        stack.start_service_without(service, &["SLUICE_BUS_KEY_FILE"])?;
+    }
+    stack
+        .register_cluster("workload", &[("env", "production")])
+        .await?;
+    stack.apply_yaml(MANAGEMENT, CREDENTIALS_SOURCE).await?;
+    for object in [
+        instantiated_secret(),
+        config_map("workload-policy", REFERENCED_CONFIG),
+        sealed_trigger(true),
+    ] {
+        stack.apply(MANAGEMENT, &object).await?;
+    }
+    require_credentials(&stack).await?;
+    let message = wait_for("the trigger's status to say why", DEADLINE, || async {
+        let trigger = stack
+            .get(
+                MANAGEMENT,
+                "lib.projectsveltos.io/v1beta1",
+                "EventTrigger",
+                "",
+                "sealed-policy",
+            )
+            .await
+            .ok()
+            .flatten()?;
+        let info = &trigger["status"]["clusterInfo"][0];
+        let message = info["failureMessage"].as_str().unwrap_or("");
+        // Until the EventSource arrives the status names that; then the Secret.
+        (info["status"] == "Failed" && message.contains("app-credentials"))
+            .then(|| message.to_string())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    assert_eq!(
+        message,
+        format!(
+            "eventtrigger sealed-policy: spec.policyRefs[1]: Secret default/app-credentials: {}",
+            sluice_wire::NO_KEY_AT_WATCHER
+        )
+    );
+    let bus = Bus::connect(&stack.nats.url()).await?;
+    let stand_in = config_object(&bus, "Secret", "app-credentials")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the referenced Secret's stand-in travels"))?;
+    assert!(stand_in.sealed_object_json.is_empty());
+    for (stream, subject, payload) in every_message(&bus).await? {
+        for text in [SEALED_TOKEN.to_string(), b64(SEALED_TOKEN)] {
+            assert!(
+                !contains(&payload, &text),
+                "{stream} {subject} carries {text:?}"
+            );
+        }
+    }
+    bus.close().await;
+    Ok(())
+}
