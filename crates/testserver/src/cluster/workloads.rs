@@ -178,7 +178,7 @@ const VOLUME_SOURCES: [&str; 12] = [
 
 /// A pod spec: at least one container; each container with a DNS-label name (unique), an image,
 /// valid ports, env entries with a name, and mounts of declared volumes; volumes with a unique
-/// name and exactly one source.
+/// name and exactly one source; valid topology spread constraints.
 fn pod_spec_errors(pod: &Value, path: &str, claim_names: &[String]) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let mut volumes: Vec<String> = claim_names.to_vec();
@@ -206,6 +206,15 @@ fn pod_spec_errors(pod: &Value, path: &str, claim_names: &[String]) -> Vec<Field
                 "may not specify more than 1 volume type",
             )),
         }
+    }
+    for (i, constraint) in array_at(pod, "/topologySpreadConstraints")
+        .iter()
+        .enumerate()
+    {
+        errors.extend(spread_errors(
+            &format!("{path}.topologySpreadConstraints[{i}]"),
+            constraint,
+        ));
     }
     let containers = array_at(pod, "/containers");
     if containers.is_empty() {
@@ -291,6 +300,40 @@ fn pod_spec_errors(pod: &Value, path: &str, claim_names: &[String]) -> Vec<Field
                 errors.extend(port_ref_errors(&format!("{at}.{probe}.httpGet.port"), port));
             }
         }
+    }
+    errors
+}
+
+/// A topology spread constraint: `maxSkew` above zero, a `topologyKey`, and
+/// `whenUnsatisfiable` from its enum.
+fn spread_errors(path: &str, constraint: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let skew = constraint.get("maxSkew").cloned().unwrap_or(Value::from(0));
+    if skew.as_i64().is_none_or(|n| n <= 0) {
+        errors.push(FieldError::invalid(
+            format!("{path}.maxSkew"),
+            skew,
+            "must be greater than zero",
+        ));
+    }
+    if str_at(constraint, "/topologyKey").is_none_or(str::is_empty) {
+        errors.push(FieldError::required(
+            format!("{path}.topologyKey"),
+            "can not be empty",
+        ));
+    }
+    match str_at(constraint, "/whenUnsatisfiable") {
+        Some("DoNotSchedule" | "ScheduleAnyway") => {}
+        Some(other) => errors.push(not_supported(
+            &format!("{path}.whenUnsatisfiable"),
+            other,
+            &["DoNotSchedule", "ScheduleAnyway"],
+        )),
+        None => errors.push(FieldError::not_supported(
+            format!("{path}.whenUnsatisfiable"),
+            Value::from(""),
+            &["DoNotSchedule".to_string(), "ScheduleAnyway".to_string()],
+        )),
     }
     errors
 }
@@ -486,6 +529,8 @@ mod tests {
         let mut obj = stateful_set(pod, claims);
         obj["spec"]["selector"] = json!({"matchLabels": {"app": "other"}});
         obj["spec"]["podManagementPolicy"] = json!("Sometimes");
+        obj["spec"]["template"]["spec"]["topologySpreadConstraints"] =
+            json!([{"maxSkew": 0, "whenUnsatisfiable": "Never"}]);
         let got = messages("StatefulSet", obj).join("\n");
         for want in [
             "spec.volumeClaimTemplates[0].spec.accessModes: Required value: at least 1 access mode is required",
@@ -499,6 +544,9 @@ mod tests {
             "spec.template.spec.containers[0].ports[0].name: Invalid value: \"a-very-long-port-name\": must be no more than 15 characters",
             "spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"missing\"",
             "spec.podManagementPolicy: Unsupported value: \"Sometimes\": supported values: \"OrderedReady\", \"Parallel\"",
+            "spec.template.spec.topologySpreadConstraints[0].maxSkew: Invalid value: 0: must be greater than zero",
+            "spec.template.spec.topologySpreadConstraints[0].topologyKey: Required value: can not be empty",
+            "spec.template.spec.topologySpreadConstraints[0].whenUnsatisfiable: Unsupported value: \"Never\"",
         ] {
             assert!(got.contains(want), "missing {want:?} in:\n{got}");
         }
