@@ -1131,7 +1131,7 @@ fn prod_overlay_runs_a_tls_nats_cluster_and_per_service_identities() {
             serde_json::json!([{"key": "ca.crt", "path": "ca.crt"}]),
             "{name}"
         );
-        let reads_secrets = matches!(service, "watcher" | "evaluator" | "renderer");
+        let reads_secrets = matches!(service, "watcher" | "renderer");
         assert_eq!(
             env.contains_key("SLUICE_BUS_KEY_FILE"),
             reads_secrets,
@@ -1215,8 +1215,8 @@ fn peer_selects(selector: &Value, labels: &Value) -> bool {
 
 /// Kubernetes hygiene of every render: ingress to sluice-system denied by default, NATS's client
 /// port reachable from exactly the five services' pods, every container non-root with a
-/// read-only root filesystem, and an in-memory emptyDir at /tmp where the watcher writes
-/// credentials.
+/// read-only root filesystem, Deployments replaced (not rolled) on upgrade, and an in-memory
+/// emptyDir at /tmp where the watcher writes credentials.
 #[test]
 fn only_the_services_reach_nats_and_every_container_is_read_only() {
     for dir in ["k8s/base", "k8s/overlays/dev", "k8s/overlays/prod"] {
@@ -1285,6 +1285,14 @@ fn only_the_services_reach_nats_and_every_container_is_read_only() {
                 assert_eq!(security["readOnlyRootFilesystem"], true, "{dir}: {name}");
                 assert_eq!(security["allowPrivilegeEscalation"], false, "{dir}: {name}");
             }
+        }
+        for deployment in of_kind(&objects, "Deployment") {
+            // an upgrade never runs two replicas of a service side by side
+            assert_eq!(
+                deployment["spec"]["strategy"]["type"], "Recreate",
+                "{dir}: {}",
+                deployment["metadata"]["name"]
+            );
         }
         let watcher = find(&objects, "Deployment", "sluice-watcher");
         let pod = &watcher["spec"]["template"]["spec"];
