@@ -9,7 +9,7 @@ mod paths;
 mod process;
 mod wait;
 
-pub use nats::{nats_server_binary, NatsServer, NATS_SERVER_ENV};
+pub use nats::{NatsServer, NATS_SERVER_ENV};
 pub use orphans::die_with_parent;
 pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};
 pub use process::{ServiceProcess, TERMINATE_GRACE};

@@ -192,12 +192,6 @@ impl Drop for NatsServer {
     }
 }
 
-/// The nats-server binary the tests run: `$SLUICE_NATS_SERVER`, else `.venv/bin/nats-server`,
-/// else `nats-server` on `PATH`, checked to be new enough.
-pub fn nats_server_binary() -> anyhow::Result<PathBuf> {
-    find_binary()
-}
-
 fn find_binary() -> anyhow::Result<PathBuf> {
     let chosen = std::env::var_os(NATS_SERVER_ENV).map(PathBuf::from);
     check_binary(chosen.map_or_else(default_binary, Ok)?)

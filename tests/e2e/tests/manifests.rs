@@ -1173,7 +1173,10 @@ async fn prod_nats_config_is_accepted_by_nats_server() {
         "authorization { users = [ {user: probe, password: probe} ] }\n",
     )
     .unwrap();
-    let nats = sluice_testkit::nats_server_binary().unwrap();
+    // the nats-server the tests run (scripts/install-nats.sh), as sluice_testkit finds it
+    let nats = std::env::var_os(sluice_testkit::NATS_SERVER_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv/bin/nats-server"));
     let output = std::process::Command::new(nats)
         .arg("-t")
         .arg("--config")
