@@ -4,10 +4,13 @@
 # `sluice testserver ...`.
 #
 #   docker build -t sluice:dev .                     # compiles in a Rust builder image (target runtime)
-#   docker build --target prebuilt -t sluice:dev DIR # DIR holds the six release binaries built on
-#                                                    # the host (scripts/compose-test.sh does this)
+#   docker build --target prebuilt -t sluice:dev DIR # DIR holds the six binaries built on the host,
+#                                                    # stripped (scripts/compose-test.sh does this)
 #
-# The runtime image is Debian slim plus ca-certificates, runs as uid 65532, and carries OCI labels.
+# The runtime image is a slim Debian (glibc, libstdc++ and ca-certificates are all the binaries
+# need) with stripped binaries, runs as uid 65532, and carries OCI labels: pass
+# --build-arg SOURCE_URL=<where the source is> (scripts/compose-test.sh passes the checkout's git
+# remote, or its path) and REVISION=<commit>.
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
@@ -17,11 +20,14 @@ ARG RUNTIME_BASE=debian:${DEBIAN_RELEASE}-slim
 
 FROM ${RUNTIME_BASE} AS runtime-base
 ARG VERSION=0.1.0
-ARG SOURCE_URL=https://example.invalid/sluice
+# No made-up default: the label is empty unless the build says where the source is.
+ARG SOURCE_URL=
+ARG REVISION=
 LABEL org.opencontainers.image.title="sluice" \
       org.opencontainers.image.description="Event-driven add-on distribution for fleets of Kubernetes clusters" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="${SOURCE_URL}" \
+      org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 # ca-certificates for API servers with public certificates (installed only when the base lacks
 # them, so a base that has them builds offline). /shared is owned by the runtime user so that an
@@ -37,9 +43,9 @@ USER 65532:65532
 EXPOSE 8080
 CMD ["sluice", "--help"]
 
-# Binaries built on the host (`cargo build --release --workspace --bins`): the build context is a
-# directory holding exactly these files. Comes before the builder so that building this target
-# never needs the Rust image.
+# Binaries built on the host (`cargo build --release --workspace --bins`, then `strip`): the build
+# context is a directory holding exactly these files. Comes before the builder so that building
+# this target never needs the Rust image.
 FROM runtime-base AS prebuilt
 COPY sluice sluice-watcher sluice-evaluator sluice-reporter sluice-renderer sluice-applier /usr/local/bin/
 
@@ -52,7 +58,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --workspace --bins \
+    CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --workspace --bins \
     && mkdir -p /out \
     && for bin in sluice sluice-watcher sluice-evaluator sluice-reporter sluice-renderer sluice-applier; do \
          cp "target/release/${bin}" /out/; \

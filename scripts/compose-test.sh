@@ -3,9 +3,11 @@
 # end to end from the host with kubectl only, then tears everything down (also on failure).
 #
 # Where no image can be pulled and there is no Docker daemon (these machines), it builds what the
-# compose file needs: a Debian base image with mmdebstrap, the sluice image from release binaries
-# built on the host (Dockerfile target `prebuilt`), and a NATS image from the nats-server binary
-# of scripts/install-nats.sh; then it points SLUICE_IMAGE / SLUICE_NATS_IMAGE at them. On a fresh
+# compose file needs: two Debian bases with mmdebstrap (a slim one for sluice: glibc, libstdc++,
+# ca-certificates; one with wget for NATS's health check), the sluice image from binaries built on
+# the host and stripped (Dockerfile target `prebuilt`), and a NATS image from the nats-server
+# binary of scripts/install-nats.sh; then it points SLUICE_IMAGE / SLUICE_NATS_IMAGE at them and
+# prints the sluice image's size. On a fresh
 # Debian machine it installs podman, runc, podman-compose and mmdebstrap with apt (as root).
 #
 #   ./scripts/compose-test.sh
@@ -75,7 +77,23 @@ if ! podman image exists "${BASE_IMAGE}"; then
     podman import --change 'CMD ["/bin/bash"]' "${STATE}/base.tar" "${BASE_IMAGE}" >/dev/null
     rm -f "${STATE}/base.tar"
 fi
-step_done "base image (mmdebstrap, cached)"
+# The sluice image's base: Essential packages plus what the binaries link (libstdc++, libgcc),
+# ca-certificates and passwd (the Dockerfile adds the runtime user); merged /usr without the
+# usrmerge package (which pulls in perl); no documentation, locales or gconv modules.
+RUNTIME_BASE_IMAGE=localhost/sluice-runtime-base:bookworm
+if ! podman image exists "${RUNTIME_BASE_IMAGE}"; then
+    log "building ${RUNTIME_BASE_IMAGE} with mmdebstrap (slim: Essential + libstdc++6 + ca-certificates)"
+    rm -f "${STATE}/runtime-base.tar"
+    mmdebstrap --quiet --variant=essential --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+        --include=libstdc++6,libgcc-s1,ca-certificates,passwd \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*' \
+        bookworm "${STATE}/runtime-base.tar" >&2
+    podman import --change 'CMD ["/bin/sh"]' "${STATE}/runtime-base.tar" "${RUNTIME_BASE_IMAGE}" >/dev/null
+    rm -f "${STATE}/runtime-base.tar"
+fi
+step_done "base images (mmdebstrap, cached)"
 
 BINARIES=(sluice sluice-watcher sluice-evaluator sluice-reporter sluice-renderer sluice-applier)
 if [[ -z "${SLUICE_BIN_DIR:-}" ]]; then
@@ -88,14 +106,27 @@ step_done "binaries (cargo build --release or SLUICE_BIN_DIR)"
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 context="${STATE}/sluice-context"
 rm -rf "${context}" && mkdir -p "${context}"
+# symbols and debug information are of no use in the image (binutils' strip; copied as they are
+# where it is missing)
 for bin in "${BINARIES[@]}"; do
     [[ -x "${SLUICE_BIN_DIR}/${bin}" ]] || die "no binary ${SLUICE_BIN_DIR}/${bin}"
-    cp "${SLUICE_BIN_DIR}/${bin}" "${context}/"
+    if command -v strip >/dev/null; then
+        strip --strip-all -o "${context}/${bin}" "${SLUICE_BIN_DIR}/${bin}"
+    else
+        cp "${SLUICE_BIN_DIR}/${bin}" "${context}/"
+    fi
 done
+# OCI source and revision: the checkout's git remote (else its path) and commit
+SOURCE_URL="$(git -C "${REPO}" config --get remote.origin.url 2>/dev/null || echo "file://${REPO}")"
+REVISION="$(git -C "${REPO}" rev-parse HEAD 2>/dev/null || true)"
 export SLUICE_IMAGE="localhost/sluice:compose-test"
 podman build --quiet --target prebuilt -f Dockerfile \
-    --build-arg RUNTIME_BASE="${BASE_IMAGE}" --build-arg VERSION="${VERSION}" \
+    --build-arg RUNTIME_BASE="${RUNTIME_BASE_IMAGE}" --build-arg VERSION="${VERSION}" \
+    --build-arg SOURCE_URL="${SOURCE_URL}" --build-arg REVISION="${REVISION}" \
     -t "${SLUICE_IMAGE}" "${context}" >/dev/null
+image_mb="$(podman image inspect --format '{{.Size}}' "${SLUICE_IMAGE}" | awk '{ printf "%.0f", $1 / 1000000 }')"
+binaries_mb="$(du -cm "${context}"/sluice* | tail -1 | cut -f1)"
+log "sluice image ${SLUICE_IMAGE}: ${image_mb} MB (stripped binaries ${binaries_mb} MiB, from ${SLUICE_BIN_DIR})"
 step_done "sluice image (prebuilt binaries)"
 
 nats_server="$(scripts/install-nats.sh)"

@@ -5,6 +5,7 @@
 
 mod defaults;
 mod validate;
+mod workloads;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -77,6 +78,8 @@ pub struct State {
     compacted: u64,
     history_cap: usize,
     feed: broadcast::Sender<Arc<Change>>,
+    /// Set while a dry run executes: changes are neither recorded nor broadcast.
+    muted: bool,
 }
 
 impl Cluster {
@@ -91,6 +94,7 @@ impl Cluster {
             compacted: 0,
             history_cap: history_cap.max(1),
             feed,
+            muted: false,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -201,6 +205,22 @@ impl State {
         self.feed.subscribe()
     }
 
+    /// Runs a write as `?dryRun=All` does: every step (admission, validation, conflicts) as for
+    /// a real write, then nothing of it is kept. Objects, registry and resourceVersion are
+    /// restored and no watch sees a change.
+    pub fn dry_run<T>(&mut self, write: impl FnOnce(&mut State) -> T) -> T {
+        let rv = self.rv;
+        let objects = self.objects.clone();
+        let registry = self.registry.clone();
+        self.muted = true;
+        let out = write(self);
+        self.muted = false;
+        self.rv = rv;
+        self.objects = objects;
+        self.registry = registry;
+        out
+    }
+
     fn next_rv(&mut self) -> u64 {
         self.rv += 1;
         self.rv
@@ -213,6 +233,9 @@ impl State {
         object: Arc<Value>,
         previous: Option<Arc<Value>>,
     ) {
+        if self.muted {
+            return;
+        }
         let change = Arc::new(Change {
             rv: self.rv,
             gr: gr.clone(),

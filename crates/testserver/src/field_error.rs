@@ -10,6 +10,7 @@ use serde_json::Value;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorType {
     Required,
+    NotFound,
     Duplicate,
     Invalid,
     TypeInvalid,
@@ -24,6 +25,7 @@ impl ErrorType {
     pub fn reason(self) -> &'static str {
         match self {
             ErrorType::Required => "FieldValueRequired",
+            ErrorType::NotFound => "FieldValueNotFound",
             ErrorType::Duplicate => "FieldValueDuplicate",
             ErrorType::Invalid => "FieldValueInvalid",
             ErrorType::TypeInvalid => "FieldValueTypeInvalid",
@@ -37,6 +39,7 @@ impl ErrorType {
     fn phrase(self) -> &'static str {
         match self {
             ErrorType::Required => "Required value",
+            ErrorType::NotFound => "Not found",
             ErrorType::Duplicate => "Duplicate value",
             ErrorType::Invalid | ErrorType::TypeInvalid => "Invalid value",
             ErrorType::NotSupported => "Unsupported value",

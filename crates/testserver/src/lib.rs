@@ -27,8 +27,7 @@
 //! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs with
 //! conversion strategy `None` store an object as written and return it with the requested
 //! apiVersion (strategy `Webhook` converts through the CRD's webhook, `conversion`); no admission plugins beyond validation; schema combinators (`allOf`, `anyOf`,
-//! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced; `dryRun` is not
-//! supported; paginated lists are not snapshots (later pages show current state).
+//! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced; paginated lists are not snapshots (later pages show current state).
 
 mod admission;
 mod api;

@@ -3,7 +3,7 @@
 //! finalizer. Units of different (trigger, cluster) pairs run concurrently.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use serde_json::Value;
@@ -13,7 +13,7 @@ use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
 use crate::plan::{self, content_hash, object_id, ObjectId, OWNED};
-use crate::status;
+use crate::{adopt, status};
 const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 /// Writes of one desired state in flight at once (per phase).
@@ -85,6 +85,9 @@ pub(crate) struct Applier {
     /// unchanged object is not applied again, and stale objects are found without a LIST. A
     /// subject seen for the first time (or after an error) is listed from the server.
     applied: Mutex<HashMap<String, BTreeMap<ObjectId, String>>>,
+    /// Per (trigger, cluster), by its owner labels: what the server held when the pair was
+    /// first seen, whose names desired objects adopt (`adopt`, the hand-over from event-manager).
+    adoptable: Mutex<HashMap<String, Arc<Vec<adopt::Owned>>>>,
 }
 
 /// SHA-256 of what a desired state asks for: its objects' JSON in order, or its failure.
@@ -104,6 +107,7 @@ impl Applier {
             client,
             kinds: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
+            adoptable: Mutex::new(HashMap::new()),
         }
     }
 
@@ -229,7 +233,9 @@ impl Applier {
         // A CloudEvent or resource unit owns only what carries its labels; the trigger's main
         // unit owns the rest, and on removal everything with the trigger's labels.
         let unit = Unit::of(state);
-        let mut owner = naming::owner_labels(&state.event_trigger, &cluster);
+        let pair = naming::owner_labels(&state.event_trigger, &cluster);
+        let desired = self.adopt(&pair, desired).await?;
+        let mut owner = pair.clone();
         owner.extend(unit.labels());
         let cached = if state.removed {
             None
@@ -316,6 +322,7 @@ impl Applier {
             // Every other unit of this trigger and cluster is gone with it.
             let prefix = format!("{subject}.");
             lock(&self.applied).retain(|s, _| !s.starts_with(&prefix));
+            lock(&self.adoptable).remove(&pair_key(&pair));
         } else {
             lock(&self.applied).insert(subject.to_string(), known);
         }
@@ -442,6 +449,36 @@ impl Applier {
         }
     }
 
+    /// The desired objects under the names of what event-manager generated for the same
+    /// things (`adopt`), from one LIST of the pair's objects the first time the pair is seen.
+    async fn adopt(
+        &self,
+        pair: &BTreeMap<String, String>,
+        desired: Vec<Value>,
+    ) -> sluice_kube::Result<Vec<Value>> {
+        if desired.is_empty() {
+            return Ok(desired);
+        }
+        let key = pair_key(pair);
+        let found = lock(&self.adoptable).get(&key).cloned();
+        let existing = match found {
+            Some(existing) => existing,
+            None => {
+                let mut listed = Vec::new();
+                for (api_version, kind_name) in OWNED {
+                    let kind = self.kind(api_version, kind_name).await?;
+                    for object in apply::list_labelled(&self.client, &kind, pair).await? {
+                        listed.push(adopt::Owned::of(kind_name, &object));
+                    }
+                }
+                let listed = Arc::new(listed);
+                lock(&self.adoptable).insert(key, listed.clone());
+                listed
+            }
+        };
+        Ok(adopt::adopt(desired, &existing))
+    }
+
     /// What the server holds for an owner (content unknown: applied again once). Objects of a
     /// CloudEvent's or a resource's unit belong to that unit unless `include_other_units`.
     async fn list_owned(
@@ -495,6 +532,11 @@ async fn delete_one(
     apply::delete(client, &kind, &r.namespace, &r.name)
         .await
         .map(|()| r)
+}
+
+/// A (trigger, cluster) pair's owner labels as one map key.
+fn pair_key(pair: &BTreeMap<String, String>) -> String {
+    pair.iter().map(|(k, v)| format!("{k}={v},")).collect()
 }
 
 /// The objects a desired state wants; an object that does not decode is an error that says

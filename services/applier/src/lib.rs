@@ -3,6 +3,7 @@
 //! instantiated ConfigMaps/Secrets, and deletes what that pair owns (found by its labels) and
 //! no longer wants. Foreign objects are never touched: only the owner labels select.
 
+mod adopt;
 mod executor;
 pub mod plan;
 pub mod problems;

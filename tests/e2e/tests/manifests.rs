@@ -911,3 +911,395 @@ fn built_cli_accepts_the_compose_commands() {
         }
     }
 }
+
+/// Every document of a YAML file of this repository.
+fn yaml_documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join(path)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .filter(|doc: &Value| !doc.is_null())
+        .collect()
+}
+
+/// `kubectl apply --dry-run=server` of the whole render of `dir` against the validating API test
+/// server, as on a management cluster that runs Sveltos (its CRDs and its `projectsveltos`
+/// namespace exist) and cert-manager (its CRDs). The render's namespaces are created first, as
+/// the real apply creates them before what they hold (a dry run creates nothing). Every object
+/// must be accepted, and nothing may be stored by the dry run.
+async fn dry_run_render(dir: &str) {
+    use sluice_testserver::{Config, TestServer};
+    let objects = kustomize(dir);
+    let server = TestServer::start(Config {
+        clusters: vec!["mgmt".into()],
+        sveltos_crds: true,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    for crd in yaml_documents("tests/e2e/fixtures/cert-manager-crds.yaml") {
+        server.create_object("mgmt", crd).unwrap();
+    }
+    let sveltos = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "projectsveltos"}});
+    for namespace in of_kind(&objects, "Namespace").into_iter().chain([&sveltos]) {
+        let name = namespace["metadata"]["name"].as_str().unwrap();
+        let exists = server.create_object("mgmt", namespace.clone());
+        assert!(
+            exists.is_ok() || name == "projectsveltos",
+            "{dir}: namespace {name}: {exists:?}"
+        );
+    }
+    let stored = server.object_count("mgmt");
+
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let render = work.path().join("render.yaml");
+    let text: Vec<String> = objects
+        .iter()
+        .map(|o| serde_yaml::to_string(o).unwrap())
+        .collect();
+    std::fs::write(&render, text.join("---\n")).unwrap();
+    let output = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(&render)
+        .env("HOME", work.path())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{dir}: kubectl apply --dry-run=server refused:\n{stderr}\n{stdout}"
+    );
+    let accepted = stdout
+        .lines()
+        .filter(|l| l.ends_with("(server dry run)"))
+        .count();
+    assert_eq!(
+        accepted,
+        objects.len(),
+        "{dir}: every object is applied in the dry run:\n{stdout}"
+    );
+    assert_eq!(
+        server.object_count("mgmt"),
+        stored,
+        "{dir}: a dry run stores nothing"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rendered_object_passes_a_server_dry_run() {
+    for dir in ["k8s/base", "k8s/overlays/dev", "k8s/overlays/prod"] {
+        dry_run_render(dir).await;
+    }
+}
+
+/// The mount path of the volume `volume` in `container`.
+fn mount_path<'a>(container: &'a Value, volume: &str) -> &'a str {
+    container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume)
+        .unwrap_or_else(|| panic!("no mount of volume {volume}"))["mountPath"]
+        .as_str()
+        .unwrap()
+}
+
+/// The volume that holds `path` in a container (a file in a mounted directory), with the volume
+/// definition of the pod.
+fn volume_of<'a>(pod: &'a Value, container: &Value, path: &str) -> &'a Value {
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            Path::new(path)
+                .parent()
+                .is_some_and(|dir| dir == Path::new(m["mountPath"].as_str().unwrap()))
+        })
+        .unwrap_or_else(|| panic!("{path} is in no mounted volume"));
+    pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap()
+}
+
+/// The prod overlay: a 3-node NATS JetStream cluster with TLS and the generated authorization
+/// included, spread over nodes with a disruption budget, routes between exactly its servers, a
+/// certificate naming the addresses clients and routes use, and every service on TLS with its
+/// own nkey, the CA only, R3 streams, and the bus key where Secrets are read or written.
+#[test]
+fn prod_overlay_runs_a_tls_nats_cluster_and_per_service_identities() {
+    let objects = kustomize("k8s/overlays/prod");
+    let statefulset = find(&objects, "StatefulSet", "nats");
+    let spec = &statefulset["spec"];
+    assert_eq!(spec["replicas"], 3);
+    let pod = &spec["template"]["spec"];
+    let container = &pod["containers"][0];
+    let spread = pod["topologySpreadConstraints"].as_array().unwrap();
+    assert!(spread
+        .iter()
+        .any(|c| c["topologyKey"] == "kubernetes.io/hostname"
+            && c["whenUnsatisfiable"] == "DoNotSchedule"
+            && c["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]));
+    let budget = find(&objects, "PodDisruptionBudget", "nats");
+    assert_eq!(budget["spec"]["selector"], spec["selector"]);
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+
+    // nats.conf and auth.conf side by side in the directory --config names
+    let args = string_list(&container["args"]);
+    let config_path = flag_values(&args, "--config").pop().unwrap();
+    let config_dir = Path::new(&config_path).parent().unwrap();
+    let config_volume = volume_of(pod, container, &config_path);
+    let sources = config_volume["projected"]["sources"].as_array().unwrap();
+    let config_map = sources.iter().find(|s| s["configMap"].is_object()).unwrap();
+    let auth = sources.iter().find(|s| s["secret"].is_object()).unwrap();
+    assert_eq!(auth["secret"]["name"], "sluice-nats-auth");
+    assert_eq!(auth["secret"]["items"][0]["path"], "auth.conf");
+    let config = find(
+        &objects,
+        "ConfigMap",
+        config_map["configMap"]["name"].as_str().unwrap(),
+    )["data"]["nats.conf"]
+        .as_str()
+        .unwrap();
+    assert!(config.contains("include auth.conf"), "{config}");
+    assert!(config.contains("jetstream {"), "{config}");
+    let service_name = spec["serviceName"].as_str().unwrap();
+    for i in 0..3 {
+        let route = format!("nats://nats-{i}.{service_name}.{NAMESPACE}.svc:6222");
+        assert!(config.contains(&route), "no route {route}: {config}");
+    }
+    let tls_dir = mount_path(container, "tls");
+    for file in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(config.contains(&format!("{tls_dir}/{file}")), "{config}");
+    }
+    assert!(config.contains("verify: true"), "routes check certificates");
+    assert_eq!(config_dir, Path::new(mount_path(container, "config")));
+    let routes = find(&objects, "Service", service_name);
+    assert_eq!(routes["spec"]["publishNotReadyAddresses"], true);
+
+    // the server certificate names the client address and every route address
+    let tls_secret = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls")
+        .unwrap()["secret"]["secretName"]
+        .as_str()
+        .unwrap();
+    let certificate = of_kind(&objects, "Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == tls_secret)
+        .unwrap();
+    let names = string_list(&certificate["spec"]["dnsNames"]);
+    for name in [
+        format!("nats.{NAMESPACE}.svc"),
+        format!("*.{service_name}.{NAMESPACE}.svc"),
+    ] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+
+    let mut nkey_secrets = BTreeSet::new();
+    for service in SERVICES {
+        let name = format!("sluice-{service}");
+        let deployment = find(&objects, "Deployment", &name);
+        let pod = &deployment["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let env = container_env(container);
+        assert_eq!(
+            env["SLUICE_NATS_URL"],
+            format!("tls://nats.{NAMESPACE}.svc:4222"),
+            "{name}"
+        );
+        assert_eq!(env["SLUICE_STREAM_REPLICAS"], "3", "{name}");
+        let nkey = volume_of(pod, container, &env["SLUICE_NATS_NKEY_FILE"]);
+        assert_eq!(nkey["secret"]["secretName"], format!("{name}-nats"));
+        assert!(nkey_secrets.insert(nkey["secret"]["secretName"].to_string()));
+        // the CA alone: the server's private key never enters a service's pod
+        let ca = volume_of(pod, container, &env["SLUICE_NATS_CA_FILE"]);
+        assert_eq!(ca["secret"]["secretName"], tls_secret, "{name}");
+        assert_eq!(
+            ca["secret"]["items"],
+            serde_json::json!([{"key": "ca.crt", "path": "ca.crt"}]),
+            "{name}"
+        );
+        let reads_secrets = matches!(service, "watcher" | "renderer");
+        assert_eq!(
+            env.contains_key("SLUICE_BUS_KEY_FILE"),
+            reads_secrets,
+            "{name}: the bus key only where Secret payloads are read or written"
+        );
+        if let Some(path) = env.get("SLUICE_BUS_KEY_FILE") {
+            let key = volume_of(pod, container, path);
+            assert_eq!(key["secret"]["secretName"], "sluice-bus-key", "{name}");
+        }
+    }
+    // Last, as for the other renders: every variable is an option of CommonArgs that parses.
+    check_deployments(&objects);
+}
+
+/// The prod overlay's nats.conf is a valid configuration of the nats-server version the tests
+/// run (`nats-server -t`), with the mounted files in a temporary directory and an authorization
+/// block in the place of the generated one.
+#[tokio::test]
+async fn prod_nats_config_is_accepted_by_nats_server() {
+    let objects = kustomize("k8s/overlays/prod");
+    let config = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .find_map(|c| c["data"]["nats.conf"].as_str())
+        .unwrap()
+        .to_owned();
+    let work = tempfile::tempdir().unwrap();
+    let certs = sluice_cli::webhook::StackWebhook::issue(work.path()).unwrap();
+    let tls = work.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    std::fs::copy(&certs.cert, tls.join("tls.crt")).unwrap();
+    std::fs::copy(&certs.key, tls.join("tls.key")).unwrap();
+    std::fs::write(tls.join("ca.crt"), &certs.ca_pem).unwrap();
+    let config = config
+        .replace("/etc/nats-tls", tls.to_str().unwrap())
+        .replace("/data", work.path().join("data").to_str().unwrap());
+    std::fs::write(work.path().join("nats.conf"), config).unwrap();
+    std::fs::write(
+        work.path().join("auth.conf"),
+        "authorization { users = [ {user: probe, password: probe} ] }\n",
+    )
+    .unwrap();
+    // the nats-server the tests run (scripts/install-nats.sh), as sluice_testkit finds it
+    let nats = std::env::var_os(sluice_testkit::NATS_SERVER_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv/bin/nats-server"));
+    let output = std::process::Command::new(nats)
+        .arg("-t")
+        .arg("--config")
+        .arg(work.path().join("nats.conf"))
+        .env("POD_NAME", "nats-0")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "nats-server -t refused the prod config: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Whether a NetworkPolicy peer's `podSelector` (matchLabels, `In` expressions) selects `labels`.
+fn peer_selects(selector: &Value, labels: &Value) -> bool {
+    let by_labels = selector["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| &labels[k] == v);
+    let by_expressions = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            assert_eq!(
+                e["operator"], "In",
+                "only In expressions are evaluated here"
+            );
+            e["values"]
+                .as_array()
+                .unwrap()
+                .contains(&labels[e["key"].as_str().unwrap()])
+        });
+    by_labels && by_expressions
+}
+
+/// Kubernetes hygiene of every render: ingress to sluice-system denied by default, NATS's client
+/// port reachable from exactly the five services' pods, every container non-root with a
+/// read-only root filesystem, Deployments replaced (not rolled) on upgrade, and an in-memory
+/// emptyDir at /tmp where the watcher writes credentials.
+#[test]
+fn only_the_services_reach_nats_and_every_container_is_read_only() {
+    for dir in ["k8s/base", "k8s/overlays/dev", "k8s/overlays/prod"] {
+        let objects = kustomize(dir);
+        let policies = of_kind(&objects, "NetworkPolicy");
+        assert!(
+            policies
+                .iter()
+                .any(|p| p["spec"]["podSelector"] == serde_json::json!({})
+                    && p["spec"]["ingress"].is_null()
+                    && string_list(&p["spec"]["policyTypes"]) == ["Ingress"]),
+            "{dir}: no default deny of ingress"
+        );
+        let nats = find(&objects, "StatefulSet", "nats");
+        let nats_labels = &nats["spec"]["template"]["metadata"]["labels"];
+        let mut pods: Vec<(String, &Value)> = vec![("nats".into(), nats_labels)];
+        for deployment in of_kind(&objects, "Deployment") {
+            pods.push((
+                deployment["metadata"]["name"].as_str().unwrap().to_owned(),
+                &deployment["spec"]["template"]["metadata"]["labels"],
+            ));
+        }
+        // who may reach NATS's client port: a peer of a policy selecting the NATS pods
+        let mut clients = BTreeSet::new();
+        for policy in &policies {
+            if !peer_selects(&policy["spec"]["podSelector"], nats_labels) {
+                continue;
+            }
+            for rule in policy["spec"]["ingress"].as_array().into_iter().flatten() {
+                let client_port = rule["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["port"] == "client" || p["port"] == 4222);
+                if !client_port {
+                    continue;
+                }
+                let peers = rule["from"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{dir}: NATS's client port is open to any source"));
+                for peer in peers {
+                    assert!(
+                        peer["namespaceSelector"].is_null() && peer["ipBlock"].is_null(),
+                        "{dir}: NATS reachable from outside sluice-system: {peer}"
+                    );
+                    for (name, labels) in &pods {
+                        if peer_selects(&peer["podSelector"], labels) {
+                            clients.insert(name.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let services: BTreeSet<String> = SERVICES.iter().map(|s| format!("sluice-{s}")).collect();
+        assert_eq!(clients, services, "{dir}: who reaches NATS");
+
+        for workload in of_kind(&objects, "Deployment").into_iter().chain([nats]) {
+            let name = workload["metadata"]["name"].as_str().unwrap();
+            let pod = &workload["spec"]["template"]["spec"];
+            assert_eq!(
+                pod["securityContext"]["runAsNonRoot"], true,
+                "{dir}: {name}"
+            );
+            for container in pod["containers"].as_array().unwrap() {
+                let security = &container["securityContext"];
+                assert_eq!(security["readOnlyRootFilesystem"], true, "{dir}: {name}");
+                assert_eq!(security["allowPrivilegeEscalation"], false, "{dir}: {name}");
+            }
+        }
+        for deployment in of_kind(&objects, "Deployment") {
+            // an upgrade never runs two replicas of a service side by side
+            assert_eq!(
+                deployment["spec"]["strategy"]["type"], "Recreate",
+                "{dir}: {}",
+                deployment["metadata"]["name"]
+            );
+        }
+        let watcher = find(&objects, "Deployment", "sluice-watcher");
+        let pod = &watcher["spec"]["template"]["spec"];
+        let tmp = volume_of(pod, &pod["containers"][0], "/tmp/sluice-nats-tls");
+        assert_eq!(tmp["emptyDir"]["medium"], "Memory", "{dir}");
+    }
+}

@@ -7,10 +7,11 @@ use serde_json::{json, Value};
 
 use super::{json_response, respond_object, Call, Target};
 use crate::admission::{self, Verb};
-use crate::cluster::{Owner, Subresource};
+use crate::cluster::{Owner, State, Subresource};
 use crate::error::ApiError;
+use crate::field_error::FieldError;
 use crate::fields;
-use crate::object::meta_str;
+use crate::object::{meta_str, remove_meta, set_meta};
 use crate::patch;
 use crate::query::Filter;
 
@@ -79,6 +80,56 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     resp
 }
 
+/// `?dryRun=All`: the write is only tried. kube-apiserver accepts no other value; `options` is
+/// the kind of the request's options (`CreateOptions`, `PatchOptions`, ...) for its error.
+fn dry_run(call: &Call, options: &str) -> Result<bool, ApiError> {
+    match call.param("dryRun") {
+        None => Ok(false),
+        Some(value) => dry_run_values(&[value], options),
+    }
+}
+
+/// Whether the `dryRun` values of a request ask for a dry run: none (no), `All` (yes), anything
+/// else is refused as apiserver's options validation refuses it.
+fn dry_run_values(values: &[&str], options: &str) -> Result<bool, ApiError> {
+    match values {
+        [] => Ok(false),
+        ["All"] => Ok(true),
+        other => Err(ApiError::invalid_fields(
+            "meta.k8s.io",
+            options,
+            "",
+            &[FieldError::not_supported(
+                "dryRun",
+                json!(other),
+                &["All".to_string()],
+            )],
+        )),
+    }
+}
+
+/// Runs a write on the locked state, or only tries it (`dry`): then the answer is what the write
+/// would have stored, with the live object's resourceVersion (`live_rv`), or none for an object
+/// that a dry run would have created, as kube-apiserver answers.
+fn commit(
+    state: &mut State,
+    dry: bool,
+    live_rv: Option<&str>,
+    write: impl FnOnce(&mut State) -> Result<Value, ApiError>,
+) -> Result<Value, ApiError> {
+    if !dry {
+        return write(state);
+    }
+    let mut obj = state.dry_run(write)?;
+    match live_rv {
+        Some(rv) => set_meta(&mut obj, "resourceVersion", json!(rv)),
+        None => {
+            remove_meta(&mut obj, "resourceVersion");
+        }
+    }
+    Ok(obj)
+}
+
 pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
     if target.info.namespaced && target.namespace.is_none() {
         return Err(ApiError::new(
@@ -87,16 +138,19 @@ pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
             "create namespaced objects under /namespaces/<namespace>/",
         ));
     }
+    let dry = dry_run(call, "CreateOptions")?;
     let mut obj = body_json(call)?;
     check_type(target, &obj)?;
     let warnings = decode(call, target, &mut obj, Verb::Create)?;
     let obj = target.to_storage(obj)?;
-    let created = call.cluster.lock().create(
-        &target.info,
-        target.ns(),
-        obj,
-        &Owner::Update(call.manager()),
-    )?;
+    let created = commit(&mut call.cluster.lock(), dry, None, |state| {
+        state.create(
+            &target.info,
+            target.ns(),
+            obj,
+            &Owner::Update(call.manager()),
+        )
+    })?;
     Ok(with_warnings(
         respond_object(call, StatusCode::CREATED, target, created),
         &warnings,
@@ -104,19 +158,27 @@ pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
 }
 
 pub fn replace(call: &Call, target: &Target) -> Result<Response, ApiError> {
+    let dry = dry_run(call, "UpdateOptions")?;
     let mut obj = body_json(call)?;
     check_type(target, &obj)?;
     let warnings = decode(call, target, &mut obj, Verb::Update)?;
     let obj = target.to_storage(obj)?;
     let name = target.name.as_deref().unwrap_or("");
-    let updated = call.cluster.lock().update(
-        &target.info,
-        target.ns(),
-        name,
-        obj,
-        subresource(target),
-        &Owner::Update(call.manager()),
-    )?;
+    let mut state = call.cluster.lock();
+    let live_rv = state
+        .get(&target.info.gr(), target.ns(), name)
+        .map(|live| meta_str(live, "resourceVersion").to_string());
+    let updated = commit(&mut state, dry, live_rv.as_deref(), |state| {
+        state.update(
+            &target.info,
+            target.ns(),
+            name,
+            obj,
+            subresource(target),
+            &Owner::Update(call.manager()),
+        )
+    })?;
+    drop(state);
     Ok(with_warnings(
         respond_object(call, StatusCode::OK, target, updated),
         &warnings,
@@ -158,8 +220,9 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
     }
     let name = target.name.as_deref().unwrap_or("");
     let sub = subresource(target);
+    let dry = dry_run(call, "PatchOptions")?;
     if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+json" {
-        return apply(call, target, name);
+        return apply(call, target, name, dry);
     }
     let body: Value = serde_json::from_slice(&call.body)
         .map_err(|e| ApiError::bad_request(format!("failed to decode patch body: {e}")))?;
@@ -168,6 +231,7 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
         .get(&target.info.gr(), target.ns(), name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(&target.info, name))?;
+    let live_rv = meta_str(&live, "resourceVersion").to_string();
     let mut doc = target.present(live)?;
     match ct.as_str() {
         "application/json-patch+json" => patch::json_patch(&mut doc, &body).map_err(|e| {
@@ -191,14 +255,16 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
     check_type(target, &doc)?;
     let warnings = decode(call, target, &mut doc, Verb::Patch)?;
     let doc = target.to_storage(doc)?;
-    let updated = state.update(
-        &target.info,
-        target.ns(),
-        name,
-        doc,
-        sub,
-        &Owner::Update(call.manager()),
-    )?;
+    let updated = commit(&mut state, dry, Some(&live_rv), |state| {
+        state.update(
+            &target.info,
+            target.ns(),
+            name,
+            doc,
+            sub,
+            &Owner::Update(call.manager()),
+        )
+    })?;
     drop(state);
     Ok(with_warnings(
         respond_object(call, StatusCode::OK, target, updated),
@@ -206,7 +272,7 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
     ))
 }
 
-fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError> {
+fn apply(call: &Call, target: &Target, name: &str, dry: bool) -> Result<Response, ApiError> {
     let config = body_json(call)?;
     check_type(target, &config)?;
     let manager = call
@@ -228,6 +294,9 @@ fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError>
     let sub = subresource(target);
     let mut state = call.cluster.lock();
     let live = state.get(&target.info.gr(), target.ns(), name).cloned();
+    let live_rv = live
+        .as_ref()
+        .map(|l| meta_str(l, "resourceVersion").to_string());
     let rv_in = meta_str(&config, "resourceVersion");
     if !rv_in.is_empty()
         && live
@@ -262,18 +331,22 @@ fn apply(call: &Call, target: &Target, name: &str) -> Result<Response, ApiError>
         if sub == Subresource::Status {
             return Err(ApiError::not_found(&target.info, name));
         }
-        let created = state.create(&target.info, target.ns(), merged, &Owner::Applied)?;
+        let created = commit(&mut state, dry, None, |state| {
+            state.create(&target.info, target.ns(), merged, &Owner::Applied)
+        })?;
         drop(state);
         return Ok(respond_object(call, StatusCode::CREATED, target, created));
     }
-    let updated = state.update(
-        &target.info,
-        target.ns(),
-        name,
-        merged,
-        sub,
-        &Owner::Applied,
-    )?;
+    let updated = commit(&mut state, dry, live_rv.as_deref(), |state| {
+        state.update(
+            &target.info,
+            target.ns(),
+            name,
+            merged,
+            sub,
+            &Owner::Applied,
+        )
+    })?;
     drop(state);
     Ok(respond_object(call, StatusCode::OK, target, updated))
 }
@@ -297,11 +370,24 @@ pub fn delete(call: &Call, target: &Target) -> Result<Response, ApiError> {
     let uid = options
         .pointer("/preconditions/uid")
         .and_then(Value::as_str);
+    // kubectl sends the dry run in the DeleteOptions body, other clients in the query
+    let in_body: Vec<&str> = options
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let dry = dry_run(call, "DeleteOptions")? || dry_run_values(&in_body, "DeleteOptions")?;
     let name = target.name.as_deref().unwrap_or("");
-    let obj = call
-        .cluster
-        .lock()
-        .delete(&target.info, target.ns(), name, rv, uid)?;
+    let mut state = call.cluster.lock();
+    let live_rv = state
+        .get(&target.info.gr(), target.ns(), name)
+        .map(|live| meta_str(live, "resourceVersion").to_string());
+    let obj = commit(&mut state, dry, live_rv.as_deref(), |state| {
+        state.delete(&target.info, target.ns(), name, rv, uid)
+    })?;
+    drop(state);
     Ok(respond_object(call, StatusCode::OK, target, obj))
 }
 
@@ -311,6 +397,7 @@ pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiEr
         call.param("labelSelector"),
         call.param("fieldSelector"),
     )?;
+    let dry = dry_run(call, "DeleteOptions")?;
     let gr = target.info.gr();
     let mut state = call.cluster.lock();
     let keys: Vec<(String, String)> = state
@@ -318,10 +405,16 @@ pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiEr
         .filter(|(_, o)| filter.matches(o))
         .map(|(k, _)| k.clone())
         .collect();
-    let mut items = Vec::new();
-    for (ns, name) in keys {
-        items.push(state.delete(&target.info, &ns, &name, None, None)?);
-    }
+    let delete_all = |state: &mut State| -> Result<Vec<Value>, ApiError> {
+        keys.iter()
+            .map(|(ns, name)| state.delete(&target.info, ns, name, None, None))
+            .collect()
+    };
+    let items = if dry {
+        state.dry_run(delete_all)?
+    } else {
+        delete_all(&mut state)?
+    };
     let items = target.present_all(items)?;
     let rv = state.resource_version();
     drop(state);

@@ -77,6 +77,7 @@ pub fn object_errors(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> V
             _ => {}
         }
     }
+    errors.extend(super::workloads::errors(info, obj));
     let version = obj
         .get("apiVersion")
         .and_then(Value::as_str)

@@ -226,3 +226,125 @@ async fn kubectl_get_watch_streams_changes() {
     child.kill().await.expect("kill kubectl");
     server.shutdown().await;
 }
+
+const WORKLOADS: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: nats, namespace: default}
+spec:
+  replicas: 3
+  serviceName: nats
+  selector: {matchLabels: {app: nats}}
+  template:
+    metadata: {labels: {app: nats}}
+    spec:
+      containers:
+        - name: nats
+          image: nats:2.15.1-alpine
+          volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+    - metadata: {name: data}
+      spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: nats, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: nats}}
+"#;
+
+/// `kubectl apply --dry-run=server` and `delete --dry-run=server`: the server admits and
+/// validates the write as a real one (StatefulSet, PodDisruptionBudget) and keeps nothing: no
+/// object, no resourceVersion step, no watch event.
+#[tokio::test]
+async fn kubectl_dry_run_validates_and_keeps_nothing() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    let version = || async {
+        let (_, body) =
+            super::support::http(&server, "GET", "/clusters/mgmt/api/v1/namespaces", "").await;
+        let list: Value = serde_json::from_str(&body).expect("namespace list");
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .expect("resourceVersion")
+            .to_owned()
+    };
+    let before = version().await;
+    let out = k
+        .run(&["apply", "--dry-run=server", "-f", "-"], Some(WORKLOADS))
+        .await;
+    assert!(
+        out.contains("statefulset.apps/nats created (server dry run)")
+            && out.contains("poddisruptionbudget.policy/nats created (server dry run)"),
+        "{out}"
+    );
+    assert_eq!(version().await, before, "a dry run stores nothing");
+    let (ok, _, err) = k.try_run(&["get", "sts,pdb", "nats"], None).await;
+    assert!(!ok && err.contains("NotFound"), "{err}");
+    let audit = server.audit("mgmt");
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.method == "POST" && e.query.contains("dryRun=All")),
+        "{audit:?}"
+    );
+
+    // invalid objects are refused as by a real write
+    let bad = WORKLOADS.replace("maxUnavailable: 1", "maxUnavailable: 1\n  minAvailable: 2");
+    let (ok, _, err) = k
+        .try_run(&["apply", "--dry-run=server", "-f", "-"], Some(&bad))
+        .await;
+    assert!(
+        !ok && err.contains("minAvailable and maxUnavailable cannot be both set"),
+        "{err}"
+    );
+    let bad = WORKLOADS.replace(
+        "{name: data, mountPath: /data}",
+        "{name: other, mountPath: /data}",
+    );
+    let (ok, _, err) = k
+        .try_run(&["apply", "--dry-run=server", "-f", "-"], Some(&bad))
+        .await;
+    assert!(
+        !ok && err.contains(
+            "spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"other\""
+        ),
+        "{err}"
+    );
+
+    // changes and deletions of existing objects are tried, not made
+    k.run(&["apply", "-f", "-"], Some(WORKLOADS)).await;
+    let stored = version().await;
+    let scaled = WORKLOADS.replace("replicas: 3", "replicas: 5");
+    let out = k
+        .run(&["apply", "--dry-run=server", "-f", "-"], Some(&scaled))
+        .await;
+    assert!(
+        out.contains("statefulset.apps/nats configured (server dry run)"),
+        "{out}"
+    );
+    k.run(&["delete", "--dry-run=server", "pdb", "nats"], None)
+        .await;
+    assert_eq!(version().await, stored);
+    assert_eq!(
+        k.run(
+            &["get", "sts", "nats", "-o", "jsonpath={.spec.replicas}"],
+            None
+        )
+        .await,
+        "3"
+    );
+    k.run(&["get", "pdb", "nats"], None).await;
+
+    let (status, body) = super::support::http(
+        &server,
+        "POST",
+        "/clusters/mgmt/api/v1/namespaces/default/configmaps?dryRun=Some",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#,
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("dryRun: Unsupported value"), "{body}");
+    server.shutdown().await;
+}
