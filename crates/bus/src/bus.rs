@@ -8,6 +8,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::options::{BusOptions, Refusals};
 use crate::topology::{self, StreamSpec, ALL_STREAMS};
 
 /// How long [`Bus::close`] waits for the server before it just drops the connection.
@@ -18,6 +19,9 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Bus {
     client: async_nats::Client,
     js: jetstream::Context,
+    /// The identity this connection acts as, for errors and logs.
+    identity: &'static str,
+    refusals: Refusals,
 }
 
 /// One message a stage wants published.
@@ -32,18 +36,13 @@ pub struct Outgoing {
 }
 
 impl Bus {
-    /// Connects and makes sure every stream of the topology exists with its configuration.
-    pub async fn connect(url: &str) -> Result<Bus> {
-        let client = async_nats::ConnectOptions::new()
-            .name("sluice")
-            .retry_on_initial_connect()
-            .connection_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await
-            .map_err(|source| Error::Connect {
-                url: url.to_string(),
-                source,
-            })?;
+    /// Connects and makes sure the streams it uses exist with their configuration: those of its
+    /// identity ([`topology::Identity::streams`]), or every stream of the topology for a client
+    /// without one. A URL alone connects anonymously and in plain text.
+    pub async fn connect(options: impl Into<BusOptions>) -> Result<Bus> {
+        let options = options.into();
+        let refusals = Refusals::default();
+        let client = options.connect_client_with(refusals.clone()).await?;
         let js = jetstream::ContextBuilder::new()
             .timeout(Duration::from_secs(10))
             // async-nats holds a permit per unresolved publish ack and, once they run out, makes
@@ -52,9 +51,17 @@ impl Bus {
             // chunks), so this one is never what stops a publish.
             .max_ack_inflight(1 << 24)
             .build(client.clone());
-        let bus = Bus { client, js };
-        for spec in ALL_STREAMS {
-            bus.ensure_stream(spec).await?;
+        let bus = Bus {
+            client,
+            js,
+            identity: options.identity_name(),
+            refusals,
+        };
+        let streams = options
+            .identity
+            .map_or_else(|| ALL_STREAMS.to_vec(), |identity| identity.streams());
+        for spec in streams {
+            bus.ensure_stream(spec, options.stream_replicas).await?;
         }
         Ok(bus)
     }
@@ -97,6 +104,12 @@ impl Bus {
             .saturating_sub(topology::HEADER_ROOM)
     }
 
+    /// Whether the connection to the server is up now (async-nats reconnects by itself); a
+    /// service's readiness requires it.
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
     pub fn client(&self) -> &async_nats::Client {
         &self.client
     }
@@ -105,8 +118,8 @@ impl Bus {
         &self.js
     }
 
-    async fn ensure_stream(&self, spec: StreamSpec) -> Result<stream::Stream> {
-        let config = stream_config(spec);
+    async fn ensure_stream(&self, spec: StreamSpec, replicas: usize) -> Result<stream::Stream> {
+        let config = stream_config(spec, replicas);
         self.js
             .create_or_update_stream(config)
             .await
@@ -199,17 +212,33 @@ impl Bus {
         Ok(())
     }
 
-    /// Publishes and waits until the stream has stored the message.
+    /// Publishes and waits until the stream has stored the message. A publish the server
+    /// refused for this identity's permissions fails as [`Error::Refused`], naming both.
     pub async fn publish_durably(&self, out: Outgoing) -> Result<()> {
         let subject = out.subject.clone();
-        self.publish(out)
-            .await?
-            .await
-            .map_err(|source| Error::Publish {
+        let stored = self.publish(out).await?.await;
+        if let Err(source) = stored {
+            return Err(self.refused(&subject).unwrap_or(Error::Publish {
                 subject,
                 source: Box::new(source),
-            })?;
+            }));
+        }
         Ok(())
+    }
+
+    /// The server's refusal of a publish to `subject` by this connection, if it sent one.
+    fn refused(&self, subject: &str) -> Option<Error> {
+        let refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let quoted = format!("\"{subject}\"");
+        let reason = refusals
+            .iter()
+            .rev()
+            .find(|reason| reason.contains(&quoted))?;
+        Some(Error::Refused {
+            identity: self.identity,
+            subject: subject.to_string(),
+            reason: reason.clone(),
+        })
     }
 
     /// Deletes every message on subjects matching `filter` (used to forget a removed cluster).
@@ -227,8 +256,9 @@ impl Bus {
     }
 }
 
-fn stream_config(spec: StreamSpec) -> stream::Config {
+fn stream_config(spec: StreamSpec, replicas: usize) -> stream::Config {
     stream::Config {
+        num_replicas: replicas,
         name: spec.name.to_string(),
         subjects: vec![spec.subjects.to_string()],
         max_messages_per_subject: spec.max_per_subject.unwrap_or(-1),

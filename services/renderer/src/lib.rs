@@ -24,7 +24,7 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let bus = Bus::connect(&common.nats_url)
+    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::RENDERER))
         .await
         .context("failed to connect to the bus")?;
     let published = health.counter("sluice_renderer_desired_states_published_total");

@@ -54,7 +54,7 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let bus = Bus::connect(&common.nats_url)
+    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::WATCHER))
         .await
         .context("failed to connect to the bus")?;
     let mgmt = sluice_kube::client::management(

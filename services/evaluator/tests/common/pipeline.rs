@@ -63,6 +63,8 @@ pub fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Resu
         health_addr: "127.0.0.1:0".parse().expect("address"),
         log_format: LogFormat::Text,
         sveltos_namespace: "projectsveltos".into(),
+        nats_auth: Default::default(),
+        stream_replicas: 1,
     };
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));
