@@ -76,6 +76,8 @@ pub struct Stack {
     pub server: TestServer,
     pub dir: PathBuf,
     services: BTreeMap<&'static str, ServiceProcess>,
+    /// Where each started service serves `/healthz`, `/readyz` and `/metrics`.
+    health_addrs: BTreeMap<&'static str, String>,
     clients: BTreeMap<String, kube::Client>,
     /// The watcher's conversion webhook, which the CRDs of two versions call.
     pub webhook: crate::webhook::StackWebhook,
@@ -141,6 +143,7 @@ impl Stack {
             server,
             dir,
             services: BTreeMap::new(),
+            health_addrs: BTreeMap::new(),
             clients,
             webhook,
             _temp: temp,
@@ -206,11 +209,21 @@ impl Stack {
         if service == "sluice-watcher" {
             env.extend(self.webhook.env());
         }
+        if let Some((_, addr)) = env.iter().find(|(var, _)| var == "SLUICE_HEALTH_ADDR") {
+            self.health_addrs.insert(service, addr.clone());
+        }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let process = ServiceProcess::spawn(service, &[], &env)
             .with_context(|| format!("failed to start {service}"))?;
         self.services.insert(service, process);
         Ok(())
+    }
+
+    /// `http://<health addr><path>` of a started service, e.g. its `/readyz`.
+    pub fn health_url(&self, service: &str, path: &str) -> Option<String> {
+        self.health_addrs
+            .get(service)
+            .map(|addr| format!("http://{addr}{path}"))
     }
 
     /// Stops a service with SIGTERM (it drains) and waits for it.

@@ -107,7 +107,13 @@ impl Bus {
     /// Whether the connection to the server is up now (async-nats reconnects by itself); a
     /// service's readiness requires it.
     pub fn is_connected(&self) -> bool {
-        self.client.connection_state() == async_nats::connection::State::Connected
+        self.connection_probe()()
+    }
+
+    /// [`Bus::is_connected`] as a probe for a service's readiness (`Health::require`).
+    pub fn connection_probe(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let client = self.client.clone();
+        move || client.connection_state() == async_nats::connection::State::Connected
     }
 
     pub fn client(&self) -> &async_nats::Client {

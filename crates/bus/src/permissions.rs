@@ -47,7 +47,8 @@ pub fn inbox_prefix(name: &str) -> String {
 /// - its durables: create (with or without a filter token), info, next and the acks
 ///   (`$JS.ACK.<stream>.<durable>.>`), and delete only where the stage recreates its consumer
 ///   ([`Acks::Covering`]);
-/// - the streams it follows: ephemeral (ordered) consumers, whose names the server picks;
+/// - the streams it follows: ordered consumers, whose names the server or the client picks at
+///   random (so a follower may manage any consumer of the streams it follows; ADR 0022);
 /// - subscribe: its inbox prefix and its taps.
 pub fn permissions(identity: &Identity) -> Permissions {
     let mut publish: Vec<String> = identity
@@ -84,6 +85,9 @@ pub fn permissions(identity: &Identity) -> Permissions {
     for stream in identity.follows {
         let name = stream.name;
         publish.push(format!("{JS_API}.CONSUMER.CREATE.{name}"));
+        // An ordered consumer recreates itself under a name of its own after a gap or a
+        // reconnect: `CONSUMER.CREATE.<stream>.<name>.<filter>`.
+        publish.push(format!("{JS_API}.CONSUMER.CREATE.{name}.*.>"));
         for action in ["INFO", "MSG.NEXT", "DELETE"] {
             publish.push(format!("{JS_API}.CONSUMER.{action}.{name}.*"));
         }
@@ -165,6 +169,7 @@ mod tests {
             "$JS.ACK.SLUICE_CHANGES.evaluator.>",
             "$JS.ACK.SLUICE_CLOUDEVENTS.evaluator.>",
             "$JS.API.CONSUMER.CREATE.SLUICE_CONFIG",
+            "$JS.API.CONSUMER.CREATE.SLUICE_CONFIG.*.>",
             "$JS.API.CONSUMER.MSG.NEXT.SLUICE_MATCH.*",
         ];
         for subject in expected {
@@ -177,6 +182,7 @@ mod tests {
             "$JS.API.STREAM.PURGE.SLUICE_CHANGES",
             "$JS.API.STREAM.DELETE.SLUICE_MATCH",
             "$JS.API.CONSUMER.DELETE.SLUICE_CLOUDEVENTS.evaluator",
+            "$JS.API.CONSUMER.CREATE.SLUICE_CLOUDEVENTS.*.>",
             ">",
         ] {
             assert!(

@@ -28,12 +28,17 @@ pub async fn run(
     let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::APPLIER))
         .await
         .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let client = sluice_kube::client::management(
         common.kubeconfig.as_deref(),
         common.kube_context.as_deref(),
     )
     .await
     .context("failed to build the management cluster client")?;
+    health.require(
+        "kubernetes",
+        sluice_kube::reachability::api_check(client.clone(), token.clone()),
+    );
     let applied = health.counter("sluice_applier_states_applied_total");
     let errors = health.counter("sluice_applier_errors_total");
     let applier = Applier::new(client);

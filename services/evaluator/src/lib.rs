@@ -25,6 +25,7 @@ pub async fn run(
     ))
     .await
     .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let published = health.counter("sluice_evaluator_match_sets_published_total");
     let rejected = health.counter("sluice_evaluator_messages_rejected_total");
 

@@ -27,6 +27,7 @@ pub async fn run(
     let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::RENDERER))
         .await
         .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let published = health.counter("sluice_renderer_desired_states_published_total");
     let (config, mut config_feed) = sluice_wire::follow_config(&bus).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
