@@ -5,11 +5,9 @@
 
 use std::time::Duration;
 
-use sluice_cli::demo::{self, wait_profile};
 use sluice_cli::stack::{Stack, MANAGEMENT, SERVICES};
 use sluice_testkit::wait_for;
 
-const TRIGGER: &str = "service-network-policy";
 const DEADLINE: Duration = Duration::from_secs(30);
 const KUBERNETES_CLIENTS: [&str; 3] = ["sluice-watcher", "sluice-reporter", "sluice-applier"];
 
@@ -48,7 +46,7 @@ async fn wait_readiness(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_drops_while_nats_or_the_api_is_away_and_returns() -> anyhow::Result<()> {
-    let mut stack = Stack::start(&["cluster-a"], None).await?;
+    let mut stack = Stack::start(&["cluster-a", "cluster-b"], None).await?;
     wait_readiness(&stack, &SERVICES, true, "").await?;
 
     stack.nats.stop();
@@ -64,16 +62,9 @@ async fn readiness_drops_while_nats_or_the_api_is_away_and_returns() -> anyhow::
     stack.server.faults(MANAGEMENT).set_unreachable(false);
     wait_readiness(&stack, &SERVICES, true, "").await?;
 
-    // The pipeline works across both outages.
-    stack
-        .register_cluster("cluster-a", &[("env", "fv")])
-        .await?;
-    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
-    stack
-        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
-        .await?;
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE)
+    // The pipeline works across both outages: seed 000's demo, event to ClusterProfile and
+    // cleanup.
+    sluice_cli::demo::run(&stack, &mut std::io::sink())
         .await
         .map_err(|e| fail(&stack, e))?;
     Ok(())
