@@ -262,3 +262,61 @@ impl SecureNats {
         self.credentials.bus_options(&self.server.url(), identity)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn config(nkeys: &[String], generate: Option<&Path>) -> anyhow::Result<String> {
+        let mut out = Vec::new();
+        run(nkeys, generate, None, &mut out)?;
+        Ok(String::from_utf8(out)?)
+    }
+
+    #[test]
+    fn generated_seeds_are_kept_and_every_identity_is_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = config(&[], Some(dir.path())).unwrap();
+        for name in IDENTITIES.iter().map(|i| i.name).chain([ADMIN]) {
+            let seed = std::fs::read_to_string(seed_path(dir.path(), name)).unwrap();
+            let public = nkeys::KeyPair::from_seed(&seed).unwrap().public_key();
+            assert!(first.contains(&format!("nkey: \"{public}\"")), "{name}");
+        }
+        assert_eq!(config(&[], Some(dir.path())).unwrap(), first, "seeds kept");
+    }
+
+    #[test]
+    fn public_keys_are_checked_and_names_must_be_identities() {
+        let user = nkeys::KeyPair::new_user().public_key();
+        let text = config(&[format!("renderer={user}")], None).unwrap();
+        assert!(text.contains("# renderer"), "{text}");
+        assert!(text.contains("\"sluice.v1.desired.>\""), "{text}");
+        let account = nkeys::KeyPair::new_account().public_key();
+        assert!(config(&[format!("renderer={account}")], None).is_err());
+        assert!(config(&[format!("scheduler={user}")], None).is_err());
+        assert!(config(&["renderer".to_string()], None).is_err());
+        assert!(config(&[], None).is_err());
+    }
+
+    #[test]
+    fn the_tls_block_verifies_clients_only_with_their_ca() {
+        let tls = ServerTls {
+            cert_file: "/tls/tls.crt".into(),
+            key_file: "/tls/tls.key".into(),
+            verify_clients_with: None,
+        };
+        let text = server_config(&[], Some(&tls));
+        assert!(text.contains("cert_file: \"/tls/tls.crt\""), "{text}");
+        assert!(!text.contains("verify"), "{text}");
+        let mtls = ServerTls {
+            verify_clients_with: Some("/tls/ca.crt".into()),
+            ..tls
+        };
+        let text = server_config(&[], Some(&mtls));
+        assert!(
+            text.contains("ca_file: \"/tls/ca.crt\"\n  verify: true"),
+            "{text}"
+        );
+    }
+}

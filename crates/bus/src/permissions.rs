@@ -126,14 +126,17 @@ pub fn authorization(users: &[User]) -> String {
     out
 }
 
-/// An allow list; an empty one denies everything (nats-server reads an empty allow list as
-/// no restriction).
+/// An allow list, one subject per line; an empty one denies everything (nats-server reads an
+/// empty allow list as no restriction).
 fn rule(subjects: &[String]) -> String {
     if subjects.is_empty() {
         return format!("{{ deny: [{}] }}", quote(">"));
     }
-    let quoted: Vec<String> = subjects.iter().map(|s| quote(s)).collect();
-    format!("{{ allow: [{}] }}", quoted.join(", "))
+    let quoted: Vec<String> = subjects
+        .iter()
+        .map(|s| format!("          {}", quote(s)))
+        .collect();
+    format!("{{ allow: [\n{}\n        ] }}", quoted.join(",\n"))
 }
 
 /// A double-quoted string of the nats-server configuration (`$` would start a variable
