@@ -18,7 +18,8 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Starts checking `client`'s API server until `token` is cancelled and returns the probe of
 /// the latest answer (false until the first check succeeds). The probe only reads a flag, so it
 /// can be asked on every `/readyz`.
-pub fn api_check(client: Client, token: CancellationToken) -> impl Fn() -> bool + Send + Sync {
+pub fn api_check(client: &Client, token: &CancellationToken) -> impl Fn() -> bool + Send + Sync {
+    let (client, token) = (client.clone(), token.clone());
     let reachable = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&reachable);
     tokio::spawn(async move {

@@ -37,7 +37,7 @@ pub async fn run(
     .context("failed to build the management cluster client")?;
     health.require(
         "kubernetes",
-        sluice_kube::reachability::api_check(client.clone(), token.clone()),
+        sluice_kube::reachability::api_check(&client, &token),
     );
     let applied = health.counter("sluice_applier_states_applied_total");
     let errors = health.counter("sluice_applier_errors_total");

@@ -178,7 +178,7 @@ pub async fn run(
     .context("failed to build the management cluster client")?;
     health.require(
         "kubernetes",
-        sluice_kube::reachability::api_check(client.clone(), token.clone()),
+        sluice_kube::reachability::api_check(&client, &token),
     );
     let written = health.counter("sluice_reporter_reports_written_total");
     let errors = health.counter("sluice_reporter_write_errors_total");

@@ -66,7 +66,7 @@ pub async fn run(
     .context("failed to build the management cluster client")?;
     health.require(
         "kubernetes",
-        sluice_kube::reachability::api_check(mgmt.clone(), token.clone()),
+        sluice_kube::reachability::api_check(&mgmt, &token),
     );
 
     let (tx, mut rx) = mpsc::channel(1024);
