@@ -184,3 +184,57 @@ fn readable(path: &PathBuf) -> Result<()> {
             source: Box::new(source),
         })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    async fn connect_error(auth: NatsAuth) -> String {
+        let options = BusOptions::new("nats://127.0.0.1:1").with_auth(auth);
+        let error = options.connect_client().await.unwrap_err();
+        let source = std::error::Error::source(&error).map(ToString::to_string);
+        format!("{error}: {}", source.unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn unreadable_credentials_fail_before_connecting_and_name_the_file() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
+        let missing = dir.join("missing.nk");
+        let error = connect_error(NatsAuth {
+            nats_nkey_file: Some(missing.clone()),
+            ..NatsAuth::default()
+        })
+        .await;
+        assert!(error.contains(&missing.display().to_string()), "{error}");
+
+        let not_a_seed = dir.join("public.nk");
+        std::fs::write(&not_a_seed, nkeys::KeyPair::new_user().public_key()).unwrap();
+        let error = connect_error(NatsAuth {
+            nats_nkey_file: Some(not_a_seed.clone()),
+            ..NatsAuth::default()
+        })
+        .await;
+        assert!(error.contains("public.nk"), "{error}");
+
+        let seed = dir.join("seed.nk");
+        std::fs::write(
+            &seed,
+            format!("{}\n", nkeys::KeyPair::new_user().seed().unwrap()),
+        )
+        .unwrap();
+        assert_eq!(
+            read_seed(&seed).unwrap().len(),
+            58,
+            "the newline is trimmed"
+        );
+
+        let error = connect_error(NatsAuth {
+            nats_ca_file: Some(dir.join("missing-ca.crt")),
+            ..NatsAuth::default()
+        })
+        .await;
+        assert!(error.contains("missing-ca.crt"), "{error}");
+    }
+}
