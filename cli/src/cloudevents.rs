@@ -75,7 +75,7 @@ pub async fn seeded_stack(secret: &Value) -> anyhow::Result<Stack> {
 
 /// How many CloudEvents the watcher has put on the sluice bus.
 pub async fn forwarded(stack: &Stack) -> anyhow::Result<u64> {
-    let bus = async_nats::connect(stack.nats.url()).await?;
+    let bus = stack.bus_options().connect_client().await?;
     let js = async_nats::jetstream::new(bus);
     let mut stream = js.get_stream("SLUICE_CLOUDEVENTS").await?;
     Ok(stream.info().await?.state.messages)

@@ -70,11 +70,34 @@ enum Command {
         subject: String,
         #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
         nats_url: String,
+        /// The tap's NATS identity and TLS files (the services' options and variables).
+        #[command(flatten)]
+        nats_auth: sluice_runtime::NatsAuth,
         #[arg(short = 'o', long, value_enum, default_value = "yaml")]
         output: sluice_cli::tap::Format,
         /// Stop after this many messages.
         #[arg(long)]
         count: Option<usize>,
+    },
+    /// Print the nats-server authorization (an include file) that admits each identity of the
+    /// topology with exactly the subjects it uses: `NAME=PUBLIC_NKEY` pairs (names: watcher,
+    /// evaluator, reporter, renderer, applier, tap, admin), and/or seeds generated into a directory.
+    NatsConfig {
+        /// `NAME=PUBLIC_NKEY`, e.g. `evaluator=UABC...`.
+        nkeys: Vec<String>,
+        /// Write a seed file `<name>.nk` for every identity and the administrator into this
+        /// directory (existing seeds are kept) and include their public keys.
+        #[arg(long)]
+        generate: Option<PathBuf>,
+        /// Also print the server's TLS block: its certificate...
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// ...its private key...
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// ...and the CA that signed the clients' certificates (the server then verifies them).
+        #[arg(long, requires = "tls_cert")]
+        tls_client_ca: Option<PathBuf>,
     },
     /// Evaluate an EventSource offline: the oracle's `eventsource` request JSON on stdin
     /// (one object or an array), the response JSON on stdout.
@@ -188,9 +211,16 @@ async fn main() -> anyhow::Result<()> {
             if keep_running {
                 println!(
                     "stack running: kubectl --kubeconfig {}/kubeconfig.yaml --context mgmt get clusterprofiles\n\
-                     tap the pipeline: sluice tap --nats-url {} 'sluice.v1.>'\nCtrl-C to stop",
+                     tap the pipeline: {} sluice tap --nats-url {} 'sluice.v1.>'\nCtrl-C to stop",
                     dir.display(),
-                    stack.nats.url()
+                    stack
+                        .nats_credentials
+                        .env("tap")
+                        .iter()
+                        .map(|(var, value)| format!("{var}={value}"))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    stack.nats.url(),
                 );
                 tokio::signal::ctrl_c().await?;
             }
@@ -202,9 +232,36 @@ async fn main() -> anyhow::Result<()> {
         Command::Tap {
             subject,
             nats_url,
+            nats_auth,
             output,
             count,
-        } => sluice_cli::tap::run(&nats_url, &subject, output, count).await,
+        } => {
+            let bus = sluice_bus::BusOptions::new(nats_url)
+                .with_identity(sluice_bus::topology::TAP)
+                .with_auth(nats_auth);
+            sluice_cli::tap::run(&bus, &subject, output, count).await
+        }
+        Command::NatsConfig {
+            nkeys,
+            generate,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+        } => {
+            let tls = tls_cert.zip(tls_key).map(|(cert_file, key_file)| {
+                sluice_cli::natsauth::ServerTls {
+                    cert_file,
+                    key_file,
+                    verify_clients_with: tls_client_ca,
+                }
+            });
+            sluice_cli::natsauth::run(
+                &nkeys,
+                generate.as_deref(),
+                tls.as_ref(),
+                &mut std::io::stdout(),
+            )
+        }
         Command::Eval => {
             let mut input = String::new();
             std::io::stdin().read_to_string(&mut input)?;

@@ -5,7 +5,10 @@
 //! first), so a missing grant fails as it would in a real cluster. Managed clusters are
 //! registered the Sveltos way: a SveltosCluster plus its kubeconfig Secret in the management
 //! cluster (spec §13); that kubeconfig is the managed cluster's administrator, as Sveltos's
-//! registration commonly uses a cluster-admin ServiceAccount.
+//! registration commonly uses a cluster-admin ServiceAccount. nats-server requires TLS with
+//! client certificates and admits only the services' own nkeys (and the stack's administrator
+//! and tap), each with the permissions `sluice_bus::permissions` generates from the topology, so
+//! a service that uses the bus beyond its declared identity fails here as it would in a cluster.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -68,9 +71,13 @@ pub async fn install_deployment_rbac(
 /// A running stack. Dropping it stops every process.
 pub struct Stack {
     pub nats: NatsServer,
+    /// The bus's CA, server certificate and every identity's nkey and client certificate.
+    pub nats_credentials: crate::natsauth::Credentials,
     pub server: TestServer,
     pub dir: PathBuf,
     services: BTreeMap<&'static str, ServiceProcess>,
+    /// Where each started service serves `/healthz`, `/readyz` and `/metrics`.
+    health_addrs: BTreeMap<&'static str, String>,
     clients: BTreeMap<String, kube::Client>,
     /// The watcher's conversion webhook, which the CRDs of two versions call.
     pub webhook: crate::webhook::StackWebhook,
@@ -81,14 +88,15 @@ impl Stack {
     /// Starts NATS and the test server with `mgmt` plus `managed` clusters, then the services.
     /// `dir` keeps the kubeconfigs (a temporary directory when `None`).
     pub async fn start(managed: &[&str], dir: Option<&Path>) -> anyhow::Result<Stack> {
-        Stack::start_with_nats_args(managed, dir, &[]).await
+        Stack::start_with_nats_config(managed, dir, "").await
     }
 
-    /// [`Stack::start`] with extra nats-server options (e.g. `["-c", "limits.conf"]`).
-    pub async fn start_with_nats_args(
+    /// [`Stack::start`] with more nats-server configuration after the stack's TLS and
+    /// authorization (e.g. `max_payload: 65536`).
+    pub async fn start_with_nats_config(
         managed: &[&str],
         dir: Option<&Path>,
-        nats_args: &[&str],
+        nats_config: &str,
     ) -> anyhow::Result<Stack> {
         let (dir, temp) = match dir {
             Some(d) => {
@@ -100,7 +108,10 @@ impl Stack {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        let nats = NatsServer::start_with_args(nats_args)
+        let crate::natsauth::SecureNats {
+            server: nats,
+            credentials: nats_credentials,
+        } = crate::natsauth::SecureNats::start(&dir, nats_config)
             .await
             .context("failed to start nats-server")?;
         let mut clusters = vec![MANAGEMENT.to_string()];
@@ -128,9 +139,11 @@ impl Stack {
         }
         let mut stack = Stack {
             nats,
+            nats_credentials,
             server,
             dir,
             services: BTreeMap::new(),
+            health_addrs: BTreeMap::new(),
             clients,
             webhook,
             _temp: temp,
@@ -168,10 +181,16 @@ impl Stack {
         self.dir.join(format!("{service}.kubeconfig"))
     }
 
+    /// Connection options for the stack's bus as its administrator (tests, the demo).
+    pub fn bus_options(&self) -> sluice_bus::BusOptions {
+        self.nats_credentials.bus_options(&self.nats.url(), None)
+    }
+
     /// The environment every service gets (as in docker-compose.yml, but with the service's own
-    /// kubeconfig).
+    /// kubeconfig and NATS identity).
     pub fn service_env(&self, service: &str) -> Vec<(String, String)> {
-        vec![
+        let identity = service.strip_prefix("sluice-").unwrap_or(service);
+        let mut env = vec![
             ("SLUICE_NATS_URL".into(), self.nats.url()),
             (
                 "SLUICE_KUBECONFIG".into(),
@@ -191,7 +210,9 @@ impl Stack {
                 std::env::var("RUST_LOG")
                     .unwrap_or_else(|_| format!("info,{}=debug", service.replace('-', "_"))),
             ),
-        ]
+        ];
+        env.extend(self.nats_credentials.env(identity));
+        env
     }
 
     pub fn start_service(&mut self, service: &'static str) -> anyhow::Result<()> {
@@ -210,11 +231,21 @@ impl Stack {
         if service == "sluice-watcher" {
             env.extend(self.webhook.env());
         }
+        if let Some((_, addr)) = env.iter().find(|(var, _)| var == "SLUICE_HEALTH_ADDR") {
+            self.health_addrs.insert(service, addr.clone());
+        }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let process = ServiceProcess::spawn(service, &[], &env)
             .with_context(|| format!("failed to start {service}"))?;
         self.services.insert(service, process);
         Ok(())
+    }
+
+    /// `http://<health addr><path>` of a started service, e.g. its `/readyz`.
+    pub fn health_url(&self, service: &str, path: &str) -> Option<String> {
+        self.health_addrs
+            .get(service)
+            .map(|addr| format!("http://{addr}{path}"))
     }
 
     /// Stops a service with SIGTERM (it drains) and waits for it.

@@ -97,14 +97,15 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
     })
 }
 
-/// Prints messages on `filter` until `limit` messages were shown (forever when `None`).
+/// Prints messages on `filter` until `limit` messages were shown (forever when `None`). A bus
+/// with authorization admits the tap as the `tap` identity (or an administrator).
 pub async fn run(
-    nats_url: &str,
+    bus: &sluice_bus::BusOptions,
     filter: &str,
     format: Format,
     limit: Option<usize>,
 ) -> anyhow::Result<()> {
-    let client = async_nats::connect(nats_url).await?;
+    let client = bus.connect_client().await?;
     let mut subscription = client.subscribe(filter.to_string()).await?;
     let mut shown = 0;
     while let Some(message) = subscription.next().await {

@@ -5,10 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+use sluice_testkit::TestCa;
 
 /// Where the stack's webhook listens and how the watcher and the API server find it.
 #[derive(Clone, Debug)]
@@ -23,32 +20,17 @@ pub struct StackWebhook {
 impl StackWebhook {
     /// Issues the certificates into `dir` and picks a free port.
     pub fn issue(dir: &Path) -> anyhow::Result<StackWebhook> {
-        let mut ca_params = CertificateParams::default();
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "sluice stack webhook CA");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-        let ca_key = KeyPair::generate()?;
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
-        let mut params = CertificateParams::default();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "sluice-conversion-webhook");
-        params.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &issuer)?;
+        let ca = TestCa::new("sluice stack webhook CA")?;
+        let issued = ca.server("sluice-conversion-webhook")?;
         let cert_path = dir.join("webhook.crt");
         let key_path = dir.join("webhook.key");
-        std::fs::write(&cert_path, cert.pem())
+        std::fs::write(&cert_path, &issued.cert)
             .with_context(|| format!("failed to write {}", cert_path.display()))?;
-        std::fs::write(&key_path, key.serialize_pem())
+        std::fs::write(&key_path, &issued.key)
             .with_context(|| format!("failed to write {}", key_path.display()))?;
         Ok(StackWebhook {
             port: sluice_testkit::free_port(),
-            ca_pem: ca_cert.pem().into_bytes(),
+            ca_pem: ca.pem().as_bytes().to_vec(),
             cert: cert_path,
             key: key_path,
         })

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::options::{BusOptions, Refusals};
 use crate::topology::{self, StreamSpec, ALL_STREAMS};
 
 /// How long [`Bus::close`] waits for the server before it just drops the connection.
@@ -26,6 +27,9 @@ pub struct Bus {
     /// will never come (the server may have died with the message), so it is retried at once
     /// instead of after the ack timeout.
     disconnects: tokio::sync::watch::Receiver<u64>,
+    /// The identity this connection acts as, for errors and logs.
+    identity: &'static str,
+    refusals: Refusals,
 }
 
 /// One message a stage wants published.
@@ -40,26 +44,16 @@ pub struct Outgoing {
 }
 
 impl Bus {
-    /// Connects and makes sure every stream of the topology exists with its configuration.
-    pub async fn connect(url: &str) -> Result<Bus> {
+    /// Connects and makes sure the streams it uses exist with their configuration: those of its
+    /// identity ([`topology::Identity::streams`]), or every stream of the topology for a client
+    /// without one. A URL alone connects anonymously and in plain text.
+    pub async fn connect(options: impl Into<BusOptions>) -> Result<Bus> {
+        let options = options.into();
+        let refusals = Refusals::default();
         let (lost, disconnects) = tokio::sync::watch::channel(0u64);
-        let client = async_nats::ConnectOptions::new()
-            .name("sluice")
-            // async-nats logs every connection event itself; this only counts the drops.
-            .event_callback(move |event| {
-                if matches!(event, async_nats::Event::Disconnected) {
-                    lost.send_modify(|count| *count += 1);
-                }
-                std::future::ready(())
-            })
-            .retry_on_initial_connect()
-            .connection_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await
-            .map_err(|source| Error::Connect {
-                url: url.to_string(),
-                source,
-            })?;
+        let client = options
+            .connect_client_with(refusals.clone(), lost)
+            .await?;
         let js = jetstream::ContextBuilder::new()
             .timeout(Duration::from_secs(10))
             // async-nats holds a permit per unresolved publish ack and, once they run out, makes
@@ -72,9 +66,14 @@ impl Bus {
             client,
             js,
             disconnects,
+            identity: options.identity_name(),
+            refusals,
         };
-        for spec in ALL_STREAMS {
-            bus.ensure_stream(spec).await?;
+        let streams = options
+            .identity
+            .map_or_else(|| ALL_STREAMS.to_vec(), |identity| identity.streams());
+        for spec in streams {
+            bus.ensure_stream(spec, options.stream_replicas).await?;
         }
         Ok(bus)
     }
@@ -126,6 +125,18 @@ impl Bus {
         disconnects
     }
 
+    /// Whether the connection to the server is up now (async-nats reconnects by itself); a
+    /// service's readiness requires it.
+    pub fn is_connected(&self) -> bool {
+        self.connection_probe()()
+    }
+
+    /// [`Bus::is_connected`] as a probe for a service's readiness (`Health::require`).
+    pub fn connection_probe(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let client = self.client.clone();
+        move || client.connection_state() == async_nats::connection::State::Connected
+    }
+
     pub fn client(&self) -> &async_nats::Client {
         &self.client
     }
@@ -134,8 +145,8 @@ impl Bus {
         &self.js
     }
 
-    async fn ensure_stream(&self, spec: StreamSpec) -> Result<stream::Stream> {
-        let config = stream_config(spec);
+    async fn ensure_stream(&self, spec: StreamSpec, replicas: usize) -> Result<stream::Stream> {
+        let config = stream_config(spec, replicas);
         self.js
             .create_or_update_stream(config)
             .await
@@ -248,16 +259,17 @@ impl Bus {
         Ok(())
     }
 
-    /// Publishes and waits until the stream has stored the message.
+    /// Publishes and waits until the stream has stored the message. A publish the server
+    /// refused for this identity's permissions fails as [`Error::Refused`], naming both.
     pub async fn publish_durably(&self, out: Outgoing) -> Result<()> {
         let subject = out.subject.clone();
-        self.publish(out)
-            .await?
-            .await
-            .map_err(|source| Error::Publish {
+        let stored = self.publish(out).await?.await;
+        if let Err(source) = stored {
+            return Err(self.refused(&subject).unwrap_or(Error::Publish {
                 subject,
                 source: Box::new(source),
-            })?;
+            }));
+        }
         Ok(())
     }
 
@@ -288,6 +300,21 @@ impl Bus {
         Ok(())
     }
 
+    /// The server's refusal of a publish to `subject` by this connection, if it sent one.
+    fn refused(&self, subject: &str) -> Option<Error> {
+        let refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let quoted = format!("\"{subject}\"");
+        let reason = refusals
+            .iter()
+            .rev()
+            .find(|reason| reason.contains(&quoted))?;
+        Some(Error::Refused {
+            identity: self.identity,
+            subject: subject.to_string(),
+            reason: reason.clone(),
+        })
+    }
+
     /// Deletes every message on subjects matching `filter` (used to forget a removed cluster).
     pub async fn purge(&self, spec: StreamSpec, filter: &str) -> Result<u64> {
         let stream = self.stream(spec).await?;
@@ -303,8 +330,9 @@ impl Bus {
     }
 }
 
-fn stream_config(spec: StreamSpec) -> stream::Config {
+fn stream_config(spec: StreamSpec, replicas: usize) -> stream::Config {
     stream::Config {
+        num_replicas: replicas,
         name: spec.name.to_string(),
         subjects: vec![spec.subjects.to_string()],
         max_messages_per_subject: spec.max_per_subject.unwrap_or(-1),

@@ -10,6 +10,18 @@ pub enum Error {
         #[source]
         source: async_nats::ConnectError,
     },
+    #[error("failed to read the nats credentials in {path}")]
+    Credentials {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("nats refused identity {identity} to publish to {subject}: {reason}")]
+    Refused {
+        identity: &'static str,
+        subject: String,
+        reason: String,
+    },
     #[error("failed to set up stream {stream}")]
     Stream {
         stream: String,

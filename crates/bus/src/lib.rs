@@ -1,22 +1,26 @@
-//! The NATS JetStream adapter of sluice: the message topology ([`topology`]), the connection
-//! with its streams ([`Bus`]), state replay and durable consumption ([`feed`]), and the
-//! in-order ack window that keeps publish acks in flight ([`window`]), the coalescing of
-//! level-based inputs a stage has fallen behind on ([`coalesce`]), and the one stage runner
-//! that drives every consuming stage with them ([`runner`]).
+//! The NATS JetStream adapter of sluice: the message topology ([`topology`]) and who may use
+//! it ([`permissions`]), the connection with its identity, TLS and streams ([`Bus`],
+//! [`BusOptions`]), state replay and durable consumption ([`feed`]), the in-order ack window
+//! that keeps publish acks in flight ([`window`]), the coalescing of level-based inputs a stage
+//! has fallen behind on ([`coalesce`]), and the one stage runner that drives every consuming
+//! stage with them ([`runner`]).
 //! It knows nothing of Kubernetes or of what the messages mean.
 
 pub mod coalesce;
 pub mod feed;
+pub mod permissions;
 pub mod runner;
 pub mod topology;
 pub mod window;
 
 mod bus;
 mod error;
+mod options;
 
 pub use bus::{content_id, hex16, message_id, Bus, Outgoing};
 pub use error::{Error, Result};
 pub use feed::{Delivered, Freshness, LiveFeed};
+pub use options::BusOptions;
 pub use window::AckWindow;
 
 /// The ack of one publish; keep many in flight and await them later.

@@ -177,6 +177,107 @@ pub const APPLIER_DESIRED: ConsumerSpec = ConsumerSpec {
     acks: Acks::Each,
 };
 
+/// A NATS identity: what one service (or the `sluice` CLI) does on the bus. The server's
+/// permissions are generated from these declarations ([`crate::permissions`]), so the topology
+/// above and who may use it are written down once. Streams and consumers are named through
+/// their specs, so a subject added to a stream's filter needs no edit here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The service's name: its NATS user, its inbox prefix and its dead-letter stage.
+    pub name: &'static str,
+    /// Streams it publishes to (any subject of the stream's filter).
+    pub publishes: &'static [StreamSpec],
+    /// Whether it parks unreadable input on `sluice.v1.dead.<name>`.
+    pub dead_letters: bool,
+    /// Its durable consumers.
+    pub consumes: &'static [ConsumerSpec],
+    /// Streams it replays or follows with ordered (ephemeral, unacked) consumers.
+    pub follows: &'static [StreamSpec],
+    /// Streams whose subjects it purges (a deleted cluster, a withdrawn unit).
+    pub purges: &'static [StreamSpec],
+    /// Core NATS subscriptions outside JetStream (`sluice tap`).
+    pub taps: &'static [&'static str],
+}
+
+impl Identity {
+    /// Every stream it uses, each once, in [`ALL_STREAMS`] order: the streams it creates or
+    /// updates to its configuration when it connects.
+    pub fn streams(&self) -> Vec<StreamSpec> {
+        ALL_STREAMS
+            .into_iter()
+            .filter(|spec| {
+                self.publishes.contains(spec)
+                    || (self.dead_letters && *spec == DEAD)
+                    || self.consumes.iter().any(|c| c.stream == *spec)
+                    || self.follows.contains(spec)
+                    || self.purges.contains(spec)
+            })
+            .collect()
+    }
+}
+
+/// Watches the clusters, publishes configuration, changes and CloudEvents; replays what it
+/// published; purges a deleted cluster's changes.
+pub const WATCHER: Identity = Identity {
+    name: "watcher",
+    publishes: &[CONFIG, CHANGES, CLOUDEVENTS],
+    dead_letters: true,
+    consumes: &[],
+    follows: &[CONFIG, CHANGES],
+    purges: &[CHANGES],
+    taps: &[],
+};
+pub const EVALUATOR: Identity = Identity {
+    name: "evaluator",
+    publishes: &[MATCH, CEMATCH],
+    dead_letters: true,
+    consumes: &[EVALUATOR_CHANGES, EVALUATOR_CLOUDEVENTS],
+    follows: &[CONFIG, CHANGES, MATCH],
+    purges: &[],
+    taps: &[],
+};
+pub const REPORTER: Identity = Identity {
+    name: "reporter",
+    publishes: &[REPORT],
+    dead_letters: true,
+    consumes: &[REPORTER_MATCH],
+    follows: &[APPLIED],
+    purges: &[],
+    taps: &[],
+};
+pub const RENDERER: Identity = Identity {
+    name: "renderer",
+    publishes: &[DESIRED],
+    dead_letters: true,
+    consumes: &[RENDERER_REPORT, RENDERER_CEMATCH],
+    follows: &[CONFIG, DESIRED, REPORT],
+    purges: &[],
+    taps: &[],
+};
+/// Applies desired states and records the results; purges the units it withdrew.
+pub const APPLIER: Identity = Identity {
+    name: "applier",
+    publishes: &[APPLIED],
+    dead_letters: true,
+    consumes: &[APPLIER_DESIRED],
+    follows: &[CONFIG, APPLIED],
+    purges: &[DESIRED, APPLIED],
+    taps: &[],
+};
+/// `sluice tap`: reads every pipeline subject as it is published, writes nothing.
+pub const TAP: Identity = Identity {
+    name: "tap",
+    publishes: &[],
+    dead_letters: false,
+    consumes: &[],
+    follows: &[],
+    purges: &[],
+    taps: &[ALL],
+};
+
+/// Every identity of the pipeline: the five services and the CLI's tap.
+pub const IDENTITIES: [Identity; 6] = [WATCHER, EVALUATOR, REPORTER, RENDERER, APPLIER, TAP];
+
 /// Header carrying W3C trace context, so one event is one trace across the services.
 pub const TRACEPARENT: &str = "traceparent";
 /// Header on dead letters: why the message was rejected.
@@ -426,6 +527,51 @@ mod tests {
         assert!(!covered(&desired_resource_subject(
             "t2", &c, "default", "web"
         )));
+    }
+
+    #[test]
+    fn every_stream_has_one_writer_and_every_consumer_one_owner() {
+        for stream in ALL_STREAMS {
+            let writers: Vec<&str> = IDENTITIES
+                .iter()
+                .filter(|i| i.publishes.contains(&stream))
+                .map(|i| i.name)
+                .collect();
+            if stream == DEAD {
+                assert!(
+                    writers.is_empty(),
+                    "each stage writes only its own dead letters"
+                );
+            } else {
+                assert_eq!(writers.len(), 1, "{}: {writers:?}", stream.name);
+            }
+        }
+        let consumers = [
+            EVALUATOR_CHANGES,
+            EVALUATOR_CLOUDEVENTS,
+            REPORTER_MATCH,
+            RENDERER_REPORT,
+            RENDERER_CEMATCH,
+            APPLIER_DESIRED,
+        ];
+        for consumer in consumers {
+            let owners: Vec<&str> = IDENTITIES
+                .iter()
+                .filter(|i| i.consumes.contains(&consumer))
+                .map(|i| i.name)
+                .collect();
+            assert_eq!(owners.len(), 1, "{consumer:?}: {owners:?}");
+            assert_eq!(
+                owners[0], consumer.durable,
+                "a durable is named after its stage"
+            );
+        }
+        assert_eq!(
+            APPLIER.streams(),
+            [CONFIG, DESIRED, APPLIED, DEAD],
+            "each stream once, in topology order"
+        );
+        assert!(TAP.streams().is_empty());
     }
 
     #[test]

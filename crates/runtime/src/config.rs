@@ -51,7 +51,39 @@ pub struct CommonArgs {
     /// without it, no Secret contents go on the bus
     #[arg(long, env = "SLUICE_BUS_KEY_FILE")]
     pub bus_key_file: Option<PathBuf>,
+
+    /// How the service authenticates to NATS and verifies it (nkey, CA, client certificate)
+    #[command(flatten)]
+    pub nats_auth: NatsAuth,
+
+    /// JetStream replicas of every stream the service creates (3 for a NATS cluster)
+    #[arg(long, env = "SLUICE_STREAM_REPLICAS", default_value_t = 1)]
+    pub stream_replicas: usize,
 }
+
+/// The NATS identity and TLS files of a client: every service's, and the CLI's (`sluice tap`).
+/// Files are read when connecting, so a missing one fails that connection and names the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
+pub struct NatsAuth {
+    /// File holding this client's nkey seed (its NATS identity); anonymous when unset
+    #[arg(long, env = "SLUICE_NATS_NKEY_FILE")]
+    pub nats_nkey_file: Option<PathBuf>,
+
+    /// CA bundle (PEM) that signed the NATS server's certificate; TLS is required when set
+    #[arg(long, env = "SLUICE_NATS_CA_FILE")]
+    pub nats_ca_file: Option<PathBuf>,
+
+    /// Client certificate (PEM) for servers that verify clients (mTLS); needs --nats-key-file
+    #[arg(long, env = "SLUICE_NATS_CERT_FILE", requires = "nats_key_file")]
+    pub nats_cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) of the client certificate; needs --nats-cert-file
+    #[arg(long, env = "SLUICE_NATS_KEY_FILE", requires = "nats_cert_file")]
+    pub nats_key_file: Option<PathBuf>,
+}
+
+/// JetStream's largest replica count.
+pub const MAX_STREAM_REPLICAS: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -80,7 +112,12 @@ impl CommonArgs {
                 namespace: self.sveltos_namespace.clone(),
             });
         }
-        Ok(())
+        if !(1..=MAX_STREAM_REPLICAS).contains(&self.stream_replicas) {
+            return Err(Error::InvalidStreamReplicas {
+                replicas: self.stream_replicas,
+            });
+        }
+        self.nats_auth.validate()
     }
 
     /// One line for the startup log with credentials in the NATS URL masked.
@@ -90,9 +127,11 @@ impl CommonArgs {
             |path| path.display().to_string(),
         );
         format!(
-            "nats_url={} kubeconfig={} kube_context={} health_addr={} log_format={} \
-             sveltos_namespace={} bus_key_file={}",
+            "nats_url={} {} stream_replicas={} kubeconfig={} kube_context={} health_addr={} \
+             log_format={} sveltos_namespace={} bus_key_file={}",
             redact_url(&self.nats_url),
+            self.nats_auth.redacted(),
+            self.stream_replicas,
             kubeconfig,
             self.kube_context.as_deref().unwrap_or("-"),
             self.health_addr,
@@ -101,6 +140,32 @@ impl CommonArgs {
             self.bus_key_file
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |path| path.display().to_string()),
+        )
+    }
+}
+
+impl NatsAuth {
+    /// A client certificate needs its key and the other way round (clap checks flags; this
+    /// checks values from anywhere, e.g. an empty environment variable).
+    pub fn validate(&self) -> Result<()> {
+        if self.nats_cert_file.is_some() != self.nats_key_file.is_some() {
+            return Err(Error::IncompleteClientCertificate);
+        }
+        Ok(())
+    }
+
+    /// The files for the startup log: paths only, never their contents.
+    pub fn redacted(&self) -> String {
+        let path = |file: &Option<PathBuf>| {
+            file.as_ref()
+                .map_or_else(|| "-".to_owned(), |path| path.display().to_string())
+        };
+        format!(
+            "nats_nkey_file={} nats_ca_file={} nats_cert_file={} nats_key_file={}",
+            path(&self.nats_nkey_file),
+            path(&self.nats_ca_file),
+            path(&self.nats_cert_file),
+            path(&self.nats_key_file),
         )
     }
 }
@@ -215,6 +280,8 @@ mod tests {
         assert_eq!(common.health_addr, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(common.log_format, LogFormat::Text);
         assert_eq!(common.sveltos_namespace, "projectsveltos");
+        assert_eq!(common.nats_auth, NatsAuth::default());
+        assert_eq!(common.stream_replicas, 1);
         common.validate().unwrap();
     }
 
@@ -252,6 +319,11 @@ mod tests {
                 "SLUICE_LOG_FORMAT",
                 "SLUICE_SVELTOS_NAMESPACE",
                 "SLUICE_BUS_KEY_FILE",
+                "SLUICE_NATS_NKEY_FILE",
+                "SLUICE_NATS_CA_FILE",
+                "SLUICE_NATS_CERT_FILE",
+                "SLUICE_NATS_KEY_FILE",
+                "SLUICE_STREAM_REPLICAS",
             ]
         );
     }
@@ -273,6 +345,38 @@ mod tests {
             &["--sveltos-namespace=Not_A_Label"],
             "invalid sveltos namespace",
         );
+        check(&["--stream-replicas=0"], "invalid stream replicas 0");
+        check(&["--stream-replicas=7"], "invalid stream replicas 7");
+        assert!(parse(&["--nats-cert-file=/tls/client.crt"]).is_err());
+        assert!(parse(&["--nats-key-file=/tls/client.key"]).is_err());
+        let mut half = parse(&[]).unwrap();
+        half.nats_auth.nats_key_file = Some("/tls/client.key".into());
+        let error = half.validate().unwrap_err().to_string();
+        assert!(error.contains("client certificate"), "{error}");
+    }
+
+    #[test]
+    fn nats_identity_and_tls_files_parse_and_are_logged_as_paths() {
+        let common = parse(&[
+            "--nats-nkey-file=/var/run/nats/seed",
+            "--nats-ca-file=/var/run/nats/ca.crt",
+            "--nats-cert-file=/var/run/nats/tls.crt",
+            "--nats-key-file=/var/run/nats/tls.key",
+            "--stream-replicas=3",
+        ])
+        .unwrap();
+        common.validate().unwrap();
+        assert_eq!(common.stream_replicas, 3);
+        let line = common.redacted();
+        for expected in [
+            "nats_nkey_file=/var/run/nats/seed",
+            "nats_ca_file=/var/run/nats/ca.crt",
+            "nats_cert_file=/var/run/nats/tls.crt",
+            "nats_key_file=/var/run/nats/tls.key",
+            "stream_replicas=3",
+        ] {
+            assert!(line.contains(expected), "{line}");
+        }
     }
 
     #[test]

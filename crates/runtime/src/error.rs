@@ -11,6 +11,10 @@ pub enum Error {
     InvalidNatsUrl { url: String },
     #[error("kubeconfig {path} does not exist")]
     MissingKubeconfig { path: PathBuf },
+    #[error("invalid stream replicas {replicas}: expected 1 to 5")]
+    InvalidStreamReplicas { replicas: usize },
+    #[error("incomplete nats client certificate: set both the certificate and the key file")]
+    IncompleteClientCertificate,
     #[error("invalid sveltos namespace {namespace:?}: expected a DNS label")]
     InvalidNamespace { namespace: String },
     #[error("invalid RUST_LOG filter {directives:?}")]

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 
-/// Shared process health: a readiness flag and a registry of counters. Cheap to clone; all
+/// Shared process health: a readiness flag, the conditions readiness also depends on (NATS
+/// connected, the Kubernetes API reachable), and a registry of counters. Cheap to clone; all
 /// clones share state.
 #[derive(Clone, Debug, Default)]
 pub struct Health {
@@ -31,9 +32,14 @@ pub struct Counter(Arc<AtomicU64>);
 
 type Labels = Vec<(&'static str, &'static str)>;
 
-#[derive(Debug, Default)]
+/// A condition readiness depends on, asked on every `/readyz`: it must be cheap (read a flag
+/// or a connection state, never do IO).
+type Probe = Arc<dyn Fn() -> bool + Send + Sync>;
+
+#[derive(Default)]
 struct Inner {
     ready: AtomicBool,
+    probes: Mutex<Vec<(&'static str, Probe)>>,
     counters: Mutex<BTreeMap<&'static str, BTreeMap<Labels, Arc<AtomicU64>>>>,
 }
 
@@ -47,8 +53,31 @@ impl Health {
         self.inner.ready.store(ready, Ordering::SeqCst);
     }
 
+    /// Ready: set ready by the service, and every [`Health::require`]d condition holds now.
     pub fn is_ready(&self) -> bool {
-        self.inner.ready.load(Ordering::SeqCst)
+        self.unready().is_empty()
+    }
+
+    /// Makes readiness depend on `probe` as well, under `name` (`nats`, `kubernetes`): while it
+    /// answers false, `/readyz` is unready and says which condition fails, so that a Service
+    /// stops routing to the pod and an operator sees why. `probe` runs on every `/readyz`.
+    pub fn require(&self, name: &'static str, probe: impl Fn() -> bool + Send + Sync + 'static) {
+        self.lock(&self.inner.probes).push((name, Arc::new(probe)));
+    }
+
+    /// What keeps the service from being ready: `started` until it sets itself ready, then the
+    /// name of each required condition that does not hold.
+    pub fn unready(&self) -> Vec<&'static str> {
+        let mut failing = Vec::new();
+        if !self.inner.ready.load(Ordering::SeqCst) {
+            failing.push("started");
+        }
+        for (name, probe) in self.lock(&self.inner.probes).iter() {
+            if !probe() {
+                failing.push(*name);
+            }
+        }
+        failing
     }
 
     /// The counter `name` without labels, created at 0 on first use. Names follow
@@ -100,11 +129,25 @@ impl Health {
     fn lock_counters(
         &self,
     ) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, BTreeMap<Labels, Arc<AtomicU64>>>> {
-        // a panic while holding the lock leaves the map consistent (entries are only inserted)
-        self.inner
-            .counters
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        self.lock(&self.inner.counters)
+    }
+
+    fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> std::sync::MutexGuard<'a, T> {
+        // a panic while holding a lock leaves its collection consistent (entries are only added)
+        mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let probes: Vec<&str> = match self.probes.try_lock() {
+            Ok(probes) => probes.iter().map(|(name, _)| *name).collect(),
+            Err(_) => Vec::new(),
+        };
+        f.debug_struct("Health")
+            .field("ready", &self.ready)
+            .field("requires", &probes)
+            .finish_non_exhaustive()
     }
 }
 
@@ -162,10 +205,14 @@ pub fn serve_health_on(
 }
 
 async fn readyz(State(health): State<Health>) -> impl IntoResponse {
-    if health.is_ready() {
-        (StatusCode::OK, "ready\n")
+    let unready = health.unready();
+    if unready.is_empty() {
+        (StatusCode::OK, "ready\n".to_owned())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}\n", unready.join(", ")),
+        )
     }
 }
 
@@ -222,6 +269,23 @@ mod tests {
              # TYPE sluice_watcher_events_observed_total counter\n\
              sluice_watcher_events_observed_total 3\n"
         );
+    }
+
+    #[test]
+    fn readiness_needs_the_start_and_every_required_condition() {
+        let health = Health::new();
+        let nats = Arc::new(AtomicBool::new(true));
+        let probe = Arc::clone(&nats);
+        health.require("nats", move || probe.load(Ordering::SeqCst));
+        health.require("kubernetes", || true);
+        assert_eq!(health.unready(), ["started"]);
+        health.set_ready(true);
+        assert!(health.is_ready());
+        nats.store(false, Ordering::SeqCst);
+        assert_eq!(health.unready(), ["nats"]);
+        assert!(!health.is_ready());
+        nats.store(true, Ordering::SeqCst);
+        assert!(health.is_ready());
     }
 
     #[test]

@@ -42,7 +42,10 @@ async fn serves_liveness_readiness_and_metrics_until_cancelled() {
         get(addr, "/healthz").await.unwrap(),
         (200, "ok\n".to_owned())
     );
-    assert_eq!(get(addr, "/readyz").await.unwrap().0, 503);
+    assert_eq!(
+        get(addr, "/readyz").await.unwrap(),
+        (503, "not ready: started\n".to_owned())
+    );
     health.set_ready(true);
     assert_eq!(
         get(addr, "/readyz").await.unwrap(),

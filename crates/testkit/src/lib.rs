@@ -1,4 +1,5 @@
-//! Test support: real nats-server processes, spawned workspace binaries, polling with deadlines.
+//! Test support: real nats-server processes, spawned workspace binaries, polling with deadlines,
+//! a throwaway certificate authority.
 //!
 //! Everything here starts real processes; nothing is mocked. It deliberately holds no sluice
 //! domain knowledge (streams, subjects, resources): tests build that on top.
@@ -7,10 +8,12 @@ mod nats;
 mod orphans;
 mod paths;
 mod process;
+mod tls;
 mod wait;
 
 pub use nats::{NatsServer, NATS_SERVER_ENV};
 pub use orphans::die_with_parent;
 pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};
 pub use process::{ServiceProcess, TERMINATE_GRACE};
+pub use tls::{Issued, TestCa};
 pub use wait::{wait_for, Probe};

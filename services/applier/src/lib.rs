@@ -27,15 +27,20 @@ pub async fn run(
     // Opens the Secrets of desired states (ADR 0023).
     let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
         .context("failed to load the bus key")?;
-    let bus = Bus::connect(&common.nats_url)
+    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::APPLIER))
         .await
         .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let client = sluice_kube::client::management(
         common.kubeconfig.as_deref(),
         common.kube_context.as_deref(),
     )
     .await
     .context("failed to build the management cluster client")?;
+    health.require(
+        "kubernetes",
+        sluice_kube::reachability::api_check(&client, &token),
+    );
     let mut stage = stage::ApplierStage {
         bus: bus.clone(),
         applier: Applier::new(client),

@@ -19,9 +19,13 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let bus = Bus::connect(&common.nats_url)
-        .await
-        .context("failed to connect to the bus")?;
+    let bus = Bus::connect(sluice_bus::BusOptions::service(
+        &common,
+        topology::EVALUATOR,
+    ))
+    .await
+    .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let published = health.counter("sluice_evaluator_match_sets_published_total");
     let rejected = health.counter("sluice_evaluator_messages_rejected_total");
 

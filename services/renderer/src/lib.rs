@@ -26,9 +26,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
         .context("failed to load the bus key")?;
-    let bus = Bus::connect(&common.nats_url)
+    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::RENDERER))
         .await
         .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let published = health.counter("sluice_renderer_desired_states_published_total");
     let (config, mut config_feed) = sluice_wire::follow_config(&bus, key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);

@@ -166,15 +166,20 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let bus = Bus::connect(&common.nats_url)
+    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::REPORTER))
         .await
         .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let client = sluice_kube::client::management(
         common.kubeconfig.as_deref(),
         common.kube_context.as_deref(),
     )
     .await
     .context("failed to build the management cluster client")?;
+    health.require(
+        "kubernetes",
+        sluice_kube::reachability::api_check(&client, &token),
+    );
     let written = health.counter("sluice_reporter_reports_written_total");
     let errors = health.counter("sluice_reporter_write_errors_total");
     let kind = loop {

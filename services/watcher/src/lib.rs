@@ -66,15 +66,20 @@ pub async fn run(
             "no bus key (--bus-key-file): referenced Secrets go on the bus without their contents"
         );
     }
-    let bus = Bus::connect(&common.nats_url)
+    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::WATCHER))
         .await
         .context("failed to connect to the bus")?;
+    health.require("nats", bus.connection_probe());
     let mgmt = sluice_kube::client::management(
         common.kubeconfig.as_deref(),
         common.kube_context.as_deref(),
     )
     .await
     .context("failed to build the management cluster client")?;
+    health.require(
+        "kubernetes",
+        sluice_kube::reachability::api_check(&mgmt, &token),
+    );
 
     let (tx, mut rx) = mpsc::channel(1024);
     let mut tasks = Vec::new();

@@ -7,66 +7,14 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 use serde_json::{json, Value};
-use sluice_testkit::{wait_for, NatsServer};
+use sluice_testkit::{wait_for, Issued, NatsServer, TestCa};
 
 #[path = "cloudevents/fixture.rs"]
 #[allow(dead_code)] // shared with tests/cloudevents.rs, which uses all of it
 mod fixture;
 
 use fixture::*;
-
-/// A certificate authority that signs server and client certificates.
-struct Authority {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-/// A certificate and its private key, PEM.
-struct Credentials {
-    cert: String,
-    key: String,
-}
-
-impl Authority {
-    fn new(name: &str) -> anyhow::Result<Authority> {
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate()?;
-        let cert = params.self_signed(&key)?;
-        Ok(Authority {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        })
-    }
-
-    fn sign(&self, name: &str, server: bool) -> anyhow::Result<Credentials> {
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        if server {
-            params.subject_alt_names = vec![
-                SanType::IpAddress("127.0.0.1".parse()?),
-                SanType::DnsName("localhost".try_into()?),
-            ];
-            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        } else {
-            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        }
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(Credentials {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        })
-    }
-}
 
 fn b64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
@@ -79,8 +27,8 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
 }
 
 /// A core NATS configuration for `url` with this TLS authorization.
-fn tls_secret(url: &str, client: Option<&Credentials>, ca: &Authority) -> Value {
-    let mut authorization = json!({"rootCA": b64(&ca.pem)});
+fn tls_secret(url: &str, client: Option<&Issued>, ca: &TestCa) -> Value {
+    let mut authorization = json!({"rootCA": b64(ca.pem())});
     if let Some(client) = client {
         authorization["clientCert"] =
             json!({"certPem": b64(&client.cert), "keyPem": b64(&client.key)});
@@ -93,14 +41,14 @@ fn tls_secret(url: &str, client: Option<&Credentials>, ca: &Authority) -> Value 
 async fn client_certificate_and_root_ca_authenticate_against_a_tls_nats() -> anyhow::Result<()> {
     let clusters = ["production", "other-ca", "no-client-cert", "wrong-root-ca"];
     let mut fx = Fixture::start_with(&clusters).await?;
-    let ca = Authority::new("managed-cluster-ca")?;
-    let server = ca.sign("nats", true)?;
-    let client = ca.sign("sveltos", false)?;
-    let someone_else = Authority::new("someone-else")?;
-    let stranger = someone_else.sign("sveltos", false)?;
+    let ca = TestCa::new("managed-cluster-ca")?;
+    let server = ca.server("nats")?;
+    let client = ca.client("sveltos")?;
+    let someone_else = TestCa::new("someone-else")?;
+    let stranger = someone_else.client("sveltos")?;
 
     let files = tempfile::tempdir()?;
-    let ca_file = write(files.path(), "ca.pem", &ca.pem)?;
+    let ca_file = write(files.path(), "ca.pem", ca.pem())?;
     let cert_file = write(files.path(), "server.pem", &server.cert)?;
     let key_file = write(files.path(), "server-key.pem", &server.key)?;
     let tls_nats = NatsServer::start_with_args(&[

@@ -76,12 +76,9 @@ async fn provisioned_with(stack: &Stack, count: usize) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Result<()> {
-    let config = tempfile::NamedTempFile::new()?;
-    std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
-    let config_path = config.path().display().to_string();
+    let config = format!("max_payload: {MAX_PAYLOAD}\n");
     let mut stack =
-        Stack::start_with_nats_args(&["cluster-a", "cluster-b"], None, &["-c", &config_path])
-            .await?;
+        Stack::start_with_nats_config(&["cluster-a", "cluster-b"], None, &config).await?;
     for cluster in ["cluster-a", "cluster-b"] {
         stack.register_cluster(cluster, &[("env", "fv")]).await?;
     }

@@ -24,7 +24,7 @@ const RESUME: Duration = Duration::from_secs(5);
 /// the test fails, to show which stage stalled.
 async fn consumers(stack: &Stack) -> String {
     use sluice_bus::topology;
-    let Ok(bus) = sluice_bus::Bus::connect(&stack.nats.url()).await else {
+    let Ok(bus) = sluice_bus::Bus::connect(stack.bus_options()).await else {
         return "bus unreachable".to_string();
     };
     let mut out = String::new();

@@ -172,7 +172,7 @@ async fn unreadable_messages_are_dead_lettered_with_the_reason() -> anyhow::Resu
     use sluice_bus::topology;
     let stack = Stack::start(&["cluster-a"], None).await?;
     // Connecting through the bus makes sure the streams exist.
-    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
+    let bus = sluice_bus::Bus::connect(stack.bus_options()).await?;
     let js = bus.jetstream().clone();
     let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
     // Not protobuf: an invalid wire type.

@@ -14,7 +14,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A stage's last dead letter, once there is one: (payload, reason, origin subject).
 async fn dead_letter(stack: &Stack, stage: &str) -> anyhow::Result<(bytes::Bytes, String, String)> {
-    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
+    let bus = sluice_bus::Bus::connect(stack.bus_options()).await?;
     wait_for(&format!("the {stage}'s dead letter"), DEADLINE, || {
         bus.last_dead_letter(stage)
     })
@@ -41,7 +41,7 @@ async fn seed_service_goes_through(stack: &Stack) -> anyhow::Result<()> {
 async fn a_desired_state_without_a_valid_cluster_is_dead_lettered_once() -> anyhow::Result<()> {
     let stack = Stack::start(&["cluster-a"], None).await?;
     demo::install_seed(&stack, "cluster-a").await?;
-    let bus = sluice_bus::Bus::connect(&stack.nats.url()).await?;
+    let bus = sluice_bus::Bus::connect(stack.bus_options()).await?;
     let js = bus.jetstream().clone();
     let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
     let malformed = sluice_proto::v1::DesiredState {
@@ -84,10 +84,12 @@ async fn a_desired_state_without_a_valid_cluster_is_dead_lettered_once() -> anyh
 async fn a_change_too_large_for_the_bus_is_dead_lettered_and_the_watch_goes_on(
 ) -> anyhow::Result<()> {
     const MAX_PAYLOAD: usize = 32 * 1024;
-    let config = tempfile::NamedTempFile::new()?;
-    std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
-    let config_path = config.path().display().to_string();
-    let stack = Stack::start_with_nats_args(&["cluster-a"], None, &["-c", &config_path]).await?;
+    let stack = Stack::start_with_nats_config(
+        &["cluster-a"],
+        None,
+        &format!("max_payload: {MAX_PAYLOAD}\n"),
+    )
+    .await?;
     demo::install_seed(&stack, "cluster-a").await?;
     let huge = demo::SERVICE
         .replace("name: my-service", "name: huge")

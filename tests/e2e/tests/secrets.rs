@@ -288,7 +288,7 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     assert!(report["spec"].get("resources").is_none(), "{report}");
 
-    let bus = Bus::connect(&stack.nats.url()).await?;
+    let bus = Bus::connect(stack.bus_options()).await?;
     let sealed = config_object(&bus, "Secret", "app-credentials")
         .await?
         .ok_or_else(|| anyhow::anyhow!("the referenced Secret travels"))?;
@@ -425,7 +425,7 @@ async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says
             sluice_wire::NO_KEY_AT_WATCHER
         )
     );
-    let bus = Bus::connect(&stack.nats.url()).await?;
+    let bus = Bus::connect(stack.bus_options()).await?;
     let stand_in = config_object(&bus, "Secret", "app-credentials")
         .await?
         .ok_or_else(|| anyhow::anyhow!("the referenced Secret's stand-in travels"))?;

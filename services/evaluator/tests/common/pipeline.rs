@@ -65,6 +65,8 @@ pub fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Resu
         log_format: LogFormat::Text,
         sveltos_namespace: "projectsveltos".into(),
         bus_key_file: None,
+        nats_auth: Default::default(),
+        stream_replicas: 1,
     };
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));
