@@ -20,6 +20,19 @@ pub const SERVICE: &str = include_str!("../../examples/seed-000-networkpolicy/se
 
 pub const CLUSTER_PROFILE: (&str, &str) = ("config.projectsveltos.io/v1beta1", "ClusterProfile");
 
+/// Seed 000's first example on a stack with `cluster-a`: the cluster registered (env=fv), the
+/// EventSource and EventBasedAddOn in the management cluster, the matching Service my-service in
+/// cluster-a.
+pub async fn apply_seed(stack: &Stack) -> anyhow::Result<()> {
+    stack
+        .register_cluster("cluster-a", &[("env", "fv")])
+        .await?;
+    stack.apply_yaml(MANAGEMENT, EVENT_SOURCE).await?;
+    stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
+    stack.apply_yaml("cluster-a", SERVICE).await?;
+    Ok(())
+}
+
 /// The ClusterProfiles an EventTrigger generated for one resource in one cluster.
 pub async fn profiles_for(
     stack: &Stack,

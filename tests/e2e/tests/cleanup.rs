@@ -22,14 +22,7 @@ fn fail(stack: &Stack, error: anyhow::Error) -> anyhow::Error {
 /// Seed 000 with my-service in cluster-a; returns once its profile exists.
 async fn running_seed() -> anyhow::Result<Stack> {
     let stack = Stack::start(&["cluster-a"], None).await?;
-    stack
-        .register_cluster("cluster-a", &[("env", "fv")])
-        .await?;
-    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
-    stack
-        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
-        .await?;
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    demo::apply_seed(&stack).await?;
     wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;

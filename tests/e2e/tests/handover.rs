@@ -49,25 +49,12 @@ fn as_written(object: &Value) -> Value {
     object
 }
 
-/// Seed 000's first example with my-service in cluster-a (env=fv).
-async fn apply_seed(stack: &Stack) -> anyhow::Result<()> {
-    stack
-        .register_cluster("cluster-a", &[("env", "fv")])
-        .await?;
-    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
-    stack
-        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
-        .await?;
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    Ok(())
-}
-
 /// Seed 000's outputs for my-service in cluster-a: what Sveltos produces for it (sluice's
 /// rendering is conformance-tested against Sveltos's), taken from a first run of sluice:
 /// (ClusterProfile, instantiated ConfigMap, EventReport).
 async fn seed_outputs() -> anyhow::Result<(Value, Value, Value)> {
     let stack = Stack::start(&["cluster-a"], None).await?;
-    apply_seed(&stack).await?;
+    demo::apply_seed(&stack).await?;
     let profile = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
@@ -147,7 +134,7 @@ async fn sluice_adopts_what_event_manager_left_without_churn() -> anyhow::Result
     for service in PIPELINE {
         stack.stop_service(service)?;
     }
-    apply_seed(&stack).await?;
+    demo::apply_seed(&stack).await?;
     let mgmt = stack.client(MANAGEMENT)?;
     let addon = sluice_kube::apply::resolve(mgmt, ADDON.0, ADDON.1).await?;
     sluice_kube::apply::set_finalizer(mgmt, &addon, "", TRIGGER, FINALIZER, true).await?;
