@@ -1131,7 +1131,7 @@ fn prod_overlay_runs_a_tls_nats_cluster_and_per_service_identities() {
             serde_json::json!([{"key": "ca.crt", "path": "ca.crt"}]),
             "{name}"
         );
-        let reads_secrets = matches!(service, "watcher" | "renderer");
+        let reads_secrets = matches!(service, "watcher" | "renderer" | "applier");
         assert_eq!(
             env.contains_key("SLUICE_BUS_KEY_FILE"),
             reads_secrets,
