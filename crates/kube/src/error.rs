@@ -38,8 +38,11 @@ impl Error {
             if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 404))
     }
 
-    /// Whether retrying the same request later can succeed (server busy, unreachable, conflict).
-    /// An object too large to store never becomes storable by waiting.
+    /// Whether retrying the same request later can succeed: the server is busy or unreachable,
+    /// a conflict, or something the operator fixes without changing the request (401 an
+    /// expired token, 403 a missing RBAC grant, 404 a namespace or CRD not there yet), as a
+    /// Kubernetes controller requeues them. What the request itself gets wrong (400, 422) and
+    /// an object too large to store never succeed by waiting.
     pub fn is_transient(&self) -> bool {
         if self.is_too_large() {
             return false;
@@ -48,7 +51,7 @@ impl Error {
             Error::Request { source, .. } | Error::UnknownKind { source, .. } => {
                 match source.as_ref() {
                     kube::Error::Api(status) => {
-                        status.code == 409 || status.code == 429 || status.code >= 500
+                        matches!(status.code, 401 | 403 | 404 | 409 | 429) || status.code >= 500
                     }
                     _ => true,
                 }

@@ -262,7 +262,10 @@ mod tests {
         assert_eq!(kube(503).action(), Action::Retry);
         assert_eq!(kube(409).action(), Action::Retry);
         assert_eq!(kube(422).action(), Action::Reject);
-        assert_eq!(kube(403).action(), Action::Reject);
+        assert_eq!(kube(400).action(), Action::Reject);
+        // Fixed by the operator (RBAC, a namespace or CRD created), not by another input.
+        assert_eq!(kube(403).action(), Action::Retry);
+        assert_eq!(kube(404).action(), Action::Retry);
     }
 
     #[test]
