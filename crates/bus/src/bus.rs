@@ -135,15 +135,28 @@ impl Bus {
 
     /// Sends one message and returns the future of its ack, so that callers keep many in flight.
     pub async fn publish(&self, out: Outgoing) -> Result<PublishAckFuture> {
+        self.send(out, None).await
+    }
+
+    /// As [`Bus::publish`], for a message its stream forgets after `ttl` (a tombstone; the
+    /// stream must allow message TTLs, [`StreamSpec::message_ttl`]).
+    pub async fn publish_expiring(&self, out: Outgoing, ttl: Duration) -> Result<PublishAckFuture> {
+        self.send(out, Some(ttl)).await
+    }
+
+    async fn send(&self, out: Outgoing, ttl: Option<Duration>) -> Result<PublishAckFuture> {
         let mut headers = HeaderMap::new();
         if let Some(trace) = &out.traceparent {
             headers.insert(topology::TRACEPARENT, trace.as_str());
         }
         // `headers` replaces the whole map, so it goes first: the message id is one more header.
-        let publish = jetstream::message::PublishMessage::build()
+        let mut publish = jetstream::message::PublishMessage::build()
             .payload(out.payload)
             .headers(headers)
             .message_id(&out.msg_id);
+        if let Some(ttl) = ttl {
+            publish = publish.ttl(ttl);
+        }
         self.js
             .send_publish(out.subject.clone(), publish)
             .await
@@ -236,6 +249,7 @@ fn stream_config(spec: StreamSpec) -> stream::Config {
         storage: stream::StorageType::File,
         duplicate_window: topology::DEDUPE_WINDOW,
         allow_direct: true,
+        allow_message_ttl: spec.message_ttl,
         ..Default::default()
     }
 }

@@ -5,10 +5,10 @@
 //! management cluster ──watch──► watcher ──ConfigObject──────► sluice.v1.config.>    (CONFIG)
 //! managed clusters   ──watch──► watcher ──ResourceChange────► sluice.v1.change.>    (CHANGES)
 //! managed NATS       ─subscribe► watcher ──CloudEventReceived► sluice.v1.cloudevent.> (CLOUDEVENTS)
-//! CHANGES + CONFIG ──► evaluator ──MatchSet──► sluice.v1.match.>                   (MATCH)
+//! CHANGES + CONFIG ──► evaluator ──MatchUnit (members, heads)──► sluice.v1.match.> (MATCH)
 //! CLOUDEVENTS + CONFIG ──► evaluator ──CloudEventMatch──► sluice.v1.cematch.>       (CEMATCH)
-//! MATCH + CONFIG ──► reporter (EventReport objects) ──MatchSet──► sluice.v1.report.> (REPORT)
-//! REPORT + CEMATCH + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>     (DESIRED)
+//! MATCH + APPLIED ──► reporter (EventReport objects)
+//! MATCH + CEMATCH + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>      (DESIRED)
 //! DESIRED ──► applier (ClusterProfiles, ConfigMaps, Secrets) ──ApplyResult──► sluice.v1.applied.> (APPLIED)
 //! ```
 //!
@@ -51,6 +51,8 @@ pub struct StreamSpec {
     pub max_per_subject: Option<i64>,
     /// Age limit for logs; state streams keep their values until overwritten.
     pub max_age: Option<Duration>,
+    /// Whether a message may carry its own time to live (`Nats-TTL`), as a tombstone does.
+    pub message_ttl: bool,
 }
 
 pub const CONFIG: StreamSpec = StreamSpec {
@@ -58,48 +60,49 @@ pub const CONFIG: StreamSpec = StreamSpec {
     subjects: "sluice.v1.config.>",
     max_per_subject: Some(1),
     max_age: None,
+    message_ttl: false,
 };
 pub const CHANGES: StreamSpec = StreamSpec {
     name: "SLUICE_CHANGES",
     subjects: "sluice.v1.change.>",
     max_per_subject: Some(1),
     max_age: None,
+    message_ttl: false,
 };
 pub const CLOUDEVENTS: StreamSpec = StreamSpec {
     name: "SLUICE_CLOUDEVENTS",
     subjects: "sluice.v1.cloudevent.>",
     max_per_subject: None,
     max_age: Some(Duration::from_secs(24 * 3600)),
+    message_ttl: false,
 };
 pub const CEMATCH: StreamSpec = StreamSpec {
     name: "SLUICE_CEMATCH",
     subjects: "sluice.v1.cematch.>",
     max_per_subject: None,
     max_age: Some(Duration::from_secs(24 * 3600)),
+    message_ttl: false,
 };
 pub const MATCH: StreamSpec = StreamSpec {
     name: "SLUICE_MATCH",
     subjects: "sluice.v1.match.>",
     max_per_subject: Some(1),
     max_age: None,
-};
-pub const REPORT: StreamSpec = StreamSpec {
-    name: "SLUICE_REPORT",
-    subjects: "sluice.v1.report.>",
-    max_per_subject: Some(1),
-    max_age: None,
+    message_ttl: true,
 };
 pub const DESIRED: StreamSpec = StreamSpec {
     name: "SLUICE_DESIRED",
     subjects: "sluice.v1.desired.>",
     max_per_subject: Some(1),
     max_age: None,
+    message_ttl: false,
 };
 pub const APPLIED: StreamSpec = StreamSpec {
     name: "SLUICE_APPLIED",
     subjects: "sluice.v1.applied.>",
     max_per_subject: Some(1),
     max_age: None,
+    message_ttl: false,
 };
 /// Messages a stage rejected for good, with the reason in the `Sluice-Error` header.
 pub const DEAD: StreamSpec = StreamSpec {
@@ -107,15 +110,15 @@ pub const DEAD: StreamSpec = StreamSpec {
     subjects: "sluice.v1.dead.>",
     max_per_subject: None,
     max_age: Some(Duration::from_secs(7 * 24 * 3600)),
+    message_ttl: false,
 };
 
-pub const ALL_STREAMS: [StreamSpec; 9] = [
+pub const ALL_STREAMS: [StreamSpec; 8] = [
     CONFIG,
     CHANGES,
     CLOUDEVENTS,
     CEMATCH,
     MATCH,
-    REPORT,
     DESIRED,
     APPLIED,
     DEAD,
@@ -157,8 +160,8 @@ pub const REPORTER_MATCH: ConsumerSpec = ConsumerSpec {
     durable: "reporter",
     acks: Acks::Each,
 };
-pub const RENDERER_REPORT: ConsumerSpec = ConsumerSpec {
-    stream: REPORT,
+pub const RENDERER_MATCH: ConsumerSpec = ConsumerSpec {
+    stream: MATCH,
     durable: "renderer",
     acks: Acks::Each,
 };
@@ -245,13 +248,42 @@ pub fn cloudevent_match_subject(cluster: &str, event_source: &str) -> String {
     format!("{PREFIX}.cematch.{cluster}.{}", encode_token(event_source))
 }
 
+/// The head of an (EventSource, cluster) match set: its member count, digest, failure and
+/// removal, published after the members of each burst (ADR 0018).
 pub fn match_subject(cluster: &str, event_source: &str) -> String {
     format!("{PREFIX}.match.{cluster}.{}", encode_token(event_source))
 }
 
-pub fn report_subject(cluster: &str, event_source: &str) -> String {
-    format!("{PREFIX}.report.{cluster}.{}", encode_token(event_source))
+/// One member of a match set: one matching object (or its tombstone). `group` is empty for the
+/// core group; it is encoded as `core`.
+pub fn match_member_subject(
+    cluster: &str,
+    event_source: &str,
+    group: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!(
+        "{}.m.{}.{}.{}.{}",
+        match_subject(cluster, event_source),
+        encode_token(group),
+        encode_token(kind),
+        encode_token(namespace),
+        encode_token(name)
+    )
 }
+
+/// Every member of one match set (to purge a removed set, or to re-read it when a reader's
+/// view differs from its head).
+pub fn match_members_filter(cluster: &str, event_source: &str) -> String {
+    format!("{}.m.>", match_subject(cluster, event_source))
+}
+
+/// How long a member's tombstone stays in SLUICE_MATCH. A reader that was away longer misses
+/// it and finds out from the head's count and digest (it then re-reads the set's members).
+pub const MEMBER_TOMBSTONE_TTL: Duration = Duration::from_secs(3600);
 
 pub fn desired_subject(event_trigger: &str, cluster: &str) -> String {
     format!("{PREFIX}.desired.{}.{cluster}", encode_token(event_trigger))
@@ -440,7 +472,10 @@ mod tests {
                 desired_cloudevent_subject("trigger", &c, "auth.example.com", "mgianluc"),
                 DESIRED,
             ),
-            (report_subject(&c, "sveltos-service"), REPORT),
+            (
+                match_member_subject(&c, "sveltos-service", "", "Service", "default", "web"),
+                MATCH,
+            ),
             (desired_subject("trigger", &c), DESIRED),
             (
                 desired_resource_subject("trigger", &c, "default", "web"),

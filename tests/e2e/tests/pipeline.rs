@@ -177,9 +177,9 @@ async fn unreadable_messages_are_dead_lettered_with_the_reason() -> anyhow::Resu
     let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
     // Not protobuf: an invalid wire type.
     let garbage = bytes::Bytes::from_static(&[0xff, 0xff, 0xff]);
+    // The reporter and the renderer both read the match stream.
     for subject in [
         topology::match_subject(&cluster, "es"),
-        topology::report_subject(&cluster, "es"),
         topology::desired_subject("trigger", &cluster),
     ] {
         js.publish(subject, garbage.clone()).await?.await?;
