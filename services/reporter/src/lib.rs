@@ -236,8 +236,9 @@ pub async fn run(
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
-        last_seen.record(&delivered);
+        // An unreadable unit is not recorded: its delivery is dead-lettered below.
         if let Ok(unit) = match_units::decode(&delivered) {
+            last_seen.record(&delivered);
             if let Some((key, Applied::Head(_))) = sets.apply(unit, delivered.sequence) {
                 schedule.mark(&key, tokio::time::Instant::now());
             }

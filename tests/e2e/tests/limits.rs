@@ -1,10 +1,9 @@
-//! No ceiling where the units are bounded, and what cannot fit fails visibly and alone, on a
-//! bus whose messages carry at most 32 KiB: twenty Services of a `oneForEvent` trigger become
-//! twenty resource units (their desired state as one message would take about 54 KiB); eighty
-//! Services make the match set itself outgrow a message, which becomes a failure in the
-//! EventReport and the trigger's status while every service keeps running and the other
-//! cluster's events still become ClusterProfiles; once the set fits again everything converges
-//! with nothing left over (ADR 0018).
+//! No ceiling, and what cannot fit fails visibly and alone, on a bus whose messages carry at
+//! most 32 KiB (ADR 0018): twenty Services of a `oneForEvent` trigger become twenty resource
+//! units (their desired state as one message would take about 54 KiB); three hundred Services,
+//! whose match set with its collected resources would take several times what one message may
+//! carry, flow completely as match members while every service keeps running; deleting
+//! everything leaves nothing.
 
 use std::time::Duration;
 
@@ -75,7 +74,7 @@ async fn provisioned_with(stack: &Stack, count: usize) -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Result<()> {
+async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> anyhow::Result<()> {
     let config = tempfile::NamedTempFile::new()?;
     std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
     let config_path = config.path().display().to_string();
@@ -100,50 +99,25 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
         .await
         .map_err(|e| fail(&stack, e))?;
 
-    // Eighty Services: now the match set itself outgrows a message; the EventReport says so.
-    create_services(&stack, 20..80).await?;
+    // Three hundred Services: the match set is far larger than a message and flows whole.
+    const MANY: usize = 300;
+    create_services(&stack, 20..MANY).await?;
+    provisioned_with(&stack, MANY).await?;
     let report_name = "sveltos--sveltos-service--cluster-a";
-    let report = wait_for(
-        "the EventReport to show the match set's size",
-        DEADLINE,
-        || async {
-            stack
-                .event_report(report_name)
-                .await
-                .ok()
-                .flatten()
-                .filter(|r| {
-                    r["status"]["failureMessage"].as_str().is_some_and(|m| {
-                        m.contains("match set of eventsource sveltos-service takes")
-                    })
-                })
-        },
-    )
+    let report = demo::wait_report(&stack, report_name, DEADLINE, |r| {
+        r["spec"]["matchingResources"]
+            .as_array()
+            .is_some_and(|m| m.len() == MANY)
+    })
     .await
     .map_err(|e| fail(&stack, e))?;
+    let resources = report["spec"]["resources"].as_str().unwrap_or_default();
     assert!(
-        report["status"]["failureMessage"]
-            .as_str()
-            .is_some_and(|m| m.contains(&format!("over the {} bytes", MAX_PAYLOAD - 4096))),
-        "{report}"
+        resources.len() > 4 * MAX_PAYLOAD,
+        "the collected resources ({} bytes of base64) exceed a message several times",
+        resources.len()
     );
-    let failed = wait_for(
-        "the trigger's status to show the match set's size",
-        DEADLINE,
-        || async {
-            cluster_info(&stack, "cluster-a")
-                .await
-                .filter(|info| info["status"] == "Failed")
-        },
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
-    assert!(
-        failed["failureMessage"]
-            .as_str()
-            .is_some_and(|m| m.contains("match set of eventsource sveltos-service takes")),
-        "{failed}"
-    );
+
     assert_eq!(
         stack.exited_services(),
         Vec::<&str>::new(),
@@ -151,8 +125,8 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
         stack.logs()
     );
 
-    // Back under the limit: exactly the two remaining Services have their profiles.
-    for index in 2..80 {
+    // Everything goes: nothing is left over.
+    for index in 2..MANY {
         stack
             .delete(
                 "cluster-a",
@@ -174,6 +148,20 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
             "{name}"
         );
     }
+    for index in 0..2 {
+        stack
+            .delete(
+                "cluster-a",
+                "v1",
+                "Service",
+                "default",
+                &format!("service-{index:03}"),
+            )
+            .await?;
+    }
+    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
     assert_eq!(
         stack.exited_services(),
         Vec::<&str>::new(),

@@ -90,10 +90,13 @@ async fn service_event_becomes_cluster_profile_and_is_cleaned_up() -> anyhow::Re
         "network-policy"
     );
 
-    let report = stack
-        .event_report("sveltos--sveltos-service--cluster-a")
-        .await?
-        .expect("EventReport");
+    let report = demo::wait_report(
+        &stack,
+        "sveltos--sveltos-service--cluster-a",
+        DEADLINE,
+        |r| r["spec"]["matchingResources"][0]["name"] == "my-service",
+    )
+    .await?;
     assert_eq!(report["spec"]["clusterType"], "Sveltos");
     assert_eq!(report["spec"]["matchingResources"][0]["name"], "my-service");
     assert_eq!(
