@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use serde_json::Value;
 use sluice_cli::demo::{self, owned_by, profiles_for, wait_profile};
 use sluice_cli::stack::{Stack, MANAGEMENT};
@@ -24,10 +25,27 @@ fn service(index: usize) -> String {
     demo::SERVICE.replace("name: my-service", &format!("name: service-{index:03}"))
 }
 
+/// Creates (or deletes) the Services of `range` in cluster-a, a few requests at a time.
 async fn create_services(stack: &Stack, range: std::ops::Range<usize>) -> anyhow::Result<()> {
-    for index in range {
-        stack.apply_yaml("cluster-a", &service(index)).await?;
-    }
+    futures::stream::iter(range)
+        .map(|index| async move { stack.apply_yaml("cluster-a", &service(index)).await })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+async fn delete_services(stack: &Stack, range: std::ops::Range<usize>) -> anyhow::Result<()> {
+    futures::stream::iter(range)
+        .map(|index| async move {
+            let name = format!("service-{index:03}");
+            stack
+                .delete("cluster-a", "v1", "Service", "default", &name)
+                .await
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
     Ok(())
 }
 
@@ -54,9 +72,13 @@ async fn cluster_info(stack: &Stack, cluster: &str) -> Option<Value> {
 /// Waits until cluster-a has exactly `count` of the trigger's ClusterProfiles and its status
 /// says Provisioned.
 async fn provisioned_with(stack: &Stack, count: usize) -> anyhow::Result<()> {
+    provisioned_within(stack, count, DEADLINE).await
+}
+
+async fn provisioned_within(stack: &Stack, count: usize, deadline: Duration) -> anyhow::Result<()> {
     wait_for(
         &format!("{count} profiles in cluster-a, provisioned"),
-        DEADLINE,
+        deadline,
         || async {
             let owned = owned_by(stack, TRIGGER, "cluster-a").await.ok()?;
             let profiles = owned
@@ -126,17 +148,7 @@ async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> 
     );
 
     // Everything goes: nothing is left over.
-    for index in 2..MANY {
-        stack
-            .delete(
-                "cluster-a",
-                "v1",
-                "Service",
-                "default",
-                &format!("service-{index:03}"),
-            )
-            .await?;
-    }
+    delete_services(&stack, 2..MANY).await?;
     provisioned_with(&stack, 2).await?;
     for index in 0..2 {
         let name = format!("service-{index:03}");
@@ -148,20 +160,90 @@ async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> 
             "{name}"
         );
     }
-    for index in 0..2 {
-        stack
-            .delete(
-                "cluster-a",
-                "v1",
-                "Service",
-                "default",
-                &format!("service-{index:03}"),
-            )
-            .await?;
-    }
+    delete_services(&stack, 0..2).await?;
     demo::wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
+    assert_eq!(
+        stack.exited_services(),
+        Vec::<&str>::new(),
+        "{}",
+        stack.logs()
+    );
+    Ok(())
+}
+
+/// Services matching the seed's `oneForEvent` trigger in one cluster for the scale test.
+const THOUSANDS: usize = 1_000;
+
+/// Thousands of matches on the 32 KiB bus, with the evaluator and the renderer killed half-way
+/// and started again while Services keep coming: every Service ends with exactly one
+/// ClusterProfile, the EventReport lists them all, and deleting them all leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_matches_converge_exactly_across_restarts() -> anyhow::Result<()> {
+    let config = tempfile::NamedTempFile::new()?;
+    std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
+    let config_path = config.path().display().to_string();
+    let mut stack =
+        Stack::start_with_nats_args(&["cluster-a"], None, &["-c", &config_path]).await?;
+    stack
+        .register_cluster("cluster-a", &[("env", "fv")])
+        .await?;
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
+        .await?;
+    let deadline = Duration::from_secs(300);
+    let started = std::time::Instant::now();
+
+    let half = THOUSANDS / 2;
+    create_services(&stack, 0..half).await?;
+    stack.kill_service("sluice-evaluator");
+    stack.kill_service("sluice-renderer");
+    create_services(&stack, half..THOUSANDS - 100).await?;
+    stack.start_service("sluice-evaluator")?;
+    stack.start_service("sluice-renderer")?;
+    create_services(&stack, THOUSANDS - 100..THOUSANDS).await?;
+    provisioned_within(&stack, THOUSANDS, deadline).await?;
+    let owned = owned_by(&stack, TRIGGER, "cluster-a").await?;
+    let mut resources: Vec<&str> = owned
+        .iter()
+        .filter(|o| o["kind"] == "ClusterProfile")
+        .filter_map(|o| {
+            o["metadata"]["labels"][sluice_domain::naming::LABEL_RESOURCE_NAME].as_str()
+        })
+        .collect();
+    resources.sort_unstable();
+    resources.dedup();
+    assert_eq!(resources.len(), THOUSANDS, "one profile per Service");
+    // The report with every collected resource is over what the API server stores in one
+    // object: it lists nothing and says so, naming the count.
+    let report = demo::wait_report(
+        &stack,
+        "sveltos--sveltos-service--cluster-a",
+        deadline,
+        |r| {
+            r["status"]["failureMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("{THOUSANDS} matching resources take")))
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(report["spec"]["matchingResources"], serde_json::json!([]));
+    eprintln!(
+        "{THOUSANDS} Services provisioned after {:?}",
+        started.elapsed()
+    );
+
+    delete_services(&stack, 0..THOUSANDS).await?;
+    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", deadline)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    eprintln!(
+        "{THOUSANDS} Services cleaned up after {:?}",
+        started.elapsed()
+    );
     assert_eq!(
         stack.exited_services(),
         Vec::<&str>::new(),

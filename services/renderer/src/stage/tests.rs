@@ -259,7 +259,7 @@ fn a_missed_tombstone_is_found_by_the_head_and_its_unit_removed() {
     let (a, b) = (service("a", 80), service("b", 80));
     feed(&mut stage, evaluator.units(&[a.clone(), b.clone()], ""));
     // "b" left; the renderer sees only the head (the tombstone expired).
-    let units = evaluator.units(&[a.clone()], "");
+    let units = evaluator.units(std::slice::from_ref(&a), "");
     let (head, sequence) = units.last().cloned().expect("a head");
     let key = (cluster(), "sveltos-service".to_string());
     assert_eq!(
