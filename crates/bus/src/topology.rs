@@ -215,9 +215,18 @@ pub fn change_subject(
     namespace: &str,
     name: &str,
 ) -> String {
+    format!(
+        "{PREFIX}.change.{cluster}.{}",
+        object_tokens(group, kind, namespace, name)
+    )
+}
+
+/// An object's part of a subject: `<group>.<kind>.<namespace>.<name>`, the core group (empty)
+/// as `core`.
+fn object_tokens(group: &str, kind: &str, namespace: &str, name: &str) -> String {
     let group = if group.is_empty() { "core" } else { group };
     format!(
-        "{PREFIX}.change.{cluster}.{}.{}.{}.{}",
+        "{}.{}.{}.{}",
         encode_token(group),
         encode_token(kind),
         encode_token(namespace),
@@ -264,14 +273,10 @@ pub fn match_member_subject(
     namespace: &str,
     name: &str,
 ) -> String {
-    let group = if group.is_empty() { "core" } else { group };
     format!(
-        "{}.m.{}.{}.{}.{}",
+        "{}.m.{}",
         match_subject(cluster, event_source),
-        encode_token(group),
-        encode_token(kind),
-        encode_token(namespace),
-        encode_token(name)
+        object_tokens(group, kind, namespace, name)
     )
 }
 
@@ -453,6 +458,31 @@ mod tests {
         assert!(!covered(&desired_subject("t", &c)), "the main unit stays");
         assert!(!covered(&desired_resource_subject(
             "t2", &c, "default", "web"
+        )));
+    }
+
+    #[test]
+    fn the_members_filter_covers_its_sets_members_only() {
+        let c = cluster_tokens("sveltos", "default", "cluster-a");
+        let filter = match_members_filter(&c, "es");
+        let covered = |subject: &str| subject.starts_with(filter.trim_end_matches('>'));
+        let member = match_member_subject(&c, "es", "", "Service", "default", "web.x");
+        assert!(
+            member.ends_with(".m.core.Service.default.web_2Ex"),
+            "{member}"
+        );
+        assert!(covered(&member));
+        assert!(covered(&match_member_subject(
+            &c,
+            "es",
+            "apps",
+            "Deployment",
+            "",
+            "d"
+        )));
+        assert!(!covered(&match_subject(&c, "es")), "the head stays");
+        assert!(!covered(&match_member_subject(
+            &c, "es2", "", "Service", "default", "web"
         )));
     }
 

@@ -49,6 +49,34 @@ async fn delete_services(stack: &Stack, range: std::ops::Range<usize>) -> anyhow
     Ok(())
 }
 
+/// A stack whose bus carries at most [`MAX_PAYLOAD`] bytes per message, with seed 000's
+/// EventSource and trigger, and `clusters` registered with the label the trigger selects; with
+/// the server's configuration file, kept as long as the stack.
+async fn small_bus_stack(clusters: &[&str]) -> anyhow::Result<(Stack, tempfile::NamedTempFile)> {
+    let config = tempfile::NamedTempFile::new()?;
+    std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
+    let config_path = config.path().display().to_string();
+    let stack = Stack::start_with_nats_args(clusters, None, &["-c", &config_path]).await?;
+    for cluster in clusters {
+        stack.register_cluster(cluster, &[("env", "fv")]).await?;
+    }
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
+        .await?;
+    Ok((stack, config))
+}
+
+/// Every service is still running.
+fn assert_all_running(stack: &mut Stack) {
+    assert_eq!(
+        stack.exited_services(),
+        Vec::<&str>::new(),
+        "{}",
+        stack.logs()
+    );
+}
+
 /// The trigger's `clusterInfo` entry for a cluster.
 async fn cluster_info(stack: &Stack, cluster: &str) -> Option<Value> {
     let trigger = stack
@@ -97,19 +125,7 @@ async fn provisioned_within(stack: &Stack, count: usize, deadline: Duration) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> anyhow::Result<()> {
-    let config = tempfile::NamedTempFile::new()?;
-    std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
-    let config_path = config.path().display().to_string();
-    let mut stack =
-        Stack::start_with_nats_args(&["cluster-a", "cluster-b"], None, &["-c", &config_path])
-            .await?;
-    for cluster in ["cluster-a", "cluster-b"] {
-        stack.register_cluster(cluster, &[("env", "fv")]).await?;
-    }
-    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
-    stack
-        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
-        .await?;
+    let (mut stack, _config) = small_bus_stack(&["cluster-a", "cluster-b"]).await?;
 
     // Twenty Services: each is its own unit, so none outgrows a message.
     create_services(&stack, 0..20).await?;
@@ -140,12 +156,7 @@ async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> 
         resources.len()
     );
 
-    assert_eq!(
-        stack.exited_services(),
-        Vec::<&str>::new(),
-        "{}",
-        stack.logs()
-    );
+    assert_all_running(&mut stack);
 
     // Everything goes: nothing is left over.
     delete_services(&stack, 2..MANY).await?;
@@ -164,12 +175,7 @@ async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> 
     demo::wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
-    assert_eq!(
-        stack.exited_services(),
-        Vec::<&str>::new(),
-        "{}",
-        stack.logs()
-    );
+    assert_all_running(&mut stack);
     Ok(())
 }
 
@@ -181,18 +187,7 @@ const THOUSANDS: usize = 1_000;
 /// ClusterProfile, the EventReport lists them all, and deleting them all leaves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_matches_converge_exactly_across_restarts() -> anyhow::Result<()> {
-    let config = tempfile::NamedTempFile::new()?;
-    std::fs::write(config.path(), format!("max_payload: {MAX_PAYLOAD}\n"))?;
-    let config_path = config.path().display().to_string();
-    let mut stack =
-        Stack::start_with_nats_args(&["cluster-a"], None, &["-c", &config_path]).await?;
-    stack
-        .register_cluster("cluster-a", &[("env", "fv")])
-        .await?;
-    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
-    stack
-        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
-        .await?;
+    let (mut stack, _config) = small_bus_stack(&["cluster-a"]).await?;
     let deadline = Duration::from_secs(300);
     let started = std::time::Instant::now();
 
@@ -244,11 +239,6 @@ async fn thousands_of_matches_converge_exactly_across_restarts() -> anyhow::Resu
         "{THOUSANDS} Services cleaned up after {:?}",
         started.elapsed()
     );
-    assert_eq!(
-        stack.exited_services(),
-        Vec::<&str>::new(),
-        "{}",
-        stack.logs()
-    );
+    assert_all_running(&mut stack);
     Ok(())
 }

@@ -115,6 +115,14 @@ impl Reader {
 
 /// The members an output list carries: (name, present).
 fn members(outputs: &[MatchOutput]) -> Vec<(String, bool)> {
+    member_fields(outputs, |m| m.present)
+}
+
+/// Each member an output list carries: its name and `field` of it.
+fn member_fields<T>(
+    outputs: &[MatchOutput],
+    field: impl Fn(&pb::MatchMember) -> T,
+) -> Vec<(String, T)> {
     outputs
         .iter()
         .filter_map(|o| match o {
@@ -123,7 +131,7 @@ fn members(outputs: &[MatchOutput]) -> Vec<(String, bool)> {
                     .as_ref()
                     .map(|r| r.name.clone())
                     .unwrap_or_default(),
-                m.present,
+                field(m),
             )),
             _ => None,
         })
@@ -262,19 +270,7 @@ fn an_object_too_large_for_a_message_is_its_members_failure() {
     let mut big = service("big", "web", 80);
     big["metadata"]["annotations"] = json!({"note": "x".repeat(1_000)});
     let units = ev.on_changes(&[(change(&big), 2), (change(&service("small", "web", 80)), 3)]);
-    let failures: Vec<(String, String)> = units
-        .iter()
-        .filter_map(|o| match o {
-            MatchOutput::Member(m) => Some((
-                m.object
-                    .as_ref()
-                    .map(|r| r.name.clone())
-                    .unwrap_or_default(),
-                m.failure_message.clone(),
-            )),
-            _ => None,
-        })
-        .collect();
+    let failures = member_fields(&units, |m| m.failure_message.clone());
     assert_eq!(failures[1], ("small".into(), String::new()));
     assert_eq!(failures[0].0, "big");
     assert!(
