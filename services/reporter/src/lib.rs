@@ -410,6 +410,51 @@ mod tests {
         );
     }
 
+    /// A member the evaluator could not carry (its object is over the bus's payload limit)
+    /// shows in the report's failure, unless the whole set failed.
+    #[test]
+    fn members_that_could_not_be_carried_are_the_reports_failure() {
+        let mut sets = MatchSets::default();
+        let member = |name: &str, failure: &str| {
+            match_units::Unit::Member(pb::MatchMember {
+                cluster: Some(sluice_wire::cluster_ref(&cluster())),
+                event_source: "es".into(),
+                object: Some(pb::ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    namespace: "default".into(),
+                    name: name.into(),
+                }),
+                present: true,
+                failure_message: failure.into(),
+                ..Default::default()
+            })
+        };
+        sets.apply(member("a", ""), 1);
+        for (sequence, name) in ["b", "c", "d", "e", "f", "g"].into_iter().enumerate() {
+            sets.apply(
+                member(name, &format!("Service default/{name} takes 40000 bytes")),
+                sequence as u64 + 2,
+            );
+        }
+        let key = (cluster(), "es".to_string());
+        let view = sets.get(&key).expect("the set");
+        let set = sets.assemble(&key).expect("the set");
+        assert_eq!(
+            member_failures(&set, view).as_deref(),
+            Some(
+                "Service default/b takes 40000 bytes; Service default/c takes 40000 bytes; \
+                 Service default/d takes 40000 bytes; Service default/e takes 40000 bytes; \
+                 Service default/f takes 40000 bytes; and 1 more failing members"
+            )
+        );
+        let failed = pb::MatchSet {
+            failure_message: "eventsource es: lua: boom".into(),
+            ..set
+        };
+        assert_eq!(member_failures(&failed, view), None);
+    }
+
     #[test]
     fn a_cluster_scoped_match_is_referenced_without_a_namespace() {
         let cluster = cluster();
