@@ -89,6 +89,26 @@ pub async fn wait_profile(
     .await
 }
 
+/// Waits until the EventReport `name` exists and `accept` holds for it. The reporter writes
+/// reports beside the pipeline (at most once a second per report), so a report may trail the
+/// ClusterProfiles of the same event.
+pub async fn wait_report(
+    stack: &Stack,
+    name: &str,
+    deadline: Duration,
+    accept: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    wait_for(&format!("EventReport {name}"), deadline, || async {
+        stack
+            .event_report(name)
+            .await
+            .ok()
+            .flatten()
+            .filter(|report| accept(report))
+    })
+    .await
+}
+
 /// Waits until the trigger owns nothing for the cluster.
 pub async fn wait_cleaned(
     stack: &Stack,
@@ -195,13 +215,17 @@ pub async fn run(
         out,
         "# ClusterProfile created {create_latency:?} after the Service\n"
     )?;
-    let report = stack
-        .event_report("sveltos--sveltos-service--cluster-a")
-        .await?;
+    let report = wait_report(
+        stack,
+        "sveltos--sveltos-service--cluster-a",
+        Duration::from_secs(30),
+        |r| r["spec"]["matchingResources"][0]["name"] == "my-service",
+    )
+    .await?;
     writeln!(
         out,
         "--- EventReport (management cluster)\n{}",
-        report.as_ref().map(yaml).unwrap_or_default()
+        yaml(&report)
     )?;
     for cm in stack
         .list(

@@ -46,6 +46,10 @@ fn refs(items: &[pb::ObjectRef]) -> Value {
         .collect()
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Decodes a pipeline message by the family its subject names.
 pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError> {
     let family = subject.split('.').nth(2).unwrap_or("");
@@ -72,14 +76,21 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
                    "natsSubject": m.nats_subject, "event": embedded(&m.event_json),
                    "sourceSequence": m.source_sequence})
         }
-        "match" | "report" => {
-            let m = pb::MatchSet::decode(payload)?;
-            json!({"cluster": cluster(&m.cluster), "eventSource": m.event_source,
-                   "matching": refs(&m.matching),
-                   "resources": m.resources.iter().map(|r| embedded(r)).collect::<Vec<_>>(),
-                   "failureMessage": m.failure_message, "removed": m.removed,
-                   "sourceSequence": m.source_sequence})
-        }
+        "match" => match pb::MatchUnit::decode(payload)?.unit {
+            Some(pb::match_unit::Unit::Head(m)) => {
+                json!({"head": {"cluster": cluster(&m.cluster), "eventSource": m.event_source,
+                       "members": m.members, "digest": hex(&m.digest),
+                       "failureMessage": m.failure_message, "removed": m.removed,
+                       "sourceSequence": m.source_sequence}})
+            }
+            Some(pb::match_unit::Unit::Member(m)) => {
+                json!({"member": {"cluster": cluster(&m.cluster), "eventSource": m.event_source,
+                       "object": refs(m.object.as_slice()).get(0).cloned().unwrap_or(Value::Null),
+                       "resource": embedded(&m.resource), "present": m.present, "order": m.order,
+                       "failureMessage": m.failure_message, "sourceSequence": m.source_sequence}})
+            }
+            None => json!({"unit": null}),
+        },
         "desired" => {
             let m = pb::DesiredState::decode(payload)?;
             json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster), "eventSource": m.event_source,
@@ -132,23 +143,42 @@ mod tests {
 
     #[test]
     fn decodes_each_family_by_subject() {
-        let set = pb::MatchSet {
-            event_source: "es".into(),
-            matching: vec![pb::ObjectRef {
-                api_version: "v1".into(),
-                kind: "Service".into(),
-                namespace: "default".into(),
-                name: "my-service".into(),
-            }],
-            resources: vec![br#"{"kind":"Service"}"#.to_vec()],
-            ..Default::default()
+        let member = pb::MatchUnit {
+            unit: Some(pb::match_unit::Unit::Member(pb::MatchMember {
+                event_source: "es".into(),
+                object: Some(pb::ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    namespace: "default".into(),
+                    name: "my-service".into(),
+                }),
+                resource: br#"{"kind":"Service"}"#.to_vec(),
+                present: true,
+                ..Default::default()
+            })),
         };
-        let v =
-            decode("sluice.v1.match.sveltos.default.a.es", &set.encode_to_vec()).expect("decode");
-        assert_eq!(v["matching"][0]["name"], "my-service");
-        assert_eq!(v["resources"][0]["kind"], "Service");
-        let v = decode("sluice.v1.report.x", &set.encode_to_vec()).expect("decode");
-        assert_eq!(v["eventSource"], "es");
+        let v = decode(
+            "sluice.v1.match.sveltos.default.a.es.m.core.Service.default.my-service",
+            &member.encode_to_vec(),
+        )
+        .expect("decode");
+        assert_eq!(v["member"]["object"]["name"], "my-service");
+        assert_eq!(v["member"]["resource"]["kind"], "Service");
+        let head = pb::MatchUnit {
+            unit: Some(pb::match_unit::Unit::Head(pb::MatchHead {
+                event_source: "es".into(),
+                members: 1,
+                digest: vec![0xab, 0x01],
+                ..Default::default()
+            })),
+        };
+        let v = decode(
+            "sluice.v1.match.sveltos.default.a.es",
+            &head.encode_to_vec(),
+        )
+        .expect("decode");
+        assert_eq!(v["head"]["members"], 1);
+        assert_eq!(v["head"]["digest"], "ab01");
         assert!(decode("sluice.v1.desired.t.x", b"\xff\xff").is_err());
     }
 

@@ -16,7 +16,6 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The header that gives one message its own time to live (nats-server 2.11 and later, on
 /// streams that allow it).
-const NATS_TTL: &str = "Nats-TTL";
 
 /// A connected bus. Cheap to clone.
 #[derive(Clone)]
@@ -51,9 +50,7 @@ impl Bus {
         let options = options.into();
         let refusals = Refusals::default();
         let (lost, disconnects) = tokio::sync::watch::channel(0u64);
-        let client = options
-            .connect_client_with(refusals.clone(), lost)
-            .await?;
+        let client = options.connect_client_with(refusals.clone(), lost).await?;
         let js = jetstream::ContextBuilder::new()
             .timeout(Duration::from_secs(10))
             // async-nats holds a permit per unresolved publish ack and, once they run out, makes
@@ -175,15 +172,28 @@ impl Bus {
 
     /// Sends one message and returns the future of its ack, so that callers keep many in flight.
     pub async fn publish(&self, out: Outgoing) -> Result<PublishAckFuture> {
+        self.send(out, None).await
+    }
+
+    /// As [`Bus::publish`], for a message its stream forgets after `ttl` (a tombstone; the
+    /// stream must allow message TTLs, [`StreamSpec::message_ttl`]).
+    pub async fn publish_expiring(&self, out: Outgoing, ttl: Duration) -> Result<PublishAckFuture> {
+        self.send(out, Some(ttl)).await
+    }
+
+    async fn send(&self, out: Outgoing, ttl: Option<Duration>) -> Result<PublishAckFuture> {
         let mut headers = HeaderMap::new();
         if let Some(trace) = &out.traceparent {
             headers.insert(topology::TRACEPARENT, trace.as_str());
         }
         // `headers` replaces the whole map, so it goes first: the message id is one more header.
-        let publish = jetstream::message::PublishMessage::build()
+        let mut publish = jetstream::message::PublishMessage::build()
             .payload(out.payload)
             .headers(headers)
             .message_id(&out.msg_id);
+        if let Some(ttl) = ttl {
+            publish = publish.ttl(ttl);
+        }
         self.js
             .send_publish(out.subject.clone(), publish)
             .await
@@ -273,30 +283,17 @@ impl Bus {
         Ok(())
     }
 
-    /// Publishes a message that the stream removes by itself `ttl` after storing it (the
-    /// `Nats-TTL` header; whole seconds, at least one), and waits until it is stored.
-    pub async fn publish_expiring(&self, out: Outgoing, ttl: Duration) -> Result<()> {
-        let mut headers = HeaderMap::new();
-        if let Some(trace) = &out.traceparent {
-            headers.insert(topology::TRACEPARENT, trace.as_str());
+    /// [`Bus::publish_expiring`], waiting until the stream has stored the message (as
+    /// [`Bus::publish_durably`]).
+    pub async fn publish_expiring_durably(&self, out: Outgoing, ttl: Duration) -> Result<()> {
+        let subject = out.subject.clone();
+        let stored = self.publish_expiring(out, ttl).await?.await;
+        if let Err(source) = stored {
+            return Err(self.refused(&subject).unwrap_or(Error::Publish {
+                subject,
+                source: Box::new(source),
+            }));
         }
-        let seconds = ttl.as_secs().max(1);
-        headers.insert(NATS_TTL, format!("{seconds}s").as_str());
-        let publish = jetstream::message::PublishMessage::build()
-            .payload(out.payload)
-            .headers(headers)
-            .message_id(&out.msg_id);
-        let failed =
-            |subject: &str, source: Box<dyn std::error::Error + Send + Sync>| Error::Publish {
-                subject: subject.to_string(),
-                source,
-            };
-        self.js
-            .send_publish(out.subject.clone(), publish)
-            .await
-            .map_err(|source| failed(&out.subject, Box::new(source)))?
-            .await
-            .map_err(|source| failed(&out.subject, Box::new(source)))?;
         Ok(())
     }
 
@@ -341,7 +338,7 @@ fn stream_config(spec: StreamSpec, replicas: usize) -> stream::Config {
         duplicate_window: topology::DEDUPE_WINDOW,
         allow_direct: true,
         // Only messages that carry a `Nats-TTL` expire by it (`Bus::publish_expiring`).
-        allow_message_ttl: true,
+        allow_message_ttl: spec.message_ttl,
         ..Default::default()
     }
 }

@@ -5,10 +5,10 @@
 //! management cluster ──watch──► watcher ──ConfigObject──────► sluice.v1.config.>    (CONFIG)
 //! managed clusters   ──watch──► watcher ──ResourceChange────► sluice.v1.change.>    (CHANGES)
 //! managed NATS       ─subscribe► watcher ──CloudEventReceived► sluice.v1.cloudevent.> (CLOUDEVENTS)
-//! CHANGES + CONFIG ──► evaluator ──MatchSet──► sluice.v1.match.>                   (MATCH)
+//! CHANGES + CONFIG ──► evaluator ──MatchUnit (members, heads)──► sluice.v1.match.> (MATCH)
 //! CLOUDEVENTS + CONFIG ──► evaluator ──CloudEventMatch──► sluice.v1.cematch.>       (CEMATCH)
-//! MATCH + CONFIG ──► reporter (EventReport objects) ──MatchSet──► sluice.v1.report.> (REPORT)
-//! REPORT + CEMATCH + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>     (DESIRED)
+//! MATCH + APPLIED ──► reporter (EventReport objects)
+//! MATCH + CEMATCH + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>      (DESIRED)
 //! DESIRED ──► applier (ClusterProfiles, ConfigMaps, Secrets) ──ApplyResult──► sluice.v1.applied.> (APPLIED)
 //! ```
 //!
@@ -55,6 +55,8 @@ pub struct StreamSpec {
     pub max_per_subject: Option<i64>,
     /// Age limit for logs; state streams keep their values until overwritten.
     pub max_age: Option<Duration>,
+    /// Whether a message may carry its own time to live (`Nats-TTL`), as a tombstone does.
+    pub message_ttl: bool,
 }
 
 pub const CONFIG: StreamSpec = StreamSpec {
@@ -62,48 +64,50 @@ pub const CONFIG: StreamSpec = StreamSpec {
     subjects: "sluice.v1.config.>",
     max_per_subject: Some(1),
     max_age: None,
+    // A ConfigMap or Secret no longer referenced is withdrawn by an expiring deletion (ADR 0023).
+    message_ttl: true,
 };
 pub const CHANGES: StreamSpec = StreamSpec {
     name: "SLUICE_CHANGES",
     subjects: "sluice.v1.change.>",
     max_per_subject: Some(1),
     max_age: None,
+    message_ttl: false,
 };
 pub const CLOUDEVENTS: StreamSpec = StreamSpec {
     name: "SLUICE_CLOUDEVENTS",
     subjects: "sluice.v1.cloudevent.>",
     max_per_subject: None,
     max_age: Some(Duration::from_secs(24 * 3600)),
+    message_ttl: false,
 };
 pub const CEMATCH: StreamSpec = StreamSpec {
     name: "SLUICE_CEMATCH",
     subjects: "sluice.v1.cematch.>",
     max_per_subject: None,
     max_age: Some(Duration::from_secs(24 * 3600)),
+    message_ttl: false,
 };
 pub const MATCH: StreamSpec = StreamSpec {
     name: "SLUICE_MATCH",
     subjects: "sluice.v1.match.>",
     max_per_subject: Some(1),
     max_age: None,
-};
-pub const REPORT: StreamSpec = StreamSpec {
-    name: "SLUICE_REPORT",
-    subjects: "sluice.v1.report.>",
-    max_per_subject: Some(1),
-    max_age: None,
+    message_ttl: true,
 };
 pub const DESIRED: StreamSpec = StreamSpec {
     name: "SLUICE_DESIRED",
     subjects: "sluice.v1.desired.>",
     max_per_subject: Some(1),
     max_age: None,
+    message_ttl: false,
 };
 pub const APPLIED: StreamSpec = StreamSpec {
     name: "SLUICE_APPLIED",
     subjects: "sluice.v1.applied.>",
     max_per_subject: Some(1),
     max_age: None,
+    message_ttl: false,
 };
 /// Messages a stage rejected for good, with the reason in the `Sluice-Error` header.
 pub const DEAD: StreamSpec = StreamSpec {
@@ -111,15 +115,15 @@ pub const DEAD: StreamSpec = StreamSpec {
     subjects: "sluice.v1.dead.>",
     max_per_subject: None,
     max_age: Some(Duration::from_secs(7 * 24 * 3600)),
+    message_ttl: false,
 };
 
-pub const ALL_STREAMS: [StreamSpec; 9] = [
+pub const ALL_STREAMS: [StreamSpec; 8] = [
     CONFIG,
     CHANGES,
     CLOUDEVENTS,
     CEMATCH,
     MATCH,
-    REPORT,
     DESIRED,
     APPLIED,
     DEAD,
@@ -161,8 +165,8 @@ pub const REPORTER_MATCH: ConsumerSpec = ConsumerSpec {
     durable: "reporter",
     acks: Acks::Each,
 };
-pub const RENDERER_REPORT: ConsumerSpec = ConsumerSpec {
-    stream: REPORT,
+pub const RENDERER_MATCH: ConsumerSpec = ConsumerSpec {
+    stream: MATCH,
     durable: "renderer",
     acks: Acks::Each,
 };
@@ -233,15 +237,17 @@ pub const EVALUATOR: Identity = Identity {
     dead_letters: true,
     consumes: &[EVALUATOR_CHANGES, EVALUATOR_CLOUDEVENTS],
     follows: &[CONFIG, CHANGES, MATCH],
-    purges: &[],
+    // the members of a removed set (ADR 0018)
+    purges: &[MATCH],
     taps: &[],
 };
 pub const REPORTER: Identity = Identity {
     name: "reporter",
-    publishes: &[REPORT],
+    publishes: &[],
     dead_letters: true,
     consumes: &[REPORTER_MATCH],
-    follows: &[APPLIED],
+    // MATCH: the sets rebuilt from their members at start and when a head disagrees
+    follows: &[MATCH, APPLIED],
     purges: &[],
     taps: &[],
 };
@@ -249,8 +255,8 @@ pub const RENDERER: Identity = Identity {
     name: "renderer",
     publishes: &[DESIRED],
     dead_letters: true,
-    consumes: &[RENDERER_REPORT, RENDERER_CEMATCH],
-    follows: &[CONFIG, DESIRED, REPORT],
+    consumes: &[RENDERER_MATCH, RENDERER_CEMATCH],
+    follows: &[CONFIG, MATCH, DESIRED],
     purges: &[],
     taps: &[],
 };
@@ -317,9 +323,18 @@ pub fn change_subject(
     namespace: &str,
     name: &str,
 ) -> String {
+    format!(
+        "{PREFIX}.change.{cluster}.{}",
+        object_tokens(group, kind, namespace, name)
+    )
+}
+
+/// An object's part of a subject: `<group>.<kind>.<namespace>.<name>`, the core group (empty)
+/// as `core`.
+fn object_tokens(group: &str, kind: &str, namespace: &str, name: &str) -> String {
     let group = if group.is_empty() { "core" } else { group };
     format!(
-        "{PREFIX}.change.{cluster}.{}.{}.{}.{}",
+        "{}.{}.{}.{}",
         encode_token(group),
         encode_token(kind),
         encode_token(namespace),
@@ -350,13 +365,38 @@ pub fn cloudevent_match_subject(cluster: &str, event_source: &str) -> String {
     format!("{PREFIX}.cematch.{cluster}.{}", encode_token(event_source))
 }
 
+/// The head of an (EventSource, cluster) match set: its member count, digest, failure and
+/// removal, published after the members of each burst (ADR 0018).
 pub fn match_subject(cluster: &str, event_source: &str) -> String {
     format!("{PREFIX}.match.{cluster}.{}", encode_token(event_source))
 }
 
-pub fn report_subject(cluster: &str, event_source: &str) -> String {
-    format!("{PREFIX}.report.{cluster}.{}", encode_token(event_source))
+/// One member of a match set: one matching object (or its tombstone). `group` is empty for the
+/// core group; it is encoded as `core`.
+pub fn match_member_subject(
+    cluster: &str,
+    event_source: &str,
+    group: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> String {
+    format!(
+        "{}.m.{}",
+        match_subject(cluster, event_source),
+        object_tokens(group, kind, namespace, name)
+    )
 }
+
+/// Every member of one match set (to purge a removed set, or to re-read it when a reader's
+/// view differs from its head).
+pub fn match_members_filter(cluster: &str, event_source: &str) -> String {
+    format!("{}.m.>", match_subject(cluster, event_source))
+}
+
+/// How long a member's tombstone stays in SLUICE_MATCH. A reader that was away longer misses
+/// it and finds out from the head's count and digest (it then re-reads the set's members).
+pub const MEMBER_TOMBSTONE_TTL: Duration = Duration::from_secs(3600);
 
 pub fn desired_subject(event_trigger: &str, cluster: &str) -> String {
     format!("{PREFIX}.desired.{}.{cluster}", encode_token(event_trigger))
@@ -550,7 +590,7 @@ mod tests {
             EVALUATOR_CHANGES,
             EVALUATOR_CLOUDEVENTS,
             REPORTER_MATCH,
-            RENDERER_REPORT,
+            RENDERER_MATCH,
             RENDERER_CEMATCH,
             APPLIER_DESIRED,
         ];
@@ -575,6 +615,31 @@ mod tests {
     }
 
     #[test]
+    fn the_members_filter_covers_its_sets_members_only() {
+        let c = cluster_tokens("sveltos", "default", "cluster-a");
+        let filter = match_members_filter(&c, "es");
+        let covered = |subject: &str| subject.starts_with(filter.trim_end_matches('>'));
+        let member = match_member_subject(&c, "es", "", "Service", "default", "web.x");
+        assert!(
+            member.ends_with(".m.core.Service.default.web_2Ex"),
+            "{member}"
+        );
+        assert!(covered(&member));
+        assert!(covered(&match_member_subject(
+            &c,
+            "es",
+            "apps",
+            "Deployment",
+            "",
+            "d"
+        )));
+        assert!(!covered(&match_subject(&c, "es")), "the head stays");
+        assert!(!covered(&match_member_subject(
+            &c, "es2", "", "Service", "default", "web"
+        )));
+    }
+
+    #[test]
     fn every_subject_falls_in_its_stream() {
         let c = cluster_tokens("sveltos", "default", "cluster-a");
         let cases = [
@@ -590,7 +655,10 @@ mod tests {
                 desired_cloudevent_subject("trigger", &c, "auth.example.com", "mgianluc"),
                 DESIRED,
             ),
-            (report_subject(&c, "sveltos-service"), REPORT),
+            (
+                match_member_subject(&c, "sveltos-service", "", "Service", "default", "web"),
+                MATCH,
+            ),
             (desired_subject("trigger", &c), DESIRED),
             (
                 desired_resource_subject("trigger", &c, "default", "web"),

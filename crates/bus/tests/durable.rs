@@ -113,7 +113,7 @@ async fn an_expiring_message_leaves_its_subject_after_its_ttl() -> anyhow::Resul
     publish(&bus, &kept, "kept", "1").await?;
     publish(&bus, &gone, "contents", "2").await?;
     // The deletion replaces the contents at once and expires by itself.
-    bus.publish_expiring(
+    bus.publish_expiring_durably(
         Outgoing {
             subject: gone.clone(),
             payload: Bytes::from("deleted"),

@@ -10,7 +10,7 @@ use sluice_bus::{topology, AckWindow, Bus, Outgoing};
 use sluice_testkit::NatsServer;
 
 fn report(cluster: &str, n: usize) -> Outgoing {
-    let subject = topology::report_subject(cluster, &format!("es{n}"));
+    let subject = topology::desired_subject(&format!("t{n}"), cluster);
     Outgoing {
         msg_id: subject.clone(),
         subject,
@@ -19,9 +19,9 @@ fn report(cluster: &str, n: usize) -> Outgoing {
     }
 }
 
-/// Messages stored in the REPORT stream.
+/// Messages stored in the DESIRED stream.
 async fn stored(bus: &Bus) -> anyhow::Result<u64> {
-    let mut stream = bus.jetstream().get_stream(topology::REPORT.name).await?;
+    let mut stream = bus.jetstream().get_stream(topology::DESIRED.name).await?;
     Ok(stream.info().await?.state.messages)
 }
 

@@ -2,6 +2,7 @@
 //! converted into each other, plus the configuration feed every stage follows.
 //! It decides nothing; the stages do.
 
+pub mod match_units;
 pub mod names;
 pub mod seal;
 

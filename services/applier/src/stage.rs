@@ -232,7 +232,8 @@ mod tests {
         assert!(matches!(error, ApplyError::Cluster(_)));
         assert_eq!(error.action(), Action::Reject);
 
-        let error = decode(&delivered("sluice.v1.match.x", &state(false)), None).expect_err("foreign");
+        let error =
+            decode(&delivered("sluice.v1.match.x", &state(false)), None).expect_err("foreign");
         assert_eq!(error.action(), Action::Reject);
 
         let ok = decode(&delivered(&subject(), &state(false)), None).expect("valid");

@@ -1,5 +1,5 @@
 //! Throughput of the evaluator service end to end over NATS: ResourceChanges on the CHANGES
-//! stream, the `sluice-evaluator` binary (a separate process), MatchSets stored on the MATCH
+//! stream, the `sluice-evaluator` binary (a separate process), match units stored on the MATCH
 //! stream. Same workload as `stage_throughput.rs` (100 EventSources deployed to every cluster).
 //!
 //! It starts a nats-server (`SLUICE_NATS_SERVER`), publishes the configuration, starts the
@@ -130,7 +130,7 @@ async fn until_drained(bus: &Bus) -> anyhow::Result<(u64, u64)> {
     }
 }
 
-async fn match_sets_published(bus: &Bus) -> anyhow::Result<u64> {
+async fn match_units_published(bus: &Bus) -> anyhow::Result<u64> {
     let stream = bus.jetstream().get_stream(topology::MATCH.name).await?;
     Ok(stream.get_info().await?.state.last_sequence)
 }
@@ -205,7 +205,7 @@ async fn main() -> anyhow::Result<()> {
         ("evaluator", pid),
         ("producer", std::process::id()),
     ]);
-    let sets_before = match_sets_published(&bus).await?;
+    let units_before = match_units_published(&bus).await?;
     let start = Instant::now();
     let published = publish(&bus, &o, 1).await?;
     let produced = start.elapsed().as_secs_f64();
@@ -214,10 +214,10 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "live   : {published} changes published in {produced:.2} s ({:.0}/s); evaluator drained \
          after {secs:.2} s: {acked} processed = {:.0} changes/s, {redelivered} redelivered, {} match \
-         sets stored; cpu {}",
+         units stored; cpu {}",
         published as f64 / produced,
         acked as f64 / secs,
-        match_sets_published(&bus).await? - sets_before,
+        match_units_published(&bus).await? - units_before,
         cpu.report(secs)
     );
 
@@ -229,7 +229,7 @@ async fn main() -> anyhow::Result<()> {
         "backlog: {published} changes published in {produced:.2} s ({:.0}/s) with the evaluator stopped",
         published as f64 / produced
     );
-    let sets_before = match_sets_published(&bus).await?;
+    let units_before = match_units_published(&bus).await?;
     let cpu = Cpu::start(&[
         ("server", nats.pid()),
         ("evaluator", pid),
@@ -242,9 +242,9 @@ async fn main() -> anyhow::Result<()> {
     let processed = acked_after - acked;
     println!(
         "backlog: evaluator caught up after {secs:.2} s: {processed} processed = {:.0} changes/s, \
-         {redelivered} redelivered, {} match sets stored; cpu {}",
+         {redelivered} redelivered, {} match units stored; cpu {}",
         processed as f64 / secs,
-        match_sets_published(&bus).await? - sets_before,
+        match_units_published(&bus).await? - units_before,
         cpu.report(secs)
     );
     drop(guard);

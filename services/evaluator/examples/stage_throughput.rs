@@ -120,8 +120,8 @@ fn main() {
         }
         let secs = start.elapsed().as_secs_f64();
         println!(
-            "{mode:<10}: boot {} objects in {boot_secs:.2} s ({} sets); {} changes in {secs:.2} s = \
-             {:.0} changes/s ({:.0} evaluations/s), {published} match sets published",
+            "{mode:<10}: boot {} objects in {boot_secs:.2} s ({} units); {} changes in {secs:.2} s = \
+             {:.0} changes/s ({:.0} evaluations/s), {published} match units published",
             initial.len(),
             boot.len(),
             o.changes,

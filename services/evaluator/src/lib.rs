@@ -1,7 +1,8 @@
 //! The evaluator service: decides, for every (managed cluster, EventSource) some EventTrigger
-//! deploys, which objects the EventSource selects, and publishes the complete match set when
-//! it changes. Only changed objects are evaluated; an EventSource change re-evaluates the
-//! cached objects (no re-LIST). Lua and CEL run off the async executor.
+//! deploys, which objects the EventSource selects, and publishes what changed as match units:
+//! one member per object that joined, changed or left, then the set's head (ADR 0018). Only
+//! changed objects are evaluated; an EventSource change re-evaluates the cached objects (no
+//! re-LIST). Lua and CEL run off the async executor.
 
 pub mod cloudevents;
 pub mod stage;
@@ -10,8 +11,9 @@ use anyhow::Context as _;
 use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
+use sluice_wire::match_units::{self, Unit};
 
-pub use stage::Evaluator;
+pub use stage::{Evaluator, MatchOutput};
 
 /// Runs the evaluator until `token` is cancelled.
 pub async fn run(
@@ -26,18 +28,18 @@ pub async fn run(
     .await
     .context("failed to connect to the bus")?;
     health.require("nats", bus.connection_probe());
-    let published = health.counter("sluice_evaluator_match_sets_published_total");
+    let published = health.counter("sluice_evaluator_match_units_published_total");
     let rejected = health.counter("sluice_evaluator_messages_rejected_total");
 
     // The evaluator reads no Secret contents: it follows the configuration without the key.
     let (config, mut config_feed) = sluice_wire::follow_config(&bus, None).await?;
-    let mut stage = Evaluator::new(config);
+    let mut stage = Evaluator::new(config).with_payload_limit(bus.payload_limit());
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
-        if let Ok(set) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
-            stage.remember_published(&set);
+        if let Ok(unit) = match_units::decode(&delivered) {
+            stage.remember_published(&unit);
         }
     }
     let mut last_seen = sluice_bus::Freshness::default();
@@ -56,13 +58,12 @@ pub async fn run(
     let boot = tokio::task::block_in_place(|| stage.recompute_all(boot_sequence));
     tracing::info!(
         objects = last_seen.len(),
-        match_sets = boot.len(),
+        match_units = boot.len(),
         "evaluator state rebuilt"
     );
     let mut window =
         AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
-    let outputs = match_messages(boot, "boot", bus.payload_limit(), |_| None)?;
-    published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
+    published.add(publish_units(&bus, &mut window, boot, Vec::new(), "boot", |_| None).await?);
 
     let changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
     // Whichever way this function ends (an error included), the tasks below stop with it.
@@ -106,10 +107,9 @@ pub async fn run(
                 };
                 // The sets of absorbed changes are published with the configuration's, so the
                 // changes are acked once those are stored.
-                let sets = tokio::task::block_in_place(|| stage.on_config(&update));
-                let outputs = match_messages(sets, "config", bus.payload_limit(), |_| None)?;
+                let units = tokio::task::block_in_place(|| stage.on_config(&update));
                 let inputs = held.take();
-                published.add(window.publish(&bus, outputs, inputs.messages).await? as u64);
+                published.add(publish_units(&bus, &mut window, units, inputs.messages, "config", |_| None).await?);
             }
             batch = parsed.recv(), if !window.is_full() => {
                 // The reader ends only when cancelled, or when it failed (it cancels then too,
@@ -221,12 +221,12 @@ impl Held {
         bus: &Bus,
         window: &mut AckWindow,
     ) -> anyhow::Result<u64> {
-        let sets = tokio::task::block_in_place(|| stage.flush());
+        let units = tokio::task::block_in_place(|| stage.flush());
         let Inputs { messages, parents } = self.take();
-        let outputs = match_messages(sets, "change", bus.payload_limit(), |set| {
-            parents.get(&set.source_sequence()).map(String::as_str)
-        })?;
-        Ok(window.publish(bus, outputs, messages).await? as u64)
+        publish_units(bus, window, units, messages, "change", |sequence| {
+            parents.get(&sequence).map(String::as_str)
+        })
+        .await
     }
 }
 
@@ -312,38 +312,97 @@ fn not_stored(window: &AckWindow, error: sluice_bus::Error) -> anyhow::Result<()
     Ok(())
 }
 
-/// The messages that publish `sets`, each with a message id that names its content and a
-/// trace context that continues `parent_of(set)`, the trace of the input that caused it.
-/// A set too large for one message is published as a failure that says so
-/// ([`stage::EncodedSet::too_large`]).
-fn match_messages<'a>(
-    sets: Vec<stage::EncodedSet>,
+/// Outputs published before the window settles older ones: the acks in flight stay within
+/// `ACKS_IN_FLIGHT` however many members one input changes.
+const CHUNK: usize = topology::ACKS_IN_FLIGHT / 4;
+
+/// Publishes the stage's outputs in their order through `window`, which acks `inputs` once
+/// they are stored: members and heads as messages with a message id that names their content
+/// and a trace context that continues `parent_of(source sequence)` (a tombstone with its time
+/// to live, `MEMBER_TOMBSTONE_TTL`), and a purge once everything before it is stored. Returns
+/// how many messages were published.
+async fn publish_units<'a>(
+    bus: &Bus,
+    window: &mut AckWindow,
+    outputs: Vec<MatchOutput>,
+    inputs: Vec<sluice_bus::Message>,
     cause: &str,
-    limit: usize,
-    parent_of: impl Fn(&stage::EncodedSet) -> Option<&'a str>,
-) -> anyhow::Result<Vec<Outgoing>> {
-    let mut outputs = Vec::with_capacity(sets.len());
-    for set in sets {
-        let mut payload = set.encode();
-        let set = if payload.len() > limit {
-            let failed = set.too_large(payload.len(), limit);
-            tracing::warn!(event_source = %set.event_source(), size = payload.len(), limit, "match set too large for one message, publishing a failure");
-            payload = failed.encode();
-            failed
+    parent_of: impl Fn(u64) -> Option<&'a str>,
+) -> anyhow::Result<u64> {
+    let mut acks = Vec::new();
+    let mut published = 0;
+    for output in outputs {
+        if let MatchOutput::Purge {
+            cluster,
+            event_source,
+        } = &output
+        {
+            window.push_batch(std::mem::take(&mut acks), Vec::new());
+            window.drain().await?;
+            let filter =
+                topology::match_members_filter(&sluice_wire::cluster_tokens(cluster), event_source);
+            bus.purge(topology::MATCH, &filter).await?;
+            continue;
+        }
+        if acks.len() >= CHUNK {
+            window.push_batch(std::mem::take(&mut acks), Vec::new());
+            while window.acks_in_flight() + CHUNK > topology::ACKS_IN_FLIGHT {
+                match window.next().await {
+                    Some(sluice_bus::window::Settled::Retried(error)) => not_stored(window, error)?,
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+        }
+        let tombstone = output.is_tombstone();
+        let out = outgoing(output, cause, &parent_of)?;
+        acks.push(if tombstone {
+            bus.publish_expiring(out, topology::MEMBER_TOMBSTONE_TTL)
+                .await?
         } else {
-            set
-        };
-        let cluster = sluice_wire::cluster_id(set.cluster(), "match set")?;
-        let subject =
-            topology::match_subject(&sluice_wire::cluster_tokens(&cluster), set.event_source());
-        let sequence = set.source_sequence().to_string();
-        let content = sluice_bus::hex16(set.content());
-        outputs.push(Outgoing {
-            msg_id: message_id(&["match", &subject, cause, &sequence, &content]),
-            subject,
-            payload: payload.into(),
-            traceparent: Some(sluice_runtime::child_traceparent(parent_of(&set))),
+            bus.publish(out).await?
         });
+        published += 1;
     }
-    Ok(outputs)
+    window.push_batch(acks, inputs);
+    Ok(published)
+}
+
+/// The message of one member or head.
+fn outgoing<'a>(
+    output: MatchOutput,
+    cause: &str,
+    parent_of: &impl Fn(u64) -> Option<&'a str>,
+) -> anyhow::Result<Outgoing> {
+    let sequence = output.source_sequence();
+    let content = output.content_id();
+    let (subject, unit) = match output {
+        MatchOutput::Member(member) => {
+            let cluster = sluice_wire::cluster_id(member.cluster.as_ref(), "match member")?;
+            let (group, kind, namespace, name) =
+                match_units::member_id(&member.object.clone().unwrap_or_default());
+            let subject = topology::match_member_subject(
+                &sluice_wire::cluster_tokens(&cluster),
+                &member.event_source,
+                &group,
+                &kind,
+                &namespace,
+                &name,
+            );
+            (subject, Unit::Member(member))
+        }
+        MatchOutput::Head(head) => {
+            let cluster = sluice_wire::cluster_id(head.cluster.as_ref(), "match head")?;
+            let subject =
+                topology::match_subject(&sluice_wire::cluster_tokens(&cluster), &head.event_source);
+            (subject, Unit::Head(head))
+        }
+        MatchOutput::Purge { .. } => anyhow::bail!("a purge is not a message"),
+    };
+    Ok(Outgoing {
+        msg_id: message_id(&["match", &subject, cause, &sequence.to_string(), &content]),
+        subject,
+        payload: match_units::encode(unit),
+        traceparent: Some(sluice_runtime::child_traceparent(parent_of(sequence))),
+    })
 }

@@ -1,28 +1,32 @@
 //! The evaluator's pure stage: holds the configuration, the compiled EventSources, the objects
 //! of every watched cluster and the per-(cluster, EventSource) match state; turns inputs (a
-//! config update, one object change or a batch of them) into the match sets that changed. No IO,
-//! no clock.
+//! config update, one object change or a batch of them) into the match units that changed:
+//! members that joined, changed or left, then the head of their set (ADR 0018). No IO, no
+//! clock.
 //!
 //! Incremental by construction: which (cluster, EventSource) pairs are deployed, and which of
 //! them watch a (cluster, group, kind), is computed when the configuration changes, not per
 //! object change. An object change evaluates the object once per EventSource watching its kind
-//! and marks a pair dirty only when its match set can differ (the object joined or left it, an
-//! evaluation error appeared or went away, or a matching object changed while the set carries
-//! object contents); only dirty pairs are rebuilt, and a rebuilt set is published only when its
-//! content differs from the last one published.
+//! and marks the object's member dirty only when it can differ (the object joined or left the
+//! set, an evaluation error appeared or went away, or a matching object changed while the set
+//! carries object contents); only dirty members are compared with what was published for them,
+//! so an event costs one member whatever else matches. An aggregatedSelection is evaluated over
+//! all of its pair's objects (inherent), and still publishes only the members that differ.
 
 #[cfg(test)]
 mod tests;
 
-mod encoded;
 mod keys;
 mod match_state;
 
-pub use encoded::{ContentHash, EncodedSet};
+mod units;
 
-use encoded::{content_hash_of, encode_ref};
+pub use units::MatchOutput;
+
 use keys::Two;
-use match_state::{object_ref, to_json, update_key, KeyState, Outcome};
+use match_state::{object_ref, tape_ref, to_json, update_key, KeyState, Outcome};
+use sluice_wire::match_units::{member_hash, member_id, MemberId, Unit};
+use units::{bounded, head_message, tombstone, Published};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -101,12 +105,19 @@ struct Input<'c> {
     cluster: Option<&'c ClusterId>,
 }
 
+/// (selector position, namespace, name) of a matching object in its pair's state.
+type Placed = (usize, String, String);
+
 /// A deployed (cluster, EventSource) pair and its state.
 struct Pair {
     key: MatchKey,
     state: KeyState,
-    /// Content hash of the last match set published for it.
-    published: Option<ContentHash>,
+    /// What was published for it.
+    published: Published,
+    /// Members changed since they were last compared with what was published.
+    dirty: BTreeSet<Placed>,
+    /// Whether every member is to be compared (after a rebuild), not only the dirty ones.
+    full: bool,
 }
 
 /// A compiled EventSource and what it watches.
@@ -130,21 +141,24 @@ pub struct Evaluator {
     pairs: Vec<Pair>,
     /// Index into `pairs` by key.
     deployed: BTreeMap<MatchKey, usize>,
-    /// Content hash of the last match set published, for keys not deployed (deployed pairs
-    /// keep theirs in `pairs`): what a restart finds on the MATCH stream, or what is left of a
-    /// pair that is no longer deployed until it is withdrawn.
-    published: BTreeMap<MatchKey, ContentHash>,
+    /// What was published for keys not deployed (deployed pairs keep theirs in `pairs`): what
+    /// a restart finds on the MATCH stream, or what is left of a pair that is no longer
+    /// deployed until it is withdrawn.
+    published: BTreeMap<MatchKey, Published>,
     /// Per (cluster, group, kind): the pairs watching it. Rebuilt with the pairs, after every
     /// compilation.
     watchers: FxHashMap<ClusterId, FxHashMap<GroupKind, Vec<Watcher>>>,
     /// Pairs changed by absorbed changes, not yet emitted, with the last change's sequence.
     pending: BTreeMap<usize, u64>,
+    /// The most one message may carry: a member over it is published as its failure.
+    payload_limit: usize,
 }
 
 impl Evaluator {
     pub fn new(config: ConfigState) -> Evaluator {
         let mut evaluator = Evaluator {
             config,
+            payload_limit: usize::MAX,
             ..Default::default()
         };
         let names: Vec<String> = evaluator.config.event_sources.keys().cloned().collect();
@@ -155,20 +169,25 @@ impl Evaluator {
         evaluator
     }
 
-    /// Remembers what is already published (the MATCH stream), so a restart republishes only
+    /// The most one message may carry (the bus's payload limit): a member whose encoding is
+    /// larger is published without its resource, as that member's failure.
+    pub fn with_payload_limit(mut self, limit: usize) -> Evaluator {
+        self.payload_limit = limit;
+        self
+    }
+
+    /// Remembers a unit already published (the MATCH stream), so a restart republishes only
     /// what differs.
-    pub fn remember_published(&mut self, set: &pb::MatchSet) {
-        if let Ok(cluster) = sluice_wire::cluster_id(set.cluster.as_ref(), "match stream") {
-            let key = (cluster, set.event_source.clone());
-            let hash = (!set.removed).then(|| content_hash_of(set));
-            match (self.deployed.get(&key), hash) {
-                (Some(&index), hash) => self.pairs[index].published = hash,
-                (None, Some(hash)) => {
-                    self.published.insert(key, hash);
-                }
-                (None, None) => {
-                    self.published.remove(&key);
-                }
+    pub fn remember_published(&mut self, unit: &Unit) {
+        let (cluster, event_source) = match unit {
+            Unit::Member(m) => (m.cluster.as_ref(), &m.event_source),
+            Unit::Head(h) => (h.cluster.as_ref(), &h.event_source),
+        };
+        if let Ok(cluster) = sluice_wire::cluster_id(cluster, "match stream") {
+            let key = (cluster, event_source.clone());
+            match self.deployed.get(&key) {
+                Some(&index) => self.pairs[index].published.remember(unit),
+                None => self.published.entry(key).or_default().remember(unit),
             }
         }
     }
@@ -186,19 +205,19 @@ impl Evaluator {
     }
 
     /// Evaluates every deployed (cluster, EventSource) from scratch; returns what changed.
-    pub fn recompute_all(&mut self, sequence: u64) -> Vec<EncodedSet> {
+    pub fn recompute_all(&mut self, sequence: u64) -> Vec<MatchOutput> {
         // Every pair is rebuilt and emitted below: nothing stays pending.
         self.pending.clear();
         let mut out = self.withdraw_undeployed(sequence);
         for index in 0..self.pairs.len() {
             self.rebuild_pair(index);
-            out.extend(self.emit(index, sequence));
+            self.emit(index, sequence, &mut out);
         }
         out
     }
 
     /// Applies a configuration update; returns the match sets it changed.
-    pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<EncodedSet> {
+    pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<MatchOutput> {
         // Pending sets are indexed by pair, and a configuration change renumbers the pairs.
         let mut out = self.flush();
         if !update.apply_to(&mut self.config) {
@@ -214,14 +233,14 @@ impl Evaluator {
             let key = &self.pairs[index].key;
             if new_pairs.contains(key) || (es_changed && key.1 == update.name) {
                 self.rebuild_pair(index);
-                out.extend(self.emit(index, update.sequence));
+                self.emit(index, update.sequence, &mut out);
             }
         }
         out
     }
 
     /// Applies one object change in a managed cluster; returns the match sets it changed.
-    pub fn on_change(&mut self, change: &pb::ResourceChange, sequence: u64) -> Vec<EncodedSet> {
+    pub fn on_change(&mut self, change: &pb::ResourceChange, sequence: u64) -> Vec<MatchOutput> {
         let mut dirty = std::mem::take(&mut self.pending);
         self.apply_change(change, sequence, &mut dirty);
         self.emit_dirty(dirty)
@@ -230,7 +249,7 @@ impl Evaluator {
     /// Applies a batch of object changes (with their stream sequences, in stream order) and
     /// returns the match sets they changed: one per changed (cluster, EventSource), however
     /// many changes of the batch touched it, carrying the sequence of the last of them.
-    pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<EncodedSet> {
+    pub fn on_changes(&mut self, changes: &[(pb::ResourceChange, u64)]) -> Vec<MatchOutput> {
         let clusters: Vec<Option<ClusterId>> = changes
             .iter()
             .map(|(change, _)| cluster_of(change))
@@ -252,7 +271,7 @@ impl Evaluator {
 
     /// As [`Evaluator::on_changes`], for changes whose objects were parsed already (the
     /// service parses a batch on another thread while the stage evaluates the previous one).
-    pub fn on_parsed(&mut self, changes: &[Parsed]) -> Vec<EncodedSet> {
+    pub fn on_parsed(&mut self, changes: &[Parsed]) -> Vec<MatchOutput> {
         self.absorb(changes);
         self.flush()
     }
@@ -277,7 +296,7 @@ impl Evaluator {
 
     /// The sets absorbed changes changed since the last flush, each with the sequence of the
     /// last change that touched it.
-    pub fn flush(&mut self) -> Vec<EncodedSet> {
+    pub fn flush(&mut self) -> Vec<MatchOutput> {
         let pending = std::mem::take(&mut self.pending);
         self.emit_dirty(pending)
     }
@@ -372,19 +391,31 @@ impl Evaluator {
         };
         self.store(cluster, change, prepared.object.clone());
         for (index, position, content_matters, outcome) in prepared.outcomes {
-            let state = &mut self.pairs[index].state;
+            let pair = &mut self.pairs[index];
             let object = prepared.object.as_ref();
-            if update_key(state, content_matters, position, change, object, outcome) {
+            if update_key(
+                &mut pair.state,
+                content_matters,
+                position,
+                change,
+                object,
+                outcome,
+            ) {
                 dirty.insert(index, sequence);
+                if !pair.full {
+                    pair.dirty
+                        .insert((position, change.namespace.clone(), change.name.clone()));
+                }
             }
         }
     }
 
-    fn emit_dirty(&mut self, dirty: BTreeMap<usize, u64>) -> Vec<EncodedSet> {
-        dirty
-            .into_iter()
-            .filter_map(|(index, sequence)| self.emit(index, sequence))
-            .collect()
+    fn emit_dirty(&mut self, dirty: BTreeMap<usize, u64>) -> Vec<MatchOutput> {
+        let mut out = Vec::new();
+        for (index, sequence) in dirty {
+            self.emit(index, sequence, &mut out);
+        }
+        out
     }
 
     /// Records an object's new state (`None`: deleted or unreadable) in the cluster's store.
@@ -457,18 +488,23 @@ impl Evaluator {
             .into_keys()
             .filter(|(_, es)| self.config.event_sources.contains_key(es))
             .collect();
-        let mut old: BTreeMap<MatchKey, (KeyState, Option<ContentHash>)> =
-            std::mem::take(&mut self.pairs)
-                .into_iter()
-                .map(|pair| (pair.key, (pair.state, pair.published)))
-                .collect();
+        let mut old: BTreeMap<MatchKey, Pair> = std::mem::take(&mut self.pairs)
+            .into_iter()
+            .map(|pair| (pair.key.clone(), pair))
+            .collect();
         let mut new_pairs = BTreeSet::new();
         self.deployed.clear();
         self.watchers.clear();
         for key in keys {
-            let (state, published) = old.remove(&key).unwrap_or_else(|| {
+            let pair = old.remove(&key).unwrap_or_else(|| {
                 new_pairs.insert(key.clone());
-                (KeyState::default(), self.published.remove(&key))
+                Pair {
+                    key: key.clone(),
+                    state: KeyState::default(),
+                    published: self.published.remove(&key).unwrap_or_default(),
+                    dirty: BTreeSet::new(),
+                    full: true,
+                }
             });
             let index = self.pairs.len();
             if let Some(Ok(compiled)) = self.compiled.get(&key.1) {
@@ -486,38 +522,37 @@ impl Evaluator {
                         });
                 }
             }
-            self.deployed.insert(key.clone(), index);
-            self.pairs.push(Pair {
-                key,
-                state,
-                published,
-            });
+            self.deployed.insert(key, index);
+            self.pairs.push(pair);
         }
         // What was published for pairs that are gone stays known until it is withdrawn.
-        for (key, (_, published)) in old {
-            if let Some(hash) = published {
-                self.published.insert(key, hash);
-            }
+        for (key, pair) in old {
+            self.published.insert(key, pair.published);
         }
         new_pairs
     }
 
-    /// Withdraws what was published for pairs no longer deployed.
-    fn withdraw_undeployed(&mut self, sequence: u64) -> Vec<EncodedSet> {
-        std::mem::take(&mut self.published)
-            .into_keys()
-            .filter(|key| !self.deployed.contains_key(key))
-            .map(|key| {
-                let head = pb::MatchSet {
-                    cluster: Some(sluice_wire::cluster_ref(&key.0)),
-                    event_source: key.1.clone(),
-                    removed: true,
-                    source_sequence: sequence,
-                    ..Default::default()
-                };
-                EncodedSet::new(head, Vec::new())
-            })
-            .collect()
+    /// Withdraws what was published for pairs no longer deployed: a head that says `removed`,
+    /// then the purge of the set's members.
+    fn withdraw_undeployed(&mut self, sequence: u64) -> Vec<MatchOutput> {
+        let mut out = Vec::new();
+        for (key, published) in std::mem::take(&mut self.published) {
+            if self.deployed.contains_key(&key) || !published.is_live() {
+                continue;
+            }
+            let head = units::HeadState {
+                removed: true,
+                ..Default::default()
+            };
+            out.push(MatchOutput::Head(head_message(
+                &key.0, &key.1, head, sequence,
+            )));
+            out.push(MatchOutput::Purge {
+                cluster: key.0,
+                event_source: key.1,
+            });
+        }
+        out
     }
 
     /// Re-evaluates every cached object for one pair.
@@ -547,70 +582,206 @@ impl Evaluator {
                 }
             }
         }
-        self.pairs[index].state = state;
+        let pair = &mut self.pairs[index];
+        pair.state = state;
+        pair.full = true;
+        pair.dirty.clear();
     }
 
-    /// Builds the pair's match set and returns it if it differs from the last one published.
-    fn emit(&mut self, index: usize, sequence: u64) -> Option<EncodedSet> {
-        let set = self.match_set(&self.pairs[index], sequence);
-        let published = &mut self.pairs[index].published;
-        if published.as_ref() == Some(set.content()) {
-            return None;
+    /// Appends to `out` the members of the pair that differ from what was published for them,
+    /// then its head if anything changed. While the set fails (an EventSource that does not
+    /// compile, an object whose evaluation failed, an aggregation error), only the head goes
+    /// out, with the failure: the members stay as they were and the changes wait.
+    fn emit(&mut self, index: usize, sequence: u64, out: &mut Vec<MatchOutput>) {
+        let start = out.len();
+        let failure = self.set_failure(index).or_else(|| {
+            let pair = &self.pairs[index];
+            let compiled = match self.compiled.get(&pair.key.1) {
+                Some(Ok(compiled)) => compiled,
+                _ => return None,
+            };
+            let wanted = if compiled.es.has_aggregation() {
+                match self.aggregated_members(pair, compiled) {
+                    Ok(members) => Wanted::All(members),
+                    Err(error) => return Some(error),
+                }
+            } else if pair.full {
+                Wanted::All(self.selected_members(pair, compiled))
+            } else {
+                Wanted::Some(self.dirty_members(pair, compiled))
+            };
+            let pair = &mut self.pairs[index];
+            let changes: Vec<(MemberId, Option<pb::MatchMember>)> = match wanted {
+                Wanted::All(members) => {
+                    let gone: Vec<(MemberId, Option<pb::MatchMember>)> = pair
+                        .published
+                        .ids()
+                        .filter(|id| !members.contains_key(*id))
+                        .map(|id| (id.clone(), None))
+                        .collect();
+                    gone.into_iter()
+                        .chain(members.into_iter().map(|(id, m)| (id, Some(m))))
+                        .collect()
+                }
+                Wanted::Some(members) => members,
+            };
+            for (id, member) in changes {
+                let hash = member.as_ref().map(member_hash);
+                if pair.published.hash(&id) == hash.as_ref() {
+                    continue;
+                }
+                pair.published.record(id.clone(), hash);
+                out.push(MatchOutput::Member(member.unwrap_or_else(|| {
+                    tombstone(&pair.key.0, &pair.key.1, &id, sequence)
+                })));
+            }
+            pair.full = false;
+            pair.dirty.clear();
+            None
+        });
+        let pair = &mut self.pairs[index];
+        for output in &mut out[start..] {
+            if let MatchOutput::Member(member) = output {
+                member.source_sequence = sequence;
+            }
         }
-        *published = Some(*set.content());
-        Some(set)
+        let changed = out.len() > start;
+        if let Some(head) = pair
+            .published
+            .next_head(failure.as_deref().unwrap_or(""), changed)
+        {
+            out.push(MatchOutput::Head(head_message(
+                &pair.key.0,
+                &pair.key.1,
+                head,
+                sequence,
+            )));
+        }
     }
 
-    fn match_set(&self, pair: &Pair, sequence: u64) -> EncodedSet {
-        let key = &pair.key;
-        let mut set = pb::MatchSet {
-            cluster: Some(sluice_wire::cluster_ref(&key.0)),
-            event_source: key.1.clone(),
-            source_sequence: sequence,
+    /// Why the pair's set cannot be evaluated, if it cannot.
+    fn set_failure(&self, index: usize) -> Option<String> {
+        let pair = &self.pairs[index];
+        if let Some(Err(error)) = self.compiled.get(&pair.key.1) {
+            return Some(error.clone());
+        }
+        pair.state
+            .errors
+            .iter()
+            .next()
+            .map(|(object, reason)| format!("{} {}/{}: {reason}", object.0, object.1, object.2))
+    }
+
+    /// A matching object as a member of the pair's set.
+    fn member(
+        &self,
+        pair: &Pair,
+        compiled: &Compiled,
+        position: usize,
+        object: &Tape,
+    ) -> pb::MatchMember {
+        let member = pb::MatchMember {
+            cluster: Some(sluice_wire::cluster_ref(&pair.key.0)),
+            event_source: pair.key.1.clone(),
+            object: Some(tape_ref(object)),
+            resource: if compiled.es.collect_resources() {
+                to_json(&object.to_value())
+            } else {
+                Vec::new()
+            },
+            present: true,
+            order: u32::try_from(position).unwrap_or(u32::MAX),
             ..Default::default()
         };
-        let compiled = match self.compiled.get(&key.1) {
-            Some(Ok(compiled)) => compiled,
-            Some(Err(error)) => {
-                set.failure_message = error.clone();
-                return EncodedSet::new(set, Vec::new());
-            }
-            None => return EncodedSet::new(set, Vec::new()),
-        };
-        let state = &pair.state;
-        if let Some((object, reason)) = state.errors.iter().next() {
-            set.failure_message = format!("{} {}/{}: {reason}", object.0, object.1, object.2);
-            return EncodedSet::new(set, Vec::new());
-        }
-        let es = &compiled.es;
-        let mut matching = Vec::new();
-        if es.has_aggregation() {
-            let selected: Vec<Value> = state.objects().map(|object| object.to_value()).collect();
-            match es.aggregate(&selected) {
-                Ok(aggregated) => {
-                    for object in &aggregated.resources {
-                        encode_ref(&object_ref(object), &mut matching);
-                        if es.collect_resources() {
-                            set.resources.push(to_json(object));
-                        }
-                    }
-                }
-                Err(error) => set.failure_message = error.to_string(),
-            }
-        } else {
-            matching.reserve_exact(state.encoded().map(<[u8]>::len).sum());
-            for encoded in state.encoded() {
-                matching.extend_from_slice(encoded);
-            }
-            if es.collect_resources() {
-                set.resources.reserve_exact(state.encoded().len());
-                for object in state.objects() {
-                    set.resources.push(to_json(&object.to_value()));
-                }
-            }
-        }
-        EncodedSet::new(set, matching)
+        bounded(member, self.payload_limit)
     }
+
+    /// Every member the pair's selectors select.
+    fn selected_members(
+        &self,
+        pair: &Pair,
+        compiled: &Compiled,
+    ) -> BTreeMap<MemberId, pb::MatchMember> {
+        pair.state
+            .entries()
+            .map(|((position, namespace, name), object)| {
+                let id = placed_id(compiled, &(*position, namespace.clone(), name.clone()));
+                (id, self.member(pair, compiled, *position, object))
+            })
+            .collect()
+    }
+
+    /// The dirty members of the pair: each one's member, or `None` when it left.
+    fn dirty_members(
+        &self,
+        pair: &Pair,
+        compiled: &Compiled,
+    ) -> Vec<(MemberId, Option<pb::MatchMember>)> {
+        pair.dirty
+            .iter()
+            .map(|placed| {
+                let member = pair
+                    .state
+                    .get(placed)
+                    .map(|object| self.member(pair, compiled, placed.0, object));
+                (placed_id(compiled, placed), member)
+            })
+            .collect()
+    }
+
+    /// The members an aggregatedSelection makes of every selected object, in its order (the
+    /// first of two outputs naming the same object wins).
+    fn aggregated_members(
+        &self,
+        pair: &Pair,
+        compiled: &Compiled,
+    ) -> Result<BTreeMap<MemberId, pb::MatchMember>, String> {
+        let es = &compiled.es;
+        let selected: Vec<Value> = pair
+            .state
+            .objects()
+            .map(|object| object.to_value())
+            .collect();
+        let aggregated = es.aggregate(&selected).map_err(|error| error.to_string())?;
+        let mut members = BTreeMap::new();
+        for (position, object) in aggregated.resources.iter().enumerate() {
+            let reference = object_ref(object);
+            let member = pb::MatchMember {
+                cluster: Some(sluice_wire::cluster_ref(&pair.key.0)),
+                event_source: pair.key.1.clone(),
+                resource: if es.collect_resources() {
+                    to_json(object)
+                } else {
+                    Vec::new()
+                },
+                object: Some(reference.clone()),
+                present: true,
+                order: u32::try_from(position).unwrap_or(u32::MAX),
+                ..Default::default()
+            };
+            members
+                .entry(member_id(&reference))
+                .or_insert_with(|| bounded(member, self.payload_limit));
+        }
+        Ok(members)
+    }
+}
+
+/// The members a pair wants published: all of them (after a rebuild, or an aggregation), or
+/// the dirty ones (`None`: it left).
+enum Wanted {
+    All(BTreeMap<MemberId, pb::MatchMember>),
+    Some(Vec<(MemberId, Option<pb::MatchMember>)>),
+}
+
+/// The member identity of a pair's object: the group and kind its selector watches.
+fn placed_id(compiled: &Compiled, (position, namespace, name): &Placed) -> MemberId {
+    let (group, kind) = compiled
+        .group_kinds
+        .get(*position)
+        .cloned()
+        .unwrap_or_default();
+    (group, kind, namespace.clone(), name.clone())
 }
 
 /// The object of a change (its JSON text), parsed once; `None` when deleted or unreadable (an

@@ -1,6 +1,6 @@
-//! The evaluator's object path against a real nats-server: ResourceChanges in, one MatchSet
-//! per deployed (cluster, EventSource) out. A changed object republishes only the sets whose
-//! content changed, and a start-up that fans out to more sets than the ack budget allows in
+//! The evaluator's object path against a real nats-server: ResourceChanges in, match units
+//! (members and a head) per deployed (cluster, EventSource) out. A changed object republishes
+//! only the sets whose content changed, and a start-up that fans out to more sets than the ack budget allows in
 //! flight publishes them all and acks every input.
 
 use std::collections::BTreeMap;
@@ -111,33 +111,46 @@ fn service_change((c, n): (usize, usize), team: &str, version: u32) -> anyhow::R
     })
 }
 
-/// The newest MatchSet of every (cluster, EventSource) subject.
+/// Every (cluster, EventSource) set as a reader assembles it from the MATCH stream: its
+/// members' names, and the stream sequence and trace of its head.
 struct Stored {
     names: Vec<String>,
     sequence: u64,
-    /// The trace id of its `traceparent`.
+    /// The trace id of its head's `traceparent`.
     trace: String,
 }
 
 async fn match_sets(bus: &Bus) -> anyhow::Result<BTreeMap<(String, String), Stored>> {
-    let mut sets = BTreeMap::new();
+    let mut view = sluice_wire::match_units::MatchSets::default();
+    let mut heads = BTreeMap::new();
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
-        let set = pb::MatchSet::decode(delivered.payload.clone())?;
-        let cluster = set.cluster.map(|c| c.name).unwrap_or_default();
-        let traceparent = delivered.traceparent.unwrap_or_default();
+        let unit = sluice_wire::match_units::decode(&delivered)?;
+        let head = matches!(unit, sluice_wire::match_units::Unit::Head(_));
+        if let Some((key, _)) = view.apply(unit, delivered.sequence) {
+            if head {
+                heads.insert(key, delivered);
+            }
+        }
+    }
+    let mut sets = BTreeMap::new();
+    for (key, head) in heads {
+        let Some(set) = view.assemble(&key) else {
+            continue;
+        };
+        let traceparent = head.traceparent.unwrap_or_default();
         let stored = Stored {
             names: set.matching.into_iter().map(|o| o.name).collect(),
-            sequence: delivered.sequence,
+            sequence: head.sequence,
             trace: traceparent
                 .split('-')
                 .nth(1)
                 .unwrap_or_default()
                 .to_string(),
         };
-        sets.insert((cluster, set.event_source), stored);
+        sets.insert((key.0.name, key.1), stored);
     }
     Ok(sets)
 }
@@ -362,11 +375,14 @@ async fn a_burst_ends_with_every_final_set_published_far_fewer_times_than_it_cha
         let team = team_of(source).unwrap_or_default() % TEAMS;
         assert_eq!(stored.names, want(team), "{source}");
     }
+    // Each change is one new member of each set of its team, published once; the heads that
+    // close the sets are what holding saves.
     let published = stream.info().await?.state.last_sequence - before;
     let changed = (BURST * SOURCES / TEAMS) as u64;
+    let heads = published - changed;
     assert!(
-        published * 4 <= changed,
-        "{published} sets published for {changed} set changes"
+        heads * 4 <= changed,
+        "{heads} heads published for {changed} set changes"
     );
     token.cancel();
     task.await??;

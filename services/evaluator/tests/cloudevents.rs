@@ -292,15 +292,19 @@ async fn an_invalid_regex_is_a_load_error_reported_for_the_event_source() -> any
         "spec": {"messagingMatchCriteria": [{"subject": "user-operation"}, {"cloudEventType": "login("}]}}))
         .await?;
     let (token, task) = start_evaluator(&nats.url());
-    // The EventSource's match set carries the error, naming the EventSource, field and index.
+    // The EventSource's match head carries the error, naming the EventSource, field and index.
     let subject = topology::match_subject(
         &sluice_wire::cluster_tokens(&cluster("prod")),
         "user-operation",
     );
-    let failure = wait_for("match set with the load error", DEADLINE, || async {
-        let sets = bus.replay_state(topology::MATCH, &subject).await.ok()?;
-        let set = pb::MatchSet::decode(sets.last()?.payload.clone()).ok()?;
-        (!set.failure_message.is_empty()).then_some(set.failure_message)
+    let failure = wait_for("match head with the load error", DEADLINE, || async {
+        let heads = bus.replay_state(topology::MATCH, &subject).await.ok()?;
+        let sluice_wire::match_units::Unit::Head(head) =
+            sluice_wire::match_units::decode(heads.last()?).ok()?
+        else {
+            return None;
+        };
+        (!head.failure_message.is_empty()).then_some(head.failure_message)
     })
     .await?;
     assert_eq!(

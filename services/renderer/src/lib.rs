@@ -1,13 +1,14 @@
 //! The renderer service: for every EventTrigger and every cluster it selects, renders what the
-//! cluster's reported match set asks for and publishes each desired-state unit that changed
-//! (`stage`: the pair's main unit, and one unit per resource of a `oneForEvent` trigger).
+//! cluster's match set asks for and publishes each desired-state unit that changed (`stage`:
+//! the pair's main unit, and one unit per resource of a `oneForEvent` trigger). It reads the
+//! evaluator's match units directly and keeps each set from its members.
 //! Rendering failures affect only their unit and travel on as `failure_message`, so the
 //! applier keeps what exists and reports the error.
 
 pub mod plan;
 pub mod stage;
 
-pub use stage::{ReportChange, Stage, UnitKey};
+pub use stage::{SetChange, Stage, UnitKey};
 
 use anyhow::Context as _;
 use futures::StreamExt;
@@ -15,6 +16,7 @@ use prost::Message as _;
 use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
+use sluice_wire::match_units::{self, Applied, HeadOutcome, Unit};
 
 use stage::content_hash;
 
@@ -24,43 +26,43 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+    let bus_key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
         .context("failed to load the bus key")?;
     let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::RENDERER))
         .await
         .context("failed to connect to the bus")?;
     health.require("nats", bus.connection_probe());
     let published = health.counter("sluice_renderer_desired_states_published_total");
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus, key.as_ref()).await?;
+    let (config, mut config_feed) = sluice_wire::follow_config(&bus, bus_key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
     for delivered in bus
         .replay_state(topology::DESIRED, topology::DESIRED.subjects)
         .await?
     {
         // Remembered as rendered: what it published sealed is compared opened.
-        if let Ok(state) = sluice_wire::decode_desired(&delivered, key.as_ref()) {
+        if let Ok(state) = sluice_wire::decode_desired(&delivered, bus_key.as_ref()) {
             stage.remember_published(&state);
         }
     }
     let mut boot_sequence = 0;
     let mut last_seen = sluice_bus::Freshness::default();
     for delivered in bus
-        .replay_state(topology::REPORT, topology::REPORT.subjects)
+        .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
-        // An unreadable report is not recorded: its delivery is dead-lettered below.
-        if let Ok(report) = sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
+        // An unreadable unit is not recorded: its delivery is dead-lettered below.
+        if let Ok(unit) = match_units::decode(&delivered) {
             last_seen.record(&delivered);
-            stage.set_report(report);
+            stage.apply(unit, delivered.sequence);
         }
     }
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
     let boot = tokio::task::block_in_place(|| stage.recompute(None, boot_sequence));
-    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None, key.as_ref())?;
+    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None, bus_key.as_ref())?;
     published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
 
-    let mut reports = bus.durable(topology::RENDERER_REPORT, None).await?;
+    let mut matches = bus.durable(topology::RENDERER_MATCH, None).await?;
     let mut cloud_events = bus.durable(topology::RENDERER_CEMATCH, None).await?;
     health.set_ready(true);
     loop {
@@ -84,25 +86,60 @@ pub async fn run(
                 }
                 let Some(sequence) = changed else { continue };
                 let states = tokio::task::block_in_place(|| stage.recompute(None, sequence));
-                let outputs = desired_messages(states, "config", bus.payload_limit(), None, key.as_ref())?;
+                let outputs = desired_messages(states, "config", bus.payload_limit(), None, bus_key.as_ref())?;
                 published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
             }
-            batch = sluice_bus::coalesce::next_batch(&mut reports), if !window.is_full() => {
-                let Some(batch) = batch else { anyhow::bail!("report consumer ended") };
-                // Reports are level-based: only the newest per subject is rendered.
-                for (delivered, message) in sluice_bus::coalesce::fresh(topology::REPORT.name, batch, &last_seen, &mut window) {
+            batch = sluice_bus::coalesce::next_batch(&mut matches), if !window.is_full() => {
+                let Some(batch) = batch else { anyhow::bail!("match consumer ended") };
+                // Consecutive units of one set are rendered together; a head closes the group.
+                let mut groups: Vec<Group> = Vec::new();
+                for (delivered, message) in sluice_bus::coalesce::fresh(topology::MATCH.name, batch, &last_seen, &mut window) {
                     last_seen.record(&delivered);
-                    let report = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered) {
+                    let unit = match match_units::decode(&delivered) {
                         Ok(decoded) => decoded,
                         Err(error) => {
                             bus.park("renderer", &delivered, message, &error.to_string(), &mut window).await?;
                             continue;
                         }
                     };
-                    let scope = stage.set_report(report);
-                    let states = tokio::task::block_in_place(|| stage.recompute(scope.as_ref(), delivered.sequence));
-                    let outputs = desired_messages(states, "report", bus.payload_limit(), Some(&delivered), key.as_ref())?;
-                    published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
+                    let member = match &unit {
+                        Unit::Member(m) => Some(match_units::member_id(&m.object.clone().unwrap_or_default())),
+                        Unit::Head(_) => None,
+                    };
+                    let Some((key, applied)) = stage.apply(unit, delivered.sequence) else {
+                        window.push(Vec::new(), Some(message));
+                        continue;
+                    };
+                    let open = groups.last().is_some_and(|g| {
+                        !g.change.head && g.change.cluster == key.0 && g.change.event_source == key.1
+                    });
+                    if !open {
+                        groups.push(Group { change: SetChange::new(&key), inputs: Vec::new(), sequence: 0, parent: None });
+                    }
+                    let group = groups.last_mut().expect("a group was pushed");
+                    match applied {
+                        Applied::Member { changed: true } => group.change.add_members(&stage.sets, member),
+                        Applied::Member { changed: false } => {}
+                        Applied::Head(HeadOutcome::Differs) => {
+                            let changed = stage.sets.reread(&bus, &key).await?;
+                            group.change.add_members(&stage.sets, changed);
+                            group.change.head = true;
+                        }
+                        Applied::Head(_) => group.change.head = true,
+                    }
+                    group.inputs.push(message);
+                    group.sequence = delivered.sequence;
+                    group.parent = delivered.traceparent;
+                }
+                for group in groups {
+                    let change = &group.change;
+                    let states = if change.head || !change.members.changed.is_empty() || !change.members.removed.is_empty() {
+                        tokio::task::block_in_place(|| stage.recompute(Some(change), group.sequence))
+                    } else {
+                        Vec::new()
+                    };
+                    let outputs = desired_messages(states, "match", bus.payload_limit(), group.parent.as_deref(), bus_key.as_ref())?;
+                    published.add(window.publish(&bus, outputs, group.inputs).await? as u64);
                 }
             }
             message = cloud_events.next(), if !window.is_full() => {
@@ -117,7 +154,7 @@ pub async fn run(
                     }
                 };
                 let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
-                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), Some(&delivered), key.as_ref())?;
+                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), delivered.traceparent.as_deref(), bus_key.as_ref())?;
                 published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
             }
             settled = window.next(), if !window.is_empty() => {
@@ -128,9 +165,19 @@ pub async fn run(
         }
     }
     window.drain().await?;
-    drop((reports, cloud_events));
+    drop((matches, cloud_events));
     bus.close().await;
     Ok(())
+}
+
+/// Match units of one set read together, and the inputs to ack once their outputs are stored.
+struct Group {
+    change: SetChange,
+    inputs: Vec<sluice_bus::Message>,
+    /// Stream sequence of the last unit.
+    sequence: u64,
+    /// Trace context of the last unit.
+    parent: Option<String>,
 }
 
 /// The desired state that replaces `state` when it does not fit in one message of `limit`
@@ -163,7 +210,7 @@ fn desired_messages(
     states: Vec<pb::DesiredState>,
     cause: &str,
     limit: usize,
-    input: Option<&Delivered>,
+    parent: Option<&str>,
     key: Option<&sluice_wire::BusKey>,
 ) -> anyhow::Result<Vec<Outgoing>> {
     let mut outputs = Vec::with_capacity(states.len());
@@ -210,9 +257,7 @@ fn desired_messages(
             msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
             subject,
             payload: sluice_wire::encode(&state),
-            traceparent: Some(sluice_runtime::child_traceparent(
-                input.and_then(|d| d.traceparent.as_deref()),
-            )),
+            traceparent: Some(sluice_runtime::child_traceparent(parent)),
         });
     }
     Ok(outputs)

@@ -1,9 +1,11 @@
-//! The renderer's state machine: the configuration, the latest match set of every (cluster,
-//! EventSource), and what it last published per desired-state unit. A match set in, the units
-//! that changed out: the main unit of each (trigger, cluster) and, for `oneForEvent` triggers,
-//! one unit per matching resource, rendered only when that resource changed (ADR 0018). No IO.
+//! The renderer's state machine: the configuration, every (cluster, EventSource) match set as
+//! its members arrive (`MatchSets`), and what it last published per desired-state unit. A match
+//! unit in, the units that changed out (ADR 0018): a member of a `oneForEvent` trigger's set
+//! renders that resource's unit only (a tombstone removes it); a head renders the main unit of
+//! each (trigger, cluster) on the set, which for `oneForEvent: false` is the one rendering over
+//! all resources, once per burst. No IO.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use sha2::{Digest, Sha256};
 use sluice_domain::cluster::{Cluster, ClusterId};
@@ -11,6 +13,7 @@ use sluice_domain::config::ConfigState;
 use sluice_domain::eventtrigger::EventTrigger;
 use sluice_proto::v1 as pb;
 use sluice_template::{Doc, TemplateCache};
+use sluice_wire::match_units::{Applied, MatchSets, MemberId, SetKey, SetView, Unit};
 
 use crate::plan;
 
@@ -21,27 +24,54 @@ pub type UnitKey = (String, ClusterId, Option<Member>);
 /// (namespace, name) of a matching resource.
 pub type Member = (String, String);
 
-/// How a new match set differs from the one it replaces, member by member.
+/// Members of a set that changed: joined or changed (still in the set), or left.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MemberDiff {
-    /// Members that joined or whose reference or collected resource changed.
-    pub changed: Vec<Member>,
-    /// Members that left.
-    pub removed: Vec<Member>,
+    pub changed: Vec<MemberId>,
+    pub removed: Vec<MemberId>,
 }
 
-/// What a recorded match set concerns: its (cluster, EventSource) and its member changes.
+/// What a batch of match units concerns: one set, the members that changed in it, and whether
+/// a head closed it (the main units are rendered then).
 #[derive(Clone, Debug, PartialEq)]
-pub struct ReportChange {
+pub struct SetChange {
     pub cluster: ClusterId,
     pub event_source: String,
     pub members: MemberDiff,
+    pub head: bool,
 }
 
-/// The renderer's state: configuration, latest reports, and what it last published.
+impl SetChange {
+    pub fn new(key: &SetKey) -> SetChange {
+        SetChange {
+            cluster: key.0.clone(),
+            event_source: key.1.clone(),
+            members: MemberDiff::default(),
+            head: false,
+        }
+    }
+
+    /// Records members that changed, each as changed or left by whether `sets` holds it.
+    pub fn add_members(&mut self, sets: &MatchSets, ids: impl IntoIterator<Item = MemberId>) {
+        let key = (self.cluster.clone(), self.event_source.clone());
+        let view = sets.get(&key);
+        for id in ids {
+            let present = view.is_some_and(|v| v.member(&id).is_some());
+            self.members.changed.retain(|c| *c != id);
+            self.members.removed.retain(|c| *c != id);
+            if present {
+                self.members.changed.push(id);
+            } else {
+                self.members.removed.push(id);
+            }
+        }
+    }
+}
+
+/// The renderer's state: configuration, the match sets, and what it last published.
 pub struct Stage {
     pub config: ConfigState,
-    reports: BTreeMap<(ClusterId, String), pb::MatchSet>,
+    pub sets: MatchSets,
     /// Content hash and trigger kind of each unit last published.
     published: BTreeMap<UnitKey, (String, String)>,
     templates: TemplateCache,
@@ -52,7 +82,7 @@ impl Stage {
     pub fn new(config: ConfigState, sveltos_namespace: &str) -> Stage {
         Stage {
             config,
-            reports: BTreeMap::new(),
+            sets: MatchSets::default(),
             published: BTreeMap::new(),
             templates: TemplateCache::new(4096),
             sveltos_namespace: sveltos_namespace.to_string(),
@@ -76,44 +106,17 @@ impl Stage {
         }
     }
 
-    /// Records a match set; returns what it concerns and how its members changed. A failed
-    /// evaluation keeps the members it had (its list is empty and must not be read as "nothing
-    /// matches"), so nothing is withdrawn while it lasts and nothing is missed after it.
-    pub fn set_report(&mut self, mut report: pb::MatchSet) -> Option<ReportChange> {
-        let cluster = sluice_wire::cluster_id(report.cluster.as_ref(), "report").ok()?;
-        let event_source = report.event_source.clone();
-        let key = (cluster.clone(), event_source.clone());
-        let previous = self.reports.remove(&key);
-        let members = if report.removed {
-            member_diff(previous.as_ref(), None)
-        } else if !report.failure_message.is_empty() {
-            if let Some(previous) = previous {
-                report.matching = previous.matching;
-                report.resources = previous.resources;
-            }
-            self.reports.insert(key, report);
-            MemberDiff::default()
-        } else {
-            let diff = member_diff(previous.as_ref(), Some(&report));
-            self.reports.insert(key, report);
-            diff
-        };
-        Some(ReportChange {
-            cluster,
-            event_source,
-            members,
-        })
+    /// Records one match unit read at stream `sequence`; returns its set and what it did
+    /// (see [`MatchSets::apply`]).
+    pub fn apply(&mut self, unit: Unit, sequence: u64) -> Option<(SetKey, Applied)> {
+        self.sets.apply(unit, sequence)
     }
 
     /// Renders the units in scope and returns the desired states that changed, plus removals
     /// for units that no longer exist. `None` renders every unit (start, configuration change);
-    /// a report change renders the main units of the pairs it concerns and, of their resource
-    /// units, only the members that changed.
-    pub fn recompute(
-        &mut self,
-        scope: Option<&ReportChange>,
-        sequence: u64,
-    ) -> Vec<pb::DesiredState> {
+    /// a set change renders, for each pair on that set, the resource units of the members that
+    /// changed and, when a head closed the change, the pair's main unit.
+    pub fn recompute(&mut self, scope: Option<&SetChange>, sequence: u64) -> Vec<pb::DesiredState> {
         let mut current: BTreeSet<(String, ClusterId)> = BTreeSet::new();
         let mut out = Vec::new();
         let config = &self.config;
@@ -139,7 +142,7 @@ impl Stage {
                     sequence,
                 };
                 let mut main = pair.state(None);
-                let report = match &event_source {
+                let view = match &event_source {
                     Ok(es) if !config.event_sources.contains_key(es) => {
                         // Nothing matches, so nothing is wanted; the status says why instead of
                         // showing Provisioned.
@@ -149,44 +152,49 @@ impl Stage {
                         );
                         None
                     }
-                    Ok(es) => self.reports.get(&(cluster_id.clone(), es.clone())),
+                    Ok(es) => self.sets.get(&(cluster_id.clone(), es.clone())),
                     Err(error) => {
                         main.failure_message = error.clone();
                         None
                     }
                 };
+                // A collection is rendered over all of its members once a head closes the
+                // burst; a member alone leaves the main unit as it is.
+                let main_in_scope = trigger.one_for_event || scope.is_none_or(|c| c.head);
                 let ctx = plan::Context {
                     config,
                     templates: &self.templates,
                     sveltos_namespace: &self.sveltos_namespace,
                 };
+                let failure = view
+                    .and_then(SetView::head)
+                    .map(|head| head.failure_message.as_str())
+                    .filter(|failure| !failure.is_empty());
                 let mut units = Vec::new();
-                match report {
-                    Some(report) if !report.failure_message.is_empty() => {
-                        main.failure_message = report.failure_message.clone();
-                    }
-                    Some(report) => {
-                        match plan::main_unit(&ctx, trigger, cluster, report) {
-                            Ok(objects) => main.objects = managed_objects(objects),
-                            Err(error) => main.failure_message = error.to_string(),
-                        }
-                        if trigger.one_for_event && main.failure_message.is_empty() {
-                            let changed = scope.map(|c| &c.members);
-                            match pair.resource_units(&ctx, report, changed) {
-                                Ok(rendered) => units = rendered,
+                match (view, failure) {
+                    (Some(_), Some(failure)) => main.failure_message = failure.to_string(),
+                    (Some(view), None) => {
+                        if !trigger.one_for_event && main_in_scope {
+                            let key = (cluster_id.clone(), pair.event_source.clone());
+                            let set = self.sets.assemble(&key).unwrap_or_default();
+                            match plan::main_unit(&ctx, trigger, cluster, &set) {
+                                Ok(objects) => main.objects = managed_objects(objects),
                                 Err(error) => main.failure_message = error.to_string(),
                             }
                         }
+                        if trigger.one_for_event {
+                            let changed = scope.map(|c| &c.members.changed);
+                            units = pair.resource_units(&ctx, view, changed);
+                        }
                     }
-                    None => {}
+                    (None, _) => {}
                 }
                 // Resource units leave when their member leaves, when the set is gone, or when
                 // the trigger no longer renders per resource; a failure keeps what exists.
                 let removed: Vec<Member> = if !main.failure_message.is_empty() {
                     Vec::new()
-                } else if let (true, Some(_), Some(change)) = (trigger.one_for_event, report, scope)
-                {
-                    change.members.removed.clone()
+                } else if let (true, Some(_), Some(change)) = (trigger.one_for_event, view, scope) {
+                    change.members.removed.iter().map(unit_member).collect()
                 } else {
                     let wanted: HashSet<Member> = units.iter().filter_map(member_of).collect();
                     self.published_members(&trigger.name, &cluster_id)
@@ -199,7 +207,9 @@ impl Stage {
                     state.removed = true;
                     units.push(state);
                 }
-                units.insert(0, main);
+                if main_in_scope {
+                    units.insert(0, main);
+                }
                 for state in units {
                     let key = unit_key(&state, cluster_id.clone());
                     if state.removed {
@@ -216,6 +226,10 @@ impl Stage {
                     }
                 }
             }
+        }
+        if scope.is_some() {
+            // The configuration did not change: no pair went away.
+            return out;
         }
         // Pairs that no longer exist: their main unit is removed, which withdraws every unit of
         // the pair in the applier; their resource units are forgotten with it.
@@ -352,102 +366,64 @@ impl Pair<'_> {
         }
     }
 
-    /// The resource units of the members in `changed` (every member when `None`), each with
-    /// its objects or its own rendering failure. A resource that does not decode fails the
-    /// pair (the error says which).
+    /// The resource units of the members in `changed` that the set holds (every member when
+    /// `None`), each with its objects or its own failure: the member's (an object too large for
+    /// the bus), a resource that is not JSON, or the rendering's.
     fn resource_units(
         &self,
         ctx: &plan::Context<'_>,
-        report: &pb::MatchSet,
-        changed: Option<&MemberDiff>,
-    ) -> Result<Vec<pb::DesiredState>, plan::RenderError> {
-        let wanted: Option<HashSet<(&str, &str)>> = changed.map(|c| {
-            c.changed
-                .iter()
-                .map(|(namespace, name)| (namespace.as_str(), name.as_str()))
-                .collect()
-        });
-        let mut units = Vec::new();
-        for (i, matching) in report.matching.iter().enumerate() {
-            let key = (matching.namespace.as_str(), matching.name.as_str());
-            if wanted.as_ref().is_some_and(|w| !w.contains(&key)) {
+        view: &SetView,
+        changed: Option<&Vec<MemberId>>,
+    ) -> Vec<pb::DesiredState> {
+        let members: Vec<&pb::MatchMember> = match changed {
+            Some(ids) => ids.iter().filter_map(|id| view.member(id)).collect(),
+            None => view.ordered(),
+        };
+        let mut units = Vec::with_capacity(members.len());
+        for member in members {
+            let matching = member.object.clone().unwrap_or_default();
+            let mut state = self.state(Some(&(matching.namespace.clone(), matching.name.clone())));
+            if !member.failure_message.is_empty() {
+                state.failure_message = format!(
+                    "eventtrigger {}: {}",
+                    self.trigger.name, member.failure_message
+                );
+                units.push(state);
                 continue;
             }
-            let member = (matching.namespace.clone(), matching.name.clone());
-            let resource = match report.resources.get(i) {
-                None if report.resources.is_empty() => Doc::Null,
-                None => {
-                    return Err(plan::RenderError(format!(
-                        "eventtrigger {}: match set of eventsource {}: {} resources for {} matching references",
-                        self.trigger.name,
-                        report.event_source,
-                        report.resources.len(),
-                        report.matching.len()
-                    )))
-                }
-                Some(bytes) => serde_json::from_slice::<Doc>(bytes).map_err(|e| {
-                    plan::RenderError(format!(
-                        "eventtrigger {}: match set of eventsource {}: resources[{i}] is not valid JSON: {e}",
-                        self.trigger.name, report.event_source
-                    ))
-                })?,
+            let resource = if member.resource.is_empty() {
+                Ok(Doc::Null)
+            } else {
+                serde_json::from_slice::<Doc>(&member.resource).map_err(|e| {
+                    format!(
+                        "eventtrigger {}: match member {} {}/{} of eventsource {} is not valid JSON: {e}",
+                        self.trigger.name, matching.kind, matching.namespace, matching.name, self.event_source
+                    )
+                })
             };
-            let mut state = self.state(Some(&member));
-            match plan::resource_unit(
-                ctx,
-                self.trigger,
-                self.cluster,
-                &report.event_source,
-                matching,
-                resource,
-            ) {
+            match resource.and_then(|resource| {
+                plan::resource_unit(
+                    ctx,
+                    self.trigger,
+                    self.cluster,
+                    &self.event_source,
+                    &matching,
+                    resource,
+                )
+                .map_err(|error| error.to_string())
+            }) {
                 Ok(objects) => state.objects = managed_objects(objects),
-                Err(error) => state.failure_message = error.to_string(),
+                Err(error) => state.failure_message = error,
             }
             units.push(state);
         }
-        Ok(units)
+        units
     }
 }
 
-/// Each member's position in a set, by (namespace, name) borrowed from the set.
-fn member_index(set: Option<&pb::MatchSet>) -> HashMap<(&str, &str), usize> {
-    set.map(|s| {
-        s.matching
-            .iter()
-            .enumerate()
-            .map(|(i, m)| ((m.namespace.as_str(), m.name.as_str()), i))
-            .collect()
-    })
-    .unwrap_or_default()
-}
-
-/// The members that changed between two sets of the same key (`None` for no set): joined,
-/// reference changed, or collected resource changed; and the members that left.
-pub fn member_diff(before: Option<&pb::MatchSet>, after: Option<&pb::MatchSet>) -> MemberDiff {
-    // Keys borrow the sets' strings: a diff allocates only for the members it names.
-    let owned = |(namespace, name): (&str, &str)| (namespace.to_string(), name.to_string());
-    let old = member_index(before);
-    let new = member_index(after);
-    let mut diff = MemberDiff::default();
-    if let Some(after) = after {
-        for (i, matching) in after.matching.iter().enumerate() {
-            let key = (matching.namespace.as_str(), matching.name.as_str());
-            let same = before.zip(old.get(&key)).is_some_and(|(before, &j)| {
-                before.matching[j] == *matching && before.resources.get(j) == after.resources.get(i)
-            });
-            if !same {
-                diff.changed.push(owned(key));
-            }
-        }
-    }
-    for key in old.keys() {
-        if !new.contains_key(key) {
-            diff.removed.push(owned(*key));
-        }
-    }
-    diff.removed.sort();
-    diff
+/// The resource unit a member renders to: (namespace, name).
+fn unit_member(id: &MemberId) -> Member {
+    (id.2.clone(), id.3.clone())
 }
 
 fn unit_key(state: &pb::DesiredState, cluster: ClusterId) -> UnitKey {

@@ -1,9 +1,12 @@
 //! The reporter service: keeps the management-cluster EventReports (named and labelled as
-//! Sveltos names them, spec §3.2) in step with the evaluator's match sets, then passes each
-//! match set on to the renderer. A failed evaluation shows in `status.failureMessage` and leaves
-//! the last good `matchingResources` in place.
+//! Sveltos names them, spec §3.2) in step with the evaluator's match sets. It reads the match
+//! units in parallel with the renderer, keeps each set from its members, and writes a report
+//! when its head arrives, at most once a second per report while changes keep coming: the
+//! report is a view for users, nothing waits for it. A failed evaluation shows in
+//! `status.failureMessage` and leaves the last good `matchingResources` in place.
 
 pub mod failures;
+pub mod schedule;
 
 use std::time::Duration;
 
@@ -11,13 +14,14 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
+use sluice_bus::{topology, AckWindow, Bus};
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::naming;
 use sluice_domain::reference::object_reference;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
+use sluice_wire::match_units::{self, Applied, HeadOutcome, MatchSets};
 
 const FIELD_MANAGER: &str = "sluice-reporter";
 
@@ -160,6 +164,30 @@ async fn write_status(
     }
 }
 
+/// How many failing members a report's message spells out; the rest are counted.
+const SHOWN_MEMBER_FAILURES: usize = 5;
+
+/// What the members that could not be carried say (an object over the bus's payload limit).
+pub fn member_failures(set: &pb::MatchSet, view: &match_units::SetView) -> Option<String> {
+    let failing: Vec<&str> = view
+        .ordered()
+        .into_iter()
+        .map(|m| m.failure_message.as_str())
+        .filter(|f| !f.is_empty())
+        .collect();
+    if failing.is_empty() || !set.failure_message.is_empty() {
+        return None;
+    }
+    let mut message = failing[..failing.len().min(SHOWN_MEMBER_FAILURES)].join("; ");
+    if failing.len() > SHOWN_MEMBER_FAILURES {
+        message.push_str(&format!(
+            "; and {} more failing members",
+            failing.len() - SHOWN_MEMBER_FAILURES
+        ));
+    }
+    Some(message)
+}
+
 /// Runs the reporter until `token` is cancelled.
 pub async fn run(
     common: CommonArgs,
@@ -204,60 +232,91 @@ pub async fn run(
             failures.record_result(&result);
         }
     }
+    // The sets as the MATCH stream holds them; every report is written once from them, since
+    // a report whose head was acked may not have been written before a restart.
+    let mut sets = MatchSets::default();
+    let mut schedule = schedule::Schedule::default();
+    let mut last_seen = sluice_bus::Freshness::default();
+    for delivered in bus
+        .replay_state(topology::MATCH, topology::MATCH.subjects)
+        .await?
+    {
+        // An unreadable unit is not recorded: its delivery is dead-lettered below.
+        if let Ok(unit) = match_units::decode(&delivered) {
+            last_seen.record(&delivered);
+            if let Some((key, Applied::Head(_))) = sets.apply(unit, delivered.sequence) {
+                schedule.mark(&key, tokio::time::Instant::now());
+            }
+        }
+    }
     let mut matches = bus.durable(topology::REPORTER_MATCH, None).await?;
     let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
-    let mut last_seen = sluice_bus::Freshness::default();
     health.set_ready(true);
     loop {
+        let next_due = schedule.next_due();
         tokio::select! {
             _ = token.cancelled() => break,
             batch = sluice_bus::coalesce::next_batch(&mut matches), if !window.is_full() => {
                 let Some(batch) = batch else { anyhow::bail!("match consumer ended") };
-                // Match sets are level-based: only the newest per subject is written.
                 for (delivered, message) in sluice_bus::coalesce::fresh(topology::MATCH.name, batch, &last_seen, &mut window) {
-                    let (set, cluster) = match sluice_wire::decode::<pb::MatchSet>("MatchSet", &delivered)
-                        .and_then(|set| sluice_wire::cluster_id(set.cluster.as_ref(), &delivered.subject).map(|c| (set, c)))
-                    {
-                        Ok(decoded) => decoded,
+                    last_seen.record(&delivered);
+                    let unit = match match_units::decode(&delivered) {
+                        Ok(unit) => unit,
                         Err(error) => {
                             bus.park("reporter", &delivered, message, &error.to_string(), &mut window).await?;
                             continue;
                         }
                     };
-                    let key = (cluster.clone(), set.event_source.clone());
-                    failures.record_evaluation(&key, &set.failure_message, set.removed);
-                    let failure = failures.message(&key);
-                    let mut acks = Vec::with_capacity(2);
-                    match write(&client, &kind, &cluster, &set, failure.as_deref()).await {
-                        Ok(()) => written.inc(),
+                    if let Some((key, Applied::Head(outcome))) = sets.apply(unit, delivered.sequence) {
+                        if outcome == HeadOutcome::Differs {
+                            sets.reread(&bus, &key).await?;
+                        }
+                        schedule.mark(&key, tokio::time::Instant::now());
+                    }
+                    // Nothing is published for a unit: it is acked once read.
+                    window.push(Vec::new(), Some(message));
+                }
+            }
+            _ = sleep_until(next_due), if next_due.is_some() => {
+                let now = tokio::time::Instant::now();
+                for key in schedule.take_due(now) {
+                    let set = sets.assemble(&key);
+                    let removed = set.is_none();
+                    let set = set.unwrap_or_else(|| pb::MatchSet {
+                        cluster: Some(sluice_wire::cluster_ref(&key.0)),
+                        event_source: key.1.clone(),
+                        removed: true,
+                        ..Default::default()
+                    });
+                    failures.record_evaluation(&key, &set.failure_message, removed);
+                    let failure = match (sets.get(&key).and_then(|view| member_failures(&set, view)), failures.message(&key)) {
+                        (Some(members), Some(other)) => Some(format!("{members}; {other}")),
+                        (members, other) => members.or(other),
+                    };
+                    match write(&client, &kind, &key.0, &set, failure.as_deref()).await {
+                        Ok(()) => {
+                            written.inc();
+                            if removed {
+                                schedule.forget(&key);
+                            }
+                        }
                         Err(error) if error.is_transient() => {
                             errors.inc();
-                            tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %error, "failed to write EventReport, will retry");
-                            let nak = async_nats::jetstream::AckKind::Nak(Some(Duration::from_millis(500)));
-                            let _ = message.ack_with(nak).await;
-                            continue;
+                            tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport, will retry");
+                            schedule.retry(&key, now, Duration::from_millis(500));
                         }
                         Err(error) => {
-                            // The API server will never take this report: say so on the dead-letter
-                            // subject and pass the set on, so the renderer does not wait for it.
+                            // The API server will never take this report: say so on the
+                            // dead-letter subject; the ClusterProfiles never wait for it.
                             errors.inc();
                             let reason = sluice_runtime::error_chain(&error);
-                            tracing::warn!(cluster = %cluster, event_source = %set.event_source, error = %reason, "EventReport refused by the API server, passing the match set on");
-                            acks.push(bus.dead_letter("reporter", &delivered.subject, delivered.payload.clone(), &reason, &[]).await?);
+                            tracing::warn!(cluster = %key.0, event_source = %key.1, error = %reason, "EventReport refused by the API server");
+                            let subject = topology::match_subject(&sluice_wire::cluster_tokens(&key.0), &key.1);
+                            let head = sets.get(&key).and_then(|view| view.head()).cloned().unwrap_or_default();
+                            let payload = match_units::encode(match_units::Unit::Head(head));
+                            window.push(vec![bus.dead_letter("reporter", &subject, payload, &reason, &[]).await?], None);
                         }
                     }
-                    last_seen.record(&delivered);
-                    let subject = topology::report_subject(&sluice_wire::cluster_tokens(&cluster), &set.event_source);
-                    let ack = bus
-                        .publish(Outgoing {
-                            msg_id: message_id(&["report", &subject, &delivered.sequence.to_string()]),
-                            subject,
-                            payload: delivered.payload.clone(),
-                            traceparent: Some(sluice_runtime::child_traceparent(delivered.traceparent.as_deref())),
-                        })
-                        .await?;
-                    acks.push(ack);
-                    window.push(acks, Some(message));
                 }
             }
             result = applied_feed.next() => {
@@ -269,7 +328,7 @@ pub async fn run(
                 };
                 let Some(key) = failures.record_result(&result) else { continue };
                 let failure = failures.message(&key);
-                // Best effort: the next match set or result writes the status again.
+                // Best effort: the next head or result writes the status again.
                 if let Err(error) = write_status(&client, &kind, &key.0, &key.1, failure.as_deref()).await {
                     errors.inc();
                     tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport status");
@@ -277,7 +336,7 @@ pub async fn run(
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
-                    tracing::warn!(error = %error, "report not stored, input will be redelivered");
+                    tracing::warn!(error = %error, "input not acked, it will be redelivered");
                 }
             }
         }
@@ -286,6 +345,13 @@ pub async fn run(
     drop(matches);
     bus.close().await;
     Ok(())
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]
@@ -347,6 +413,51 @@ mod tests {
                 naming::event_report_name(&cluster(), "sveltos-service")
             ))
         );
+    }
+
+    /// A member the evaluator could not carry (its object is over the bus's payload limit)
+    /// shows in the report's failure, unless the whole set failed.
+    #[test]
+    fn members_that_could_not_be_carried_are_the_reports_failure() {
+        let mut sets = MatchSets::default();
+        let member = |name: &str, failure: &str| {
+            match_units::Unit::Member(pb::MatchMember {
+                cluster: Some(sluice_wire::cluster_ref(&cluster())),
+                event_source: "es".into(),
+                object: Some(pb::ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    namespace: "default".into(),
+                    name: name.into(),
+                }),
+                present: true,
+                failure_message: failure.into(),
+                ..Default::default()
+            })
+        };
+        sets.apply(member("a", ""), 1);
+        for (sequence, name) in ["b", "c", "d", "e", "f", "g"].into_iter().enumerate() {
+            sets.apply(
+                member(name, &format!("Service default/{name} takes 40000 bytes")),
+                sequence as u64 + 2,
+            );
+        }
+        let key = (cluster(), "es".to_string());
+        let view = sets.get(&key).expect("the set");
+        let set = sets.assemble(&key).expect("the set");
+        assert_eq!(
+            member_failures(&set, view).as_deref(),
+            Some(
+                "Service default/b takes 40000 bytes; Service default/c takes 40000 bytes; \
+                 Service default/d takes 40000 bytes; Service default/e takes 40000 bytes; \
+                 Service default/f takes 40000 bytes; and 1 more failing members"
+            )
+        );
+        let failed = pb::MatchSet {
+            failure_message: "eventsource es: lua: boom".into(),
+            ..set
+        };
+        assert_eq!(member_failures(&failed, view), None);
     }
 
     #[test]

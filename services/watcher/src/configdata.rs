@@ -232,7 +232,7 @@ impl ConfigData {
                     let out = self.outgoing(&key, &message);
                     match self
                         .bus
-                        .publish_expiring(out, topology::CONFIG_TOMBSTONE_TTL)
+                        .publish_expiring_durably(out, topology::CONFIG_TOMBSTONE_TTL)
                         .await
                     {
                         Ok(()) => {

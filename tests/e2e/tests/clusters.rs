@@ -58,10 +58,10 @@ async fn capi_cluster_is_reached_through_its_kubeconfig_secret() -> anyhow::Resu
         profile["metadata"]["labels"][naming::LABEL_CLUSTER_TYPE],
         "Capi"
     );
-    let report = stack
-        .event_report("capi--sveltos-service--capi-a")
-        .await?
-        .expect("EventReport named as Sveltos names it for a CAPI cluster");
+    // The EventReport named as Sveltos names it for a CAPI cluster.
+    let report = demo::wait_report(&stack, "capi--sveltos-service--capi-a", DEADLINE, |_| true)
+        .await
+        .map_err(|e| fail(&stack, e))?;
     assert_eq!(report["spec"]["clusterType"], "Capi");
     // Paused: sluice stops configuring it and withdraws what it created.
     let mut paused = cluster.clone();

@@ -1,13 +1,13 @@
-//! No ceiling where the units are bounded, and what cannot fit fails visibly and alone, on a
-//! bus whose messages carry at most 32 KiB: twenty Services of a `oneForEvent` trigger become
-//! twenty resource units (their desired state as one message would take about 54 KiB); eighty
-//! Services make the match set itself outgrow a message, which becomes a failure in the
-//! EventReport and the trigger's status while every service keeps running and the other
-//! cluster's events still become ClusterProfiles; once the set fits again everything converges
-//! with nothing left over (ADR 0018).
+//! No ceiling, and what cannot fit fails visibly and alone, on a bus whose messages carry at
+//! most 32 KiB (ADR 0018): twenty Services of a `oneForEvent` trigger become twenty resource
+//! units (their desired state as one message would take about 54 KiB); three hundred Services,
+//! whose match set with its collected resources would take several times what one message may
+//! carry, flow completely as match members while every service keeps running; deleting
+//! everything leaves nothing.
 
 use std::time::Duration;
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use serde_json::Value;
 use sluice_cli::demo::{self, owned_by, profiles_for, wait_profile};
 use sluice_cli::stack::{Stack, MANAGEMENT};
@@ -25,11 +25,54 @@ fn service(index: usize) -> String {
     demo::SERVICE.replace("name: my-service", &format!("name: service-{index:03}"))
 }
 
+/// Creates (or deletes) the Services of `range` in cluster-a, a few requests at a time.
 async fn create_services(stack: &Stack, range: std::ops::Range<usize>) -> anyhow::Result<()> {
-    for index in range {
-        stack.apply_yaml("cluster-a", &service(index)).await?;
-    }
+    futures::stream::iter(range)
+        .map(|index| async move { stack.apply_yaml("cluster-a", &service(index)).await })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
     Ok(())
+}
+
+async fn delete_services(stack: &Stack, range: std::ops::Range<usize>) -> anyhow::Result<()> {
+    futures::stream::iter(range)
+        .map(|index| async move {
+            let name = format!("service-{index:03}");
+            stack
+                .delete("cluster-a", "v1", "Service", "default", &name)
+                .await
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// A stack whose bus carries at most [`MAX_PAYLOAD`] bytes per message, with seed 000's
+/// EventSource and trigger, and `clusters` registered with the label the trigger selects; with
+/// the server's configuration file, kept as long as the stack.
+async fn small_bus_stack(clusters: &[&str]) -> anyhow::Result<Stack> {
+    let config = format!("max_payload: {MAX_PAYLOAD}\n");
+    let stack = Stack::start_with_nats_config(clusters, None, &config).await?;
+    for cluster in clusters {
+        stack.register_cluster(cluster, &[("env", "fv")]).await?;
+    }
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
+        .await?;
+    Ok(stack)
+}
+
+/// Every service is still running.
+fn assert_all_running(stack: &mut Stack) {
+    assert_eq!(
+        stack.exited_services(),
+        Vec::<&str>::new(),
+        "{}",
+        stack.logs()
+    );
 }
 
 /// The trigger's `clusterInfo` entry for a cluster.
@@ -55,9 +98,13 @@ async fn cluster_info(stack: &Stack, cluster: &str) -> Option<Value> {
 /// Waits until cluster-a has exactly `count` of the trigger's ClusterProfiles and its status
 /// says Provisioned.
 async fn provisioned_with(stack: &Stack, count: usize) -> anyhow::Result<()> {
+    provisioned_within(stack, count, DEADLINE).await
+}
+
+async fn provisioned_within(stack: &Stack, count: usize, deadline: Duration) -> anyhow::Result<()> {
     wait_for(
         &format!("{count} profiles in cluster-a, provisioned"),
-        DEADLINE,
+        deadline,
         || async {
             let owned = owned_by(stack, TRIGGER, "cluster-a").await.ok()?;
             let profiles = owned
@@ -75,17 +122,8 @@ async fn provisioned_with(stack: &Stack, count: usize) -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Result<()> {
-    let config = format!("max_payload: {MAX_PAYLOAD}\n");
-    let mut stack =
-        Stack::start_with_nats_config(&["cluster-a", "cluster-b"], None, &config).await?;
-    for cluster in ["cluster-a", "cluster-b"] {
-        stack.register_cluster(cluster, &[("env", "fv")]).await?;
-    }
-    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
-    stack
-        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
-        .await?;
+async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> anyhow::Result<()> {
+    let mut stack = small_bus_stack(&["cluster-a", "cluster-b"]).await?;
 
     // Twenty Services: each is its own unit, so none outgrows a message.
     create_services(&stack, 0..20).await?;
@@ -97,69 +135,29 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
         .await
         .map_err(|e| fail(&stack, e))?;
 
-    // Eighty Services: now the match set itself outgrows a message; the EventReport says so.
-    create_services(&stack, 20..80).await?;
+    // Three hundred Services: the match set is far larger than a message and flows whole.
+    const MANY: usize = 300;
+    create_services(&stack, 20..MANY).await?;
+    provisioned_with(&stack, MANY).await?;
     let report_name = "sveltos--sveltos-service--cluster-a";
-    let report = wait_for(
-        "the EventReport to show the match set's size",
-        DEADLINE,
-        || async {
-            stack
-                .event_report(report_name)
-                .await
-                .ok()
-                .flatten()
-                .filter(|r| {
-                    r["status"]["failureMessage"].as_str().is_some_and(|m| {
-                        m.contains("match set of eventsource sveltos-service takes")
-                    })
-                })
-        },
-    )
+    let report = demo::wait_report(&stack, report_name, DEADLINE, |r| {
+        r["spec"]["matchingResources"]
+            .as_array()
+            .is_some_and(|m| m.len() == MANY)
+    })
     .await
     .map_err(|e| fail(&stack, e))?;
+    let resources = report["spec"]["resources"].as_str().unwrap_or_default();
     assert!(
-        report["status"]["failureMessage"]
-            .as_str()
-            .is_some_and(|m| m.contains(&format!("over the {} bytes", MAX_PAYLOAD - 4096))),
-        "{report}"
-    );
-    let failed = wait_for(
-        "the trigger's status to show the match set's size",
-        DEADLINE,
-        || async {
-            cluster_info(&stack, "cluster-a")
-                .await
-                .filter(|info| info["status"] == "Failed")
-        },
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
-    assert!(
-        failed["failureMessage"]
-            .as_str()
-            .is_some_and(|m| m.contains("match set of eventsource sveltos-service takes")),
-        "{failed}"
-    );
-    assert_eq!(
-        stack.exited_services(),
-        Vec::<&str>::new(),
-        "{}",
-        stack.logs()
+        resources.len() > 4 * MAX_PAYLOAD,
+        "the collected resources ({} bytes of base64) exceed a message several times",
+        resources.len()
     );
 
-    // Back under the limit: exactly the two remaining Services have their profiles.
-    for index in 2..80 {
-        stack
-            .delete(
-                "cluster-a",
-                "v1",
-                "Service",
-                "default",
-                &format!("service-{index:03}"),
-            )
-            .await?;
-    }
+    assert_all_running(&mut stack);
+
+    // Everything goes: nothing is left over.
+    delete_services(&stack, 2..MANY).await?;
     provisioned_with(&stack, 2).await?;
     for index in 0..2 {
         let name = format!("service-{index:03}");
@@ -171,11 +169,75 @@ async fn outputs_too_large_for_the_bus_fail_alone_and_recover() -> anyhow::Resul
             "{name}"
         );
     }
-    assert_eq!(
-        stack.exited_services(),
-        Vec::<&str>::new(),
-        "{}",
-        stack.logs()
+    delete_services(&stack, 0..2).await?;
+    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    assert_all_running(&mut stack);
+    Ok(())
+}
+
+/// Services matching the seed's `oneForEvent` trigger in one cluster for the scale test.
+const THOUSANDS: usize = 1_000;
+
+/// Thousands of matches on the 32 KiB bus, with the evaluator and the renderer killed half-way
+/// and started again while Services keep coming: every Service ends with exactly one
+/// ClusterProfile, the EventReport lists them all, and deleting them all leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_matches_converge_exactly_across_restarts() -> anyhow::Result<()> {
+    let mut stack = small_bus_stack(&["cluster-a"]).await?;
+    let deadline = Duration::from_secs(300);
+    let started = std::time::Instant::now();
+
+    let half = THOUSANDS / 2;
+    create_services(&stack, 0..half).await?;
+    stack.kill_service("sluice-evaluator");
+    stack.kill_service("sluice-renderer");
+    create_services(&stack, half..THOUSANDS - 100).await?;
+    stack.start_service("sluice-evaluator")?;
+    stack.start_service("sluice-renderer")?;
+    create_services(&stack, THOUSANDS - 100..THOUSANDS).await?;
+    provisioned_within(&stack, THOUSANDS, deadline).await?;
+    let owned = owned_by(&stack, TRIGGER, "cluster-a").await?;
+    let mut resources: Vec<&str> = owned
+        .iter()
+        .filter(|o| o["kind"] == "ClusterProfile")
+        .filter_map(|o| {
+            o["metadata"]["labels"][sluice_domain::naming::LABEL_RESOURCE_NAME].as_str()
+        })
+        .collect();
+    resources.sort_unstable();
+    resources.dedup();
+    assert_eq!(resources.len(), THOUSANDS, "one profile per Service");
+    // The report lists every Service, or, when the collected resources are over what the API
+    // server stores in one object, lists nothing and says so, naming the count.
+    demo::wait_report(
+        &stack,
+        "sveltos--sveltos-service--cluster-a",
+        deadline,
+        |r| {
+            let listed = r["spec"]["matchingResources"].as_array().map(Vec::len);
+            let too_large = r["status"]["failureMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("{THOUSANDS} matching resources take")));
+            listed == Some(THOUSANDS) || (too_large && listed == Some(0))
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    eprintln!(
+        "{THOUSANDS} Services provisioned after {:?}",
+        started.elapsed()
     );
+
+    delete_services(&stack, 0..THOUSANDS).await?;
+    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", deadline)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    eprintln!(
+        "{THOUSANDS} Services cleaned up after {:?}",
+        started.elapsed()
+    );
+    assert_all_running(&mut stack);
     Ok(())
 }

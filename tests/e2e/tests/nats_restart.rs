@@ -31,7 +31,7 @@ async fn consumers(stack: &Stack) -> String {
     for spec in [
         topology::EVALUATOR_CHANGES,
         topology::REPORTER_MATCH,
-        topology::RENDERER_REPORT,
+        topology::RENDERER_MATCH,
         topology::APPLIER_DESIRED,
     ] {
         let info = async {

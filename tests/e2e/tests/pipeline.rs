@@ -90,10 +90,13 @@ async fn service_event_becomes_cluster_profile_and_is_cleaned_up() -> anyhow::Re
         "network-policy"
     );
 
-    let report = stack
-        .event_report("sveltos--sveltos-service--cluster-a")
-        .await?
-        .expect("EventReport");
+    let report = demo::wait_report(
+        &stack,
+        "sveltos--sveltos-service--cluster-a",
+        DEADLINE,
+        |r| r["spec"]["matchingResources"][0]["name"] == "my-service",
+    )
+    .await?;
     assert_eq!(report["spec"]["clusterType"], "Sveltos");
     assert_eq!(report["spec"]["matchingResources"][0]["name"], "my-service");
     assert_eq!(
@@ -177,9 +180,9 @@ async fn unreadable_messages_are_dead_lettered_with_the_reason() -> anyhow::Resu
     let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
     // Not protobuf: an invalid wire type.
     let garbage = bytes::Bytes::from_static(&[0xff, 0xff, 0xff]);
+    // The reporter and the renderer both read the match stream.
     for subject in [
         topology::match_subject(&cluster, "es"),
-        topology::report_subject(&cluster, "es"),
         topology::desired_subject("trigger", &cluster),
     ] {
         js.publish(subject, garbage.clone()).await?.await?;

@@ -1,7 +1,7 @@
 //! The match state of one (cluster, EventSource) pair: which objects match and which failed,
-//! how one evaluated change updates it, and what identifies a match set's content.
+//! and how one evaluated change updates it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -10,17 +10,15 @@ use sluice_eval::tape::NodeRef;
 use sluice_eval::Tape;
 use sluice_proto::v1 as pb;
 
-use super::encoded::encode_ref;
 use super::keys::Placed;
 
 /// State kept per (cluster, EventSource).
 #[derive(Debug, Default)]
 pub(super) struct KeyState {
-    /// Each matching object's reference, encoded once when it joined (as an entry of
-    /// `MatchSet.matching`, see `encoded.rs`), by (selector position, namespace, name): the API
-    /// server's LIST order within a selector, selectors in spec order. Changed only through
+    /// Each matching object by (selector position, namespace, name): the API server's LIST
+    /// order within a selector, selectors in spec order. Changed only through
     /// [`KeyState::insert`] and [`KeyState::remove`], which keep `objects` in step.
-    order: BTreeMap<(usize, String, String), Box<[u8]>>,
+    order: BTreeSet<(usize, String, String)>,
     /// The matching objects' current contents by the same keys, hashed: most changes concern
     /// an object that stays in or out of the set, found without the ordered map's string
     /// comparisons (which miss the cache on a large set).
@@ -30,19 +28,26 @@ pub(super) struct KeyState {
 }
 
 impl KeyState {
-    /// The matching objects' encoded references, in set order.
-    pub(super) fn encoded(&self) -> impl ExactSizeIterator<Item = &[u8]> {
-        self.order.values().map(|encoded| &**encoded)
+    /// The matching objects with their keys, in set order.
+    pub(super) fn entries(&self) -> impl Iterator<Item = (&(usize, String, String), &Arc<Tape>)> {
+        self.order
+            .iter()
+            .filter_map(|key| self.objects.get(key).map(|object| (key, object)))
     }
 
     /// The matching objects' contents, in set order.
     pub(super) fn objects(&self) -> impl Iterator<Item = &Arc<Tape>> {
-        self.order.keys().filter_map(|key| self.objects.get(key))
+        self.entries().map(|(_, object)| object)
+    }
+
+    /// The content of a matching object.
+    pub(super) fn get(&self, key: &(usize, String, String)) -> Option<&Arc<Tape>> {
+        self.objects.get(key)
     }
 
     /// Adds a matching object, or replaces its content.
     pub(super) fn insert(&mut self, key: (usize, String, String), object: &Arc<Tape>) {
-        self.order.insert(key.clone(), encode_object(object));
+        self.order.insert(key.clone());
         self.objects.insert(key, object.clone());
     }
 
@@ -63,8 +68,8 @@ impl KeyState {
     }
 }
 
-/// An object's reference as an entry of `MatchSet.matching`.
-fn encode_object(object: &Tape) -> Box<[u8]> {
+/// An object's reference, read from its parsed document.
+pub(super) fn tape_ref(object: &Tape) -> pb::ObjectRef {
     let root = object.root();
     let text = |v: Option<NodeRef<'_>>| {
         v.and_then(|v| v.as_str())
@@ -72,15 +77,12 @@ fn encode_object(object: &Tape) -> Box<[u8]> {
             .unwrap_or_default()
     };
     let metadata = root.get("metadata");
-    let reference = pb::ObjectRef {
+    pb::ObjectRef {
         api_version: text(root.get("apiVersion")),
         kind: text(root.get("kind")),
         namespace: text(metadata.and_then(|m| m.get("namespace"))),
         name: text(metadata.and_then(|m| m.get("name"))),
-    };
-    let mut encoded = Vec::new();
-    encode_ref(&reference, &mut encoded);
-    encoded.into_boxed_slice()
+    }
 }
 
 /// What one pair makes of one object change.
@@ -190,10 +192,11 @@ mod tests {
                 model.contains_key(&probe)
             );
         }
-        assert_eq!(state.encoded().len(), model.len());
-        let expected: Vec<Box<[u8]>> = model.values().map(|o| encode_object(o)).collect();
-        let encoded: Vec<&[u8]> = state.encoded().collect();
-        assert_eq!(encoded, expected.iter().map(|e| &**e).collect::<Vec<_>>());
+        let keys: Vec<&(usize, String, String)> = state.entries().map(|(k, _)| k).collect();
+        assert_eq!(keys, model.keys().collect::<Vec<_>>());
+        let expected: Vec<pb::ObjectRef> = model.values().map(|o| tape_ref(o)).collect();
+        let refs: Vec<pb::ObjectRef> = state.objects().map(|o| tape_ref(o)).collect();
+        assert_eq!(refs, expected);
         let objects: Vec<*const Tape> = state.objects().map(Arc::as_ptr).collect();
         let in_order: Vec<*const Tape> = model.values().map(Arc::as_ptr).collect();
         assert_eq!(objects, in_order);

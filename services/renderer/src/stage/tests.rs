@@ -1,10 +1,15 @@
-//! The stage on seed 000's NetworkPolicy trigger (`oneForEvent: true`): one unit per Service,
-//! rendered only when that Service changed; a Service that leaves removes its unit; a failed
-//! evaluation keeps every unit and misses nothing once it ends.
+//! The stage on seed 000's NetworkPolicy trigger (`oneForEvent: true`), fed match units as the
+//! evaluator publishes them: one unit per Service, rendered only when that Service's member
+//! changed; a Service that leaves removes its unit; a failed evaluation keeps every unit and
+//! misses nothing once it ends; a missed tombstone is found by the head.
 
 use serde_json::{json, Value};
 use sluice_domain::config::ConfigState;
 use sluice_proto::v1 as pb;
+
+use std::collections::BTreeMap;
+
+use sluice_wire::match_units::{fold, member_hash, member_id, HeadOutcome};
 
 use super::*;
 
@@ -14,6 +19,11 @@ const TRIGGER: &str =
     include_str!("../../../../examples/seed-000-networkpolicy/eventbasedaddon.yaml");
 
 fn stage() -> Stage {
+    stage_with(|_| {})
+}
+
+/// The seed's stage with its trigger changed by `edit`.
+fn stage_with(edit: impl Fn(&mut Value)) -> Stage {
     let mut config = ConfigState::default();
     let cluster = json!({
         "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
@@ -23,7 +33,10 @@ fn stage() -> Stage {
     config.apply("SveltosCluster", "default", "cluster-a", Some(&cluster));
     for text in [EVENT_SOURCE, TRIGGER] {
         for doc in serde_yaml::Deserializer::from_str(text) {
-            let value: Value = serde::Deserialize::deserialize(doc).expect("seed YAML parses");
+            let mut value: Value = serde::Deserialize::deserialize(doc).expect("seed YAML parses");
+            if value["kind"] != "EventSource" {
+                edit(&mut value);
+            }
             let field = |f: &str| value["metadata"][f].as_str().unwrap_or("").to_string();
             let kind = value["kind"].as_str().unwrap_or("").to_string();
             config.apply(&kind, &field("namespace"), &field("name"), Some(&value));
@@ -38,31 +51,108 @@ fn service(name: &str, port: u16) -> Value {
            "spec": {"selector": {"app": name}, "ports": [{"port": port}]}})
 }
 
-fn set(services: &[Value]) -> pb::MatchSet {
-    pb::MatchSet {
-        cluster: Some(sluice_wire::cluster_ref(&ClusterId {
-            cluster_type: sluice_domain::cluster::ClusterType::Sveltos,
-            namespace: "default".into(),
-            name: "cluster-a".into(),
-        })),
-        event_source: "sveltos-service".into(),
-        matching: services.iter().map(sluice_wire::object_ref).collect(),
-        resources: services
-            .iter()
-            .map(|s| serde_json::to_vec(s).expect("json"))
-            .collect(),
-        ..Default::default()
+fn cluster() -> ClusterId {
+    ClusterId {
+        cluster_type: sluice_domain::cluster::ClusterType::Sveltos,
+        namespace: "default".into(),
+        name: "cluster-a".into(),
     }
 }
 
-/// Records `report` and returns what was published: (resource name or "" for the main unit,
-/// objects, failure, removed).
-fn step(stage: &mut Stage, report: pb::MatchSet) -> Vec<(String, usize, String, bool)> {
-    let change = stage
-        .set_report(report)
-        .expect("a report of a known cluster");
-    stage
-        .recompute(Some(&change), 1)
+/// What the evaluator publishes, emulated: the members of each new set that differ from the
+/// last, then a head.
+#[derive(Default)]
+struct Evaluator {
+    published: BTreeMap<String, pb::MatchMember>,
+    sequence: u64,
+}
+
+impl Evaluator {
+    fn units(&mut self, services: &[Value], failure: &str) -> Vec<(Unit, u64)> {
+        let mut out = Vec::new();
+        let mut next = BTreeMap::new();
+        if failure.is_empty() {
+            for service in services {
+                let member = pb::MatchMember {
+                    cluster: Some(sluice_wire::cluster_ref(&cluster())),
+                    event_source: "sveltos-service".into(),
+                    object: Some(sluice_wire::object_ref(service)),
+                    resource: serde_json::to_vec(service).expect("json"),
+                    present: true,
+                    ..Default::default()
+                };
+                let name = service["metadata"]["name"]
+                    .as_str()
+                    .expect("named")
+                    .to_string();
+                next.insert(name, member);
+            }
+            for (name, old) in &self.published {
+                if !next.contains_key(name) {
+                    out.push(Unit::Member(pb::MatchMember {
+                        present: false,
+                        resource: Vec::new(),
+                        ..old.clone()
+                    }));
+                }
+            }
+            for (name, member) in &next {
+                if self.published.get(name) != Some(member) {
+                    out.push(Unit::Member(member.clone()));
+                }
+            }
+            self.published = next;
+        }
+        let mut digest = [0; 16];
+        for member in self.published.values() {
+            fold(&mut digest, &member_hash(member));
+        }
+        out.push(Unit::Head(pb::MatchHead {
+            cluster: Some(sluice_wire::cluster_ref(&cluster())),
+            event_source: "sveltos-service".into(),
+            members: self.published.len() as u64,
+            digest: digest.to_vec(),
+            failure_message: failure.into(),
+            ..Default::default()
+        }));
+        out.into_iter()
+            .map(|unit| {
+                self.sequence += 1;
+                (unit, self.sequence)
+            })
+            .collect()
+    }
+}
+
+/// Feeds units to the stage as the service does (one set's units together, a head closing
+/// them) and returns what was published: (resource name or "" for the main unit, objects,
+/// failure, removed).
+fn feed(stage: &mut Stage, units: Vec<(Unit, u64)>) -> Vec<(String, usize, String, bool)> {
+    let mut published = Vec::new();
+    let mut change: Option<SetChange> = None;
+    for (unit, sequence) in units {
+        let member = match &unit {
+            Unit::Member(m) => Some(member_id(&m.object.clone().unwrap_or_default())),
+            Unit::Head(_) => None,
+        };
+        let (key, applied) = stage
+            .apply(unit, sequence)
+            .expect("a unit of a known cluster");
+        let group = change.get_or_insert_with(|| SetChange::new(&key));
+        match applied {
+            Applied::Member { changed: true } => group.add_members(&stage.sets, member),
+            Applied::Member { changed: false } => {}
+            Applied::Head(outcome) => {
+                assert_ne!(outcome, HeadOutcome::Differs);
+                group.head = true;
+            }
+        }
+        if group.head {
+            let group = change.take().expect("a group");
+            published.extend(stage.recompute(Some(&group), sequence));
+        }
+    }
+    published
         .into_iter()
         .map(|s| {
             (
@@ -87,8 +177,12 @@ fn each_resource_is_its_own_unit_rendered_only_when_it_changes() {
     assert_eq!(start.len(), 1);
     assert!(start[0].resource_name.is_empty() && start[0].objects.is_empty());
 
+    let mut evaluator = Evaluator::default();
     let (a, b, c) = (service("a", 80), service("b", 80), service("c", 80));
-    let published = step(&mut stage, set(&[a.clone(), b.clone(), c.clone()]));
+    let published = feed(
+        &mut stage,
+        evaluator.units(&[a.clone(), b.clone(), c.clone()], ""),
+    );
     // A ClusterProfile and the instantiated ConfigMap for each Service; the main unit is
     // unchanged and not published again.
     assert_eq!(published, vec![unit("a", 2), unit("b", 2), unit("c", 2)]);
@@ -96,18 +190,24 @@ fn each_resource_is_its_own_unit_rendered_only_when_it_changes() {
     // One Service changes: one unit is rendered and published.
     let b2 = service("b", 8080);
     assert_eq!(
-        step(&mut stage, set(&[a.clone(), b2.clone(), c.clone()])),
+        feed(
+            &mut stage,
+            evaluator.units(&[a.clone(), b2.clone(), c.clone()], "")
+        ),
         vec![unit("b", 2)]
     );
     // Nothing changes: nothing is published.
     assert_eq!(
-        step(&mut stage, set(&[a.clone(), b2.clone(), c.clone()])),
+        feed(
+            &mut stage,
+            evaluator.units(&[a.clone(), b2.clone(), c.clone()], "")
+        ),
         vec![]
     );
 
     // One Service leaves: its unit is removed.
     assert_eq!(
-        step(&mut stage, set(&[a.clone(), b2.clone()])),
+        feed(&mut stage, evaluator.units(&[a.clone(), b2.clone()], "")),
         vec![("c".to_string(), 0, String::new(), true)]
     );
     // Starting over from the same state publishes nothing.
@@ -118,12 +218,12 @@ fn each_resource_is_its_own_unit_rendered_only_when_it_changes() {
 fn a_failed_evaluation_keeps_every_unit_and_misses_nothing_after_it() {
     let mut stage = stage();
     stage.recompute(None, 1);
+    let mut evaluator = Evaluator::default();
     let (a, b) = (service("a", 80), service("b", 80));
-    step(&mut stage, set(&[a.clone(), b.clone()]));
+    feed(&mut stage, evaluator.units(&[a.clone(), b.clone()], ""));
 
-    let mut failed = set(&[]);
-    failed.failure_message = "eventsource sveltos-service: lua: boom".into();
-    let published = step(&mut stage, failed);
+    let failed = evaluator.units(&[], "eventsource sveltos-service: lua: boom");
+    let published = feed(&mut stage, failed);
     assert_eq!(
         published,
         vec![(
@@ -137,7 +237,7 @@ fn a_failed_evaluation_keeps_every_unit_and_misses_nothing_after_it() {
 
     // Recovered: b left and d joined while it failed; a is unchanged and not rendered again.
     let d = service("d", 80);
-    let mut published = step(&mut stage, set(&[a.clone(), d.clone()]));
+    let mut published = feed(&mut stage, evaluator.units(&[a.clone(), d.clone()], ""));
     published.sort();
     assert_eq!(
         published,
@@ -149,18 +249,35 @@ fn a_failed_evaluation_keeps_every_unit_and_misses_nothing_after_it() {
     );
 }
 
+/// A reader that missed a tombstone (it expired while the renderer was away) re-reads the
+/// set when the head disagrees, and the member that left loses its unit.
 #[test]
-fn member_diff_names_joined_changed_and_left_members() {
-    let (a, b, c) = (service("a", 80), service("b", 80), service("c", 80));
-    let before = set(&[a.clone(), b.clone()]);
-    let after = set(&[a.clone(), service("b", 81), c.clone()]);
-    let diff = member_diff(Some(&before), Some(&after));
-    let key = |n: &str| ("default".to_string(), n.to_string());
-    assert_eq!(diff.changed, vec![key("b"), key("c")]);
-    assert_eq!(diff.removed, Vec::<Member>::new());
-    let diff = member_diff(Some(&after), None);
-    assert_eq!(diff.changed, Vec::<Member>::new());
-    assert_eq!(diff.removed, vec![key("a"), key("b"), key("c")]);
+fn a_missed_tombstone_is_found_by_the_head_and_its_unit_removed() {
+    let mut stage = stage();
+    stage.recompute(None, 1);
+    let mut evaluator = Evaluator::default();
+    let (a, b) = (service("a", 80), service("b", 80));
+    feed(&mut stage, evaluator.units(&[a.clone(), b.clone()], ""));
+    // "b" left; the renderer sees only the head (the tombstone expired).
+    let units = evaluator.units(std::slice::from_ref(&a), "");
+    let (head, sequence) = units.last().cloned().expect("a head");
+    let key = (cluster(), "sveltos-service".to_string());
+    assert_eq!(
+        stage.apply(head, sequence).map(|(_, applied)| applied),
+        Some(Applied::Head(HeadOutcome::Differs))
+    );
+    // Re-read from the stream: what it holds now is "a" only.
+    let (a_member, a_sequence) = (evaluator.published["a"].clone(), 1);
+    let changed = stage.sets.resync(&key, [(a_member, a_sequence)]);
+    let mut change = SetChange::new(&key);
+    change.add_members(&stage.sets, changed);
+    change.head = true;
+    let published: Vec<(String, bool)> = stage
+        .recompute(Some(&change), sequence)
+        .into_iter()
+        .map(|s| (s.resource_name, s.removed))
+        .collect();
+    assert_eq!(published, [("b".to_string(), true)]);
 }
 
 #[test]
@@ -184,4 +301,47 @@ fn a_trigger_naming_an_event_source_that_does_not_exist_fails_until_it_does() {
     let fixed = stage.recompute(None, 2);
     assert_eq!(fixed.len(), 1);
     assert_eq!(fixed[0].status_message, "");
+}
+
+/// A collection trigger (`oneForEvent: false`) renders over all members once the head closes
+/// a burst, never per member.
+#[test]
+fn a_collection_is_rendered_once_per_burst_when_the_head_arrives() {
+    let mut stage = stage_with(|object| {
+        if object["kind"] == "ConfigMap" {
+            object["data"]["networkpolicy.yaml"] = json!(
+                "kind: ConfigMap\napiVersion: v1\nmetadata:\n  name: services\n  namespace: default\ndata:\n  count: \"{{ len .Resources }}\"\n"
+            );
+        } else {
+            object["spec"]["oneForEvent"] = json!(false);
+        }
+    });
+    stage.recompute(None, 1);
+    let mut evaluator = Evaluator::default();
+    let services: Vec<Value> = (0..5).map(|i| service(&format!("s{i}"), 80)).collect();
+    let mut units = evaluator.units(&services, "");
+    let head = units.pop().expect("a head");
+    let mut rendered = Vec::new();
+    for (unit, sequence) in units {
+        let member = match &unit {
+            Unit::Member(m) => Some(member_id(&m.object.clone().unwrap_or_default())),
+            Unit::Head(_) => None,
+        };
+        let (key, _) = stage.apply(unit, sequence).expect("known cluster");
+        let mut change = SetChange::new(&key);
+        change.add_members(&stage.sets, member);
+        rendered.extend(stage.recompute(Some(&change), sequence));
+    }
+    assert!(
+        rendered.is_empty(),
+        "members alone render nothing: {rendered:?}"
+    );
+    let published = feed(&mut stage, vec![head]);
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].0, "", "the main unit");
+    assert_eq!(
+        published[0].1, 2,
+        "a ClusterProfile and one rendering over all five: {published:?}"
+    );
+    assert_eq!(published[0].2, "", "{published:?}");
 }
