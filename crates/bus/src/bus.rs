@@ -14,9 +14,6 @@ use crate::topology::{self, StreamSpec, ALL_STREAMS};
 /// How long [`Bus::close`] waits for the server before it just drops the connection.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The header that gives one message its own time to live (nats-server 2.11 and later, on
-/// streams that allow it).
-
 /// A connected bus. Cheap to clone.
 #[derive(Clone)]
 pub struct Bus {

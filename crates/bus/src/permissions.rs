@@ -153,7 +153,7 @@ fn dedup_in_order(items: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{APPLIER, EVALUATOR, IDENTITIES, TAP};
+    use crate::topology::{APPLIER, EVALUATOR, IDENTITIES, REPORTER, TAP};
 
     #[test]
     fn the_evaluator_may_do_what_it_declares_and_nothing_else() {
@@ -212,7 +212,9 @@ mod tests {
                 "$JS.API.STREAM.PURGE.SLUICE_APPLIED"
             ]
         );
-        assert!(purges(&EVALUATOR).is_empty());
+        // The evaluator purges the members of a removed set (ADR 0018).
+        assert_eq!(purges(&EVALUATOR), ["$JS.API.STREAM.PURGE.SLUICE_MATCH"]);
+        assert!(purges(&REPORTER).is_empty());
     }
 
     #[test]
