@@ -21,6 +21,7 @@ fn subject_in(stream: StreamSpec, token: &str) -> String {
 
 fn outgoing(subject: String, id: &str) -> Outgoing {
     Outgoing {
+        ttl: None,
         subject,
         msg_id: id.to_string(),
         payload: Bytes::from_static(b"payload"),

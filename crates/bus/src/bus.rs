@@ -37,6 +37,10 @@ pub struct Outgoing {
     pub msg_id: String,
     pub payload: Bytes,
     pub traceparent: Option<String>,
+    /// How long the stream keeps it (`Nats-TTL`, a tombstone), on streams that allow it;
+    /// `None` for as long as the stream's own limits say. Kept when the output is published
+    /// again after a lost connection.
+    pub ttl: Option<Duration>,
 }
 
 impl Bus {
@@ -169,7 +173,8 @@ impl Bus {
 
     /// Sends one message and returns the future of its ack, so that callers keep many in flight.
     pub async fn publish(&self, out: Outgoing) -> Result<PublishAckFuture> {
-        self.send(out, None).await
+        let ttl = out.ttl;
+        self.send(out, ttl).await
     }
 
     /// As [`Bus::publish`], for a message its stream forgets after `ttl` (a tombstone; the

@@ -71,9 +71,11 @@ pub fn coalesce(stream: &str, batch: Vec<Message>) -> Coalesced {
     out
 }
 
-/// What a stage processes of a batch from `stream`: the newest message per subject that is
-/// not stale. The superseded and the stale ones go to `window`, to be acked in order without
-/// work; messages without stream metadata are logged and left to be redelivered.
+/// What a stage processes of a batch from `stream`: the newest message per subject that no
+/// newer state of its subject has superseded. The superseded ones go to `window`, to be acked
+/// in order without work; messages without stream metadata are logged and left to be
+/// redelivered. A redelivery of the state last recorded is processed again: it comes back
+/// because its outputs were not stored (a nack), and acking it without work would lose them.
 pub fn fresh(
     stream: &str,
     batch: Vec<Message>,
@@ -89,7 +91,7 @@ pub fn fresh(
     }
     let mut out = Vec::with_capacity(coalesced.latest.len());
     for (delivered, message) in coalesced.latest {
-        if last_seen.is_stale(&delivered) {
+        if last_seen.is_superseded(&delivered) {
             window.push(Vec::new(), Some(message));
         } else {
             out.push((delivered, message));

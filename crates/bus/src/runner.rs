@@ -444,6 +444,7 @@ impl Core {
             .into_iter()
             .enumerate()
             .map(|(index, output)| Outgoing {
+                ttl: None,
                 msg_id: message_id(&[
                     self.spec.durable,
                     &input.subject,

@@ -10,6 +10,7 @@ use sluice_testkit::NatsServer;
 
 async fn publish(bus: &Bus, subject: &str, body: &str, id: &str) -> anyhow::Result<()> {
     bus.publish_durably(Outgoing {
+        ttl: None,
         subject: subject.to_string(),
         payload: Bytes::from(body.to_string()),
         msg_id: id.to_string(),
@@ -115,6 +116,7 @@ async fn an_expiring_message_leaves_its_subject_after_its_ttl() -> anyhow::Resul
     // The deletion replaces the contents at once and expires by itself.
     bus.publish_expiring_durably(
         Outgoing {
+            ttl: None,
             subject: gone.clone(),
             payload: Bytes::from("deleted"),
             msg_id: "3".into(),

@@ -74,6 +74,7 @@ async fn a_consumer_handed_to_a_new_connection_gets_every_later_message_once() -
 
 async fn publish(bus: &Bus, subject: &str, body: &str) -> anyhow::Result<()> {
     bus.publish_durably(Outgoing {
+        ttl: None,
         subject: subject.to_string(),
         payload: Bytes::from(body.to_string()),
         msg_id: body.to_string(),

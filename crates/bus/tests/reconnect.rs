@@ -20,6 +20,7 @@ fn outputs(prefix: &str) -> Vec<Outgoing> {
     let cluster = topology::cluster_tokens("sveltos", "default", "a");
     (0..OUTPUTS)
         .map(|i| Outgoing {
+            ttl: None,
             subject: topology::desired_subject(&format!("{prefix}-{i}"), &cluster),
             msg_id: format!("{prefix}-{i}"),
             payload: Bytes::from(vec![b'x'; 512]),

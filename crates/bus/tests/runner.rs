@@ -107,6 +107,7 @@ fn subject(name: &str) -> String {
 
 async fn send(bus: &Bus, name: &str, body: &str) -> anyhow::Result<()> {
     bus.publish_durably(Outgoing {
+        ttl: None,
         subject: subject(name),
         msg_id: format!("{name}-{body}"),
         payload: Bytes::from(body.to_string()),

@@ -12,6 +12,7 @@ use sluice_testkit::NatsServer;
 fn report(cluster: &str, n: usize) -> Outgoing {
     let subject = topology::desired_subject(&format!("t{n}"), cluster);
     Outgoing {
+        ttl: None,
         msg_id: subject.clone(),
         subject,
         payload: Bytes::from(format!("out{n}")),
@@ -50,6 +51,7 @@ async fn inputs_for(
     for n in 0..count {
         let subject = topology::cloudevent_match_subject(cluster, &format!("e{n}"));
         bus.publish_durably(Outgoing {
+            ttl: None,
             msg_id: subject.clone(),
             subject,
             payload: Bytes::from(format!("in{n}")),
@@ -189,6 +191,7 @@ async fn a_batch_is_acked_once_its_outputs_are_stored_and_comes_back_when_one_fa
     // An output to a subject no stream captures is never stored: all three inputs come back.
     let lost = bus
         .publish(Outgoing {
+            ttl: None,
             msg_id: "lost".into(),
             subject: "nowhere.stored".into(),
             payload: Bytes::from_static(b"out"),
@@ -290,6 +293,7 @@ async fn a_covering_batch_whose_output_is_lost_is_not_acked() -> anyhow::Result<
     let mut window = AckWindow::new(4).acking(topology::Acks::Covering);
     let lost = bus
         .publish(Outgoing {
+            ttl: None,
             msg_id: "lost".into(),
             subject: "nowhere.stored".into(),
             payload: Bytes::from_static(b"out"),

@@ -91,6 +91,7 @@ async fn publish_config(bus: &Bus, o: &Options) -> anyhow::Result<()> {
             sealed_object_json: Vec::new(),
         };
         bus.publish_durably(Outgoing {
+            ttl: None,
             subject: topology::config_subject(kind, &namespace, &name),
             msg_id: message_id(&["bench-config", kind, &namespace, &name]),
             payload: message.encode_to_vec().into(),

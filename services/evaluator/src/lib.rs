@@ -312,10 +312,6 @@ fn not_stored(window: &AckWindow, error: sluice_bus::Error) -> anyhow::Result<()
     Ok(())
 }
 
-/// Outputs published before the window settles older ones: the acks in flight stay within
-/// `ACKS_IN_FLIGHT` however many members one input changes.
-const CHUNK: usize = topology::ACKS_IN_FLIGHT / 4;
-
 /// Publishes the stage's outputs in their order through `window`, which acks `inputs` once
 /// they are stored: members and heads as messages with a message id that names their content
 /// and a trace context that continues `parent_of(source sequence)` (a tombstone with its time
@@ -329,7 +325,9 @@ async fn publish_units<'a>(
     cause: &str,
     parent_of: impl Fn(u64) -> Option<&'a str>,
 ) -> anyhow::Result<u64> {
-    let mut acks = Vec::new();
+    // Through the window's publish: it bounds the acks in flight and publishes again what a
+    // dropped connection may have lost (tombstones with their time to live).
+    let mut batch = Vec::new();
     let mut published = 0;
     for output in outputs {
         if let MatchOutput::Purge {
@@ -337,35 +335,24 @@ async fn publish_units<'a>(
             event_source,
         } = &output
         {
-            window.push_batch(std::mem::take(&mut acks), Vec::new());
+            published += window
+                .publish(bus, std::mem::take(&mut batch), Vec::new())
+                .await?;
             window.drain().await?;
             let filter =
                 topology::match_members_filter(&sluice_wire::cluster_tokens(cluster), event_source);
             bus.purge(topology::MATCH, &filter).await?;
             continue;
         }
-        if acks.len() >= CHUNK {
-            window.push_batch(std::mem::take(&mut acks), Vec::new());
-            while window.acks_in_flight() + CHUNK > topology::ACKS_IN_FLIGHT {
-                match window.next().await {
-                    Some(sluice_bus::window::Settled::Retried(error)) => not_stored(window, error)?,
-                    Some(_) => {}
-                    None => break,
-                }
-            }
-        }
         let tombstone = output.is_tombstone();
-        let out = outgoing(output, cause, &parent_of)?;
-        acks.push(if tombstone {
-            bus.publish_expiring(out, topology::MEMBER_TOMBSTONE_TTL)
-                .await?
-        } else {
-            bus.publish(out).await?
-        });
-        published += 1;
+        let mut out = outgoing(output, cause, &parent_of)?;
+        if tombstone {
+            out.ttl = Some(topology::MEMBER_TOMBSTONE_TTL);
+        }
+        batch.push(out);
     }
-    window.push_batch(acks, inputs);
-    Ok(published)
+    published += window.publish(bus, batch, inputs).await?;
+    Ok(published as u64)
 }
 
 /// The message of one member or head.
@@ -400,6 +387,7 @@ fn outgoing<'a>(
         MatchOutput::Purge { .. } => anyhow::bail!("a purge is not a message"),
     };
     Ok(Outgoing {
+        ttl: None,
         msg_id: message_id(&["match", &subject, cause, &sequence.to_string(), &content]),
         subject,
         payload: match_units::encode(unit),

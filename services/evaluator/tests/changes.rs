@@ -104,6 +104,7 @@ fn service_change((c, n): (usize, usize), team: &str, version: u32) -> anyhow::R
         &name,
     );
     Ok(Outgoing {
+        ttl: None,
         subject,
         msg_id: format!("c{c}/{name}/{version}"),
         payload: change.encode_to_vec().into(),

@@ -254,6 +254,7 @@ fn desired_messages(
         }
         let sequence = state.source_sequence.to_string();
         outputs.push(Outgoing {
+            ttl: None,
             msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
             subject,
             payload: sluice_wire::encode(&state),

@@ -249,6 +249,7 @@ impl ConfigData {
     fn outgoing(&self, key: &Key, message: &pb::ConfigObject) -> Outgoing {
         let payload = sluice_wire::encode(message);
         Outgoing {
+            ttl: None,
             subject: topology::config_subject(key.0.as_str(), &key.1, &key.2),
             // Unique per step: the same content may go, be withdrawn and come back within the
             // dedupe window, and each of those must be stored. A step is published once (its

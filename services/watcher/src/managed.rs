@@ -289,6 +289,7 @@ fn resource_change(
             .unwrap_or_default(),
     };
     Outgoing {
+        ttl: None,
         subject: topology::change_subject(tokens, &gvk.0, &gvk.2, &namespace, &name),
         msg_id: message_id(&[
             "change",

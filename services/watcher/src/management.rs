@@ -264,6 +264,7 @@ async fn publish(
         None,
     );
     let out = Outgoing {
+        ttl: None,
         subject: topology::config_subject(kind, &namespace, &name),
         msg_id: message_id(&[
             "config",

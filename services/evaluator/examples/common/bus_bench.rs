@@ -84,6 +84,7 @@ pub async fn publish_changes(
                 );
                 let ack = bus
                     .publish(Outgoing {
+                        ttl: None,
                         msg_id: message_id(&["bench", &subject, &version.to_string()]),
                         subject,
                         payload: change.encode_to_vec().into(),

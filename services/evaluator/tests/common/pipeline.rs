@@ -19,6 +19,7 @@ pub fn cluster(name: &str) -> ClusterId {
 
 pub async fn publish(bus: &Bus, subject: String, id: &str, payload: Vec<u8>) -> anyhow::Result<()> {
     bus.publish_durably(Outgoing {
+        ttl: None,
         subject,
         msg_id: message_id(&["test", id]),
         payload: payload.into(),

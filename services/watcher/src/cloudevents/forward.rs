@@ -69,6 +69,7 @@ pub fn outgoing(
     // that trace through the pipeline.
     let traceparent = sluice_runtime::child_traceparent(event.attribute("traceparent"));
     Ok(Outgoing {
+        ttl: None,
         subject: topology::cloudevent_subject(&tokens),
         msg_id: cloudevent_message_id(&tokens, delivery),
         payload: sluice_wire::encode(&message),
