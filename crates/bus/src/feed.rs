@@ -21,12 +21,6 @@ pub struct Freshness {
 }
 
 impl Freshness {
-    pub fn is_stale(&self, delivered: &Delivered) -> bool {
-        self.seen
-            .get(&delivered.subject)
-            .is_some_and(|seen| *seen >= delivered.sequence)
-    }
-
     /// Whether a newer state of the subject than this delivery was recorded (a redelivery of
     /// the recorded state itself is not superseded).
     pub fn is_superseded(&self, delivered: &Delivered) -> bool {
@@ -271,14 +265,13 @@ mod tests {
     }
 
     #[test]
-    fn older_or_equal_sequences_of_a_subject_are_stale() {
+    fn only_older_sequences_of_a_subject_are_superseded() {
         let mut fresh = Freshness::default();
-        assert!(!fresh.is_stale(&delivered("a", 5)));
+        assert!(!fresh.is_superseded(&delivered("a", 5)));
         fresh.record(&delivered("a", 5));
-        assert!(fresh.is_stale(&delivered("a", 5)));
-        assert!(fresh.is_stale(&delivered("a", 3)));
-        assert!(!fresh.is_stale(&delivered("a", 6)));
-        assert!(!fresh.is_stale(&delivered("b", 1)));
+        assert!(fresh.is_superseded(&delivered("a", 3)));
+        assert!(!fresh.is_superseded(&delivered("a", 6)));
+        assert!(!fresh.is_superseded(&delivered("b", 1)));
         assert!(
             !fresh.is_superseded(&delivered("a", 5)),
             "the same state again"

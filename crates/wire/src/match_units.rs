@@ -65,17 +65,26 @@ pub fn member_id(object: &pb::ObjectRef) -> MemberId {
     )
 }
 
+/// The identity of the object a member names (an empty reference when it names none).
+pub fn member_id_of(member: &pb::MatchMember) -> MemberId {
+    member
+        .object
+        .as_ref()
+        .map_or_else(|| member_id(&pb::ObjectRef::default()), member_id)
+}
+
 /// The hash of what a present member says (its reference, order, resource and failure), not of
 /// when it was published nor of the set it belongs to.
 pub fn member_hash(member: &pb::MatchMember) -> MemberHash {
     let mut hasher = Sha256::new();
-    let object = member.object.clone().unwrap_or_default();
+    let object = member.object.as_ref();
+    let field = |f: fn(&pb::ObjectRef) -> &str| object.map_or("", f);
     for text in [
-        &object.api_version,
-        &object.kind,
-        &object.namespace,
-        &object.name,
-        &member.failure_message,
+        field(|o| o.api_version.as_str()),
+        field(|o| o.kind.as_str()),
+        field(|o| o.namespace.as_str()),
+        field(|o| o.name.as_str()),
+        member.failure_message.as_str(),
     ] {
         hasher.update((text.len() as u64).to_le_bytes());
         hasher.update(text.as_bytes());
@@ -141,7 +150,7 @@ impl SetView {
     /// Applies a member; returns whether the view changed.
     fn apply(&mut self, member: pb::MatchMember, sequence: u64) -> bool {
         self.member_sequence = self.member_sequence.max(sequence);
-        let id = member_id(&member.object.clone().unwrap_or_default());
+        let id = member_id_of(&member);
         if !member.present {
             return match self.members.remove(&id) {
                 Some((_, hash)) => {

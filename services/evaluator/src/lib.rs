@@ -366,8 +366,7 @@ fn outgoing<'a>(
     let (subject, unit) = match output {
         MatchOutput::Member(member) => {
             let cluster = sluice_wire::cluster_id(member.cluster.as_ref(), "match member")?;
-            let (group, kind, namespace, name) =
-                match_units::member_id(&member.object.clone().unwrap_or_default());
+            let (group, kind, namespace, name) = match_units::member_id_of(&member);
             let subject = topology::match_member_subject(
                 &sluice_wire::cluster_tokens(&cluster),
                 &member.event_source,

@@ -103,7 +103,7 @@ pub async fn run(
                         }
                     };
                     let member = match &unit {
-                        Unit::Member(m) => Some(match_units::member_id(&m.object.clone().unwrap_or_default())),
+                        Unit::Member(m) => Some(match_units::member_id_of(m)),
                         Unit::Head(_) => None,
                     };
                     let Some((key, applied)) = stage.apply(unit, delivered.sequence) else {

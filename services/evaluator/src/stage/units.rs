@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 use sluice_domain::cluster::ClusterId;
 use sluice_proto::v1 as pb;
-use sluice_wire::match_units::{fold, member_hash, member_id, MemberHash, MemberId};
+use sluice_wire::match_units::{fold, member_hash, member_id_of, MemberHash, MemberId};
 
 /// One output of the stage, in publication order: a set's members come before its head.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,7 +94,7 @@ impl Published {
     pub(super) fn remember(&mut self, unit: &sluice_wire::match_units::Unit) {
         match unit {
             sluice_wire::match_units::Unit::Member(member) => {
-                let id = member_id(&member.object.clone().unwrap_or_default());
+                let id = member_id_of(member);
                 if member.present {
                     self.record(id, Some(member_hash(member)));
                 } else {

@@ -9,7 +9,7 @@ use sluice_proto::v1 as pb;
 
 use std::collections::BTreeMap;
 
-use sluice_wire::match_units::{fold, member_hash, member_id, HeadOutcome};
+use sluice_wire::match_units::{fold, member_hash, member_id_of, HeadOutcome};
 
 use super::*;
 
@@ -132,7 +132,7 @@ fn feed(stage: &mut Stage, units: Vec<(Unit, u64)>) -> Vec<(String, usize, Strin
     let mut change: Option<SetChange> = None;
     for (unit, sequence) in units {
         let member = match &unit {
-            Unit::Member(m) => Some(member_id(&m.object.clone().unwrap_or_default())),
+            Unit::Member(m) => Some(member_id_of(m)),
             Unit::Head(_) => None,
         };
         let (key, applied) = stage
@@ -324,7 +324,7 @@ fn a_collection_is_rendered_once_per_burst_when_the_head_arrives() {
     let mut rendered = Vec::new();
     for (unit, sequence) in units {
         let member = match &unit {
-            Unit::Member(m) => Some(member_id(&m.object.clone().unwrap_or_default())),
+            Unit::Member(m) => Some(member_id_of(m)),
             Unit::Head(_) => None,
         };
         let (key, _) = stage.apply(unit, sequence).expect("known cluster");
