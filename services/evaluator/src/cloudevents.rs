@@ -16,7 +16,14 @@ use sluice_runtime::{CancellationToken, Counter, Health};
 pub use select::{CloudEventSelector, SelectError};
 
 /// Runs until `token` is cancelled; an error means the bus is unusable (the process restarts).
-pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::Result<()> {
+/// `bound` is told once its configuration and consumer are bound, so that the evaluator is
+/// ready only then (a bus lost before that fails the start, not a ready service).
+pub async fn run(
+    bus: Bus,
+    health: Health,
+    token: CancellationToken,
+    bound: tokio::sync::oneshot::Sender<()>,
+) -> anyhow::Result<()> {
     // The evaluator reads no Secret contents: it follows the configuration without the key.
     let (config, config_feed) = sluice_wire::follow_config(&bus, None).await?;
     let mut stage = CloudEventStage {
@@ -32,6 +39,8 @@ pub async fn run(bus: Bus, health: Health, token: CancellationToken) -> anyhow::
             trace: Some(sluice_runtime::child_traceparent),
             ..Hooks::default()
         });
+    // The evaluator may have stopped waiting (it is shutting down): nothing to tell then.
+    let _ = bound.send(());
     let updates = futures::stream::unfold(config_feed, |mut feed| async move {
         feed.next().await.map(|update| (update, feed))
     });

@@ -83,14 +83,22 @@ pub async fn run(
     });
     // CloudEvents share nothing with the object state above: their own task, consumer and
     // view of the configuration. Its failure stops the process like the main loop's would.
+    let (bound, cloudevents_bound) = tokio::sync::oneshot::channel();
     let cloudevents = tokio::spawn({
         let (bus, health, token) = (bus.clone(), health.clone(), token.clone());
         async move {
-            let result = cloudevents::run(bus, health, token.clone()).await;
+            let result = cloudevents::run(bus, health, token.clone(), bound).await;
             token.cancel();
             result
         }
     });
+    // Ready once every input is bound: the CloudEvent task's too.
+    if cloudevents_bound.await.is_err() {
+        return cloudevents
+            .await
+            .context("cloudevent task panicked")?
+            .context("failed to bind the cloudevent consumer");
+    }
     health.set_ready(true);
     loop {
         tokio::select! {
