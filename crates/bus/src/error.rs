@@ -56,6 +56,8 @@ pub enum Error {
     Ended { what: String },
     #[error("consumer {consumer} acks cover earlier deliveries, so an input to retry stops the stage: {reason}")]
     Uncovered { consumer: String, reason: String },
+    #[error("consumer {consumer} stopped: its stage's state can no longer be trusted: {reason}")]
+    Stopped { consumer: String, reason: String },
 }
 
 impl Error {

@@ -27,7 +27,7 @@ use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::bus::{message_id, Bus, Outgoing};
+use crate::bus::{content_id, message_id, Bus, Outgoing};
 use crate::coalesce;
 use crate::error::{Error, Result};
 use crate::feed::{Delivered, Freshness};
@@ -41,6 +41,10 @@ pub enum Action {
     Retry,
     /// Permanent (the input can never be handled): dead-letter with the reason, then ack.
     Reject,
+    /// The stage's own state can no longer be trusted (a read it depends on failed half-way):
+    /// the input is nacked and the runner returns an error, so that the process restarts and
+    /// rebuilds its state from the streams.
+    Stop,
 }
 
 /// An error of a stage: its type says what becomes of the input.
@@ -55,13 +59,32 @@ pub struct Input<T> {
     pub value: T,
 }
 
-/// One message a stage wants published for an input. The runner derives its message id from
-/// the input (so a redelivered input publishes duplicates JetStream drops) and its trace
-/// context from the input's.
+/// A decoded value that `handle` takes by value out of its batch, which the runner lends it by
+/// reference (`Stage::Input = Owned<T>` for a stage that moves its inputs into its state).
+#[derive(Debug)]
+pub struct Owned<T>(std::sync::Mutex<Option<T>>);
+
+impl<T> Owned<T> {
+    pub fn new(value: T) -> Owned<T> {
+        Owned(std::sync::Mutex::new(Some(value)))
+    }
+
+    /// The value, the first time only.
+    pub fn take(&self) -> Option<T> {
+        self.0.lock().ok()?.take()
+    }
+}
+
+/// One message a stage wants published for an input. Unless the stage names its message id
+/// (`id`), the runner derives it from the input (so a redelivered input publishes duplicates
+/// JetStream drops); its trace context derives from the input's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Output {
     pub subject: String,
     pub payload: Bytes,
+    /// The message id, when the stage names it (after the content it renders, say); an output
+    /// of no input (of the side feed or a tick) without one is named by its subject and payload.
+    pub id: Option<String>,
 }
 
 /// The outcome of one input: its outputs, or an error that says retry or reject.
@@ -76,6 +99,13 @@ pub trait Stage: Send {
     type Side: Send;
     type Error: Failure;
 
+    /// Whether the outputs of a batch are computed together (the renderer renders a set's
+    /// units as one): the runner then publishes the outputs of all the batch's handled inputs
+    /// as one entry of its window, so that every one of those inputs is acked only once all
+    /// of them are stored. A stage returns the outputs of a group of inputs on the group's last
+    /// input, and no outputs on the others.
+    const JOINT: bool = false;
+
     /// Decodes one delivered message; an error is handled as any other (a payload that does
     /// not decode is a [`Action::Reject`]).
     fn decode(&self, delivered: &Delivered) -> std::result::Result<Self::Input, Self::Error>;
@@ -87,8 +117,21 @@ pub trait Stage: Send {
         inputs: &[Input<Self::Input>],
     ) -> impl Future<Output = Vec<Outcome<Self::Error>>> + Send;
 
-    /// Takes one message of the side feed.
-    fn on_side(&mut self, side: Self::Side) -> impl Future<Output = ()> + Send;
+    /// Takes one message of the side feed; returns what it makes the stage publish (no input
+    /// is acked for these).
+    fn on_side(&mut self, side: Self::Side) -> impl Future<Output = Vec<Output>> + Send;
+
+    /// When the stage next wants [`Stage::on_tick`] (a schedule's next due time); `None` for
+    /// no tick.
+    fn next_tick(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+
+    /// Called once the time [`Stage::next_tick`] said has come; returns what it makes the
+    /// stage publish (no input is acked for these).
+    fn on_tick(&mut self) -> impl Future<Output = Vec<Output>> + Send {
+        async { Vec::new() }
+    }
 }
 
 /// A counter the service passes in (a Prometheus counter, say).
@@ -223,6 +266,7 @@ impl Runner {
         );
         let mut cut = Vec::new();
         loop {
+            let tick = stage.next_tick();
             // Unbiased: a busy side feed must not starve the consumer, nor the other way round.
             tokio::select! {
                 () = token.cancelled() => break,
@@ -235,7 +279,12 @@ impl Runner {
                     let Some(item) = item else {
                         return Err(Error::Ended { what: format!("side feed of {}", core.spec.durable) });
                     };
-                    stage.on_side(item).await;
+                    let outputs = stage.on_side(item).await;
+                    core.unprompted(outputs).await?;
+                }
+                () = sleep_until(tick), if tick.is_some() => {
+                    let outputs = stage.on_tick().await;
+                    core.unprompted(outputs).await?;
                 }
                 batch = coalesce::next_batch(&mut consumer), if !core.window.is_full() => {
                     let Some(batch) = batch else {
@@ -311,18 +360,27 @@ impl Core {
             }
             return Ok(Flow::Continue);
         }
+        let mut joint = (Vec::new(), Vec::new());
         for ((input, message), outcome) in inputs.into_iter().zip(messages).zip(outcomes) {
             match outcome {
                 Ok(outputs) => {
                     let outgoing = self.outgoing(&input.delivered, outputs);
-                    self.window
-                        .publish(&self.bus, outgoing, vec![message])
-                        .await?;
+                    if S::JOINT {
+                        joint.0.extend(outgoing);
+                        joint.1.push(message);
+                    } else {
+                        self.window
+                            .publish(&self.bus, outgoing, vec![message])
+                            .await?;
+                    }
                     self.freshness.record(&input.delivered);
                     (self.hooks.handled)(1);
                 }
                 Err(error) => self.failed(&input.delivered, message, &error).await?,
             }
+        }
+        if !joint.1.is_empty() {
+            self.window.publish(&self.bus, joint.0, joint.1).await?;
         }
         Ok(Flow::Continue)
     }
@@ -385,6 +443,14 @@ impl Core {
                 tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, error = %reason, delay_ms = delay.as_millis() as u64, "input failed, will retry");
                 nack(&message, delay).await;
             }
+            Action::Stop => {
+                (self.hooks.retried)(1);
+                nack(&message, Duration::ZERO).await;
+                return Err(Error::Stopped {
+                    consumer: self.spec.durable.to_string(),
+                    reason,
+                });
+            }
             Action::Reject => {
                 (self.hooks.rejected)(1);
                 tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, error = %reason, "rejecting input to the dead letters");
@@ -445,18 +511,47 @@ impl Core {
             .enumerate()
             .map(|(index, output)| Outgoing {
                 ttl: None,
-                msg_id: message_id(&[
-                    self.spec.durable,
-                    &input.subject,
-                    &sequence,
-                    &output.subject,
-                    &index.to_string(),
-                ]),
+                msg_id: output.id.unwrap_or_else(|| {
+                    message_id(&[
+                        self.spec.durable,
+                        &input.subject,
+                        &sequence,
+                        &output.subject,
+                        &index.to_string(),
+                    ])
+                }),
                 subject: output.subject,
                 payload: output.payload,
                 traceparent: traceparent.clone(),
             })
             .collect()
+    }
+
+    /// Publishes outputs of no input (of the side feed or a tick); the window keeps their acks
+    /// in its budget.
+    async fn unprompted(&mut self, outputs: Vec<Output>) -> Result<()> {
+        if outputs.is_empty() {
+            return Ok(());
+        }
+        let traceparent = self.hooks.trace.map(|trace| trace(None));
+        let outgoing: Vec<Outgoing> = outputs
+            .into_iter()
+            .map(|output| Outgoing {
+                ttl: None,
+                msg_id: output.id.unwrap_or_else(|| {
+                    message_id(&[
+                        self.spec.durable,
+                        &output.subject,
+                        &content_id(&output.payload),
+                    ])
+                }),
+                subject: output.subject,
+                payload: output.payload,
+                traceparent: traceparent.clone(),
+            })
+            .collect();
+        self.window.publish(&self.bus, outgoing, Vec::new()).await?;
+        Ok(())
     }
 
     /// Settles what is in flight, within the drain deadline; what is left comes back after its
@@ -479,6 +574,13 @@ impl Core {
                 "drain deadline passed, unsettled inputs will be redelivered"
             );
         }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -90,13 +90,14 @@ impl Stage for Probe {
                     subject: topology::applied_subject_for(&input.delivered.subject)
                         .expect("a desired subject"),
                     payload: Bytes::from(format!("done {body}")),
+                    id: None,
                 }]),
             });
         }
         out
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) {
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
         match side {}
     }
 }

@@ -155,6 +155,7 @@ impl Stage for ApplierStage {
             outcomes.push(Ok(vec![Output {
                 subject: desired.applied_subject.clone(),
                 payload: sluice_wire::encode(&result),
+                id: None,
             }]));
         }
         for trigger in touched {
@@ -163,7 +164,7 @@ impl Stage for ApplierStage {
         outcomes
     }
 
-    async fn on_side(&mut self, side: sluice_bus::Result<Delivered>) {
+    async fn on_side(&mut self, side: sluice_bus::Result<Delivered>) -> Vec<Output> {
         match side {
             Ok(delivered) => {
                 self.applier
@@ -175,6 +176,7 @@ impl Stage for ApplierStage {
             }
             Err(error) => tracing::warn!(error = %error, "skipping a configuration message"),
         }
+        Vec::new()
     }
 }
 

@@ -99,11 +99,15 @@ impl Stage for CloudEventStage {
         outcomes
     }
 
-    async fn on_side(&mut self, update: sluice_wire::Result<sluice_wire::ConfigUpdate>) {
+    async fn on_side(
+        &mut self,
+        update: sluice_wire::Result<sluice_wire::ConfigUpdate>,
+    ) -> Vec<Output> {
         match update {
             Ok(update) => self.selector.on_config(&update),
             Err(error) => tracing::warn!(error = %error, "skipping config message"),
         }
+        Vec::new()
     }
 }
 
@@ -117,6 +121,7 @@ pub fn output(m: &pb::CloudEventMatch) -> Result<Output, CloudEventError> {
     Ok(Output {
         subject: topology::cloudevent_match_subject(&tokens, &m.event_source),
         payload: sluice_wire::encode(m),
+        id: None,
     })
 }
 

@@ -5,18 +5,25 @@
 //! Rendering failures affect only their unit and travel on as `failure_message`, so the
 //! applier keeps what exists and reports the error.
 
+pub mod consumers;
 pub mod plan;
 pub mod stage;
 
 pub use stage::{SetChange, Stage, UnitKey};
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
-use futures::StreamExt;
 use prost::Message as _;
-use sluice_bus::{message_id, topology, AckWindow, Bus, Delivered, Outgoing};
+use sluice_bus::runner::publish::publish_stored;
+use sluice_bus::runner::{Hooks, Output, Runner};
+use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
-use sluice_wire::match_units::{self, Applied, HeadOutcome, Unit};
+use sluice_wire::match_units;
+use tokio::sync::Mutex;
+
+use consumers::{CloudEventStage, MatchStage, Rendering};
 
 use stage::content_hash;
 
@@ -32,8 +39,7 @@ pub async fn run(
         .await
         .context("failed to connect to the bus")?;
     health.require("nats", bus.connection_probe());
-    let published = health.counter("sluice_renderer_desired_states_published_total");
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus, bus_key.as_ref()).await?;
+    let (config, config_feed) = sluice_wire::follow_config(&bus, bus_key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
     for delivered in bus
         .replay_state(topology::DESIRED, topology::DESIRED.subjects)
@@ -51,133 +57,62 @@ pub async fn run(
         .await?
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
-        // An unreadable unit is not recorded: its delivery is dead-lettered below.
+        // An unreadable unit is not recorded: its delivery is dead-lettered by the runner.
         if let Ok(unit) = match_units::decode(&delivered) {
             last_seen.record(&delivered);
             stage.apply(unit, delivered.sequence);
         }
     }
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
-    let boot = tokio::task::block_in_place(|| stage.recompute(None, boot_sequence));
-    let outputs = desired_messages(boot, "boot", bus.payload_limit(), None, bus_key.as_ref())?;
-    published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
-
-    let mut matches = bus.durable(topology::RENDERER_MATCH, None).await?;
-    let mut cloud_events = bus.durable(topology::RENDERER_CEMATCH, None).await?;
-    health.set_ready(true);
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => break,
-            updates = config_feed.next_batch() => {
-                let Some(updates) = updates else { anyhow::bail!("configuration feed ended") };
-                // A burst of configuration changes is applied whole and rendered once.
-                let mut changed = None;
-                for update in updates {
-                    let update = match update {
-                        Ok(update) => update,
-                        Err(error) => {
-                            tracing::warn!(error = %error, "skipping config message");
-                            continue;
-                        }
-                    };
-                    if update.apply_to(&mut stage.config) {
-                        changed = Some(update.sequence);
-                    }
-                }
-                let Some(sequence) = changed else { continue };
-                let states = tokio::task::block_in_place(|| stage.recompute(None, sequence));
-                let outputs = desired_messages(states, "config", bus.payload_limit(), None, bus_key.as_ref())?;
-                published.add(window.publish(&bus, outputs, Vec::new()).await? as u64);
-            }
-            batch = sluice_bus::coalesce::next_batch(&mut matches), if !window.is_full() => {
-                let Some(batch) = batch else { anyhow::bail!("match consumer ended") };
-                // Consecutive units of one set are rendered together; a head closes the group.
-                let mut groups: Vec<Group> = Vec::new();
-                for (delivered, message) in sluice_bus::coalesce::fresh(topology::MATCH.name, batch, &last_seen, &mut window) {
-                    last_seen.record(&delivered);
-                    let unit = match match_units::decode(&delivered) {
-                        Ok(decoded) => decoded,
-                        Err(error) => {
-                            bus.park("renderer", &delivered, message, &error.to_string(), &mut window).await?;
-                            continue;
-                        }
-                    };
-                    let member = match &unit {
-                        Unit::Member(m) => Some(match_units::member_id_of(m)),
-                        Unit::Head(_) => None,
-                    };
-                    let Some((key, applied)) = stage.apply(unit, delivered.sequence) else {
-                        window.push(Vec::new(), Some(message));
-                        continue;
-                    };
-                    let open = groups.last().is_some_and(|g| {
-                        !g.change.head && g.change.cluster == key.0 && g.change.event_source == key.1
-                    });
-                    if !open {
-                        groups.push(Group { change: SetChange::new(&key), inputs: Vec::new(), sequence: 0, parent: None });
-                    }
-                    let group = groups.last_mut().expect("a group was pushed");
-                    match applied {
-                        Applied::Member { changed: true } => group.change.add_members(&stage.sets, member),
-                        Applied::Member { changed: false } => {}
-                        Applied::Head(HeadOutcome::Differs) => {
-                            let changed = stage.sets.reread(&bus, &key).await?;
-                            group.change.add_members(&stage.sets, changed);
-                            group.change.head = true;
-                        }
-                        Applied::Head(_) => group.change.head = true,
-                    }
-                    group.inputs.push(message);
-                    group.sequence = delivered.sequence;
-                    group.parent = delivered.traceparent;
-                }
-                for group in groups {
-                    let change = &group.change;
-                    let states = if change.head || !change.members.changed.is_empty() || !change.members.removed.is_empty() {
-                        tokio::task::block_in_place(|| stage.recompute(Some(change), group.sequence))
-                    } else {
-                        Vec::new()
-                    };
-                    let outputs = desired_messages(states, "match", bus.payload_limit(), group.parent.as_deref(), bus_key.as_ref())?;
-                    published.add(window.publish(&bus, outputs, group.inputs).await? as u64);
-                }
-            }
-            message = cloud_events.next(), if !window.is_full() => {
-                let Some(message) = message else { anyhow::bail!("CloudEvent match consumer ended") };
-                let Ok(message) = message else { continue };
-                let delivered = Delivered::from_message(topology::CEMATCH.name, &message)?;
-                let matched = match sluice_wire::decode::<pb::CloudEventMatch>("CloudEventMatch", &delivered) {
-                    Ok(decoded) => decoded,
-                    Err(error) => {
-                        bus.park("renderer", &delivered, message, &error.to_string(), &mut window).await?;
-                        continue;
-                    }
-                };
-                let states = tokio::task::block_in_place(|| stage.cloud_event(&matched, delivered.sequence));
-                let outputs = desired_messages(states, "cloudevent", bus.payload_limit(), delivered.traceparent.as_deref(), bus_key.as_ref())?;
-                published.add(window.publish(&bus, outputs, vec![message]).await? as u64);
-            }
-            settled = window.next(), if !window.is_empty() => {
-                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
-                    tracing::warn!(error = %error, "output not stored, input will be redelivered");
-                }
-            }
-        }
+    let rendering = Arc::new(Mutex::new(Rendering {
+        stage,
+        bus: bus.clone(),
+        key: bus_key,
+        published: health.counter("sluice_renderer_desired_states_published_total"),
+    }));
+    let boot = {
+        let mut rendering = rendering.lock().await;
+        let states = tokio::task::block_in_place(|| rendering.stage.recompute(None, boot_sequence));
+        rendering.outputs(states, "boot")?
+    };
+    let traceparent = sluice_runtime::child_traceparent(None);
+    let boot = boot.into_iter().map(|output| Outgoing {
+        ttl: None,
+        msg_id: output.id.unwrap_or_default(),
+        subject: output.subject,
+        payload: output.payload,
+        traceparent: Some(traceparent.clone()),
+    });
+    if publish_stored(&bus, boot.collect(), &token).await.is_err() {
+        bus.close().await;
+        return Ok(());
     }
-    window.drain().await?;
-    drop((matches, cloud_events));
-    bus.close().await;
-    Ok(())
-}
 
-/// Match units of one set read together, and the inputs to ack once their outputs are stored.
-struct Group {
-    change: SetChange,
-    inputs: Vec<sluice_bus::Message>,
-    /// Stream sequence of the last unit.
-    sequence: u64,
-    /// Trace context of the last unit.
-    parent: Option<String>,
+    let hooks = Hooks {
+        trace: Some(sluice_runtime::child_traceparent),
+        ..Hooks::default()
+    };
+    let matches = Runner::bind(&bus, topology::RENDERER_MATCH)
+        .await?
+        .with_freshness(last_seen)
+        .with_hooks(hooks.clone());
+    let cloud_events = Runner::bind(&bus, topology::RENDERER_CEMATCH)
+        .await?
+        .with_hooks(hooks);
+    health.set_ready(true);
+    let updates = futures::stream::unfold(config_feed, |mut feed| async move {
+        feed.next_batch().await.map(|updates| (updates, feed))
+    });
+    let mut match_stage = MatchStage {
+        rendering: rendering.clone(),
+    };
+    let mut cloud_event_stage = CloudEventStage { rendering };
+    let outcome = tokio::try_join!(
+        matches.run(&mut match_stage, updates, token.clone()),
+        cloud_events.run(&mut cloud_event_stage, futures::stream::pending(), token),
+    );
+    bus.close().await;
+    outcome?;
+    Ok(())
 }
 
 /// The desired state that replaces `state` when it does not fit in one message of `limit`
@@ -210,9 +145,8 @@ fn desired_messages(
     states: Vec<pb::DesiredState>,
     cause: &str,
     limit: usize,
-    parent: Option<&str>,
     key: Option<&sluice_wire::BusKey>,
-) -> anyhow::Result<Vec<Outgoing>> {
+) -> sluice_wire::Result<Vec<Output>> {
     let mut outputs = Vec::with_capacity(states.len());
     for state in states {
         let rendered_hash = content_hash(&state);
@@ -253,12 +187,10 @@ fn desired_messages(
             tracing::warn!(event_trigger = %state.event_trigger, cluster = %cluster, failure = %state.failure_message, "rendering failed");
         }
         let sequence = state.source_sequence.to_string();
-        outputs.push(Outgoing {
-            ttl: None,
-            msg_id: message_id(&["desired", &subject, cause, &sequence, &hash]),
+        outputs.push(Output {
+            id: Some(message_id(&["desired", &subject, cause, &sequence, &hash])),
             subject,
             payload: sluice_wire::encode(&state),
-            traceparent: Some(sluice_runtime::child_traceparent(parent)),
         });
     }
     Ok(outputs)
@@ -319,18 +251,15 @@ mod tests {
         }));
         let key = sluice_wire::BusKey::from_bytes(&[9; 32]).expect("key");
         let publish = |key| {
-            desired_messages(vec![state.clone()], "report", 1 << 20, None, key)
+            desired_messages(vec![state.clone()], "report", 1 << 20, key)
                 .expect("messages")
                 .remove(0)
         };
         let (first, second) = (publish(Some(&key)), publish(Some(&key)));
         assert_ne!(first.payload, second.payload, "a fresh nonce each time");
-        assert_eq!(
-            first.msg_id, second.msg_id,
-            "the id names the rendered content"
-        );
+        assert_eq!(first.id, second.id, "the id names the rendered content");
         assert!(!first.payload.windows(8).any(|w| w == b"c2VjcmV0"));
-        let delivered = Delivered {
+        let delivered = sluice_bus::Delivered {
             subject: first.subject.clone(),
             sequence: 1,
             payload: first.payload.clone(),

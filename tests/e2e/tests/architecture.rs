@@ -261,7 +261,11 @@ fn production_lines_containing(scanned: impl Fn(&str) -> bool, needles: &[&str])
 
 /// Services whose consuming stages run on `sluice_bus::runner` (ADR 0021); the others still
 /// run loops of their own and join this list as they move.
-const ON_THE_RUNNER: [&str; 2] = ["services/applier/", "services/evaluator/src/cloudevents"];
+const ON_THE_RUNNER: [&str; 3] = [
+    "services/applier/",
+    "services/evaluator/src/cloudevents",
+    "services/renderer/",
+];
 
 #[test]
 fn stages_on_the_runner_have_no_consumer_loop_of_their_own() {

@@ -1,0 +1,248 @@
+//! The renderer's two stages on the stage runner (`sluice_bus::runner`), sharing one rendering
+//! [`Stage`]: [`MatchStage`] consumes the match units (groups of consecutive units of one set
+//! rendered together, a head closing the group) and follows the configuration as its side feed
+//! (a burst rendered once); [`CloudEventStage`] consumes the CloudEvent matches. Each has its
+//! own durable consumer, ack window and dead letters; the runner acks an input once the desired
+//! states it rendered are stored.
+
+use std::sync::Arc;
+
+use sluice_bus::runner::{self, Action, Failure, Input, Outcome, Output, Owned};
+use sluice_bus::{Bus, Delivered};
+use sluice_proto::v1 as pb;
+use sluice_runtime::Counter;
+use sluice_wire::match_units::{self, Applied, HeadOutcome, SetKey, Unit};
+use tokio::sync::Mutex;
+
+use crate::{desired_messages, SetChange, Stage};
+
+/// The rendering state both stages work on, and what publishing needs.
+pub struct Rendering {
+    pub stage: Stage,
+    pub bus: Bus,
+    pub key: Option<sluice_wire::BusKey>,
+    pub published: Counter,
+}
+
+impl Rendering {
+    /// The messages of `states` rendered for `cause`, counted as published.
+    pub(crate) fn outputs(
+        &self,
+        states: Vec<pb::DesiredState>,
+        cause: &str,
+    ) -> Result<Vec<Output>, sluice_wire::Error> {
+        let outputs = desired_messages(states, cause, self.bus.payload_limit(), self.key.as_ref())?;
+        self.published.add(outputs.len() as u64);
+        Ok(outputs)
+    }
+}
+
+/// Why an input was not rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("failed to decode the match unit")]
+    Unit(#[source] sluice_wire::Error),
+    #[error("failed to decode the cloudevent match")]
+    CloudEventMatch(#[source] sluice_wire::Error),
+    #[error("a desired state rendered from this input cannot be published")]
+    Outputs(#[source] sluice_wire::Error),
+    #[error("failed to re-read match set {cluster}/{event_source} from the stream")]
+    Reread {
+        cluster: String,
+        event_source: String,
+        #[source]
+        source: sluice_wire::Error,
+    },
+    #[error("not rendered: an earlier input of its batch stopped the stage")]
+    Abandoned,
+}
+
+impl Failure for RenderError {
+    fn action(&self) -> Action {
+        match self {
+            RenderError::Unit(_) | RenderError::CloudEventMatch(_) | RenderError::Outputs(_) => {
+                Action::Reject
+            }
+            // The set is half re-read: the process restarts and rebuilds it from the stream.
+            RenderError::Reread { .. } | RenderError::Abandoned => Action::Stop,
+        }
+    }
+}
+
+/// The match-unit stage.
+pub struct MatchStage {
+    pub rendering: Arc<Mutex<Rendering>>,
+}
+
+/// Units of one set read together: what changed, and the input whose outcome carries the
+/// group's outputs (its last).
+struct Group {
+    change: SetChange,
+    last: usize,
+    /// Stream sequence of the last unit.
+    sequence: u64,
+}
+
+impl Group {
+    /// Whether a unit of `key` joins this group: a head closes it.
+    fn takes(&self, key: &SetKey) -> bool {
+        !self.change.head && self.change.cluster == key.0 && self.change.event_source == key.1
+    }
+}
+
+impl runner::Stage for MatchStage {
+    type Input = Owned<Unit>;
+    type Side = Vec<sluice_wire::Result<sluice_wire::ConfigUpdate>>;
+    type Error = RenderError;
+    const JOINT: bool = true;
+
+    fn decode(&self, delivered: &Delivered) -> Result<Owned<Unit>, RenderError> {
+        match_units::decode(delivered)
+            .map(Owned::new)
+            .map_err(RenderError::Unit)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<Owned<Unit>>]) -> Vec<Outcome<RenderError>> {
+        let mut rendering = self.rendering.lock().await;
+        let mut outcomes: Vec<Outcome<RenderError>> = Vec::with_capacity(inputs.len());
+        let mut group: Option<Group> = None;
+        for (index, input) in inputs.iter().enumerate() {
+            // Acked with the batch when it renders nothing of its own.
+            outcomes.push(Ok(Vec::new()));
+            let Some(unit) = input.value.take() else {
+                continue;
+            };
+            let sequence = input.delivered.sequence;
+            let member = match &unit {
+                Unit::Member(m) => Some(match_units::member_id_of(m)),
+                Unit::Head(_) => None,
+            };
+            let Some((key, applied)) = rendering.stage.apply(unit, sequence) else {
+                continue;
+            };
+            if !group.as_ref().is_some_and(|g| g.takes(&key)) {
+                if let Some(done) = group.take() {
+                    close(&mut rendering, done, &mut outcomes);
+                }
+                group = Some(Group {
+                    change: SetChange::new(&key),
+                    last: index,
+                    sequence,
+                });
+            }
+            let Some(open) = group.as_mut() else {
+                continue;
+            };
+            match applied {
+                Applied::Member { changed: true } => {
+                    open.change.add_members(&rendering.stage.sets, member)
+                }
+                Applied::Member { changed: false } => {}
+                Applied::Head(HeadOutcome::Differs) => {
+                    let Rendering { stage, bus, .. } = &mut *rendering;
+                    match stage.sets.reread(bus, &key).await {
+                        Ok(changed) => open.change.add_members(&stage.sets, changed),
+                        Err(source) => {
+                            outcomes[index] = Err(RenderError::Reread {
+                                cluster: key.0.to_string(),
+                                event_source: key.1.clone(),
+                                source,
+                            });
+                            outcomes.extend(
+                                (index + 1..inputs.len()).map(|_| Err(RenderError::Abandoned)),
+                            );
+                            return outcomes;
+                        }
+                    }
+                    open.change.head = true;
+                }
+                Applied::Head(_) => open.change.head = true,
+            }
+            open.last = index;
+            open.sequence = sequence;
+        }
+        if let Some(done) = group {
+            close(&mut rendering, done, &mut outcomes);
+        }
+        outcomes
+    }
+
+    async fn on_side(
+        &mut self,
+        updates: Vec<sluice_wire::Result<sluice_wire::ConfigUpdate>>,
+    ) -> Vec<Output> {
+        let mut rendering = self.rendering.lock().await;
+        // A burst of configuration changes is applied whole and rendered once.
+        let mut changed = None;
+        for update in updates {
+            match update {
+                Ok(update) => {
+                    if update.apply_to(&mut rendering.stage.config) {
+                        changed = Some(update.sequence);
+                    }
+                }
+                Err(error) => tracing::warn!(error = %error, "skipping config message"),
+            }
+        }
+        let Some(sequence) = changed else {
+            return Vec::new();
+        };
+        let states = tokio::task::block_in_place(|| rendering.stage.recompute(None, sequence));
+        rendering.outputs(states, "config").unwrap_or_else(|error| {
+            tracing::error!(error = %error, "desired states of a configuration change cannot be published");
+            Vec::new()
+        })
+    }
+}
+
+/// Renders a closed group and puts its outputs on its last input's outcome.
+fn close(rendering: &mut Rendering, group: Group, outcomes: &mut [Outcome<RenderError>]) {
+    let change = &group.change;
+    let states = if change.head
+        || !change.members.changed.is_empty()
+        || !change.members.removed.is_empty()
+    {
+        tokio::task::block_in_place(|| rendering.stage.recompute(Some(change), group.sequence))
+    } else {
+        Vec::new()
+    };
+    outcomes[group.last] = rendering
+        .outputs(states, "match")
+        .map_err(RenderError::Outputs);
+}
+
+/// The CloudEvent-match stage.
+pub struct CloudEventStage {
+    pub rendering: Arc<Mutex<Rendering>>,
+}
+
+impl runner::Stage for CloudEventStage {
+    type Input = pb::CloudEventMatch;
+    type Side = std::convert::Infallible;
+    type Error = RenderError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<pb::CloudEventMatch, RenderError> {
+        sluice_wire::decode("CloudEventMatch", delivered).map_err(RenderError::CloudEventMatch)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<pb::CloudEventMatch>]) -> Vec<Outcome<RenderError>> {
+        let rendering = self.rendering.lock().await;
+        inputs
+            .iter()
+            .map(|input| {
+                let states = tokio::task::block_in_place(|| {
+                    rendering
+                        .stage
+                        .cloud_event(&input.value, input.delivered.sequence)
+                });
+                rendering
+                    .outputs(states, "cloudevent")
+                    .map_err(RenderError::Outputs)
+            })
+            .collect()
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
