@@ -7,21 +7,22 @@
 
 pub mod failures;
 pub mod schedule;
+pub mod stage;
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use base64::Engine as _;
-use futures::StreamExt;
 use serde_json::{json, Value};
-use sluice_bus::{topology, AckWindow, Bus};
+use sluice_bus::runner::Runner;
+use sluice_bus::{topology, Bus};
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::naming;
 use sluice_domain::reference::object_reference;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
-use sluice_wire::match_units::{self, Applied, HeadOutcome, MatchSets};
+use sluice_wire::match_units::{self, Applied, MatchSets};
 
 const FIELD_MANAGER: &str = "sluice-reporter";
 
@@ -92,40 +93,79 @@ pub fn bounded_event_report(
     (event_report(cluster, &empty), Some(reason))
 }
 
-/// Writes (or deletes) the EventReport for one match set; `failure` is what its status says
-/// went wrong (evaluation or rendering), if anything.
-async fn write(
-    client: &kube::Client,
-    kind: &Kind,
-    cluster: &ClusterId,
-    set: &pb::MatchSet,
-    failure: Option<&str>,
-) -> sluice_kube::Result<()> {
-    let name = naming::event_report_name(cluster, &set.event_source);
+/// What keeping one report in step takes: the decision, made from data alone
+/// ([`decide`]); [`execute`] carries it out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    /// The set is gone: delete its report.
+    Delete { namespace: String, name: String },
+    /// Apply the report, then its status with `failure`.
+    Apply {
+        report: Value,
+        failure: Option<String>,
+    },
+    /// The evaluation failed: the last good report stays; `empty` is created when there is no
+    /// report yet, so that the failure has a place to show; then the status with `failure`.
+    Failed {
+        empty: Value,
+        failure: Option<String>,
+    },
+}
+
+/// The write that keeps `key`'s report in step with `set`; `failure` is what its status says
+/// went wrong besides (members that could not be carried, rendering), if anything.
+pub fn decide(cluster: &ClusterId, set: &pb::MatchSet, failure: Option<String>) -> Write {
     if set.removed {
-        return apply::delete(client, kind, &cluster.namespace, &name).await;
+        return Write::Delete {
+            namespace: cluster.namespace.clone(),
+            name: naming::event_report_name(cluster, &set.event_source),
+        };
     }
-    let failed = !set.failure_message.is_empty();
-    let mut too_large = None;
-    if !failed {
-        let (report, reason) = bounded_event_report(cluster, set, EVENT_REPORT_LIMIT);
-        apply::apply(client, kind, &report, FIELD_MANAGER).await?;
-        too_large = reason;
-    } else if apply::get(client, kind, &cluster.namespace, &name)
-        .await?
-        .is_none()
-    {
-        // Nothing reported yet: create the report so the failure has a place to show.
+    if !set.failure_message.is_empty() {
         let mut empty = set.clone();
         empty.matching.clear();
         empty.resources.clear();
-        apply::apply(client, kind, &event_report(cluster, &empty), FIELD_MANAGER).await?;
+        return Write::Failed {
+            empty: event_report(cluster, &empty),
+            failure,
+        };
     }
+    let (report, too_large) = bounded_event_report(cluster, set, EVENT_REPORT_LIMIT);
     let failure = match (too_large, failure) {
         (Some(size), Some(other)) => Some(format!("{size}; {other}")),
-        (size, other) => size.or_else(|| other.map(str::to_string)),
+        (size, other) => size.or(other),
     };
-    write_status(client, kind, cluster, &set.event_source, failure.as_deref()).await
+    Write::Apply { report, failure }
+}
+
+/// Carries out `write` for the report of `cluster` and `event_source`.
+async fn execute(
+    client: &kube::Client,
+    kind: &Kind,
+    cluster: &ClusterId,
+    event_source: &str,
+    write: &Write,
+) -> sluice_kube::Result<()> {
+    let failure = match write {
+        Write::Delete { namespace, name } => {
+            return apply::delete(client, kind, namespace, name).await;
+        }
+        Write::Apply { report, failure } => {
+            apply::apply(client, kind, report, FIELD_MANAGER).await?;
+            failure
+        }
+        Write::Failed { empty, failure } => {
+            let name = naming::event_report_name(cluster, event_source);
+            if apply::get(client, kind, &cluster.namespace, &name)
+                .await?
+                .is_none()
+            {
+                apply::apply(client, kind, empty, FIELD_MANAGER).await?;
+            }
+            failure
+        }
+    };
+    write_status(client, kind, cluster, event_source, failure.as_deref()).await
 }
 
 /// Writes an EventReport's status; a report that does not exist (yet) is left alone.
@@ -208,8 +248,6 @@ pub async fn run(
         "kubernetes",
         sluice_kube::reachability::api_check(&client, &token),
     );
-    let written = health.counter("sluice_reporter_reports_written_total");
-    let errors = health.counter("sluice_reporter_write_errors_total");
     let kind = loop {
         match apply::resolve(&client, "lib.projectsveltos.io/v1beta1", "EventReport").await {
             Ok(kind) => break kind,
@@ -222,136 +260,48 @@ pub async fn run(
             }
         }
     };
+    let mut stage = stage::ReporterStage {
+        bus: bus.clone(),
+        client,
+        kind,
+        sets: MatchSets::default(),
+        schedule: schedule::Schedule::default(),
+        failures: failures::Failures::default(),
+        written: health.counter("sluice_reporter_reports_written_total"),
+        errors: health.counter("sluice_reporter_write_errors_total"),
+    };
     // Rendering failures come back from the applier; the statuses start from what it recorded.
-    let mut failures = failures::Failures::default();
-    let (applied, mut applied_feed) = bus
+    let (applied, applied_feed) = bus
         .follow_state(topology::APPLIED, topology::APPLIED.subjects)
         .await?;
     for delivered in &applied {
         if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", delivered) {
-            failures.record_result(&result);
+            stage.failures.record_result(&result);
         }
     }
     // The sets as the MATCH stream holds them; every report is written once from them, since
     // a report whose head was acked may not have been written before a restart.
-    let mut sets = MatchSets::default();
-    let mut schedule = schedule::Schedule::default();
     let mut last_seen = sluice_bus::Freshness::default();
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
-        // An unreadable unit is not recorded: its delivery is dead-lettered below.
+        // An unreadable unit is not recorded: its delivery is dead-lettered by the runner.
         if let Ok(unit) = match_units::decode(&delivered) {
             last_seen.record(&delivered);
-            if let Some((key, Applied::Head(_))) = sets.apply(unit, delivered.sequence) {
-                schedule.mark(&key, tokio::time::Instant::now());
+            if let Some((key, Applied::Head(_))) = stage.sets.apply(unit, delivered.sequence) {
+                stage.schedule.mark(&key, tokio::time::Instant::now());
             }
         }
     }
-    let mut matches = bus.durable(topology::REPORTER_MATCH, None).await?;
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let runner = Runner::bind(&bus, topology::REPORTER_MATCH)
+        .await?
+        .with_freshness(last_seen);
     health.set_ready(true);
-    loop {
-        let next_due = schedule.next_due();
-        tokio::select! {
-            _ = token.cancelled() => break,
-            batch = sluice_bus::coalesce::next_batch(&mut matches), if !window.is_full() => {
-                let Some(batch) = batch else { anyhow::bail!("match consumer ended") };
-                for (delivered, message) in sluice_bus::coalesce::fresh(topology::MATCH.name, batch, &last_seen, &mut window) {
-                    last_seen.record(&delivered);
-                    let unit = match match_units::decode(&delivered) {
-                        Ok(unit) => unit,
-                        Err(error) => {
-                            bus.park("reporter", &delivered, message, &error.to_string(), &mut window).await?;
-                            continue;
-                        }
-                    };
-                    if let Some((key, Applied::Head(outcome))) = sets.apply(unit, delivered.sequence) {
-                        if outcome == HeadOutcome::Differs {
-                            sets.reread(&bus, &key).await?;
-                        }
-                        schedule.mark(&key, tokio::time::Instant::now());
-                    }
-                    // Nothing is published for a unit: it is acked once read.
-                    window.push(Vec::new(), Some(message));
-                }
-            }
-            _ = sleep_until(next_due), if next_due.is_some() => {
-                let now = tokio::time::Instant::now();
-                for key in schedule.take_due(now) {
-                    let set = sets.assemble(&key);
-                    let removed = set.is_none();
-                    let set = set.unwrap_or_else(|| pb::MatchSet {
-                        cluster: Some(sluice_wire::cluster_ref(&key.0)),
-                        event_source: key.1.clone(),
-                        removed: true,
-                        ..Default::default()
-                    });
-                    failures.record_evaluation(&key, &set.failure_message, removed);
-                    let failure = match (sets.get(&key).and_then(|view| member_failures(&set, view)), failures.message(&key)) {
-                        (Some(members), Some(other)) => Some(format!("{members}; {other}")),
-                        (members, other) => members.or(other),
-                    };
-                    match write(&client, &kind, &key.0, &set, failure.as_deref()).await {
-                        Ok(()) => {
-                            written.inc();
-                            if removed {
-                                schedule.forget(&key);
-                            }
-                        }
-                        Err(error) if error.is_transient() => {
-                            errors.inc();
-                            tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport, will retry");
-                            schedule.retry(&key, now, Duration::from_millis(500));
-                        }
-                        Err(error) => {
-                            // The API server will never take this report: say so on the
-                            // dead-letter subject; the ClusterProfiles never wait for it.
-                            errors.inc();
-                            let reason = sluice_runtime::error_chain(&error);
-                            tracing::warn!(cluster = %key.0, event_source = %key.1, error = %reason, "EventReport refused by the API server");
-                            let subject = topology::match_subject(&sluice_wire::cluster_tokens(&key.0), &key.1);
-                            let head = sets.get(&key).and_then(|view| view.head()).cloned().unwrap_or_default();
-                            let payload = match_units::encode(match_units::Unit::Head(head));
-                            window.push(vec![bus.dead_letter("reporter", &subject, payload, &reason, &[]).await?], None);
-                        }
-                    }
-                }
-            }
-            result = applied_feed.next() => {
-                let Some(result) = result else { anyhow::bail!("apply result feed ended") };
-                let Ok(delivered) = result else { continue };
-                let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) else {
-                    tracing::warn!(subject = %delivered.subject, "skipping unreadable apply result");
-                    continue;
-                };
-                let Some(key) = failures.record_result(&result) else { continue };
-                let failure = failures.message(&key);
-                // Best effort: the next head or result writes the status again.
-                if let Err(error) = write_status(&client, &kind, &key.0, &key.1, failure.as_deref()).await {
-                    errors.inc();
-                    tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport status");
-                }
-            }
-            settled = window.next(), if !window.is_empty() => {
-                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
-                    tracing::warn!(error = %error, "input not acked, it will be redelivered");
-                }
-            }
-        }
-    }
-    window.drain().await?;
-    drop(matches);
+    let outcome = runner.run(&mut stage, applied_feed, token).await;
     bus.close().await;
+    outcome?;
     Ok(())
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
@@ -458,6 +408,59 @@ mod tests {
             ..set
         };
         assert_eq!(member_failures(&failed, view), None);
+    }
+
+    #[test]
+    fn a_set_that_is_gone_deletes_its_report() {
+        let set = pb::MatchSet {
+            removed: true,
+            ..services(2)
+        };
+        assert_eq!(
+            decide(&cluster(), &set, Some("ignored".into())),
+            Write::Delete {
+                namespace: "default".into(),
+                name: naming::event_report_name(&cluster(), "sveltos-service"),
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_evaluation_keeps_the_last_report_and_shows_the_failure() {
+        let set = pb::MatchSet {
+            failure_message: "eventsource sveltos-service: lua: boom".into(),
+            ..services(2)
+        };
+        let Write::Failed { empty, failure } = decide(&cluster(), &set, Some("rendering".into()))
+        else {
+            panic!("a failed set is not applied over the last good report");
+        };
+        assert_eq!(empty["spec"]["matchingResources"], json!([]));
+        assert!(empty["spec"].get("resources").is_none(), "{empty}");
+        assert_eq!(failure.as_deref(), Some("rendering"));
+    }
+
+    #[test]
+    fn a_report_is_applied_with_its_size_failure_before_the_others() {
+        let set = services(3);
+        assert_eq!(
+            decide(&cluster(), &set, None),
+            Write::Apply {
+                report: event_report(&cluster(), &set),
+                failure: None
+            }
+        );
+        let Write::Apply { report, failure } =
+            decide(&cluster(), &services(20_000), Some("members".into()))
+        else {
+            panic!("a set that did not fail is applied");
+        };
+        assert_eq!(report["spec"]["matchingResources"], json!([]));
+        let failure = failure.expect("a failure");
+        assert!(
+            failure.contains("over the") && failure.ends_with("; members"),
+            "{failure}"
+        );
     }
 
     #[test]

@@ -1,0 +1,212 @@
+//! The reporter's stage on the stage runner (`sluice_bus::runner`): it consumes the match units
+//! (nothing is published for one: the runner acks it once read), follows the apply results as
+//! its side feed (their failures go to the reports' statuses at once), and writes the reports
+//! the [`Schedule`] says are due on the runner's tick. What each write is, [`decide`] says from
+//! data; [`execute`] carries it out.
+
+use std::time::Duration;
+
+use sluice_bus::runner::{Action, Failure, Input, Outcome, Output, Owned, Stage};
+use sluice_bus::{topology, Bus, Delivered};
+use sluice_kube::apply::Kind;
+use sluice_proto::v1 as pb;
+use sluice_runtime::Counter;
+use sluice_wire::match_units::{self, Applied, HeadOutcome, MatchSets, SetKey, Unit};
+use tokio::time::Instant;
+
+use crate::failures::Failures;
+use crate::schedule::Schedule;
+use crate::{decide, execute, member_failures, write_status};
+
+/// How long a report whose write failed transiently waits before it is written again.
+const RETRY_DELAY: Duration = Duration::from_millis(500);
+
+/// The sets, when their reports are due, the failures their statuses show, and what writing
+/// needs.
+pub struct ReporterStage {
+    pub bus: Bus,
+    pub client: kube::Client,
+    pub kind: Kind,
+    pub sets: MatchSets,
+    pub schedule: Schedule,
+    pub failures: Failures,
+    pub written: Counter,
+    pub errors: Counter,
+}
+
+/// Why a match unit was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("failed to decode the match unit")]
+    Unit(#[source] sluice_wire::Error),
+    #[error("failed to re-read match set {cluster}/{event_source} from the stream")]
+    Reread {
+        cluster: String,
+        event_source: String,
+        #[source]
+        source: sluice_wire::Error,
+    },
+    #[error("not read: an earlier input of its batch stopped the stage")]
+    Abandoned,
+}
+
+impl Failure for ReportError {
+    fn action(&self) -> Action {
+        match self {
+            ReportError::Unit(_) => Action::Reject,
+            // The set is half re-read: the process restarts and rebuilds it from the stream.
+            ReportError::Reread { .. } | ReportError::Abandoned => Action::Stop,
+        }
+    }
+}
+
+impl Stage for ReporterStage {
+    type Input = Owned<Unit>;
+    type Side = sluice_bus::Result<Delivered>;
+    type Error = ReportError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<Owned<Unit>, ReportError> {
+        match_units::decode(delivered)
+            .map(Owned::new)
+            .map_err(ReportError::Unit)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<Owned<Unit>>]) -> Vec<Outcome<ReportError>> {
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.iter().enumerate() {
+            let Some(unit) = input.value.take() else {
+                outcomes.push(Ok(Vec::new()));
+                continue;
+            };
+            if let Some((key, Applied::Head(outcome))) =
+                self.sets.apply(unit, input.delivered.sequence)
+            {
+                if outcome == HeadOutcome::Differs {
+                    if let Err(source) = self.sets.reread(&self.bus, &key).await {
+                        outcomes.push(Err(ReportError::Reread {
+                            cluster: key.0.to_string(),
+                            event_source: key.1.clone(),
+                            source,
+                        }));
+                        outcomes
+                            .extend((index + 1..inputs.len()).map(|_| Err(ReportError::Abandoned)));
+                        return outcomes;
+                    }
+                }
+                self.schedule.mark(&key, Instant::now());
+            }
+            // Nothing is published for a unit: it is acked once read.
+            outcomes.push(Ok(Vec::new()));
+        }
+        outcomes
+    }
+
+    async fn on_side(&mut self, side: sluice_bus::Result<Delivered>) -> Vec<Output> {
+        let Ok(delivered) = side else {
+            return Vec::new();
+        };
+        let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) else {
+            tracing::warn!(subject = %delivered.subject, "skipping unreadable apply result");
+            return Vec::new();
+        };
+        let Some(key) = self.failures.record_result(&result) else {
+            return Vec::new();
+        };
+        let failure = self.failures.message(&key);
+        // Best effort: the next head or result writes the status again.
+        if let Err(error) =
+            write_status(&self.client, &self.kind, &key.0, &key.1, failure.as_deref()).await
+        {
+            self.errors.inc();
+            tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport status");
+        }
+        Vec::new()
+    }
+
+    fn next_tick(&self) -> Option<Instant> {
+        self.schedule.next_due()
+    }
+
+    async fn on_tick(&mut self) -> Vec<Output> {
+        let now = Instant::now();
+        for key in self.schedule.take_due(now) {
+            self.write(&key, now).await;
+        }
+        Vec::new()
+    }
+}
+
+impl ReporterStage {
+    /// Writes `key`'s report as its set now is.
+    async fn write(&mut self, key: &SetKey, now: Instant) {
+        let set = self.sets.assemble(key);
+        let removed = set.is_none();
+        let set = set.unwrap_or_else(|| pb::MatchSet {
+            cluster: Some(sluice_wire::cluster_ref(&key.0)),
+            event_source: key.1.clone(),
+            removed: true,
+            ..Default::default()
+        });
+        self.failures
+            .record_evaluation(key, &set.failure_message, removed);
+        let members = self
+            .sets
+            .get(key)
+            .and_then(|view| member_failures(&set, view));
+        let failure = match (members, self.failures.message(key)) {
+            (Some(members), Some(other)) => Some(format!("{members}; {other}")),
+            (members, other) => members.or(other),
+        };
+        let write = decide(&key.0, &set, failure);
+        match execute(&self.client, &self.kind, &key.0, &key.1, &write).await {
+            Ok(()) => {
+                self.written.inc();
+                if removed {
+                    self.schedule.forget(key);
+                }
+            }
+            Err(error) if error.is_transient() => {
+                self.errors.inc();
+                tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport, will retry");
+                self.schedule.retry(key, now, RETRY_DELAY);
+            }
+            Err(error) => {
+                // The API server will never take this report: say so on the dead-letter
+                // subject; the ClusterProfiles never wait for it.
+                self.errors.inc();
+                let reason = sluice_runtime::error_chain(&error);
+                tracing::warn!(cluster = %key.0, event_source = %key.1, error = %reason, "EventReport refused by the API server");
+                self.dead_letter(key, &reason).await;
+            }
+        }
+    }
+
+    /// Stores the refusal of `key`'s report on the dead-letter subject, with its set's head.
+    async fn dead_letter(&self, key: &SetKey, reason: &str) {
+        let subject = topology::match_subject(&sluice_wire::cluster_tokens(&key.0), &key.1);
+        let head = self
+            .sets
+            .get(key)
+            .and_then(|view| view.head())
+            .cloned()
+            .unwrap_or_default();
+        let payload = match_units::encode(Unit::Head(head));
+        let stored = match self
+            .bus
+            .dead_letter(
+                topology::REPORTER_MATCH.durable,
+                &subject,
+                payload,
+                reason,
+                &[],
+            )
+            .await
+        {
+            Ok(ack) => ack.await.map_err(|e| e.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        if let Err(error) = stored {
+            tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "dead letter of a refused EventReport not stored");
+        }
+    }
+}
