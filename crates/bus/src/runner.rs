@@ -5,8 +5,12 @@
 //! stream, decodes, gives every output its message id and trace context, publishes through the
 //! [`AckWindow`] within its budget, nacks a [`Action::Retry`] error with a delay that grows with
 //! the delivery count, dead-letters a [`Action::Reject`] error with its reason (acking the input
-//! only once the dead letter is stored), counts what it did through [`Hooks`], and on
-//! cancellation stops pulling and drains what is in flight within a deadline.
+//! only once the dead letter is stored), stops on a [`Action::Stop`] error (the input nacked, the
+//! process to restart and rebuild), counts what it did through [`Hooks`], and on cancellation
+//! stops pulling and drains what is in flight within a deadline. Besides its inputs, a stage may
+//! publish what a message of its side feed ([`Stage::on_side`]) or a tick it asked for
+//! ([`Stage::next_tick`], [`Stage::on_tick`]) makes it publish; and a stage whose outputs are
+//! computed for a batch as a whole ([`Stage::JOINT`]) has its batch acked as one.
 //!
 //! It does not know what the payloads mean, and it holds no Kubernetes or process concerns: the
 //! counters and the trace context come in as [`Hooks`] from the service.

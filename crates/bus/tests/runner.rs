@@ -1,7 +1,8 @@
 //! The stage runner against a real nats-server: a transient error is nacked and the input comes
 //! back, a permanent one is dead-lettered with its reason and acked; an input whose dead
 //! letter cannot be stored is not acked; a drain cut short by its deadline returns in time and
-//! leaves the input to be redelivered.
+//! leaves the input to be redelivered; a side message and a tick publish what the stage returns
+//! for them; a stop ends the runner with the input unacked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +31,8 @@ enum ProbeError {
     Busy,
     #[error("cannot be handled: {0}")]
     Broken(String),
+    #[error("state lost")]
+    Lost,
 }
 
 impl Failure for ProbeError {
@@ -37,6 +40,7 @@ impl Failure for ProbeError {
         match self {
             ProbeError::Busy => Action::Retry,
             ProbeError::Broken(_) => Action::Reject,
+            ProbeError::Lost => Action::Stop,
         }
     }
 }
@@ -304,5 +308,99 @@ async fn a_drain_returns_by_its_deadline_and_leaves_the_input_to_come_back() -> 
     );
     token.cancel();
     task.await??;
+    Ok(())
+}
+
+/// Publishes `side <name>` for a side message `<name>` and asks for a tick 50 ms later, which
+/// publishes `ticked`; an input `stop` stops it, any other input is handled without outputs.
+#[derive(Default)]
+struct Timed {
+    tick_at: Option<tokio::time::Instant>,
+}
+
+fn applied_output(name: &str, body: String) -> Output {
+    Output {
+        subject: topology::applied_subject_for(&subject(name)).expect("a desired subject"),
+        payload: Bytes::from(body),
+        id: None,
+    }
+}
+
+impl Stage for Timed {
+    type Input = String;
+    type Side = String;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        inputs
+            .iter()
+            .map(|input| match input.value.as_str() {
+                "stop" => Err(ProbeError::Lost),
+                _ => Ok(Vec::new()),
+            })
+            .collect()
+    }
+
+    async fn on_side(&mut self, name: String) -> Vec<Output> {
+        self.tick_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
+        vec![applied_output(&name, format!("side {name}"))]
+    }
+
+    fn next_tick(&self) -> Option<tokio::time::Instant> {
+        self.tick_at
+    }
+
+    async fn on_tick(&mut self) -> Vec<Output> {
+        self.tick_at = None;
+        vec![applied_output("tick", "ticked".to_string())]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn side_messages_and_ticks_publish_and_a_stop_ends_the_runner_leaving_its_input(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let (side, feed) = futures::channel::mpsc::unbounded();
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let token = token.clone();
+        async move { runner.run(&mut Timed::default(), feed, token).await }
+    });
+    side.unbounded_send("config".to_string())?;
+    assert_eq!(
+        wait_for("output of a side message", DEADLINE, || output(
+            &bus, "config"
+        ))
+        .await?,
+        "side config"
+    );
+    assert_eq!(
+        wait_for("output of the tick", DEADLINE, || output(&bus, "tick")).await?,
+        "ticked"
+    );
+    send(&bus, "fine", "ok").await?;
+    wait_for("the input acked", DEADLINE, || async {
+        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
+    })
+    .await?;
+    send(&bus, "halt", "stop").await?;
+    let ended = tokio::time::timeout(DEADLINE, task).await??;
+    assert!(
+        matches!(ended, Err(sluice_bus::Error::Stopped { .. })),
+        "{ended:?}"
+    );
+    assert!(!token.is_cancelled());
+    let (unacked, pending) = consumer_state(&bus).await?;
+    assert_eq!(
+        unacked + pending as usize,
+        1,
+        "the stopping input is still there"
+    );
     Ok(())
 }
