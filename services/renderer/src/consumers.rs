@@ -46,13 +46,9 @@ pub enum RenderError {
     CloudEventMatch(#[source] sluice_wire::Error),
     #[error("a desired state rendered from this input cannot be published")]
     Outputs(#[source] sluice_wire::Error),
-    #[error("failed to re-read match set {cluster}/{event_source} from the stream")]
-    Reread {
-        cluster: String,
-        event_source: String,
-        #[source]
-        source: sluice_wire::Error,
-    },
+    /// The set (`cluster/eventsource`) and why.
+    #[error("failed to re-read match set {0} from the stream")]
+    Reread(String, #[source] sluice_wire::Error),
     #[error("not rendered: an earlier input of its batch stopped the stage")]
     Abandoned,
 }
@@ -64,7 +60,7 @@ impl Failure for RenderError {
                 Action::Reject
             }
             // The set is half re-read: the process restarts and rebuilds it from the stream.
-            RenderError::Reread { .. } | RenderError::Abandoned => Action::Stop,
+            RenderError::Reread(..) | RenderError::Abandoned => Action::Stop,
         }
     }
 }
@@ -143,11 +139,8 @@ impl runner::Stage for MatchStage {
                     match stage.sets.reread(bus, &key).await {
                         Ok(changed) => open.change.add_members(&stage.sets, changed),
                         Err(source) => {
-                            outcomes[index] = Err(RenderError::Reread {
-                                cluster: key.0.to_string(),
-                                event_source: key.1.clone(),
-                                source,
-                            });
+                            outcomes[index] =
+                                Err(RenderError::Reread(format!("{}/{}", key.0, key.1), source));
                             outcomes.extend(
                                 (index + 1..inputs.len()).map(|_| Err(RenderError::Abandoned)),
                             );

@@ -39,13 +39,9 @@ pub struct ReporterStage {
 pub enum ReportError {
     #[error("failed to decode the match unit")]
     Unit(#[source] sluice_wire::Error),
-    #[error("failed to re-read match set {cluster}/{event_source} from the stream")]
-    Reread {
-        cluster: String,
-        event_source: String,
-        #[source]
-        source: sluice_wire::Error,
-    },
+    /// The set (`cluster/eventsource`) and why.
+    #[error("failed to re-read match set {0} from the stream")]
+    Reread(String, #[source] sluice_wire::Error),
     #[error("not read: an earlier input of its batch stopped the stage")]
     Abandoned,
 }
@@ -55,7 +51,7 @@ impl Failure for ReportError {
         match self {
             ReportError::Unit(_) => Action::Reject,
             // The set is half re-read: the process restarts and rebuilds it from the stream.
-            ReportError::Reread { .. } | ReportError::Abandoned => Action::Stop,
+            ReportError::Reread(..) | ReportError::Abandoned => Action::Stop,
         }
     }
 }
@@ -83,11 +79,10 @@ impl Stage for ReporterStage {
             {
                 if outcome == HeadOutcome::Differs {
                     if let Err(source) = self.sets.reread(&self.bus, &key).await {
-                        outcomes.push(Err(ReportError::Reread {
-                            cluster: key.0.to_string(),
-                            event_source: key.1.clone(),
+                        outcomes.push(Err(ReportError::Reread(
+                            format!("{}/{}", key.0, key.1),
                             source,
-                        }));
+                        )));
                         outcomes
                             .extend((index + 1..inputs.len()).map(|_| Err(ReportError::Abandoned)));
                         return outcomes;
