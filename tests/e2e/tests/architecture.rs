@@ -1,6 +1,7 @@
 //! The architecture invariants of `ARCHITECTURE.md`, checked mechanically: forbidden dependency
 //! edges read from `cargo metadata` (rust-analyzer's tidy test does the same), and where subjects,
-//! acks and Kubernetes calls may appear in the source. Reads metadata and files; builds nothing.
+//! acks and Kubernetes calls may appear in the source, and that ARCHITECTURE.md's stream and
+//! stage tables say what `topology.rs` declares. Reads metadata and files; builds nothing.
 #![allow(clippy::unwrap_used)] // tests fail by panicking
 
 use std::collections::{BTreeMap, VecDeque};
@@ -396,4 +397,125 @@ fn source_scans_see_what_they_look_for() {
     assert!(!uses_kube_beyond_client(
         "client: &kube::Client, k: sluice_kube::apply::Kind"
     ));
+}
+
+/// The rows of the Markdown table in ARCHITECTURE.md whose header row starts with `header`, as
+/// trimmed cells (the header and the `|---|` row left out).
+fn architecture_table(header: &str) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let mut lines = text.lines().skip_while(|line| !line.starts_with(header));
+    assert!(
+        lines.next().is_some(),
+        "ARCHITECTURE.md has no table headed `{header}`"
+    );
+    lines
+        .skip(1)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+            inner
+                .split('|')
+                .map(|cell| cell.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The `code` spans of a table cell, in order.
+fn code_spans(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+fn stream_names(streams: &[sluice_bus::topology::StreamSpec]) -> Vec<String> {
+    streams.iter().map(|s| s.name.to_string()).collect()
+}
+
+#[test]
+fn the_stage_table_agrees_with_the_topology() {
+    use sluice_bus::topology::{Acks, IDENTITIES};
+    let rows = architecture_table("| service | consumes |");
+    let names: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
+    let declared: Vec<&str> = IDENTITIES.iter().map(|i| i.name).collect();
+    assert_eq!(names, declared, "one row per identity, in topology order");
+    for (row, identity) in rows.iter().zip(IDENTITIES) {
+        let name = identity.name;
+        assert_eq!(row.len(), 7, "{name}: seven cells");
+        let consumes: Vec<(String, String, bool)> = row[1]
+            .split(';')
+            .filter(|segment| !segment.trim().is_empty())
+            .map(|segment| {
+                let spans = code_spans(segment);
+                assert_eq!(
+                    spans.len(),
+                    2,
+                    "{name}: `durable` on `stream` in {segment:?}"
+                );
+                (
+                    spans[0].clone(),
+                    spans[1].clone(),
+                    segment.contains("covering acks"),
+                )
+            })
+            .collect();
+        let declared: Vec<(String, String, bool)> = identity
+            .consumes
+            .iter()
+            .map(|c| {
+                (
+                    c.durable.to_string(),
+                    c.stream.name.to_string(),
+                    c.acks == Acks::Covering,
+                )
+            })
+            .collect();
+        assert_eq!(consumes, declared, "{name}: consumes");
+        assert_eq!(
+            code_spans(&row[2]),
+            stream_names(identity.follows),
+            "{name}: follows"
+        );
+        assert_eq!(
+            code_spans(&row[3]),
+            stream_names(identity.publishes),
+            "{name}: publishes"
+        );
+        assert_eq!(
+            code_spans(&row[4]),
+            stream_names(identity.purges),
+            "{name}: purges"
+        );
+        let dead_letters = if identity.dead_letters { "yes" } else { "no" };
+        assert_eq!(row[5], dead_letters, "{name}: dead letters");
+        assert_eq!(code_spans(&row[6]), identity.taps, "{name}: taps");
+    }
+}
+
+#[test]
+fn the_stream_table_agrees_with_the_topology() {
+    use sluice_bus::topology::ALL_STREAMS;
+    let rows = architecture_table("| stream | subjects |");
+    assert_eq!(rows.len(), ALL_STREAMS.len(), "one row per stream");
+    for (row, stream) in rows.iter().zip(ALL_STREAMS) {
+        assert_eq!(code_spans(&row[0]), [stream.name], "stream name");
+        assert_eq!(
+            code_spans(&row[1]),
+            [stream.subjects],
+            "{}: subjects",
+            stream.name
+        );
+        let retention = &row[2];
+        match stream.max_per_subject {
+            Some(1) => assert!(
+                retention.starts_with("last value per subject"),
+                "{}: {retention}",
+                stream.name
+            ),
+            None => assert!(retention.starts_with("log"), "{}: {retention}", stream.name),
+            Some(other) => panic!("{}: {other} values per subject", stream.name),
+        }
+    }
 }
