@@ -206,5 +206,23 @@ async fn unreadable_messages_are_dead_lettered_with_the_reason() -> anyhow::Resu
         assert!(reason.contains("decode"), "{stage}: {reason}");
         assert!(headers.get(topology::ORIGIN_SUBJECT_HEADER).is_some());
     }
+    // The renderer's second consumer, the CloudEvent matches, rejects what it cannot read too.
+    let cematch = topology::cloudevent_match_subject(&cluster, "es");
+    js.publish(cematch.clone(), garbage.clone()).await?.await?;
+    let renderer = topology::dead_subject("renderer");
+    let letter = wait_for("the renderer's dead CloudEvent match", DEADLINE, || async {
+        let letter = dead.get_last_raw_message_by_subject(&renderer).await.ok()?;
+        let origin = letter.headers.get(topology::ORIGIN_SUBJECT_HEADER)?;
+        (origin.as_str() == cematch).then_some(letter)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    assert_eq!(letter.payload, garbage);
+    let reason = letter
+        .headers
+        .get(topology::ERROR_HEADER)
+        .map(|v| v.as_str().to_string())
+        .unwrap_or_default();
+    assert!(reason.contains("cloudevent match"), "{reason}");
     Ok(())
 }
