@@ -365,7 +365,8 @@ impl Core {
             return Ok(Flow::Continue);
         }
         let mut joint = (Vec::new(), Vec::new());
-        for ((input, message), outcome) in inputs.into_iter().zip(messages).zip(outcomes) {
+        let mut rest = inputs.into_iter().zip(messages).zip(outcomes);
+        while let Some(((input, message), outcome)) = rest.next() {
             match outcome {
                 Ok(outputs) => {
                     let outgoing = self.outgoing(&input.delivered, outputs);
@@ -380,7 +381,17 @@ impl Core {
                     self.freshness.record(&input.delivered);
                     (self.hooks.handled)(1);
                 }
-                Err(error) => self.failed(&input.delivered, message, &error).await?,
+                Err(error) => {
+                    if let Err(stopped) = self.failed(&input.delivered, message, &error).await {
+                        // The runner ends: what it has not settled comes back at once, not
+                        // after its ack wait.
+                        let unsettled = joint.1.into_iter().chain(rest.map(|((_, m), _)| m));
+                        for message in unsettled {
+                            nack(&message, Duration::ZERO).await;
+                        }
+                        return Err(stopped);
+                    }
+                }
             }
         }
         if !joint.1.is_empty() {
