@@ -52,7 +52,7 @@ pub async fn run(
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
         // An unreadable unit is not recorded: its delivery is dead-lettered below.
-        if let Ok(unit) = match_units::decode(&delivered) {
+        if let Ok(unit) = match_units::decode(&delivered, bus_key.as_ref()) {
             last_seen.record(&delivered);
             stage.apply(unit, delivered.sequence);
         }
@@ -95,7 +95,7 @@ pub async fn run(
                 let mut groups: Vec<Group> = Vec::new();
                 for (delivered, message) in sluice_bus::coalesce::fresh(topology::MATCH.name, batch, &last_seen, &mut window) {
                     last_seen.record(&delivered);
-                    let unit = match match_units::decode(&delivered) {
+                    let unit = match match_units::decode(&delivered, bus_key.as_ref()) {
                         Ok(decoded) => decoded,
                         Err(error) => {
                             bus.park("renderer", &delivered, message, &error.to_string(), &mut window).await?;
@@ -121,7 +121,7 @@ pub async fn run(
                         Applied::Member { changed: true } => group.change.add_members(&stage.sets, member),
                         Applied::Member { changed: false } => {}
                         Applied::Head(HeadOutcome::Differs) => {
-                            let changed = stage.sets.reread(&bus, &key).await?;
+                            let changed = stage.sets.reread(&bus, &key, bus_key.as_ref()).await?;
                             group.change.add_members(&stage.sets, changed);
                             group.change.head = true;
                         }

@@ -194,6 +194,10 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    // The key opens the managed clusters' Secrets an EventSource collects (the report shows
+    // them, as Sveltos's does).
+    let bus_key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
     let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::REPORTER))
         .await
         .context("failed to connect to the bus")?;
@@ -242,7 +246,7 @@ pub async fn run(
         .await?
     {
         // An unreadable unit is not recorded: its delivery is dead-lettered below.
-        if let Ok(unit) = match_units::decode(&delivered) {
+        if let Ok(unit) = match_units::decode(&delivered, bus_key.as_ref()) {
             last_seen.record(&delivered);
             if let Some((key, Applied::Head(_))) = sets.apply(unit, delivered.sequence) {
                 schedule.mark(&key, tokio::time::Instant::now());
@@ -260,7 +264,7 @@ pub async fn run(
                 let Some(batch) = batch else { anyhow::bail!("match consumer ended") };
                 for (delivered, message) in sluice_bus::coalesce::fresh(topology::MATCH.name, batch, &last_seen, &mut window) {
                     last_seen.record(&delivered);
-                    let unit = match match_units::decode(&delivered) {
+                    let unit = match match_units::decode(&delivered, bus_key.as_ref()) {
                         Ok(unit) => unit,
                         Err(error) => {
                             bus.park("reporter", &delivered, message, &error.to_string(), &mut window).await?;
@@ -269,7 +273,7 @@ pub async fn run(
                     };
                     if let Some((key, Applied::Head(outcome))) = sets.apply(unit, delivered.sequence) {
                         if outcome == HeadOutcome::Differs {
-                            sets.reread(&bus, &key).await?;
+                            sets.reread(&bus, &key, bus_key.as_ref()).await?;
                         }
                         schedule.mark(&key, tokio::time::Instant::now());
                     }
@@ -313,7 +317,7 @@ pub async fn run(
                             tracing::warn!(cluster = %key.0, event_source = %key.1, error = %reason, "EventReport refused by the API server");
                             let subject = topology::match_subject(&sluice_wire::cluster_tokens(&key.0), &key.1);
                             let head = sets.get(&key).and_then(|view| view.head()).cloned().unwrap_or_default();
-                            let payload = match_units::encode(match_units::Unit::Head(head));
+                            let payload = match_units::encode(match_units::Unit::Head(head), None);
                             window.push(vec![bus.dead_letter("reporter", &subject, payload, &reason, &[]).await?], None);
                         }
                     }

@@ -5,7 +5,8 @@
 //! for the contents of each Secret and unreferenced ConfigMap, while seed 001's credentials
 //! example and a trigger instantiating a sealed Secret still render (the instantiated copy
 //! travels sealed to the applier too). A managed cluster's Secret selected by an EventSource
-//! without `collectResources` reaches only the evaluator's input, not its EventReport.
+//! travels sealed in the evaluator's input (a CEL rule over its data still matches), and its
+//! EventReport carries it only with `collectResources`, whose match member is sealed too.
 
 use std::time::Duration;
 
@@ -32,8 +33,9 @@ const LOGIN_PASSWORD: &str = "e2e-login-password-7f3a";
 const SEALED_TOKEN: &str = "e2e-sealed-token-91c2";
 const UNREFERENCED_TOKEN: &str = "e2e-unreferenced-token-55d0";
 const UNREFERENCED_CONFIG: &str = "e2e-unreferenced-config-0b7e";
-/// A managed cluster's Secret an EventSource selects without `collectResources`: the evaluator
-/// reads it from `SLUICE_CHANGES`, and no later stream, EventReport or log may carry it.
+/// A managed cluster's Secret two EventSources select, one with `collectResources`: the
+/// evaluator reads it sealed from `SLUICE_CHANGES`, the collecting set's member carries it
+/// sealed, only the collecting EventReport shows it, and no stream or log carries it in clear.
 const MANAGED_TOKEN: &str = "e2e-managed-token-3e8f";
 /// A referenced ConfigMap's contents, which must travel (the search would miss nothing).
 const REFERENCED_CONFIG: &str = "e2e-referenced-config-c4e1";
@@ -211,6 +213,18 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
                "metadata": {"name": "watch-secrets"},
                "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
                         "eventSourceName": "watched-secrets"}}),
+        // Selects by the Secret's data: the evaluator must open it to match (a Secret whose
+        // contents are withheld has no data).
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+               "metadata": {"name": "collected-secrets"},
+               "spec": {"collectResources": true, "resourceSelectors": [
+                   {"group": "", "version": "v1", "kind": "Secret", "namespace": "eng",
+                    "evaluateCEL": [{"name": "has-token",
+                                     "rule": "has(resource.data.token)"}]}]}}),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+               "metadata": {"name": "collect-secrets"},
+               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
+                        "eventSourceName": "collected-secrets"}}),
     ] {
         stack.apply(MANAGEMENT, &object).await?;
     }
@@ -287,6 +301,25 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     assert!(report["spec"].get("resources").is_none(), "{report}");
+    // The collecting EventSource matched on the data (the evaluator opened the change) and its
+    // report carries the Secret (the reporter opened the member), as Sveltos's does.
+    let collected = wait_for(
+        "the EventReport of the collected Secret",
+        DEADLINE,
+        || async {
+            stack
+                .event_report("sveltos--collected-secrets--workload")
+                .await
+                .ok()
+                .flatten()
+                .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let resources = base64::engine::general_purpose::STANDARD
+        .decode(collected["spec"]["resources"].as_str().unwrap_or_default())?;
+    assert!(contains(&resources, &b64(MANAGED_TOKEN)), "{collected}");
 
     let bus = Bus::connect(stack.bus_options()).await?;
     let sealed = config_object(&bus, "Secret", "app-credentials")
@@ -319,20 +352,36 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
             );
         }
     }
-    // The managed Secret is the evaluator's input, and nothing after it.
+    // The managed Secret travels sealed only: as the evaluator's input and as the collecting
+    // set's member.
     for (stream, subject, payload) in &messages {
         let carries = contains(payload, MANAGED_TOKEN) || contains(payload, &b64(MANAGED_TOKEN));
-        assert!(
-            !carries || stream == topology::CHANGES.name,
-            "{stream} {subject} carries the managed Secret"
-        );
+        assert!(!carries, "{stream} {subject} carries the managed Secret");
     }
+    let sealed_change = messages.iter().any(|(stream, _, payload)| {
+        stream == topology::CHANGES.name
+            && sluice_proto::v1::ResourceChange::decode(payload.as_slice()).is_ok_and(|c| {
+                c.kind == "Secret"
+                    && c.name == "app-token"
+                    && c.object_json.is_empty()
+                    && !c.sealed_object_json.is_empty()
+            })
+    });
     assert!(
-        messages
-            .iter()
-            .any(|(stream, _, payload)| stream == topology::CHANGES.name
-                && contains(payload, &b64(MANAGED_TOKEN))),
-        "the evaluator's input carries the watched Secret"
+        sealed_change,
+        "the evaluator's input holds the Secret sealed"
+    );
+    let sealed_member = messages.iter().any(|(stream, _, payload)| {
+        stream == topology::MATCH.name
+            && sluice_proto::v1::MatchUnit::decode(payload.as_slice()).is_ok_and(|u| {
+                matches!(u.unit, Some(sluice_proto::v1::match_unit::Unit::Member(m))
+                    if m.event_source == "collected-secrets"
+                        && m.resource.is_empty() && !m.sealed_resource.is_empty())
+            })
+    });
+    assert!(
+        sealed_member,
+        "the collected member holds the Secret sealed"
     );
 
     // A reference removed: the Secret leaves the stream; the ConfigMap stays.
