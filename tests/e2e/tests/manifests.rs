@@ -391,12 +391,12 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
                     &["eventtriggers/status", "eventbasedaddons/status"],
                     &["patch"],
                 ),
-                expand("*", "", &["configmaps", "secrets"], &["list"]),
+                // ConfigMaps and Secrets: only where it writes them, listing included.
                 expand(
                     "projectsveltos",
                     "",
                     &["configmaps", "secrets"],
-                    &["create", "patch", "delete"],
+                    &["list", "create", "patch", "delete"],
                 ),
                 expand("default", "", &["events"], &["create", "patch"]),
             ]
