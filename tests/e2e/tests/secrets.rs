@@ -162,6 +162,21 @@ async fn profile_refs(stack: &Stack) -> Option<Vec<Value>> {
     )
 }
 
+/// The EventReport of `event_source` in `workload` once it names the managed Secret.
+async fn app_token_report(stack: &Stack, event_source: &str) -> anyhow::Result<Value> {
+    let name = format!("sveltos--{event_source}--workload");
+    wait_for(&format!("the EventReport {name}"), DEADLINE, || async {
+        stack
+            .event_report(&name)
+            .await
+            .ok()
+            .flatten()
+            .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))
+}
+
 fn forbidden(kubeconfig_token: &str) -> Vec<String> {
     let mut out = Vec::new();
     for text in [
@@ -286,37 +301,11 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     );
 
     // The managed Secret matches, and its EventReport names it without its contents.
-    let report = wait_for(
-        "the EventReport of the watched Secret",
-        DEADLINE,
-        || async {
-            stack
-                .event_report("sveltos--watched-secrets--workload")
-                .await
-                .ok()
-                .flatten()
-                .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let report = app_token_report(&stack, "watched-secrets").await?;
     assert!(report["spec"].get("resources").is_none(), "{report}");
     // The collecting EventSource matched on the data (the evaluator opened the change) and its
     // report carries the Secret (the reporter opened the member), as Sveltos's does.
-    let collected = wait_for(
-        "the EventReport of the collected Secret",
-        DEADLINE,
-        || async {
-            stack
-                .event_report("sveltos--collected-secrets--workload")
-                .await
-                .ok()
-                .flatten()
-                .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let collected = app_token_report(&stack, "collected-secrets").await?;
     let resources = base64::engine::general_purpose::STANDARD
         .decode(collected["spec"]["resources"].as_str().unwrap_or_default())?;
     assert!(contains(&resources, &b64(MANAGED_TOKEN)), "{collected}");
