@@ -6,7 +6,8 @@
 //! example and a trigger instantiating a sealed Secret still render (the instantiated copy
 //! travels sealed to the applier too). A managed cluster's Secret selected by an EventSource
 //! travels sealed in the evaluator's input (a CEL rule over its data still matches), and its
-//! EventReport carries it only with `collectResources`, whose match member is sealed too.
+//! EventReport carries it only with `collectResources`, whose match member is sealed too; a
+//! watcher without the key publishes it without its contents (it still matches by metadata).
 
 use std::time::Duration;
 
@@ -162,6 +163,34 @@ async fn profile_refs(stack: &Stack) -> Option<Vec<Value>> {
     )
 }
 
+/// An EventSource `name` selecting the Secrets of namespace `eng` (with a CEL rule when given)
+/// and its EventTrigger for the production clusters.
+fn secrets_source(name: &str, collect: bool, cel: Option<&str>) -> [Value; 2] {
+    let mut selector = json!({"group": "", "version": "v1", "kind": "Secret", "namespace": "eng"});
+    if let Some(rule) = cel {
+        selector["evaluateCEL"] = json!([{"name": "rule", "rule": rule}]);
+    }
+    [
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+               "metadata": {"name": name},
+               "spec": {"collectResources": collect, "resourceSelectors": [selector]}}),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+               "metadata": {"name": format!("{name}-trigger")},
+               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
+                        "eventSourceName": name}}),
+    ]
+}
+
+/// The managed cluster's Secret `eng/app-token`, holding `MANAGED_TOKEN`.
+async fn apply_managed_secret(stack: &Stack) -> anyhow::Result<()> {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                        "metadata": {"name": "app-token", "namespace": "eng",
+                                     "labels": {"team": "eng"}},
+                        "data": {"token": b64(MANAGED_TOKEN)}});
+    stack.apply("workload", &secret).await?;
+    Ok(())
+}
+
 /// The EventReport of `event_source` in `workload` once it names the managed Secret.
 async fn app_token_report(stack: &Stack, event_source: &str) -> anyhow::Result<Value> {
     let name = format!("sveltos--{event_source}--workload");
@@ -220,38 +249,20 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
         config_map("unreferenced", UNREFERENCED_CONFIG),
         config_map("workload-policy", REFERENCED_CONFIG),
         sealed_trigger(true),
-        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
-               "metadata": {"name": "watched-secrets"},
-               "spec": {"collectResources": false, "resourceSelectors": [
-                   {"group": "", "version": "v1", "kind": "Secret", "namespace": "eng"}]}}),
-        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
-               "metadata": {"name": "watch-secrets"},
-               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
-                        "eventSourceName": "watched-secrets"}}),
-        // Selects by the Secret's data: the evaluator must open it to match (a Secret whose
-        // contents are withheld has no data).
-        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
-               "metadata": {"name": "collected-secrets"},
-               "spec": {"collectResources": true, "resourceSelectors": [
-                   {"group": "", "version": "v1", "kind": "Secret", "namespace": "eng",
-                    "evaluateCEL": [{"name": "has-token",
-                                     "rule": "has(resource.data.token)"}]}]}}),
-        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
-               "metadata": {"name": "collect-secrets"},
-               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
-                        "eventSourceName": "collected-secrets"}}),
-    ] {
+    ]
+    .into_iter()
+    .chain(secrets_source("watched-secrets", false, None))
+    // Selects by the Secret's data: the evaluator must open it to match (a Secret whose
+    // contents are withheld has no data).
+    .chain(secrets_source(
+        "collected-secrets",
+        true,
+        Some("has(resource.data.token)"),
+    )) {
         stack.apply(MANAGEMENT, &object).await?;
     }
     require_credentials(&stack).await?;
-    stack
-        .apply(
-            "workload",
-            &json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                    "metadata": {"name": "app-token", "namespace": "eng"},
-                    "data": {"token": b64(MANAGED_TOKEN)}}),
-        )
-        .await?;
+    apply_managed_secret(&stack).await?;
 
     // Both triggers render: seed 001's generator output, and the profile that references the
     // sealed Secret (the renderer opened it: a withheld Secret fails the trigger instead).
@@ -432,10 +443,14 @@ async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says
         instantiated_secret(),
         config_map("workload-policy", REFERENCED_CONFIG),
         sealed_trigger(true),
-    ] {
+    ]
+    .into_iter()
+    .chain(secrets_source("collected-secrets", true, None))
+    {
         stack.apply(MANAGEMENT, &object).await?;
     }
     require_credentials(&stack).await?;
+    apply_managed_secret(&stack).await?;
     let message = wait_for("the trigger's status to say why", DEADLINE, || async {
         let trigger = stack
             .get(
@@ -468,8 +483,23 @@ async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says
         .await?
         .ok_or_else(|| anyhow::anyhow!("the referenced Secret's stand-in travels"))?;
     assert!(stand_in.sealed_object_json.is_empty());
+    // The managed Secret still matches by its metadata; its report shows it without contents,
+    // saying why.
+    let report = app_token_report(&stack, "collected-secrets").await?;
+    let resources = base64::engine::general_purpose::STANDARD
+        .decode(report["spec"]["resources"].as_str().unwrap_or_default())?;
+    assert!(
+        contains(&resources, sluice_wire::NO_KEY_AT_WATCHER),
+        "{report}"
+    );
+    assert!(contains(&resources, "\"team\":\"eng\""), "{report}");
     for (stream, subject, payload) in every_message(&bus).await? {
-        for text in [SEALED_TOKEN.to_string(), b64(SEALED_TOKEN)] {
+        for text in [
+            SEALED_TOKEN.to_string(),
+            b64(SEALED_TOKEN),
+            MANAGED_TOKEN.to_string(),
+            b64(MANAGED_TOKEN),
+        ] {
             assert!(
                 !contains(&payload, &text),
                 "{stream} {subject} carries {text:?}"
