@@ -35,6 +35,9 @@ pub async fn run(
     // collects; the evaluator reads no configuration Secret: it follows that without the key.
     let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
         .context("failed to load the bus key")?;
+    if key.is_none() {
+        tracing::warn!("no bus key (--bus-key-file): managed clusters' Secrets are evaluated without their contents");
+    }
     let (config, mut config_feed) = sluice_wire::follow_config(&bus, None).await?;
     let mut stage = Evaluator::new(config).with_payload_limit(bus.payload_limit());
     for delivered in bus
