@@ -145,6 +145,8 @@ podman build --quiet -f "${context}/Containerfile" -t "${SLUICE_NATS_IMAGE}" "${
 step_done "nats image (nats-server ${nats_version})"
 
 # --- the stack ----------------------------------------------------------------------------------
+# (nats-init issues the bus's credentials into the shared volume at the first start; the stack
+# runs with NATS auth and TLS as k8s's prod overlay does)
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 export SLUICE_API_PORT SLUICE_NATS_PORT
 SLUICE_API_PORT="$(free_port)"
@@ -159,7 +161,7 @@ teardown() {
     trap - EXIT
     if ((status != 0)); then
         log "failed; container logs:"
-        for name in nats testserver setup "${SERVICES[@]}"; do
+        for name in nats-init nats testserver setup "${SERVICES[@]}"; do
             echo "===== ${name} =====" >&2
             podman logs --tail 40 "$(container "${name}")" >&2 2>&1 || true
         done
@@ -243,6 +245,31 @@ wait_get some "instantiated ConfigMap in mgmt" --context mgmt get configmaps -A 
 wait_get some "ClusterProfile for my-service" --context mgmt get clusterprofiles -l "${TRIGGER},${CLUSTER},${RESOURCE}=my-service"
 step_done "setup's example converged (report, ConfigMap, profile)"
 
+# The bus is secured (nats-init's files): the server's greeting demands TLS and authentication
+# (so it refuses a client without an identity), and the tap identity, with its seed, client
+# certificate and the CA, reads the pipeline over TLS.
+SLUICE_CLI="${SLUICE_BIN_DIR}/sluice"
+NATS_HOST_URL="nats://127.0.0.1:${SLUICE_NATS_PORT}"
+greeting="$(python3 - "${SLUICE_NATS_PORT}" <<'PY'
+import json, socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as s:
+    line = s.makefile("rb").readline().decode()
+info = json.loads(line.split(" ", 1)[1])
+print(f"tls_required={info.get('tls_required', False)} auth_required={info.get('auth_required', False)} tls_verify={info.get('tls_verify', False)}")
+PY
+)"
+[[ "${greeting}" == "tls_required=True auth_required=True tls_verify=True" ]] \
+    || die "NATS does not demand TLS, client certificates and authentication: ${greeting}"
+log "NATS demands ${greeting}"
+AUTH="${STATE}/nats-auth"
+rm -rf "${AUTH}"
+podman cp "$(container nats-init):/shared/nats" "${AUTH}"
+timeout 60 "${SLUICE_CLI}" tap 'sluice.v1.desired.>' --nats-url "${NATS_HOST_URL}" --count 1 \
+    --nats-nkey-file "${AUTH}/tap.nk" --nats-ca-file "${AUTH}/nats-ca.crt" \
+    --nats-cert-file "${AUTH}/tap.crt" --nats-key-file "${AUTH}/tap.key" >"${STATE}/tap.log" 2>&1 &
+TAP_PID=$!
+step_done "bus secured (TLS, auth; tap identity connects)"
+
 k --context cluster-a apply -f - >/dev/null <<'EOF'
 apiVersion: v1
 kind: Service
@@ -259,6 +286,9 @@ spec:
 EOF
 wait_get some "ClusterProfile for the new Service compose-test" --context mgmt get clusterprofiles -l "${TRIGGER},${CLUSTER},${RESOURCE}=compose-test"
 step_done "Service created -> ClusterProfile"
+wait "${TAP_PID}" || die "the tap identity did not read the desired state: $(cat "${STATE}/tap.log")"
+log "the tap identity read $(grep -c . "${STATE}/tap.log") lines of the desired state over TLS"
+rm -rf "${AUTH}"
 
 k --context cluster-a -n default delete service compose-test >/dev/null
 wait_get none "ClusterProfile for the deleted Service" --context mgmt get clusterprofiles -l "${TRIGGER},${CLUSTER},${RESOURCE}=compose-test"

@@ -98,6 +98,13 @@ enum Command {
         /// ...and the CA that signed the clients' certificates (the server then verifies them).
         #[arg(long, requires = "tls_cert")]
         tls_client_ca: Option<PathBuf>,
+        /// Instead: issue a secured local bus into this directory unless it holds one already
+        /// (docker-compose's first start): a CA, the server's certificate for host `nats`, per
+        /// identity and `admin` a seed `<name>.nk` and a client certificate `<name>.crt`/`.key`,
+        /// a bus key `bus.key`, and the server configuration `nats.conf` (TLS, clients verified,
+        /// the generated authorization).
+        #[arg(long, conflicts_with_all = ["nkeys", "generate", "tls_cert"])]
+        issue: Option<PathBuf>,
     },
     /// Evaluate an EventSource offline: the oracle's `eventsource` request JSON on stdin
     /// (one object or an array), the response JSON on stdout.
@@ -247,7 +254,14 @@ async fn main() -> anyhow::Result<()> {
             tls_cert,
             tls_key,
             tls_client_ca,
+            issue,
         } => {
+            if let Some(dir) = issue {
+                let issued = sluice_cli::natsauth::issue_once(&dir)?;
+                let what = if issued { "issued" } else { "kept" };
+                eprintln!("nats-config: secured bus {what} in {}", dir.display());
+                return Ok(());
+            }
             let tls = tls_cert.zip(tls_key).map(|(cert_file, key_file)| {
                 sluice_cli::natsauth::ServerTls {
                     cert_file,

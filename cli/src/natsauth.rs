@@ -151,6 +151,26 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("failed to write {}", path.display()))
 }
 
+/// `sluice nats-config --issue DIR`: at the first start of a local stack (docker-compose), the
+/// files of a secured bus ([`Credentials::issue`]), a bus key `bus.key` and the server's
+/// configuration `nats.conf` (TLS with client certificates, the generated authorization),
+/// written last, so its presence says the directory is complete. A directory that has it is
+/// kept as it is. Returns whether it issued.
+pub fn issue_once(dir: &Path) -> anyhow::Result<bool> {
+    let config = dir.join("nats.conf");
+    if config.is_file() {
+        return Ok(false);
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    let credentials = Credentials::issue(dir)?;
+    write_private(
+        &dir.join("bus.key"),
+        &sluice_wire::BusKey::generate_base64(),
+    )?;
+    write_private(&config, &credentials.server_config())?;
+    Ok(true)
+}
+
 /// The files of a secured local bus, all in one directory: the CA, the server's certificate,
 /// and per identity (and `admin`) a seed `<name>.nk` and a client certificate `<name>.crt`/`.key`.
 #[derive(Clone, Debug)]
@@ -297,6 +317,33 @@ mod tests {
         assert!(config(&[format!("scheduler={user}")], None).is_err());
         assert!(config(&["renderer".to_string()], None).is_err());
         assert!(config(&[], None).is_err());
+    }
+
+    #[test]
+    fn a_secured_bus_is_issued_once_and_then_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = dir.path().join("nats");
+        assert!(issue_once(&bus).unwrap());
+        let config = std::fs::read_to_string(bus.join("nats.conf")).unwrap();
+        assert!(config.contains("verify: true"), "{config}");
+        assert!(config.contains("# evaluator"), "{config}");
+        let key = std::fs::read(bus.join("bus.key")).unwrap();
+        assert!(sluice_wire::BusKey::from_bytes(&key).is_some());
+        for file in [
+            "nats-ca.crt",
+            "evaluator.nk",
+            "evaluator.crt",
+            "evaluator.key",
+        ] {
+            assert!(bus.join(file).is_file(), "{file}");
+        }
+        // A second start keeps everything, the key included.
+        assert!(!issue_once(&bus).unwrap());
+        assert_eq!(std::fs::read(bus.join("bus.key")).unwrap(), key);
+        assert_eq!(
+            std::fs::read_to_string(bus.join("nats.conf")).unwrap(),
+            config
+        );
     }
 
     #[test]

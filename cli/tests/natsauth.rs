@@ -227,3 +227,76 @@ async fn every_identity_can_do_all_its_declaration_says() -> anyhow::Result<()> 
     }
     Ok(())
 }
+
+/// A follower's ordered consumers have random names, so it may manage consumers of the streams
+/// it follows by any name, except the durables other identities declare there: the evaluator,
+/// which follows `SLUICE_MATCH`, can neither delete, re-create nor read from the reporter's
+/// durable on it, by the current or the legacy create subject, and still follows the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cannot_touch_another_identitys_durable() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let nats = SecureNats::start(dir.path(), "").await?;
+    let admin = Bus::connect(nats.bus_options(None)).await?;
+    let reporter = Bus::connect(nats.bus_options(Some(topology::REPORTER))).await?;
+    let _durable = reporter.durable(topology::REPORTER_MATCH, None).await?;
+    let evaluator = Bus::connect(nats.bus_options(Some(topology::EVALUATOR))).await?;
+    let stream = topology::MATCH.name;
+    let durable = topology::REPORTER_MATCH.durable;
+
+    let deleted = evaluator
+        .jetstream()
+        .delete_consumer_from_stream(durable, stream)
+        .await;
+    assert!(
+        deleted.is_err(),
+        "the evaluator deleted the reporter's durable"
+    );
+    // Re-creating it under its name with another configuration (no acks), by the subject that
+    // names the consumer and by the legacy one that names only the stream.
+    let hijack = serde_json::json!({"stream_name": stream, "config": {
+        "name": durable, "durable_name": durable, "ack_policy": "none", "deliver_policy": "new"}});
+    for subject in [
+        format!("$JS.API.CONSUMER.CREATE.{stream}.{durable}"),
+        format!("$JS.API.CONSUMER.CREATE.{stream}.{durable}.sluice.v1.match.>"),
+        format!("$JS.API.CONSUMER.CREATE.{stream}"),
+    ] {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(5),
+            evaluator
+                .client()
+                .request(subject.clone(), hijack.to_string().into()),
+        )
+        .await;
+        if let Ok(Ok(reply)) = reply {
+            let text = String::from_utf8_lossy(&reply.payload).to_string();
+            assert!(text.contains("\"error\""), "{subject}: {text}");
+        }
+    }
+    let next = format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}");
+    let pulled = tokio::time::timeout(
+        Duration::from_secs(2),
+        evaluator.client().request(next, "1".into()),
+    )
+    .await;
+    assert!(
+        !matches!(pulled, Ok(Ok(_))),
+        "the evaluator pulled from the reporter's durable"
+    );
+
+    // The durable is as the reporter made it, and the evaluator still follows the stream.
+    let info = admin
+        .jetstream()
+        .get_stream(stream)
+        .await?
+        .consumer_info(durable)
+        .await?
+        .clone();
+    assert_eq!(
+        info.config.ack_policy,
+        async_nats::jetstream::consumer::AckPolicy::Explicit
+    );
+    evaluator
+        .replay_state(topology::MATCH, topology::MATCH.subjects)
+        .await?;
+    Ok(())
+}

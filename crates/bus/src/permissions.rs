@@ -15,6 +15,8 @@ const JS_API: &str = "$JS.API";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Permissions {
     pub publish: Vec<String>,
+    /// Exceptions to `publish` (nats-server applies a deny before an allow).
+    pub deny_publish: Vec<String>,
     pub subscribe: Vec<String>,
 }
 
@@ -48,7 +50,9 @@ pub fn inbox_prefix(name: &str) -> String {
 ///   (`$JS.ACK.<stream>.<durable>.>`), and delete only where the stage recreates its consumer
 ///   ([`Acks::Covering`]);
 /// - the streams it follows: ordered consumers, whose names the server or the client picks at
-///   random (so a follower may manage any consumer of the streams it follows; ADR 0022);
+///   random, so a follower may manage any consumer of those streams by name (`<stream>.*`)
+///   except the durables other identities declare on them, which are denied to it by name
+///   ([`others_durables`]; ADR 0022);
 /// - subscribe: its inbox prefix and its taps.
 pub fn permissions(identity: &Identity) -> Permissions {
     let mut publish: Vec<String> = identity
@@ -92,10 +96,36 @@ pub fn permissions(identity: &Identity) -> Permissions {
             publish.push(format!("{JS_API}.CONSUMER.{action}.{name}.*"));
         }
     }
+    let mut deny_publish = others_durables(identity);
     let mut subscribe = vec![format!("{}.>", inbox_prefix(identity.name))];
     subscribe.extend(identity.taps.iter().map(|tap| tap.to_string()));
     dedup_in_order(&mut publish);
-    Permissions { publish, subscribe }
+    dedup_in_order(&mut deny_publish);
+    Permissions {
+        publish,
+        deny_publish,
+        subscribe,
+    }
+}
+
+/// The JetStream API subjects of the durables other identities declare on the streams
+/// `identity` follows: creating (also re-configuring), reading from, acking for and deleting
+/// them. Its ordered consumers' permissions (`<stream>.*`) would cover them otherwise.
+fn others_durables(identity: &Identity) -> Vec<String> {
+    let mut deny = Vec::new();
+    let durables = topology::IDENTITIES.iter().flat_map(|other| other.consumes);
+    for consumer in durables {
+        let followed = identity.follows.contains(&consumer.stream);
+        if !followed || identity.consumes.contains(consumer) {
+            continue;
+        }
+        let target = format!("{}.{}", consumer.stream.name, consumer.durable);
+        for action in ["CREATE", "INFO", "MSG.NEXT", "DELETE"] {
+            deny.push(format!("{JS_API}.CONSUMER.{action}.{target}"));
+        }
+        deny.push(format!("{JS_API}.CONSUMER.CREATE.{target}.>"));
+    }
+    deny
 }
 
 /// The `authorization { users = [...] }` block of a nats-server configuration for `users`, one
@@ -115,8 +145,12 @@ pub fn authorization(users: &[User]) -> String {
                 let _ = writeln!(out, "    {{");
                 let _ = writeln!(out, "      nkey: {}", quote(&user.nkey));
                 let _ = writeln!(out, "      permissions: {{");
-                let _ = writeln!(out, "        publish: {}", rule(&allowed.publish));
-                let _ = writeln!(out, "        subscribe: {}", rule(&allowed.subscribe));
+                let _ = writeln!(
+                    out,
+                    "        publish: {}",
+                    rule(&allowed.publish, &allowed.deny_publish)
+                );
+                let _ = writeln!(out, "        subscribe: {}", rule(&allowed.subscribe, &[]));
                 let _ = writeln!(out, "      }}");
                 let _ = writeln!(out, "    }}");
             }
@@ -126,17 +160,23 @@ pub fn authorization(users: &[User]) -> String {
     out
 }
 
-/// An allow list, one subject per line; an empty one denies everything (nats-server reads an
-/// empty allow list as no restriction).
-fn rule(subjects: &[String]) -> String {
-    if subjects.is_empty() {
+/// An allow list and its exceptions, one subject per line; an empty allow list denies
+/// everything (nats-server reads an empty allow list as no restriction).
+fn rule(allow: &[String], deny: &[String]) -> String {
+    if allow.is_empty() {
         return format!("{{ deny: [{}] }}", quote(">"));
     }
-    let quoted: Vec<String> = subjects
-        .iter()
-        .map(|s| format!("          {}", quote(s)))
-        .collect();
-    format!("{{ allow: [\n{}\n        ] }}", quoted.join(",\n"))
+    let list = |subjects: &[String]| {
+        let quoted: Vec<String> = subjects
+            .iter()
+            .map(|s| format!("          {}", quote(s)))
+            .collect();
+        format!("[\n{}\n        ]", quoted.join(",\n"))
+    };
+    if deny.is_empty() {
+        return format!("{{ allow: {} }}", list(allow));
+    }
+    format!("{{ allow: {}, deny: {} }}", list(allow), list(deny))
 }
 
 /// A double-quoted string of the nats-server configuration (`$` would start a variable
@@ -153,7 +193,7 @@ fn dedup_in_order(items: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{APPLIER, EVALUATOR, IDENTITIES, REPORTER, TAP};
+    use crate::topology::{APPLIER, EVALUATOR, IDENTITIES, RENDERER, REPORTER, TAP};
 
     #[test]
     fn the_evaluator_may_do_what_it_declares_and_nothing_else() {
@@ -194,6 +234,39 @@ mod tests {
             );
         }
         assert_eq!(allowed.subscribe, ["_INBOX_evaluator.>"]);
+    }
+
+    #[test]
+    fn followers_are_denied_the_durables_of_others_on_what_they_follow() {
+        let denied = |identity: &Identity| permissions(identity).deny_publish;
+        let evaluator = denied(&EVALUATOR);
+        for subject in [
+            "$JS.API.CONSUMER.DELETE.SLUICE_MATCH.reporter",
+            "$JS.API.CONSUMER.CREATE.SLUICE_MATCH.renderer",
+            "$JS.API.CONSUMER.CREATE.SLUICE_MATCH.renderer.>",
+            "$JS.API.CONSUMER.MSG.NEXT.SLUICE_MATCH.reporter",
+            "$JS.API.CONSUMER.INFO.SLUICE_MATCH.reporter",
+        ] {
+            assert!(evaluator.contains(&subject.to_string()), "{subject}");
+        }
+        // Its own durables are not denied, though it follows SLUICE_CHANGES.
+        assert!(evaluator.iter().all(|s| !s.contains(".evaluator")));
+        // The renderer follows the applier's input and the set it consumes itself.
+        let renderer = denied(&RENDERER);
+        assert!(renderer.contains(&"$JS.API.CONSUMER.DELETE.SLUICE_DESIRED.applier".to_string()));
+        assert!(renderer.contains(&"$JS.API.CONSUMER.DELETE.SLUICE_MATCH.reporter".to_string()));
+        assert!(renderer.iter().all(|s| !s.contains(".renderer")));
+        // Who follows nothing another consumes is denied nothing; the rendered block says both.
+        assert!(denied(&APPLIER).is_empty());
+        let config = authorization(&[User {
+            role: Role::Service(EVALUATOR),
+            nkey: "UEVAL".into(),
+        }]);
+        assert!(config.contains("], deny: [\n"), "{config}");
+        assert!(
+            config.contains("\"$JS.API.CONSUMER.DELETE.SLUICE_MATCH.reporter\""),
+            "{config}"
+        );
     }
 
     #[test]

@@ -136,12 +136,28 @@ pub async fn list_labelled(
     kind: &Kind,
     labels: &BTreeMap<String, String>,
 ) -> Result<Vec<Value>> {
+    list_labelled_in(client, kind, None, labels).await
+}
+
+/// Lists objects of a kind carrying all the given labels, in `namespace` when one is given and
+/// the kind is namespaced (a narrower permission suffices), else in all namespaces.
+pub async fn list_labelled_in(
+    client: &Client,
+    kind: &Kind,
+    namespace: Option<&str>,
+    labels: &BTreeMap<String, String>,
+) -> Result<Vec<Value>> {
     let selector = labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
+    let api: Api<DynamicObject> = match namespace {
+        Some(namespace) if kind.namespaced => {
+            Api::namespaced_with(client.clone(), namespace, &kind.resource)
+        }
+        _ => Api::all_with(client.clone(), &kind.resource),
+    };
     let list = api
         .list(&ListParams::default().labels(&selector))
         .await

@@ -38,7 +38,8 @@ impl TestCa {
         &self.pem
     }
 
-    /// A server certificate for `127.0.0.1` and `localhost`.
+    /// A server certificate for `127.0.0.1`, `localhost` and `name` when it is a host name
+    /// (e.g. `nats`, a compose service's name).
     pub fn server(&self, name: &str) -> anyhow::Result<Issued> {
         self.sign(name, true)
     }
@@ -57,6 +58,15 @@ impl TestCa {
                 SanType::IpAddress([127, 0, 0, 1].into()),
                 SanType::DnsName("localhost".try_into()?),
             ];
+            let host_name = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            if host_name && name != "localhost" {
+                params
+                    .subject_alt_names
+                    .push(SanType::DnsName(name.try_into()?));
+            }
             params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         } else {
             params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];

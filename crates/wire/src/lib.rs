@@ -2,6 +2,7 @@
 //! converted into each other, plus the configuration feed every stage follows.
 //! It decides nothing; the stages do.
 
+pub mod managed;
 pub mod match_units;
 pub mod names;
 pub mod seal;
@@ -15,6 +16,7 @@ use sluice_domain::config::ConfigState;
 use sluice_domain::configdata::{self, BusForm};
 use sluice_proto::v1 as pb;
 
+pub use managed::{decode_change, seal_change};
 pub use seal::{BusKey, SealError};
 
 /// Why a stage without the bus key sees a Secret without its contents.

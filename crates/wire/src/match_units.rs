@@ -12,7 +12,7 @@ use sluice_bus::{topology, Delivered};
 use sluice_domain::cluster::ClusterId;
 use sluice_proto::v1 as pb;
 
-use crate::{Error, Result};
+use crate::{BusKey, Error, Result};
 
 /// A message of SLUICE_MATCH.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,12 +21,15 @@ pub enum Unit {
     Member(pb::MatchMember),
 }
 
-/// The one place that tells a head from a member: the `MatchUnit` wrapper's case.
-pub fn decode(delivered: &Delivered) -> Result<Unit> {
+/// The one place that tells a head from a member: the `MatchUnit` wrapper's case. A member's
+/// sealed Secret is opened with `key` (`crate::managed::open_member`).
+pub fn decode(delivered: &Delivered, key: Option<&BusKey>) -> Result<Unit> {
     let unit = crate::decode::<pb::MatchUnit>("MatchUnit", delivered)?;
     match unit.unit {
         Some(pb::match_unit::Unit::Head(head)) => Ok(Unit::Head(head)),
-        Some(pb::match_unit::Unit::Member(member)) => Ok(Unit::Member(member)),
+        Some(pb::match_unit::Unit::Member(member)) => {
+            Ok(Unit::Member(crate::managed::open_member(member, key)))
+        }
         None => Err(Error::Invalid {
             subject: delivered.subject.clone(),
             field: "unit",
@@ -34,11 +37,14 @@ pub fn decode(delivered: &Delivered) -> Result<Unit> {
     }
 }
 
-/// The bytes of a unit as published.
-pub fn encode(unit: Unit) -> Bytes {
+/// The bytes of a unit as published, a collected Secret sealed with `key`
+/// (`crate::managed::seal_member`).
+pub fn encode(unit: Unit, key: Option<&BusKey>) -> Bytes {
     let unit = match unit {
         Unit::Head(head) => pb::match_unit::Unit::Head(head),
-        Unit::Member(member) => pb::match_unit::Unit::Member(member),
+        Unit::Member(member) => {
+            pb::match_unit::Unit::Member(crate::managed::seal_member(member, key))
+        }
     };
     crate::encode(&pb::MatchUnit { unit: Some(unit) })
 }
@@ -283,11 +289,16 @@ impl MatchSets {
 
     /// Re-reads a set's members from the MATCH stream (when its head says the view differs:
     /// a tombstone expired before this reader saw it); returns the members that changed.
-    pub async fn reread(&mut self, bus: &sluice_bus::Bus, key: &SetKey) -> Result<Vec<MemberId>> {
+    pub async fn reread(
+        &mut self,
+        bus: &sluice_bus::Bus,
+        key: &SetKey,
+        bus_key: Option<&BusKey>,
+    ) -> Result<Vec<MemberId>> {
         let filter = topology::match_members_filter(&crate::cluster_tokens(&key.0), &key.1);
         let mut members = Vec::new();
         for delivered in bus.replay_state(topology::MATCH, &filter).await? {
-            if let Ok(Unit::Member(member)) = decode(&delivered) {
+            if let Ok(Unit::Member(member)) = decode(&delivered, bus_key) {
                 members.push((member, delivered.sequence));
             }
         }
@@ -485,9 +496,9 @@ mod tests {
         let delivered = Delivered {
             subject: "s".into(),
             sequence: 1,
-            payload: encode(unit.clone()),
+            payload: encode(unit.clone(), None),
             traceparent: None,
         };
-        assert_eq!(decode(&delivered).expect("decodes"), unit);
+        assert_eq!(decode(&delivered, None).expect("decodes"), unit);
     }
 }

@@ -88,6 +88,9 @@ pub(crate) struct Applier {
     /// Per (trigger, cluster), by its owner labels: what the server held when the pair was
     /// first seen, whose names desired objects adopt (`adopt`, the hand-over from event-manager).
     adoptable: Mutex<HashMap<String, Arc<Vec<adopt::Owned>>>>,
+    /// Where it writes the ConfigMaps and Secrets it owns (Sveltos's namespace), so their lists
+    /// stay there too: it may neither read nor list them anywhere else.
+    namespace: String,
 }
 
 /// SHA-256 of what a desired state asks for: its objects' JSON in order, or its failure.
@@ -102,9 +105,10 @@ fn deployed_hash(state: &pb::DesiredState) -> Vec<u8> {
 }
 
 impl Applier {
-    pub(crate) fn new(client: kube::Client) -> Applier {
+    pub(crate) fn new(client: kube::Client, namespace: &str) -> Applier {
         Applier {
             client,
+            namespace: namespace.to_string(),
             kinds: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             adoptable: Mutex::new(HashMap::new()),
@@ -467,7 +471,7 @@ impl Applier {
                 let mut listed = Vec::new();
                 for (api_version, kind_name) in OWNED {
                     let kind = self.kind(api_version, kind_name).await?;
-                    for object in apply::list_labelled(&self.client, &kind, pair).await? {
+                    for object in self.list(&kind, pair).await? {
                         listed.push(adopt::Owned::of(kind_name, &object));
                     }
                 }
@@ -477,6 +481,15 @@ impl Applier {
             }
         };
         Ok(adopt::adopt(desired, &existing))
+    }
+
+    /// The objects of `kind` carrying `labels`: in Sveltos's namespace for a namespaced kind.
+    async fn list(
+        &self,
+        kind: &Kind,
+        labels: &BTreeMap<String, String>,
+    ) -> sluice_kube::Result<Vec<Value>> {
+        apply::list_labelled_in(&self.client, kind, Some(&self.namespace), labels).await
     }
 
     /// What the server holds for an owner (content unknown: applied again once). Objects of a
@@ -489,7 +502,7 @@ impl Applier {
         let mut known = BTreeMap::new();
         for (api_version, kind_name) in OWNED {
             let kind = self.kind(api_version, kind_name).await?;
-            for object in apply::list_labelled(&self.client, &kind, owner).await? {
+            for object in self.list(&kind, owner).await? {
                 if !include_other_units && in_own_unit(&object) {
                     continue;
                 }

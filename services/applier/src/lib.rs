@@ -43,7 +43,7 @@ pub async fn run(
     );
     let mut stage = stage::ApplierStage {
         bus: bus.clone(),
-        applier: Applier::new(client),
+        applier: Applier::new(client, &common.sveltos_namespace),
         statuses: status::Statuses::default(),
         reported: std::collections::BTreeMap::new(),
         key,

@@ -9,9 +9,9 @@ pub mod stage;
 
 use anyhow::Context as _;
 use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
-use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use sluice_wire::match_units::{self, Unit};
+use sluice_wire::BusKey;
 
 pub use stage::{Evaluator, MatchOutput};
 
@@ -31,14 +31,20 @@ pub async fn run(
     let published = health.counter("sluice_evaluator_match_units_published_total");
     let rejected = health.counter("sluice_evaluator_messages_rejected_total");
 
-    // The evaluator reads no Secret contents: it follows the configuration without the key.
+    // The key opens the managed clusters' Secrets an EventSource selects and seals the ones it
+    // collects; the evaluator reads no configuration Secret: it follows that without the key.
+    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
+    if key.is_none() {
+        tracing::warn!("no bus key (--bus-key-file): managed clusters' Secrets are evaluated without their contents");
+    }
     let (config, mut config_feed) = sluice_wire::follow_config(&bus, None).await?;
     let mut stage = Evaluator::new(config).with_payload_limit(bus.payload_limit());
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
-        if let Ok(unit) = match_units::decode(&delivered) {
+        if let Ok(unit) = match_units::decode(&delivered, key.as_ref()) {
             stage.remember_published(&unit);
         }
     }
@@ -50,8 +56,7 @@ pub async fn run(
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
         last_seen.record(&delivered);
-        if let Ok(change) = sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered)
-        {
+        if let Ok(change) = sluice_wire::decode_change(&delivered, key.as_ref()) {
             stage.load_object(&change);
         }
     }
@@ -63,7 +68,18 @@ pub async fn run(
     );
     let mut window =
         AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
-    published.add(publish_units(&bus, &mut window, boot, Vec::new(), "boot", |_| None).await?);
+    published.add(
+        publish_units(
+            &bus,
+            &mut window,
+            boot,
+            Vec::new(),
+            "boot",
+            key.as_ref(),
+            |_| None,
+        )
+        .await?,
+    );
 
     let changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
     // Whichever way this function ends (an error included), the tasks below stop with it.
@@ -73,10 +89,19 @@ pub async fn run(
     let (batches, mut parsed) = tokio::sync::mpsc::channel(2);
     let mut held = Held::default();
     let reader = tokio::spawn({
-        let (bus, rejected, token) = (bus.clone(), rejected.clone(), token.clone());
+        let (bus, rejected, token, key) =
+            (bus.clone(), rejected.clone(), token.clone(), key.clone());
         async move {
-            let result =
-                read_changes(bus, changes, last_seen, rejected, batches, token.clone()).await;
+            let result = read_changes(
+                bus,
+                changes,
+                last_seen,
+                rejected,
+                batches,
+                key,
+                token.clone(),
+            )
+            .await;
             token.cancel();
             result
         }
@@ -117,7 +142,7 @@ pub async fn run(
                 // changes are acked once those are stored.
                 let units = tokio::task::block_in_place(|| stage.on_config(&update));
                 let inputs = held.take();
-                published.add(publish_units(&bus, &mut window, units, inputs.messages, "config", |_| None).await?);
+                published.add(publish_units(&bus, &mut window, units, inputs.messages, "config", key.as_ref(), |_| None).await?);
             }
             batch = parsed.recv(), if !window.is_full() => {
                 // The reader ends only when cancelled, or when it failed (it cancels then too,
@@ -129,11 +154,11 @@ pub async fn run(
                 // these sets first: behind a burst (a listed cluster) or a backlog, a set is
                 // published once per round, not once per batch (ADR 0014).
                 if held.changes >= MAX_HELD_CHANGES || (parsed.is_empty() && !held.behind) {
-                    published.add(held.publish(&mut stage, &bus, &mut window).await?);
+                    published.add(held.publish(&mut stage, &bus, &mut window, key.as_ref()).await?);
                 }
             }
             _ = tokio::time::sleep_until(held.deadline), if held.changes > 0 => {
-                published.add(held.publish(&mut stage, &bus, &mut window).await?);
+                published.add(held.publish(&mut stage, &bus, &mut window, key.as_ref()).await?);
             }
             settled = window.next(), if !window.is_empty() => {
                 if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
@@ -146,7 +171,10 @@ pub async fn run(
     // What is held goes out before the drain: a restart would recompute it from the CHANGES
     // stream, but only after the new process has rebuilt its state.
     if held.changes > 0 {
-        published.add(held.publish(&mut stage, &bus, &mut window).await?);
+        published.add(
+            held.publish(&mut stage, &bus, &mut window, key.as_ref())
+                .await?,
+        );
     }
     window.drain().await?;
     drop(parsed);
@@ -228,10 +256,11 @@ impl Held {
         stage: &mut Evaluator,
         bus: &Bus,
         window: &mut AckWindow,
+        key: Option<&BusKey>,
     ) -> anyhow::Result<u64> {
         let units = tokio::task::block_in_place(|| stage.flush());
         let Inputs { messages, parents } = self.take();
-        publish_units(bus, window, units, messages, "change", |sequence| {
+        publish_units(bus, window, units, messages, "change", key, |sequence| {
             parents.get(&sequence).map(String::as_str)
         })
         .await
@@ -247,6 +276,7 @@ async fn read_changes(
     mut last_seen: sluice_bus::Freshness,
     rejected: sluice_runtime::Counter,
     batches: tokio::sync::mpsc::Sender<Batch>,
+    key: Option<BusKey>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut window =
@@ -267,7 +297,7 @@ async fn read_changes(
                 let mut parents = std::collections::HashMap::new();
                 for (delivered, message) in fresh {
                     last_seen.record(&delivered);
-                    match sluice_wire::decode::<pb::ResourceChange>("ResourceChange", &delivered) {
+                    match sluice_wire::decode_change(&delivered, key.as_ref()) {
                         Ok(change) => {
                             decoded.push((change, delivered.sequence));
                             messages.push(message);
@@ -331,6 +361,7 @@ async fn publish_units<'a>(
     outputs: Vec<MatchOutput>,
     inputs: Vec<sluice_bus::Message>,
     cause: &str,
+    key: Option<&BusKey>,
     parent_of: impl Fn(u64) -> Option<&'a str>,
 ) -> anyhow::Result<u64> {
     // Through the window's publish: it bounds the acks in flight and publishes again what a
@@ -353,7 +384,7 @@ async fn publish_units<'a>(
             continue;
         }
         let tombstone = output.is_tombstone();
-        let mut out = outgoing(output, cause, &parent_of)?;
+        let mut out = outgoing(output, cause, key, &parent_of)?;
         if tombstone {
             out.ttl = Some(topology::MEMBER_TOMBSTONE_TTL);
         }
@@ -367,6 +398,7 @@ async fn publish_units<'a>(
 fn outgoing<'a>(
     output: MatchOutput,
     cause: &str,
+    key: Option<&BusKey>,
     parent_of: &impl Fn(u64) -> Option<&'a str>,
 ) -> anyhow::Result<Outgoing> {
     let sequence = output.source_sequence();
@@ -397,7 +429,7 @@ fn outgoing<'a>(
         ttl: None,
         msg_id: message_id(&["match", &subject, cause, &sequence.to_string(), &content]),
         subject,
-        payload: match_units::encode(unit),
+        payload: match_units::encode(unit, key),
         traceparent: Some(sluice_runtime::child_traceparent(parent_of(sequence))),
     })
 }

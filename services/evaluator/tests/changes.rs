@@ -87,6 +87,7 @@ fn service_change((c, n): (usize, usize), team: &str, version: u32) -> anyhow::R
                      "labels": {"team": team}},
         "spec": {"ports": [{"port": 443}]}});
     let change = pb::ResourceChange {
+        sealed_object_json: Vec::new(),
         cluster: Some(sluice_wire::cluster_ref(&id)),
         api_version: "v1".into(),
         kind: "Service".into(),
@@ -128,7 +129,7 @@ async fn match_sets(bus: &Bus) -> anyhow::Result<BTreeMap<(String, String), Stor
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
-        let unit = sluice_wire::match_units::decode(&delivered)?;
+        let unit = sluice_wire::match_units::decode(&delivered, None)?;
         let head = matches!(unit, sluice_wire::match_units::Unit::Head(_));
         if let Some((key, _)) = view.apply(unit, delivered.sequence) {
             if head {

@@ -300,7 +300,7 @@ async fn an_invalid_regex_is_a_load_error_reported_for_the_event_source() -> any
     let failure = wait_for("match head with the load error", DEADLINE, || async {
         let heads = bus.replay_state(topology::MATCH, &subject).await.ok()?;
         let sluice_wire::match_units::Unit::Head(head) =
-            sluice_wire::match_units::decode(heads.last()?).ok()?
+            sluice_wire::match_units::decode(heads.last()?, None).ok()?
         else {
             return None;
         };

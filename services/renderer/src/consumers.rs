@@ -68,6 +68,8 @@ impl Failure for RenderError {
 /// The match-unit stage.
 pub struct MatchStage {
     pub rendering: Arc<Mutex<Rendering>>,
+    /// Opens the managed clusters' Secrets a member collects, as it is decoded.
+    pub key: Option<sluice_wire::BusKey>,
 }
 
 /// Units of one set read together: what changed, and the input whose outcome carries the
@@ -93,7 +95,7 @@ impl runner::Stage for MatchStage {
     const JOINT: bool = true;
 
     fn decode(&self, delivered: &Delivered) -> Result<Owned<Unit>, RenderError> {
-        match_units::decode(delivered)
+        match_units::decode(delivered, self.key.as_ref())
             .map(Owned::new)
             .map_err(RenderError::Unit)
     }
@@ -135,8 +137,13 @@ impl runner::Stage for MatchStage {
                 }
                 Applied::Member { changed: false } => {}
                 Applied::Head(HeadOutcome::Differs) => {
-                    let Rendering { stage, bus, .. } = &mut *rendering;
-                    match stage.sets.reread(bus, &key).await {
+                    let Rendering {
+                        stage,
+                        bus,
+                        key: bus_key,
+                        ..
+                    } = &mut *rendering;
+                    match stage.sets.reread(bus, &key, bus_key.as_ref()).await {
                         Ok(changed) => open.change.add_members(&stage.sets, changed),
                         Err(source) => {
                             outcomes[index] =

@@ -58,7 +58,7 @@ pub async fn run(
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
         // An unreadable unit is not recorded: its delivery is dead-lettered by the runner.
-        if let Ok(unit) = match_units::decode(&delivered) {
+        if let Ok(unit) = match_units::decode(&delivered, bus_key.as_ref()) {
             last_seen.record(&delivered);
             stage.apply(unit, delivered.sequence);
         }
@@ -103,6 +103,7 @@ pub async fn run(
         feed.next_batch().await.map(|updates| (updates, feed))
     });
     let mut match_stage = MatchStage {
+        key: rendering.lock().await.key.clone(),
         rendering: rendering.clone(),
     };
     let mut cloud_event_stage = CloudEventStage { rendering };

@@ -234,6 +234,10 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    // The key opens the managed clusters' Secrets an EventSource collects (the report shows
+    // them, as Sveltos's does).
+    let bus_key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
+        .context("failed to load the bus key")?;
     let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::REPORTER))
         .await
         .context("failed to connect to the bus")?;
@@ -262,6 +266,7 @@ pub async fn run(
     };
     let mut stage = stage::ReporterStage {
         bus: bus.clone(),
+        key: bus_key,
         client,
         kind,
         sets: MatchSets::default(),
@@ -287,7 +292,7 @@ pub async fn run(
         .await?
     {
         // An unreadable unit is not recorded: its delivery is dead-lettered by the runner.
-        if let Ok(unit) = match_units::decode(&delivered) {
+        if let Ok(unit) = match_units::decode(&delivered, stage.key.as_ref()) {
             last_seen.record(&delivered);
             if let Some((key, Applied::Head(_))) = stage.sets.apply(unit, delivered.sequence) {
                 stage.schedule.mark(&key, tokio::time::Instant::now());

@@ -25,6 +25,9 @@ const RETRY_DELAY: Duration = Duration::from_millis(500);
 /// needs.
 pub struct ReporterStage {
     pub bus: Bus,
+    /// Opens the managed clusters' Secrets a set collects (the report shows them, as Sveltos's
+    /// does).
+    pub key: Option<sluice_wire::BusKey>,
     pub client: kube::Client,
     pub kind: Kind,
     pub sets: MatchSets,
@@ -62,7 +65,7 @@ impl Stage for ReporterStage {
     type Error = ReportError;
 
     fn decode(&self, delivered: &Delivered) -> Result<Owned<Unit>, ReportError> {
-        match_units::decode(delivered)
+        match_units::decode(delivered, self.key.as_ref())
             .map(Owned::new)
             .map_err(ReportError::Unit)
     }
@@ -78,7 +81,8 @@ impl Stage for ReporterStage {
                 self.sets.apply(unit, input.delivered.sequence)
             {
                 if outcome == HeadOutcome::Differs {
-                    if let Err(source) = self.sets.reread(&self.bus, &key).await {
+                    if let Err(source) = self.sets.reread(&self.bus, &key, self.key.as_ref()).await
+                    {
                         outcomes.push(Err(ReportError::Reread(
                             format!("{}/{}", key.0, key.1),
                             source,
@@ -185,7 +189,7 @@ impl ReporterStage {
             .and_then(|view| view.head())
             .cloned()
             .unwrap_or_default();
-        let payload = match_units::encode(Unit::Head(head));
+        let payload = match_units::encode(Unit::Head(head), None);
         let stored = match self
             .bus
             .dead_letter(

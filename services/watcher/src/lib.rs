@@ -63,7 +63,7 @@ pub async fn run(
         .context("failed to load the bus key")?;
     if key.is_none() {
         tracing::warn!(
-            "no bus key (--bus-key-file): referenced Secrets go on the bus without their contents"
+            "no bus key (--bus-key-file): referenced Secrets and managed clusters' Secrets go on the bus without their contents"
         );
     }
     let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::WATCHER))
@@ -99,7 +99,7 @@ pub async fn run(
     // from it, so unchanged objects would otherwise never reach this state. ConfigMaps and
     // Secrets are listed afresh instead; what of them the stream holds is only remembered.
     let mut state = ConfigState::default();
-    let mut data = configdata::ConfigData::new(bus.clone(), key, &health);
+    let mut data = configdata::ConfigData::new(bus.clone(), key.clone(), &health);
     for delivered in bus
         .replay_state(topology::CONFIG, topology::CONFIG.subjects)
         .await?
@@ -114,7 +114,7 @@ pub async fn run(
             Err(error) => tracing::warn!(error = %error, "skipping unreadable config message"),
         }
     }
-    let mut watches = managed::Watches::new(bus.clone(), health.clone(), token.child_token());
+    let mut watches = managed::Watches::new(bus.clone(), health.clone(), key, token.child_token());
     let mut listeners = cloudevents::Listeners::new(bus.clone(), health.clone());
     health.set_ready(true);
     loop {

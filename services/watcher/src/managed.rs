@@ -14,6 +14,7 @@ use sluice_domain::config::ConfigState;
 use sluice_kube::watch::{watch_kind, Change, ObjectKey};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, Health};
+use sluice_wire::BusKey;
 use tokio::task::JoinHandle;
 
 /// group, version, kind.
@@ -82,14 +83,17 @@ pub struct Watches {
     health: Health,
     running: HashMap<(ClusterId, Gvk), Running>,
     clusters: BTreeSet<ClusterId>,
+    /// Seals the Secrets the watches publish.
+    key: Option<BusKey>,
     token: CancellationToken,
 }
 
 impl Watches {
-    pub fn new(bus: Bus, health: Health, token: CancellationToken) -> Watches {
+    pub fn new(bus: Bus, health: Health, key: Option<BusKey>, token: CancellationToken) -> Watches {
         Watches {
             bus,
             health,
+            key,
             running: HashMap::new(),
             clusters: BTreeSet::new(),
             token,
@@ -136,6 +140,7 @@ impl Watches {
                 key.0.clone(),
                 key.1.clone(),
                 kubeconfig,
+                self.key.clone(),
                 token.clone(),
             ));
             self.running.insert(
@@ -179,6 +184,7 @@ async fn watch_managed(
     cluster: ClusterId,
     gvk: Gvk,
     kubeconfig: String,
+    key: Option<BusKey>,
     token: CancellationToken,
 ) {
     let errors = health.counter("sluice_watcher_managed_errors_total");
@@ -231,7 +237,9 @@ async fn watch_managed(
             // stored (a listed cluster's many a bounded chunk at a time), or the watch stops.
             let outputs: Vec<Outgoing> = changes
                 .into_iter()
-                .map(|change| resource_change(&cluster, &tokens, &gvk, &api_version, change))
+                .map(|change| {
+                    resource_change(&cluster, &tokens, &gvk, &api_version, change, key.as_ref())
+                })
                 .collect();
             let Ok(report) = publish_stored(&bus, outputs, &token).await else {
                 return;
@@ -272,6 +280,7 @@ fn resource_change(
     gvk: &Gvk,
     api_version: &str,
     change: Change,
+    key: Option<&BusKey>,
 ) -> Outgoing {
     let (namespace, name, resource_version, object) = change.into_parts();
     let deleted = object.is_none();
@@ -287,6 +296,7 @@ fn resource_change(
             .as_ref()
             .map(|o| serde_json::to_vec(o).unwrap_or_default())
             .unwrap_or_default(),
+        sealed_object_json: Vec::new(),
     };
     Outgoing {
         ttl: None,
@@ -301,7 +311,7 @@ fn resource_change(
             &resource_version,
             if deleted { "deleted" } else { "present" },
         ]),
-        payload: sluice_wire::encode(&message),
+        payload: sluice_wire::encode(&sluice_wire::seal_change(message, key)),
         traceparent: Some(sluice_runtime::new_traceparent()),
     }
 }

@@ -391,12 +391,12 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
                     &["eventtriggers/status", "eventbasedaddons/status"],
                     &["patch"],
                 ),
-                expand("*", "", &["configmaps", "secrets"], &["list"]),
+                // ConfigMaps and Secrets: only where it writes them, listing included.
                 expand(
                     "projectsveltos",
                     "",
                     &["configmaps", "secrets"],
-                    &["create", "patch", "delete"],
+                    &["list", "create", "patch", "delete"],
                 ),
                 expand("default", "", &["events"], &["create", "patch"]),
             ]
@@ -873,6 +873,36 @@ fn built_service_binaries_accept_every_variable_the_manifests_set() {
     }
 }
 
+/// The compose stack's bus has the prod overlay's shape: `nats-init` issues the credentials into
+/// the shared volume, NATS runs with the configuration it wrote (TLS, generated authorization),
+/// and every service connects with its own nkey and client certificate, the CA, and the bus key.
+#[test]
+fn compose_runs_the_bus_with_identities_tls_and_a_bus_key() {
+    let compose = compose();
+    let services = compose["services"].as_object().unwrap();
+    let init = string_list(&services["nats-init"]["command"]);
+    assert_eq!(&init[..3], ["sluice", "nats-config", "--issue"]);
+    let dir = flag_values(&init, "--issue").pop().unwrap();
+    let nats = string_list(&services["nats"]["command"]);
+    assert_eq!(flag_values(&nats, "-c"), [format!("{dir}/nats.conf")]);
+    assert_eq!(
+        services["nats"]["depends_on"]["nats-init"]["condition"],
+        "service_completed_successfully"
+    );
+    for service in SERVICES {
+        let env = &services[service]["environment"];
+        for (var, file) in [
+            ("SLUICE_NATS_NKEY_FILE", format!("{service}.nk")),
+            ("SLUICE_NATS_CERT_FILE", format!("{service}.crt")),
+            ("SLUICE_NATS_KEY_FILE", format!("{service}.key")),
+            ("SLUICE_NATS_CA_FILE", "nats-ca.crt".to_string()),
+            ("SLUICE_BUS_KEY_FILE", "bus.key".to_string()),
+        ] {
+            assert_eq!(env[var], format!("{dir}/{file}"), "{service}: {var}");
+        }
+    }
+}
+
 #[test]
 fn built_cli_accepts_the_compose_commands() {
     let compose = compose();
@@ -880,6 +910,7 @@ fn built_cli_accepts_the_compose_commands() {
     let mut commands = vec![
         string_list(&services["testserver"]["command"]),
         string_list(&services["setup"]["command"]),
+        string_list(&services["nats-init"]["command"]),
     ];
     for (name, spec) in services {
         let test = spec["healthcheck"]["test"].as_array().into_iter().flatten();
@@ -1034,7 +1065,7 @@ fn volume_of<'a>(pod: &'a Value, container: &Value, path: &str) -> &'a Value {
 /// The prod overlay: a 3-node NATS JetStream cluster with TLS and the generated authorization
 /// included, spread over nodes with a disruption budget, routes between exactly its servers, a
 /// certificate naming the addresses clients and routes use, and every service on TLS with its
-/// own nkey, the CA only, R3 streams, and the bus key where Secrets are read or written.
+/// own nkey, the CA only, R3 streams, and the bus key.
 #[test]
 fn prod_overlay_runs_a_tls_nats_cluster_and_per_service_identities() {
     let objects = kustomize("k8s/overlays/prod");
@@ -1131,11 +1162,12 @@ fn prod_overlay_runs_a_tls_nats_cluster_and_per_service_identities() {
             serde_json::json!([{"key": "ca.crt", "path": "ca.crt"}]),
             "{name}"
         );
-        let reads_secrets = matches!(service, "watcher" | "renderer" | "applier");
-        assert_eq!(
+        // Every service reads or writes Secret payloads: the management cluster's (watcher,
+        // renderer, applier) and the managed clusters' an EventSource selects (watcher,
+        // evaluator, reporter, renderer).
+        assert!(
             env.contains_key("SLUICE_BUS_KEY_FILE"),
-            reads_secrets,
-            "{name}: the bus key only where Secret payloads are read or written"
+            "{name}: every service has the bus key"
         );
         if let Some(path) = env.get("SLUICE_BUS_KEY_FILE") {
             let key = volume_of(pod, container, path);

@@ -5,7 +5,9 @@
 //! for the contents of each Secret and unreferenced ConfigMap, while seed 001's credentials
 //! example and a trigger instantiating a sealed Secret still render (the instantiated copy
 //! travels sealed to the applier too). A managed cluster's Secret selected by an EventSource
-//! without `collectResources` reaches only the evaluator's input, not its EventReport.
+//! travels sealed in the evaluator's input (a CEL rule over its data still matches), and its
+//! EventReport carries it only with `collectResources`, whose match member is sealed too; a
+//! watcher without the key publishes it without its contents (it still matches by metadata).
 
 use std::time::Duration;
 
@@ -32,8 +34,9 @@ const LOGIN_PASSWORD: &str = "e2e-login-password-7f3a";
 const SEALED_TOKEN: &str = "e2e-sealed-token-91c2";
 const UNREFERENCED_TOKEN: &str = "e2e-unreferenced-token-55d0";
 const UNREFERENCED_CONFIG: &str = "e2e-unreferenced-config-0b7e";
-/// A managed cluster's Secret an EventSource selects without `collectResources`: the evaluator
-/// reads it from `SLUICE_CHANGES`, and no later stream, EventReport or log may carry it.
+/// A managed cluster's Secret two EventSources select, one with `collectResources`: the
+/// evaluator reads it sealed from `SLUICE_CHANGES`, the collecting set's member carries it
+/// sealed, only the collecting EventReport shows it, and no stream or log carries it in clear.
 const MANAGED_TOKEN: &str = "e2e-managed-token-3e8f";
 /// A referenced ConfigMap's contents, which must travel (the search would miss nothing).
 const REFERENCED_CONFIG: &str = "e2e-referenced-config-c4e1";
@@ -160,6 +163,49 @@ async fn profile_refs(stack: &Stack) -> Option<Vec<Value>> {
     )
 }
 
+/// An EventSource `name` selecting the Secrets of namespace `eng` (with a CEL rule when given)
+/// and its EventTrigger for the production clusters.
+fn secrets_source(name: &str, collect: bool, cel: Option<&str>) -> [Value; 2] {
+    let mut selector = json!({"group": "", "version": "v1", "kind": "Secret", "namespace": "eng"});
+    if let Some(rule) = cel {
+        selector["evaluateCEL"] = json!([{"name": "rule", "rule": rule}]);
+    }
+    [
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
+               "metadata": {"name": name},
+               "spec": {"collectResources": collect, "resourceSelectors": [selector]}}),
+        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
+               "metadata": {"name": format!("{name}-trigger")},
+               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
+                        "eventSourceName": name}}),
+    ]
+}
+
+/// The managed cluster's Secret `eng/app-token`, holding `MANAGED_TOKEN`.
+async fn apply_managed_secret(stack: &Stack) -> anyhow::Result<()> {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                        "metadata": {"name": "app-token", "namespace": "eng",
+                                     "labels": {"team": "eng"}},
+                        "data": {"token": b64(MANAGED_TOKEN)}});
+    stack.apply("workload", &secret).await?;
+    Ok(())
+}
+
+/// The EventReport of `event_source` in `workload` once it names the managed Secret.
+async fn app_token_report(stack: &Stack, event_source: &str) -> anyhow::Result<Value> {
+    let name = format!("sveltos--{event_source}--workload");
+    wait_for(&format!("the EventReport {name}"), DEADLINE, || async {
+        stack
+            .event_report(&name)
+            .await
+            .ok()
+            .flatten()
+            .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))
+}
+
 fn forbidden(kubeconfig_token: &str) -> Vec<String> {
     let mut out = Vec::new();
     for text in [
@@ -203,26 +249,20 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
         config_map("unreferenced", UNREFERENCED_CONFIG),
         config_map("workload-policy", REFERENCED_CONFIG),
         sealed_trigger(true),
-        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventSource",
-               "metadata": {"name": "watched-secrets"},
-               "spec": {"collectResources": false, "resourceSelectors": [
-                   {"group": "", "version": "v1", "kind": "Secret", "namespace": "eng"}]}}),
-        json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventTrigger",
-               "metadata": {"name": "watch-secrets"},
-               "spec": {"sourceClusterSelector": {"matchLabels": {"env": "production"}},
-                        "eventSourceName": "watched-secrets"}}),
-    ] {
+    ]
+    .into_iter()
+    .chain(secrets_source("watched-secrets", false, None))
+    // Selects by the Secret's data: the evaluator must open it to match (a Secret whose
+    // contents are withheld has no data).
+    .chain(secrets_source(
+        "collected-secrets",
+        true,
+        Some("has(resource.data.token)"),
+    )) {
         stack.apply(MANAGEMENT, &object).await?;
     }
     require_credentials(&stack).await?;
-    stack
-        .apply(
-            "workload",
-            &json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                    "metadata": {"name": "app-token", "namespace": "eng"},
-                    "data": {"token": b64(MANAGED_TOKEN)}}),
-        )
-        .await?;
+    apply_managed_secret(&stack).await?;
 
     // Both triggers render: seed 001's generator output, and the profile that references the
     // sealed Secret (the renderer opened it: a withheld Secret fails the trigger instead).
@@ -272,21 +312,14 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     );
 
     // The managed Secret matches, and its EventReport names it without its contents.
-    let report = wait_for(
-        "the EventReport of the watched Secret",
-        DEADLINE,
-        || async {
-            stack
-                .event_report("sveltos--watched-secrets--workload")
-                .await
-                .ok()
-                .flatten()
-                .filter(|r| r["spec"]["matchingResources"][0]["name"] == "app-token")
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let report = app_token_report(&stack, "watched-secrets").await?;
     assert!(report["spec"].get("resources").is_none(), "{report}");
+    // The collecting EventSource matched on the data (the evaluator opened the change) and its
+    // report carries the Secret (the reporter opened the member), as Sveltos's does.
+    let collected = app_token_report(&stack, "collected-secrets").await?;
+    let resources = base64::engine::general_purpose::STANDARD
+        .decode(collected["spec"]["resources"].as_str().unwrap_or_default())?;
+    assert!(contains(&resources, &b64(MANAGED_TOKEN)), "{collected}");
 
     let bus = Bus::connect(stack.bus_options()).await?;
     let sealed = config_object(&bus, "Secret", "app-credentials")
@@ -319,20 +352,36 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
             );
         }
     }
-    // The managed Secret is the evaluator's input, and nothing after it.
+    // The managed Secret travels sealed only: as the evaluator's input and as the collecting
+    // set's member.
     for (stream, subject, payload) in &messages {
         let carries = contains(payload, MANAGED_TOKEN) || contains(payload, &b64(MANAGED_TOKEN));
-        assert!(
-            !carries || stream == topology::CHANGES.name,
-            "{stream} {subject} carries the managed Secret"
-        );
+        assert!(!carries, "{stream} {subject} carries the managed Secret");
     }
+    let sealed_change = messages.iter().any(|(stream, _, payload)| {
+        stream == topology::CHANGES.name
+            && sluice_proto::v1::ResourceChange::decode(payload.as_slice()).is_ok_and(|c| {
+                c.kind == "Secret"
+                    && c.name == "app-token"
+                    && c.object_json.is_empty()
+                    && !c.sealed_object_json.is_empty()
+            })
+    });
     assert!(
-        messages
-            .iter()
-            .any(|(stream, _, payload)| stream == topology::CHANGES.name
-                && contains(payload, &b64(MANAGED_TOKEN))),
-        "the evaluator's input carries the watched Secret"
+        sealed_change,
+        "the evaluator's input holds the Secret sealed"
+    );
+    let sealed_member = messages.iter().any(|(stream, _, payload)| {
+        stream == topology::MATCH.name
+            && sluice_proto::v1::MatchUnit::decode(payload.as_slice()).is_ok_and(|u| {
+                matches!(u.unit, Some(sluice_proto::v1::match_unit::Unit::Member(m))
+                    if m.event_source == "collected-secrets"
+                        && m.resource.is_empty() && !m.sealed_resource.is_empty())
+            })
+    });
+    assert!(
+        sealed_member,
+        "the collected member holds the Secret sealed"
     );
 
     // A reference removed: the Secret leaves the stream; the ConfigMap stays.
@@ -394,10 +443,14 @@ async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says
         instantiated_secret(),
         config_map("workload-policy", REFERENCED_CONFIG),
         sealed_trigger(true),
-    ] {
+    ]
+    .into_iter()
+    .chain(secrets_source("collected-secrets", true, None))
+    {
         stack.apply(MANAGEMENT, &object).await?;
     }
     require_credentials(&stack).await?;
+    apply_managed_secret(&stack).await?;
     let message = wait_for("the trigger's status to say why", DEADLINE, || async {
         let trigger = stack
             .get(
@@ -430,8 +483,23 @@ async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says
         .await?
         .ok_or_else(|| anyhow::anyhow!("the referenced Secret's stand-in travels"))?;
     assert!(stand_in.sealed_object_json.is_empty());
+    // The managed Secret still matches by its metadata; its report shows it without contents,
+    // saying why.
+    let report = app_token_report(&stack, "collected-secrets").await?;
+    let resources = base64::engine::general_purpose::STANDARD
+        .decode(report["spec"]["resources"].as_str().unwrap_or_default())?;
+    assert!(
+        contains(&resources, sluice_wire::NO_KEY_AT_WATCHER),
+        "{report}"
+    );
+    assert!(contains(&resources, "\"team\":\"eng\""), "{report}");
     for (stream, subject, payload) in every_message(&bus).await? {
-        for text in [SEALED_TOKEN.to_string(), b64(SEALED_TOKEN)] {
+        for text in [
+            SEALED_TOKEN.to_string(),
+            b64(SEALED_TOKEN),
+            MANAGED_TOKEN.to_string(),
+            b64(MANAGED_TOKEN),
+        ] {
             assert!(
                 !contains(&payload, &text),
                 "{stream} {subject} carries {text:?}"

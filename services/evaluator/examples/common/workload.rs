@@ -119,6 +119,7 @@ pub fn object(k: usize, n: usize, version: usize, flipped: bool) -> Value {
 pub fn change(c: usize, k: usize, n: usize, version: usize, flipped: bool) -> pb::ResourceChange {
     let object = object(k, n, version, flipped);
     pb::ResourceChange {
+        sealed_object_json: Vec::new(),
         cluster: Some(sluice_wire::cluster_ref(&cluster_id(c))),
         api_version: "bench.sluice.io/v1".into(),
         kind: kind(k),

@@ -53,6 +53,7 @@ fn service(name: &str, tier: &str, port: i64) -> Value {
 
 fn change(object: &Value) -> pb::ResourceChange {
     pb::ResourceChange {
+        sealed_object_json: Vec::new(),
         cluster: Some(cluster_ref()),
         api_version: "v1".into(),
         kind: "Service".into(),
