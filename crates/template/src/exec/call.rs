@@ -194,8 +194,8 @@ impl<'a> Exec<'a> {
     /// `MAX_STRING` bytes, a list of at most `MAX_GENERATED` elements with the lists nested in
     /// it counted as often as they occur. A loop that feeds a result back into its function
     /// (`$s = print $s $s`, `$l = list $l $l`) is thus stopped at the limit instead of doubling
-    /// until memory runs out or printing it never ends. Counting a list's elements is charged
-    /// to the render's step budget.
+    /// until memory runs out or printing it never ends. Counting the elements of nested lists
+    /// is charged to the render's step budget.
     fn bounded(
         &mut self,
         result: Val<'a>,
@@ -207,7 +207,9 @@ impl<'a> Exec<'a> {
             Val::V(Value::String(s)) => budget(s.len() as i64, MAX_STRING).err(),
             Val::V(Value::List(items)) => {
                 let weight = list_weight(items, MAX_GENERATED as u64);
-                self.steps += weight;
+                // The nested elements are charged: the function copied the top level anyway,
+                // and a list built by `append` one element at a time stays linear.
+                self.steps += weight.saturating_sub(items.len() as u64);
                 budget(weight as i64, MAX_GENERATED).err()
             }
             _ => None,
