@@ -186,3 +186,31 @@ fn lists_built_one_element_at_a_time_stay_within_the_budget() {
     assert_eq!(result.expect("renders"), "5000".len());
     assert!(took < BOUND, "took {took:?}");
 }
+
+/// A map set inside itself (directly, or through a list or another map) would make printing
+/// or encoding it overflow the render thread's stack and abort the process: `set` refuses it.
+#[test]
+fn a_map_cannot_be_set_inside_itself() {
+    stopped(
+        Engine::Text,
+        &[
+            (
+                "{{ $d := dict }}{{ $_ := set $d \"self\" $d }}{{ toJson $d }}",
+                "error calling set: cannot set a map inside itself",
+            ),
+            (
+                "{{ $d := dict }}{{ $_ := set $d \"l\" (list 1 (dict \"d\" $d)) }}{{ $d }}",
+                "error calling set: cannot set a map inside itself",
+            ),
+        ],
+    );
+    // A map holding another map twice is no cycle.
+    let (result, _) = render(
+        Engine::Text,
+        "{{ $d := dict }}{{ $e := dict \"x\" 1 }}{{ $_ := set $d \"a\" $e }}{{ $_ := set $d \"b\" $e }}{{ toJson $d }}",
+    );
+    assert_eq!(
+        result.expect("renders"),
+        r#"{"a":{"x":1},"b":{"x":1}}"#.len()
+    );
+}
