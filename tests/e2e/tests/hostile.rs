@@ -209,16 +209,7 @@ async fn hostile_messages_on_every_consumed_subject_are_dead_lettered_and_the_pi
             .await?;
     }
     // A normal event goes through while (and after) the hostile ones are handled.
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    wait_profile(
-        &stack,
-        "service-network-policy",
-        "cluster-a",
-        "my-service",
-        DEADLINE,
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    demo::seed_service_goes_through(&stack, "cluster-a", DEADLINE).await?;
 
     // Every case's stages dead-letter it: the same payload, its subject, a reason.
     let missing = |letters: &[Letter]| -> Vec<String> {
@@ -454,16 +445,7 @@ async fn hostile_event_sources_and_templates_fail_where_the_user_looks_and_seed_
             .await?;
     }
     // Seed 000 goes on beside them.
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    wait_profile(
-        &stack,
-        "service-network-policy",
-        "cluster-a",
-        "my-service",
-        DEADLINE,
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    demo::seed_service_goes_through(&stack, "cluster-a", DEADLINE).await?;
     for (name, _, _, want) in &cases {
         let report = format!("sveltos--{name}--cluster-a");
         demo::wait_report(&stack, &report, DEADLINE, |r| {
