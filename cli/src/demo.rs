@@ -137,6 +137,26 @@ fn yaml(value: &Value) -> String {
     serde_yaml::to_string(&clean).unwrap_or_default()
 }
 
+/// Applies seed 000's Service to `cluster` and waits for its ClusterProfile: the pipeline goes
+/// on (whole-stack tests call it after hostile or failing input). The error carries the logs.
+pub async fn seed_service_goes_through(
+    stack: &Stack,
+    cluster: &str,
+    deadline: Duration,
+) -> anyhow::Result<()> {
+    stack.apply_yaml(cluster, SERVICE).await?;
+    wait_profile(
+        stack,
+        "service-network-policy",
+        cluster,
+        "my-service",
+        deadline,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    Ok(())
+}
+
 /// Installs seed 000 for `cluster` (registered with `env=fv`, so the trigger selects it): the
 /// EventSource and the EventBasedAddOn with its ConfigMap.
 pub async fn install_seed(stack: &Stack, cluster: &str) -> anyhow::Result<()> {

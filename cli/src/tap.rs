@@ -108,6 +108,27 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
     })
 }
 
+/// One message as `sluice tap` prints it. A dead letter (`sluice.v1.dead.<stage>`) shows why it
+/// was rejected, where it came from, and its payload decoded as a message of that origin.
+pub fn record(
+    subject: &str,
+    payload: &[u8],
+    reason: Option<String>,
+    origin: Option<String>,
+) -> Value {
+    let decoded = |subject: &str| match decode(subject, payload) {
+        Ok(v) => v,
+        Err(e) => json!({"undecodable": e.to_string()}),
+    };
+    match (subject.split('.').nth(2), reason, origin) {
+        (Some("dead"), reason, Some(origin)) => json!({
+            "subject": subject, "reason": reason.unwrap_or_default(),
+            "origin": origin, "message": decoded(&origin),
+        }),
+        _ => json!({"subject": subject, "message": decoded(subject)}),
+    }
+}
+
 /// Prints messages on `filter` until `limit` messages were shown (forever when `None`). A bus
 /// with authorization admits the tap as the `tap` identity (or an administrator).
 pub async fn run(
@@ -120,11 +141,19 @@ pub async fn run(
     let mut subscription = client.subscribe(filter.to_string()).await?;
     let mut shown = 0;
     while let Some(message) = subscription.next().await {
-        let body = match decode(&message.subject, &message.payload) {
-            Ok(v) => v,
-            Err(e) => json!({"undecodable": e.to_string()}),
+        let header = |name: &str| {
+            message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_string())
         };
-        let record = json!({"subject": message.subject.as_str(), "message": body});
+        let record = record(
+            &message.subject,
+            &message.payload,
+            header(sluice_bus::topology::ERROR_HEADER),
+            header(sluice_bus::topology::ORIGIN_SUBJECT_HEADER),
+        );
         match format {
             Format::Json => println!("{}", serde_json::to_string(&record)?),
             Format::Yaml => print!("---\n{}", serde_yaml::to_string(&record)?),
@@ -180,6 +209,35 @@ mod tests {
         assert_eq!(v["head"]["members"], 1);
         assert_eq!(v["head"]["digest"], "ab01");
         assert!(decode("sluice.v1.desired.t.x", b"\xff\xff").is_err());
+    }
+
+    #[test]
+    fn dead_letters_show_the_reason_origin_and_rejected_message() {
+        let v = record(
+            "sluice.v1.dead.renderer",
+            b"\xff\xff",
+            Some("failed to decode MatchUnit".into()),
+            Some("sluice.v1.match.sveltos.default.a.es".into()),
+        );
+        assert_eq!(v["reason"], "failed to decode MatchUnit");
+        assert_eq!(v["origin"], "sluice.v1.match.sveltos.default.a.es");
+        assert!(v["message"]["undecodable"].is_string(), "{v}");
+        let change = pb::ResourceChange {
+            name: "x".into(),
+            object_json: b"{not json".to_vec(),
+            ..Default::default()
+        };
+        let v = record(
+            "sluice.v1.dead.evaluator",
+            &change.encode_to_vec(),
+            Some("object".into()),
+            Some("sluice.v1.change.sveltos.default.a.core.ConfigMap.default.x".into()),
+        );
+        assert_eq!(v["message"]["name"], "x");
+        assert_eq!(
+            record("sluice.v1.desired.t.x", b"", None, None)["subject"],
+            "sluice.v1.desired.t.x"
+        );
     }
 
     #[test]

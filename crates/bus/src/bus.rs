@@ -104,6 +104,11 @@ impl Bus {
         }
     }
 
+    /// The name of the identity this connection acts as (its dead-letter stage).
+    pub fn identity(&self) -> &'static str {
+        self.identity
+    }
+
     /// The most payload one message may carry: the server's `max_payload` less room for the
     /// headers a stage sends (message id, trace context). A stage that would publish more
     /// publishes a failure for that key instead: nothing it produces may stop it.

@@ -33,6 +33,7 @@ impl TeraTemplate {
         let json = data.to_json().unwrap_or(serde_json::Value::Null);
         let context = Context::from_value(json)
             .map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))?;
+        RANGED.with(|r| r.set(0));
         self.tera
             .render(&self.name, &context)
             .map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))
@@ -72,7 +73,48 @@ fn call(name: &str, args: Vec<serde_json::Value>) -> tera::Result<serde_json::Va
     f(values).map_err(tera::Error::msg).and_then(to_tera)
 }
 
+thread_local! {
+    /// Elements `range` generated in the render running on this thread (Tera renders on the
+    /// caller's thread and has no budget of its own).
+    static RANGED: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// Tera's `range(end, start=0, step_by=1)`, with the elements generated in one render held to
+/// `MAX_GENERATED` together, so that loops over ranges (nested ones included) end.
+fn range(args: &Args) -> tera::Result<serde_json::Value> {
+    let number = |name: &str, default: Option<usize>| match args.get(name) {
+        Some(v) => v.as_u64().map(|n| n as usize).ok_or_else(|| {
+            tera::Error::msg(format!(
+                "Function `range` received {name}={v} but `{name}` can only be a number"
+            ))
+        }),
+        None => default.ok_or_else(|| {
+            tera::Error::msg(format!(
+                "Function `range` was called without a `{name}` argument"
+            ))
+        }),
+    };
+    let (start, end, step) = (
+        number("start", Some(0))?,
+        number("end", None)?,
+        number("step_by", Some(1))?,
+    );
+    if start > end || step == 0 {
+        return Err(tera::Error::msg(
+            "Function `range` was called with a `start` greater than `end` or a `step_by` of 0",
+        ));
+    }
+    let count = ((end - start).div_ceil(step)) as i64;
+    let total = RANGED.with(|r| {
+        r.set(r.get().saturating_add(count));
+        r.get()
+    });
+    crate::funcs::budget(total, crate::funcs::MAX_GENERATED).map_err(tera::Error::msg)?;
+    Ok((start..end).step_by(step).collect::<Vec<_>>().into())
+}
+
 fn register(tera: &mut Tera) {
+    tera.register_function("range", range);
     tera.register_filter("toYaml", |v: &serde_json::Value, _: &Args| {
         let yaml = to_yaml(&Value::from(v), Flavor::V2).map_err(tera::Error::msg)?;
         Ok(serde_json::Value::String(

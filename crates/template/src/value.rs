@@ -230,6 +230,33 @@ impl MapRef {
     pub fn ptr_eq(&self, other: &MapRef) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
+
+    /// Whether `value` holds this map at any depth: inserting it would make the map contain
+    /// itself, which printing, encoding or copying it would follow until the stack overflows.
+    /// Each map and list is visited once; maps still lazy are not converted (their JSON part
+    /// holds no template-made map).
+    pub fn is_within(&self, value: &Value) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        let mut pending = vec![value.clone()];
+        while let Some(v) = pending.pop() {
+            match v {
+                Value::List(items) if seen.insert(Arc::as_ptr(&items) as *const () as usize) => {
+                    pending.extend(items.iter().cloned());
+                }
+                Value::Map(m) if m.ptr_eq(self) => return true,
+                Value::Map(m) if seen.insert(Arc::as_ptr(&m.0) as *const () as usize) => {
+                    let state = m.read_state();
+                    let entries = match &*state {
+                        MapState::Owned(entries) => entries,
+                        MapState::Lazy { children, .. } => children,
+                    };
+                    pending.extend(entries.values().cloned());
+                }
+                _ => {}
+            }
+        }
+        false
+    }
 }
 
 /// A node of a shared JSON document that is never modified.

@@ -319,25 +319,63 @@ pub async fn follow_config(bus: &Bus, key: Option<&BusKey>) -> Result<(ConfigSta
         }
     }
     let key = key.cloned();
-    Ok((state, ConfigFeed { live, key }))
+    let bus = bus.clone();
+    Ok((state, ConfigFeed { live, key, bus }))
 }
 
 /// Later configuration updates.
 pub struct ConfigFeed {
     live: LiveFeed,
     key: Option<BusKey>,
+    /// Where an unreadable update is dead-lettered.
+    bus: Bus,
 }
 
 impl ConfigFeed {
     /// The next update; `None` when the connection is gone for good.
     pub async fn next(&mut self) -> Option<Result<ConfigUpdate>> {
         use futures::StreamExt;
-        let delivered = self.live.next().await?;
-        Some(
-            delivered
-                .map_err(Error::Bus)
-                .and_then(|d| ConfigUpdate::from_delivered(&d, self.key.as_ref())),
-        )
+        let delivered = match self.live.next().await? {
+            Ok(delivered) => delivered,
+            Err(error) => return Some(Err(Error::Bus(error))),
+        };
+        let update = ConfigUpdate::from_delivered(&delivered, self.key.as_ref());
+        if let Err(error) = &update {
+            self.dead_letter(delivered, error);
+        }
+        Some(update)
+    }
+
+    /// Parks an unreadable update on this identity's dead-letter subject, in the background
+    /// (the configuration is followed, not acked, so nothing waits for it; a failed dead letter
+    /// is only logged). Every follower of one identity derives the same message id from the
+    /// update's sequence, so a process with two followers stores the dead letter once.
+    fn dead_letter(&self, delivered: Delivered, error: &Error) {
+        let bus = self.bus.clone();
+        let reason = error.to_string();
+        tokio::spawn(async move {
+            let id = sluice_bus::message_id(&[
+                "dead-config",
+                bus.identity(),
+                &delivered.sequence.to_string(),
+            ]);
+            let stored = match bus
+                .dead_letter(
+                    bus.identity(),
+                    &delivered.subject,
+                    delivered.payload,
+                    &reason,
+                    &[("Nats-Msg-Id", id.as_str())],
+                )
+                .await
+            {
+                Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = stored {
+                tracing::warn!(error = %e, subject = %delivered.subject, "failed to dead-letter a config message");
+            }
+        });
     }
 
     /// The next update and every further one already received, up to 256: a stage applies

@@ -357,6 +357,11 @@ impl Evaluator {
             .flatten()
         {
             let outcome = match &object {
+                // A change that carries an object which does not parse is that object's
+                // failure, not its deletion.
+                None if !change.deleted => {
+                    Outcome::Failed("the object is not a JSON document".into())
+                }
                 None => Outcome::Absent,
                 Some(object) => match watcher.es.evaluate(object) {
                     Ok(verdict) if verdict.matching => Outcome::Matching,
@@ -785,7 +790,7 @@ fn placed_id(compiled: &Compiled, (position, namespace, name): &Placed) -> Membe
 }
 
 /// The object of a change (its JSON text), parsed once; `None` when deleted or unreadable (an
-/// object that cannot be read cannot match).
+/// unreadable object is its EventSources' failure, see `prepare`).
 fn parse(deleted: bool, json: Vec<u8>) -> Option<Arc<Tape>> {
     if deleted {
         return None;

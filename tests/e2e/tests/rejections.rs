@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use prost::Message as _;
 use sluice_bus::topology;
-use sluice_cli::demo::{self, wait_profile};
+use sluice_cli::demo;
 use sluice_cli::stack::Stack;
 use sluice_testkit::wait_for;
 
@@ -20,21 +20,6 @@ async fn dead_letter(stack: &Stack, stage: &str) -> anyhow::Result<(bytes::Bytes
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))
-}
-
-/// Seed 000's Service in cluster-a becomes its ClusterProfile: the pipeline goes on.
-async fn seed_service_goes_through(stack: &Stack) -> anyhow::Result<()> {
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    wait_profile(
-        stack,
-        "service-network-policy",
-        "cluster-a",
-        "my-service",
-        DEADLINE,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +45,7 @@ async fn a_desired_state_without_a_valid_cluster_is_dead_lettered_once() -> anyh
 
     // The pipeline goes on, and the rejected state was not retried: one dead letter, and the
     // applier's consumer holds nothing unacked.
-    seed_service_goes_through(&stack).await?;
+    demo::seed_service_goes_through(&stack, "cluster-a", DEADLINE).await?;
     let stream = js.get_stream(topology::DESIRED.name).await?;
     let consumer: async_nats::jetstream::consumer::PullConsumer = stream
         .get_consumer(topology::APPLIER_DESIRED.durable)
@@ -101,7 +86,7 @@ async fn a_change_too_large_for_the_bus_is_dead_lettered_and_the_watch_goes_on(
             ),
         );
     stack.apply_yaml("cluster-a", &huge).await?;
-    seed_service_goes_through(&stack).await?;
+    demo::seed_service_goes_through(&stack, "cluster-a", DEADLINE).await?;
     let (payload, reason, origin) = dead_letter(&stack, "watcher").await?;
     let cluster = topology::cluster_tokens("sveltos", "default", "cluster-a");
     assert_eq!(

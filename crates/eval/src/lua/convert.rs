@@ -8,19 +8,45 @@ use serde_json::{Map, Number, Value};
 /// Deepest table nesting read back from Lua; deeper (or cyclic) results are rejected.
 const MAX_RESULT_DEPTH: usize = 200;
 
+/// Largest value (in bytes of Rust memory) that Rust code builds from Lua values (a result, or what
+/// a helper such as `json.encode` or `strings.Repeat` returns). Rust allocations are outside the
+/// Lua state's memory limit and outside the instruction budget, so without this a table that
+/// holds the same table twice, forty levels deep, would be converted for ever.
+pub(crate) const MAX_BUILT_BYTES: usize = 64 << 20;
+
+/// What one JSON value or map key costs on top of its bytes.
+const VALUE_BYTES: usize = std::mem::size_of::<Value>();
+
+/// Fails when `size` bytes are more than [`MAX_BUILT_BYTES`].
+pub(crate) fn check_built(size: usize) -> Result<(), String> {
+    if size > MAX_BUILT_BYTES {
+        return Err(format!("value larger than {MAX_BUILT_BYTES} bytes"));
+    }
+    Ok(())
+}
+
 /// A Lua value as Go sees it after `ToGoValue` and a `json.Marshal`: a table whose length is
 /// positive is an array (its other keys are lost), any other table is an object with stringified
 /// keys. NaN and infinities, functions and other non-data values are errors, worded like Go's.
+/// A value larger than [`MAX_BUILT_BYTES`] (a shared table counted each time it
+/// occurs) is an error too.
 pub(crate) fn to_json(value: &LuaValue) -> Result<Value, String> {
-    to_json_at(value, 0)
+    let mut built = 0;
+    to_json_at(value, 0, &mut built)
 }
 
-fn to_json_at(value: &LuaValue, depth: usize) -> Result<Value, String> {
+fn to_json_at(value: &LuaValue, depth: usize, built: &mut usize) -> Result<Value, String> {
     if depth > MAX_RESULT_DEPTH {
         return Err(format!(
             "result nests deeper than {MAX_RESULT_DEPTH} tables (cyclic table?)"
         ));
     }
+    // What the value holds in Rust: a `Value` and, for a string, its bytes.
+    *built += match value {
+        LuaValue::String(s) => s.as_bytes().len() + VALUE_BYTES,
+        _ => VALUE_BYTES,
+    };
+    check_built(*built)?;
     Ok(match value {
         LuaValue::Nil => Value::Null,
         LuaValue::Boolean(b) => Value::Bool(*b),
@@ -33,7 +59,7 @@ fn to_json_at(value: &LuaValue, depth: usize) -> Result<Value, String> {
                 let mut items = Vec::with_capacity(len);
                 for i in 1..=len {
                     let item: LuaValue = t.raw_get(i).map_err(|e| e.to_string())?;
-                    items.push(to_json_at(&item, depth + 1)?);
+                    items.push(to_json_at(&item, depth + 1, built)?);
                 }
                 Value::Array(items)
             } else {
@@ -52,7 +78,8 @@ fn to_json_at(value: &LuaValue, depth: usize) -> Result<Value, String> {
                             ))
                         }
                     };
-                    map.insert(key, to_json_at(&v, depth + 1)?);
+                    *built += key.len() + VALUE_BYTES;
+                    map.insert(key, to_json_at(&v, depth + 1, built)?);
                 }
                 Value::Object(map)
             }

@@ -332,12 +332,14 @@ fn strings_module(lua: &Lua) -> mlua::Result<Table> {
     m.set(
         "ReplaceAll",
         lua.create_function(|_, (s, old, new): (String, String, String)| {
+            replaced_len(&s, &old, &new, -1)?;
             Ok(s.replace(old.as_str(), &new))
         })?,
     )?;
     m.set(
         "Replace",
         lua.create_function(|_, (s, old, new, n): (String, String, String, i64)| {
+            replaced_len(&s, &old, &new, n)?;
             Ok(if n < 0 {
                 s.replace(old.as_str(), &new)
             } else {
@@ -351,35 +353,76 @@ fn strings_module(lua: &Lua) -> mlua::Result<Table> {
             if n < 0 {
                 return Err(mlua::Error::runtime("strings: negative Repeat count"));
             }
+            built(
+                s.len()
+                    .saturating_mul(usize::try_from(n).unwrap_or(usize::MAX)),
+            )?;
             Ok(s.repeat(n as usize))
         })?,
     )?;
     m.set(
         "Split",
         lua.create_function(|lua, (s, sep): (String, String)| {
-            let parts: Vec<String> = if sep.is_empty() {
-                s.chars().map(String::from).collect()
+            // Straight into Lua strings, under the state's memory limit.
+            if sep.is_empty() {
+                sequence(lua, s.char_indices().map(|(i, c)| &s[i..i + c.len_utf8()]))
             } else {
-                s.split(sep.as_str()).map(String::from).collect()
-            };
-            lua.create_sequence_from(parts)
+                sequence(lua, s.split(sep.as_str()))
+            }
         })?,
     )?;
     m.set(
         "Fields",
-        lua.create_function(|lua, s: String| {
-            lua.create_sequence_from(s.split_whitespace().map(String::from).collect::<Vec<_>>())
-        })?,
+        lua.create_function(|lua, s: String| sequence(lua, s.split_whitespace()))?,
     )?;
     m.set(
         "Join",
         lua.create_function(|_, (parts, sep): (Table, String)| {
             let mut out = Vec::new();
-            for item in parts.sequence_values::<String>() {
-                out.push(item?);
+            let mut size = 0usize;
+            for item in parts.sequence_values::<mlua::LuaString>() {
+                let item = item?;
+                size = size.saturating_add(item.as_bytes().len() + sep.len());
+                built(size)?;
+                out.push(item.to_str()?.to_string());
             }
             Ok(out.join(&sep))
         })?,
     )?;
     Ok(m)
+}
+
+/// A Lua array of `parts`, built one string at a time.
+fn sequence<'s>(lua: &Lua, parts: impl Iterator<Item = &'s str>) -> mlua::Result<Table> {
+    let table = lua.create_table()?;
+    for (i, part) in parts.enumerate() {
+        table.raw_set(i + 1, part)?;
+    }
+    Ok(table)
+}
+
+/// Refuses a result a Rust helper would build larger than `convert::MAX_BUILT_BYTES`.
+fn built(size: usize) -> mlua::Result<()> {
+    convert::check_built(size).map_err(|e| mlua::Error::runtime(format!("strings: {e}")))
+}
+
+/// Checks the length of `s` with `old` replaced by `new` (at most `n` times when `n` is not
+/// negative; an empty `old` matches before every character and at the end, as in Go).
+fn replaced_len(s: &str, old: &str, new: &str, n: i64) -> mlua::Result<()> {
+    if new.len() <= old.len() {
+        return Ok(());
+    }
+    let matches = if old.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(old).count()
+    };
+    let matches = match usize::try_from(n) {
+        Ok(n) => matches.min(n),
+        Err(_) => matches,
+    };
+    built(
+        s.len()
+            .saturating_add(matches.saturating_mul(new.len() - old.len())),
+    )
 }

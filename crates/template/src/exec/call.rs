@@ -6,10 +6,28 @@ use crate::doc::Doc as Json;
 
 use super::{lookup, Exec, R};
 use crate::ast::{Arg, Operand, Pipeline, Span};
-use crate::funcs::{Fast, FuncDef, FuncResult, Imp, TextFn, Ty};
+use crate::funcs::{budget, Fast, FuncDef, FuncResult, Imp, TextFn, Ty, MAX_GENERATED, MAX_STRING};
 use crate::val::{child, element, Scalar, Val};
 use crate::value::Value;
 use crate::{Error, MissingKey};
+
+/// The elements of `items` and of every list nested in it, each time it occurs; the count
+/// stops once it is over `cap`.
+fn list_weight(items: &[Value], cap: u64) -> u64 {
+    let mut weight = 0u64;
+    let mut pending = vec![items];
+    while let Some(list) = pending.pop() {
+        weight += list.len() as u64;
+        if weight > cap {
+            break;
+        }
+        pending.extend(list.iter().filter_map(|v| match v {
+            Value::List(inner) => Some(inner.as_slice()),
+            _ => None,
+        }));
+    }
+    weight
+}
 
 /// Most arguments a fast-path call evaluates into its stack buffer.
 pub(super) const FAST_ARGS: usize = 4;
@@ -161,6 +179,51 @@ impl<'a> Exec<'a> {
     }
 
     pub(super) fn call(
+        &mut self,
+        def: &'static FuncDef,
+        dot: &Val<'a>,
+        args: &'a [Operand],
+        final_: Option<Val<'a>>,
+        span: Span,
+    ) -> R<Val<'a>> {
+        let result = self.call_unbounded(def, dot, args, final_, span)?;
+        self.bounded(result, def, span, args)
+    }
+
+    /// Holds every function result to the budgets of generated values: a string of at most
+    /// `MAX_STRING` bytes, a list of at most `MAX_GENERATED` elements with the lists nested in
+    /// it counted as often as they occur. A loop that feeds a result back into its function
+    /// (`$s = print $s $s`, `$l = list $l $l`) is thus stopped at the limit instead of doubling
+    /// until memory runs out or printing it never ends. Counting the elements of nested lists
+    /// is charged to the render's step budget.
+    fn bounded(
+        &mut self,
+        result: Val<'a>,
+        def: &FuncDef,
+        span: Span,
+        args: &[Operand],
+    ) -> R<Val<'a>> {
+        let over = match &result {
+            Val::V(Value::String(s)) => budget(s.len() as i64, MAX_STRING).err(),
+            Val::V(Value::List(items)) => {
+                let weight = list_weight(items, MAX_GENERATED as u64);
+                // The nested elements are charged: the function copied the top level anyway,
+                // and a list built by `append` one element at a time stays linear.
+                self.steps += weight.saturating_sub(items.len() as u64);
+                budget(weight as i64, MAX_GENERATED).err()
+            }
+            _ => None,
+        };
+        match over {
+            None => Ok(result),
+            Some(m) => {
+                let whole = self.command_span(span, args);
+                Err(self.error(whole, format!("error calling {}: {m}", def.name)))
+            }
+        }
+    }
+
+    fn call_unbounded(
         &mut self,
         def: &'static FuncDef,
         dot: &Val<'a>,

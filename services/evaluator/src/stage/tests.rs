@@ -365,6 +365,29 @@ fn an_evaluation_error_is_published_and_withdrawn() {
     );
 }
 
+/// An object that is not JSON (only a hostile publisher sends one) is its set's failure, not
+/// the object's deletion: what matched stays, and a readable state of it clears the failure.
+#[test]
+fn an_object_that_is_not_json_is_a_failure_not_a_deletion() {
+    let (mut ev, mut r) = started(&[event_source("web", web_filter(), false)]);
+    r.read(&ev.on_change(&change(&service("a", "web", 80)), 2));
+    let mut broken = change(&service("a", "web", 80));
+    broken.object_json = b"{\"metadata\": ".to_vec();
+    let units = ev.on_change(&broken, 3);
+    assert_eq!(members(&units), []);
+    let summary = r.read(&units);
+    assert!(
+        summary[0]
+            .2
+            .contains("default/a: the object is not a JSON document"),
+        "{summary:?}"
+    );
+    assert_eq!(
+        r.read(&ev.on_change(&change(&service("a", "web", 81)), 4)),
+        [("web".into(), vec!["a".into()], String::new())]
+    );
+}
+
 #[test]
 fn an_eventsource_change_reevaluates_cached_objects_and_a_removed_trigger_withdraws() {
     let (mut ev, mut r) = started(&[event_source("web", web_filter(), false)]);

@@ -1,0 +1,216 @@
+//! Templates that loop or allocate without bound: each render is stopped with an execution
+//! error that names the limit, within a time bound, on a render thread's 2 MiB stack (the
+//! renderer renders on `spawn_blocking` threads).
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sluice_template::{event_data, Engine, Error, ErrorKind, Options, Template};
+
+/// Wall time any hostile render may take in a debug build on a busy two-core machine; an
+/// unbounded one would take hours or exhaust memory.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// Parses and renders `text` on a 2 MiB thread; the rendered length or the error, and how long
+/// it took. A render still running after twice the bound fails the test instead of hanging it.
+fn render(engine: Engine, text: &str) -> (Result<usize, Error>, Duration) {
+    let options = Options {
+        engine,
+        ..Options::default()
+    };
+    let text = text.to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let started = Instant::now();
+            let result = Template::parse(&text, &options)
+                .and_then(|t| t.render(&event_data(&json!({"l": [1, 2, 3]}))))
+                .map(|out| out.len());
+            let _ = tx.send((result, started.elapsed()));
+        })
+        .expect("spawn");
+    rx.recv_timeout(BOUND * 2).expect("the render ends")
+}
+
+/// Every case must fail at execution (it parses) with a message containing `want`, in time.
+fn stopped(engine: Engine, cases: &[(&str, &str)]) {
+    for (text, want) in cases {
+        let (result, took) = render(engine, text);
+        let err = result.expect_err(text);
+        assert_eq!(err.kind(), ErrorKind::Exec, "{text}: {err}");
+        assert!(
+            err.message().contains(want),
+            "{text}: {:?} should contain {want:?}",
+            err.message()
+        );
+        assert!(took < BOUND, "{text}: took {took:?}");
+    }
+}
+
+const STRING_BUDGET: &str = "exceeds the template budget of 16777216";
+const LIST_BUDGET: &str = "exceeds the template budget of 1048576";
+
+/// A function result fed back into the function doubles each time round the loop: 24 rounds
+/// would be 128 MiB of string (and 40 rounds 8 TiB); each is stopped at 16 MiB.
+#[test]
+fn results_fed_back_into_their_function_stop_at_the_string_budget() {
+    let grow = |call: &str| {
+        format!(
+            "{{{{ $s := \"xxxxxxxx\" }}}}{{{{ range until 24 }}}}{{{{ $s = {call} }}}}{{{{ end }}}}{{{{ len $s }}}}"
+        )
+    };
+    for (call, prefix) in [
+        ("print $s $s", "error calling print: "),
+        ("cat $s $s", "error calling cat: "),
+        ("printf \"%s%s\" $s $s", "error calling printf: "),
+        ("replace \"x\" \"xx\" $s", "error calling replace: "),
+        ("repeat 2 $s", "error calling repeat: "),
+        ("toJson (list $s $s)", "error calling toJson: "),
+        ("b64enc (print $s $s)", "error calling "),
+        ("join $s (list $s $s)", "error calling join: "),
+        ("nospace (print $s \" \" $s)", "error calling "),
+    ] {
+        let text = grow(call);
+        let (result, took) = render(Engine::Text, &text);
+        let err = result.expect_err(&text);
+        let message = err.message();
+        assert!(
+            message.starts_with(prefix) && message.ends_with(STRING_BUDGET),
+            "{text}: {message:?}"
+        );
+        assert!(took < BOUND, "{text}: took {took:?}");
+    }
+}
+
+/// Lists that double, flat or nested (a nested list counts as often as it occurs, so printing
+/// or encoding it cannot run away either).
+#[test]
+fn growing_lists_stop_at_the_list_budget() {
+    stopped(
+        Engine::Text,
+        &[
+            (
+                "{{ $l := list 1 2 }}{{ range until 24 }}{{ $l = concat $l $l }}{{ end }}{{ len $l }}",
+                LIST_BUDGET,
+            ),
+            (
+                "{{ $l := list 1 }}{{ range until 40 }}{{ $l = list $l $l }}{{ end }}{{ $l }}",
+                LIST_BUDGET,
+            ),
+            (
+                "{{ $l := list 1 }}{{ range until 40 }}{{ $l = append $l $l }}{{ end }}{{ toJson $l }}",
+                LIST_BUDGET,
+            ),
+            ("{{ range seq 1 100000000 }}x{{ end }}", LIST_BUDGET),
+            ("{{ until 1000000000 }}", LIST_BUDGET),
+        ],
+    );
+}
+
+#[test]
+fn loops_and_recursion_stop_at_the_step_and_depth_limits() {
+    stopped(
+        Engine::Text,
+        &[
+            (
+                "{{ range until 1000000 }}{{ range until 1000000 }}{{ end }}{{ end }}",
+                "template exceeded its budget of steps",
+            ),
+            (
+                "{{ range until 1000000 }}{{ range $.l }}{{ range $.l }}{{ range until 1000 }}{{ end }}{{ end }}{{ end }}{{ end }}",
+                "template exceeded its budget of steps",
+            ),
+            (
+                "{{ define \"a\" }}{{ template \"a\" . }}{{ end }}{{ template \"a\" . }}",
+                "exceeded maximum template depth (160)",
+            ),
+            (
+                "{{ define \"a\" }}{{ template \"b\" . }}{{ end }}{{ define \"b\" }}{{ range $.l }}{{ template \"a\" $ }}{{ end }}{{ end }}{{ template \"a\" . }}",
+                "exceeded maximum template depth (160)",
+            ),
+            (
+                "{{ range until 1000000 }}{{ printf \"%0100d\" 1 }}{{ end }}",
+                "template exceeded its budget of output bytes",
+            ),
+        ],
+    );
+}
+
+/// Go's `fmt` caps a width or precision: a huge one prints a bounded field, not a bomb.
+#[test]
+fn huge_printf_widths_print_a_bounded_field() {
+    let (result, took) = render(Engine::Text, "{{ printf \"%099999999d\" 1 }}");
+    let len = result.expect("renders");
+    assert!(len <= 1 << 20, "{len} bytes");
+    assert!(took < BOUND, "took {took:?}");
+}
+
+/// Tera has no budget of its own: its `range` is held to the list budget over the whole
+/// render, nested calls included, and a `step_by` of 0 (an endless range) is refused.
+#[test]
+fn tera_ranges_stop_at_the_list_budget() {
+    stopped(
+        Engine::Tera,
+        &[
+            (
+                "{% for i in range(end=100000000) %}{% endfor %}",
+                LIST_BUDGET,
+            ),
+            (
+                "{% for i in range(end=100000) %}{% for j in range(end=100000) %}{% endfor %}{% endfor %}",
+                LIST_BUDGET,
+            ),
+            (
+                "{% for i in range(end=10, step_by=0) %}{% endfor %}",
+                "step_by",
+            ),
+        ],
+    );
+    let (result, _) = render(
+        Engine::Tera,
+        "{% for i in range(start=2, end=9, step_by=3) %}{{ i }},{% endfor %}",
+    );
+    assert_eq!(result.expect("renders"), "2,5,8,".len());
+}
+
+/// Holding results to the budgets costs a list built one element at a time nothing extra:
+/// 5,000 appends copy 12.5 million elements, more than the step budget, and still render.
+#[test]
+fn lists_built_one_element_at_a_time_stay_within_the_budget() {
+    let (result, took) = render(
+        Engine::Text,
+        "{{ $l := list }}{{ range until 5000 }}{{ $l = append $l . }}{{ end }}{{ len $l }}",
+    );
+    assert_eq!(result.expect("renders"), "5000".len());
+    assert!(took < BOUND, "took {took:?}");
+}
+
+/// A map set inside itself (directly, or through a list or another map) would make printing
+/// or encoding it overflow the render thread's stack and abort the process: `set` refuses it.
+#[test]
+fn a_map_cannot_be_set_inside_itself() {
+    stopped(
+        Engine::Text,
+        &[
+            (
+                "{{ $d := dict }}{{ $_ := set $d \"self\" $d }}{{ toJson $d }}",
+                "error calling set: cannot set a map inside itself",
+            ),
+            (
+                "{{ $d := dict }}{{ $_ := set $d \"l\" (list 1 (dict \"d\" $d)) }}{{ $d }}",
+                "error calling set: cannot set a map inside itself",
+            ),
+        ],
+    );
+    // A map holding another map twice is no cycle.
+    let (result, _) = render(
+        Engine::Text,
+        "{{ $d := dict }}{{ $e := dict \"x\" 1 }}{{ $_ := set $d \"a\" $e }}{{ $_ := set $d \"b\" $e }}{{ toJson $d }}",
+    );
+    assert_eq!(
+        result.expect("renders"),
+        r#"{"a":{"x":1},"b":{"x":1}}"#.len()
+    );
+}
