@@ -4,6 +4,7 @@
 //! cluster's administrator or as a ServiceAccount), seeding objects, and shutdown.
 
 mod admin;
+mod inside;
 mod port;
 mod tls;
 
@@ -18,6 +19,7 @@ use crate::cluster::{check_type, Cluster, Owner};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
 use crate::object::meta_str;
+pub use inside::Inside;
 
 /// Test server settings.
 #[derive(Clone, Debug)]
@@ -487,6 +489,12 @@ impl TestServer {
             .cluster(cluster)
             .map(|c| c.faults.clone())
             .unwrap_or_default()
+    }
+
+    /// Writes inside a cluster that bypass its faults (a cluster unreachable from outside still
+    /// changes); `None` for an unknown cluster.
+    pub fn inside(&self, cluster: &str) -> Option<Inside> {
+        self.shared.cluster(cluster).map(Inside::new)
     }
 
     /// The requests of a cluster the authorizer refused with 403, oldest first (empty for an

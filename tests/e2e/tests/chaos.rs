@@ -18,8 +18,10 @@
 //!
 //! The faults come in turn, round after round while the load lasts, each for at least two
 //! seconds and until more changes have flowed, with a pause of load without fault between two.
-//! Every write the faults fail is retried until it succeeds (writes to the unreachable cluster
-//! wait for it to come back), so the managed clusters end exactly as the load wrote them.
+//! Every write the faults fail is retried until it succeeds, so the managed clusters end exactly
+//! as the load wrote them. While a cluster is unreachable from outside its users still change
+//! it: the load writes inside it (`sluice_testserver::Inside`), past the fault, and the watcher
+//! must find those changes once the cluster is back.
 //!
 //! `ci_chaos_converges_exactly` runs in the normal suite (1,000 changes at 30 a second and 100
 //! CloudEvents: about 40 s); `full_chaos_converges_exactly` (`#[ignore]`) runs 10,000 changes at
@@ -28,6 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +43,7 @@ use sluice_cli::stack::{Stack, MANAGEMENT, SERVICES, SVELTOS_NAMESPACE};
 use sluice_domain::naming;
 use sluice_kube::apply;
 use sluice_testkit::wait_for;
+use sluice_testserver::Inside;
 use tokio::sync::watch;
 
 /// Namespace of the load in the managed clusters.
@@ -421,6 +425,8 @@ struct Counts {
     updates: usize,
     deletes: usize,
     retried_writes: usize,
+    /// Changes made inside a cluster while it was unreachable from outside.
+    inside_writes: usize,
     logins: usize,
     logouts: usize,
 }
@@ -431,6 +437,7 @@ impl Counts {
         self.updates += other.updates;
         self.deletes += other.deletes;
         self.retried_writes += other.retried_writes;
+        self.inside_writes += other.inside_writes;
         self.logins += other.logins;
         self.logouts += other.logouts;
     }
@@ -440,6 +447,10 @@ impl Counts {
 struct Lane {
     cluster: String,
     client: kube::Client,
+    /// While the cluster is unreachable (`cut_off`), its users still change it: the lane writes
+    /// inside it, past the fault.
+    inside: Inside,
+    cut_off: Arc<AtomicBool>,
     kinds: BTreeMap<ObjKind, apply::Kind>,
     names: Vec<(ObjKind, String)>,
     changes: usize,
@@ -461,7 +472,7 @@ impl Lane {
             let (kind, name) = &self.names[rng.gen_range(0..self.names.len())];
             let key = (self.cluster.clone(), *kind, name.clone());
             let delete = world.contains_key(&key) && rng.gen_bool(0.3);
-            let attempts = if delete {
+            let (attempts, inside) = if delete {
                 counts.deletes += 1;
                 world.remove(&key);
                 self.write(*kind, name, None).await?
@@ -475,22 +486,37 @@ impl Lane {
                 self.write(*kind, name, Some(&state)).await?
             };
             counts.retried_writes += attempts - 1;
+            counts.inside_writes += usize::from(inside);
             progress.send_modify(|n| *n += 1);
         }
         Ok((world, counts))
     }
 
-    /// Applies (or deletes) one object, retrying through injected faults; returns the attempts.
+    /// Applies (or deletes) one object, retrying through injected faults; returns the attempts
+    /// and whether it was written inside the cluster while cut off.
     async fn write(
         &self,
         kind: ObjKind,
         name: &str,
         state: Option<&State>,
-    ) -> anyhow::Result<usize> {
-        let attempts = std::sync::atomic::AtomicUsize::new(0);
+    ) -> anyhow::Result<(usize, bool)> {
+        let attempts = AtomicUsize::new(0);
+        let inside = AtomicBool::new(false);
         let what = format!("{:?} {}/{NS}/{name} written", kind, self.cluster);
         wait_for(&what, WRITE_DEADLINE, || async {
-            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            attempts.fetch_add(1, Ordering::Relaxed);
+            if self.cut_off.load(Ordering::SeqCst) {
+                inside.store(true, Ordering::Relaxed);
+                let (api_version, kind_name) = kind.api_version_kind();
+                return match state {
+                    Some(state) => self.inside.put(state.object(name)).map(drop),
+                    None => self
+                        .inside
+                        .delete(api_version, kind_name, NS, name)
+                        .map(drop),
+                }
+                .map_err(anyhow::Error::from);
+            }
             let written: anyhow::Result<()> = match (state, self.kinds.get(&kind)) {
                 (Some(state), _) => sluice_kube::manifest::apply_documents(
                     &self.client,
@@ -508,7 +534,7 @@ impl Lane {
             written
         })
         .await?;
-        Ok(attempts.into_inner())
+        Ok((attempts.into_inner(), inside.into_inner()))
     }
 }
 
@@ -594,7 +620,10 @@ fn all_clusters() -> Vec<&'static str> {
     out
 }
 
-async fn inject(stack: &mut Stack, fault: Fault) -> anyhow::Result<()> {
+/// Per managed cluster, whether it is unreachable from outside now (its users write inside).
+type CutOff = BTreeMap<&'static str, Arc<AtomicBool>>;
+
+async fn inject(stack: &mut Stack, cut_off: &CutOff, fault: Fault) -> anyhow::Result<()> {
     match fault {
         Fault::Kill(service) => stack.kill_service(service),
         Fault::NatsKill => stack.nats.stop(),
@@ -618,12 +647,17 @@ async fn inject(stack: &mut Stack, fault: Fault) -> anyhow::Result<()> {
                     .set_latency(Duration::from_millis(150));
             }
         }
-        Fault::Unreachable(cluster) => stack.server.faults(cluster).set_unreachable(true),
+        Fault::Unreachable(cluster) => {
+            if let Some(flag) = cut_off.get(cluster) {
+                flag.store(true, Ordering::SeqCst);
+            }
+            stack.server.faults(cluster).set_unreachable(true);
+        }
     }
     Ok(())
 }
 
-async fn heal(stack: &mut Stack, fault: Fault) -> anyhow::Result<()> {
+async fn heal(stack: &mut Stack, cut_off: &CutOff, fault: Fault) -> anyhow::Result<()> {
     match fault {
         Fault::Kill(service) => stack.start_service(service)?,
         Fault::NatsKill => stack.nats.start_again().await?,
@@ -645,7 +679,12 @@ async fn heal(stack: &mut Stack, fault: Fault) -> anyhow::Result<()> {
                 stack.server.faults(cluster).set_latency(Duration::ZERO);
             }
         }
-        Fault::Unreachable(cluster) => stack.server.faults(cluster).set_unreachable(false),
+        Fault::Unreachable(cluster) => {
+            stack.server.faults(cluster).set_unreachable(false);
+            if let Some(flag) = cut_off.get(cluster) {
+                flag.store(false, Ordering::SeqCst);
+            }
+        }
     }
     Ok(())
 }
@@ -688,6 +727,7 @@ struct FaultLog {
 /// and when the last fault ended.
 async fn run_faults(
     stack: &mut Stack,
+    cut_off: &CutOff,
     changes: usize,
     mut progress: watch::Receiver<usize>,
 ) -> anyhow::Result<(FaultLog, Instant)> {
@@ -705,9 +745,9 @@ async fn run_faults(
             break;
         }
         let begun = Instant::now();
-        inject(stack, fault).await?;
+        inject(stack, cut_off, fault).await?;
         let reached = let_flow(&mut progress, changes, FAULT_CHANGES, begun + FAULT_MIN).await?;
-        heal(stack, fault).await?;
+        heal(stack, cut_off, fault).await?;
         last_end = Instant::now();
         log.injected += 1;
         log.stalled += usize::from(!reached);
@@ -1135,8 +1175,16 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
     let progress = Arc::new(watch::channel(0usize).0);
     let lanes_total = CLUSTERS.len() * LANES_PER_CLUSTER;
     let mut lanes = Vec::new();
+    let cut_off: CutOff = CLUSTERS
+        .iter()
+        .map(|c| (*c, Arc::new(AtomicBool::new(false))))
+        .collect();
     for (c, cluster) in CLUSTERS.iter().enumerate() {
         let client = stack.client(cluster)?.clone();
+        let inside = stack
+            .server
+            .inside(cluster)
+            .ok_or_else(|| anyhow::anyhow!("no cluster {cluster}"))?;
         let mut kinds = BTreeMap::new();
         for kind in ObjKind::ALL {
             let (api_version, kind_name) = kind.api_version_kind();
@@ -1157,6 +1205,8 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
             lanes.push(Lane {
                 cluster: cluster.to_string(),
                 client: client.clone(),
+                inside: inside.clone(),
+                cut_off: cut_off[cluster].clone(),
                 kinds: kinds.clone(),
                 names,
                 changes,
@@ -1177,7 +1227,7 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
         seed,
         progress.subscribe(),
     ));
-    let faulted = run_faults(&mut stack, size.changes, progress.subscribe()).await;
+    let faulted = run_faults(&mut stack, &cut_off, size.changes, progress.subscribe()).await;
     let mut world = World::new();
     let mut counts = Counts::default();
     for task in tasks {
@@ -1189,12 +1239,27 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
     counts.add(&ce_counts);
     let (fault_log, last_fault) = faulted?;
     let load_time = load_started.elapsed();
-    anyhow::ensure!(
-        stack.exited_services().is_empty(),
-        "services exited: {:?}\n{}",
-        stack.exited_services(),
-        stack.logs()
-    );
+    let exited = stack.exited_services();
+    if !exited.is_empty() {
+        // The tail of a failed service's log is its backtrace: show its errors too.
+        let errors: Vec<String> = exited
+            .iter()
+            .flat_map(|service| {
+                stack
+                    .service_log(service)
+                    .lines()
+                    .filter(|l| l.contains("Error") || l.contains("ERROR"))
+                    .take(20)
+                    .map(|l| format!("{service}: {l}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        anyhow::bail!(
+            "services exited: {exited:?}\n{}\n{}",
+            errors.join("\n"),
+            stack.logs()
+        );
+    }
 
     // The truth is computed from what the managed clusters hold (which must be what was written).
     let listed = list_world(&stack).await?;
@@ -1230,12 +1295,14 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
     let converge = last_fault.elapsed();
     eprintln!(
         "chaos (seed {seed}): {} resource changes ({} creates, {} updates, {} deletes; {} writes \
-         retried through faults) and {} CloudEvents ({} logins, {} logouts) in {load_time:.1?}",
+         retried through faults, {} made inside an unreachable cluster) and {} CloudEvents ({} \
+         logins, {} logouts) in {load_time:.1?}",
         size.changes,
         counts.creates,
         counts.updates,
         counts.deletes,
         counts.retried_writes,
+        counts.inside_writes,
         size.cloud_events,
         counts.logins,
         counts.logouts
