@@ -250,6 +250,21 @@ impl Shared {
     }
 }
 
+/// The resource that serves `api_version` and `kind`, and the version part of `api_version`.
+pub(crate) fn served<'a>(
+    registry: &crate::resources::Registry,
+    api_version: &'a str,
+    kind: &str,
+) -> Option<(crate::resources::ResourceInfo, &'a str)> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    registry
+        .all()
+        .iter()
+        .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
+        .cloned()
+        .map(|info| (info, version))
+}
+
 /// Creates `obj` in `cluster`, finding its resource by apiVersion and kind; a missing namespace is created first.
 fn create_object(cluster: &Cluster, obj: Value) -> Result<Value> {
     let api_version = obj
@@ -272,14 +287,8 @@ fn create_object(cluster: &Cluster, obj: Value) -> Result<Value> {
         what: what.clone(),
         message,
     };
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
     let mut state = cluster.lock();
-    let info = state
-        .registry
-        .all()
-        .iter()
-        .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
-        .cloned()
+    let (info, version) = served(&state.registry, &api_version, &kind)
         .ok_or_else(|| seed_err(format!("no resource serves {api_version} {kind}")))?;
     check_type(&info, version, &obj).map_err(|e| seed_err(e.message))?;
     // Seeds are decoded as `kubectl create -f` sends them: unknown fields are errors, defaults are set.

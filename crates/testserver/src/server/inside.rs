@@ -35,21 +35,15 @@ impl Inside {
     }
 
     fn info(&self, api_version: &str, kind: &str) -> Result<(ResourceInfo, String)> {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let state = self.cluster.lock();
-        let info = state
-            .registry
-            .all()
-            .iter()
-            .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
-            .cloned()
+        super::served(&state.registry, api_version, kind)
+            .map(|(info, version)| (info, version.to_string()))
             .ok_or_else(|| {
                 self.error(
                     kind.to_string(),
                     format!("no resource serves {api_version} {kind}"),
                 )
-            })?;
-        Ok((info, version.to_string()))
+            })
     }
 
     /// Creates the object (and its namespace if missing), or replaces the existing one whatever
