@@ -1351,10 +1351,11 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
 }
 
 /// Why the runs with CloudEvents are ignored for now: they fail, finding a real bug.
-const KNOWN_CE_ORDER_BUG: &str = "known failing: a CloudEvent match the renderer renders again \
-    after a newer one of the same subject (an input redelivered because its output was not \
-    stored while nats-server was down) overwrites the newer desired state, so a login can \
-    outlive its logout and the reverse";
+const KNOWN_CE_ORDER_BUG: &str = "known failing: when the renderer renders a CloudEvent match \
+    again after a newer one of the same subject (an input redelivered after a crash or a lost \
+    publish), its desired state replaces the newer one in SLUICE_DESIRED and the applier applies \
+    it (nothing compares `source_sequence` per unit), so a login can outlive its logout and the \
+    reverse";
 
 /// The version in the suite: resource changes only, while every fault comes in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
