@@ -718,6 +718,35 @@ impl FaultLog {
     }
 }
 
+/// The services that exited on their own, with their errors, the faults so far and the logs; checked
+/// before every fault too, so that the next kill and restart does not hide an exit.
+fn exited_error(stack: &mut Stack, log: &FaultLog) -> Option<anyhow::Error> {
+    let exited = stack.exited_services();
+    if exited.is_empty() {
+        return None;
+    }
+    // The tail of a failed service's log is its backtrace: show its error first.
+    let errors: Vec<String> = exited
+        .iter()
+        .flat_map(|service| {
+            stack
+                .service_log(service)
+                .lines()
+                .skip_while(|l| !l.starts_with("Error:"))
+                .take_while(|l| !l.contains("Stack backtrace"))
+                .take(20)
+                .map(|l| format!("{service}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    Some(anyhow::anyhow!(
+        "services exited: {exited:?}\n{}\nfaults so far:\n{}\n{}",
+        errors.join("\n"),
+        log.lines().join("\n"),
+        stack.logs()
+    ))
+}
+
 /// Injects the faults in turn, round after round, while the load runs: each lasts at least
 /// [`FAULT_MIN`] and until [`FAULT_CHANGES`] more changes are written; between two, the load
 /// flows without fault as long again. Every fault is healed before the next. Returns what it did
@@ -741,6 +770,9 @@ async fn run_faults(
     for fault in faults().into_iter().cycle() {
         if *progress.borrow() >= changes {
             break;
+        }
+        if let Some(error) = exited_error(stack, &log) {
+            return Err(error);
         }
         let begun = Instant::now();
         set_fault(stack, cut_off, fault, true).await?;
@@ -1253,28 +1285,8 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
     counts.add(&ce_counts);
     let (fault_log, last_fault) = faulted?;
     let load_time = load_started.elapsed();
-    let exited = stack.exited_services();
-    if !exited.is_empty() {
-        // The tail of a failed service's log is its backtrace: show its errors too.
-        let errors: Vec<String> = exited
-            .iter()
-            .flat_map(|service| {
-                stack
-                    .service_log(service)
-                    .lines()
-                    .skip_while(|l| !l.starts_with("Error:"))
-                    .take_while(|l| !l.contains("Stack backtrace"))
-                    .take(20)
-                    .map(|l| format!("{service}: {l}"))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        anyhow::bail!(
-            "services exited: {exited:?}\n{}\nfaults so far:\n{}\n{}",
-            errors.join("\n"),
-            fault_log.lines().join("\n"),
-            stack.logs()
-        );
+    if let Some(error) = exited_error(&mut stack, &fault_log) {
+        return Err(error);
     }
 
     // The truth is computed from what the managed clusters hold (which must be what was written).
