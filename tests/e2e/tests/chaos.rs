@@ -1314,6 +1314,10 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
     let diff = match converged {
         Ok(diff) => diff,
         Err(e) => {
+            // A service that exited after the load shows here first: it explains the rest.
+            if let Some(error) = exited_error(&mut stack, &fault_log) {
+                return Err(error.context(format!("{e:#}")));
+            }
             let text = format!("{e:#}");
             let events: Vec<String> = history
                 .iter()
