@@ -4,6 +4,7 @@
 //! cluster's administrator or as a ServiceAccount), seeding objects, and shutdown.
 
 mod admin;
+mod inside;
 mod port;
 mod tls;
 
@@ -18,6 +19,7 @@ use crate::cluster::{check_type, Cluster, Owner};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
 use crate::object::meta_str;
+pub use inside::Inside;
 
 /// Test server settings.
 #[derive(Clone, Debug)]
@@ -248,6 +250,21 @@ impl Shared {
     }
 }
 
+/// The resource that serves `api_version` and `kind`, and the version part of `api_version`.
+pub(crate) fn served<'a>(
+    registry: &crate::resources::Registry,
+    api_version: &'a str,
+    kind: &str,
+) -> Option<(crate::resources::ResourceInfo, &'a str)> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    registry
+        .all()
+        .iter()
+        .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
+        .cloned()
+        .map(|info| (info, version))
+}
+
 /// Creates `obj` in `cluster`, finding its resource by apiVersion and kind; a missing namespace is created first.
 fn create_object(cluster: &Cluster, obj: Value) -> Result<Value> {
     let api_version = obj
@@ -270,14 +287,8 @@ fn create_object(cluster: &Cluster, obj: Value) -> Result<Value> {
         what: what.clone(),
         message,
     };
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
     let mut state = cluster.lock();
-    let info = state
-        .registry
-        .all()
-        .iter()
-        .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
-        .cloned()
+    let (info, version) = served(&state.registry, &api_version, &kind)
         .ok_or_else(|| seed_err(format!("no resource serves {api_version} {kind}")))?;
     check_type(&info, version, &obj).map_err(|e| seed_err(e.message))?;
     // Seeds are decoded as `kubectl create -f` sends them: unknown fields are errors, defaults are set.
@@ -487,6 +498,12 @@ impl TestServer {
             .cluster(cluster)
             .map(|c| c.faults.clone())
             .unwrap_or_default()
+    }
+
+    /// Writes inside a cluster that bypass its faults (a cluster unreachable from outside still
+    /// changes); `None` for an unknown cluster.
+    pub fn inside(&self, cluster: &str) -> Option<Inside> {
+        self.shared.cluster(cluster).map(Inside::new)
     }
 
     /// The requests of a cluster the authorizer refused with 403, oldest first (empty for an

@@ -147,3 +147,44 @@ async fn the_audit_log_records_each_request_of_its_cluster_with_its_query() {
     );
     assert!(server.audit("no-such-cluster").is_empty());
 }
+
+#[tokio::test]
+async fn an_unreachable_cluster_still_changes_inside_and_shows_it_once_reachable() {
+    let server = server(&["mgmt", "c1"]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client_without_retry(&server, "c1").await, "work");
+    let inside = server.inside("c1").expect("c1 exists");
+    let config_map = |value: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "work"}, "data": {"v": value}})
+    };
+    inside.put(config_map("1")).expect("created inside");
+    let before = api.get("a").await.expect("visible");
+    let version = before.metadata.resource_version.clone().unwrap_or_default();
+
+    server.faults("c1").set_unreachable(true);
+    assert_eq!(code(api.get("a").await), 503);
+    inside
+        .put(config_map("2"))
+        .expect("replaced inside, whatever its version");
+    let b = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "b", "namespace": "work"}});
+    inside.put(b).expect("created inside");
+    assert!(inside
+        .delete("v1", "ConfigMap", "work", "b")
+        .expect("deleted"));
+    assert!(!inside.delete("v1", "ConfigMap", "work", "b").expect("gone"));
+    assert!(inside
+        .put(serde_json::json!({"apiVersion": "v9", "kind": "Nothing",
+        "metadata": {"name": "x"}}))
+        .is_err());
+
+    server.faults("c1").set_unreachable(false);
+    let after = api.get("a").await.expect("reachable again");
+    assert_eq!(
+        after.data.unwrap_or_default().get("v").map(String::as_str),
+        Some("2")
+    );
+    assert_ne!(after.metadata.resource_version.unwrap_or_default(), version);
+    assert_eq!(code(api.get("b").await), 404);
+    server.shutdown().await;
+}
