@@ -48,6 +48,53 @@ impl Freshness {
     }
 }
 
+/// How long a stage's start-up read of a stream is tried again while it fails: a nats-server
+/// restarting on its store (a crash, a rolling upgrade) is back well within it, and a stage
+/// waits for it instead of exiting.
+pub const START_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Runs `read` until it succeeds or fails for good. A failure is worth another try (after a
+/// pause growing from 250 ms to 4 s, while [`START_PATIENCE`] has not passed) when the
+/// connection dropped during the attempt or is down, or JetStream had no responder yet (a
+/// server back on its store recovers its streams first); any other failure (a refusal of this
+/// identity's permissions, a consumer of the wrong kind) is returned at once.
+async fn patiently<T, F, Fut>(bus: &Bus, stream: &str, mut read: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + START_PATIENCE;
+    let mut pause = Duration::from_millis(250);
+    loop {
+        let disconnects = bus.disconnects();
+        let error = match read().await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let transient = disconnects.has_changed().unwrap_or(true)
+            || !bus.is_connected()
+            || chain(&error).contains("no responders");
+        if !transient || tokio::time::Instant::now() + pause >= deadline {
+            return Err(error);
+        }
+        tracing::warn!(stream, error = %error, retry_in = ?pause, "reading the stream failed while the server was away, trying again");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(4));
+    }
+}
+
+/// An error with its sources, for matching on what the server said.
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// The live part of a followed state stream.
 pub type LiveFeed = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Delivered>> + Send>>;
 
@@ -82,7 +129,13 @@ impl Delivered {
 impl Bus {
     /// The last message of every subject matching `filter`, in stream order, as stored now.
     /// A restarted stage rebuilds its state from this before it follows its durable consumer.
+    /// A read that fails (the server lost or restarting while a stage starts) is tried again
+    /// from the start for up to [`START_PATIENCE`].
     pub async fn replay_state(&self, spec: StreamSpec, filter: &str) -> Result<Vec<Delivered>> {
+        patiently(self, spec.name, || self.replay_state_once(spec, filter)).await
+    }
+
+    async fn replay_state_once(&self, spec: StreamSpec, filter: &str) -> Result<Vec<Delivered>> {
         let stream = self.stream(spec).await?;
         let read_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Read {
             stream: spec.name.to_string(),
@@ -131,7 +184,16 @@ impl Bus {
     /// Follows a state stream: returns the last message of every subject matching `filter` as
     /// stored now, and the stream of every later message. Nothing is acked: the stream itself
     /// is the state, and a restarted stage simply follows it again.
+    /// Its start is tried again as [`Bus::replay_state`]'s.
     pub async fn follow_state(
+        &self,
+        spec: StreamSpec,
+        filter: &str,
+    ) -> Result<(Vec<Delivered>, LiveFeed)> {
+        patiently(self, spec.name, || self.follow_state_once(spec, filter)).await
+    }
+
+    async fn follow_state_once(
         &self,
         spec: StreamSpec,
         filter: &str,
@@ -190,7 +252,12 @@ impl Bus {
     /// A consumer whose ack policy is not the spec's (JetStream cannot change it in place) is
     /// recreated when the spec's acks cover (the stage rebuilds its state from the stream
     /// anyway) and refused otherwise.
+    /// Binding it is tried again as [`Bus::replay_state`]'s read.
     pub async fn durable(&self, spec: ConsumerSpec, filter: Option<&str>) -> Result<pull::Stream> {
+        patiently(self, spec.stream.name, || self.durable_once(spec, filter)).await
+    }
+
+    async fn durable_once(&self, spec: ConsumerSpec, filter: Option<&str>) -> Result<pull::Stream> {
         let stream = self.stream(spec.stream).await?;
         let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
             stream: spec.stream.name.to_string(),
