@@ -4,6 +4,8 @@
 //! names are the deterministic names of ADR 0004; a row fails on any missing, extra, renamed or
 //! differently rendered object.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Value};
 use sluice_domain::cluster::{ClusterId, ClusterType};
 use sluice_harness::Pipeline;
@@ -82,18 +84,55 @@ fn base(extra: Vec<Value>) -> Vec<Value> {
     config
 }
 
+/// (kind, namespace, name) of an object.
+fn key(object: &Value) -> (String, String, String) {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    (
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    )
+}
+
+/// Feeds the row's steps, checking the management cluster after each. Then, unless the row
+/// sent CloudEvents (their units keep what an event created, which no state re-derives), a
+/// fresh pipeline given only the final configuration and managed objects must reach the same
+/// management cluster: the outcome depends on the state reached, not on the path.
 fn run(row: &Row) {
     let mut pipeline = Pipeline::new();
+    let mut config = BTreeMap::new();
+    let mut managed = BTreeMap::new();
     for object in &row.config {
         pipeline.configure(object).expect("configures");
+        config.insert(key(object), object.clone());
     }
+    let mut replayable = true;
     for (index, (step, expected)) in row.steps.iter().enumerate() {
         let done = match step {
-            Step::Configure(object) => pipeline.configure(object),
-            Step::Unconfigure(kind, namespace, name) => pipeline.unconfigure(kind, namespace, name),
-            Step::Change(cluster, object) => pipeline.change(&cluster_id(cluster), object),
-            Step::Delete(cluster, object) => pipeline.delete(&cluster_id(cluster), object),
+            Step::Configure(object) => {
+                config.insert(key(object), object.clone());
+                pipeline.configure(object)
+            }
+            Step::Unconfigure(kind, namespace, name) => {
+                config.remove(&(kind.to_string(), namespace.to_string(), name.to_string()));
+                pipeline.unconfigure(kind, namespace, name)
+            }
+            Step::Change(cluster, object) => {
+                managed.insert((*cluster, key(object)), object.clone());
+                pipeline.change(&cluster_id(cluster), object)
+            }
+            Step::Delete(cluster, object) => {
+                managed.remove(&(*cluster, key(object)));
+                pipeline.delete(&cluster_id(cluster), object)
+            }
             Step::CloudEvent(cluster, subject, event) => {
+                replayable = false;
                 pipeline.cloud_event(&cluster_id(cluster), subject, event)
             }
         };
@@ -105,6 +144,22 @@ fn run(row: &Row) {
             row.name
         );
     }
+    if !replayable {
+        return;
+    }
+    let mut fresh = Pipeline::new();
+    for object in config.values() {
+        fresh.configure(object).expect("configures");
+    }
+    for ((cluster, _), object) in &managed {
+        fresh.change(&cluster_id(cluster), object).expect("changes");
+    }
+    assert_eq!(
+        fresh.summary(),
+        pipeline.summary(),
+        "{} from its final state",
+        row.name
+    );
 }
 
 #[test]
@@ -118,31 +173,31 @@ fn decisions() {
             ]),
             steps: vec![
                 (Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:80",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:80",
+                ]),
                 (Step::Change("a", service("api", "web", 81)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
-"ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:80",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
+                    "ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:80",
+                ]),
                 (Step::Change("b", service("other", "web", 82)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
-"ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:80",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
+                    "ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:80",
+                ]),
                 (Step::Change("a", service("front", "web", 90)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
-"ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:90",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
+                    "ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front:90",
+                ]),
                 (Step::Delete("a", service("front", "web", 90)), &[
-"ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
-"ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
-]),
+                    "ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
+                    "ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api:81",
+                ]),
                 (Step::Change("a", service("api", "db", 81)), &[]),
             ],
         },
@@ -156,45 +211,45 @@ fn decisions() {
             ]),
             steps: vec![
                 (Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Configure(template("per-service", "{{ .Resource.nothing.name }}")), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Configure(template("all", "{{ range .Resources }}{{ .nothing.name }} {{ end }}")), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Change("a", service("api", "web", 81)), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Delete("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Configure(template("per-service", "{{ .Resource.metadata.name }}!")), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
-"ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api!",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
+                    "ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api!",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Configure(template("all", "{{ range .Resources }}{{ .metadata.name }}! {{ end }}")), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
-"ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api!",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=api!",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-ml3y0r92lvdfvpdmeldl of per@a [default/api] -> clusters fleet/a refs projectsveltos/sveltos-ei9thqzp7hh2tt56dc05",
+                    "ConfigMap projectsveltos/sveltos-ei9thqzp7hh2tt56dc05 of per@a [default/api]: out=api!",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=api!",
+                ]),
             ],
         },
         Row {
@@ -205,17 +260,17 @@ fn decisions() {
             ]),
             steps: vec![
                 (Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Change("a", service("api", "web", 81)), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=api front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=api front",
+                ]),
                 (Step::Change("a", service("front", "db", 80)), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=api",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=api",
+                ]),
                 (Step::Delete("a", service("api", "web", 81)), &[]),
             ],
         },
@@ -229,17 +284,17 @@ fn decisions() {
             ],
             steps: vec![
                 (Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-gd3i0i36f51r99cdgtl1 of refs@a [main] -> clusters fleet/a refs projectsveltos/sveltos-y3vw7c95mn9fozb9lva3",
-"ConfigMap projectsveltos/sveltos-y3vw7c95mn9fozb9lva3 of refs@a [main]: out=default/front",
-]),
+                    "ClusterProfile sveltos-gd3i0i36f51r99cdgtl1 of refs@a [main] -> clusters fleet/a refs projectsveltos/sveltos-y3vw7c95mn9fozb9lva3",
+                    "ConfigMap projectsveltos/sveltos-y3vw7c95mn9fozb9lva3 of refs@a [main]: out=default/front",
+                ]),
                 (Step::Change("a", service("front", "web", 81)), &[
-"ClusterProfile sveltos-gd3i0i36f51r99cdgtl1 of refs@a [main] -> clusters fleet/a refs projectsveltos/sveltos-y3vw7c95mn9fozb9lva3",
-"ConfigMap projectsveltos/sveltos-y3vw7c95mn9fozb9lva3 of refs@a [main]: out=default/front",
-]),
+                    "ClusterProfile sveltos-gd3i0i36f51r99cdgtl1 of refs@a [main] -> clusters fleet/a refs projectsveltos/sveltos-y3vw7c95mn9fozb9lva3",
+                    "ConfigMap projectsveltos/sveltos-y3vw7c95mn9fozb9lva3 of refs@a [main]: out=default/front",
+                ]),
                 (Step::Change("a", service("api", "web", 81)), &[
-"ClusterProfile sveltos-gd3i0i36f51r99cdgtl1 of refs@a [main] -> clusters fleet/a refs projectsveltos/sveltos-y3vw7c95mn9fozb9lva3",
-"ConfigMap projectsveltos/sveltos-y3vw7c95mn9fozb9lva3 of refs@a [main]: out=default/api default/front",
-]),
+                    "ClusterProfile sveltos-gd3i0i36f51r99cdgtl1 of refs@a [main] -> clusters fleet/a refs projectsveltos/sveltos-y3vw7c95mn9fozb9lva3",
+                    "ConfigMap projectsveltos/sveltos-y3vw7c95mn9fozb9lva3 of refs@a [main]: out=default/api default/front",
+                ]),
             ],
         },
         Row {
@@ -250,22 +305,22 @@ fn decisions() {
             ]),
             steps: vec![
                 (Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                ]),
                 (Step::Change("a", service("db", "db", 80)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                ]),
                 (Step::Configure(services("web", "db", true)), &[
-"ClusterProfile sveltos-9k2b6nv0eejjr9xof0zn of per@a [default/db] -> clusters fleet/a refs projectsveltos/sveltos-nb5y23qx7vf36zlmr2tq",
-"ConfigMap projectsveltos/sveltos-nb5y23qx7vf36zlmr2tq of per@a [default/db]: out=db",
-]),
+                    "ClusterProfile sveltos-9k2b6nv0eejjr9xof0zn of per@a [default/db] -> clusters fleet/a refs projectsveltos/sveltos-nb5y23qx7vf36zlmr2tq",
+                    "ConfigMap projectsveltos/sveltos-nb5y23qx7vf36zlmr2tq of per@a [default/db]: out=db",
+                ]),
                 (Step::Unconfigure("EventSource", "", "web"), &[]),
                 (Step::Configure(services("web", "web", true)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                ]),
             ],
         },
         Row {
@@ -278,21 +333,21 @@ fn decisions() {
             ]),
             steps: vec![
                 (Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                ]),
                 (Step::Change("a", service("store", "db", 80)), &[
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-]),
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                ]),
                 (Step::Configure(trigger("per", "db", true, "per-service")), &[
-"ClusterProfile sveltos-79ea2vyqltpj1lka8haf of per@a [default/store] -> clusters fleet/a refs projectsveltos/sveltos-2ftexwhqcwihb01wc8q5",
-"ConfigMap projectsveltos/sveltos-2ftexwhqcwihb01wc8q5 of per@a [default/store]: out=store",
-]),
+                    "ClusterProfile sveltos-79ea2vyqltpj1lka8haf of per@a [default/store] -> clusters fleet/a refs projectsveltos/sveltos-2ftexwhqcwihb01wc8q5",
+                    "ConfigMap projectsveltos/sveltos-2ftexwhqcwihb01wc8q5 of per@a [default/store]: out=store",
+                ]),
                 (Step::Configure(trigger("per", "db", false, "all")), &[
-"ClusterProfile sveltos-o6zioy9370js7tcg8fny of per@a [main] -> clusters fleet/a refs projectsveltos/sveltos-gqbpmi45qz3qohizll54",
-"ConfigMap projectsveltos/sveltos-gqbpmi45qz3qohizll54 of per@a [main]: out=store",
-]),
+                    "ClusterProfile sveltos-o6zioy9370js7tcg8fny of per@a [main] -> clusters fleet/a refs projectsveltos/sveltos-gqbpmi45qz3qohizll54",
+                    "ConfigMap projectsveltos/sveltos-gqbpmi45qz3qohizll54 of per@a [main]: out=store",
+                ]),
                 (Step::Unconfigure("EventTrigger", "", "per"), &[]),
             ],
         },
@@ -306,18 +361,18 @@ fn decisions() {
             ]),
             steps: vec![
                 (Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Configure(cluster("a", "dev")), &[]),
                 (Step::Configure(cluster("a", "prod")), &[
-"ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
-"ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
-"ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
-"ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
-]),
+                    "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                    "ClusterProfile sveltos-gk45tr9e8xwhcvyts20u of per@a [default/front] -> clusters fleet/a refs projectsveltos/sveltos-fq1zvrdo97ow0pro1c46",
+                    "ConfigMap projectsveltos/sveltos-fq1zvrdo97ow0pro1c46 of per@a [default/front]: out=front",
+                    "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                ]),
                 (Step::Unconfigure("SveltosCluster", "fleet", "a"), &[]),
             ],
         },
@@ -334,11 +389,11 @@ fn decisions() {
                 trigger("home", "web", false, "all"),
             ]),
             steps: vec![(Step::Change("a", service("front", "web", 80)), &[
-"ClusterProfile sveltos-9a3y8dznkhq9glz9mya3 of cross@a [default/front] -> selector {\"matchLabels\":{\"dep\":\"dep-b\"}} refs projectsveltos/sveltos-vri66hb5dxycw63hdnry",
-"ClusterProfile sveltos-i5ru5g2zu2epsjcym4us of home@a [main] -> clusters fleet/a refs projectsveltos/sveltos-z122j56mtj56vm7i4juv",
-"ConfigMap projectsveltos/sveltos-vri66hb5dxycw63hdnry of cross@a [default/front]: out=front",
-"ConfigMap projectsveltos/sveltos-z122j56mtj56vm7i4juv of home@a [main]: out=front",
-])],
+                    "ClusterProfile sveltos-9a3y8dznkhq9glz9mya3 of cross@a [default/front] -> selector {\"matchLabels\":{\"dep\":\"dep-b\"}} refs projectsveltos/sveltos-vri66hb5dxycw63hdnry",
+                    "ClusterProfile sveltos-i5ru5g2zu2epsjcym4us of home@a [main] -> clusters fleet/a refs projectsveltos/sveltos-z122j56mtj56vm7i4juv",
+                    "ConfigMap projectsveltos/sveltos-vri66hb5dxycw63hdnry of cross@a [default/front]: out=front",
+                    "ConfigMap projectsveltos/sveltos-z122j56mtj56vm7i4juv of home@a [main]: out=front",
+                ])],
         },
         Row {
             name: "CloudEvent Create and Delete",
@@ -356,31 +411,37 @@ fn decisions() {
             ],
             steps: vec![
                 (Step::CloudEvent("a", "user-operation", login("alice")), &[
-"ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
-"ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
-]),
+                    "ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
+                    "ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
+                ]),
                 (Step::CloudEvent("a", "user-operation", login("bob")), &[
-"ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
-"ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
-"ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
-"ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
-]),
+                    "ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
+                    "ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
+                    "ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
+                    "ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
+                ]),
                 (Step::CloudEvent("a", "other-subject", login("carol")), &[
-"ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
-"ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
-"ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
-"ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
-]),
+                    "ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
+                    "ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
+                    "ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
+                    "ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
+                ]),
                 (Step::CloudEvent("b", "user-operation", login("dave")), &[
-"ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
-"ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
-"ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
-"ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
-]),
+                    "ClusterProfile sveltos-jc5cl2znuhaw9a5pix2x of ns@a [auth.example.com/alice] -> clusters fleet/a refs projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy",
+                    "ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
+                    "ConfigMap projectsveltos/sveltos-2ef9r2tde0gp33xl4vwy of ns@a [auth.example.com/alice]: out=alice",
+                    "ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
+                ]),
                 (Step::CloudEvent("a", "user-operation", logout("alice")), &[
-"ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
-"ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
-]),
+                    "ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
+                    "ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
+                ]),
+                (Step::Configure(cluster("a", "dev")), &[]),
+                (Step::Configure(cluster("a", "prod")), &[]),
+                (Step::CloudEvent("a", "user-operation", login("bob")), &[
+                    "ClusterProfile sveltos-jtrmvdbpitc750vkxoaj of ns@a [auth.example.com/bob] -> clusters fleet/a refs projectsveltos/sveltos-xukw75mjrgfr10e6l5w0",
+                    "ConfigMap projectsveltos/sveltos-xukw75mjrgfr10e6l5w0 of ns@a [auth.example.com/bob]: out=bob",
+                ]),
                 (Step::Unconfigure("EventTrigger", "", "ns"), &[]),
             ],
         },

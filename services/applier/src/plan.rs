@@ -266,6 +266,57 @@ mod tests {
             Ok(vec![serde_json::json!({"kind": "ConfigMap"})])
         );
         state.removed = true;
-        assert_eq!(desired_objects(&state), Ok(Vec::new()), "a removal wants nothing");
+        assert_eq!(
+            desired_objects(&state),
+            Ok(Vec::new()),
+            "a removal wants nothing"
+        );
+    }
+
+    #[test]
+    fn a_unit_owns_its_labelled_objects_and_a_removed_main_unit_owns_all_of_the_pair() {
+        use sluice_domain::cluster::ClusterType;
+        let cluster = ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: "fleet".into(),
+            name: "a".into(),
+        };
+        let labelled = |extra: BTreeMap<String, String>| {
+            let mut labels = naming::owner_labels("t", &cluster);
+            labels.extend(extra);
+            json!({"kind": "ConfigMap", "metadata": {"labels": labels}})
+        };
+        let main = labelled(BTreeMap::new());
+        let web = labelled(naming::resource_labels("default", "web"));
+        let cluster_web = labelled(naming::resource_labels("", "web"));
+        let event = labelled(naming::cloud_event_labels("auth", "alice"));
+        let foreign = json!({"kind": "ConfigMap", "metadata": {"labels": naming::owner_labels("other", &cluster)}});
+        let state = |removed: bool, namespace: &str, name: &str| pb::DesiredState {
+            event_trigger: "t".into(),
+            removed,
+            resource_namespace: namespace.into(),
+            resource_name: name.into(),
+            ..Default::default()
+        };
+        let owned = |state: &pb::DesiredState| {
+            let owner = Owner::of(state, &cluster);
+            [&main, &web, &cluster_web, &event, &foreign]
+                .iter()
+                .map(|o| owner.owns(o))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            owned(&state(false, "", "")),
+            [true, false, false, false, false]
+        );
+        assert_eq!(owned(&state(true, "", "")), [true, true, true, true, false]);
+        assert_eq!(
+            owned(&state(false, "default", "web")),
+            [false, true, false, false, false]
+        );
+        assert_eq!(
+            owned(&state(true, "", "web")),
+            [false, false, true, false, false]
+        );
     }
 }
