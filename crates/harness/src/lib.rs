@@ -5,9 +5,9 @@
 //! runners call them.
 //!
 //! What the harness does itself is only what the bus and the runners do between the stages:
-//! it numbers inputs with stream sequences, hands every stage's outputs to the next in order,
-//! groups the renderer's match units as its runner does (the units of one set up to its head
-//! render once) and executes the applier's plan on the map. It does not model what the
+//! it numbers inputs with stream sequences, hands every stage's outputs to the next in order
+//! (the renderer's match units grouped by `sluice_renderer::group`, as its match stage groups
+//! a batch) and executes the applier's plan on the map. It does not model what the
 //! executor caches between desired states (`applied` per subject, the adoption listing): it
 //! lists the map every time, as the executor does for a subject it has not seen.
 
@@ -21,7 +21,8 @@ use sluice_domain::naming;
 use sluice_evaluator::cloudevents::CloudEventSelector;
 use sluice_evaluator::{Evaluator, MatchOutput};
 use sluice_proto::v1 as pb;
-use sluice_renderer::{SetChange, Stage};
+use sluice_renderer::group::Group;
+use sluice_renderer::Stage;
 use sluice_wire::match_units::{self, Applied, HeadOutcome, Unit};
 use sluice_wire::ConfigUpdate;
 
@@ -182,11 +183,12 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Hands the evaluator's outputs to the renderer as its match runner reads them: the units
-    /// of one set up to and including its head form a group rendered once.
+    /// Hands the evaluator's outputs to the renderer as its match stage reads a batch: the
+    /// units of one set up to and including its head form a group rendered once
+    /// (`sluice_renderer::group`).
     fn deliver(&mut self, outputs: Vec<MatchOutput>) -> Result<(), Error> {
-        let mut group: Option<(SetChange, u64)> = None;
-        for output in outputs {
+        let mut group: Option<Group> = None;
+        for (index, output) in outputs.into_iter().enumerate() {
             let unit = match output {
                 MatchOutput::Member(member) => Unit::Member(member),
                 MatchOutput::Head(head) => Unit::Head(head),
@@ -201,41 +203,31 @@ impl Pipeline {
             let Some((key, applied)) = self.renderer.apply(unit, sequence) else {
                 continue;
             };
-            let open = group
-                .as_ref()
-                .is_some_and(|(c, _)| !c.head && c.cluster == key.0 && c.event_source == key.1);
-            if !open {
-                if let Some((change, last)) = group.take() {
-                    self.render(&change, last)?;
+            if !group.as_ref().is_some_and(|g| g.takes(&key)) {
+                if let Some(done) = group.take() {
+                    self.render(&done)?;
                 }
-                group = Some((SetChange::new(&key), sequence));
+                group = Some(Group::new(&key, index, sequence));
             }
-            let Some((change, last)) = group.as_mut() else {
-                continue;
-            };
-            *last = sequence;
-            match applied {
-                Applied::Member { changed: true } => {
-                    change.add_members(&self.renderer.sets, member);
-                }
-                Applied::Member { changed: false } => {}
-                Applied::Head(HeadOutcome::Differs) => {
-                    return Err(Error::HeadDiffers(format!("{}/{}", key.0, key.1)));
-                }
-                Applied::Head(_) => change.head = true,
+            if applied == Applied::Head(HeadOutcome::Differs) {
+                // Every unit was handed over in order: nothing expired unseen.
+                return Err(Error::HeadDiffers(format!("{}/{}", key.0, key.1)));
+            }
+            if let Some(open) = group.as_mut() {
+                open.record(&self.renderer.sets, &applied, member, index, sequence);
             }
         }
-        if let Some((change, last)) = group {
-            self.render(&change, last)?;
+        if let Some(done) = group {
+            self.render(&done)?;
         }
         Ok(())
     }
 
-    fn render(&mut self, change: &SetChange, sequence: u64) -> Result<(), Error> {
-        if !change.head && change.members.changed.is_empty() && change.members.removed.is_empty() {
+    fn render(&mut self, group: &Group) -> Result<(), Error> {
+        if !group.renders() {
             return Ok(());
         }
-        let states = self.renderer.recompute(Some(change), sequence);
+        let states = self.renderer.recompute(Some(&group.change), group.sequence);
         self.apply_all(states)
     }
 

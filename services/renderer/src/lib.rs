@@ -6,6 +6,7 @@
 //! applier keeps what exists and reports the error.
 
 pub mod consumers;
+pub mod group;
 pub mod plan;
 pub mod stage;
 
