@@ -23,7 +23,7 @@ use sluice_evaluator::{Evaluator, MatchOutput};
 use sluice_proto::v1 as pb;
 use sluice_renderer::group::Group;
 use sluice_renderer::Stage;
-use sluice_wire::match_units::{self, Applied, HeadOutcome, Unit};
+use sluice_wire::match_units::{Applied, HeadOutcome, Unit};
 use sluice_wire::ConfigUpdate;
 
 /// The namespace sluice renders into (`CommonArgs::sveltos_namespace`'s default).
@@ -121,22 +121,20 @@ impl Pipeline {
 
     /// An object created or changed in managed cluster `cluster`.
     pub fn change(&mut self, cluster: &ClusterId, object: &Value) -> Result<(), Error> {
-        let r = sluice_wire::object_ref(object);
-        let change = pb::ResourceChange {
-            cluster: Some(sluice_wire::cluster_ref(cluster)),
-            api_version: r.api_version,
-            kind: r.kind,
-            namespace: r.namespace,
-            name: r.name,
-            deleted: false,
-            resource_version: String::new(),
-            object_json: serde_json::to_vec(object).unwrap_or_default(),
-        };
-        self.resource_change(change)
+        self.resource_change(cluster, object, false)
     }
 
     /// An object deleted in managed cluster `cluster`.
     pub fn delete(&mut self, cluster: &ClusterId, object: &Value) -> Result<(), Error> {
+        self.resource_change(cluster, object, true)
+    }
+
+    fn resource_change(
+        &mut self,
+        cluster: &ClusterId,
+        object: &Value,
+        deleted: bool,
+    ) -> Result<(), Error> {
         let r = sluice_wire::object_ref(object);
         let change = pb::ResourceChange {
             cluster: Some(sluice_wire::cluster_ref(cluster)),
@@ -144,14 +142,14 @@ impl Pipeline {
             kind: r.kind,
             namespace: r.namespace,
             name: r.name,
-            deleted: true,
+            deleted,
             resource_version: String::new(),
-            object_json: Vec::new(),
+            object_json: if deleted {
+                Vec::new()
+            } else {
+                serde_json::to_vec(object).unwrap_or_default()
+            },
         };
-        self.resource_change(change)
-    }
-
-    fn resource_change(&mut self, change: pb::ResourceChange) -> Result<(), Error> {
         let sequence = self.next_sequence();
         let matches = self.evaluator.on_change(&change, sequence);
         self.deliver(matches)
@@ -196,26 +194,19 @@ impl Pipeline {
                 MatchOutput::Purge { .. } => continue,
             };
             let sequence = self.next_sequence();
-            let member = match &unit {
-                Unit::Member(m) => Some(match_units::member_id_of(m)),
-                Unit::Head(_) => None,
-            };
+            let member = Group::member_id(&unit);
             let Some((key, applied)) = self.renderer.apply(unit, sequence) else {
                 continue;
             };
-            if !group.as_ref().is_some_and(|g| g.takes(&key)) {
-                if let Some(done) = group.take() {
-                    self.render(&done)?;
-                }
-                group = Some(Group::new(&key, index, sequence));
+            let (closed, open) = Group::join(&mut group, &key, index, sequence);
+            if let Some(done) = closed {
+                self.render(&done)?;
             }
             if applied == Applied::Head(HeadOutcome::Differs) {
                 // Every unit was handed over in order: nothing expired unseen.
                 return Err(Error::HeadDiffers(format!("{}/{}", key.0, key.1)));
             }
-            if let Some(open) = group.as_mut() {
-                open.record(&self.renderer.sets, &applied, member, index, sequence);
-            }
+            open.record(&self.renderer.sets, &applied, member, index, sequence);
         }
         if let Some(done) = group {
             self.render(&done)?;

@@ -94,22 +94,14 @@ impl runner::Stage for MatchStage {
                 continue;
             };
             let sequence = input.delivered.sequence;
-            let member = match &unit {
-                Unit::Member(m) => Some(match_units::member_id_of(m)),
-                Unit::Head(_) => None,
-            };
+            let member = Group::member_id(&unit);
             let Some((key, applied)) = rendering.stage.apply(unit, sequence) else {
                 continue;
             };
-            if !group.as_ref().is_some_and(|g| g.takes(&key)) {
-                if let Some(done) = group.take() {
-                    close(&mut rendering, done, &mut outcomes);
-                }
-                group = Some(Group::new(&key, index, sequence));
+            let (closed, open) = Group::join(&mut group, &key, index, sequence);
+            if let Some(done) = closed {
+                close(&mut rendering, done, &mut outcomes);
             }
-            let Some(open) = group.as_mut() else {
-                continue;
-            };
             if applied == Applied::Head(HeadOutcome::Differs) {
                 let Rendering { stage, bus, .. } = &mut *rendering;
                 match stage.sets.reread(bus, &key).await {

@@ -3,7 +3,7 @@
 //! (and the pair's main unit when a head closed it). Pure: the stage applies each unit to its
 //! sets and re-reads a set whose head differs before recording the head.
 
-use sluice_wire::match_units::{Applied, MatchSets, MemberId, SetKey};
+use sluice_wire::match_units::{member_id_of, Applied, MatchSets, MemberId, SetKey, Unit};
 
 use crate::SetChange;
 
@@ -23,6 +23,33 @@ impl Group {
             change: SetChange::new(key),
             last: index,
             sequence,
+        }
+    }
+
+    /// The group the unit of set `key` at `index` belongs to, which `slot` then holds: the open
+    /// one if the unit joins it, else a new one; with the group that the unit closed, if any.
+    pub fn join<'a>(
+        slot: &'a mut Option<Group>,
+        key: &SetKey,
+        index: usize,
+        sequence: u64,
+    ) -> (Option<Group>, &'a mut Group) {
+        let closed = if slot.as_ref().is_some_and(|g| g.takes(key)) {
+            None
+        } else {
+            slot.replace(Group::new(key, index, sequence))
+        };
+        (
+            closed,
+            slot.get_or_insert_with(|| Group::new(key, index, sequence)),
+        )
+    }
+
+    /// The id of a unit that is a member (what [`Group::record`] takes).
+    pub fn member_id(unit: &Unit) -> Option<MemberId> {
+        match unit {
+            Unit::Member(member) => Some(member_id_of(member)),
+            Unit::Head(_) => None,
         }
     }
 
@@ -64,7 +91,7 @@ mod tests {
     use super::*;
     use sluice_domain::cluster::{ClusterId, ClusterType};
     use sluice_proto::v1 as pb;
-    use sluice_wire::match_units::{member_id_of, HeadOutcome, Unit};
+    use sluice_wire::match_units::HeadOutcome;
 
     fn key(event_source: &str) -> SetKey {
         let cluster = ClusterId {
