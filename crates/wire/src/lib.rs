@@ -5,6 +5,7 @@
 pub mod match_units;
 pub mod names;
 pub mod seal;
+pub mod unit;
 
 use bytes::Bytes;
 use prost::Message;

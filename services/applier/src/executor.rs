@@ -14,50 +14,13 @@ use sluice_proto::v1 as pb;
 
 use crate::plan::{self, content_hash, object_id, ObjectId, OWNED};
 use crate::{adopt, status};
+use sluice_wire::unit::Unit;
 const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 /// Writes of one desired state in flight at once (per phase).
 const WRITE_CONCURRENCY: usize = 16;
 /// Desired states of different (trigger, cluster) pairs applied at once.
 const STATE_CONCURRENCY: usize = 8;
-
-/// Which unit of a (trigger, cluster) a desired state describes (ADR 0009, ADR 0018).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Unit {
-    /// What the match set renders to as a whole (nothing of its own under `oneForEvent`).
-    Main,
-    /// What one CloudEvent (by `source` and `subject`) created.
-    CloudEvent { source: String, subject: String },
-    /// What one matching resource renders to under a `oneForEvent` trigger.
-    Resource { namespace: String, name: String },
-}
-
-impl Unit {
-    pub(crate) fn of(state: &pb::DesiredState) -> Unit {
-        if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
-            Unit::CloudEvent {
-                source: state.cloud_event_source.clone(),
-                subject: state.cloud_event_subject.clone(),
-            }
-        } else if !state.resource_name.is_empty() {
-            Unit::Resource {
-                namespace: state.resource_namespace.clone(),
-                name: state.resource_name.clone(),
-            }
-        } else {
-            Unit::Main
-        }
-    }
-
-    /// The labels that, beside the owner labels, pick this unit's objects.
-    pub(crate) fn labels(&self) -> BTreeMap<String, String> {
-        match self {
-            Unit::Main => BTreeMap::new(),
-            Unit::CloudEvent { source, subject } => naming::cloud_event_labels(source, subject),
-            Unit::Resource { namespace, name } => naming::resource_labels(namespace, name),
-        }
-    }
-}
 
 pub(crate) struct Applier {
     pub(crate) client: kube::Client,

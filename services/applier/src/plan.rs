@@ -9,8 +9,7 @@ use serde_json::Value;
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::naming;
 use sluice_proto::v1 as pb;
-
-use crate::executor::Unit;
+use sluice_wire::unit::{Unit, UnitKey};
 
 /// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
 pub const OWNED: [(&str, &str); 3] = [
@@ -117,13 +116,16 @@ pub struct Owner {
 
 impl Owner {
     pub fn of(state: &pb::DesiredState, cluster: &ClusterId) -> Owner {
-        let unit = Unit::of(state);
-        let mut labels = naming::owner_labels(&state.event_trigger, cluster);
-        labels.extend(unit.labels());
+        let key = UnitKey {
+            event_trigger: state.event_trigger.clone(),
+            cluster: cluster.clone(),
+            unit: Unit::of(state),
+        };
+        let unit = &key.unit;
         Owner {
-            labels,
-            include_other_units: state.removed || unit != Unit::Main,
-            cluster_scoped_resource: matches!(&unit, Unit::Resource { namespace, .. } if namespace.is_empty()),
+            labels: key.owner_labels(),
+            include_other_units: state.removed || *unit != Unit::Main,
+            cluster_scoped_resource: matches!(unit, Unit::Resource { namespace, .. } if namespace.is_empty()),
         }
     }
 
