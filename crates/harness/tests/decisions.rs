@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
+use sluice_applier::plan::object_id as key;
 use sluice_domain::cluster::{ClusterId, ClusterType};
 use sluice_harness::Pipeline;
 
@@ -82,22 +83,6 @@ fn base(extra: Vec<Value>) -> Vec<Value> {
     ];
     config.extend(extra);
     config
-}
-
-/// (kind, namespace, name) of an object.
-fn key(object: &Value) -> (String, String, String) {
-    let text = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    (
-        text("/kind"),
-        text("/metadata/namespace"),
-        text("/metadata/name"),
-    )
 }
 
 /// Feeds the row's steps, checking the management cluster after each. Then, unless the row
