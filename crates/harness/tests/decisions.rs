@@ -337,6 +337,39 @@ fn decisions() {
             ],
         },
         Row {
+            name: "a collection's trigger selects other clusters, then its EventSource is deleted",
+            config: base(vec![
+                template("all", "{{ range .Resources }}{{ .metadata.name }} {{ end }}"),
+                trigger("all", "web", false, "all"),
+            ]),
+            steps: vec![
+                (Step::Change("a", service("front", "web", 80)), &[
+                        "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                        "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                    ]),
+                (Step::Change("b", service("back", "web", 80)), &[
+                        "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                        "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                    ]),
+                (
+                    Step::Configure({
+                        let mut t = trigger("all", "web", false, "all");
+                        t["spec"]["sourceClusterSelector"] = json!({"matchLabels": {"env": "dev"}});
+                        t
+                    }),
+                    &[
+                            "ClusterProfile sveltos-8vzadeckizvacopxh2ee of all@b [main] -> clusters fleet/b refs projectsveltos/sveltos-2ipx5zlypp96zt1qlnso",
+                            "ConfigMap projectsveltos/sveltos-2ipx5zlypp96zt1qlnso of all@b [main]: out=back",
+                    ],
+                ),
+                (Step::Configure(trigger("all", "web", false, "all")), &[
+                        "ClusterProfile sveltos-95qea16tsirzq92t892m of all@a [main] -> clusters fleet/a refs projectsveltos/sveltos-jy76gtu4tje2d5qu49gq",
+                        "ConfigMap projectsveltos/sveltos-jy76gtu4tje2d5qu49gq of all@a [main]: out=front",
+                    ]),
+                (Step::Unconfigure("EventSource", "", "web"), &[]),
+            ],
+        },
+        Row {
             name: "cluster no longer selected, selected again, gone",
             config: base(vec![
                 template("per-service", "{{ .Resource.metadata.name }}"),
@@ -444,4 +477,34 @@ fn login(user: &str) -> Value {
 fn logout(user: &str) -> Value {
     json!({"specversion": "1.0", "type": "auth.example.com.logout", "source": "auth.example.com",
         "id": format!("logout-{user}"), "subject": user, "data": {"message": format!("User {user} logout")}})
+}
+
+#[test]
+fn a_message_that_is_not_a_cloud_event_is_rejected_and_changes_nothing() {
+    let mut pipeline = Pipeline::new();
+    for object in [
+        cluster("a", "prod"),
+        json!({"apiVersion": V1BETA1, "kind": "EventSource", "metadata": {"name": "user-operation"},
+            "spec": {"messagingMatchCriteria": [{"subject": "user-operation"}]}}),
+        trigger("ns", "user-operation", true, "namespace"),
+        template("namespace", "{{ .CloudEvent.subject }}"),
+    ] {
+        pipeline.configure(&object).expect("configures");
+    }
+    let error = pipeline
+        .cloud_event(
+            &cluster_id("a"),
+            "user-operation",
+            &json!({"subject": "alice", "data": {}}),
+        )
+        .expect_err("no specversion, id, source or type");
+    assert!(
+        matches!(error, sluice_harness::Error::CloudEvent(_)),
+        "{error}"
+    );
+    assert!(pipeline.summary().is_empty());
+    pipeline
+        .cloud_event(&cluster_id("a"), "user-operation", &login("alice"))
+        .expect("a CloudEvent");
+    assert_eq!(pipeline.summary().len(), 2, "{:?}", pipeline.summary());
 }
