@@ -32,7 +32,7 @@ pub const SVELTOS_NAMESPACE: &str = "projectsveltos";
 /// (kind, namespace, name) of a management-cluster object.
 pub type ObjectKey = (String, String, String);
 
-/// What the harness found wrong with what the stages handed each other.
+/// Why an input could not be carried through: rejected by a stage, or handed on wrongly.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The renderer's view of a set disagrees with its head although every unit was handed
