@@ -14,69 +14,13 @@ use sluice_proto::v1 as pb;
 
 use crate::plan::{self, content_hash, object_id, ObjectId, OWNED};
 use crate::{adopt, status};
+use sluice_wire::unit::Unit;
 const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 /// Writes of one desired state in flight at once (per phase).
 const WRITE_CONCURRENCY: usize = 16;
 /// Desired states of different (trigger, cluster) pairs applied at once.
 const STATE_CONCURRENCY: usize = 8;
-
-/// The label keys an owned object carries, as listed.
-#[derive(Debug, Default)]
-struct LabelKeys(std::collections::BTreeSet<String>);
-
-impl LabelKeys {
-    fn contains(&self, key: &str) -> bool {
-        self.0.contains(key)
-    }
-}
-
-/// Which unit of a (trigger, cluster) a desired state describes (ADR 0009, ADR 0018).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Unit {
-    /// What the match set renders to as a whole (nothing of its own under `oneForEvent`).
-    Main,
-    /// What one CloudEvent (by `source` and `subject`) created.
-    CloudEvent { source: String, subject: String },
-    /// What one matching resource renders to under a `oneForEvent` trigger.
-    Resource { namespace: String, name: String },
-}
-
-impl Unit {
-    pub(crate) fn of(state: &pb::DesiredState) -> Unit {
-        if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
-            Unit::CloudEvent {
-                source: state.cloud_event_source.clone(),
-                subject: state.cloud_event_subject.clone(),
-            }
-        } else if !state.resource_name.is_empty() {
-            Unit::Resource {
-                namespace: state.resource_namespace.clone(),
-                name: state.resource_name.clone(),
-            }
-        } else {
-            Unit::Main
-        }
-    }
-
-    /// The labels that, beside the owner labels, pick this unit's objects.
-    fn labels(&self) -> BTreeMap<String, String> {
-        match self {
-            Unit::Main => BTreeMap::new(),
-            Unit::CloudEvent { source, subject } => naming::cloud_event_labels(source, subject),
-            Unit::Resource { namespace, name } => naming::resource_labels(namespace, name),
-        }
-    }
-}
-
-/// Whether an object of a (trigger, cluster) belongs to a unit other than the main one: what a
-/// CloudEvent created, or what one resource of a `oneForEvent` trigger renders to.
-fn in_own_unit(object: &Value) -> bool {
-    let labels = object.pointer("/metadata/labels");
-    [naming::LABEL_CE_SOURCE, naming::LABEL_RESOURCE_NAME]
-        .iter()
-        .any(|label| labels.and_then(|l| l.get(*label)).is_some())
-}
 
 pub(crate) struct Applier {
     pub(crate) client: kube::Client,
@@ -222,16 +166,12 @@ impl Applier {
             // Keep what exists: a broken template must not withdraw working add-ons.
             return Ok(result);
         }
-        let desired: Vec<Value> = if state.removed {
-            Vec::new()
-        } else {
-            match desired_objects(state) {
-                Ok(objects) => objects,
-                Err(message) => {
-                    // As for a broken template: applying the rest would withdraw this one.
-                    result.failure_message = message;
-                    return Ok(result);
-                }
+        let desired: Vec<Value> = match plan::desired_objects(state) {
+            Ok(objects) => objects,
+            Err(message) => {
+                // As for a broken template: applying the rest would withdraw this one.
+                result.failure_message = message;
+                return Ok(result);
             }
         };
         // A CloudEvent or resource unit owns only what carries its labels; the trigger's main
@@ -239,8 +179,6 @@ impl Applier {
         let unit = Unit::of(state);
         let pair = naming::owner_labels(&state.event_trigger, &cluster);
         let desired = self.adopt(&pair, desired).await?;
-        let mut owner = pair.clone();
-        owner.extend(unit.labels());
         let cached = if state.removed {
             None
         } else {
@@ -253,19 +191,12 @@ impl Applier {
             // the same unit left under another name is found by labels at its removal or with
             // the trigger.
             None if !state.removed && unit != Unit::Main => BTreeMap::new(),
-            None => {
-                let include_other_units = state.removed || unit != Unit::Main;
-                let mut owned = self.list_owned(&owner, include_other_units).await?;
-                if let Unit::Resource { namespace, .. } = &unit {
-                    // A cluster-scoped resource's labels name no namespace, so the selector
-                    // also picks a namespaced resource of the same name: keep this unit's only.
-                    if namespace.is_empty() {
-                        owned
-                            .retain(|_, labels| !labels.contains(naming::LABEL_RESOURCE_NAMESPACE));
-                    }
-                }
-                owned.into_keys().map(|id| (id, String::new())).collect()
-            }
+            None => self
+                .list_owned(&plan::Owner::of(state, &cluster))
+                .await?
+                .into_iter()
+                .map(|id| (id, String::new()))
+                .collect(),
         };
         let steps = plan::plan(&desired, &known);
         // Referenced objects before the profiles that point at them, profiles deleted before
@@ -492,30 +423,20 @@ impl Applier {
         apply::list_labelled_in(&self.client, kind, Some(&self.namespace), labels).await
     }
 
-    /// What the server holds for an owner (content unknown: applied again once). Objects of a
-    /// CloudEvent's or a resource's unit belong to that unit unless `include_other_units`.
-    async fn list_owned(
-        &self,
-        owner: &BTreeMap<String, String>,
-        include_other_units: bool,
-    ) -> sluice_kube::Result<BTreeMap<ObjectId, LabelKeys>> {
-        let mut known = BTreeMap::new();
+    /// What the server holds that `owner` owns (content unknown: applied again once).
+    async fn list_owned(&self, owner: &plan::Owner) -> sluice_kube::Result<Vec<ObjectId>> {
+        let mut known = Vec::new();
         for (api_version, kind_name) in OWNED {
             let kind = self.kind(api_version, kind_name).await?;
-            for object in self.list(&kind, owner).await? {
-                if !include_other_units && in_own_unit(&object) {
+            for object in self.list(&kind, owner.labels()).await? {
+                if !owner.owns(&object) {
                     continue;
                 }
                 let mut id = object_id(&object);
                 if id.0.is_empty() {
                     id.0 = kind_name.to_string();
                 }
-                let labels = object
-                    .pointer("/metadata/labels")
-                    .and_then(Value::as_object)
-                    .map(|l| l.keys().cloned().collect())
-                    .unwrap_or_default();
-                known.insert(id, LabelKeys(labels));
+                known.push(id);
             }
         }
         Ok(known)
@@ -552,61 +473,9 @@ fn pair_key(pair: &BTreeMap<String, String>) -> String {
     pair.iter().map(|(k, v)| format!("{k}={v},")).collect()
 }
 
-/// The objects a desired state wants; an object that does not decode is an error that says
-/// which one, for the trigger's status and EventReport.
-fn desired_objects(state: &pb::DesiredState) -> Result<Vec<Value>, String> {
-    state
-        .objects
-        .iter()
-        .enumerate()
-        .map(|(i, o)| {
-            serde_json::from_slice(&o.object_json).map_err(|e| {
-                format!(
-                    "eventtrigger {}: desired object {i} is not valid JSON: {e}",
-                    state.event_trigger
-                )
-            })
-        })
-        .collect()
-}
-
 /// The guarded maps hold no invariant a panicking holder could break half-way: use them anyway.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn object(json: &[u8]) -> pb::ManagedObject {
-        pb::ManagedObject {
-            object_json: json.to_vec(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn an_object_that_does_not_decode_is_an_error_that_says_which() {
-        let mut state = pb::DesiredState {
-            event_trigger: "service-network-policy".into(),
-            objects: vec![object(br#"{"kind": "ConfigMap"}"#), object(br#"{"kind": "#)],
-            ..Default::default()
-        };
-        assert_eq!(
-            desired_objects(&state),
-            Err(
-                "eventtrigger service-network-policy: desired object 1 is not valid JSON: \
-                 EOF while parsing a value at line 1 column 9"
-                    .to_string()
-            )
-        );
-        state.objects.pop();
-        assert_eq!(
-            desired_objects(&state),
-            Ok(vec![serde_json::json!({"kind": "ConfigMap"})])
-        );
-    }
 }

@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use sluice_domain::cluster::ClusterId;
+use sluice_domain::naming;
 use sluice_proto::v1 as pb;
+use sluice_wire::unit::{Unit, UnitKey};
 
 /// Kinds the applier owns, in deletion order (ClusterProfiles before what they reference).
 pub const OWNED: [(&str, &str); 3] = [
@@ -75,6 +78,86 @@ pub fn plan(desired: &[Value], known: &Known) -> Plan {
         .collect();
     delete.sort_by_key(|r| std::cmp::Reverse(rank(&r.kind)));
     Plan { apply, delete }
+}
+
+/// The objects a desired state wants (none when it is removed); an object that does not decode
+/// is an error that says which one, for the trigger's status and EventReport.
+pub fn desired_objects(state: &pb::DesiredState) -> Result<Vec<Value>, String> {
+    if state.removed {
+        return Ok(Vec::new());
+    }
+    state
+        .objects
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            serde_json::from_slice(&o.object_json).map_err(|e| {
+                format!(
+                    "eventtrigger {}: desired object {i} is not valid JSON: {e}",
+                    state.event_trigger
+                )
+            })
+        })
+        .collect()
+}
+
+/// Which of the management cluster's objects a desired state's unit owns: those carrying the
+/// owner labels of its trigger and cluster plus its unit's labels (the LIST's label selector).
+/// The main unit does not own what carries another unit's labels, except when it is removed:
+/// then everything of the trigger and cluster goes.
+#[derive(Debug)]
+pub struct Owner {
+    labels: BTreeMap<String, String>,
+    include_other_units: bool,
+    /// A cluster-scoped resource's unit: its labels name no namespace, so the selector also
+    /// picks a namespaced resource of the same name, which is not this unit's.
+    cluster_scoped_resource: bool,
+}
+
+impl Owner {
+    pub fn of(state: &pb::DesiredState, cluster: &ClusterId) -> Owner {
+        let key = UnitKey {
+            event_trigger: state.event_trigger.clone(),
+            cluster: cluster.clone(),
+            unit: Unit::of(state),
+        };
+        let unit = &key.unit;
+        Owner {
+            labels: key.owner_labels(),
+            include_other_units: state.removed || *unit != Unit::Main,
+            cluster_scoped_resource: matches!(unit, Unit::Resource { namespace, .. } if namespace.is_empty()),
+        }
+    }
+
+    /// The label selector that lists the unit's objects.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    /// Whether the unit owns `object`.
+    pub fn owns(&self, object: &Value) -> bool {
+        self.labels
+            .iter()
+            .all(|(key, value)| label(object, key) == Some(value.as_str()))
+            && (self.include_other_units || !in_own_unit(object))
+            && !(self.cluster_scoped_resource
+                && label(object, naming::LABEL_RESOURCE_NAMESPACE).is_some())
+    }
+}
+
+fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(key))
+        .and_then(Value::as_str)
+}
+
+/// Whether an object of a (trigger, cluster) belongs to a unit other than the main one: what a
+/// CloudEvent created, or what one resource of a `oneForEvent` trigger renders to.
+fn in_own_unit(object: &Value) -> bool {
+    [naming::LABEL_CE_SOURCE, naming::LABEL_RESOURCE_NAME]
+        .iter()
+        .any(|key| label(object, key).is_some())
 }
 
 #[cfg(test)]
@@ -158,5 +241,84 @@ mod tests {
         let p = plan(&[same, changed.clone()], &known);
         assert_eq!(p.apply, vec![changed], "listed objects are applied once");
         assert!(p.delete.is_empty());
+    }
+
+    #[test]
+    fn an_object_that_does_not_decode_is_an_error_that_says_which() {
+        let object = |json: &[u8]| pb::ManagedObject {
+            object_json: json.to_vec(),
+            ..Default::default()
+        };
+        let mut state = pb::DesiredState {
+            event_trigger: "service-network-policy".into(),
+            objects: vec![object(br#"{"kind": "ConfigMap"}"#), object(br#"{"kind": "#)],
+            ..Default::default()
+        };
+        assert_eq!(
+            desired_objects(&state),
+            Err(
+                "eventtrigger service-network-policy: desired object 1 is not valid JSON: \
+                 EOF while parsing a value at line 1 column 9"
+                    .to_string()
+            )
+        );
+        state.objects.pop();
+        assert_eq!(
+            desired_objects(&state),
+            Ok(vec![serde_json::json!({"kind": "ConfigMap"})])
+        );
+        state.removed = true;
+        assert_eq!(
+            desired_objects(&state),
+            Ok(Vec::new()),
+            "a removal wants nothing"
+        );
+    }
+
+    #[test]
+    fn a_unit_owns_its_labelled_objects_and_a_removed_main_unit_owns_all_of_the_pair() {
+        use sluice_domain::cluster::ClusterType;
+        let cluster = ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: "fleet".into(),
+            name: "a".into(),
+        };
+        let labelled = |extra: BTreeMap<String, String>| {
+            let mut labels = naming::owner_labels("t", &cluster);
+            labels.extend(extra);
+            json!({"kind": "ConfigMap", "metadata": {"labels": labels}})
+        };
+        let main = labelled(BTreeMap::new());
+        let web = labelled(naming::resource_labels("default", "web"));
+        let cluster_web = labelled(naming::resource_labels("", "web"));
+        let event = labelled(naming::cloud_event_labels("auth", "alice"));
+        let foreign = json!({"kind": "ConfigMap", "metadata": {"labels": naming::owner_labels("other", &cluster)}});
+        let state = |removed: bool, namespace: &str, name: &str| pb::DesiredState {
+            event_trigger: "t".into(),
+            removed,
+            resource_namespace: namespace.into(),
+            resource_name: name.into(),
+            ..Default::default()
+        };
+        let owned = |state: &pb::DesiredState| {
+            let owner = Owner::of(state, &cluster);
+            [&main, &web, &cluster_web, &event, &foreign]
+                .iter()
+                .map(|o| owner.owns(o))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            owned(&state(false, "", "")),
+            [true, false, false, false, false]
+        );
+        assert_eq!(owned(&state(true, "", "")), [true, true, true, true, false]);
+        assert_eq!(
+            owned(&state(false, "default", "web")),
+            [false, true, false, false, false]
+        );
+        assert_eq!(
+            owned(&state(true, "", "web")),
+            [false, false, true, false, false]
+        );
     }
 }

@@ -14,8 +14,9 @@ use sluice_domain::cluster::ClusterId;
 use sluice_proto::v1 as pb;
 use sluice_wire::BusKey;
 
-use crate::executor::{Applier, Unit};
+use crate::executor::Applier;
 use crate::status::Statuses;
+use sluice_wire::unit::{Unit, UnitKey};
 
 /// Why a desired state was not applied; its type says retry or reject.
 #[derive(Debug, thiserror::Error)]
@@ -75,21 +76,16 @@ pub struct Followups {
 }
 
 pub fn followups(state: &pb::DesiredState, cluster: &ClusterId) -> Followups {
-    if !(state.removed && Unit::of(state) == Unit::Main) {
+    let key = UnitKey {
+        event_trigger: state.event_trigger.clone(),
+        cluster: cluster.clone(),
+        unit: Unit::of(state),
+    };
+    if !(state.removed && key.unit == Unit::Main) {
         return Followups::default();
     }
-    let tokens = sluice_wire::cluster_tokens(cluster);
     Followups {
-        purge: vec![
-            (
-                topology::DESIRED,
-                topology::desired_units_filter(&state.event_trigger, &tokens),
-            ),
-            (
-                topology::APPLIED,
-                topology::applied_units_filter(&state.event_trigger, &tokens),
-            ),
-        ],
+        purge: key.other_units_filters(),
     }
 }
 

@@ -11,10 +11,11 @@ use sluice_bus::runner::{self, Action, Failure, Input, Outcome, Output, Owned};
 use sluice_bus::{Bus, Delivered};
 use sluice_proto::v1 as pb;
 use sluice_runtime::Counter;
-use sluice_wire::match_units::{self, Applied, HeadOutcome, SetKey, Unit};
+use sluice_wire::match_units::{self, Applied, HeadOutcome, Unit};
 use tokio::sync::Mutex;
 
-use crate::{desired_messages, SetChange, Stage};
+use crate::group::Group;
+use crate::{desired_messages, Stage};
 
 /// The rendering state both stages work on, and what publishing needs.
 pub struct Rendering {
@@ -72,22 +73,6 @@ pub struct MatchStage {
     pub key: Option<sluice_wire::BusKey>,
 }
 
-/// Units of one set read together: what changed, and the input whose outcome carries the
-/// group's outputs (its last).
-struct Group {
-    change: SetChange,
-    last: usize,
-    /// Stream sequence of the last unit.
-    sequence: u64,
-}
-
-impl Group {
-    /// Whether a unit of `key` joins this group: a head closes it.
-    fn takes(&self, key: &SetKey) -> bool {
-        !self.change.head && self.change.cluster == key.0 && self.change.event_source == key.1
-    }
-}
-
 impl runner::Stage for MatchStage {
     type Input = Owned<Unit>;
     type Side = Vec<sluice_wire::Result<sluice_wire::ConfigUpdate>>;
@@ -111,55 +96,33 @@ impl runner::Stage for MatchStage {
                 continue;
             };
             let sequence = input.delivered.sequence;
-            let member = match &unit {
-                Unit::Member(m) => Some(match_units::member_id_of(m)),
-                Unit::Head(_) => None,
-            };
+            let member = Group::member_id(&unit);
             let Some((key, applied)) = rendering.stage.apply(unit, sequence) else {
                 continue;
             };
-            if !group.as_ref().is_some_and(|g| g.takes(&key)) {
-                if let Some(done) = group.take() {
-                    close(&mut rendering, done, &mut outcomes);
-                }
-                group = Some(Group {
-                    change: SetChange::new(&key),
-                    last: index,
-                    sequence,
-                });
+            let (closed, open) = Group::join(&mut group, &key, index, sequence);
+            if let Some(done) = closed {
+                close(&mut rendering, done, &mut outcomes);
             }
-            let Some(open) = group.as_mut() else {
-                continue;
-            };
-            match applied {
-                Applied::Member { changed: true } => {
-                    open.change.add_members(&rendering.stage.sets, member)
-                }
-                Applied::Member { changed: false } => {}
-                Applied::Head(HeadOutcome::Differs) => {
-                    let Rendering {
-                        stage,
-                        bus,
-                        key: bus_key,
-                        ..
-                    } = &mut *rendering;
-                    match stage.sets.reread(bus, &key, bus_key.as_ref()).await {
-                        Ok(changed) => open.change.add_members(&stage.sets, changed),
-                        Err(source) => {
-                            outcomes[index] =
-                                Err(RenderError::Reread(format!("{}/{}", key.0, key.1), source));
-                            outcomes.extend(
-                                (index + 1..inputs.len()).map(|_| Err(RenderError::Abandoned)),
-                            );
-                            return outcomes;
-                        }
+            if applied == Applied::Head(HeadOutcome::Differs) {
+                let Rendering {
+                    stage,
+                    bus,
+                    key: bus_key,
+                    ..
+                } = &mut *rendering;
+                match stage.sets.reread(bus, &key, bus_key.as_ref()).await {
+                    Ok(changed) => open.change.add_members(&stage.sets, changed),
+                    Err(source) => {
+                        outcomes[index] =
+                            Err(RenderError::Reread(format!("{}/{}", key.0, key.1), source));
+                        outcomes
+                            .extend((index + 1..inputs.len()).map(|_| Err(RenderError::Abandoned)));
+                        return outcomes;
                     }
-                    open.change.head = true;
                 }
-                Applied::Head(_) => open.change.head = true,
             }
-            open.last = index;
-            open.sequence = sequence;
+            open.record(&rendering.stage.sets, &applied, member, index, sequence);
         }
         if let Some(done) = group {
             close(&mut rendering, done, &mut outcomes);
@@ -197,12 +160,12 @@ impl runner::Stage for MatchStage {
 
 /// Renders a closed group and puts its outputs on its last input's outcome.
 fn close(rendering: &mut Rendering, group: Group, outcomes: &mut [Outcome<RenderError>]) {
-    let change = &group.change;
-    let states = if change.head
-        || !change.members.changed.is_empty()
-        || !change.members.removed.is_empty()
-    {
-        tokio::task::block_in_place(|| rendering.stage.recompute(Some(change), group.sequence))
+    let states = if group.renders() {
+        tokio::task::block_in_place(|| {
+            rendering
+                .stage
+                .recompute(Some(&group.change), group.sequence)
+        })
     } else {
         Vec::new()
     };

@@ -6,6 +6,7 @@
 //! applier keeps what exists and reports the error.
 
 pub mod consumers;
+pub mod group;
 pub mod plan;
 pub mod stage;
 
@@ -164,26 +165,8 @@ fn desired_messages(
         } else {
             content_hash(&state)
         };
-        let cluster = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state")?;
-        let tokens = sluice_wire::cluster_tokens(&cluster);
-        let subject =
-            if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
-                topology::desired_cloudevent_subject(
-                    &state.event_trigger,
-                    &tokens,
-                    &state.cloud_event_source,
-                    &state.cloud_event_subject,
-                )
-            } else if !state.resource_name.is_empty() {
-                topology::desired_resource_subject(
-                    &state.event_trigger,
-                    &tokens,
-                    &state.resource_namespace,
-                    &state.resource_name,
-                )
-            } else {
-                topology::desired_subject(&state.event_trigger, &tokens)
-            };
+        let unit = sluice_wire::unit::UnitKey::of(&state)?;
+        let (cluster, subject) = (&unit.cluster, unit.desired_subject());
         if !state.failure_message.is_empty() {
             tracing::warn!(event_trigger = %state.event_trigger, cluster = %cluster, failure = %state.failure_message, "rendering failed");
         }

@@ -159,11 +159,13 @@ fn forbidden_dependency_edges() {
 
     let mut test_support = Vec::new();
     for service in SERVICES {
-        test_support
-            .extend(graph.forbidden_paths(service, &["sluice-testserver", "sluice-testkit"]));
+        test_support.extend(graph.forbidden_paths(
+            service,
+            &["sluice-testserver", "sluice-testkit", "sluice-harness"],
+        ));
     }
     assert_no_paths(
-        "the API test server and the test kit are never run-time dependencies of a service",
+        "the API test server, the test kit and the harness are never run-time dependencies of a service",
         test_support,
     );
 
