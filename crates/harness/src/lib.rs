@@ -54,6 +54,8 @@ pub struct Pipeline {
     cluster: BTreeMap<ObjectKey, Value>,
     /// Every desired state the renderer published, in order.
     desired: Vec<pb::DesiredState>,
+    /// Every CloudEvent match the renderer rendered, with its sequence, in order.
+    cloud_event_matches: Vec<(pb::CloudEventMatch, u64)>,
     sequence: u64,
 }
 
@@ -72,6 +74,7 @@ impl Pipeline {
             renderer: Stage::new(ConfigState::default(), SVELTOS_NAMESPACE),
             cluster: BTreeMap::new(),
             desired: Vec::new(),
+            cloud_event_matches: Vec::new(),
             sequence: 0,
         }
     }
@@ -177,9 +180,20 @@ impl Pipeline {
         for matched in matches {
             let sequence = self.next_sequence();
             let states = self.renderer.cloud_event(&matched, sequence);
+            self.cloud_event_matches.push((matched, sequence));
             self.apply_all(states)?;
         }
         Ok(())
+    }
+
+    /// Delivers the `index`th CloudEvent match (0 for the first) to the renderer again, as a
+    /// redelivery after a crash or a lost publish does, newer matches having been rendered.
+    pub fn redeliver_cloud_event_match(&mut self, index: usize) -> Result<(), Error> {
+        let Some((matched, sequence)) = self.cloud_event_matches.get(index).cloned() else {
+            return Ok(());
+        };
+        let states = self.renderer.cloud_event(&matched, sequence);
+        self.apply_all(states)
     }
 
     /// Hands the evaluator's outputs to the renderer as its match stage reads a batch: the

@@ -508,3 +508,42 @@ fn a_message_that_is_not_a_cloud_event_is_rejected_and_changes_nothing() {
         .expect("a CloudEvent");
     assert_eq!(pipeline.summary().len(), 2, "{:?}", pipeline.summary());
 }
+
+/// A CloudEvent match delivered again after a newer one of the same unit (its input redelivered
+/// after a crash or a lost publish) changes nothing: the logout stays the last word.
+#[test]
+fn an_older_cloud_event_delivered_again_does_not_overwrite_a_newer_one() {
+    let mut pipeline = Pipeline::new();
+    for object in [
+        cluster("a", "prod"),
+        json!({"apiVersion": V1BETA1, "kind": "EventSource", "metadata": {"name": "user-operation"},
+            "spec": {"messagingMatchCriteria": [{"subject": "user-operation"}]}}),
+        {
+            let mut t = trigger("ns", "user-operation", true, "namespace");
+            t["spec"]["cloudEventAction"] = json!(
+                "{{if eq .CloudEvent.type \"auth.example.com.logout\"}}Delete{{else}}Create{{end}}"
+            );
+            t
+        },
+        template("namespace", "{{ .CloudEvent.subject }}"),
+    ] {
+        pipeline.configure(&object).expect("configures");
+    }
+    let a = cluster_id("a");
+    pipeline
+        .cloud_event(&a, "user-operation", &login("alice"))
+        .expect("a login");
+    assert_eq!(pipeline.summary().len(), 2, "{:?}", pipeline.summary());
+    pipeline
+        .cloud_event(&a, "user-operation", &logout("alice"))
+        .expect("a logout");
+    assert!(pipeline.summary().is_empty(), "{:?}", pipeline.summary());
+    pipeline
+        .redeliver_cloud_event_match(0)
+        .expect("the login again");
+    assert!(
+        pipeline.summary().is_empty(),
+        "the older login came back: {:?}",
+        pipeline.summary()
+    );
+}

@@ -189,7 +189,7 @@ impl runner::Stage for CloudEventStage {
     }
 
     async fn handle(&mut self, inputs: &[Input<pb::CloudEventMatch>]) -> Vec<Outcome<RenderError>> {
-        let rendering = self.rendering.lock().await;
+        let mut rendering = self.rendering.lock().await;
         inputs
             .iter()
             .map(|input| {

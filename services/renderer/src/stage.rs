@@ -5,7 +5,8 @@
 //! each (trigger, cluster) on the set, which for `oneForEvent: false` is the one rendering over
 //! all resources, once per burst. No IO.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use sha2::{Digest, Sha256};
 use sluice_domain::cluster::{Cluster, ClusterId};
@@ -74,6 +75,10 @@ pub struct Stage {
     pub sets: MatchSets,
     /// Content hash and trigger kind of each unit last published.
     published: BTreeMap<UnitKey, (String, String)>,
+    /// The newest CloudEvent match rendered (or found published) per CloudEvent unit, by its
+    /// desired-state subject: a match of an older sequence, delivered again after a newer one
+    /// (a redelivery), would overwrite the newer state and is not rendered.
+    cloud_event_sequences: HashMap<String, u64>,
     templates: TemplateCache,
     sveltos_namespace: String,
 }
@@ -84,6 +89,7 @@ impl Stage {
             config,
             sets: MatchSets::default(),
             published: BTreeMap::new(),
+            cloud_event_sequences: HashMap::new(),
             templates: TemplateCache::new(4096),
             sveltos_namespace: sveltos_namespace.to_string(),
         }
@@ -92,7 +98,9 @@ impl Stage {
     /// Remembers a desired state already on the bus (startup replay).
     pub fn remember_published(&mut self, state: &pb::DesiredState) {
         if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
-            // CloudEvent units are not re-rendered: they keep what their event created.
+            // CloudEvent units are not re-rendered: they keep what their event created, and
+            // only a newer match replaces it.
+            self.newer_cloud_event(state);
             return;
         }
         if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired stream") {
@@ -273,8 +281,27 @@ impl Stage {
     /// cluster: a desired state for that CloudEvent's unit (objects for `Create`, `removed` for
     /// `Delete`, or the rendering failure). An event that is not JSON is the failure of every
     /// such unit.
+    /// Records `state` of a CloudEvent unit as the newest of its unit; false when a newer
+    /// match of the unit was rendered already.
+    fn newer_cloud_event(&mut self, state: &pb::DesiredState) -> bool {
+        let Ok(unit) = sluice_wire::unit::UnitKey::of(state) else {
+            return true;
+        };
+        match self.cloud_event_sequences.entry(unit.desired_subject()) {
+            Entry::Occupied(newest) if *newest.get() > state.source_sequence => false,
+            Entry::Occupied(mut newest) => {
+                newest.insert(state.source_sequence);
+                true
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(state.source_sequence);
+                true
+            }
+        }
+    }
+
     pub fn cloud_event(
-        &self,
+        &mut self,
         matched: &pb::CloudEventMatch,
         sequence: u64,
     ) -> Vec<pb::DesiredState> {
@@ -338,6 +365,7 @@ impl Stage {
             }
             out.push(state);
         }
+        out.retain(|state| self.newer_cloud_event(state));
         out
     }
 }
