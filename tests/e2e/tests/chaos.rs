@@ -23,11 +23,9 @@
 //! it: the load writes inside it (`sluice_testserver::Inside`), past the fault, and the watcher
 //! must find those changes once the cluster is back.
 //!
-//! `ci_chaos_converges_exactly` runs in the normal suite (1,000 changes at 30 a second, no
-//! CloudEvents: about 45 s). `ci_chaos_with_cloud_events_converges_exactly` (the same with 100
-//! CloudEvents) and `full_chaos_converges_exactly` (10,000 changes at 50 a second and 1,000
-//! CloudEvents) are `#[ignore]`d: they fail on bugs this test found (`KNOWN_CE_ORDER_BUG`, and a
-//! service start that does not ride out a nats-server outage). The sizes can be set with
+//! `ci_chaos_converges_exactly` runs in the normal suite (1,000 changes at 30 a second and 100
+//! CloudEvents: about 45 s); `full_chaos_converges_exactly` (10,000 changes at 50 a second and
+//! 1,000 CloudEvents) is `#[ignore]`d for its length. The sizes can be set with
 //! `SLUICE_CHAOS_CHANGES` and `SLUICE_CHAOS_CLOUDEVENTS`, the generator's seed with
 //! `SLUICE_CHAOS_SEED`.
 
@@ -1369,17 +1367,11 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Why the runs with CloudEvents are ignored for now: they fail, finding a real bug.
-const KNOWN_CE_ORDER_BUG: &str = "known failing: when the renderer renders a CloudEvent match \
-    again after a newer one of the same subject (an input redelivered after a crash or a lost \
-    publish), its desired state replaces the newer one in SLUICE_DESIRED and the applier applies \
-    it (nothing compares `source_sequence` per unit), so a login can outlive its logout and the \
-    reverse";
-
-/// The version in the suite: resource changes only, while every fault comes in turn.
+/// The version in the suite: 1,000 resource changes and 100 CloudEvents, while every fault
+/// comes in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ci_chaos_converges_exactly() -> anyhow::Result<()> {
-    chaos(ci_size(0)?).await
+    chaos(ci_size(env_or("SLUICE_CHAOS_CLOUDEVENTS", 100)?)?).await
 }
 
 /// The suite's size: 1,000 changes at 30 a second, with `cloud_events` among them.
@@ -1392,23 +1384,10 @@ fn ci_size(cloud_events: usize) -> anyhow::Result<Size> {
     })
 }
 
-/// The version in the suite with 100 CloudEvents among the changes. Ignored while it fails
-/// ([`KNOWN_CE_ORDER_BUG`]): `cargo test -p sluice-e2e --test chaos -- --ignored ci_chaos_with`.
+/// The full run: `cargo test -p sluice-e2e --test chaos -- --ignored full_chaos`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known failing: an older CloudEvent match rendered again overwrites a newer one (KNOWN_CE_ORDER_BUG)"]
-async fn ci_chaos_with_cloud_events_converges_exactly() -> anyhow::Result<()> {
-    eprintln!("{KNOWN_CE_ORDER_BUG}");
-    chaos(ci_size(env_or("SLUICE_CHAOS_CLOUDEVENTS", 100)?)?).await
-}
-
-/// The full run: `cargo test -p sluice-e2e --test chaos -- --ignored full_chaos`. Besides
-/// [`KNOWN_CE_ORDER_BUG`] it has seen the applier exit when nats-server went down while the
-/// applier, just restarted, still replayed `SLUICE_APPLIED` ("failed to read from
-/// SLUICE_APPLIED"): a service's start does not ride out a bus outage.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "takes many minutes, and fails on known bugs (KNOWN_CE_ORDER_BUG, an applier start that does not ride out a bus outage)"]
+#[ignore = "takes many minutes: run it on purpose"]
 async fn full_chaos_converges_exactly() -> anyhow::Result<()> {
-    eprintln!("{KNOWN_CE_ORDER_BUG}");
     chaos(Size {
         changes: env_or("SLUICE_CHAOS_CHANGES", 10_000)?,
         cloud_events: env_or("SLUICE_CHAOS_CLOUDEVENTS", 1_000)?,
