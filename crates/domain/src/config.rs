@@ -236,9 +236,24 @@ mod tests {
                    "spec": {"clusterSelector": selector, "eventSourceName": "es"},
                    "status": {"clusterInfo": [{"status": status}]}})
         };
-        assert!(!s.apply("EventBasedAddOn", "", "t", Some(&trigger("env=fv", "Provisioning"))));
-        assert!(!s.apply("EventBasedAddOn", "", "t", Some(&trigger("env=fv", "Provisioned"))));
-        assert!(s.apply("EventBasedAddOn", "", "t", Some(&trigger("env=prod", "Provisioned"))));
+        assert!(!s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&trigger("env=fv", "Provisioning"))
+        ));
+        assert!(!s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&trigger("env=fv", "Provisioned"))
+        ));
+        assert!(s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&trigger("env=prod", "Provisioned"))
+        ));
         let map = json!({"kind": "ConfigMap", "metadata": {"name": "m", "namespace": "ns"}});
         assert!(s.apply("ConfigMap", "ns", "m", Some(&map)));
         assert!(!s.apply("ConfigMap", "ns", "m", Some(&map)));

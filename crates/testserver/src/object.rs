@@ -1,6 +1,5 @@
 //! Small accessors for objects stored as `serde_json::Value`: metadata fields, labels, timestamps.
 
-
 use serde_json::{Map, Value};
 
 /// The current time as Kubernetes prints it (RFC 3339, whole seconds, UTC).
