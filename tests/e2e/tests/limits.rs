@@ -182,6 +182,21 @@ async fn match_sets_far_larger_than_a_message_flow_completely_and_clean_up() -> 
     Ok(())
 }
 
+/// Deletes Services `0..count` and waits until nothing of the trigger is left in cluster-a.
+async fn delete_all(
+    stack: &Stack,
+    count: usize,
+    deadline: Duration,
+    started: std::time::Instant,
+) -> anyhow::Result<()> {
+    delete_services(stack, 0..count).await?;
+    demo::wait_cleaned(stack, TRIGGER, "cluster-a", deadline)
+        .await
+        .map_err(|e| fail(stack, e))?;
+    eprintln!("{count} Services cleaned up after {:?}", started.elapsed());
+    Ok(())
+}
+
 /// Services matching the seed's `oneForEvent` trigger in one cluster for the scale test.
 const THOUSANDS: usize = 1_000;
 
@@ -235,14 +250,7 @@ async fn thousands_of_matches_converge_exactly_across_restarts() -> anyhow::Resu
         started.elapsed()
     );
 
-    delete_services(&stack, 0..THOUSANDS).await?;
-    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", deadline)
-        .await
-        .map_err(|e| fail(&stack, e))?;
-    eprintln!(
-        "{THOUSANDS} Services cleaned up after {:?}",
-        started.elapsed()
-    );
+    delete_all(&stack, THOUSANDS, deadline, started).await?;
     assert_all_running(&mut stack);
     Ok(())
 }
@@ -266,14 +274,7 @@ async fn ten_thousand_matches_converge_and_clean_up() -> anyhow::Result<()> {
         started.elapsed()
     );
     assert_all_running(&mut stack);
-    delete_services(&stack, 0..TEN_THOUSAND).await?;
-    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", deadline)
-        .await
-        .map_err(|e| fail(&stack, e))?;
-    eprintln!(
-        "{TEN_THOUSAND} Services cleaned up after {:?}",
-        started.elapsed()
-    );
+    delete_all(&stack, TEN_THOUSAND, deadline, started).await?;
     assert_all_running(&mut stack);
     Ok(())
 }
