@@ -37,7 +37,9 @@ pub struct ConfigState {
 }
 
 impl ConfigState {
-    /// Applies one object's new state (`None` when deleted). Returns false for kinds not mirrored.
+    /// Applies one object's new state (`None` when deleted). Returns whether the state changed:
+    /// false for kinds not mirrored, and for an object that reads as before (a status write on a
+    /// trigger, say), so that readers do not redo their work for it.
     pub fn apply(
         &mut self,
         kind: &str,
@@ -77,7 +79,7 @@ impl ConfigState {
                     &mut self.clusters,
                     id,
                     object.and_then(Cluster::from_object),
-                );
+                )
             }
             "ClusterSet" => set(
                 &mut self.cluster_sets,
@@ -86,9 +88,8 @@ impl ConfigState {
             ),
             "ConfigMap" => set(&mut self.config_maps, key, object.cloned()),
             "Secret" => set(&mut self.secrets, key, object.cloned()),
-            _ => return false,
+            _ => false,
         }
-        true
     }
 
     /// The EventTriggers that loaded (a broken one is reported elsewhere, never acted on).
@@ -140,14 +141,15 @@ impl ConfigState {
     }
 }
 
-fn set<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, value: Option<V>) {
+/// Sets or removes `key`; returns whether that changed the map.
+fn set<K: Ord, V: PartialEq>(map: &mut BTreeMap<K, V>, key: K, value: Option<V>) -> bool {
     match value {
+        Some(v) if map.get(&key) == Some(&v) => false,
         Some(v) => {
             map.insert(key, v);
+            true
         }
-        None => {
-            map.remove(&key);
-        }
+        None => map.remove(&key).is_some(),
     }
 }
 
@@ -222,6 +224,42 @@ mod tests {
         assert!(s
             .deployments(|t, _| Some(t.event_source_name.clone()))
             .is_empty());
+    }
+
+    /// A write that leaves an object reading as before (the trigger's status, which the applier
+    /// writes as events flow) is no change: readers would otherwise redo all their work for it.
+    #[test]
+    fn only_what_reads_differently_is_a_change() {
+        let mut s = state();
+        let trigger = |selector: &str, status: &str| {
+            json!({"kind": "EventBasedAddOn", "metadata": {"name": "t"},
+                   "spec": {"clusterSelector": selector, "eventSourceName": "es"},
+                   "status": {"clusterInfo": [{"status": status}]}})
+        };
+        assert!(!s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&trigger("env=fv", "Provisioning"))
+        ));
+        assert!(!s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&trigger("env=fv", "Provisioned"))
+        ));
+        assert!(s.apply(
+            "EventBasedAddOn",
+            "",
+            "t",
+            Some(&trigger("env=prod", "Provisioned"))
+        ));
+        let map = json!({"kind": "ConfigMap", "metadata": {"name": "m", "namespace": "ns"}});
+        assert!(s.apply("ConfigMap", "ns", "m", Some(&map)));
+        assert!(!s.apply("ConfigMap", "ns", "m", Some(&map)));
+        assert!(s.apply("ConfigMap", "ns", "m", None));
+        assert!(!s.apply("ConfigMap", "ns", "m", None));
+        assert!(!s.apply("Deployment", "ns", "d", Some(&map)));
     }
 
     #[test]

@@ -80,10 +80,14 @@ impl Requirement {
 
     /// Whether a label set satisfies this requirement (missing keys satisfy `!=` and `notin`).
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let got = labels.get(self.key());
+        self.matches_value(labels.get(self.key()).map(String::as_str))
+    }
+
+    /// Whether the value of this requirement's key (`None`: the label is missing) satisfies it.
+    pub fn matches_value(&self, got: Option<&str>) -> bool {
         match self {
-            Requirement::Equals { value, .. } => got == Some(value),
-            Requirement::NotEquals { value, .. } => got != Some(value),
+            Requirement::Equals { value, .. } => got == Some(value.as_str()),
+            Requirement::NotEquals { value, .. } => got != Some(value.as_str()),
             Requirement::In { values, .. } => got.is_some_and(|v| values.contains(v)),
             Requirement::NotIn { values, .. } => !got.is_some_and(|v| values.contains(v)),
             Requirement::Exists { .. } => got.is_some(),
@@ -201,6 +205,14 @@ impl Selector {
     /// Whether every requirement holds for `labels`.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// [`Selector::matches`] over labels read through `label` (key to value), without building
+    /// a map of them.
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| r.matches_value(label(r.key())))
     }
 
     fn from_requirements(mut requirements: Vec<Requirement>) -> Selector {

@@ -1,7 +1,5 @@
 //! Small accessors for objects stored as `serde_json::Value`: metadata fields, labels, timestamps.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value};
 
 /// The current time as Kubernetes prints it (RFC 3339, whole seconds, UTC).
@@ -48,21 +46,6 @@ pub fn set_meta(obj: &mut Value, field: &str, value: Value) {
 
 pub fn remove_meta(obj: &mut Value, field: &str) -> Option<Value> {
     meta_mut(obj).remove(field)
-}
-
-/// Labels as a map; non-string values are skipped (validation rejects them earlier).
-pub fn labels(obj: &Value) -> BTreeMap<String, String> {
-    string_map(obj.get("metadata").and_then(|m| m.get("labels")))
-}
-
-pub fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
-    v.and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 pub fn finalizers(obj: &Value) -> Vec<String> {

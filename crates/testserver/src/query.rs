@@ -7,7 +7,7 @@ use sluice_domain::selector::Selector;
 
 use crate::cluster::ObjectKey;
 use crate::error::ApiError;
-use crate::object::{labels, meta_str};
+use crate::object::meta_str;
 
 /// Which objects a list or watch returns.
 #[derive(Clone, Debug, Default)]
@@ -71,7 +71,13 @@ impl Filter {
             .fields
             .iter()
             .all(|(field, equal, value)| (field_value(obj, field) == *value) == *equal);
-        fields_ok && (self.labels.is_empty() || self.labels.matches(&labels(obj)))
+        if !fields_ok || self.labels.is_empty() {
+            return fields_ok;
+        }
+        // Read in place: one LIST matches every object of the kind.
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        self.labels
+            .matches_with(|key| labels.and_then(|l| l.get(key)).and_then(Value::as_str))
     }
 }
 
