@@ -73,7 +73,7 @@ where
         };
         let transient = disconnects.has_changed().unwrap_or(true)
             || !bus.is_connected()
-            || chain(&error).contains("no responders");
+            || crate::runner::chain(&error).contains("no responders");
         if !transient || tokio::time::Instant::now() + pause >= deadline {
             return Err(error);
         }
@@ -81,18 +81,6 @@ where
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(4));
     }
-}
-
-/// An error with its sources, for matching on what the server said.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The live part of a followed state stream.

@@ -609,7 +609,7 @@ async fn nack(message: &Message, delay: Duration) {
 }
 
 /// An error with its sources, `: `-separated, as a dead letter's reason.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(next) = source {

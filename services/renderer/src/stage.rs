@@ -5,7 +5,6 @@
 //! each (trigger, cluster) on the set, which for `oneForEvent: false` is the one rendering over
 //! all resources, once per burst. No IO.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use sha2::{Digest, Sha256};
@@ -287,17 +286,15 @@ impl Stage {
         let Ok(unit) = sluice_wire::unit::UnitKey::of(state) else {
             return true;
         };
-        match self.cloud_event_sequences.entry(unit.desired_subject()) {
-            Entry::Occupied(newest) if *newest.get() > state.source_sequence => false,
-            Entry::Occupied(mut newest) => {
-                newest.insert(state.source_sequence);
-                true
-            }
-            Entry::Vacant(entry) => {
-                entry.insert(state.source_sequence);
-                true
-            }
+        let newest = self
+            .cloud_event_sequences
+            .entry(unit.desired_subject())
+            .or_insert(state.source_sequence);
+        if *newest > state.source_sequence {
+            return false;
         }
+        *newest = state.source_sequence;
+        true
     }
 
     pub fn cloud_event(
