@@ -50,3 +50,16 @@ pub async fn management(path: Option<&Path>, context: Option<&str>) -> Result<Cl
         }
     }
 }
+
+/// The management-cluster client of a service, from its common options; the service's
+/// readiness then requires the API server to answer ([`crate::reachability::api_check`], until
+/// `token` is cancelled).
+pub async fn for_service(
+    common: &sluice_runtime::CommonArgs,
+    health: &sluice_runtime::Health,
+    token: &tokio_util::sync::CancellationToken,
+) -> Result<Client> {
+    let client = management(common.kubeconfig.as_deref(), common.kube_context.as_deref()).await?;
+    health.require("kubernetes", crate::reachability::api_check(&client, token));
+    Ok(client)
+}

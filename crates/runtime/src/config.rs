@@ -202,7 +202,16 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let mut command = C::command();
+    parse_command(C::command(), args)
+}
+
+/// [`parse_config`] with the command given (a shared struct named for its service).
+pub(crate) fn parse_command<C, I, T>(mut command: clap::Command, args: I) -> C
+where
+    C: clap::FromArgMatches,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     let parsed = command
         .try_get_matches_from_mut(args)
         .and_then(|mut matches| C::from_arg_matches_mut(&mut matches));

@@ -2,49 +2,20 @@
 //! endpoints, W3C trace context.
 //!
 //! It knows nothing of NATS, Kubernetes or the pipeline stages; a service's `main.rs` wires these
-//! pieces together and then calls its `App::run`.
+//! pieces together (`service_main!`) and then calls its `run`.
 //!
-//! A service's `main.rs`:
+//! A service's `main.rs` is one line ([`service_main!`]): its flags are [`CommonArgs`] plus
+//! its own, bad ones exit 64 before any port is bound, and [`serve`] starts telemetry, the
+//! shutdown token and the health endpoint around the service's `run`:
 //!
-//! ```no_run
-//! use clap::Parser;
-//! use sluice_runtime::{CommonArgs, Health};
-//!
-//! #[derive(Debug, Parser)]
-//! #[command(name = "sluice-watcher", version)]
-//! struct Config {
-//!     #[command(flatten)]
-//!     common: CommonArgs,
-//! }
-//!
-//! #[tokio::main]
-//! async fn main() -> anyhow::Result<()> {
-//!     // bad flags or values: one line on stderr, exit 64, before any port is bound
-//!     let config: Config = sluice_runtime::parse_config();
-//!     if let Err(error) = config.common.validate() {
-//!         sluice_runtime::exit_on_bad_config(error);
-//!     }
-//!     if let Err(error) = sluice_runtime::init_telemetry("watcher", config.common.log_format) {
-//!         sluice_runtime::exit_on_bad_config(error); // an unparsable RUST_LOG
-//!     }
-//!     tracing::info!(config = %config.common.redacted(), "starting");
-//!     let token = sluice_runtime::shutdown_token()?;
-//!     let health = Health::new();
-//!     let server =
-//!         sluice_runtime::serve_health(config.common.health_addr, health.clone(), token.clone())
-//!             .await?;
-//!     health.set_ready(true);
-//!     // App::run(config, health, token.clone()).await?; returns once the token is cancelled
-//!     // and its in-flight work is drained
-//!     token.cancelled().await;
-//!     server.await?;
-//!     Ok(())
-//! }
+//! ```text
+//! sluice_runtime::service_main!("applier", "Applies what the renderer wants", sluice_applier::run);
 //! ```
 
 mod config;
 mod error;
 mod health;
+pub mod service;
 mod shutdown;
 mod telemetry;
 mod trace;
@@ -55,6 +26,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use health::{serve_health, serve_health_on, Counter, Health};
+pub use service::NoArgs;
 pub use shutdown::{drain, shutdown_token, EXIT_SECOND_SIGNAL};
 pub use telemetry::{error_chain, init_telemetry};
 pub use trace::{
@@ -65,6 +37,12 @@ pub use trace::{
 /// Re-exported so services name one version of the lifecycle types.
 pub use tokio_util::sync::CancellationToken;
 pub use tokio_util::task::TaskTracker;
+
+/// For [`service_main!`]: the allocator every binary uses (ADR 0016) and what `main` returns.
+#[doc(hidden)]
+pub use mimalloc::MiMalloc;
+#[doc(hidden)]
+pub type MainResult = anyhow::Result<()>;
 
 /// Runs a service the way every `main.rs` does: validates the common options (exit 64 on bad
 /// config), starts telemetry, the shutdown token and the health endpoint, logs what the service

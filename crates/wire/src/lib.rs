@@ -6,6 +6,7 @@ pub mod managed;
 pub mod match_units;
 pub mod names;
 pub mod seal;
+pub mod service;
 pub mod unit;
 
 use bytes::Bytes;

@@ -12,7 +12,7 @@ pub mod status;
 
 use anyhow::Context as _;
 use sluice_bus::runner::{Hooks, Runner};
-use sluice_bus::{topology, Bus};
+use sluice_bus::topology;
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
@@ -25,22 +25,10 @@ pub async fn run(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     // Opens the Secrets of desired states (ADR 0023).
-    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
-        .context("failed to load the bus key")?;
-    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::APPLIER))
+    let (bus, key) = sluice_wire::service::connect(&common, topology::APPLIER, &health).await?;
+    let client = sluice_kube::client::for_service(&common, &health, &token)
         .await
-        .context("failed to connect to the bus")?;
-    health.require("nats", bus.connection_probe());
-    let client = sluice_kube::client::management(
-        common.kubeconfig.as_deref(),
-        common.kube_context.as_deref(),
-    )
-    .await
-    .context("failed to build the management cluster client")?;
-    health.require(
-        "kubernetes",
-        sluice_kube::reachability::api_check(&client, &token),
-    );
+        .context("failed to build the management cluster client")?;
     let mut stage = stage::ApplierStage {
         bus: bus.clone(),
         applier: Applier::new(client, &common.sveltos_namespace),

@@ -1,26 +1,7 @@
-//! Entry point of the applier: parses config and hands over to the shared service lifecycle.
+//! Entry point of the applier: the shared service lifecycle around `sluice_applier::run`.
 
-use clap::Parser;
-use sluice_runtime::CommonArgs;
-
-/// mimalloc, as in the evaluator: decoding JSON makes many small allocations, which glibc
-/// malloc serves markedly slower (ADR 0016).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "sluice-applier",
-    version,
-    about = "Applies ClusterProfiles and instantiated ConfigMaps/Secrets, and cleans up"
-)]
-struct Config {
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let config: Config = sluice_runtime::parse_config();
-    sluice_runtime::serve("applier", config.common, sluice_applier::run).await
-}
+sluice_runtime::service_main!(
+    "applier",
+    "Applies ClusterProfiles and instantiated ConfigMaps/Secrets, and cleans up",
+    sluice_applier::run
+);

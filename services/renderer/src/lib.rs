@@ -14,11 +14,10 @@ pub use stage::{SetChange, Stage, UnitKey};
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use prost::Message as _;
 use sluice_bus::runner::publish::publish_stored;
 use sluice_bus::runner::{Hooks, Output, Runner};
-use sluice_bus::{message_id, topology, Bus, Outgoing};
+use sluice_bus::{message_id, topology, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use sluice_wire::match_units;
@@ -34,12 +33,8 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let bus_key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
-        .context("failed to load the bus key")?;
-    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::RENDERER))
-        .await
-        .context("failed to connect to the bus")?;
-    health.require("nats", bus.connection_probe());
+    let (bus, bus_key) =
+        sluice_wire::service::connect(&common, topology::RENDERER, &health).await?;
     let (config, config_feed) = sluice_wire::follow_config(&bus, bus_key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
     for delivered in bus

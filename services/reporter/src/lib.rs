@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use sluice_bus::runner::Runner;
-use sluice_bus::{topology, Bus};
+use sluice_bus::topology;
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::naming;
 use sluice_domain::reference::object_reference;
@@ -236,22 +236,11 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     // The key opens the managed clusters' Secrets an EventSource collects (the report shows
     // them, as Sveltos's does).
-    let bus_key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
-        .context("failed to load the bus key")?;
-    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::REPORTER))
+    let (bus, bus_key) =
+        sluice_wire::service::connect(&common, topology::REPORTER, &health).await?;
+    let client = sluice_kube::client::for_service(&common, &health, &token)
         .await
-        .context("failed to connect to the bus")?;
-    health.require("nats", bus.connection_probe());
-    let client = sluice_kube::client::management(
-        common.kubeconfig.as_deref(),
-        common.kube_context.as_deref(),
-    )
-    .await
-    .context("failed to build the management cluster client")?;
-    health.require(
-        "kubernetes",
-        sluice_kube::reachability::api_check(&client, &token),
-    );
+        .context("failed to build the management cluster client")?;
     let kind = loop {
         match apply::resolve(&client, "lib.projectsveltos.io/v1beta1", "EventReport").await {
             Ok(kind) => break kind,

@@ -13,7 +13,7 @@ mod management;
 pub mod webhook;
 
 use anyhow::Context as _;
-use sluice_bus::{topology, Bus};
+use sluice_bus::topology;
 use sluice_domain::config::ConfigState;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use tokio::sync::mpsc;
@@ -59,27 +59,15 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
-        .context("failed to load the bus key")?;
+    let (bus, key) = sluice_wire::service::connect(&common, topology::WATCHER, &health).await?;
     if key.is_none() {
         tracing::warn!(
             "no bus key (--bus-key-file): referenced Secrets and managed clusters' Secrets go on the bus without their contents"
         );
     }
-    let bus = Bus::connect(sluice_bus::BusOptions::service(&common, topology::WATCHER))
+    let mgmt = sluice_kube::client::for_service(&common, &health, &token)
         .await
-        .context("failed to connect to the bus")?;
-    health.require("nats", bus.connection_probe());
-    let mgmt = sluice_kube::client::management(
-        common.kubeconfig.as_deref(),
-        common.kube_context.as_deref(),
-    )
-    .await
-    .context("failed to build the management cluster client")?;
-    health.require(
-        "kubernetes",
-        sluice_kube::reachability::api_check(&mgmt, &token),
-    );
+        .context("failed to build the management cluster client")?;
 
     let (tx, mut rx) = mpsc::channel(1024);
     let mut tasks = Vec::new();

@@ -1,0 +1,123 @@
+//! A service's whole `main.rs`: [`service_main!`] names the service, says what it does and
+//! which function runs it; the flags (the common ones plus the service's own), the allocator,
+//! the async runtime and the lifecycle ([`crate::serve`]) are the same for every service.
+//! It does not know what a service does.
+
+use std::future::Future;
+
+use clap::{Args, CommandFactory, Parser};
+
+use crate::{CancellationToken, CommonArgs, Health};
+
+/// No flags besides the common ones.
+#[derive(Clone, Debug, Args)]
+pub struct NoArgs {}
+
+/// A service's flags: [`CommonArgs`] and its own, `E`.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct ServiceConfig<E: Args> {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    own: E,
+}
+
+/// Parses the flags of `binary` (the common ones and `E`; bad ones exit 64) and runs `app`
+/// through [`crate::serve`] on a multi-threaded tokio runtime.
+pub fn main<E, F, Fut>(
+    service: &'static str,
+    binary: &'static str,
+    about: &'static str,
+    app: F,
+) -> anyhow::Result<()>
+where
+    E: Args,
+    F: FnOnce(CommonArgs, E, Health, CancellationToken) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let command = ServiceConfig::<E>::command().name(binary).about(about);
+    let config: ServiceConfig<E> = crate::config::parse_command(command, std::env::args_os());
+    let own = config.own;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::serve(
+            service,
+            config.common,
+            |common, health, token| app(common, own, health, token),
+        ))
+}
+
+/// Defines a service binary's allocator and `main`:
+/// `service_main!("applier", "Applies ...", sluice_applier::run)` for a service with the
+/// common flags only (`run(common, health, token)`), or
+/// `service_main!("watcher", "Watches ...", OwnArgs, |common, own, health, token| ...)` for
+/// one with flags of its own (`OwnArgs: clap::Args`). The binary is `sluice-<service>`.
+///
+/// Every binary allocates with mimalloc (ADR 0016): decoding JSON makes many small
+/// allocations, which glibc malloc serves markedly slower.
+#[macro_export]
+macro_rules! service_main {
+    ($service:literal, $about:literal, $run:path) => {
+        $crate::service_main!(
+            $service,
+            $about,
+            $crate::NoArgs,
+            |common, _: $crate::NoArgs, health, token| $run(common, health, token)
+        );
+    };
+    ($service:literal, $about:literal, $own:ty, $app:expr) => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::MiMalloc = $crate::MiMalloc;
+
+        fn main() -> $crate::MainResult {
+            $crate::service::main::<$own, _, _>(
+                $service,
+                concat!("sluice-", $service),
+                $about,
+                $app,
+            )
+        }
+    };
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, Args)]
+    struct Own {
+        #[arg(long)]
+        extra: Option<String>,
+    }
+
+    #[test]
+    fn a_service_takes_the_common_flags_and_its_own_under_its_name() {
+        let command = ServiceConfig::<Own>::command()
+            .name("sluice-test")
+            .about("tests");
+        let config: ServiceConfig<Own> = crate::config::parse_command(
+            command,
+            [
+                "sluice-test",
+                "--nats-url",
+                "nats://elsewhere:4222",
+                "--extra",
+                "x",
+            ],
+        );
+        assert_eq!(config.common.nats_url, "nats://elsewhere:4222");
+        assert_eq!(config.own.extra.as_deref(), Some("x"));
+        let help = ServiceConfig::<NoArgs>::command()
+            .name("sluice-test")
+            .about("tests")
+            .render_help()
+            .to_string();
+        assert!(
+            help.contains("tests") && help.contains("--nats-url"),
+            "{help}"
+        );
+    }
+}
