@@ -6,7 +6,7 @@
 
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::Message;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 
 use crate::error::Error;
 use crate::feed::{Delivered, Freshness};
@@ -29,7 +29,10 @@ pub struct Coalesced {
 /// Waits for the next message, then takes every further one the consumer already holds, up to
 /// [`MAX_BATCH`] in all. `None` when the consumer ended. Cancel-safe: only the first wait
 /// suspends, and nothing is taken before it completes.
-pub async fn next_batch(stream: &mut pull::Stream) -> Option<Vec<Message>> {
+pub async fn next_batch<S>(stream: &mut S) -> Option<Vec<Message>>
+where
+    S: Stream<Item = std::result::Result<Message, pull::MessagesError>> + Unpin,
+{
     let mut batch = Vec::new();
     let first = stream.next().await?;
     push_ok(&mut batch, first);

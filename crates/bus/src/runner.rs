@@ -180,9 +180,17 @@ pub fn retry_delay(delivered: i64) -> Duration {
 
 /// One durable consumer bound and ready to run a [`Stage`].
 pub struct Runner {
-    consumer: crate::PullStream,
+    consumer: Consumer,
+    /// The connection of a consumer on another server ([`Runner::over`]), flushed in the drain.
+    upstream: Option<async_nats::Client>,
     core: Core,
 }
+
+/// The messages a runner consumes: its durable consumer's, or another server's.
+pub type Consumer = futures::stream::BoxStream<
+    'static,
+    std::result::Result<Message, async_nats::jetstream::consumer::pull::MessagesError>,
+>;
 
 /// Everything of a runner but its consumer, which the drain drops first.
 struct Core {
@@ -217,8 +225,23 @@ impl Runner {
         filter: Option<&str>,
     ) -> Result<Runner> {
         let consumer = bus.durable(spec, filter).await?;
-        Ok(Runner {
+        Ok(Runner::over(bus, consumer.boxed(), None, spec))
+    }
+
+    /// A runner over `consumer`, the messages of a pull consumer on another server (a managed
+    /// cluster's JetStream, whose connection is `upstream`): inputs are acked and nacked there,
+    /// outputs and dead letters go to `bus`. `spec` names the runner in logs and dead letters
+    /// (`spec.durable`: `sluice.v1.dead.<durable>`, which the bus identity must allow) and says
+    /// how its stream keeps messages and how it acks; its stream is not one of the bus's.
+    pub fn over(
+        bus: &Bus,
+        consumer: Consumer,
+        upstream: Option<async_nats::Client>,
+        spec: ConsumerSpec,
+    ) -> Runner {
+        Runner {
             consumer,
+            upstream,
             core: Core {
                 bus: bus.clone(),
                 spec,
@@ -227,7 +250,7 @@ impl Runner {
                 drain_deadline: DRAIN_DEADLINE,
                 window: AckWindow::new(topology::PUBLISH_WINDOW).acking(spec.acks),
             },
-        })
+        }
     }
 
     /// Starts from the newest sequences a replay already processed (state streams only): an
@@ -260,6 +283,7 @@ impl Runner {
     {
         let Runner {
             mut consumer,
+            upstream,
             mut core,
         } = self;
         let mut side = std::pin::pin!(side);
@@ -304,7 +328,8 @@ impl Runner {
         // Stop pulling first: the server must not hand what is nacked below to a pull
         // request nobody reads any more (it would wait out its ack wait there).
         drop(consumer);
-        if let Err(error) = core.bus.client().flush().await {
+        let client = upstream.unwrap_or_else(|| core.bus.client().clone());
+        if let Err(error) = client.flush().await {
             tracing::debug!(error = %error, "flush after dropping the consumer failed");
         }
         for message in cut {

@@ -2,9 +2,12 @@
 //! an EventSource with `messagingMatchCriteria` there), and per cluster a task that follows the
 //! `projectsveltos/sveltos-nats` Secret in that cluster and (re)connects to its NATS when the
 //! Secret changes. A missing or bad Secret is logged and counted; other clusters are untouched.
+//! On shutdown every listener drains its connection (its runners settle what they hold) and
+//! ends; the watcher waits for them within its drain deadline.
 
 pub mod connection;
 pub mod forward;
+pub mod stage;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -17,7 +20,7 @@ use sluice_domain::config::ConfigState;
 use sluice_domain::natsconfig::{
     parse_nats_secret, NatsSettings, NATS_SECRET_NAME, NATS_SECRET_NAMESPACE,
 };
-use sluice_runtime::Health;
+use sluice_runtime::{CancellationToken, Health, TaskTracker};
 use tokio::task::JoinHandle;
 
 use connection::Counters;
@@ -52,12 +55,23 @@ pub struct Listeners {
     bus: Bus,
     counters: Counters,
     running: HashMap<ClusterId, Running>,
+    /// Where the listeners run, so that shutdown waits for their drain.
+    tasks: TaskTracker,
+    /// Shutdown: every listener stops reading and drains.
+    token: CancellationToken,
 }
 
 impl Listeners {
-    pub fn new(bus: Bus, health: Health) -> Listeners {
+    pub fn new(
+        bus: Bus,
+        health: Health,
+        tasks: TaskTracker,
+        token: CancellationToken,
+    ) -> Listeners {
         Listeners {
             bus,
+            tasks,
+            token,
             counters: Counters {
                 config_errors: health.counter("sluice_watcher_nats_config_errors_total"),
                 connect_errors: health.counter("sluice_watcher_nats_connect_errors_total"),
@@ -105,8 +119,9 @@ impl Listeners {
                 counters: self.counters.clone(),
                 cluster: cluster.clone(),
                 current: None,
+                token: self.token.clone(),
             };
-            let task = tokio::spawn(listener.follow(kubeconfig));
+            let task = self.tasks.spawn(listener.follow(kubeconfig));
             self.running.insert(
                 cluster,
                 Running {
@@ -114,12 +129,6 @@ impl Listeners {
                     task,
                 },
             );
-        }
-    }
-
-    pub fn stop_all(&mut self) {
-        for (_, running) in self.running.drain() {
-            running.task.abort();
         }
     }
 }
@@ -130,6 +139,7 @@ struct ClusterListener {
     counters: Counters,
     cluster: ClusterId,
     current: Option<(NatsSettings, JoinHandle<()>)>,
+    token: CancellationToken,
 }
 
 /// Stopping the listener (cluster gone, kubeconfig rotated) closes its NATS connection too.
@@ -142,8 +152,22 @@ impl Drop for ClusterListener {
 }
 
 impl ClusterListener {
-    /// Follows the Secret forever: reads it once, then watches it alone.
+    /// Follows the Secret until shutdown, then waits for the connection to drain.
     async fn follow(mut self, kubeconfig: String) {
+        let token = self.token.clone();
+        tokio::select! {
+            () = self.follow_secret(kubeconfig) => {}
+            () = token.cancelled() => {}
+        }
+        // The connection stops at the same token and drains what it holds.
+        if let Some((_, task)) = self.current.take() {
+            // A join error only means it panicked, which it logged.
+            let _ = task.await;
+        }
+    }
+
+    /// Follows the Secret forever: reads it once, then watches it alone.
+    async fn follow_secret(&mut self, kubeconfig: String) {
         let cluster = self.cluster.clone();
         let mut backoff = std::time::Duration::from_millis(500);
         let max = std::time::Duration::from_secs(30);
@@ -236,6 +260,7 @@ impl ClusterListener {
             self.counters.clone(),
             cluster.clone(),
             settings.clone(),
+            self.token.clone(),
         ));
         self.current = Some((settings, task));
     }

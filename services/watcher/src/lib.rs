@@ -12,10 +12,12 @@ mod managed;
 mod management;
 pub mod webhook;
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 use sluice_bus::topology;
 use sluice_domain::config::ConfigState;
-use sluice_runtime::{CancellationToken, CommonArgs, Health};
+use sluice_runtime::{CancellationToken, CommonArgs, Health, TaskTracker};
 use tokio::sync::mpsc;
 
 pub use cloudevents::desired_listeners;
@@ -53,7 +55,22 @@ pub async fn run_with_webhook(
 /// Updates from the management watches applied together before the state is acted on.
 const UPDATE_BATCH: usize = 1024;
 
-/// Runs the watcher until `token` is cancelled.
+/// How long the watcher may drain after the first signal: its watches and listeners store what
+/// they read (a CloudEvent runner settles its window) and stop. What is cut off is not lost:
+/// the next start lists every watched kind again and publishes what the stream lacks, and a
+/// managed JetStream redelivers what was not acked.
+pub const DRAIN_DEADLINE: Duration = sluice_bus::runner::DRAIN_DEADLINE;
+
+/// Waits `duration`; `true` if `token` was cancelled meanwhile.
+pub(crate) async fn pause(duration: Duration, token: &CancellationToken) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(duration) => false,
+        () = token.cancelled() => true,
+    }
+}
+
+/// Runs the watcher until `token` is cancelled, then drains within [`DRAIN_DEADLINE`]: every
+/// watch and listener stops reading and stores what it holds.
 pub async fn run(
     common: CommonArgs,
     health: Health,
@@ -70,16 +87,16 @@ pub async fn run(
         .context("failed to build the management cluster client")?;
 
     let (tx, mut rx) = mpsc::channel(1024);
-    let mut tasks = Vec::new();
+    let tasks = TaskTracker::new();
     for kind in management::WATCHED {
-        tasks.push(tokio::spawn(management::watch(
+        tasks.spawn(management::watch(
             mgmt.clone(),
             bus.clone(),
             kind,
             tx.clone(),
             health.clone(),
-            token.child_token(),
-        )));
+            token.clone(),
+        ));
     }
     drop(tx);
 
@@ -102,8 +119,15 @@ pub async fn run(
             Err(error) => tracing::warn!(error = %error, "skipping unreadable config message"),
         }
     }
-    let mut watches = managed::Watches::new(bus.clone(), health.clone(), key, token.child_token());
-    let mut listeners = cloudevents::Listeners::new(bus.clone(), health.clone());
+    let mut watches = managed::Watches::new(
+        bus.clone(),
+        health.clone(),
+        key,
+        tasks.clone(),
+        token.clone(),
+    );
+    let mut listeners =
+        cloudevents::Listeners::new(bus.clone(), health.clone(), tasks.clone(), token.clone());
     health.set_ready(true);
     loop {
         tokio::select! {
@@ -136,12 +160,14 @@ pub async fn run(
             }
         }
     }
-    tracing::info!("watcher stopping");
-    for task in tasks {
-        task.abort();
+    tracing::info!("watcher draining");
+    // No update is applied any more: a management watch waiting to hand one over stops.
+    drop(rx);
+    token.cancel();
+    if sluice_runtime::drain(&tasks, DRAIN_DEADLINE).await {
+        tracing::info!("watcher drained");
     }
-    watches.stop_all();
-    listeners.stop_all();
+    drop((watches, listeners));
     bus.close().await;
     Ok(())
 }

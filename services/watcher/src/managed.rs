@@ -1,6 +1,8 @@
 //! Watches in managed clusters: which (cluster, kind) pairs are needed, given the
 //! configuration, and the tasks that watch them. A rotated kubeconfig restarts the cluster's
-//! watches; a cluster that is gone has its published state purged.
+//! watches; a cluster that is gone has its published state purged. On shutdown a watch stops
+//! reading and finishes storing the batch in hand; what the drain deadline cuts off is found
+//! again at the next start, which diffs the listed cluster against what the stream holds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -13,7 +15,7 @@ use sluice_domain::cluster::{kubeconfig_from_secret, ClusterId};
 use sluice_domain::config::ConfigState;
 use sluice_kube::watch::{watch_kind, Change, ObjectKey};
 use sluice_proto::v1 as pb;
-use sluice_runtime::{CancellationToken, Health};
+use sluice_runtime::{CancellationToken, Health, TaskTracker};
 use sluice_wire::BusKey;
 use tokio::task::JoinHandle;
 
@@ -85,17 +87,27 @@ pub struct Watches {
     clusters: BTreeSet<ClusterId>,
     /// Seals the Secrets the watches publish.
     key: Option<BusKey>,
+    /// Where the watches run, so that shutdown waits for their drain.
+    tasks: TaskTracker,
+    /// Shutdown: every watch stops reading and finishes storing what it read.
     token: CancellationToken,
 }
 
 impl Watches {
-    pub fn new(bus: Bus, health: Health, key: Option<BusKey>, token: CancellationToken) -> Watches {
+    pub fn new(
+        bus: Bus,
+        health: Health,
+        key: Option<BusKey>,
+        tasks: TaskTracker,
+        token: CancellationToken,
+    ) -> Watches {
         Watches {
             bus,
             health,
             key,
             running: HashMap::new(),
             clusters: BTreeSet::new(),
+            tasks,
             token,
         }
     }
@@ -133,8 +145,9 @@ impl Watches {
                 continue;
             }
             tracing::info!(cluster = %key.0, kind = %key.1 .2, "starting watch");
-            let token = self.token.child_token();
-            let task = tokio::spawn(watch_managed(
+            // Not a child of the shutdown token: shutdown lets a watch store what it read.
+            let token = CancellationToken::new();
+            let task = self.tasks.spawn(watch_managed(
                 self.bus.clone(),
                 self.health.clone(),
                 key.0.clone(),
@@ -142,6 +155,7 @@ impl Watches {
                 kubeconfig,
                 self.key.clone(),
                 token.clone(),
+                self.token.clone(),
             ));
             self.running.insert(
                 key,
@@ -167,17 +181,13 @@ impl Watches {
         }
         self.clusters = present;
     }
-
-    pub fn stop_all(&mut self) {
-        for (_, running) in self.running.drain() {
-            running.token.cancel();
-            running.task.abort();
-        }
-    }
 }
 
 const RETRY: Duration = Duration::from_secs(2);
 
+/// Watches one kind of one cluster until `shutdown`; `stop` (the watch is no longer wanted)
+/// also gives up the batch it is storing.
+#[allow(clippy::too_many_arguments)]
 async fn watch_managed(
     bus: Bus,
     health: Health,
@@ -185,7 +195,8 @@ async fn watch_managed(
     gvk: Gvk,
     kubeconfig: String,
     key: Option<BusKey>,
-    token: CancellationToken,
+    stop: CancellationToken,
+    shutdown: CancellationToken,
 ) {
     let errors = health.counter("sluice_watcher_managed_errors_total");
     let published = health.counter("sluice_watcher_changes_published_total");
@@ -201,7 +212,9 @@ async fn watch_managed(
             Err(error) => {
                 errors.inc();
                 tracing::warn!(cluster = %cluster, error = %error, "invalid kubeconfig");
-                tokio::time::sleep(RETRY).await;
+                if crate::pause(RETRY, &shutdown).await {
+                    return;
+                }
                 continue;
             }
         };
@@ -210,7 +223,9 @@ async fn watch_managed(
             Err(error) => {
                 // Unknown kinds select nothing (as in Sveltos); retry in case the CRD appears.
                 tracing::debug!(cluster = %cluster, kind = %gvk.2, error = %error, "kind not served");
-                tokio::time::sleep(RETRY).await;
+                if crate::pause(RETRY, &shutdown).await {
+                    return;
+                }
                 continue;
             }
         };
@@ -219,12 +234,19 @@ async fn watch_managed(
             Err(error) => {
                 errors.inc();
                 tracing::warn!(cluster = %cluster, error = %error, "failed to read published state");
-                tokio::time::sleep(RETRY).await;
+                if crate::pause(RETRY, &shutdown).await {
+                    return;
+                }
                 continue;
             }
         };
         let mut stream = Box::pin(watch_kind(client, kind, known));
-        while let Some(batch) = stream.next().await {
+        loop {
+            let batch = tokio::select! {
+                batch = stream.next() => batch,
+                () = shutdown.cancelled() => return,
+            };
+            let Some(batch) = batch else { break };
             let changes = match batch {
                 Ok(changes) => changes,
                 Err(error) => {
@@ -241,7 +263,7 @@ async fn watch_managed(
                     resource_change(&cluster, &tokens, &gvk, &api_version, change, key.as_ref())
                 })
                 .collect();
-            let Ok(report) = publish_stored(&bus, outputs, &token).await else {
+            let Ok(report) = publish_stored(&bus, outputs, &stop).await else {
                 return;
             };
             published.add(report.stored as u64);

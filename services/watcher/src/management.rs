@@ -85,7 +85,8 @@ pub enum Update {
 
 const RETRY: Duration = Duration::from_secs(2);
 
-/// Watches one kind forever: resolves it, seeds what was published before, publishes changes.
+/// Watches one kind until `token` is cancelled: resolves it, seeds what was published before,
+/// publishes changes (a change read is stored before the watch stops).
 pub async fn watch(
     client: Client,
     bus: Bus,
@@ -95,9 +96,13 @@ pub async fn watch(
     token: CancellationToken,
 ) {
     let errors = health.counter("sluice_watcher_management_errors_total");
+    // Stops nothing: a change read is stored before the watch stops, or the process ends.
+    let finish = CancellationToken::new();
     loop {
         let Some(kind) = resolve_any(&client, watched).await else {
-            tokio::time::sleep(RETRY).await;
+            if crate::pause(RETRY, &token).await {
+                return;
+            }
             continue;
         };
         // ConfigMaps and Secrets start from nothing known: every one that exists is listed
@@ -110,7 +115,9 @@ pub async fn watch(
                 Err(error) => {
                     errors.inc();
                     tracing::warn!(kind = watched.kind, error = %error, "failed to read published config, retrying");
-                    tokio::time::sleep(RETRY).await;
+                    if crate::pause(RETRY, &token).await {
+                        return;
+                    }
                     continue;
                 }
             },
@@ -118,7 +125,12 @@ pub async fn watch(
         tracing::info!(kind = watched.kind, api = %kind.resource.api_version, "watching management kind");
         let mut outputs = Outputs::new(known.keys().cloned());
         let mut stream = Box::pin(watch_kind_listing(client.clone(), kind, known));
-        while let Some(batch) = stream.next().await {
+        loop {
+            let batch = tokio::select! {
+                batch = stream.next() => batch,
+                () = token.cancelled() => return,
+            };
+            let Some(batch) = batch else { break };
             match batch {
                 Ok(listing) => {
                     for change in listing.changes {
@@ -127,7 +139,7 @@ pub async fn watch(
                         };
                         let update = match data_kind {
                             Some(_) => Ok(local(watched.kind, change)),
-                            None => publish(&bus, watched.kind, change, &token).await,
+                            None => publish(&bus, watched.kind, change, &finish).await,
                         };
                         match update {
                             Ok(update) => {

@@ -264,11 +264,12 @@ fn production_lines_containing(scanned: impl Fn(&str) -> bool, needles: &[&str])
 
 /// Services whose consuming stages run on `sluice_bus::runner` (ADR 0021); the others still
 /// run loops of their own and join this list as they move.
-const ON_THE_RUNNER: [&str; 4] = [
+const ON_THE_RUNNER: [&str; 5] = [
     "services/applier/",
     "services/evaluator/src/cloudevents",
     "services/renderer/",
     "services/reporter/",
+    "services/watcher/",
 ];
 
 #[test]

@@ -1,22 +1,27 @@
 //! One managed cluster's NATS, as its `sveltos-nats` Secret describes it: connects with the
 //! Secret's credentials, subscribes each core subject once, consumes each JetStream stream with
-//! a durable consumer, and forwards every CloudEvent to the bus. A JetStream message is acked
-//! only after its `CloudEventReceived` is stored, and nacked when that fails. Connection errors
-//! are retried with backoff; nothing here reaches another cluster.
+//! a durable consumer, and forwards every CloudEvent to the bus. Each JetStream stream is read
+//! by a stage runner (`Runner::over` with `stage::Forwarder`): a message is acked on the managed
+//! server only after its `CloudEventReceived` (or its dead letter) is stored, and nacked when
+//! that fails. Core NATS has nothing to ack: a chunk of messages is published until stored.
+//! Connection errors are retried with backoff; nothing here reaches another cluster. On
+//! cancellation it stops reading and drains what it holds.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::pull, AckKind};
+use async_nats::jetstream::{self, consumer::pull};
 use futures::stream::{self, BoxStream, StreamExt};
-use sluice_bus::window::Settled;
-use sluice_bus::{topology, AckWindow, Bus, PublishAckFuture};
+use sluice_bus::runner::publish::publish_stored;
+use sluice_bus::runner::{Hooks, Runner};
+use sluice_bus::{topology, Bus};
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::natsconfig::{Authorization, JetStreamConnection, NatsConnection, NatsSettings};
-use sluice_runtime::Counter;
+use sluice_runtime::{CancellationToken, Counter};
 use tempfile::TempDir;
 
 use super::forward::{self, Delivery};
+use super::stage::{Forwarder, MANAGED_STREAM};
 
 /// How long the managed NATS waits for an ack before redelivering a JetStream message. Longer
 /// than a bus publish takes under load; short enough that a crashed watcher's messages come
@@ -35,6 +40,23 @@ pub struct Counters {
     pub forwarded: Counter,
     pub rejected: Counter,
     pub errors: Counter,
+}
+
+impl Counters {
+    /// What the runner of a managed stream counts: forwarded, retried (an error), rejected.
+    fn hooks(&self) -> Hooks {
+        let (forwarded, errors, rejected) = (
+            self.forwarded.clone(),
+            self.errors.clone(),
+            self.rejected.clone(),
+        );
+        Hooks {
+            handled: std::sync::Arc::new(move |n| forwarded.add(n)),
+            retried: std::sync::Arc::new(move |n| errors.add(n)),
+            rejected: std::sync::Arc::new(move |n| rejected.add(n)),
+            trace: Some(sluice_runtime::child_traceparent),
+        }
+    }
 }
 
 /// Why a connection to a managed cluster's NATS is not (yet) usable. Transient: retried.
@@ -62,16 +84,23 @@ pub enum ListenError {
     },
 }
 
-/// Serves both sections of the settings until the task is aborted (a changed Secret).
-pub async fn run(bus: Bus, counters: Counters, cluster: ClusterId, settings: NatsSettings) {
+/// Serves both sections of the settings until `token` is cancelled (then drains) or the task
+/// is aborted (a changed Secret).
+pub async fn run(
+    bus: Bus,
+    counters: Counters,
+    cluster: ClusterId,
+    settings: NatsSettings,
+    token: CancellationToken,
+) {
     let core = async {
         if let Some(nats) = &settings.nats {
-            serve_core(&bus, &counters, &cluster, nats).await;
+            serve_core(&bus, &counters, &cluster, nats, &token).await;
         }
     };
     let jetstream = async {
         if let Some(js) = &settings.jetstream {
-            serve_jetstream(&bus, &counters, &cluster, js).await;
+            serve_jetstream(&bus, &counters, &cluster, js, &token).await;
         }
     };
     tokio::join!(core, jetstream);
@@ -85,22 +114,20 @@ pub fn consumer_name(cluster: &ClusterId) -> String {
     )
 }
 
-/// One message from the managed cluster.
-enum Incoming {
-    Core(async_nats::Message),
-    Stream(Box<jetstream::Message>),
-    /// The JetStream pull failed for a moment (missed heartbeat, reconnect); it goes on.
-    Failed(String),
-}
-
-async fn serve_core(bus: &Bus, counters: &Counters, cluster: &ClusterId, nats: &NatsConnection) {
+async fn serve_core(
+    bus: &Bus,
+    counters: &Counters,
+    cluster: &ClusterId,
+    nats: &NatsConnection,
+    token: &CancellationToken,
+) {
     if nats.subjects.is_empty() {
         tracing::info!(cluster = %cluster, url = %nats.url, "no nats subjects configured");
         return;
     }
     let mut backoff = Backoff::default();
     loop {
-        let result = async {
+        let subscribed = async {
             let (client, files) = connect(&nats.url, &nats.authorization).await?;
             let mut subscriptions = Vec::with_capacity(nats.subjects.len());
             for subject in &nats.subjects {
@@ -110,16 +137,22 @@ async fn serve_core(bus: &Bus, counters: &Counters, cluster: &ClusterId, nats: &
                         source,
                     }
                 })?;
-                subscriptions.push(subscription.map(Incoming::Core).boxed());
+                subscriptions.push(subscription.boxed());
             }
             tracing::info!(cluster = %cluster, url = %nats.url, subjects = ?nats.subjects, "subscribed to nats");
             Ok::<_, ListenError>((client, files, stream::select_all(subscriptions)))
-        }
-        .await;
+        };
+        let result = tokio::select! {
+            result = subscribed => result,
+            () = token.cancelled() => return,
+        };
         match result {
             Ok((_client, _files, incoming)) => {
                 backoff.reset();
-                forward_all(bus, counters, cluster, incoming.boxed()).await;
+                forward_core(bus, counters, cluster, incoming.boxed(), token).await;
+                if token.is_cancelled() {
+                    return;
+                }
                 tracing::warn!(cluster = %cluster, url = %nats.url, "nats subscriptions ended, reconnecting");
             }
             Err(error) => {
@@ -127,7 +160,9 @@ async fn serve_core(bus: &Bus, counters: &Counters, cluster: &ClusterId, nats: &
                 tracing::warn!(cluster = %cluster, url = %nats.url, error = &error as &dyn std::error::Error, "cannot listen to nats");
             }
         }
-        tokio::time::sleep(backoff.next()).await;
+        if crate::pause(backoff.next(), token).await {
+            return;
+        }
     }
 }
 
@@ -136,6 +171,7 @@ async fn serve_jetstream(
     counters: &Counters,
     cluster: &ClusterId,
     js: &JetStreamConnection,
+    token: &CancellationToken,
 ) {
     if js.streams.is_empty() {
         tracing::info!(cluster = %cluster, url = %js.url, "no jetstream streams configured");
@@ -144,15 +180,16 @@ async fn serve_jetstream(
     let durable = consumer_name(cluster);
     let mut backoff = Backoff::default();
     loop {
-        let result = async {
+        let bound = async {
             let (client, files) = connect(&js.url, &js.authorization).await?;
-            let context = jetstream::new(client);
-            let mut pulls = Vec::with_capacity(js.streams.len());
+            let context = jetstream::new(client.clone());
+            let mut runners = Vec::with_capacity(js.streams.len());
             for source in &js.streams {
-                let stream_error = |e: Box<dyn std::error::Error + Send + Sync>| ListenError::Stream {
-                    stream: source.stream.clone(),
-                    source: e,
-                };
+                let stream_error =
+                    |e: Box<dyn std::error::Error + Send + Sync>| ListenError::Stream {
+                        stream: source.stream.clone(),
+                        source: e,
+                    };
                 let stream = context
                     .get_stream(&source.stream)
                     .await
@@ -179,34 +216,62 @@ async fn serve_jetstream(
                     .messages()
                     .await
                     .map_err(|e| stream_error(Box::new(e)))?;
-                let name = source.stream.clone();
-                pulls.push(
-                    messages
-                        .map(move |m| match m {
-                            Ok(message) => Incoming::Stream(Box::new(message)),
-                            Err(error) => Incoming::Failed(format!("stream {name}: {error}")),
-                        })
-                        .boxed(),
-                );
+                let read = messages.map(|message| message.map(as_the_bus_carries));
+                let runner = Runner::over(bus, read.boxed(), Some(client.clone()), MANAGED_STREAM)
+                    .with_hooks(counters.hooks());
+                runners.push((source.stream.clone(), runner));
             }
             let streams: Vec<&str> = js.streams.iter().map(|s| s.stream.as_str()).collect();
             tracing::info!(cluster = %cluster, url = %js.url, ?streams, consumer = %durable, "consuming jetstream");
-            Ok::<_, ListenError>((context, files, stream::select_all(pulls)))
-        }
-        .await;
+            Ok::<_, ListenError>((files, runners))
+        };
+        let result = tokio::select! {
+            result = bound => result,
+            () = token.cancelled() => return,
+        };
         match result {
-            Ok((_context, _files, incoming)) => {
+            Ok((_files, runners)) => {
                 backoff.reset();
-                forward_all(bus, counters, cluster, incoming.boxed()).await;
-                tracing::warn!(cluster = %cluster, url = %js.url, "jetstream consumers ended, reconnecting");
+                let runs = runners.into_iter().map(|(stream, runner)| async move {
+                    let mut stage = Forwarder::new(cluster.clone(), stream);
+                    runner
+                        .run(&mut stage, stream::pending(), token.clone())
+                        .await
+                });
+                // Each runner drains on cancellation; one that ends otherwise (the connection
+                // is gone) ends them all, to connect again.
+                match futures::future::try_join_all(runs).await {
+                    Ok(_) => return,
+                    Err(error) => {
+                        tracing::warn!(cluster = %cluster, url = %js.url, error = &error as &dyn std::error::Error, "jetstream consumers ended, reconnecting");
+                    }
+                }
             }
             Err(error) => {
                 counters.connect_errors.inc();
                 tracing::warn!(cluster = %cluster, url = %js.url, error = &error as &dyn std::error::Error, "cannot consume jetstream");
             }
         }
-        tokio::time::sleep(backoff.next()).await;
+        if crate::pause(backoff.next(), token).await {
+            return;
+        }
     }
+}
+
+/// A message of a managed stream as the forwarder reads it: a CloudEvent in structured JSON,
+/// its trace context in the `traceparent` header (`forward::structured`). One that is not a
+/// CloudEvent is left as it came, for the forwarder to reject with the reason.
+fn as_the_bus_carries(mut message: jetstream::Message) -> jetstream::Message {
+    let headers = forward::header_pairs(message.message.headers.as_ref());
+    if let Ok((json, traceparent)) = forward::structured(&headers, &message.message.payload) {
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(traceparent) = traceparent {
+            headers.insert("traceparent", traceparent.as_str());
+        }
+        message.message.payload = json.into();
+        message.message.headers = Some(headers);
+    }
+    message
 }
 
 /// Connects with the Secret's credentials. TLS material is written to a private temporary
@@ -256,158 +321,82 @@ async fn connect(
     Ok((client, files))
 }
 
-/// Forwards until the incoming stream ends, keeping bus acks in flight; drains on the way out.
-async fn forward_all(
+/// Forwards core NATS messages until the subscriptions end or `token` is cancelled. Core NATS
+/// delivers at most once and has nothing to ack or redeliver: each chunk of messages already
+/// received is published until stored (`publish_stored`, with the same message ids on a
+/// retry), what is not a CloudEvent dead-lettered, before the next chunk is read. On
+/// cancellation the chunk in hand is finished (the watcher's drain deadline bounds it).
+async fn forward_core(
     bus: &Bus,
     counters: &Counters,
     cluster: &ClusterId,
-    mut incoming: BoxStream<'static, Incoming>,
+    incoming: BoxStream<'static, async_nats::Message>,
+    token: &CancellationToken,
 ) {
-    let mut window = AckWindow::new(topology::PUBLISH_WINDOW);
+    let mut chunks = incoming.ready_chunks(topology::PUBLISH_WINDOW);
+    // Stops nothing: a chunk read is stored, however long the bus takes, or the process ends.
+    let finish = CancellationToken::new();
     loop {
-        tokio::select! {
-            next = incoming.next(), if !window.is_full() => {
-                let Some(next) = next else { break };
-                forward_one(bus, counters, cluster, next, &mut window).await;
-            }
-            settled = window.next(), if !window.is_empty() => {
-                if let Some(Settled::Retried(error)) = settled {
-                    counters.errors.inc();
-                    tracing::warn!(cluster = %cluster, error = &error as &dyn std::error::Error, "cloudevent not stored, jetstream will redeliver it");
-                }
-            }
-        }
-    }
-    if let Err(error) = window.drain().await {
-        counters.errors.inc();
-        tracing::warn!(cluster = %cluster, error = &error as &dyn std::error::Error, "cloudevent not stored while draining");
-    }
-}
-
-async fn forward_one(
-    bus: &Bus,
-    counters: &Counters,
-    cluster: &ClusterId,
-    incoming: Incoming,
-    window: &mut AckWindow,
-) {
-    match incoming {
-        Incoming::Failed(reason) => {
-            tracing::debug!(cluster = %cluster, reason = %reason, "jetstream pull interrupted");
-        }
-        Incoming::Core(message) => {
+        let chunk = tokio::select! {
+            chunk = chunks.next() => chunk,
+            () = token.cancelled() => return,
+        };
+        let Some(chunk) = chunk else { return };
+        let mut outputs = Vec::with_capacity(chunk.len());
+        for message in chunk {
             let unique = uuid::Uuid::new_v4().to_string();
             let headers = forward::header_pairs(message.headers.as_ref());
             let delivery = Delivery::Core { unique: &unique };
-            let out = forward::outgoing(
+            match forward::outgoing(
                 cluster,
                 &message.subject,
                 &headers,
                 &message.payload,
                 delivery,
-            );
-            settle(bus, counters, cluster, out, &message, None, window).await;
-        }
-        Incoming::Stream(input) => {
-            let (stream, sequence) = match input.info() {
-                Ok(info) => (info.stream.to_string(), info.stream_sequence),
-                Err(error) => {
-                    // Without metadata it cannot be deduplicated: leave it to be redelivered.
-                    counters.errors.inc();
-                    tracing::warn!(cluster = %cluster, error = %error, "jetstream message without metadata");
-                    return;
+            ) {
+                Ok(out) => outputs.push(out),
+                Err(reason) => {
+                    counters.rejected.inc();
+                    dead_letter(bus, counters, cluster, &message, &reason).await;
                 }
-            };
-            let message = input.message.clone();
-            let headers = forward::header_pairs(message.headers.as_ref());
-            let delivery = Delivery::Stream {
-                stream: &stream,
-                sequence,
-            };
-            let out = forward::outgoing(
-                cluster,
-                &message.subject,
-                &headers,
-                &message.payload,
-                delivery,
-            );
-            settle(bus, counters, cluster, out, &message, Some(*input), window).await;
+            }
+        }
+        let Ok(report) = publish_stored(bus, outputs, &finish).await else {
+            return;
+        };
+        counters.forwarded.add(report.stored as u64);
+        counters.errors.add(report.retries as u64);
+        for (out, error) in report.refused {
+            counters.errors.inc();
+            tracing::warn!(cluster = %cluster, subject = %out.subject, error = %sluice_runtime::error_chain(&error), "cloudevent refused by the bus, not published");
         }
     }
 }
 
-/// Publishes (or dead-letters) one parsed message; a JetStream input is acked by the window
-/// once that is stored, and nacked at once when the publish cannot even be sent.
-async fn settle(
+/// Parks a core NATS message that is not a CloudEvent with the reason. Nothing redelivers it:
+/// a dead letter that cannot be stored is only logged and counted.
+async fn dead_letter(
     bus: &Bus,
     counters: &Counters,
     cluster: &ClusterId,
-    out: Result<sluice_bus::Outgoing, sluice_domain::cloudevent::CloudEventError>,
     message: &async_nats::Message,
-    input: Option<jetstream::Message>,
-    window: &mut AckWindow,
+    reason: &sluice_domain::cloudevent::CloudEventError,
 ) {
     let subject = message.subject.as_str();
-    match out {
-        // Through the window's `publish`, so that an event whose ack a dropped bus connection
-        // lost is published again at once rather than after the ack timeout.
-        Ok(out) => match window
-            .publish(bus, [out], input.clone().into_iter().collect())
+    let reason = format!("not a cloudevent from cluster {cluster}: {reason}");
+    tracing::warn!(cluster = %cluster, subject, reason = %reason, "rejecting malformed cloudevent");
+    let parked = async {
+        bus.dead_letter("watcher", subject, message.payload.clone(), &reason, &[])
+            .await?
             .await
-        {
-            Ok(_) => counters.forwarded.inc(),
-            Err(error) => {
-                counters.errors.inc();
-                tracing::warn!(cluster = %cluster, subject, error = &error as &dyn std::error::Error, "failed to publish cloudevent");
-                if let Some(input) = input {
-                    // Best effort: without the nak the message still comes back after ACK_WAIT.
-                    let _ = input.ack_with(AckKind::Nak(Some(FIRST_BACKOFF))).await;
-                }
-            }
-        },
-        Err(reason) => {
-            counters.rejected.inc();
-            tracing::warn!(cluster = %cluster, subject, reason = %reason, "rejecting malformed cloudevent");
-            match dead_letter(bus, cluster, subject, &message.payload, &reason.to_string()).await {
-                // Acked once the dead letter is stored, nacked by the window if it is not.
-                Some(parked) => window.push(vec![parked], input),
-                None => {
-                    counters.errors.inc();
-                    if let Some(input) = input {
-                        // Not stored, so not acked: it comes back and is rejected again.
-                        let _ = input.ack_with(AckKind::Nak(Some(FIRST_BACKOFF))).await;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Parks a malformed CloudEvent with the reason; the publish ack of the dead letter, `None`
-/// when it could not be sent.
-async fn dead_letter(
-    bus: &Bus,
-    cluster: &ClusterId,
-    subject: &str,
-    payload: &bytes::Bytes,
-    reason: &str,
-) -> Option<PublishAckFuture> {
-    let cluster_header = cluster.to_string();
-    match bus
-        .dead_letter(
-            "watcher",
-            subject,
-            payload.clone(),
-            reason,
-            &[("Sluice-Cluster", cluster_header.as_str())],
-        )
-        .await
-    {
-        Ok(ack) => Some(ack),
-        Err(error) => {
-            tracing::warn!(cluster = %cluster, error = %error, "failed to dead-letter cloudevent, it will come back");
-            None
-        }
+            .map_err(|source| sluice_bus::Error::Publish {
+                subject: topology::dead_subject("watcher"),
+                source: Box::new(source),
+            })
+    };
+    if let Err(error) = parked.await {
+        counters.errors.inc();
+        tracing::warn!(cluster = %cluster, subject, error = %sluice_runtime::error_chain(&error), "failed to dead-letter a malformed cloudevent");
     }
 }
 

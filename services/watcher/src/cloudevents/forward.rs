@@ -77,6 +77,19 @@ pub fn outgoing(
     })
 }
 
+/// A stored message in the form the bus carries, as the runner reads it: the event as
+/// structured JSON (a binary-mode event's attributes, its headers, folded in) and the event's
+/// own trace context (its `traceparent` attribute), which the runner continues in the output.
+pub fn structured(
+    headers: &[(String, String)],
+    payload: &[u8],
+) -> Result<(Vec<u8>, Option<String>), CloudEventError> {
+    let pairs = headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+    let event = cloudevent::parse_message(pairs, payload)?;
+    let traceparent = event.attribute("traceparent").map(str::to_string);
+    Ok((event.to_bytes(), traceparent))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +219,43 @@ mod tests {
             traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
             "{traceparent}"
         );
+    }
+
+    #[test]
+    fn a_binary_mode_message_reads_as_the_structured_event_with_its_trace_context() {
+        let headers: Vec<(String, String)> = [
+            ("ce-specversion", "1.0"),
+            ("ce-id", "7"),
+            ("ce-source", "auth.example.com"),
+            ("ce-type", "auth.example.com.logout"),
+            (
+                "ce-traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            ("content-type", "application/json"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        let (json, traceparent) = structured(&headers, br#"{"a":1}"#).expect("valid");
+        assert_eq!(
+            traceparent.as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        let from_json = outgoing(&cluster(), "s", &[], &json, Delivery::Core { unique: "u" })
+            .expect("the structured form is a valid event");
+        let from_binary = outgoing(
+            &cluster(),
+            "s",
+            &headers,
+            br#"{"a":1}"#,
+            Delivery::Core { unique: "u" },
+        )
+        .expect("valid");
+        assert_eq!(from_json.payload, from_binary.payload);
+        let (_, none) = structured(&[], LOGIN.as_bytes()).expect("valid");
+        assert_eq!(none, None);
+        assert!(structured(&[], b"not json").is_err());
     }
 
     #[test]
