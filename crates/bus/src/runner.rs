@@ -1,5 +1,6 @@
 //! The stage runner: the one consumer loop of every stage that reads a durable consumer
-//! ([`topology::ConsumerSpec`]). A stage is wiring plus a [`Stage`]: it decodes a message and
+//! ([`topology::ConsumerSpec`]), of the bus or ([`Runner::over`]) of another server (the
+//! watcher's CloudEvent forwarder reads a managed cluster's JetStream). A stage is wiring plus a [`Stage`]: it decodes a message and
 //! turns a batch of inputs into outputs or errors; the runner owns everything else. It pulls
 //! batches (`coalesce::next_batch`), keeps only the newest fresh message per subject of a state
 //! stream, decodes, gives every output its message id and trace context, publishes through the
