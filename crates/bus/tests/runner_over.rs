@@ -82,7 +82,10 @@ impl Stage for Echo {
                 Err(EchoError::Busy)
             } else {
                 Ok(vec![Output {
-                    subject: topology::cloudevent_subject("sveltos.default.a"),
+                    subject: topology::cloudevent_subject(&format!(
+                        "sveltos.default.{}",
+                        input.value
+                    )),
                     payload: Bytes::from(input.value.clone()),
                     id: None,
                 }])
@@ -96,22 +99,15 @@ impl Stage for Echo {
     }
 }
 
-/// Every payload stored on the bus's CloudEvent stream, in order.
+/// Every payload stored on the bus's CloudEvent stream (one subject each), in stream order.
 async fn stored(bus: &Bus) -> anyhow::Result<Vec<String>> {
-    let mut stream = bus
-        .jetstream()
-        .get_stream(topology::CLOUDEVENTS.name)
+    let delivered = bus
+        .replay_state(topology::CLOUDEVENTS, topology::CLOUDEVENTS.subjects)
         .await?;
-    let state = stream.info().await?.state.clone();
-    let mut out = Vec::new();
-    if state.messages == 0 {
-        return Ok(out);
-    }
-    for sequence in state.first_sequence..=state.last_sequence {
-        let message = stream.get_raw_message(sequence).await?;
-        out.push(String::from_utf8_lossy(&message.payload).to_string());
-    }
-    Ok(out)
+    Ok(delivered
+        .iter()
+        .map(|d| String::from_utf8_lossy(&d.payload).to_string())
+        .collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

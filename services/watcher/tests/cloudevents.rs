@@ -154,19 +154,7 @@ async fn jetstream_watcher_killed_midway_loses_nothing_and_publishes_nothing_twi
 ) -> anyhow::Result<()> {
     const EVENTS: usize = 600;
     let mut fx = Fixture::start().await?;
-    let nats = fx.managed_client().await?;
-    let js = async_nats::jetstream::new(nats.clone());
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "USERS".into(),
-        subjects: vec!["user-operation".into()],
-        ..Default::default()
-    })
-    .await?;
-    fx.nats_secret(&json!({"jetstream": {"configuration": {
-        "url": fx.managed_nats.url(),
-        "streams": [{"name": "USERS", "subjects": ["user-operation"]}],
-        "authorization": Fixture::auth()}}}))
-        .await?;
+    let js = fx.jetstream_users().await?;
     let publish = |range: std::ops::Range<usize>| {
         let js = js.clone();
         async move {

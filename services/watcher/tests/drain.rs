@@ -60,18 +60,7 @@ const SLACK: Duration = Duration::from_secs(3);
 async fn a_sigterm_drains_within_the_deadline_and_loses_nothing_across_the_restart(
 ) -> anyhow::Result<()> {
     let mut fx = Fixture::start().await?;
-    let js = async_nats::jetstream::new(fx.managed_client().await?);
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "USERS".into(),
-        subjects: vec!["user-operation".into()],
-        ..Default::default()
-    })
-    .await?;
-    fx.nats_secret(&json!({"jetstream": {"configuration": {
-        "url": fx.managed_nats.url(),
-        "streams": [{"name": "USERS", "subjects": ["user-operation"]}],
-        "authorization": Fixture::auth()}}}))
-        .await?;
+    let js = fx.jetstream_users().await?;
     fx.apply(
         MANAGEMENT,
         &sluice_kube::manifest::parse_documents(CONFIGMAPS)?,

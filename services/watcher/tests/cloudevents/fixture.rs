@@ -175,6 +175,24 @@ impl Fixture {
         .await
     }
 
+    /// A JetStream stream `USERS` (subject `user-operation`) in the managed NATS, which the
+    /// cluster's `sveltos-nats` Secret names; the JetStream context to publish with.
+    pub async fn jetstream_users(&self) -> anyhow::Result<async_nats::jetstream::Context> {
+        let js = async_nats::jetstream::new(self.managed_client().await?);
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "USERS".into(),
+            subjects: vec!["user-operation".into()],
+            ..Default::default()
+        })
+        .await?;
+        self.nats_secret(&json!({"jetstream": {"configuration": {
+            "url": self.managed_nats.url(),
+            "streams": [{"name": "USERS", "subjects": ["user-operation"]}],
+            "authorization": Fixture::auth()}}}))
+            .await?;
+        Ok(js)
+    }
+
     pub fn auth() -> Value {
         json!({"user": {"user": USER, "password": PASSWORD}})
     }
