@@ -337,6 +337,12 @@ impl Runner {
             nack(&message, Duration::ZERO).await;
         }
         core.drain().await;
+        // The drain's acks are only buffered: they reach the server before the runner returns
+        // (and the process, perhaps, exits), or their inputs come back after the ack wait.
+        let flushed = tokio::time::timeout(core.drain_deadline, client.flush()).await;
+        if !matches!(flushed, Ok(Ok(()))) {
+            tracing::debug!("the drain's acks were not flushed, their inputs come back");
+        }
         Ok(())
     }
 }
