@@ -94,7 +94,7 @@ impl Stage for Probe {
                     subject: topology::applied_subject_for(&input.delivered.subject)
                         .expect("a desired subject"),
                     payload: Bytes::from(format!("done {body}")),
-                    id: None,
+                    ..Output::default()
                 }]),
             });
         }
@@ -322,7 +322,7 @@ fn applied_output(name: &str, body: String) -> Output {
     Output {
         subject: topology::applied_subject_for(&subject(name)).expect("a desired subject"),
         payload: Bytes::from(body),
-        id: None,
+        ..Output::default()
     }
 }
 
