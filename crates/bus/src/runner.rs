@@ -504,7 +504,11 @@ impl Runner {
                         return Err(source.ended(&core.spec).await);
                     };
                     let decoded = match next {
-                        Next::Raw(batch) => core.decode(|d| stage.decode(d), batch, false).await?,
+                        Next::Raw(batch) => {
+                            let (decoded, undecoded) = core.decode(|d| stage.decode(d), batch, false);
+                            core.undecoded(undecoded).await?;
+                            decoded
+                        }
                         Next::Decoded(decoded) => decoded,
                     };
                     let waiting = source.waiting();
@@ -584,7 +588,8 @@ impl Core {
                     let Some(batch) = batch else {
                         return Err(Error::Ended { what: format!("consumer {} on {}", self.spec.durable, self.spec.stream.name) });
                     };
-                    let decoded = self.decode(|d| decoder(d), batch, true).await?;
+                    let (decoded, undecoded) = self.decode(|d| decoder(d), batch, true);
+                    self.undecoded(undecoded).await?;
                     if decoded.inputs.is_empty() {
                         continue;
                     }
@@ -602,15 +607,16 @@ impl Core {
         Ok(())
     }
 
-    /// Keeps a batch fresh and decodes it; what does not decode is retried or rejected. A
-    /// reader (`ahead`) decodes off the async executor and records an input's freshness as it
-    /// hands it on (the stage records its own once handled).
-    async fn decode<T, E: Failure>(
+    /// Keeps a batch fresh and decodes it; returns it with what did not decode, for
+    /// [`Core::undecoded`]. A reader (`ahead`) decodes off the async executor and records an
+    /// input's freshness as it hands it on (the stage records its own once handled).
+    #[allow(clippy::type_complexity)]
+    fn decode<T, E: Failure>(
         &mut self,
         decode: impl Fn(&Delivered) -> std::result::Result<T, E>,
         batch: Vec<Message>,
         ahead: bool,
-    ) -> Result<Decoded<T>> {
+    ) -> (Decoded<T>, Vec<(Delivered, Message, E)>) {
         let behind = batch
             .last()
             .and_then(|message| message.info().ok())
@@ -632,6 +638,7 @@ impl Core {
             messages: Vec::with_capacity(results.len()),
             behind,
         };
+        let mut undecoded = Vec::new();
         for (value, delivered, message) in results {
             match value {
                 Ok(value) => {
@@ -641,10 +648,21 @@ impl Core {
                     decoded.inputs.push(Input { delivered, value });
                     decoded.messages.push(message);
                 }
-                Err(error) => self.failed(&delivered, message, &error).await?,
+                Err(error) => undecoded.push((delivered, message, error)),
             }
         }
-        Ok(decoded)
+        (decoded, undecoded)
+    }
+
+    /// Retries or rejects the inputs that did not decode, as their errors say.
+    async fn undecoded<E: Failure>(
+        &mut self,
+        undecoded: Vec<(Delivered, Message, E)>,
+    ) -> Result<()> {
+        for (delivered, message, error) in undecoded {
+            self.failed(&delivered, message, &error).await?;
+        }
+        Ok(())
     }
 
     /// Runs one batch; `waiting` says whether another decoded batch waits behind it.
