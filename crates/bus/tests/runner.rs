@@ -75,7 +75,7 @@ impl Stage for Probe {
     type Error = ProbeError;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
-        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+        text(delivered)
     }
 
     async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
@@ -138,6 +138,29 @@ async fn output(bus: &Bus, name: &str) -> Option<String> {
         .await
         .ok()?;
     Some(String::from_utf8_lossy(&message.payload).to_string())
+}
+
+/// A body as text; one that is not is rejected.
+fn text(delivered: &Delivered) -> Result<String, ProbeError> {
+    String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+}
+
+/// Waits until the test consumer has nothing unacked and nothing pending.
+async fn every_input_acked(bus: &Bus) -> anyhow::Result<()> {
+    wait_for("every input acked", DEADLINE, || async {
+        matches!(consumer_state(bus).await, Ok((0, 0))).then_some(())
+    })
+    .await
+}
+
+/// Cancels a runner and waits for its drain.
+async fn stop(
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<sluice_bus::Result<()>>,
+) -> anyhow::Result<()> {
+    token.cancel();
+    task.await??;
+    Ok(())
 }
 
 /// (unacked, pending) of the test consumer.
@@ -224,17 +247,12 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
     assert_eq!(reason, "cannot be handled: no template");
     assert_eq!(origin, subject("bad"));
     // Everything is acked, and the rejected input was handled once.
-    wait_for("every input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
+    every_input_acked(&bus).await?;
     assert_eq!(probe.attempts("reject"), 1);
     assert_eq!(handled.load(Ordering::Relaxed), 2);
     assert_eq!(retried.load(Ordering::Relaxed), 1);
     assert_eq!(rejected.load(Ordering::Relaxed), 1);
-    token.cancel();
-    task.await??;
-    Ok(())
+    stop(token, task).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,13 +278,8 @@ async fn an_input_whose_dead_letter_is_not_stored_is_not_acked() -> anyhow::Resu
         bus.last_dead_letter(SPEC.durable)
     })
     .await?;
-    wait_for("the input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
-    token.cancel();
-    task.await??;
-    Ok(())
+    every_input_acked(&bus).await?;
+    stop(token, task).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,9 +323,7 @@ async fn a_drain_returns_by_its_deadline_and_leaves_the_input_to_come_back() -> 
         .await?,
         "done hang"
     );
-    token.cancel();
-    task.await??;
-    Ok(())
+    stop(token, task).await
 }
 
 /// Publishes `side <name>` for a side message `<name>` and asks for a tick 50 ms later, which
@@ -336,7 +347,7 @@ impl Stage for Timed {
     type Error = ProbeError;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
-        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+        text(delivered)
     }
 
     async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
@@ -389,10 +400,7 @@ async fn side_messages_and_ticks_publish_and_a_stop_ends_the_runner_leaving_its_
         "ticked"
     );
     send(&bus, "fine", "ok").await?;
-    wait_for("the input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
+    every_input_acked(&bus).await?;
     send(&bus, "halt", "stop").await?;
     let ended = tokio::time::timeout(DEADLINE, task).await??;
     assert!(
@@ -431,7 +439,7 @@ impl Stage for Holding {
     });
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
-        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+        text(delivered)
     }
 
     async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
@@ -481,13 +489,8 @@ async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with
     );
     assert!(stage.batches.load(Ordering::Relaxed) >= 2);
     assert_eq!(stage.flushes.load(Ordering::Relaxed), 1);
-    wait_for("every input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
-    token.cancel();
-    task.await??;
-    Ok(())
+    every_input_acked(&bus).await?;
+    stop(token, task).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -509,9 +512,7 @@ async fn a_held_input_whose_flush_is_not_stored_is_not_acked() -> anyhow::Result
     .await?;
     let (unacked, pending) = consumer_state(&bus).await?;
     assert_eq!(unacked + pending as usize, 1, "the held input is not acked");
-    token.cancel();
-    task.await??;
-    Ok(())
+    stop(token, task).await
 }
 
 /// For input `first`: a member (with a time to live) of set `s`; for `purge`: another member,
@@ -542,7 +543,7 @@ impl Stage for Purging {
     type Error = ProbeError;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
-        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+        text(delivered)
     }
 
     async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
@@ -601,13 +602,8 @@ async fn an_output_keeps_its_time_to_live_and_a_purge_follows_the_outputs_before
         3,
         "x, y and the head were stored"
     );
-    wait_for("every input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
-    token.cancel();
-    task.await??;
-    Ok(())
+    every_input_acked(&bus).await?;
+    stop(token, task).await
 }
 
 /// Its decoder counts what it decoded; handling `first` waits (up to 5 s) until `second` is
@@ -623,7 +619,7 @@ impl Stage for Ahead {
     type Error = ProbeError;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
-        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+        text(delivered)
     }
 
     fn decoder(&self) -> Option<Decoder<String, ProbeError>> {
@@ -686,7 +682,5 @@ async fn a_decoder_takes_and_decodes_the_next_batch_while_the_stage_handles_this
         wait_for("the second output", DEADLINE, || output(&bus, "second")).await?,
         "second ahead false"
     );
-    token.cancel();
-    task.await??;
-    Ok(())
+    stop(token, task).await
 }

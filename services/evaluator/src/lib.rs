@@ -7,7 +7,7 @@
 //! Its change stage runs on the stage runner (`sluice_bus::runner`): the runner decodes and
 //! parses the changes a task ahead of the stage, the stage absorbs them, and the runner holds
 //! them until it flushes the sets they changed (ADR 0014): once per round behind a burst or a
-//! backlog, at the latest after [`MAX_HOLD`]. The configuration is its side feed.
+//! backlog, at the latest after `MAX_HOLD`. The configuration is its side feed.
 
 pub mod cloudevents;
 pub mod stage;
@@ -130,11 +130,11 @@ pub async fn run(
 /// Changes absorbed by the stage whose sets are not published yet, at most this many. Held
 /// inputs are unacked: this stays well below the consumer's `max_ack_pending` (20,000), or the
 /// server would stop delivering what the stage waits for.
-pub const MAX_HELD_CHANGES: usize = 16_384;
+const MAX_HELD_CHANGES: usize = 16_384;
 
 /// How long a change may be held before its sets are published, however far behind the
 /// evaluator is (ADR 0014).
-pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_millis(200);
+const MAX_HOLD: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Why a change is rejected; never worth a retry.
 #[derive(Debug, thiserror::Error)]
