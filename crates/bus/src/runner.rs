@@ -271,6 +271,8 @@ struct Core {
     drain_deadline: Duration,
     window: AckWindow,
     held: Held,
+    /// Whether handled inputs are recorded in `freshness` here (not once a reader keeps it).
+    keeps_freshness: bool,
 }
 
 /// How a batch went.
@@ -409,6 +411,7 @@ impl Runner {
                 drain_deadline: DRAIN_DEADLINE,
                 window: AckWindow::new(topology::PUBLISH_WINDOW).acking(spec.acks),
                 held: Held::default(),
+                keeps_freshness: true,
             },
             first: Vec::new(),
         })
@@ -511,11 +514,13 @@ impl Runner {
                         }
                         Next::Decoded(decoded) => decoded,
                     };
-                    let waiting = source.waiting();
-                    if let Flow::Cut(messages) = core.process(stage, decoded, waiting, &token).await? {
+                    let behind = decoded.behind;
+                    if let Flow::Cut(messages) = core.process(stage, decoded, &token).await? {
                         cut = messages;
                         break;
                     }
+                    // Read once the batch is handled: the reader may have queued more meanwhile.
+                    core.settle_held(stage, behind || source.waiting()).await?;
                 }
             }
         }
@@ -558,7 +563,9 @@ impl Core {
             drain_deadline: self.drain_deadline,
             window: AckWindow::new(topology::PUBLISH_WINDOW).acking(self.spec.acks),
             held: Held::default(),
+            keeps_freshness: true,
         };
+        self.keeps_freshness = false;
         let reader = tokio::spawn(reader.read(consumer, decoder, batches, token));
         Source::Piped { decoded, reader }
     }
@@ -665,22 +672,18 @@ impl Core {
         Ok(())
     }
 
-    /// Runs one batch; `waiting` says whether another decoded batch waits behind it.
+    /// Runs one batch.
     async fn process<S: Stage>(
         &mut self,
         stage: &mut S,
         decoded: Decoded<S::Input>,
-        waiting: bool,
         token: &CancellationToken,
     ) -> Result<Flow> {
         let Decoded {
-            inputs,
-            messages,
-            behind,
+            inputs, messages, ..
         } = decoded;
         let span = tracing::debug_span!("batch", consumer = self.spec.durable, size = inputs.len());
         if inputs.is_empty() {
-            self.settle_held(stage, behind || waiting).await?;
             return Ok(Flow::Continue);
         }
         let deadline = self.drain_deadline;
@@ -722,7 +725,9 @@ impl Core {
                     } else {
                         self.publish(outgoing, vec![message]).await?;
                     }
-                    self.freshness.record(&input.delivered);
+                    if self.keeps_freshness {
+                        self.freshness.record(&input.delivered);
+                    }
                     (self.hooks.handled)(1);
                 }
                 Err(error) => {
@@ -746,7 +751,6 @@ impl Core {
         if !joint.1.is_empty() {
             self.publish(joint.0, joint.1).await?;
         }
-        self.settle_held(stage, behind || waiting).await?;
         Ok(Flow::Continue)
     }
 
@@ -908,6 +912,9 @@ impl Core {
 
     /// The messages of `outputs`, with ids and trace context derived from the input.
     fn outgoing(&self, input: &Delivered, outputs: Vec<Output>) -> Vec<Out> {
+        if outputs.is_empty() {
+            return Vec::new();
+        }
         let sequence = input.sequence.to_string();
         let traceparent = match self.hooks.trace {
             Some(trace) => Some(trace(input.traceparent.as_deref())),
