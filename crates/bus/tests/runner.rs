@@ -4,7 +4,8 @@
 //! leaves the input to be redelivered; a side message and a tick publish what the stage returns
 //! for them; a stop ends the runner with the input unacked. A holding stage's inputs are held
 //! across batches and acked only once its flush's outputs are stored; an output's time to live
-//! and a purge are carried out in order; a decoder runs ahead of the stage.
+//! and a purge are carried out in order; a holding stage is flushed whenever it holds its
+//! limit; a decoder runs ahead of the stage.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -417,24 +418,25 @@ async fn side_messages_and_ticks_publish_and_a_stop_ends_the_runner_leaving_its_
     Ok(())
 }
 
-/// Holds every input it handles (no outputs of their own) and, when flushed, publishes one
-/// output naming how many it held to `flush_to`; counts its batches and flushes.
+/// Holds every input it handles (no outputs of their own), up to `MAX`, and, when flushed,
+/// publishes one output naming how many it held to `flush_to`; counts its batches and records
+/// how many inputs each flush had.
 #[derive(Clone, Default)]
-struct Holding {
+struct Holding<const MAX: usize> {
     held: Arc<AtomicU64>,
     batches: Arc<AtomicU64>,
-    flushes: Arc<AtomicU64>,
+    flushes: Arc<Mutex<Vec<u64>>>,
     handled: Arc<Mutex<HashMap<String, usize>>>,
     flush_to: String,
 }
 
-impl Stage for Holding {
+impl<const MAX: usize> Stage for Holding<MAX> {
     type Input = String;
     type Side = std::convert::Infallible;
     type Error = ProbeError;
 
     const HOLD: Option<Hold> = Some(Hold {
-        max_inputs: 10_000,
+        max_inputs: MAX,
         max_age: Duration::from_secs(60),
     });
 
@@ -453,8 +455,8 @@ impl Stage for Holding {
     }
 
     async fn flush(&mut self) -> Vec<Output> {
-        self.flushes.fetch_add(1, Ordering::Relaxed);
         let held = self.held.swap(0, Ordering::Relaxed);
+        self.flushes.lock().expect("lock").push(held);
         vec![Output::message(
             self.flush_to.clone(),
             Bytes::from(format!("flushed {held}")),
@@ -475,7 +477,7 @@ async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with
     for n in 0..BACKLOG {
         send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
     }
-    let stage = Holding {
+    let stage = Holding::<10_000> {
         flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
         ..Holding::default()
     };
@@ -488,8 +490,35 @@ async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with
         format!("flushed {BACKLOG}")
     );
     assert!(stage.batches.load(Ordering::Relaxed) >= 2);
-    assert_eq!(stage.flushes.load(Ordering::Relaxed), 1);
+    assert_eq!(*stage.flushes.lock().expect("lock"), [BACKLOG as u64]);
     every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_stage_is_flushed_whenever_it_holds_its_limit() -> anyhow::Result<()> {
+    const BACKLOG: usize = 600;
+    const LIMIT: usize = 100;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..BACKLOG {
+        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
+    }
+    let stage = Holding::<LIMIT> {
+        flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
+        ..Holding::default()
+    };
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let (token, task) = spawn(runner, stage.clone());
+    every_input_acked(&bus).await?;
+    // Batches hold at most 256: behind the backlog every flush but the last held the limit
+    // (at most 99 + 256 inputs).
+    let flushes = stage.flushes.lock().expect("lock").clone();
+    assert!(flushes.len() >= 2, "{flushes:?}");
+    assert_eq!(flushes.iter().sum::<u64>(), BACKLOG as u64, "{flushes:?}");
+    let (last, rest) = flushes.split_last().expect("flushes");
+    assert!(rest.iter().all(|&n| n >= LIMIT as u64), "{flushes:?}");
+    assert!(*last > 0);
     stop(token, task).await
 }
 
@@ -498,7 +527,7 @@ async fn a_held_input_whose_flush_is_not_stored_is_not_acked() -> anyhow::Result
     let nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
     // No stream takes the flush's output.
-    let stage = Holding {
+    let stage = Holding::<10_000> {
         flush_to: "nowhere.flushed".to_string(),
         ..Holding::default()
     };
