@@ -5,7 +5,7 @@
 //! for them; a stop ends the runner with the input unacked. A holding stage's inputs are held
 //! across batches and acked only once its flush's outputs are stored; an output's time to live
 //! and a purge are carried out in order; a holding stage is flushed whenever it holds its
-//! limit; a decoder runs ahead of the stage.
+//! limit; a decoder runs ahead of the stage, and drops what a replay already saw newer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -711,5 +711,33 @@ async fn a_decoder_takes_and_decodes_the_next_batch_while_the_stage_handles_this
         wait_for("the second output", DEADLINE, || output(&bus, "second")).await?,
         "second ahead false"
     );
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decoder_drops_a_state_older_than_the_replay_saw() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    send(&bus, "seen", "old").await?;
+    // A replay at start saw a newer state of that subject (sequence 2) than the one waiting.
+    let mut replayed = sluice_bus::Freshness::default();
+    replayed.record(&Delivered {
+        subject: subject("seen"),
+        sequence: 2,
+        payload: Bytes::new(),
+        traceparent: None,
+    });
+    let stage = Ahead::default();
+    let runner = Runner::bind(&bus, SPEC).await?.with_freshness(replayed);
+    let (token, task) = spawn(runner, stage.clone());
+    // (`Ahead` publishes under the input's body.)
+    send(&bus, "new", "new").await?;
+    assert_eq!(
+        wait_for("the fresh output", DEADLINE, || output(&bus, "new")).await?,
+        "new ahead false"
+    );
+    every_input_acked(&bus).await?;
+    assert_eq!(*stage.decoded.lock().expect("lock"), ["new"]);
+    assert_eq!(output(&bus, "old").await, None);
     stop(token, task).await
 }
