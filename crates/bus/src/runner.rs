@@ -1,7 +1,7 @@
 //! The stage runner: the one consumer loop of every stage that reads a durable consumer
 //! ([`topology::ConsumerSpec`]), of the bus or ([`Runner::over`]) of another server (the
-//! watcher's CloudEvent forwarder reads a managed cluster's JetStream). A stage is wiring plus a [`Stage`]: it decodes a message and
-//! turns a batch of inputs into outputs or errors; the runner owns everything else. It pulls
+//! watcher's CloudEvent forwarder reads a managed cluster's JetStream). A stage is wiring plus
+//! a [`Stage`]: it decodes a message and turns a batch of inputs into outputs or errors; the runner owns everything else. It pulls
 //! batches (`coalesce::next_batch`), keeps only the newest fresh message per subject of a state
 //! stream, decodes, gives every output its message id and trace context, publishes through the
 //! [`AckWindow`] within its budget, nacks a [`Action::Retry`] error with a delay that grows with
@@ -13,6 +13,15 @@
 //! ([`Stage::next_tick`], [`Stage::on_tick`]) makes it publish; and a stage whose outputs are
 //! computed for a batch as a whole ([`Stage::JOINT`]) has its batch acked as one.
 //!
+//! A stage may also hold its inputs across batches ([`Stage::HOLD`], ADR 0014): the runner
+//! keeps them unacked until it flushes the stage ([`Stage::flush`]) once enough are held, the
+//! consumer has nothing more waiting, the oldest is old enough, a side message comes or the
+//! runner drains, and acks them once what the flush returned is stored. An output may carry
+//! its own time to live ([`Output::ttl`]) or be a purge of a subject filter
+//! ([`Output::purge`]), which the runner carries out only once every earlier output is
+//! stored. A stage with a [`Stage::decoder`] has its batches taken, kept fresh and decoded by
+//! a task of their own, up to two batches ahead of the stage.
+//!
 //! It does not know what the payloads mean, and it holds no Kubernetes or process concerns: the
 //! counters and the trace context come in as [`Hooks`] from the service.
 //!
@@ -22,6 +31,7 @@
 
 pub mod publish;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +46,7 @@ use crate::bus::{content_id, message_id, Bus, Outgoing};
 use crate::coalesce;
 use crate::error::{Error, Result};
 use crate::feed::{Delivered, Freshness};
-use crate::topology::{self, Acks, ConsumerSpec};
+use crate::topology::{self, Acks, ConsumerSpec, StreamSpec};
 use crate::window::{AckWindow, Settled};
 
 /// What should happen to an input a stage could not handle.
@@ -80,17 +90,62 @@ impl<T> Owned<T> {
     }
 }
 
-/// One message a stage wants published for an input. Unless the stage names its message id
-/// (`id`), the runner derives it from the input (so a redelivered input publishes duplicates
-/// JetStream drops); its trace context derives from the input's.
-#[derive(Clone, Debug, PartialEq)]
+/// One message a stage wants published for an input, or a purge ([`Output::purge`]). Unless
+/// the stage names its message id (`id`), the runner derives it from the input (so a
+/// redelivered input publishes duplicates JetStream drops); its trace context derives from the
+/// input's.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Output {
+    /// The message's subject; a purge's subject filter.
     pub subject: String,
     pub payload: Bytes,
     /// The message id, when the stage names it (after the content it renders, say); an output
-    /// of no input (of the side feed or a tick) without one is named by its subject and payload.
+    /// of no input (of the side feed, a tick or a flush) without one is named by its subject
+    /// and payload.
     pub id: Option<String>,
+    /// How long the stream keeps the message (`Nats-TTL`, a tombstone); `None` for as long as
+    /// the stream's own limits say.
+    pub ttl: Option<Duration>,
+    /// `Some(stream)`: not a message but a purge of the stream's messages on `subject` (a
+    /// filter), carried out once every earlier output is stored; later outputs follow it.
+    pub purge: Option<StreamSpec>,
+    /// For an output of held inputs ([`Stage::flush`]): the stream sequence of the held input
+    /// whose trace context it continues; `None` (or an input not held) starts a new trace.
+    pub source: Option<u64>,
 }
+
+impl Output {
+    /// A message on `subject`, its id derived by the runner.
+    pub fn message(subject: String, payload: Bytes) -> Output {
+        Output {
+            subject,
+            payload,
+            ..Output::default()
+        }
+    }
+
+    /// A purge of `stream`'s messages on the subjects of `filter`.
+    pub fn purge(stream: StreamSpec, filter: String) -> Output {
+        Output {
+            subject: filter,
+            purge: Some(stream),
+            ..Output::default()
+        }
+    }
+}
+
+/// How long a holding stage ([`Stage::HOLD`]) may keep inputs before they are flushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// Flushed once this many inputs are held: keep it well below the consumer's
+    /// `max_ack_pending`, or the server stops delivering what the stage waits for.
+    pub max_inputs: usize,
+    /// Flushed at the latest this long after the first of them was held.
+    pub max_age: Duration,
+}
+
+/// A decoder the runner runs in a task of its own, ahead of the stage ([`Stage::decoder`]).
+pub type Decoder<T, E> = Arc<dyn Fn(&Delivered) -> std::result::Result<T, E> + Send + Sync>;
 
 /// The outcome of one input: its outputs, or an error that says retry or reject.
 pub type Outcome<E> = std::result::Result<Vec<Output>, E>;
@@ -98,7 +153,7 @@ pub type Outcome<E> = std::result::Result<Vec<Output>, E>;
 /// A pipeline stage as the runner drives it.
 pub trait Stage: Send {
     /// A decoded input.
-    type Input: Send + Sync;
+    type Input: Send + Sync + 'static;
     /// A message of the side feed the stage follows besides its consumer (the configuration,
     /// say); `std::convert::Infallible` for none.
     type Side: Send;
@@ -111,9 +166,30 @@ pub trait Stage: Send {
     /// input, and no outputs on the others.
     const JOINT: bool = false;
 
+    /// Whether the stage holds the inputs it handled across batches (ADR 0014): with `Some`,
+    /// the runner keeps every handled input unacked, with the outputs of its outcome, and
+    /// calls [`Stage::flush`] once `max_inputs` are held, once the consumer has nothing more
+    /// waiting (the last delivery's `pending` count is 0 and no decoded batch waits), at the
+    /// latest `max_age` after the first was held, before a side message and before draining;
+    /// the held inputs are acked once their outputs and the flush's are stored.
+    const HOLD: Option<Hold> = None;
+
     /// Decodes one delivered message; an error is handled as any other (a payload that does
     /// not decode is a [`Action::Reject`]).
     fn decode(&self, delivered: &Delivered) -> std::result::Result<Self::Input, Self::Error>;
+
+    /// A decoder for the runner to run in a task of its own, which takes, keeps fresh and
+    /// decodes up to two batches ahead of the stage (for a decode that costs as much as the
+    /// handling, a parse); `None` decodes with [`Stage::decode`] between batches.
+    fn decoder(&self) -> Option<Decoder<Self::Input, Self::Error>> {
+        None
+    }
+
+    /// The outputs of the inputs held since the last flush ([`Stage::HOLD`]); the runner acks
+    /// those inputs once these are stored.
+    fn flush(&mut self) -> impl Future<Output = Vec<Output>> + Send {
+        async { Vec::new() }
+    }
 
     /// Handles a batch of inputs (at most one per subject of a state stream, in stream order)
     /// and returns one outcome per input, in the same order.
@@ -185,6 +261,8 @@ pub struct Runner {
     /// The connection of a consumer on another server ([`Runner::over`]), flushed in the drain.
     upstream: Option<async_nats::Client>,
     core: Core,
+    /// Published before the first input is taken.
+    first: Vec<Output>,
 }
 
 /// The messages a runner consumes: its durable consumer's, or another server's.
@@ -201,6 +279,9 @@ struct Core {
     hooks: Hooks,
     drain_deadline: Duration,
     window: AckWindow,
+    held: Held,
+    /// Whether handled inputs are recorded in `freshness` here (not once a reader keeps it).
+    keeps_freshness: bool,
 }
 
 /// How a batch went.
@@ -209,6 +290,109 @@ enum Flow {
     /// The drain deadline passed while the stage handled these inputs: they are to be nacked
     /// once the consumer is gone.
     Cut(Vec<Message>),
+}
+
+/// A message to publish or a purge, in the order the stage returned them.
+enum Out {
+    Message(Outgoing),
+    Purge(StreamSpec, String),
+}
+
+/// A batch kept fresh and decoded: its inputs, their messages, and whether the consumer had
+/// more waiting when the batch's last message was delivered (its `pending` count).
+struct Decoded<T> {
+    inputs: Vec<Input<T>>,
+    messages: Vec<Message>,
+    behind: bool,
+}
+
+/// The inputs a holding stage handled since its last flush ([`Stage::HOLD`]): their messages,
+/// the messages their outcomes named, the trace context of each by stream sequence, and when
+/// the first of them was held.
+#[derive(Default)]
+struct Held {
+    messages: Vec<Message>,
+    outs: Vec<Out>,
+    parents: HashMap<u64, String>,
+    since: Option<tokio::time::Instant>,
+}
+
+/// Where a runner's batches come from: its consumer, or the task that decodes them ahead.
+enum Source<T> {
+    Inline(Consumer),
+    Piped {
+        decoded: tokio::sync::mpsc::Receiver<Decoded<T>>,
+        reader: tokio::task::JoinHandle<Result<()>>,
+    },
+}
+
+/// A batch as its source gives it.
+enum Next<T> {
+    Raw(Vec<Message>),
+    Decoded(Decoded<T>),
+}
+
+impl<T: Send + Sync + 'static> Source<T> {
+    async fn next(&mut self) -> Option<Next<T>> {
+        match self {
+            Source::Inline(consumer) => {
+                coalesce::next_batch(consumer).await.map(Next::Raw)
+            }
+            Source::Piped { decoded, .. } => decoded.recv().await.map(Next::Decoded),
+        }
+    }
+
+    /// Whether a decoded batch waits for the stage.
+    fn waiting(&self) -> bool {
+        match self {
+            Source::Inline(_) => false,
+            Source::Piped { decoded, .. } => !decoded.is_empty(),
+        }
+    }
+
+    /// Why the source gave nothing more: the consumer ended, or the reader failed.
+    async fn ended(&mut self, spec: &ConsumerSpec) -> Error {
+        let ended = Error::Ended {
+            what: format!("consumer {} on {}", spec.durable, spec.stream.name),
+        };
+        match self {
+            Source::Inline(_) => ended,
+            Source::Piped { reader, .. } => match reader.await {
+                Ok(Err(error)) => error,
+                Ok(Ok(())) => ended,
+                Err(panicked) => Error::Ended {
+                    what: format!("reader of {}: {panicked}", spec.durable),
+                },
+            },
+        }
+    }
+
+    /// Stops taking batches: drops the consumer, or stops the reader, nacks what it decoded
+    /// and the stage did not take, and waits for its drain.
+    async fn stop(self, reader_token: &CancellationToken) {
+        match self {
+            Source::Inline(consumer) => drop(consumer),
+            Source::Piped {
+                mut decoded,
+                reader,
+            } => {
+                reader_token.cancel();
+                decoded.close();
+                while let Some(batch) = decoded.recv().await {
+                    for message in &batch.messages {
+                        nack(message, Duration::ZERO).await;
+                    }
+                }
+                match reader.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(error = %chain(&error), "reader ended with an error")
+                    }
+                    Err(panicked) => tracing::error!(error = %panicked, "reader panicked"),
+                }
+            }
+        }
+    }
 }
 
 impl Runner {
@@ -250,7 +434,10 @@ impl Runner {
                 hooks: Hooks::default(),
                 drain_deadline: DRAIN_DEADLINE,
                 window: AckWindow::new(topology::PUBLISH_WINDOW).acking(spec.acks),
+                held: Held::default(),
+                keeps_freshness: true,
             },
+            first: Vec::new(),
         }
     }
 
@@ -273,6 +460,14 @@ impl Runner {
         self
     }
 
+    /// Outputs to publish, in their order and purges included, before the first input is
+    /// taken (what a stage rebuilt at start found to differ from what is stored), as outputs
+    /// of no input.
+    pub fn publishing_first(mut self, outputs: Vec<Output>) -> Runner {
+        self.first = outputs;
+        self
+    }
+
     /// Runs `stage` until `token` is cancelled, then drains within the deadline and returns.
     /// `side` is the stage's side feed; its end is an error, as is the consumer's. An error
     /// means the bus is unusable (the process restarts); with covering acks
@@ -283,9 +478,10 @@ impl Runner {
         F: Stream<Item = S::Side> + Send,
     {
         let Runner {
-            mut consumer,
+            consumer,
             upstream,
             mut core,
+            first,
         } = self;
         let mut side = std::pin::pin!(side);
         tracing::info!(
@@ -293,9 +489,18 @@ impl Runner {
             stream = core.spec.stream.name,
             "stage running"
         );
+        // Whichever way this ends, the reader task (if any) stops with it.
+        let reader_token = token.child_token();
+        let _stop_reader = reader_token.clone().drop_guard();
+        let mut source = match stage.decoder() {
+            None => Source::Inline(consumer),
+            Some(decoder) => core.spawn_reader(consumer, decoder, reader_token.clone()),
+        };
+        core.unprompted(first).await?;
         let mut cut = Vec::new();
         loop {
             let tick = stage.next_tick();
+            let flush_at = S::HOLD.and_then(|hold| core.held.since.map(|at| at + hold.max_age));
             // Unbiased: a busy side feed must not starve the consumer, nor the other way round.
             tokio::select! {
                 () = token.cancelled() => break,
@@ -308,6 +513,8 @@ impl Runner {
                     let Some(item) = item else {
                         return Err(Error::Ended { what: format!("side feed of {}", core.spec.durable) });
                     };
+                    // What is held goes out first, acked with its own outputs.
+                    core.flush(stage).await?;
                     let outputs = stage.on_side(item).await;
                     core.unprompted(outputs).await?;
                 }
@@ -315,20 +522,38 @@ impl Runner {
                     let outputs = stage.on_tick().await;
                     core.unprompted(outputs).await?;
                 }
-                batch = coalesce::next_batch(&mut consumer), if !core.window.is_full() => {
-                    let Some(batch) = batch else {
-                        return Err(Error::Ended { what: format!("consumer {} on {}", core.spec.durable, core.spec.stream.name) });
+                () = sleep_until(flush_at), if flush_at.is_some() => core.flush(stage).await?,
+                next = source.next(), if !core.window.is_full() => {
+                    let Some(next) = next else {
+                        // A reader also ends when cancelled.
+                        if token.is_cancelled() {
+                            break;
+                        }
+                        return Err(source.ended(&core.spec).await);
                     };
-                    if let Flow::Cut(messages) = core.process(stage, batch, &token).await? {
+                    let decoded = match next {
+                        Next::Raw(batch) => {
+                            let (decoded, undecoded) = core.decode(|d| stage.decode(d), batch, false);
+                            core.undecoded(undecoded).await?;
+                            decoded
+                        }
+                        Next::Decoded(decoded) => decoded,
+                    };
+                    let behind = decoded.behind;
+                    if let Flow::Cut(messages) = core.process(stage, decoded, &token).await? {
                         cut = messages;
                         break;
                     }
+                    // Read once the batch is handled: the reader may have queued more meanwhile.
+                    core.settle_held(stage, behind || source.waiting()).await?;
                 }
             }
         }
+        // What is held goes out before the drain: its inputs are acked once it is stored.
+        core.flush(stage).await?;
         // Stop pulling first: the server must not hand what is nacked below to a pull
         // request nobody reads any more (it would wait out its ack wait there).
-        drop(consumer);
+        source.stop(&reader_token).await;
         let client = upstream.unwrap_or_else(|| core.bus.client().clone());
         if let Err(error) = client.flush().await {
             tracing::debug!(error = %error, "flush after dropping the consumer failed");
@@ -348,26 +573,148 @@ impl Runner {
 }
 
 impl Core {
+    /// Starts the task that takes, keeps fresh and decodes batches ahead of the stage, up to
+    /// two of them; it takes over the freshness, and has a window of its own for the inputs it
+    /// acks without work or dead-letters.
+    fn spawn_reader<T, E>(
+        &mut self,
+        consumer: Consumer,
+        decoder: Decoder<T, E>,
+        token: CancellationToken,
+    ) -> Source<T>
+    where
+        T: Send + Sync + 'static,
+        E: Failure,
+    {
+        let (batches, decoded) = tokio::sync::mpsc::channel(2);
+        let reader = Core {
+            bus: self.bus.clone(),
+            spec: self.spec,
+            freshness: std::mem::take(&mut self.freshness),
+            hooks: self.hooks.clone(),
+            drain_deadline: self.drain_deadline,
+            window: AckWindow::new(topology::PUBLISH_WINDOW).acking(self.spec.acks),
+            held: Held::default(),
+            keeps_freshness: true,
+        };
+        self.keeps_freshness = false;
+        let reader = tokio::spawn(reader.read(consumer, decoder, batches, token));
+        Source::Piped { decoded, reader }
+    }
+
+    /// The reader task's loop: hands each decoded batch to the stage until `token` is
+    /// cancelled or the stage is gone, then drains its own window.
+    async fn read<T, E>(
+        mut self,
+        mut consumer: Consumer,
+        decoder: Decoder<T, E>,
+        batches: tokio::sync::mpsc::Sender<Decoded<T>>,
+        token: CancellationToken,
+    ) -> Result<()>
+    where
+        T: Send + Sync + 'static,
+        E: Failure,
+    {
+        loop {
+            tokio::select! {
+                () = token.cancelled() => break,
+                settled = self.window.next(), if !self.window.is_empty() => {
+                    if let Some(settled) = settled {
+                        self.settled(settled)?;
+                    }
+                }
+                batch = coalesce::next_batch(&mut consumer), if !self.window.is_full() => {
+                    let Some(batch) = batch else {
+                        return Err(Error::Ended { what: format!("consumer {} on {}", self.spec.durable, self.spec.stream.name) });
+                    };
+                    let (decoded, undecoded) = self.decode(|d| decoder(d), batch, true);
+                    self.undecoded(undecoded).await?;
+                    if decoded.inputs.is_empty() {
+                        continue;
+                    }
+                    if let Err(unsent) = batches.send(decoded).await {
+                        for message in &unsent.0.messages {
+                            nack(message, Duration::ZERO).await;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        drop(consumer);
+        self.drain().await;
+        Ok(())
+    }
+
+    /// Keeps a batch fresh and decodes it; returns it with what did not decode, for
+    /// [`Core::undecoded`]. A reader (`ahead`) decodes off the async executor and records an
+    /// input's freshness as it hands it on (the stage records its own once handled).
+    #[allow(clippy::type_complexity)]
+    fn decode<T, E: Failure>(
+        &mut self,
+        decode: impl Fn(&Delivered) -> std::result::Result<T, E>,
+        batch: Vec<Message>,
+        ahead: bool,
+    ) -> (Decoded<T>, Vec<(Delivered, Message, E)>) {
+        let behind = batch
+            .last()
+            .and_then(|message| message.info().ok())
+            .is_some_and(|info| info.pending > 0);
+        let taken = self.fresh(batch);
+        let decode_all = || {
+            taken
+                .into_iter()
+                .map(|(delivered, message)| (decode(&delivered), delivered, message))
+                .collect::<Vec<_>>()
+        };
+        let results = if ahead {
+            off_executor(decode_all)
+        } else {
+            decode_all()
+        };
+        let mut decoded = Decoded {
+            inputs: Vec::with_capacity(results.len()),
+            messages: Vec::with_capacity(results.len()),
+            behind,
+        };
+        let mut undecoded = Vec::new();
+        for (value, delivered, message) in results {
+            match value {
+                Ok(value) => {
+                    if ahead {
+                        self.freshness.record(&delivered);
+                    }
+                    decoded.inputs.push(Input { delivered, value });
+                    decoded.messages.push(message);
+                }
+                Err(error) => undecoded.push((delivered, message, error)),
+            }
+        }
+        (decoded, undecoded)
+    }
+
+    /// Retries or rejects the inputs that did not decode, as their errors say.
+    async fn undecoded<E: Failure>(
+        &mut self,
+        undecoded: Vec<(Delivered, Message, E)>,
+    ) -> Result<()> {
+        for (delivered, message, error) in undecoded {
+            self.failed(&delivered, message, &error).await?;
+        }
+        Ok(())
+    }
+
     /// Runs one batch.
     async fn process<S: Stage>(
         &mut self,
         stage: &mut S,
-        batch: Vec<Message>,
+        decoded: Decoded<S::Input>,
         token: &CancellationToken,
     ) -> Result<Flow> {
-        let span = tracing::debug_span!("batch", consumer = self.spec.durable, size = batch.len());
-        let taken = self.fresh(batch);
-        let mut inputs = Vec::with_capacity(taken.len());
-        let mut messages = Vec::with_capacity(taken.len());
-        for (delivered, message) in taken {
-            match stage.decode(&delivered) {
-                Ok(value) => {
-                    inputs.push(Input { delivered, value });
-                    messages.push(message);
-                }
-                Err(error) => self.failed(&delivered, message, &error).await?,
-            }
-        }
+        let Decoded {
+            inputs, messages, ..
+        } = decoded;
+        let span = tracing::debug_span!("batch", consumer = self.spec.durable, size = inputs.len());
         if inputs.is_empty() {
             return Ok(Flow::Continue);
         }
@@ -402,22 +749,29 @@ impl Core {
             match outcome {
                 Ok(outputs) => {
                     let outgoing = self.outgoing(&input.delivered, outputs);
-                    if S::JOINT {
+                    if S::HOLD.is_some() {
+                        self.held.add(&input.delivered, message, outgoing);
+                    } else if S::JOINT {
                         joint.0.extend(outgoing);
                         joint.1.push(message);
                     } else {
-                        self.window
-                            .publish(&self.bus, outgoing, vec![message])
-                            .await?;
+                        self.publish(outgoing, vec![message]).await?;
                     }
-                    self.freshness.record(&input.delivered);
+                    if self.keeps_freshness {
+                        self.freshness.record(&input.delivered);
+                    }
                     (self.hooks.handled)(1);
                 }
                 Err(error) => {
                     if let Err(stopped) = self.failed(&input.delivered, message, &error).await {
                         // The runner ends: what it has not settled comes back at once, not
                         // after its ack wait.
-                        let unsettled = joint.1.into_iter().chain(rest.map(|((_, m), _)| m));
+                        let held = std::mem::take(&mut self.held.messages);
+                        let unsettled = joint
+                            .1
+                            .into_iter()
+                            .chain(held)
+                            .chain(rest.map(|((_, m), _)| m));
                         for message in unsettled {
                             nack(&message, Duration::ZERO).await;
                         }
@@ -427,9 +781,67 @@ impl Core {
             }
         }
         if !joint.1.is_empty() {
-            self.window.publish(&self.bus, joint.0, joint.1).await?;
+            self.publish(joint.0, joint.1).await?;
         }
         Ok(Flow::Continue)
+    }
+
+    /// Flushes a holding stage once enough inputs are held or nothing more waits for it
+    /// (`more` says whether something does): behind a burst or a backlog a stage's outputs go
+    /// out once per round, not once per batch (ADR 0014).
+    async fn settle_held<S: Stage>(&mut self, stage: &mut S, more: bool) -> Result<()> {
+        let Some(hold) = S::HOLD else {
+            return Ok(());
+        };
+        if self.held.messages.len() >= hold.max_inputs || !more {
+            self.flush(stage).await?;
+        }
+        Ok(())
+    }
+
+    /// Publishes the outputs of the held inputs, theirs and what [`Stage::flush`] returns,
+    /// and has the window ack those inputs once all of them are stored.
+    async fn flush<S: Stage>(&mut self, stage: &mut S) -> Result<()> {
+        if S::HOLD.is_none() || self.held.messages.is_empty() {
+            return Ok(());
+        }
+        let outputs = stage.flush().await;
+        let Held {
+            messages,
+            mut outs,
+            parents,
+            since: _,
+        } = std::mem::take(&mut self.held);
+        outs.extend(self.unprompted_outs(outputs, &parents));
+        self.publish(outs, messages).await?;
+        Ok(())
+    }
+
+    /// Publishes `outs` in their order through the window, which acks `inputs` once all of
+    /// them are stored. A purge waits until every earlier output is stored: one that was not
+    /// is an error (the runner ends; the stage rebuilds on restart) and nothing is purged.
+    /// Returns how many messages were published.
+    async fn publish(&mut self, outs: Vec<Out>, inputs: Vec<Message>) -> Result<usize> {
+        let mut messages = Vec::new();
+        let mut published = 0;
+        for out in outs {
+            match out {
+                Out::Message(message) => messages.push(message),
+                Out::Purge(stream, filter) => {
+                    let earlier = std::mem::take(&mut messages);
+                    published += self.window.publish(&self.bus, earlier, Vec::new()).await?;
+                    while let Some(settled) = self.window.next().await {
+                        if let Settled::Retried(error) = settled {
+                            (self.hooks.retried)(1);
+                            return Err(error);
+                        }
+                    }
+                    self.bus.purge(stream, &filter).await?;
+                }
+            }
+        }
+        published += self.window.publish(&self.bus, messages, inputs).await?;
+        Ok(published)
     }
 
     /// The newest message per subject of a state stream that no newer handled state of its
@@ -450,24 +862,8 @@ impl Core {
             }
             return out;
         }
-        let coalesced = coalesce::coalesce(stream, batch);
-        for error in &coalesced.unreadable {
-            tracing::warn!(stream, error = %error, "skipping a message without stream metadata");
-        }
-        for message in coalesced.superseded {
-            self.window.push(Vec::new(), Some(message));
-        }
-        let mut out = Vec::with_capacity(coalesced.latest.len());
-        for (delivered, message) in coalesced.latest {
-            if self.freshness.is_superseded(&delivered) {
-                self.window.push(Vec::new(), Some(message));
-            } else {
-                out.push((delivered, message));
-            }
-        }
-        out
+        coalesce::fresh(stream, batch, &self.freshness, &mut self.window)
     }
-
     /// Retries or rejects one input as its error says.
     async fn failed<E: Failure>(
         &mut self,
@@ -547,7 +943,10 @@ impl Core {
     }
 
     /// The messages of `outputs`, with ids and trace context derived from the input.
-    fn outgoing(&self, input: &Delivered, outputs: Vec<Output>) -> Vec<Outgoing> {
+    fn outgoing(&self, input: &Delivered, outputs: Vec<Output>) -> Vec<Out> {
+        if outputs.is_empty() {
+            return Vec::new();
+        }
         let sequence = input.sequence.to_string();
         let traceparent = match self.hooks.trace {
             Some(trace) => Some(trace(input.traceparent.as_deref())),
@@ -556,48 +955,51 @@ impl Core {
         outputs
             .into_iter()
             .enumerate()
-            .map(|(index, output)| Outgoing {
-                ttl: None,
-                msg_id: output.id.unwrap_or_else(|| {
+            .map(|(index, output)| {
+                let derived = |subject: &str, _: &Bytes| {
                     message_id(&[
                         self.spec.durable,
                         &input.subject,
                         &sequence,
-                        &output.subject,
+                        subject,
                         &index.to_string(),
                     ])
-                }),
-                subject: output.subject,
-                payload: output.payload,
-                traceparent: traceparent.clone(),
+                };
+                out(output, derived, traceparent.clone())
             })
             .collect()
     }
 
-    /// Publishes outputs of no input (of the side feed or a tick); the window keeps their acks
-    /// in its budget.
+    /// The messages of outputs of no single input (of the side feed, a tick or a flush):
+    /// named by subject and payload unless the stage named them, each continuing the trace of
+    /// the held input it names (`parents`, by stream sequence) or a new one.
+    fn unprompted_outs(&self, outputs: Vec<Output>, parents: &HashMap<u64, String>) -> Vec<Out> {
+        let fresh = self.hooks.trace.map(|trace| trace(None));
+        let derived = |subject: &str, payload: &Bytes| {
+            message_id(&[self.spec.durable, subject, &content_id(payload)])
+        };
+        outputs
+            .into_iter()
+            .map(|output| {
+                let parent = output.source.and_then(|sequence| parents.get(&sequence));
+                let traceparent = match (parent, self.hooks.trace) {
+                    (Some(parent), Some(trace)) => Some(trace(Some(parent))),
+                    (Some(parent), None) => Some(parent.clone()),
+                    (None, _) => fresh.clone(),
+                };
+                out(output, derived, traceparent)
+            })
+            .collect()
+    }
+
+    /// Publishes outputs of no input (of the side feed, a tick or the start); the window keeps
+    /// their acks in its budget.
     async fn unprompted(&mut self, outputs: Vec<Output>) -> Result<()> {
         if outputs.is_empty() {
             return Ok(());
         }
-        let traceparent = self.hooks.trace.map(|trace| trace(None));
-        let outgoing: Vec<Outgoing> = outputs
-            .into_iter()
-            .map(|output| Outgoing {
-                ttl: None,
-                msg_id: output.id.unwrap_or_else(|| {
-                    message_id(&[
-                        self.spec.durable,
-                        &output.subject,
-                        &content_id(&output.payload),
-                    ])
-                }),
-                subject: output.subject,
-                payload: output.payload,
-                traceparent: traceparent.clone(),
-            })
-            .collect();
-        self.window.publish(&self.bus, outgoing, Vec::new()).await?;
+        let outs = self.unprompted_outs(outputs, &HashMap::new());
+        self.publish(outs, Vec::new()).await?;
         Ok(())
     }
 
@@ -621,6 +1023,57 @@ impl Core {
                 "drain deadline passed, unsettled inputs will be redelivered"
             );
         }
+    }
+}
+
+impl Held {
+    /// Holds a handled input with the messages of its outcome.
+    fn add(&mut self, delivered: &Delivered, message: Message, outs: Vec<Out>) {
+        self.since.get_or_insert_with(tokio::time::Instant::now);
+        self.messages.push(message);
+        self.outs.extend(outs);
+        if let Some(parent) = &delivered.traceparent {
+            self.parents.insert(delivered.sequence, parent.clone());
+        }
+    }
+}
+
+/// The message or purge of one output; a message without the stage's id is named by
+/// `derived(subject, payload)`.
+fn out(
+    output: Output,
+    derived: impl FnOnce(&str, &Bytes) -> String,
+    traceparent: Option<String>,
+) -> Out {
+    let Output {
+        subject,
+        payload,
+        id,
+        ttl,
+        purge,
+        source: _,
+    } = output;
+    if let Some(stream) = purge {
+        return Out::Purge(stream, subject);
+    }
+    Out::Message(Outgoing {
+        ttl,
+        msg_id: id.unwrap_or_else(|| derived(&subject, &payload)),
+        subject,
+        payload,
+        traceparent,
+    })
+}
+
+/// Runs CPU-bound `work` where it does not hold up the executor's other tasks (a worker of a
+/// multi-threaded runtime hands them on); on a single-threaded runtime, in place.
+fn off_executor<R>(work: impl FnOnce() -> R) -> R {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 

@@ -2,7 +2,10 @@
 //! back, a permanent one is dead-lettered with its reason and acked; an input whose dead
 //! letter cannot be stored is not acked; a drain cut short by its deadline returns in time and
 //! leaves the input to be redelivered; a side message and a tick publish what the stage returns
-//! for them; a stop ends the runner with the input unacked.
+//! for them; a stop ends the runner with the input unacked. A holding stage's inputs are held
+//! across batches and acked only once its flush's outputs are stored; an output's time to live
+//! and a purge are carried out in order; a holding stage is flushed whenever it holds its
+//! limit; a decoder runs ahead of the stage, and drops what a replay already saw newer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sluice_bus::runner::{Action, Failure, Hooks, Input, Outcome, Output, Runner, Stage};
+use sluice_bus::runner::{
+    Action, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner, Stage,
+};
 use sluice_bus::topology::{self, Acks, ConsumerSpec};
 use sluice_bus::{Bus, Delivered, Outgoing};
 use sluice_testkit::{wait_for, NatsServer};
@@ -71,7 +76,7 @@ impl Stage for Probe {
     type Error = ProbeError;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
-        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+        text(delivered)
     }
 
     async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
@@ -94,7 +99,7 @@ impl Stage for Probe {
                     subject: topology::applied_subject_for(&input.delivered.subject)
                         .expect("a desired subject"),
                     payload: Bytes::from(format!("done {body}")),
-                    id: None,
+                    ..Output::default()
                 }]),
             });
         }
@@ -136,6 +141,29 @@ async fn output(bus: &Bus, name: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&message.payload).to_string())
 }
 
+/// A body as text; one that is not is rejected.
+fn text(delivered: &Delivered) -> Result<String, ProbeError> {
+    String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+}
+
+/// Waits until the test consumer has nothing unacked and nothing pending.
+async fn every_input_acked(bus: &Bus) -> anyhow::Result<()> {
+    wait_for("every input acked", DEADLINE, || async {
+        matches!(consumer_state(bus).await, Ok((0, 0))).then_some(())
+    })
+    .await
+}
+
+/// Cancels a runner and waits for its drain.
+async fn stop(
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<sluice_bus::Result<()>>,
+) -> anyhow::Result<()> {
+    token.cancel();
+    task.await??;
+    Ok(())
+}
+
 /// (unacked, pending) of the test consumer.
 async fn consumer_state(bus: &Bus) -> anyhow::Result<(usize, u64)> {
     let stream = bus.jetstream().get_stream(SPEC.stream.name).await?;
@@ -148,9 +176,9 @@ async fn consumer_state(bus: &Bus) -> anyhow::Result<(usize, u64)> {
 }
 
 /// Runs `stage` on `runner` in a task; cancel the token to drain and end it.
-fn spawn(
+fn spawn<S: Stage + 'static>(
     runner: Runner,
-    mut stage: Probe,
+    mut stage: S,
 ) -> (
     CancellationToken,
     tokio::task::JoinHandle<sluice_bus::Result<()>>,
@@ -220,17 +248,12 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
     assert_eq!(reason, "cannot be handled: no template");
     assert_eq!(origin, subject("bad"));
     // Everything is acked, and the rejected input was handled once.
-    wait_for("every input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
+    every_input_acked(&bus).await?;
     assert_eq!(probe.attempts("reject"), 1);
     assert_eq!(handled.load(Ordering::Relaxed), 2);
     assert_eq!(retried.load(Ordering::Relaxed), 1);
     assert_eq!(rejected.load(Ordering::Relaxed), 1);
-    token.cancel();
-    task.await??;
-    Ok(())
+    stop(token, task).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,13 +279,8 @@ async fn an_input_whose_dead_letter_is_not_stored_is_not_acked() -> anyhow::Resu
         bus.last_dead_letter(SPEC.durable)
     })
     .await?;
-    wait_for("the input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
-    token.cancel();
-    task.await??;
-    Ok(())
+    every_input_acked(&bus).await?;
+    stop(token, task).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,9 +324,7 @@ async fn a_drain_returns_by_its_deadline_and_leaves_the_input_to_come_back() -> 
         .await?,
         "done hang"
     );
-    token.cancel();
-    task.await??;
-    Ok(())
+    stop(token, task).await
 }
 
 /// Publishes `side <name>` for a side message `<name>` and asks for a tick 50 ms later, which
@@ -322,7 +338,7 @@ fn applied_output(name: &str, body: String) -> Output {
     Output {
         subject: topology::applied_subject_for(&subject(name)).expect("a desired subject"),
         payload: Bytes::from(body),
-        id: None,
+        ..Output::default()
     }
 }
 
@@ -332,7 +348,7 @@ impl Stage for Timed {
     type Error = ProbeError;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
-        String::from_utf8(delivered.payload.to_vec()).map_err(|e| ProbeError::Broken(e.to_string()))
+        text(delivered)
     }
 
     async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
@@ -385,10 +401,7 @@ async fn side_messages_and_ticks_publish_and_a_stop_ends_the_runner_leaving_its_
         "ticked"
     );
     send(&bus, "fine", "ok").await?;
-    wait_for("the input acked", DEADLINE, || async {
-        matches!(consumer_state(&bus).await, Ok((0, 0))).then_some(())
-    })
-    .await?;
+    every_input_acked(&bus).await?;
     send(&bus, "halt", "stop").await?;
     let ended = tokio::time::timeout(DEADLINE, task).await??;
     assert!(
@@ -403,4 +416,328 @@ async fn side_messages_and_ticks_publish_and_a_stop_ends_the_runner_leaving_its_
         "the stopping input is still there"
     );
     Ok(())
+}
+
+/// Holds every input it handles (no outputs of their own), up to `MAX`, and, when flushed,
+/// publishes one output naming how many it held to `flush_to`; counts its batches and records
+/// how many inputs each flush had.
+#[derive(Clone, Default)]
+struct Holding<const MAX: usize> {
+    held: Arc<AtomicU64>,
+    batches: Arc<AtomicU64>,
+    flushes: Arc<Mutex<Vec<u64>>>,
+    handled: Arc<Mutex<HashMap<String, usize>>>,
+    flush_to: String,
+}
+
+impl<const MAX: usize> Stage for Holding<MAX> {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    const HOLD: Option<Hold> = Some(Hold {
+        max_inputs: MAX,
+        max_age: Duration::from_secs(60),
+    });
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.held.fetch_add(inputs.len() as u64, Ordering::Relaxed);
+        let mut handled = self.handled.lock().expect("lock");
+        for input in inputs {
+            *handled.entry(input.value.clone()).or_default() += 1;
+        }
+        inputs.iter().map(|_| Ok(Vec::new())).collect()
+    }
+
+    async fn flush(&mut self) -> Vec<Output> {
+        let held = self.held.swap(0, Ordering::Relaxed);
+        self.flushes.lock().expect("lock").push(held);
+        vec![Output::message(
+            self.flush_to.clone(),
+            Bytes::from(format!("flushed {held}")),
+        )]
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with_the_flush(
+) -> anyhow::Result<()> {
+    const BACKLOG: usize = 600;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..BACKLOG {
+        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
+    }
+    let stage = Holding::<10_000> {
+        flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
+        ..Holding::default()
+    };
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let (token, task) = spawn(runner, stage.clone());
+    // The backlog comes in several batches (at most 256 each); while the consumer has more
+    // waiting the stage holds, and it is flushed once, for all of them.
+    assert_eq!(
+        wait_for("the flush's output", DEADLINE, || output(&bus, "flush")).await?,
+        format!("flushed {BACKLOG}")
+    );
+    assert!(stage.batches.load(Ordering::Relaxed) >= 2);
+    assert_eq!(*stage.flushes.lock().expect("lock"), [BACKLOG as u64]);
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_stage_is_flushed_whenever_it_holds_its_limit() -> anyhow::Result<()> {
+    const BACKLOG: usize = 600;
+    const LIMIT: usize = 100;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..BACKLOG {
+        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
+    }
+    let stage = Holding::<LIMIT> {
+        flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
+        ..Holding::default()
+    };
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let (token, task) = spawn(runner, stage.clone());
+    every_input_acked(&bus).await?;
+    // Batches hold at most 256: behind the backlog every flush but the last held the limit
+    // (at most 99 + 256 inputs).
+    let flushes = stage.flushes.lock().expect("lock").clone();
+    assert!(flushes.len() >= 2, "{flushes:?}");
+    assert_eq!(flushes.iter().sum::<u64>(), BACKLOG as u64, "{flushes:?}");
+    let (last, rest) = flushes.split_last().expect("flushes");
+    assert!(rest.iter().all(|&n| n >= LIMIT as u64), "{flushes:?}");
+    assert!(*last > 0);
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_input_whose_flush_is_not_stored_is_not_acked() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    // No stream takes the flush's output.
+    let stage = Holding::<10_000> {
+        flush_to: "nowhere.flushed".to_string(),
+        ..Holding::default()
+    };
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let (token, task) = spawn(runner, stage.clone());
+    send(&bus, "lost", "held").await?;
+    wait_for("the held input delivered again", DEADLINE, || async {
+        let handled = stage.handled.lock().expect("lock").get("held").copied();
+        (handled >= Some(2)).then_some(())
+    })
+    .await?;
+    let (unacked, pending) = consumer_state(&bus).await?;
+    assert_eq!(unacked + pending as usize, 1, "the held input is not acked");
+    stop(token, task).await
+}
+
+/// For input `first`: a member (with a time to live) of set `s`; for `purge`: another member,
+/// the purge of the set's members, then its head.
+struct Purging;
+
+const CLUSTER: &str = "sveltos.default.a";
+
+fn member(name: &str) -> String {
+    topology::match_member_subject(CLUSTER, "s", "", "Service", "default", name)
+}
+
+async fn last_on(
+    bus: &Bus,
+    subject: &str,
+) -> Option<async_nats::jetstream::message::StreamMessage> {
+    let stream = bus
+        .jetstream()
+        .get_stream(topology::MATCH.name)
+        .await
+        .ok()?;
+    stream.get_last_raw_message_by_subject(subject).await.ok()
+}
+
+impl Stage for Purging {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        inputs
+            .iter()
+            .map(|input| match input.value.as_str() {
+                "first" => Ok(vec![Output {
+                    ttl: Some(Duration::from_secs(3600)),
+                    ..Output::message(member("x"), Bytes::from("x"))
+                }]),
+                _ => Ok(vec![
+                    Output::message(member("y"), Bytes::from("y")),
+                    Output::purge(
+                        topology::MATCH,
+                        topology::match_members_filter(CLUSTER, "s"),
+                    ),
+                    Output::message(topology::match_subject(CLUSTER, "s"), Bytes::from("head")),
+                ]),
+            })
+            .collect()
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_keeps_its_time_to_live_and_a_purge_follows_the_outputs_before_it(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let (token, task) = spawn(runner, Purging);
+    send(&bus, "one", "first").await?;
+    let (x, head) = (member("x"), topology::match_subject(CLUSTER, "s"));
+    let stored = wait_for("the member", DEADLINE, || last_on(&bus, &x)).await?;
+    let ttl = stored
+        .headers
+        .get("Nats-TTL")
+        .map(|value| value.as_str().to_string());
+    assert!(
+        ttl.is_some(),
+        "stored with its time to live: {:?}",
+        stored.headers
+    );
+    send(&bus, "two", "purge").await?;
+    let head = wait_for("the head", DEADLINE, || last_on(&bus, &head)).await?;
+    assert_eq!(head.payload, Bytes::from("head"));
+    // Both members are gone: the one published just before the purge too.
+    assert!(last_on(&bus, &member("x")).await.is_none());
+    assert!(last_on(&bus, &member("y")).await.is_none());
+    let stream = bus.jetstream().get_stream(topology::MATCH.name).await?;
+    assert_eq!(
+        stream.get_info().await?.state.last_sequence,
+        3,
+        "x, y and the head were stored"
+    );
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+/// Its decoder counts what it decoded; handling `first` waits (up to 5 s) until `second` is
+/// decoded too, and publishes whether it was.
+#[derive(Clone, Default)]
+struct Ahead {
+    decoded: Arc<Mutex<Vec<String>>>,
+}
+
+impl Stage for Ahead {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    fn decoder(&self) -> Option<Decoder<String, ProbeError>> {
+        let decoded = self.decoded.clone();
+        Some(Arc::new(move |delivered: &Delivered| {
+            let body = String::from_utf8_lossy(&delivered.payload).to_string();
+            decoded.lock().expect("lock").push(body.clone());
+            Ok(body)
+        }))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        let mut outcomes = Vec::new();
+        for input in inputs {
+            let mut ahead = false;
+            if input.value == "first" {
+                let until = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < until && !ahead {
+                    ahead = self
+                        .decoded
+                        .lock()
+                        .expect("lock")
+                        .iter()
+                        .any(|b| b == "second");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            outcomes.push(Ok(vec![applied_output(
+                &input.value,
+                format!("{} ahead {ahead}", input.value),
+            )]));
+        }
+        outcomes
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decoder_takes_and_decodes_the_next_batch_while_the_stage_handles_this_one(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let stage = Ahead::default();
+    let runner = Runner::bind(&bus, SPEC).await?;
+    let (token, task) = spawn(runner, stage.clone());
+    send(&bus, "first", "first").await?;
+    wait_for("the first input decoded", DEADLINE, || async {
+        (!stage.decoded.lock().expect("lock").is_empty()).then_some(())
+    })
+    .await?;
+    send(&bus, "second", "second").await?;
+    assert_eq!(
+        wait_for("the first output", DEADLINE, || output(&bus, "first")).await?,
+        "first ahead true"
+    );
+    assert_eq!(
+        wait_for("the second output", DEADLINE, || output(&bus, "second")).await?,
+        "second ahead false"
+    );
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decoder_drops_a_state_older_than_the_replay_saw() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    send(&bus, "seen", "old").await?;
+    // A replay at start saw a newer state of that subject (sequence 2) than the one waiting.
+    let mut replayed = sluice_bus::Freshness::default();
+    replayed.record(&Delivered {
+        subject: subject("seen"),
+        sequence: 2,
+        payload: Bytes::new(),
+        traceparent: None,
+    });
+    let stage = Ahead::default();
+    let runner = Runner::bind(&bus, SPEC).await?.with_freshness(replayed);
+    let (token, task) = spawn(runner, stage.clone());
+    // (`Ahead` publishes under the input's body.)
+    send(&bus, "new", "new").await?;
+    assert_eq!(
+        wait_for("the fresh output", DEADLINE, || output(&bus, "new")).await?,
+        "new ahead false"
+    );
+    every_input_acked(&bus).await?;
+    assert_eq!(*stage.decoded.lock().expect("lock"), ["new"]);
+    assert_eq!(output(&bus, "old").await, None);
+    stop(token, task).await
 }

@@ -151,7 +151,7 @@ impl Stage for ApplierStage {
             outcomes.push(Ok(vec![Output {
                 subject: desired.applied_subject.clone(),
                 payload: sluice_wire::encode(&result),
-                id: None,
+                ..Output::default()
             }]));
         }
         for trigger in touched {

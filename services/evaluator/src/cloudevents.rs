@@ -121,7 +121,7 @@ pub fn output(m: &pb::CloudEventMatch) -> Result<Output, CloudEventError> {
     Ok(Output {
         subject: topology::cloudevent_match_subject(&tokens, &m.event_source),
         payload: sluice_wire::encode(m),
-        id: None,
+        ..Output::default()
     })
 }
 

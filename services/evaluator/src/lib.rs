@@ -3,13 +3,21 @@
 //! one member per object that joined, changed or left, then the set's head (ADR 0018). Only
 //! changed objects are evaluated; an EventSource change re-evaluates the cached objects (no
 //! re-LIST). Lua and CEL run off the async executor.
+//!
+//! Its change stage runs on the stage runner (`sluice_bus::runner`): the runner decodes and
+//! parses the changes a task ahead of the stage, the stage absorbs them, and the runner holds
+//! them until it flushes the sets they changed (ADR 0014): once per round behind a burst or a
+//! backlog, at the latest after `MAX_HOLD`. The configuration is its side feed.
 
 pub mod cloudevents;
 pub mod stage;
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
-use sluice_bus::{message_id, topology, AckWindow, Bus, Outgoing};
-use sluice_runtime::{CancellationToken, CommonArgs, Health};
+use sluice_bus::runner::{Action, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner};
+use sluice_bus::{message_id, topology, Bus, Delivered};
+use sluice_runtime::{CancellationToken, CommonArgs, Counter, Health};
 use sluice_wire::match_units::{self, Unit};
 use sluice_wire::BusKey;
 
@@ -38,14 +46,14 @@ pub async fn run(
     if key.is_none() {
         tracing::warn!("no bus key (--bus-key-file): managed clusters' Secrets are evaluated without their contents");
     }
-    let (config, mut config_feed) = sluice_wire::follow_config(&bus, None).await?;
-    let mut stage = Evaluator::new(config).with_payload_limit(bus.payload_limit());
+    let (config, config_feed) = sluice_wire::follow_config(&bus, None).await?;
+    let mut evaluator = Evaluator::new(config).with_payload_limit(bus.payload_limit());
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
     {
         if let Ok(unit) = match_units::decode(&delivered, key.as_ref()) {
-            stage.remember_published(&unit);
+            evaluator.remember_published(&unit);
         }
     }
     let mut last_seen = sluice_bus::Freshness::default();
@@ -57,57 +65,37 @@ pub async fn run(
         boot_sequence = boot_sequence.max(delivered.sequence);
         last_seen.record(&delivered);
         if let Ok(change) = sluice_wire::decode_change(&delivered, key.as_ref()) {
-            stage.load_object(&change);
+            evaluator.load_object(&change);
         }
     }
-    let boot = tokio::task::block_in_place(|| stage.recompute_all(boot_sequence));
+    let boot = tokio::task::block_in_place(|| evaluator.recompute_all(boot_sequence));
     tracing::info!(
         objects = last_seen.len(),
         match_units = boot.len(),
         "evaluator state rebuilt"
     );
-    let mut window =
-        AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
-    published.add(
-        publish_units(
-            &bus,
-            &mut window,
-            boot,
-            Vec::new(),
-            "boot",
-            key.as_ref(),
-            |_| None,
-        )
-        .await?,
-    );
+    let mut stage = ChangeStage {
+        evaluator,
+        key,
+        published,
+        rejected: rejected.clone(),
+    };
+    // What differs from the MATCH stream goes out before the first change is taken.
+    let boot = stage.outputs(boot, "boot");
+    let runner = Runner::bind(&bus, topology::EVALUATOR_CHANGES)
+        .await?
+        .with_freshness(last_seen)
+        .with_hooks(Hooks {
+            rejected: Arc::new(move |n| rejected.add(n)),
+            trace: Some(sluice_runtime::child_traceparent),
+            ..Hooks::default()
+        })
+        .publishing_first(boot);
 
-    let changes = bus.durable(topology::EVALUATOR_CHANGES, None).await?;
     // Whichever way this function ends (an error included), the tasks below stop with it.
     let _stop_tasks = token.clone().drop_guard();
-    // The change reader takes, decodes and parses the next batch while the stage evaluates
-    // this one; two batches wait at most.
-    let (batches, mut parsed) = tokio::sync::mpsc::channel(2);
-    let mut held = Held::default();
-    let reader = tokio::spawn({
-        let (bus, rejected, token, key) =
-            (bus.clone(), rejected.clone(), token.clone(), key.clone());
-        async move {
-            let result = read_changes(
-                bus,
-                changes,
-                last_seen,
-                rejected,
-                batches,
-                key,
-                token.clone(),
-            )
-            .await;
-            token.cancel();
-            result
-        }
-    });
     // CloudEvents share nothing with the object state above: their own task, consumer and
-    // view of the configuration. Its failure stops the process like the main loop's would.
+    // view of the configuration. Its failure stops the process like the change stage's would.
     let (bound, cloudevents_bound) = tokio::sync::oneshot::channel();
     let cloudevents = tokio::spawn({
         let (bus, health, token) = (bus.clone(), health.clone(), token.clone());
@@ -125,82 +113,18 @@ pub async fn run(
             .context("failed to bind the cloudevent consumer");
     }
     health.set_ready(true);
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => break,
-            update = config_feed.next() => {
-                let Some(update) = update else { anyhow::bail!("configuration feed ended") };
-                let update = match update {
-                    Ok(update) => update,
-                    Err(error) => {
-                        rejected.inc();
-                        tracing::warn!(error = %error, "skipping config message");
-                        continue;
-                    }
-                };
-                // The sets of absorbed changes are published with the configuration's, so the
-                // changes are acked once those are stored.
-                let units = tokio::task::block_in_place(|| stage.on_config(&update));
-                let inputs = held.take();
-                published.add(publish_units(&bus, &mut window, units, inputs.messages, "config", key.as_ref(), |_| None).await?);
-            }
-            batch = parsed.recv(), if !window.is_full() => {
-                // The reader ends only when cancelled, or when it failed (it cancels then too,
-                // and its error is returned below).
-                let Some(batch) = batch else { break };
-                tokio::task::block_in_place(|| stage.absorb(&batch.changes));
-                held.add(batch);
-                // While more changes wait (parsed, or still on the stream), their changes join
-                // these sets first: behind a burst (a listed cluster) or a backlog, a set is
-                // published once per round, not once per batch (ADR 0014).
-                if held.changes >= MAX_HELD_CHANGES || (parsed.is_empty() && !held.behind) {
-                    published.add(held.publish(&mut stage, &bus, &mut window, key.as_ref()).await?);
-                }
-            }
-            _ = tokio::time::sleep_until(held.deadline), if held.changes > 0 => {
-                published.add(held.publish(&mut stage, &bus, &mut window, key.as_ref()).await?);
-            }
-            settled = window.next(), if !window.is_empty() => {
-                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
-                    not_stored(&window, error)?;
-                }
-            }
-        }
-    }
-    tracing::info!("evaluator draining");
-    // What is held goes out before the drain: a restart would recompute it from the CHANGES
-    // stream, but only after the new process has rebuilt its state.
-    if held.changes > 0 {
-        published.add(
-            held.publish(&mut stage, &bus, &mut window, key.as_ref())
-                .await?,
-        );
-    }
-    window.drain().await?;
-    drop(parsed);
-    reader.await.context("change reader panicked")??;
-    cloudevents.await.context("cloudevent task panicked")??;
-    // The consumers went with their tasks: closing now leaves no pull request behind.
+    let updates = futures::stream::unfold(config_feed, |mut feed| async move {
+        feed.next().await.map(|update| (update, feed))
+    });
+    let changes = runner.run(&mut stage, updates, token.clone()).await;
+    token.cancel();
+    let cloudevents = cloudevents.await.context("cloudevent task panicked")?;
+    // Its state is the CHANGES stream's: a new process rebuilds it from there.
+    changes.context("the change stage stopped; a restart will rebuild from the CHANGES stream")?;
+    cloudevents?;
+    // The consumers went with their runners: closing now leaves no pull request behind.
     bus.close().await;
     Ok(())
-}
-
-/// The inputs behind some changes: the messages to ack once the sets they changed are stored,
-/// and the trace context of each change by stream sequence.
-#[derive(Default)]
-struct Inputs {
-    messages: Vec<sluice_bus::Message>,
-    parents: std::collections::HashMap<u64, String>,
-}
-
-/// A batch of changes ready for the stage: the newest fresh change per subject with its object
-/// parsed, and its inputs.
-struct Batch {
-    changes: Vec<stage::Parsed>,
-    inputs: Inputs,
-    /// Whether the stream had more changes for the consumer when the batch's last one was
-    /// delivered (its `pending` count): the evaluator is behind on its input.
-    behind: bool,
 }
 
 /// Changes absorbed by the stage whose sets are not published yet, at most this many. Held
@@ -212,198 +136,115 @@ const MAX_HELD_CHANGES: usize = 16_384;
 /// evaluator is (ADR 0014).
 const MAX_HOLD: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// What the stage absorbed and has not published yet.
-struct Held {
-    changes: usize,
-    inputs: Inputs,
-    /// Whether the stream had more changes for the consumer after the last batch held.
-    behind: bool,
-    /// When the held changes are published at the latest (set by the first one held).
-    deadline: tokio::time::Instant,
+/// Why a change is rejected; never worth a retry.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("failed to decode the resource change")]
+    Decode(#[source] sluice_wire::Error),
 }
 
-impl Default for Held {
-    fn default() -> Held {
-        Held {
-            changes: 0,
-            inputs: Inputs::default(),
-            behind: false,
-            deadline: tokio::time::Instant::now(),
-        }
+impl Failure for ChangeError {
+    fn action(&self) -> Action {
+        Action::Reject
     }
 }
 
-impl Held {
-    fn add(&mut self, batch: Batch) {
-        if self.changes == 0 {
-            self.deadline = tokio::time::Instant::now() + MAX_HOLD;
-        }
-        self.changes += batch.changes.len();
-        self.behind = batch.behind;
-        self.inputs.messages.extend(batch.inputs.messages);
-        self.inputs.parents.extend(batch.inputs.parents);
-    }
-
-    /// The held inputs, leaving nothing held.
-    fn take(&mut self) -> Inputs {
-        std::mem::take(self).inputs
-    }
-
-    /// Publishes the sets the held changes changed through `window`, which acks the held
-    /// inputs once they are stored; nothing is held afterwards. Returns the sets published.
-    async fn publish(
-        &mut self,
-        stage: &mut Evaluator,
-        bus: &Bus,
-        window: &mut AckWindow,
-        key: Option<&BusKey>,
-    ) -> anyhow::Result<u64> {
-        let units = tokio::task::block_in_place(|| stage.flush());
-        let Inputs { messages, parents } = self.take();
-        publish_units(bus, window, units, messages, "change", key, |sequence| {
-            parents.get(&sequence).map(String::as_str)
-        })
-        .await
-    }
-}
-
-/// Reads the change consumer in batches: keeps the newest fresh change per subject (the rest is
-/// acked through its own window), parks what cannot be decoded, parses the objects, and hands
-/// each batch to the stage. Ends when `token` is cancelled or the stage is gone.
-async fn read_changes(
-    bus: Bus,
-    mut changes: sluice_bus::PullStream,
-    mut last_seen: sluice_bus::Freshness,
-    rejected: sluice_runtime::Counter,
-    batches: tokio::sync::mpsc::Sender<Batch>,
+/// The evaluator as the runner drives it: absorbs parsed changes, and publishes the sets they
+/// changed when the runner flushes it, and those a configuration change changes.
+struct ChangeStage {
+    evaluator: Evaluator,
     key: Option<BusKey>,
-    token: CancellationToken,
-) -> anyhow::Result<()> {
-    let mut window =
-        AckWindow::new(topology::PUBLISH_WINDOW).acking(topology::EVALUATOR_CHANGES.acks);
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => break,
-            batch = sluice_bus::coalesce::next_batch(&mut changes), if !window.is_full() => {
-                let Some(batch) = batch else { anyhow::bail!("change consumer ended") };
-                let behind = batch.last().and_then(|m| m.info().ok()).is_some_and(|info| info.pending > 0);
-                // Objects are level-based: of a batch only the newest fresh change per subject
-                // is evaluated; the main loop acks the batch's inputs once the sets they
-                // changed are stored.
-                let fresh = sluice_bus::coalesce::fresh(topology::CHANGES.name, batch, &last_seen, &mut window);
-                let mut decoded = Vec::with_capacity(fresh.len());
-                let mut messages = Vec::with_capacity(fresh.len());
-                // Each set continues the trace of the last change that touched it.
-                let mut parents = std::collections::HashMap::new();
-                for (delivered, message) in fresh {
-                    last_seen.record(&delivered);
-                    match sluice_wire::decode_change(&delivered, key.as_ref()) {
-                        Ok(change) => {
-                            decoded.push((change, delivered.sequence));
-                            messages.push(message);
-                            if let Some(parent) = delivered.traceparent {
-                                parents.insert(delivered.sequence, parent);
-                            }
-                        }
-                        Err(error) => {
-                            rejected.inc();
-                            bus.park("evaluator", &delivered, message, &error.to_string(), &mut window).await?;
-                        }
-                    }
-                }
-                if decoded.is_empty() {
-                    continue;
-                }
-                let changes = tokio::task::block_in_place(|| {
-                    decoded
-                        .into_iter()
-                        .map(|(change, sequence)| stage::Parsed::new(change, sequence))
-                        .collect()
-                });
-                let inputs = Inputs { messages, parents };
-                if batches.send(Batch { changes, inputs, behind }).await.is_err() {
-                    break;
+    published: Counter,
+    rejected: Counter,
+}
+
+impl sluice_bus::runner::Stage for ChangeStage {
+    type Input = stage::Parsed;
+    type Side = sluice_wire::Result<sluice_wire::ConfigUpdate>;
+    type Error = ChangeError;
+
+    const HOLD: Option<Hold> = Some(Hold {
+        max_inputs: MAX_HELD_CHANGES,
+        max_age: MAX_HOLD,
+    });
+
+    fn decode(&self, delivered: &Delivered) -> Result<stage::Parsed, ChangeError> {
+        parsed(delivered, self.key.as_ref())
+    }
+
+    fn decoder(&self) -> Option<Decoder<stage::Parsed, ChangeError>> {
+        let key = self.key.clone();
+        Some(Arc::new(move |delivered: &Delivered| {
+            parsed(delivered, key.as_ref())
+        }))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<stage::Parsed>]) -> Vec<Outcome<ChangeError>> {
+        tokio::task::block_in_place(|| {
+            self.evaluator
+                .absorb(inputs.iter().map(|input| &input.value))
+        });
+        inputs.iter().map(|_| Ok(Vec::new())).collect()
+    }
+
+    async fn flush(&mut self) -> Vec<Output> {
+        let units = tokio::task::block_in_place(|| self.evaluator.flush());
+        self.outputs(units, "change")
+    }
+
+    async fn on_side(
+        &mut self,
+        update: sluice_wire::Result<sluice_wire::ConfigUpdate>,
+    ) -> Vec<Output> {
+        match update {
+            Ok(update) => {
+                let units = tokio::task::block_in_place(|| self.evaluator.on_config(&update));
+                self.outputs(units, "config")
+            }
+            Err(error) => {
+                self.rejected.inc();
+                tracing::warn!(error = %error, "skipping config message");
+                Vec::new()
+            }
+        }
+    }
+}
+
+impl ChangeStage {
+    /// The messages and purges of the stage's outputs, in their order.
+    fn outputs(&self, units: Vec<MatchOutput>, cause: &str) -> Vec<Output> {
+        let mut outputs = Vec::with_capacity(units.len());
+        for unit in units {
+            match output(unit, cause, self.key.as_ref()) {
+                Ok(output) => outputs.push(output),
+                // The stage builds units of clusters it knows: a bug, not an input to retry.
+                Err(error) => {
+                    tracing::error!(error = %error, "match unit without a valid cluster, not published")
                 }
             }
-            settled = window.next(), if !window.is_empty() => {
-                if let Some(sluice_bus::window::Settled::Retried(error)) = settled {
-                    not_stored(&window, error)?;
-                }
-            }
         }
+        let messages = outputs.iter().filter(|o| o.purge.is_none()).count();
+        self.published.add(messages as u64);
+        outputs
     }
-    window.drain().await?;
-    Ok(())
 }
 
-/// An input whose outputs were not stored (or whose ack failed). With per-message acks it
-/// comes back and is evaluated again. With covering acks (ADR 0013) a later ack may already
-/// have covered it, so the evaluator stops: it rebuilds every set from the CHANGES stream when
-/// it starts again, and nothing is lost.
-fn not_stored(window: &AckWindow, error: sluice_bus::Error) -> anyhow::Result<()> {
-    if window.covers() {
-        return Err(anyhow::Error::new(error).context(
-            "a change's match sets or ack did not reach NATS; stopping to rebuild from the CHANGES stream on restart",
-        ));
-    }
-    tracing::warn!(error = %error, "output not stored or input not acked, it will be redelivered");
-    Ok(())
+/// A change decoded (its sealed object opened with `key`) and its object parsed.
+fn parsed(delivered: &Delivered, key: Option<&BusKey>) -> Result<stage::Parsed, ChangeError> {
+    let change = sluice_wire::decode_change(delivered, key).map_err(ChangeError::Decode)?;
+    Ok(stage::Parsed::new(change, delivered.sequence))
 }
 
-/// Publishes the stage's outputs in their order through `window`, which acks `inputs` once
-/// they are stored: members and heads as messages with a message id that names their content
-/// and a trace context that continues `parent_of(source sequence)` (a tombstone with its time
-/// to live, `MEMBER_TOMBSTONE_TTL`), and a purge once everything before it is stored. Returns
-/// how many messages were published.
-async fn publish_units<'a>(
-    bus: &Bus,
-    window: &mut AckWindow,
-    outputs: Vec<MatchOutput>,
-    inputs: Vec<sluice_bus::Message>,
-    cause: &str,
-    key: Option<&BusKey>,
-    parent_of: impl Fn(u64) -> Option<&'a str>,
-) -> anyhow::Result<u64> {
-    // Through the window's publish: it bounds the acks in flight and publishes again what a
-    // dropped connection may have lost (tombstones with their time to live).
-    let mut batch = Vec::new();
-    let mut published = 0;
-    for output in outputs {
-        if let MatchOutput::Purge {
-            cluster,
-            event_source,
-        } = &output
-        {
-            published += window
-                .publish(bus, std::mem::take(&mut batch), Vec::new())
-                .await?;
-            window.drain().await?;
-            let filter =
-                topology::match_members_filter(&sluice_wire::cluster_tokens(cluster), event_source);
-            bus.purge(topology::MATCH, &filter).await?;
-            continue;
-        }
-        let tombstone = output.is_tombstone();
-        let mut out = outgoing(output, cause, key, &parent_of)?;
-        if tombstone {
-            out.ttl = Some(topology::MEMBER_TOMBSTONE_TTL);
-        }
-        batch.push(out);
-    }
-    published += window.publish(bus, batch, inputs).await?;
-    Ok(published as u64)
-}
-
-/// The message of one member or head.
-fn outgoing<'a>(
-    output: MatchOutput,
-    cause: &str,
-    key: Option<&BusKey>,
-    parent_of: &impl Fn(u64) -> Option<&'a str>,
-) -> anyhow::Result<Outgoing> {
-    let sequence = output.source_sequence();
-    let content = output.content_id();
-    let (subject, unit) = match output {
+/// The output of one member or head: a message id that names its content, a time to live for
+/// a tombstone (`MEMBER_TOMBSTONE_TTL`), the trace of the change it came from; or the purge of
+/// a removed set's members.
+fn output(unit: MatchOutput, cause: &str, key: Option<&BusKey>) -> sluice_wire::Result<Output> {
+    let sequence = unit.source_sequence();
+    let content = unit.content_id();
+    let ttl = unit
+        .is_tombstone()
+        .then_some(topology::MEMBER_TOMBSTONE_TTL);
+    let (subject, unit) = match unit {
         MatchOutput::Member(member) => {
             let cluster = sluice_wire::cluster_id(member.cluster.as_ref(), "match member")?;
             let (group, kind, namespace, name) = match_units::member_id_of(&member);
@@ -423,13 +264,29 @@ fn outgoing<'a>(
                 topology::match_subject(&sluice_wire::cluster_tokens(&cluster), &head.event_source);
             (subject, Unit::Head(head))
         }
-        MatchOutput::Purge { .. } => anyhow::bail!("a purge is not a message"),
+        MatchOutput::Purge {
+            cluster,
+            event_source,
+        } => {
+            let filter = topology::match_members_filter(
+                &sluice_wire::cluster_tokens(&cluster),
+                &event_source,
+            );
+            return Ok(Output::purge(topology::MATCH, filter));
+        }
     };
-    Ok(Outgoing {
-        ttl: None,
-        msg_id: message_id(&["match", &subject, cause, &sequence.to_string(), &content]),
-        subject,
+    Ok(Output {
+        id: Some(message_id(&[
+            "match",
+            &subject,
+            cause,
+            &sequence.to_string(),
+            &content,
+        ])),
         payload: match_units::encode(unit, key),
-        traceparent: Some(sluice_runtime::child_traceparent(parent_of(sequence))),
+        subject,
+        ttl,
+        purge: None,
+        source: Some(sequence),
     })
 }

@@ -280,10 +280,10 @@ impl Evaluator {
     /// next [`Evaluator::flush`] (or any other call that returns sets), once each however many
     /// absorbed batches changed them. A service behind on its input absorbs what is waiting
     /// and flushes once.
-    pub fn absorb(&mut self, changes: &[Parsed]) {
+    pub fn absorb<'p>(&mut self, changes: impl IntoIterator<Item = &'p Parsed>) {
         self.absorb_batch(
             changes
-                .iter()
+                .into_iter()
                 .map(|p| Input {
                     change: &p.change,
                     sequence: p.sequence,

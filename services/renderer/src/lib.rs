@@ -170,6 +170,7 @@ fn desired_messages(
             id: Some(message_id(&["desired", &subject, cause, &sequence, &hash])),
             subject,
             payload: sluice_wire::encode(&state),
+            ..Output::default()
         });
     }
     Ok(outputs)

@@ -266,7 +266,7 @@ fn production_lines_containing(scanned: impl Fn(&str) -> bool, needles: &[&str])
 /// run loops of their own and join this list as they move.
 const ON_THE_RUNNER: [&str; 5] = [
     "services/applier/",
-    "services/evaluator/src/cloudevents",
+    "services/evaluator/src/",
     "services/renderer/",
     "services/reporter/",
     "services/watcher/",
