@@ -335,9 +335,7 @@ enum Next<T> {
 impl<T: Send + Sync + 'static> Source<T> {
     async fn next(&mut self) -> Option<Next<T>> {
         match self {
-            Source::Inline(consumer) => {
-                coalesce::next_batch(consumer).await.map(Next::Raw)
-            }
+            Source::Inline(consumer) => coalesce::next_batch(consumer).await.map(Next::Raw),
             Source::Piped { decoded, .. } => decoded.recv().await.map(Next::Decoded),
         }
     }

@@ -87,7 +87,7 @@ impl Stage for Echo {
                         input.value
                     )),
                     payload: Bytes::from(input.value.clone()),
-                    id: None,
+                    ..Output::default()
                 }])
             });
         }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use sluice_bus::runner::{Action, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner};
-use sluice_bus::{message_id, topology, Bus, Delivered};
+use sluice_bus::{message_id, topology, Delivered};
 use sluice_runtime::{CancellationToken, CommonArgs, Counter, Health};
 use sluice_wire::match_units::{self, Unit};
 use sluice_wire::BusKey;
@@ -29,20 +29,11 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let bus = Bus::connect(sluice_bus::BusOptions::service(
-        &common,
-        topology::EVALUATOR,
-    ))
-    .await
-    .context("failed to connect to the bus")?;
-    health.require("nats", bus.connection_probe());
-    let published = health.counter("sluice_evaluator_match_units_published_total");
-    let rejected = health.counter("sluice_evaluator_messages_rejected_total");
-
     // The key opens the managed clusters' Secrets an EventSource selects and seals the ones it
     // collects; the evaluator reads no configuration Secret: it follows that without the key.
-    let key = sluice_wire::BusKey::load(common.bus_key_file.as_deref())
-        .context("failed to load the bus key")?;
+    let (bus, key) = sluice_wire::service::connect(&common, topology::EVALUATOR, &health).await?;
+    let published = health.counter("sluice_evaluator_match_units_published_total");
+    let rejected = health.counter("sluice_evaluator_messages_rejected_total");
     if key.is_none() {
         tracing::warn!("no bus key (--bus-key-file): managed clusters' Secrets are evaluated without their contents");
     }

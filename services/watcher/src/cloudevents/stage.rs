@@ -89,6 +89,7 @@ impl Stage for Forwarder {
             subject: out.subject,
             payload: out.payload,
             id: Some(out.msg_id),
+            ..Output::default()
         })
     }
 
