@@ -35,7 +35,7 @@ pub(crate) struct Applier {
     listing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Per (trigger, cluster), by its owner labels: what the server held when the pair was
     /// first seen, whose names desired objects adopt (`adopt`, the hand-over from event-manager).
-    adoptable: Mutex<HashMap<String, Arc<Vec<adopt::Owned>>>>,
+    adoptable: Mutex<HashMap<String, Arc<adopt::Adoptable>>>,
     /// Where it writes the ConfigMaps and Secrets it owns (Sveltos's namespace), so their lists
     /// stay there too: it may neither read nor list them anywhere else.
     namespace: String,
@@ -394,12 +394,12 @@ impl Applier {
                         listed.push(adopt::Owned::of(kind_name, &object));
                     }
                 }
-                let listed = Arc::new(listed);
+                let listed = Arc::new(adopt::Adoptable::new(listed));
                 lock(&self.adoptable).insert(key, listed.clone());
                 listed
             }
         };
-        Ok(adopt::adopt(desired, &existing))
+        Ok(existing.adopt(desired))
     }
 
     /// The objects of `kind` carrying `labels`: in Sveltos's namespace for a namespaced kind.
@@ -443,12 +443,11 @@ impl Applier {
         lock(&self.adoptable)
             .entry(key.to_string())
             .or_insert_with(|| {
-                Arc::new(
+                Arc::new(adopt::Adoptable::new(
                     listed
                         .iter()
-                        .map(|(kind, object)| adopt::Owned::of(kind, object))
-                        .collect(),
-                )
+                        .map(|(kind, object)| adopt::Owned::of(kind, object)),
+                ))
             });
         let index = PairIndex::of(listed.iter().map(|(kind, object)| (*kind, object)));
         Ok(lock(&self.pairs).install(key, generation, index, unit, whole))
