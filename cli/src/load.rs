@@ -3,7 +3,8 @@
 //! (each at its scheduled time, whether or not earlier ones are done), then deleted at the same
 //! rate. Measures, per Service, scheduled create -> its ClusterProfile exists and scheduled
 //! delete -> its ClusterProfile is gone, from a label-selected watch (no LISTs by the
-//! observer); and the CPU every process of the stack spent per event, from `/proc`.
+//! observer); and the CPU every process of the stack spent per event, from `/proc`. Last, the
+//! preloaded Services are deleted and the run fails unless nothing of the trigger is left.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -113,6 +114,7 @@ pub async fn measure(
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let delete = latencies(&seen, &names, &scheduled, |s| &s.gone);
     let cpu_after = cpu_seconds(&stack);
+    clean_up(&stack, &seen, preload, out).await?;
     observer.abort();
     let cpu = cpu_after
         .iter()
@@ -139,6 +141,43 @@ pub async fn measure(
         cpu,
         peak_rss_kb,
     })
+}
+
+/// Deletes the preloaded Services and checks that nothing of the trigger is left.
+async fn clean_up(
+    stack: &Stack,
+    seen: &Arc<Mutex<Seen>>,
+    preload: usize,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
+    writeln!(out, "# deleting the {preload} preloaded Services")?;
+    let started = Instant::now();
+    let names: Vec<String> = (0..preload).map(service_name).collect();
+    stream::iter(names.iter().map(Ok::<_, anyhow::Error>))
+        .try_for_each_concurrent(32, |name| async move {
+            stack
+                .delete(CLUSTER, "v1", "Service", "default", name)
+                .await
+        })
+        .await?;
+    wait_until(
+        seen,
+        GRACE + Duration::from_secs(preload as u64 / 50),
+        |s| names.iter().all(|n| s.gone.contains_key(n)),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let left = crate::demo::owned_by(stack, TRIGGER, CLUSTER).await?.len();
+    anyhow::ensure!(
+        left == 0,
+        "{left} objects of the trigger left after every Service was deleted"
+    );
+    writeln!(
+        out,
+        "# {preload} preloaded Services deleted, nothing of the trigger left, after {:?}",
+        started.elapsed()
+    )?;
+    Ok(())
 }
 
 #[derive(Clone, Copy)]

@@ -8,8 +8,8 @@
 //! it numbers inputs with stream sequences, hands every stage's outputs to the next in order
 //! (the renderer's match units grouped by `sluice_renderer::group`, as its match stage groups
 //! a batch) and executes the applier's plan on the map. It does not model what the
-//! executor caches between desired states (`applied` per subject, the adoption listing): it
-//! lists the map every time, as the executor does for a subject it has not seen.
+//! executor keeps between desired states (each pair's index by unit, the adoption listing): it
+//! lists the map every time, as the executor does for a pair it has not indexed.
 
 use std::collections::BTreeMap;
 

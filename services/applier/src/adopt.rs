@@ -7,7 +7,7 @@
 //! the same thing (same kind, namespace and identity labels), and ClusterProfiles point at the
 //! adopted names of the ConfigMaps/Secrets they reference. Pure: objects in, objects out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 use sluice_domain::naming;
@@ -90,6 +90,57 @@ fn identity<'a>(kind: &str, labels: &'a BTreeMap<String, String>) -> Vec<Option<
         REFERENCE.iter()
     });
     keys.map(|key| labels.get(*key)).collect()
+}
+
+/// What makes two objects the same thing: kind, namespace and identity labels.
+type Identity = (String, String, Vec<Option<String>>);
+
+fn identity_of(owned: &Owned) -> Identity {
+    let labels = identity(&owned.kind, &owned.labels);
+    (
+        owned.kind.clone(),
+        owned.namespace.clone(),
+        labels.into_iter().map(|l| l.cloned()).collect(),
+    )
+}
+
+/// The existing objects with generated names by identity, so that adopting one desired state
+/// looks at its own candidates, not at every object of the pair (a pair may hold thousands).
+#[derive(Debug, Default)]
+pub(crate) struct Adoptable {
+    by_identity: HashMap<Identity, Vec<Owned>>,
+}
+
+impl Adoptable {
+    pub(crate) fn new(existing: impl IntoIterator<Item = Owned>) -> Adoptable {
+        let mut by_identity: HashMap<Identity, Vec<Owned>> = HashMap::new();
+        for owned in existing.into_iter().filter(|o| is_generated(&o.name)) {
+            by_identity
+                .entry(identity_of(&owned))
+                .or_default()
+                .push(owned);
+        }
+        Adoptable { by_identity }
+    }
+
+    /// [`adopt`] over the existing objects that are the same thing as a desired one.
+    pub(crate) fn adopt(&self, desired: Vec<Value>) -> Vec<Value> {
+        let mut seen = HashSet::new();
+        let mut candidates = Vec::new();
+        for object in &desired {
+            let own = Owned::of(
+                object.get("kind").and_then(Value::as_str).unwrap_or(""),
+                object,
+            );
+            let key = identity_of(&own);
+            if let Some(found) = self.by_identity.get(&key) {
+                if seen.insert(key) {
+                    candidates.extend(found.iter().cloned());
+                }
+            }
+        }
+        adopt(desired, &candidates)
+    }
 }
 
 /// Renames each desired object with a generated name to the existing object that is the same
@@ -238,6 +289,40 @@ mod tests {
             config_map(SLUICE_CM, &with_ref(base("my-service"))),
             profile(SLUICE_CP, &base("my-service"), SLUICE_CM),
         ]
+    }
+
+    #[test]
+    fn the_index_adopts_as_a_scan_of_everything_does() {
+        let mut existing = owned(&[
+            config_map(MANAGER_CM, &with_ref(base("my-service"))),
+            profile(MANAGER_CP, &with_ref(base("my-service")), MANAGER_CM),
+            profile(
+                "sveltos-00000000000000000000",
+                &base("my-service"),
+                MANAGER_CM,
+            ),
+            profile("user-named", &base("my-service"), MANAGER_CM),
+        ]);
+        for i in 0..50 {
+            let other = format!("other-{i}");
+            existing.extend(owned(&[
+                config_map(&format!("sveltos-{i:020}"), &with_ref(base(&other))),
+                profile(
+                    &format!("sveltos-{:020}", i + 100),
+                    &base(&other),
+                    MANAGER_CM,
+                ),
+            ]));
+        }
+        let index = Adoptable::new(existing.clone());
+        for wanted in [desired(), vec![desired()[1].clone()], Vec::new()] {
+            assert_eq!(index.adopt(wanted.clone()), adopt(wanted, &existing));
+        }
+        assert_eq!(
+            names(&index.adopt(desired())),
+            [MANAGER_CM, "sveltos-00000000000000000000"],
+            "of two the same, the first in name order"
+        );
     }
 
     #[test]

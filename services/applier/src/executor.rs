@@ -12,7 +12,8 @@ use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
-use crate::plan::{self, content_hash, object_id, ObjectId, OWNED};
+use crate::index::{PairIndex, Pairs, UnitLabels};
+use crate::plan::{self, content_hash, object_id, Known, OWNED};
 use crate::{adopt, status};
 use sluice_wire::unit::Unit;
 const FIELD_MANAGER: &str = "sluice-applier";
@@ -25,13 +26,16 @@ const STATE_CONCURRENCY: usize = 8;
 pub(crate) struct Applier {
     pub(crate) client: kube::Client,
     kinds: Mutex<HashMap<(String, String), Kind>>,
-    /// Per desired-state subject: what this process last applied, with content hashes. An
-    /// unchanged object is not applied again, and stale objects are found without a LIST. A
-    /// subject seen for the first time (or after an error) is listed from the server.
-    applied: Mutex<HashMap<String, BTreeMap<ObjectId, String>>>,
+    /// Per (trigger, cluster), by its owner labels: what each of its units holds, with the
+    /// content hashes this process applied (`index`). An unchanged object is not applied again,
+    /// and neither applying nor removing a unit needs a LIST: the pair is listed once, the
+    /// first time it is needed and again after an error.
+    pairs: Mutex<Pairs>,
+    /// One LIST of a pair at a time: the units that need it wait for it.
+    listing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Per (trigger, cluster), by its owner labels: what the server held when the pair was
     /// first seen, whose names desired objects adopt (`adopt`, the hand-over from event-manager).
-    adoptable: Mutex<HashMap<String, Arc<Vec<adopt::Owned>>>>,
+    adoptable: Mutex<HashMap<String, Arc<adopt::Adoptable>>>,
     /// Where it writes the ConfigMaps and Secrets it owns (Sveltos's namespace), so their lists
     /// stay there too: it may neither read nor list them anywhere else.
     namespace: String,
@@ -54,7 +58,8 @@ impl Applier {
             client,
             namespace: namespace.to_string(),
             kinds: Mutex::new(HashMap::new()),
-            applied: Mutex::new(HashMap::new()),
+            pairs: Mutex::new(Pairs::default()),
+            listing: Mutex::new(HashMap::new()),
             adoptable: Mutex::new(HashMap::new()),
         }
     }
@@ -107,8 +112,7 @@ impl Applier {
                 .map(|group| async move {
                     let mut out = Vec::with_capacity(group.len());
                     for index in group {
-                        let (subject, state) = states[index];
-                        out.push((index, self.execute(subject, state).await));
+                        out.push((index, self.execute(states[index].1).await));
                     }
                     out
                 })
@@ -121,22 +125,20 @@ impl Applier {
     }
 
     /// Executes one desired state. Errors are transient (the input is retried).
-    async fn execute(
-        &self,
-        subject: &str,
-        state: &pb::DesiredState,
-    ) -> sluice_kube::Result<pb::ApplyResult> {
-        let outcome = self.execute_inner(subject, state).await;
+    async fn execute(&self, state: &pb::DesiredState) -> sluice_kube::Result<pb::ApplyResult> {
+        let outcome = self.execute_inner(state).await;
         if outcome.is_err() {
-            // The server may hold anything now: list again next time.
-            lock(&self.applied).remove(subject);
+            // The server may hold anything now: list the pair again next time.
+            if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
+                let pair = naming::owner_labels(&state.event_trigger, &cluster);
+                lock(&self.pairs).forget(&pair_key(&pair));
+            }
         }
         outcome
     }
 
     async fn execute_inner(
         &self,
-        subject: &str,
         state: &pb::DesiredState,
     ) -> sluice_kube::Result<pb::ApplyResult> {
         let cluster = match sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
@@ -177,27 +179,13 @@ impl Applier {
         // A CloudEvent or resource unit owns only what carries its labels; the trigger's main
         // unit owns the rest, and on removal everything with the trigger's labels.
         let unit = Unit::of(state);
+        let unit_labels = unit.labels();
         let pair = naming::owner_labels(&state.event_trigger, &cluster);
+        let key = pair_key(&pair);
+        // The removal of the main unit takes everything of the pair.
+        let whole = state.removed && unit == Unit::Main;
+        let mut known = self.known(&key, &pair, &unit_labels, whole).await?;
         let desired = self.adopt(&pair, desired).await?;
-        let cached = if state.removed {
-            None
-        } else {
-            lock(&self.applied).remove(subject)
-        };
-        let mut known = match cached {
-            Some(known) => known,
-            // A CloudEvent's or a resource's unit needs no LIST to apply: its objects have
-            // deterministic names and are server-side applied; anything an earlier rendering of
-            // the same unit left under another name is found by labels at its removal or with
-            // the trigger.
-            None if !state.removed && unit != Unit::Main => BTreeMap::new(),
-            None => self
-                .list_owned(&plan::Owner::of(state, &cluster))
-                .await?
-                .into_iter()
-                .map(|id| (id, String::new()))
-                .collect(),
-        };
         let steps = plan::plan(&desired, &known);
         // Referenced objects before the profiles that point at them, profiles deleted before
         // what they referenced: each phase runs its writes concurrently.
@@ -253,13 +241,13 @@ impl Applier {
                 result.deleted.push(r);
             }
         }
-        if state.removed && unit == Unit::Main {
+        if whole {
             // Every other unit of this trigger and cluster is gone with it.
-            let prefix = format!("{subject}.");
-            lock(&self.applied).retain(|s, _| !s.starts_with(&prefix));
-            lock(&self.adoptable).remove(&pair_key(&pair));
+            lock(&self.pairs).forget(&key);
+            lock(&self.listing).remove(&key);
+            lock(&self.adoptable).remove(&key);
         } else {
-            lock(&self.applied).insert(subject.to_string(), known);
+            lock(&self.pairs).record(&key, unit_labels, known);
         }
         Ok(result)
     }
@@ -406,12 +394,12 @@ impl Applier {
                         listed.push(adopt::Owned::of(kind_name, &object));
                     }
                 }
-                let listed = Arc::new(listed);
+                let listed = Arc::new(adopt::Adoptable::new(listed));
                 lock(&self.adoptable).insert(key, listed.clone());
                 listed
             }
         };
-        Ok(adopt::adopt(desired, &existing))
+        Ok(existing.adopt(desired))
     }
 
     /// The objects of `kind` carrying `labels`: in Sveltos's namespace for a namespaced kind.
@@ -423,23 +411,46 @@ impl Applier {
         apply::list_labelled_in(&self.client, kind, Some(&self.namespace), labels).await
     }
 
-    /// What the server holds that `owner` owns (content unknown: applied again once).
-    async fn list_owned(&self, owner: &plan::Owner) -> sluice_kube::Result<Vec<ObjectId>> {
-        let mut known = Vec::new();
+    /// What a unit of the pair holds (the whole pair's objects when `whole`), from the pair's
+    /// index; the first unit that needs it lists the pair (one LIST per owned kind) while the
+    /// others wait. The same LIST is the adoption's snapshot when the pair has none.
+    async fn known(
+        &self,
+        key: &str,
+        pair: &BTreeMap<String, String>,
+        unit: &UnitLabels,
+        whole: bool,
+    ) -> sluice_kube::Result<Known> {
+        if let Some(known) = lock(&self.pairs).known(key, unit, whole) {
+            return Ok(known);
+        }
+        let gate = lock(&self.listing)
+            .entry(key.to_string())
+            .or_default()
+            .clone();
+        let _listing = gate.lock().await;
+        if let Some(known) = lock(&self.pairs).known(key, unit, whole) {
+            return Ok(known);
+        }
+        let generation = lock(&self.pairs).begin_listing(key);
+        let mut listed = Vec::new();
         for (api_version, kind_name) in OWNED {
             let kind = self.kind(api_version, kind_name).await?;
-            for object in self.list(&kind, owner.labels()).await? {
-                if !owner.owns(&object) {
-                    continue;
-                }
-                let mut id = object_id(&object);
-                if id.0.is_empty() {
-                    id.0 = kind_name.to_string();
-                }
-                known.push(id);
+            for object in self.list(&kind, pair).await? {
+                listed.push((kind_name, object));
             }
         }
-        Ok(known)
+        lock(&self.adoptable)
+            .entry(key.to_string())
+            .or_insert_with(|| {
+                Arc::new(adopt::Adoptable::new(
+                    listed
+                        .iter()
+                        .map(|(kind, object)| adopt::Owned::of(kind, object)),
+                ))
+            });
+        let index = PairIndex::of(listed.iter().map(|(kind, object)| (*kind, object)));
+        Ok(lock(&self.pairs).install(key, generation, index, unit, whole))
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod adopt;
 mod executor;
+mod index;
 pub mod plan;
 pub mod problems;
 pub mod stage;

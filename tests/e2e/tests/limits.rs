@@ -278,3 +278,49 @@ async fn ten_thousand_matches_converge_and_clean_up() -> anyhow::Result<()> {
     assert_all_running(&mut stack);
     Ok(())
 }
+
+/// The applier's LISTs of the trigger's owned kinds (ClusterProfiles, ConfigMaps, Secrets by
+/// the pair's owner labels, cluster type included: the test's own look-ups select by trigger
+/// and cluster name only) in the management cluster's audit log from `mark` on.
+fn owned_lists(stack: &Stack, mark: usize) -> Vec<String> {
+    stack.server.audit(MANAGEMENT)[mark..]
+        .iter()
+        .filter(|e| e.method == "GET" && !e.query.contains("watch=true"))
+        .filter(|e| e.query.contains("eventtriggername") && e.query.contains("clustertype"))
+        .filter(|e| {
+            ["/clusterprofiles", "/configmaps", "/secrets"]
+                .iter()
+                .any(|kind| e.path.ends_with(kind))
+        })
+        .map(|e| format!("{}?{}", e.path, e.query))
+        .collect()
+}
+
+/// Removing a unit needs no LIST (issue 20): deleting two hundred Services, each its own
+/// resource unit, lists the owned kinds no more often than a few times in all, not per unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_units_lists_nothing_per_unit() -> anyhow::Result<()> {
+    const UNITS: usize = 200;
+    let mut stack = seed_stack(&["cluster-a"], "").await?;
+    create_services(&stack, 0..UNITS).await?;
+    provisioned_with(&stack, UNITS).await?;
+    let created = owned_lists(&stack, 0);
+    assert!(
+        created.len() <= 3 * 2,
+        "creating {UNITS} units listed {} times: {created:?}",
+        created.len()
+    );
+    let mark = stack.server.audit(MANAGEMENT).len();
+    delete_services(&stack, 0..UNITS).await?;
+    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    let deleted = owned_lists(&stack, mark);
+    assert!(
+        deleted.len() <= 3,
+        "deleting {UNITS} units listed {} times: {deleted:?}",
+        deleted.len()
+    );
+    assert_all_running(&mut stack);
+    Ok(())
+}

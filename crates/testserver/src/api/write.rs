@@ -28,14 +28,41 @@ pub(crate) fn body_json(call: &Call) -> Result<Value, ApiError> {
     let ct = call.header("content-type");
     match ct.split(';').next().unwrap_or("").trim() {
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&call.body),
-        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(&call.body)
-            .map_err(|e| ApiError::bad_request(format!("failed to decode YAML body: {e}"))),
+        "application/yaml" | "application/apply-patch+yaml" => yaml_body(&call.body),
         "" | "application/json" | "application/apply-patch+json" => {
             serde_json::from_slice(&call.body)
                 .map_err(|e| ApiError::bad_request(format!("failed to decode JSON body: {e}")))
         }
         _ => Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {ct:?})"))),
     }
+}
+
+/// A YAML body. Clients send JSON under YAML's media type (server-side apply's is YAML only),
+/// and JSON is YAML: a body that is a JSON object is read by the JSON parser, several times
+/// faster, and anything else (or what the JSON parser refuses) by the YAML parser.
+fn yaml_body(body: &[u8]) -> Result<Value, ApiError> {
+    if json_reads_as_yaml(body) {
+        if let Ok(value) = serde_json::from_slice(body) {
+            return Ok(value);
+        }
+    }
+    serde_yaml::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("failed to decode YAML body: {e}")))
+}
+
+/// Whether the JSON parser reads `body` as the YAML parser does, if it reads it at all: a JSON
+/// object without the number `-0` (an integer to YAML), surrogate pairs written as escapes and
+/// tabs (which YAML refuses in places). So the JSON path accepts nothing the YAML parser would
+/// refuse and reads nothing otherwise (tested).
+fn json_reads_as_yaml(body: &[u8]) -> bool {
+    let before = |b: u8| b":,[ \n\r".contains(&b);
+    let after = |b: u8| b",]} \n\r".contains(&b);
+    body.trim_ascii_start().starts_with(b"{")
+        && !body.contains(&b'\t')
+        && !body.windows(3).any(|w| w.eq_ignore_ascii_case(b"\\ud"))
+        && !body
+            .windows(4)
+            .any(|w| before(w[0]) && w[1..3] == *b"-0" && after(w[3]))
 }
 
 fn check_type(target: &Target, obj: &Value) -> Result<(), ApiError> {
@@ -425,4 +452,42 @@ pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiEr
         "items": items,
     });
     Ok(json_response(StatusCode::OK, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_body_under_yamls_media_type_reads_as_the_yaml_parser_reads_it() {
+        let bodies: [&[u8]; 17] = [
+            br#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v"}}"#,
+            br#"{"a": 1, "a": 2}"#,
+            br#"{"n": [0, -0, 1.0, 1e3, -1.5E-3, 18446744073709551615, -9223372036854775808]}"#,
+            br#"{"s": "\u00e9\/\"\\\n\t", "e": "", "z": null, "t": true, "f": false}"#,
+            br#"{"s": "\ud83d\ude00"}"#,
+            br#"{"s": "\/"}"#,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"a: b\n- c"}}"#,
+            br#"{"big": 1e400, "x": 1}"#,
+            br##"{"k": "#not a comment", "n": 007}"##,
+            b"\t{\"tab\":\t1}\n",
+            br#"{"nested": {"list": [{"b": [[]]}, {}], "empty": {}}}"#,
+            br#"{"a": 1,}"#,
+            br#"{"a": 1} trailing"#,
+            br#"{"a": 1} {"b": 2}"#,
+            br#"{a: 1}"#,
+            br#"{"a": 'x'}"#,
+            b"{\"a\": \"\xff\"}",
+        ];
+        for body in bodies {
+            let yaml = serde_yaml::from_slice::<Value>(body).ok();
+            let read = yaml_body(body).ok();
+            assert_eq!(read, yaml, "{}", String::from_utf8_lossy(body));
+        }
+        // and the JSON parser does read what clients send
+        let applied = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"load-000001"},"data":{"n":"-0.5"}}"#;
+        assert!(json_reads_as_yaml(applied));
+        assert!(!json_reads_as_yaml(br#"{"n": [1, -0]}"#));
+        assert!(!json_reads_as_yaml(br#"{"n":-0}"#));
+    }
 }

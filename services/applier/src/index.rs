@@ -1,0 +1,274 @@
+//! What the management cluster holds of each (EventTrigger, cluster) pair, grouped by unit, so
+//! that applying or removing one unit needs no LIST (issue 20): the pair is listed once by its
+//! owner labels when first needed, each listed object is filed under its unit's labels (as
+//! `plan::Owner` selects them, never parsed from names: label values may be hashed, ADR 0004),
+//! and every unit's outcome replaces its group. A LIST that ran while units of the pair were
+//! written is completed with what they wrote meanwhile (the journal), so it is exact when
+//! installed. Pure bookkeeping; the executor does the IO.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use sluice_domain::naming;
+
+use crate::plan::{object_id, Known, ObjectId};
+
+/// The labels that tell a pair's units apart: an object's values of these are its unit's key.
+const UNIT_LABELS: [&str; 4] = [
+    naming::LABEL_CE_SOURCE,
+    naming::LABEL_CE_SUBJECT,
+    naming::LABEL_RESOURCE_NAMESPACE,
+    naming::LABEL_RESOURCE_NAME,
+];
+
+/// A unit's key within its pair: its own labels (`Unit::labels`; empty for the main unit).
+pub(crate) type UnitLabels = std::collections::BTreeMap<String, String>;
+
+/// The unit a listed object belongs to: the main unit's (empty) unless it carries a CloudEvent
+/// source or a resource name (as `plan::Owner` decides), else its unit labels.
+pub(crate) fn unit_of(object: &Value) -> UnitLabels {
+    let labels = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object);
+    let value = |key: &str| labels?.get(key)?.as_str().map(str::to_string);
+    if value(naming::LABEL_CE_SOURCE).is_none() && value(naming::LABEL_RESOURCE_NAME).is_none() {
+        return UnitLabels::new();
+    }
+    UNIT_LABELS
+        .iter()
+        .filter_map(|key| Some((key.to_string(), value(key)?)))
+        .collect()
+}
+
+/// The objects of one pair, by unit.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct PairIndex {
+    units: HashMap<UnitLabels, Known>,
+}
+
+impl PairIndex {
+    /// From a LIST of the pair: (listed kind, object) each (content unknown: applied again once).
+    pub(crate) fn of<'a>(listed: impl IntoIterator<Item = (&'a str, &'a Value)>) -> PairIndex {
+        let mut index = PairIndex::default();
+        for (kind, object) in listed {
+            let mut id: ObjectId = object_id(object);
+            if id.0.is_empty() {
+                id.0 = kind.to_string();
+            }
+            index
+                .units
+                .entry(unit_of(object))
+                .or_default()
+                .insert(id, String::new());
+        }
+        index
+    }
+
+    /// What one unit holds, or the whole pair when `whole`.
+    pub(crate) fn known(&self, unit: &UnitLabels, whole: bool) -> Known {
+        if whole {
+            return self
+                .units
+                .values()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+        }
+        self.units.get(unit).cloned().unwrap_or_default()
+    }
+
+    /// A unit now holds exactly `known`.
+    fn set(&mut self, unit: UnitLabels, known: Known) {
+        if known.is_empty() {
+            self.units.remove(&unit);
+        } else {
+            self.units.insert(unit, known);
+        }
+    }
+}
+
+enum Slot {
+    /// A LIST is under way; what units recorded meanwhile, in order.
+    Listing {
+        generation: u64,
+        journal: Vec<(UnitLabels, Known)>,
+    },
+    Ready(PairIndex),
+}
+
+/// Every pair's index, by the pair's key. A pair without one is listed on next need.
+#[derive(Default)]
+pub(crate) struct Pairs {
+    slots: HashMap<String, Slot>,
+    generations: u64,
+}
+
+impl Pairs {
+    /// What a unit of an indexed pair holds (see [`PairIndex::known`]); `None` when the pair
+    /// must be listed first.
+    pub(crate) fn known(&self, pair: &str, unit: &UnitLabels, whole: bool) -> Option<Known> {
+        match self.slots.get(pair)? {
+            Slot::Ready(index) => Some(index.known(unit, whole)),
+            Slot::Listing { .. } => None,
+        }
+    }
+
+    /// A LIST of the pair starts: what units record from now on is kept for it. The returned
+    /// generation installs its result.
+    pub(crate) fn begin_listing(&mut self, pair: &str) -> u64 {
+        self.generations += 1;
+        let generation = self.generations;
+        self.slots.insert(
+            pair.to_string(),
+            Slot::Listing {
+                generation,
+                journal: Vec::new(),
+            },
+        );
+        generation
+    }
+
+    /// Installs a LIST's index, completed with what was recorded since it started, unless the
+    /// pair was forgotten (or listed again) meanwhile; what `unit` holds by it either way (its
+    /// own group is exact: a unit is never written by two at once).
+    pub(crate) fn install(
+        &mut self,
+        pair: &str,
+        generation: u64,
+        mut index: PairIndex,
+        unit: &UnitLabels,
+        whole: bool,
+    ) -> Known {
+        let current = matches!(self.slots.get(pair),
+            Some(Slot::Listing { generation: g, .. }) if *g == generation);
+        if !current {
+            return index.known(unit, whole);
+        }
+        if let Some(Slot::Listing { journal, .. }) = self.slots.remove(pair) {
+            for (recorded, known) in journal {
+                index.set(recorded, known);
+            }
+        }
+        let known = index.known(unit, whole);
+        self.slots.insert(pair.to_string(), Slot::Ready(index));
+        known
+    }
+
+    /// A unit of the pair now holds exactly `known` (after its applies and deletes).
+    pub(crate) fn record(&mut self, pair: &str, unit: UnitLabels, known: Known) {
+        match self.slots.get_mut(pair) {
+            Some(Slot::Ready(index)) => index.set(unit, known),
+            Some(Slot::Listing { journal, .. }) => journal.push((unit, known)),
+            None => {}
+        }
+    }
+
+    /// Forgets a pair (after an error: the server may hold anything; or after its removal).
+    pub(crate) fn forget(&mut self, pair: &str) {
+        self.slots.remove(pair);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(kind: &str, name: &str, unit: &UnitLabels) -> Value {
+        json!({"kind": kind, "metadata": {"name": name, "namespace": "ns", "labels": unit}})
+    }
+
+    fn id(kind: &str, name: &str) -> ObjectId {
+        (kind.to_string(), "ns".to_string(), name.to_string())
+    }
+
+    #[test]
+    fn objects_are_filed_under_their_units_labels() {
+        let web = naming::resource_labels("default", "web");
+        let cluster_web = naming::resource_labels("", "web");
+        let event = naming::cloud_event_labels("auth", "alice");
+        let main = UnitLabels::new();
+        let mut stray = UnitLabels::new();
+        stray.insert(
+            naming::LABEL_RESOURCE_NAMESPACE.to_string(),
+            "x".to_string(),
+        );
+        let listed = [
+            object("ConfigMap", "a", &web),
+            object("", "b", &web),
+            object("ConfigMap", "c", &cluster_web),
+            object("ConfigMap", "d", &event),
+            object("ConfigMap", "e", &main),
+            object("ConfigMap", "f", &stray),
+        ];
+        let index = PairIndex::of(listed.iter().map(|o| ("Secret", o)));
+        let ids = |known: Known| known.into_keys().collect::<Vec<_>>();
+        assert_eq!(
+            ids(index.known(&web, false)),
+            [id("ConfigMap", "a"), id("Secret", "b")],
+            "a listed item without kind takes the listed kind"
+        );
+        assert_eq!(
+            ids(index.known(&cluster_web, false)),
+            [id("ConfigMap", "c")]
+        );
+        assert_eq!(ids(index.known(&event, false)), [id("ConfigMap", "d")]);
+        assert_eq!(
+            ids(index.known(&main, false)),
+            [id("ConfigMap", "e"), id("ConfigMap", "f")],
+            "what names no resource and no CloudEvent source is the main unit's"
+        );
+        assert_eq!(index.known(&main, true).len(), 6);
+    }
+
+    #[test]
+    fn a_list_is_completed_with_what_was_recorded_while_it_ran() {
+        let web = naming::resource_labels("default", "web");
+        let db = naming::resource_labels("default", "db");
+        let mut pairs = Pairs::default();
+        assert_eq!(pairs.known("p", &web, false), None, "not listed yet");
+        pairs.record("p", web.clone(), Known::new());
+        let generation = pairs.begin_listing("p");
+        // web's unit is written while the LIST runs, which saw db only
+        let written = Known::from([(id("ConfigMap", "w"), "hash".to_string())]);
+        pairs.record("p", web.clone(), written.clone());
+        let listed = [object("ConfigMap", "d", &db)];
+        let index = PairIndex::of(listed.iter().map(|o| ("ConfigMap", o)));
+        assert_eq!(pairs.install("p", generation, index, &db, false).len(), 1);
+        assert_eq!(pairs.known("p", &web, false), Some(written));
+        // db's unit is removed: its group goes
+        pairs.record("p", db.clone(), Known::new());
+        assert_eq!(pairs.known("p", &db, false), Some(Known::new()));
+        assert_eq!(pairs.known("p", &web, true).map(|k| k.len()), Some(1));
+    }
+
+    #[test]
+    fn a_list_of_a_pair_forgotten_meanwhile_is_not_installed() {
+        let web = naming::resource_labels("default", "web");
+        let mut pairs = Pairs::default();
+        let generation = pairs.begin_listing("p");
+        pairs.forget("p");
+        let listed = [object("ConfigMap", "a", &web)];
+        let index = PairIndex::of(listed.iter().map(|o| ("ConfigMap", o)));
+        assert_eq!(
+            pairs.install("p", generation, index, &web, false).len(),
+            1,
+            "the caller still gets its unit's objects"
+        );
+        assert_eq!(
+            pairs.known("p", &web, false),
+            None,
+            "listed again next time"
+        );
+        let stale = pairs.begin_listing("p");
+        let newer = pairs.begin_listing("p");
+        pairs.install("p", stale, PairIndex::default(), &web, false);
+        assert_eq!(
+            pairs.known("p", &web, false),
+            None,
+            "a newer LIST is running"
+        );
+        pairs.install("p", newer, PairIndex::default(), &web, false);
+        assert_eq!(pairs.known("p", &web, false), Some(Known::new()));
+    }
+}
