@@ -214,3 +214,69 @@ fn a_map_cannot_be_set_inside_itself() {
         r#"{"a":{"x":1},"b":{"x":1}}"#.len()
     );
 }
+
+/// A map or list held many times over (shared, not copied: building it is cheap) is refused
+/// before a function prints, encodes or copies it, or the output prints it: 40 rounds of
+/// `dict "a" $d "b" $d` would print 2^40 maps.
+#[test]
+fn maps_held_many_times_over_are_refused_before_they_are_expanded() {
+    let dag = |use_: &str| {
+        format!(
+            "{{{{ $d := dict }}}}{{{{ range $i := until 40 }}}}{{{{ $d = dict \"a\" $d \"b\" $d }}}}{{{{ end }}}}{use_}"
+        )
+    };
+    let mut cases: Vec<(String, String)> = [
+        "toJson",
+        "toPrettyJson",
+        "toYaml",
+        "toString",
+        "print",
+        "printf \"%v\"",
+        "deepCopy",
+        "cat",
+        "quote",
+        "toToml",
+    ]
+    .iter()
+    .map(|f| {
+        let name = f.split(' ').next().unwrap_or(f);
+        (
+            dag(&format!("{{{{ {f} $d }}}}")),
+            format!(
+                "error calling {name}: printed value of more than 16777216 bytes {STRING_BUDGET}"
+            ),
+        )
+    })
+    .collect();
+    cases.push((
+        dag("{{ $d }}"),
+        "printed value of more than 67108864 bytes exceeds the template budget of 67108864".into(),
+    ));
+    cases.push((
+        dag("{{ list $d | toJson }}"),
+        format!("error calling toJson: printed value of more than 16777216 bytes {STRING_BUDGET}"),
+    ));
+    // Lists hold maps too.
+    cases.push((
+        "{{ $d := dict }}{{ range until 40 }}{{ $d = dict \"l\" (list $d $d) }}{{ end }}{{ toJson $d }}"
+            .into(),
+        format!("error calling toJson: printed value of more than 16777216 bytes {STRING_BUDGET}"),
+    ));
+    // A chain too deep to print on the render thread's stack.
+    cases.push((
+        "{{ $d := dict }}{{ range until 1200 }}{{ $d = dict \"a\" $d }}{{ end }}{{ toJson $d }}"
+            .into(),
+        "value nested more than 1000 levels deep exceeds the template depth limit".into(),
+    ));
+    let cases: Vec<(&str, &str)> = cases
+        .iter()
+        .map(|(t, w)| (t.as_str(), w.as_str()))
+        .collect();
+    stopped(Engine::Text, &cases);
+    // Shared maps that fit print in full.
+    let (result, _) = render(
+        Engine::Text,
+        "{{ $d := dict \"x\" 1 }}{{ range until 3 }}{{ $d = dict \"a\" $d \"b\" $d }}{{ end }}{{ toJson $d }}",
+    );
+    assert_eq!(result.expect("renders"), 133);
+}

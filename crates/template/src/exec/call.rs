@@ -8,7 +8,7 @@ use super::{lookup, Exec, R};
 use crate::ast::{Arg, Operand, Pipeline, Span};
 use crate::funcs::{budget, Fast, FuncDef, FuncResult, Imp, TextFn, Ty, MAX_GENERATED, MAX_STRING};
 use crate::val::{child, element, Scalar, Val};
-use crate::value::Value;
+use crate::value::{check_expanded, Value};
 use crate::{Error, MissingKey};
 
 /// The elements of `items` and of every list nested in it, each time it occurs; the count
@@ -27,6 +27,77 @@ fn list_weight(items: &[Value], cap: u64) -> u64 {
         }));
     }
     weight
+}
+
+/// Refuses a list or map argument whose printed, encoded or copied form would exceed the
+/// string budget (`check_expanded`), before `def` expands it: a map held many times over
+/// (`$d = dict "a" $d "b" $d` in a loop) is cheap to build and would take for ever to print.
+/// Functions that only look one level in, or follow one path, are not checked (their cost
+/// does not depend on what their argument holds).
+fn expandable(def: &FuncDef, values: &[Value]) -> Result<(), String> {
+    let shallow = matches!(
+        def.name,
+        "list"
+            | "tuple"
+            | "first"
+            | "mustFirst"
+            | "last"
+            | "mustLast"
+            | "rest"
+            | "mustRest"
+            | "initial"
+            | "mustInitial"
+            | "reverse"
+            | "mustReverse"
+            | "append"
+            | "push"
+            | "mustAppend"
+            | "mustPush"
+            | "prepend"
+            | "mustPrepend"
+            | "concat"
+            | "slice"
+            | "mustSlice"
+            | "chunk"
+            | "mustChunk"
+            | "compact"
+            | "mustCompact"
+            | "dict"
+            | "get"
+            | "set"
+            | "unset"
+            | "hasKey"
+            | "pluck"
+            | "keys"
+            | "values"
+            | "pick"
+            | "omit"
+            | "dig"
+            | "default"
+            | "empty"
+            | "coalesce"
+            | "all"
+            | "any"
+            | "ternary"
+            | "typeOf"
+            | "typeIs"
+            | "typeIsLike"
+            | "kindOf"
+            | "kindIs"
+            | "len"
+            | "index"
+            | "not"
+            | "getField"
+    );
+    if shallow {
+        return Ok(());
+    }
+    for v in values {
+        if matches!(v, Value::List(_) | Value::Map(_)) {
+            check_expanded(v, MAX_STRING as u64)?;
+        }
+    }
+    Ok(())
 }
 
 /// Most arguments a fast-path call evaluates into its stack buffer.
@@ -283,7 +354,8 @@ impl<'a> Exec<'a> {
             return match fast(which, vals) {
                 Ok(Some(v)) => Ok(v),
                 Ok(None) => {
-                    let values = vals.iter().map(|v| self.root.value_ref(v)).collect();
+                    let values: Vec<Value> = vals.iter().map(|v| self.root.value_ref(v)).collect();
+                    expandable(def, &values).map_err(|m| fail(self, m))?;
                     imp(values).map(Val::V).map_err(|m| fail(self, m))
                 }
                 Err(m) => Err(fail(self, m)),
@@ -308,6 +380,7 @@ impl<'a> Exec<'a> {
             };
             values.push(fin);
         }
+        expandable(def, &values).map_err(|m| fail(self, m))?;
         let result: FuncResult = imp(values);
         result.map(Val::V).map_err(|m| fail(self, m))
     }
