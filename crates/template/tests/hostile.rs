@@ -15,6 +15,15 @@ const BOUND: Duration = Duration::from_secs(30);
 /// Parses and renders `text` on a 2 MiB thread; the rendered length or the error, and how long
 /// it took. A render still running after twice the bound fails the test instead of hanging it.
 fn render(engine: Engine, text: &str) -> (Result<usize, Error>, Duration) {
+    render_with(engine, text, json!({"l": [1, 2, 3]}))
+}
+
+/// [`render`] of `data`.
+fn render_with(
+    engine: Engine,
+    text: &str,
+    data: serde_json::Value,
+) -> (Result<usize, Error>, Duration) {
     let options = Options {
         engine,
         ..Options::default()
@@ -26,7 +35,7 @@ fn render(engine: Engine, text: &str) -> (Result<usize, Error>, Duration) {
         .spawn(move || {
             let started = Instant::now();
             let result = Template::parse(&text, &options)
-                .and_then(|t| t.render(&event_data(&json!({"l": [1, 2, 3]}))))
+                .and_then(|t| t.render(&event_data(&data)))
                 .map(|out| out.len());
             let _ = tx.send((result, started.elapsed()));
         })
@@ -279,4 +288,102 @@ fn maps_held_many_times_over_are_refused_before_they_are_expanded() {
         "{{ $d := dict \"x\" 1 }}{{ range until 3 }}{{ $d = dict \"a\" $d \"b\" $d }}{{ end }}{{ toJson $d }}",
     );
     assert_eq!(result.expect("renders"), 133);
+}
+
+/// Tera's `~` has no hook: a variable concatenated with itself in a loop (`set_global`: a plain
+/// `set` in a loop starts again every iteration; 40 rounds would be 2^40 bytes) is refused
+/// before the render, as is any `set_global` in a loop that reads variables set in the loop
+/// twice, and a `set` written out many times over (no loop: 2^40 bytes in 40 lines).
+/// Accumulating one piece at a time still renders.
+#[test]
+fn tera_variables_doubled_are_refused() {
+    let unrolled =
+        "{% set s = \"x\" %}".to_string() + &"{% set s = s ~ s %}".repeat(40) + "{{ s }}";
+    stopped(
+        Engine::Tera,
+        &[
+            (
+                "{% set_global s = \"x\" %}{% for i in range(end=40) %}{% set_global s = s ~ s %}{% endfor %}{{ s }}",
+                "`set_global s` in a loop uses variables set in the loop 2 times",
+            ),
+            (
+                "{% set_global s = \"x\" %}{% set_global t = \"y\" %}{% for i in l %}{% for j in range(end=40) %}{% set_global s = s ~ t %}{% set_global t = t ~ s %}{% endfor %}{% endfor %}{{ s }}",
+                "`set_global s` in a loop uses variables set in the loop 2 times",
+            ),
+            (
+                "{% set_global s = \"x\" %}{% for i in range(end=40) %}{% set_global s = s | replace(from=\"x\", to=s) %}{% endfor %}{{ s }}",
+                "`set_global s` in a loop uses variables set in the loop 2 times",
+            ),
+            (
+                &unrolled,
+                "`set s` to 128 copies of values exceeds the template budget of 64 copies",
+            ),
+        ],
+    );
+    for (text, len) in [
+        (
+            "{% set_global s = \"\" %}{% for i in l %}{% set_global s = s ~ i ~ \",\" %}{% endfor %}{{ s }}",
+            "1,2,3,".len(),
+        ),
+        // A plain `set` in a loop starts from the outer value every iteration.
+        (
+            "{% set s = \"x\" %}{% for i in l %}{% set s = s ~ s %}{{ s }}{% endfor %}",
+            6,
+        ),
+        ("{% set a = \"ab\" %}{% set b = a ~ \"-\" ~ a %}{{ b }}", 5),
+    ] {
+        let (result, _) = render(Engine::Tera, text);
+        assert_eq!(result.expect(text), len, "{text}");
+    }
+}
+
+/// Loops nested over large data are finite but would run for hours: their iterations, the
+/// lengths of the lists multiplied, are held to a budget before the render starts.
+#[test]
+fn tera_loops_nested_over_large_data_are_refused() {
+    let xs: Vec<u32> = (0..10_000).collect();
+    // One item of 10,000 ports, the others of 3.
+    let items: Vec<_> = (0..10_000)
+        .map(|i| json!({"name": i, "ports": if i == 0 { xs.clone() } else { vec![1, 2, 3] }}))
+        .collect();
+    let data = json!({"xs": xs, "items": items, "l": [1, 2, 3]});
+    let budget = "exceeds the template budget of 10000000 iterations";
+    for (text, want) in [
+        (
+            "{% for a in xs %}{% for b in xs %}{% for c in xs %}{% endfor %}{% endfor %}{% endfor %}",
+            "for loop over `xs` (10000 iterations) nested in loops of 10000 iterations",
+        ),
+        // Through an outer loop's variable: the longest of its lists counts.
+        (
+            "{% for i in items %}{% for p in i.ports %}{% endfor %}{% endfor %}",
+            "for loop over `i.ports` (10000 iterations) nested in loops of 10000 iterations",
+        ),
+        // Through a variable set to data, and a filter that keeps a subset.
+        (
+            "{% set all = items %}{% for i in all | reverse %}{% for j in xs %}{% endfor %}{% endfor %}",
+            "for loop over `xs` (10000 iterations) nested in loops of 10000 iterations",
+        ),
+        // Anything computed counts as the list budget.
+        (
+            "{% for a in xs %}{% for b in xs | json_encode | split(pat=\",\") %}{% endfor %}{% endfor %}",
+            "for loop over `xs | json_encode | split` (1048576 iterations)",
+        ),
+    ] {
+        let (result, took) = render_with(Engine::Tera, text, data.clone());
+        let err = result.expect_err(text);
+        assert_eq!(err.kind(), ErrorKind::Exec, "{text}: {err}");
+        let message = err.message();
+        assert!(
+            message.contains(want) && message.ends_with(budget),
+            "{text}: {message:?}"
+        );
+        assert!(took < BOUND, "{text}: took {took:?}");
+    }
+    // Within the budget: 10,000 × 3, and loops one after the other.
+    let (result, _) = render_with(
+        Engine::Tera,
+        "{% for a in xs %}{% for b in l %}{% endfor %}{% endfor %}{% for a in xs %}{% endfor %}{% for i in items %}{% for p in l %}{% endfor %}{% endfor %}ok",
+        data,
+    );
+    assert_eq!(result.expect("renders"), 2);
 }
