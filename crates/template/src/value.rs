@@ -100,6 +100,47 @@ impl std::ops::DerefMut for MapWriteGuard<'_> {
     }
 }
 
+impl Drop for MapRef {
+    /// The last owner of a map nested thousands of levels deep (`$d = dict "a" $d` in a loop)
+    /// would drop it one stack frame per level and overflow a render thread's stack: it takes
+    /// the nested maps' and lists' contents out level by level instead.
+    fn drop(&mut self) {
+        let Some(state) = Arc::get_mut(&mut self.0) else {
+            return;
+        };
+        let entries = match state.get_mut().unwrap_or_else(|p| p.into_inner()) {
+            MapState::Owned(map) => map,
+            MapState::Lazy { children, .. } => children,
+        };
+        if !entries
+            .values()
+            .any(|v| matches!(v, Value::Map(_) | Value::List(_)))
+        {
+            return;
+        }
+        let mut pending: Vec<Value> = std::mem::take(entries).into_values().collect();
+        while let Some(value) = pending.pop() {
+            match value {
+                Value::Map(mut map) => {
+                    if let Some(state) = Arc::get_mut(&mut map.0) {
+                        let entries = match state.get_mut().unwrap_or_else(|p| p.into_inner()) {
+                            MapState::Owned(map) => map,
+                            MapState::Lazy { children, .. } => children,
+                        };
+                        pending.extend(std::mem::take(entries).into_values());
+                    }
+                }
+                Value::List(mut items) => {
+                    if let Some(items) = Arc::get_mut(&mut items) {
+                        pending.append(items);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 impl MapRef {
     pub fn new(map: Map) -> Self {
         MapRef(Arc::new(RwLock::new(MapState::Owned(map))))

@@ -387,3 +387,32 @@ fn tera_loops_nested_over_large_data_are_refused() {
     );
     assert_eq!(result.expect("renders"), 2);
 }
+
+/// A chain of maps or lists nested thousands of levels deep (cheap to build in a loop) neither
+/// overflows the render thread's stack when it is dropped nor when it is printed: lists are
+/// refused past the depth limit as they are built, maps as they are expanded.
+#[test]
+fn deep_chains_are_dropped_and_refused_without_overflowing_the_stack() {
+    stopped(
+        Engine::Text,
+        &[
+            (
+                "{{ $l := list }}{{ range until 3000 }}{{ $l = list $l }}{{ end }}{{ len $l }}",
+                "error calling list: list nested more than 1000 levels deep exceeds the template depth limit",
+            ),
+            (
+                "{{ $d := dict }}{{ range until 3000 }}{{ $d = dict \"a\" $d }}{{ end }}{{ toJson $d }}",
+                "error calling toJson: value nested more than 1000 levels deep exceeds the template depth limit",
+            ),
+        ],
+    );
+    for text in [
+        "{{ $d := dict }}{{ range until 100000 }}{{ $d = dict \"a\" $d }}{{ end }}{{ len $d }}",
+        "{{ $d := dict }}{{ range until 50000 }}{{ $d = dict \"a\" (list $d) }}{{ end }}{{ len $d }}",
+        "{{ $d := dict }}{{ range until 4000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
+    ] {
+        let (result, took) = render(Engine::Text, text);
+        assert_eq!(result.expect(text), 1, "{text}");
+        assert!(took < BOUND, "{text}: took {took:?}");
+    }
+}

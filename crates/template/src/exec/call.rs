@@ -8,25 +8,29 @@ use super::{lookup, Exec, R};
 use crate::ast::{Arg, Operand, Pipeline, Span};
 use crate::funcs::{budget, Fast, FuncDef, FuncResult, Imp, TextFn, Ty, MAX_GENERATED, MAX_STRING};
 use crate::val::{child, element, Scalar, Val};
-use crate::value::{check_expanded, Value};
+use crate::value::{check_expanded, Value, MAX_DEPTH};
 use crate::{Error, MissingKey};
 
 /// The elements of `items` and of every list nested in it, each time it occurs; the count
-/// stops once it is over `cap`.
-fn list_weight(items: &[Value], cap: u64) -> u64 {
+/// stops once it is over `cap`. `true` when the lists nest more than `MAX_DEPTH` levels (a
+/// chain that deep would overflow the render thread's stack when it is dropped).
+fn list_weight(items: &[Value], cap: u64) -> (u64, bool) {
     let mut weight = 0u64;
-    let mut pending = vec![items];
-    while let Some(list) = pending.pop() {
+    let mut pending = vec![(items, 1u32)];
+    while let Some((list, depth)) = pending.pop() {
         weight += list.len() as u64;
         if weight > cap {
             break;
         }
+        if depth > MAX_DEPTH {
+            return (weight, true);
+        }
         pending.extend(list.iter().filter_map(|v| match v {
-            Value::List(inner) => Some(inner.as_slice()),
+            Value::List(inner) => Some((inner.as_slice(), depth + 1)),
             _ => None,
         }));
     }
-    weight
+    (weight, false)
 }
 
 /// Refuses a list or map argument whose printed, encoded or copied form would exceed the
@@ -277,7 +281,14 @@ impl<'a> Exec<'a> {
         let over = match &result {
             Val::V(Value::String(s)) => budget(s.len() as i64, MAX_STRING).err(),
             Val::V(Value::List(items)) => {
-                let weight = list_weight(items, MAX_GENERATED as u64);
+                let (weight, too_deep) = list_weight(items, MAX_GENERATED as u64);
+                if too_deep {
+                    let whole = self.command_span(span, args);
+                    let m = format!(
+                        "list nested more than {MAX_DEPTH} levels deep exceeds the template depth limit"
+                    );
+                    return Err(self.error(whole, format!("error calling {}: {m}", def.name)));
+                }
                 // The nested elements are charged: the function copied the top level anyway,
                 // and a list built by `append` one element at a time stays linear.
                 self.steps += weight.saturating_sub(items.len() as u64);
