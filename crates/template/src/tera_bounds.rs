@@ -10,7 +10,11 @@
 //!   again every iteration);
 //! - a `set` whose value holds more than `MAX_COPIES` copies of values read from the data or
 //!   the template, counting a variable as the copies it was set to (`{% set s = s ~ s %}`
-//!   written 40 times over would be 2^40 copies).
+//!   written 40 times over would be 2^40 copies);
+//! - a macro that calls itself (Tera would recurse until the stack overflows); a macro's loops
+//!   count as often as the loops around its call go round.
+
+use std::collections::HashMap;
 
 use serde_json::Value as Json;
 use tera::ast::{Expr, ExprVal, Node};
@@ -28,13 +32,23 @@ const SUBSETTING: &[&str] = &["slice", "filter", "sort", "reverse", "unique"];
 
 /// Checks `ast` against the render's `data`; the refusal names the limit.
 pub fn check(ast: &[Node], data: &Json) -> Result<(), String> {
+    let macros = ast
+        .iter()
+        .filter_map(|node| match node {
+            Node::MacroDefinition(_, mac, _) => Some((mac.name.as_str(), mac.body.as_slice())),
+            _ => None,
+        })
+        .collect();
     let mut walk = Walk {
         data,
         env: Vec::new(),
         growing: Vec::new(),
-        copies: std::collections::HashMap::new(),
+        copies: HashMap::new(),
+        macros,
+        products: HashMap::new(),
+        calling: Vec::new(),
     };
-    walk.nodes(ast, 1)
+    walk.nodes(ast, 1).map(|_| ())
 }
 
 /// What a variable may hold.
@@ -46,19 +60,49 @@ enum Binding<'d> {
     Unknown,
 }
 
-struct Walk<'d> {
+struct Walk<'a, 'd> {
     data: &'d Json,
     /// Variables in scope, innermost last.
     env: Vec<(String, Binding<'d>)>,
     /// For each enclosing loop, the variables its body sets.
     growing: Vec<Vec<String>>,
     /// The copies each variable set so far holds, the most of any `set` of it.
-    copies: std::collections::HashMap<String, u64>,
+    copies: HashMap<String, u64>,
+    /// The template's macros (`self::name(...)`), by name.
+    macros: HashMap<&'a str, &'a [Node]>,
+    /// The iterations one call of each macro checked so far makes.
+    products: HashMap<&'a str, u64>,
+    /// The macros being checked, callers first.
+    calling: Vec<&'a str>,
 }
 
-impl<'d> Walk<'d> {
-    fn nodes(&mut self, nodes: &[Node], iterations: u64) -> Result<(), String> {
+impl<'a, 'd> Walk<'a, 'd> {
+    /// Checks `nodes`, run `iterations` times; the most iterations any loop in them makes.
+    fn nodes(&mut self, nodes: &'a [Node], iterations: u64) -> Result<u64, String> {
+        let mut reached = iterations;
         for node in nodes {
+            for expr in node_exprs(node) {
+                let mut called = Vec::new();
+                visit(expr, &mut |val| {
+                    if let ExprVal::MacroCall(call) = val {
+                        if call.namespace == "self" {
+                            called.push(call.name.as_str());
+                        }
+                    }
+                });
+                for name in called {
+                    let product = self.macro_product(name)?;
+                    let total = iterations.saturating_mul(product);
+                    if total > MAX_ITERATIONS {
+                        return Err(format!(
+                            "macro `{name}` ({product} iterations) called in loops of \
+                             {iterations} iterations exceeds the template budget of \
+                             {MAX_ITERATIONS} iterations"
+                        ));
+                    }
+                    reached = reached.max(total);
+                }
+            }
             match node {
                 Node::Forloop(_, f, _) => {
                     let (count, elements) = self.container(&f.container);
@@ -82,11 +126,11 @@ impl<'d> Walk<'d> {
                     let mut sets = Vec::new();
                     set_names(&f.body, &mut sets);
                     self.growing.push(sets);
-                    self.nodes(&f.body, inner)?;
+                    reached = reached.max(self.nodes(&f.body, inner)?);
                     self.growing.pop();
                     self.env.truncate(mark);
                     if let Some(empty) = &f.empty_body {
-                        self.nodes(empty, iterations)?;
+                        reached = reached.max(self.nodes(empty, iterations)?);
                     }
                 }
                 Node::Set(_, set) => {
@@ -122,28 +166,51 @@ impl<'d> Walk<'d> {
                 }
                 Node::If(branches, _) => {
                     for (_, _, body) in &branches.conditions {
-                        self.nodes(body, iterations)?;
+                        reached = reached.max(self.nodes(body, iterations)?);
                     }
                     if let Some((_, body)) = &branches.otherwise {
-                        self.nodes(body, iterations)?;
+                        reached = reached.max(self.nodes(body, iterations)?);
                     }
                 }
-                Node::FilterSection(_, section, _) => self.nodes(&section.body, iterations)?,
-                Node::Block(_, block, _) => self.nodes(&block.body, iterations)?,
-                Node::MacroDefinition(_, mac, _) => {
-                    // Checked on its own, its arguments unknown.
-                    let (env, growing) = (
-                        std::mem::take(&mut self.env),
-                        std::mem::take(&mut self.growing),
-                    );
-                    let result = self.nodes(&mac.body, 1);
-                    (self.env, self.growing) = (env, growing);
-                    result?;
+                Node::FilterSection(_, section, _) => {
+                    reached = reached.max(self.nodes(&section.body, iterations)?);
                 }
+                Node::Block(_, block, _) => {
+                    reached = reached.max(self.nodes(&block.body, iterations)?);
+                }
+                // A macro is checked where it is called.
                 _ => {}
             }
         }
-        Ok(())
+        Ok(reached)
+    }
+
+    /// The iterations one call of macro `name` makes, its arguments unknown; a macro that
+    /// calls itself is refused (Tera recurses until the thread's stack overflows).
+    fn macro_product(&mut self, name: &'a str) -> Result<u64, String> {
+        if let Some(product) = self.products.get(name) {
+            return Ok(*product);
+        }
+        if self.calling.contains(&name) {
+            return Err(format!(
+                "macro `{name}` calls itself: Tera macros recurse without a limit"
+            ));
+        }
+        // An unknown macro is Tera's error to report.
+        let Some(body) = self.macros.get(name).copied() else {
+            return Ok(1);
+        };
+        self.calling.push(name);
+        let (env, growing) = (
+            std::mem::take(&mut self.env),
+            std::mem::take(&mut self.growing),
+        );
+        let product = self.nodes(body, 1);
+        (self.env, self.growing) = (env, growing);
+        self.calling.pop();
+        let product = product?;
+        self.products.insert(name, product);
+        Ok(product)
     }
 
     /// What `expr` may hold, as a variable set to it.
@@ -304,55 +371,79 @@ fn set_names(nodes: &[Node], out: &mut Vec<String>) {
 
 /// Calls `f` with every variable path `expr` reads, each time it is read.
 fn expr_idents(expr: &Expr, f: &mut dyn FnMut(&str)) {
-    val_idents(&expr.val, f);
+    visit(expr, &mut |val| match val {
+        ExprVal::Ident(path) => f(path),
+        ExprVal::Test(test) => f(&test.ident),
+        _ => {}
+    });
+}
+
+/// Calls `f` with every value of `expr`, the expression's own and every one inside it.
+fn visit<'e>(expr: &'e Expr, f: &mut dyn FnMut(&'e ExprVal)) {
+    visit_val(&expr.val, f);
     for filter in &expr.filters {
         for arg in filter.args.values() {
-            expr_idents(arg, f);
+            visit(arg, f);
         }
     }
 }
 
-fn val_idents(val: &ExprVal, f: &mut dyn FnMut(&str)) {
+fn visit_val<'e>(val: &'e ExprVal, f: &mut dyn FnMut(&'e ExprVal)) {
+    f(val);
     match val {
-        ExprVal::Ident(path) => f(path),
         ExprVal::Math(m) => {
-            expr_idents(&m.lhs, f);
-            expr_idents(&m.rhs, f);
+            visit(&m.lhs, f);
+            visit(&m.rhs, f);
         }
         ExprVal::Logic(l) => {
-            expr_idents(&l.lhs, f);
-            expr_idents(&l.rhs, f);
+            visit(&l.lhs, f);
+            visit(&l.rhs, f);
         }
         ExprVal::In(i) => {
-            expr_idents(&i.lhs, f);
-            expr_idents(&i.rhs, f);
+            visit(&i.lhs, f);
+            visit(&i.rhs, f);
         }
         ExprVal::Test(t) => {
-            f(&t.ident);
             for arg in &t.args {
-                expr_idents(arg, f);
+                visit(arg, f);
             }
         }
         ExprVal::MacroCall(call) => {
             for arg in call.args.values() {
-                expr_idents(arg, f);
+                visit(arg, f);
             }
         }
         ExprVal::FunctionCall(call) => {
             for arg in call.args.values() {
-                expr_idents(arg, f);
+                visit(arg, f);
             }
         }
         ExprVal::Array(items) => {
             for item in items {
-                expr_idents(item, f);
+                visit(item, f);
             }
         }
         ExprVal::StringConcat(concat) => {
             for value in &concat.values {
-                val_idents(value, f);
+                visit_val(value, f);
             }
         }
-        ExprVal::String(_) | ExprVal::Int(_) | ExprVal::Float(_) | ExprVal::Bool(_) => {}
+        ExprVal::Ident(_)
+        | ExprVal::String(_)
+        | ExprVal::Int(_)
+        | ExprVal::Float(_)
+        | ExprVal::Bool(_) => {}
+    }
+}
+
+/// The expressions a node evaluates itself (not those of the nodes inside it).
+fn node_exprs(node: &Node) -> Vec<&Expr> {
+    match node {
+        Node::VariableBlock(_, expr) => vec![expr],
+        Node::Set(_, set) => vec![&set.value],
+        Node::Forloop(_, f, _) => vec![&f.container],
+        Node::If(branches, _) => branches.conditions.iter().map(|(_, e, _)| e).collect(),
+        Node::FilterSection(_, section, _) => section.filter.args.values().collect(),
+        _ => Vec::new(),
     }
 }

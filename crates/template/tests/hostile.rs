@@ -416,3 +416,42 @@ fn deep_chains_are_dropped_and_refused_without_overflowing_the_stack() {
         assert!(took < BOUND, "{text}: took {took:?}");
     }
 }
+
+/// Tera macros recurse without a limit (a macro calling itself overflowed the render thread's
+/// stack and aborted the process): a macro that calls itself, directly or through another,
+/// is refused; a macro's loops count as often as the loops around its call go round.
+#[test]
+fn tera_macros_that_recurse_or_loop_too_often_are_refused() {
+    stopped(
+        Engine::Tera,
+        &[
+            (
+                "{% macro r(n) %}{{ self::r(n=n+1) }}{% endmacro r %}{{ self::r(n=0) }}",
+                "macro `r` calls itself: Tera macros recurse without a limit",
+            ),
+            (
+                "{% macro a(n) %}{% if n > 0 %}{{ self::b(n=n) }}{% endif %}{% endmacro a %}{% macro b(n) %}{% for i in l %}{{ self::a(n=n) }}{% endfor %}{% endmacro b %}{{ self::a(n=1) }}",
+                "calls itself: Tera macros recurse without a limit",
+            ),
+        ],
+    );
+    let xs: Vec<u32> = (0..10_000).collect();
+    let data = json!({"xs": xs, "l": [1, 2, 3]});
+    let (result, took) = render_with(
+        Engine::Tera,
+        "{% macro m() %}{% for b in xs %}{% endfor %}{% endmacro m %}{% for a in xs %}{{ self::m() }}{% endfor %}",
+        data.clone(),
+    );
+    let err = result.expect_err("refused");
+    assert_eq!(
+        err.message(),
+        "macro `m` (10000 iterations) called in loops of 10000 iterations exceeds the template budget of 10000000 iterations"
+    );
+    assert!(took < BOUND, "took {took:?}");
+    let (result, _) = render_with(
+        Engine::Tera,
+        "{% macro m(x) %}[{% for b in l %}{{ x }}{% endfor %}]{% endmacro m %}{% for a in l %}{{ self::m(x=a) }}{% endfor %}",
+        data,
+    );
+    assert_eq!(result.expect("renders"), "[111][222][333]".len());
+}
