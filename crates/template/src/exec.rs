@@ -15,7 +15,7 @@ use crate::ast::{Arg, Branch, Command, Name, Node, Operand, Pipeline, Span, Tree
 use crate::funcs::Ty;
 use crate::gofmt::{push_int, write_value};
 use crate::val::{child, Root, Val};
-use crate::value::Value;
+use crate::value::{check_expanded, Value};
 use crate::{Engine, Error, MissingKey};
 
 /// Deepest nesting of blocks (`if`, `with`, `range` bodies and `{{ template }}` calls together)
@@ -171,7 +171,7 @@ impl<'a> Exec<'a> {
         }
         let value = self.pipeline(dot, pipe)?;
         if pipe.decl.is_empty() {
-            self.print(&value);
+            self.print(&value, pipe.span)?;
         }
         Ok(())
     }
@@ -211,25 +211,40 @@ impl<'a> Exec<'a> {
                 push_int(&mut self.out, n.as_i64().unwrap_or_default());
                 true
             }
+            // Lists and maps are checked before they are printed (`print`, general path).
+            Some(Val::V(Value::List(_) | Value::Map(_))) => false,
             Some(value) => {
-                self.print(&value);
+                // Anything else prints without error.
+                let _ = self.print(&value, pipe.span);
                 true
             }
             None => false,
         }
     }
 
-    pub(super) fn print(&mut self, value: &Val<'a>) {
+    /// Prints a value; a list or map only when its printed form fits the output budget.
+    pub(super) fn print(&mut self, value: &Val<'a>, span: Span) -> R<()> {
         let value = match (self.engine, value) {
             (_, Val::V(v)) => v,
-            (Engine::Text, Val::Key(k)) => return self.out.push_str(k),
-            (Engine::Text, Val::J(Json::String(k), _)) => return self.out.push_str(k),
+            (Engine::Text, Val::Key(k)) => {
+                self.out.push_str(k);
+                return Ok(());
+            }
+            (Engine::Text, Val::J(Json::String(k), _)) => {
+                self.out.push_str(k);
+                return Ok(());
+            }
             (Engine::Text, Val::J(Json::Number(n), _)) if n.is_i64() => {
-                return push_int(&mut self.out, n.as_i64().unwrap_or_default())
+                push_int(&mut self.out, n.as_i64().unwrap_or_default());
+                return Ok(());
             }
             (_, other) => &self.root.value_ref(other),
         };
+        if matches!(value, Value::List(_) | Value::Map(_)) {
+            check_expanded(value, MAX_OUTPUT as u64).map_err(|m| self.error(span, m))?;
+        }
         self.print_value(value);
+        Ok(())
     }
 
     fn print_value(&mut self, value: &Value) {

@@ -18,6 +18,7 @@ mod parse;
 mod printf;
 mod sprig;
 mod sveltos;
+mod tera_bounds;
 mod tera_engine;
 mod val;
 mod value;

@@ -30,13 +30,19 @@ impl TeraTemplate {
     }
 
     pub fn render(&self, data: &Value) -> Result<String, Error> {
+        let exec = |message: String| Error::tera(&self.name, ErrorKind::Exec, message);
         let json = data.to_json().unwrap_or(serde_json::Value::Null);
-        let context = Context::from_value(json)
-            .map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))?;
+        let template = self
+            .tera
+            .get_template(&self.name)
+            .map_err(|e| exec(chain(&e)))?;
+        // Tera has no budget of its own: loops and growing variables are checked first.
+        crate::tera_bounds::check(&template.ast, &json).map_err(exec)?;
+        let context = Context::from_value(json).map_err(|e| exec(chain(&e)))?;
         RANGED.with(|r| r.set(0));
         self.tera
             .render(&self.name, &context)
-            .map_err(|e| Error::tera(&self.name, ErrorKind::Exec, chain(&e)))
+            .map_err(|e| exec(chain(&e)))
     }
 }
 

@@ -100,6 +100,47 @@ impl std::ops::DerefMut for MapWriteGuard<'_> {
     }
 }
 
+impl Drop for MapRef {
+    /// The last owner of a map nested thousands of levels deep (`$d = dict "a" $d` in a loop)
+    /// would drop it one stack frame per level and overflow a render thread's stack: it takes
+    /// the nested maps' and lists' contents out level by level instead.
+    fn drop(&mut self) {
+        let Some(state) = Arc::get_mut(&mut self.0) else {
+            return;
+        };
+        let entries = match state.get_mut().unwrap_or_else(|p| p.into_inner()) {
+            MapState::Owned(map) => map,
+            MapState::Lazy { children, .. } => children,
+        };
+        if !entries
+            .values()
+            .any(|v| matches!(v, Value::Map(_) | Value::List(_)))
+        {
+            return;
+        }
+        let mut pending: Vec<Value> = std::mem::take(entries).into_values().collect();
+        while let Some(value) = pending.pop() {
+            match value {
+                Value::Map(mut map) => {
+                    if let Some(state) = Arc::get_mut(&mut map.0) {
+                        let entries = match state.get_mut().unwrap_or_else(|p| p.into_inner()) {
+                            MapState::Owned(map) => map,
+                            MapState::Lazy { children, .. } => children,
+                        };
+                        pending.extend(std::mem::take(entries).into_values());
+                    }
+                }
+                Value::List(mut items) => {
+                    if let Some(items) = Arc::get_mut(&mut items) {
+                        pending.append(items);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 impl MapRef {
     pub fn new(map: Map) -> Self {
         MapRef(Arc::new(RwLock::new(MapState::Owned(map))))
@@ -614,4 +655,122 @@ pub(crate) fn object_reference(json: &Doc) -> Value {
         map.insert(field.to_string(), Value::str(value));
     }
     Value::map(map)
+}
+
+/// Deepest nesting of lists and maps a template may print, encode or copy: printing recurses
+/// once per level on the render thread's stack.
+pub const MAX_DEPTH: u32 = 1000;
+
+/// Checks that printing, encoding or copying `value` stays within `cap` bytes and `MAX_DEPTH`
+/// levels, before it is expanded. A map or list held in several places (`dict "a" $d "b" $d`,
+/// shared, not copied) prints once per occurrence, so its size counts once per occurrence;
+/// each distinct one is measured once, so the check costs at most what it checks for.
+///
+/// The size is a lower bound of every printed form (Go's `%v`, JSON, YAML): every list, map
+/// and scalar prints at least one byte, a string at least its length, a key at least its own.
+pub(crate) fn check_expanded(value: &Value, cap: u64) -> Result<(), String> {
+    let mut measure = Measure {
+        cap,
+        memo: std::collections::HashMap::new(),
+    };
+    let (size, height) = measure.value(value, 0);
+    if height > MAX_DEPTH {
+        return Err(format!(
+            "value nested more than {MAX_DEPTH} levels deep exceeds the template depth limit"
+        ));
+    }
+    if size > cap {
+        return Err(format!(
+            "printed value of more than {cap} bytes exceeds the template budget of {cap}"
+        ));
+    }
+    Ok(())
+}
+
+/// The walk of [`check_expanded`]: sizes saturate just past `cap`, heights past `MAX_DEPTH`,
+/// where the walk stops.
+struct Measure {
+    cap: u64,
+    /// (size, height) of each list and map measured, by address.
+    memo: std::collections::HashMap<usize, (u64, u32)>,
+}
+
+impl Measure {
+    fn value(&mut self, value: &Value, depth: u32) -> (u64, u32) {
+        match value {
+            Value::String(s) => (s.len().max(1) as u64, 0),
+            Value::List(items) => {
+                let key = Arc::as_ptr(items) as *const () as usize;
+                self.shared(key, |m| {
+                    m.children(items.iter().map(|v| (0, Node::V(v))), depth)
+                })
+            }
+            Value::Map(map) => {
+                let key = Arc::as_ptr(&map.0) as *const () as usize;
+                self.shared(key, |m| match &*map.read_state() {
+                    MapState::Owned(entries) => {
+                        m.children(entries.iter().map(|(k, v)| (k.len(), Node::V(v))), depth)
+                    }
+                    MapState::Lazy { json, children, .. } => {
+                        let own = json.get().as_object().into_iter().flat_map(|o| {
+                            o.iter()
+                                .filter(|(k, _)| !children.contains_key(*k))
+                                .map(|(k, v)| (k.len(), Node::J(v)))
+                        });
+                        let changed = children.iter().map(|(k, v)| (k.len(), Node::V(v)));
+                        m.children(own.chain(changed), depth)
+                    }
+                })
+            }
+            _ => (1, 0),
+        }
+    }
+
+    fn doc(&mut self, doc: &Doc, depth: u32) -> (u64, u32) {
+        match doc {
+            Doc::String(s) => (s.len().max(1) as u64, 0),
+            Doc::Array(items) => self.children(items.iter().map(|v| (0, Node::J(v))), depth),
+            Doc::Object(o) => self.children(o.iter().map(|(k, v)| (k.len(), Node::J(v))), depth),
+            _ => (1, 0),
+        }
+    }
+
+    /// A list or map measured once per address.
+    fn shared(&mut self, key: usize, measure: impl FnOnce(&mut Self) -> (u64, u32)) -> (u64, u32) {
+        if let Some(known) = self.memo.get(&key) {
+            return *known;
+        }
+        let known = measure(self);
+        self.memo.insert(key, known);
+        known
+    }
+
+    /// One list or map of `children` (key length, value) at `depth`.
+    fn children<'v>(
+        &mut self,
+        children: impl Iterator<Item = (usize, Node<'v>)>,
+        depth: u32,
+    ) -> (u64, u32) {
+        let (mut size, mut height) = (1u64, 1u32);
+        if depth >= MAX_DEPTH {
+            return (size, MAX_DEPTH + 1);
+        }
+        for (key, child) in children {
+            let (s, h) = match child {
+                Node::V(v) => self.value(v, depth + 1),
+                Node::J(j) => self.doc(j, depth + 1),
+            };
+            size = size.saturating_add(key as u64).saturating_add(s);
+            height = height.max(h.saturating_add(1));
+            if size > self.cap || height > MAX_DEPTH {
+                break;
+            }
+        }
+        (size, height)
+    }
+}
+
+enum Node<'v> {
+    V(&'v Value),
+    J(&'v Doc),
 }

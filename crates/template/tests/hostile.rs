@@ -15,6 +15,15 @@ const BOUND: Duration = Duration::from_secs(30);
 /// Parses and renders `text` on a 2 MiB thread; the rendered length or the error, and how long
 /// it took. A render still running after twice the bound fails the test instead of hanging it.
 fn render(engine: Engine, text: &str) -> (Result<usize, Error>, Duration) {
+    render_with(engine, text, json!({"l": [1, 2, 3]}))
+}
+
+/// [`render`] of `data`.
+fn render_with(
+    engine: Engine,
+    text: &str,
+    data: serde_json::Value,
+) -> (Result<usize, Error>, Duration) {
     let options = Options {
         engine,
         ..Options::default()
@@ -26,7 +35,7 @@ fn render(engine: Engine, text: &str) -> (Result<usize, Error>, Duration) {
         .spawn(move || {
             let started = Instant::now();
             let result = Template::parse(&text, &options)
-                .and_then(|t| t.render(&event_data(&json!({"l": [1, 2, 3]}))))
+                .and_then(|t| t.render(&event_data(&data)))
                 .map(|out| out.len());
             let _ = tx.send((result, started.elapsed()));
         })
@@ -36,8 +45,13 @@ fn render(engine: Engine, text: &str) -> (Result<usize, Error>, Duration) {
 
 /// Every case must fail at execution (it parses) with a message containing `want`, in time.
 fn stopped(engine: Engine, cases: &[(&str, &str)]) {
+    stopped_with(engine, &json!({"l": [1, 2, 3]}), cases);
+}
+
+/// [`stopped`] over `data`.
+fn stopped_with(engine: Engine, data: &serde_json::Value, cases: &[(&str, &str)]) {
     for (text, want) in cases {
-        let (result, took) = render(engine, text);
+        let (result, took) = render_with(engine, text, data.clone());
         let err = result.expect_err(text);
         assert_eq!(err.kind(), ErrorKind::Exec, "{text}: {err}");
         assert!(
@@ -213,4 +227,226 @@ fn a_map_cannot_be_set_inside_itself() {
         result.expect("renders"),
         r#"{"a":{"x":1},"b":{"x":1}}"#.len()
     );
+}
+
+/// A map or list held many times over (shared, not copied: building it is cheap) is refused
+/// before a function prints, encodes or copies it, or the output prints it: 40 rounds of
+/// `dict "a" $d "b" $d` would print 2^40 maps.
+#[test]
+fn maps_held_many_times_over_are_refused_before_they_are_expanded() {
+    let dag = |use_: &str| {
+        format!(
+            "{{{{ $d := dict }}}}{{{{ range $i := until 40 }}}}{{{{ $d = dict \"a\" $d \"b\" $d }}}}{{{{ end }}}}{use_}"
+        )
+    };
+    let mut cases: Vec<(String, String)> = [
+        "toJson",
+        "toPrettyJson",
+        "toYaml",
+        "toString",
+        "print",
+        "printf \"%v\"",
+        "deepCopy",
+        "cat",
+        "quote",
+        "toToml",
+    ]
+    .iter()
+    .map(|f| {
+        let name = f.split(' ').next().unwrap_or(f);
+        (
+            dag(&format!("{{{{ {f} $d }}}}")),
+            format!(
+                "error calling {name}: printed value of more than 16777216 bytes {STRING_BUDGET}"
+            ),
+        )
+    })
+    .collect();
+    cases.push((
+        dag("{{ $d }}"),
+        "printed value of more than 67108864 bytes exceeds the template budget of 67108864".into(),
+    ));
+    cases.push((
+        dag("{{ list $d | toJson }}"),
+        format!("error calling toJson: printed value of more than 16777216 bytes {STRING_BUDGET}"),
+    ));
+    // Lists hold maps too.
+    cases.push((
+        "{{ $d := dict }}{{ range until 40 }}{{ $d = dict \"l\" (list $d $d) }}{{ end }}{{ toJson $d }}"
+            .into(),
+        format!("error calling toJson: printed value of more than 16777216 bytes {STRING_BUDGET}"),
+    ));
+    // A chain too deep to print on the render thread's stack.
+    cases.push((
+        "{{ $d := dict }}{{ range until 1200 }}{{ $d = dict \"a\" $d }}{{ end }}{{ toJson $d }}"
+            .into(),
+        "value nested more than 1000 levels deep exceeds the template depth limit".into(),
+    ));
+    let cases: Vec<(&str, &str)> = cases
+        .iter()
+        .map(|(t, w)| (t.as_str(), w.as_str()))
+        .collect();
+    stopped(Engine::Text, &cases);
+    // Shared maps that fit print in full.
+    let (result, _) = render(
+        Engine::Text,
+        "{{ $d := dict \"x\" 1 }}{{ range until 3 }}{{ $d = dict \"a\" $d \"b\" $d }}{{ end }}{{ toJson $d }}",
+    );
+    assert_eq!(result.expect("renders"), 133);
+}
+
+/// Tera's `~` has no hook: a variable concatenated with itself in a loop (`set_global`: a plain
+/// `set` in a loop starts again every iteration; 40 rounds would be 2^40 bytes) is refused
+/// before the render, as is any `set_global` in a loop that reads variables set in the loop
+/// twice, and a `set` written out many times over (no loop: 2^40 bytes in 40 lines).
+/// Accumulating one piece at a time still renders.
+#[test]
+fn tera_variables_doubled_are_refused() {
+    let unrolled =
+        "{% set s = \"x\" %}".to_string() + &"{% set s = s ~ s %}".repeat(40) + "{{ s }}";
+    stopped(
+        Engine::Tera,
+        &[
+            (
+                "{% set_global s = \"x\" %}{% for i in range(end=40) %}{% set_global s = s ~ s %}{% endfor %}{{ s }}",
+                "`set_global s` in a loop uses variables set in the loop 2 times",
+            ),
+            (
+                "{% set_global s = \"x\" %}{% set_global t = \"y\" %}{% for i in l %}{% for j in range(end=40) %}{% set_global s = s ~ t %}{% set_global t = t ~ s %}{% endfor %}{% endfor %}{{ s }}",
+                "`set_global s` in a loop uses variables set in the loop 2 times",
+            ),
+            (
+                "{% set_global s = \"x\" %}{% for i in range(end=40) %}{% set_global s = s | replace(from=\"x\", to=s) %}{% endfor %}{{ s }}",
+                "`set_global s` in a loop uses variables set in the loop 2 times",
+            ),
+            (
+                &unrolled,
+                "`set s` to 128 copies of values exceeds the template budget of 64 copies",
+            ),
+        ],
+    );
+    for (text, len) in [
+        (
+            "{% set_global s = \"\" %}{% for i in l %}{% set_global s = s ~ i ~ \",\" %}{% endfor %}{{ s }}",
+            "1,2,3,".len(),
+        ),
+        // A plain `set` in a loop starts from the outer value every iteration.
+        (
+            "{% set s = \"x\" %}{% for i in l %}{% set s = s ~ s %}{{ s }}{% endfor %}",
+            6,
+        ),
+        ("{% set a = \"ab\" %}{% set b = a ~ \"-\" ~ a %}{{ b }}", 5),
+    ] {
+        let (result, _) = render(Engine::Tera, text);
+        assert_eq!(result.expect(text), len, "{text}");
+    }
+}
+
+/// Loops nested over large data are finite but would run for hours: their iterations, the
+/// lengths of the lists multiplied, are held to a budget before the render starts.
+#[test]
+fn tera_loops_nested_over_large_data_are_refused() {
+    let xs: Vec<u32> = (0..10_000).collect();
+    // One item of 10,000 ports, the others of 3.
+    let items: Vec<_> = (0..10_000)
+        .map(|i| json!({"name": i, "ports": if i == 0 { xs.clone() } else { vec![1, 2, 3] }}))
+        .collect();
+    let data = json!({"xs": xs, "items": items, "l": [1, 2, 3]});
+    let budget = "exceeds the template budget of 10000000 iterations";
+    let cases = [
+        (
+            "{% for a in xs %}{% for b in xs %}{% for c in xs %}{% endfor %}{% endfor %}{% endfor %}",
+            "for loop over `xs` (10000 iterations) nested in loops of 10000 iterations",
+        ),
+        // Through an outer loop's variable: the longest of its lists counts.
+        (
+            "{% for i in items %}{% for p in i.ports %}{% endfor %}{% endfor %}",
+            "for loop over `i.ports` (10000 iterations) nested in loops of 10000 iterations",
+        ),
+        // Through a variable set to data, and a filter that keeps a subset.
+        (
+            "{% set all = items %}{% for i in all | reverse %}{% for j in xs %}{% endfor %}{% endfor %}",
+            "for loop over `xs` (10000 iterations) nested in loops of 10000 iterations",
+        ),
+        // Anything computed counts as the list budget.
+        (
+            "{% for a in xs %}{% for b in xs | json_encode | split(pat=\",\") %}{% endfor %}{% endfor %}",
+            "for loop over `xs | json_encode | split` (1048576 iterations) nested in loops of 10000 iterations",
+        ),
+    ]
+    .map(|(text, want)| (text, format!("{want} {budget}")));
+    let cases: Vec<(&str, &str)> = cases.iter().map(|(t, w)| (*t, w.as_str())).collect();
+    stopped_with(Engine::Tera, &data, &cases);
+    // Within the budget: 10,000 × 3, and loops one after the other.
+    let (result, _) = render_with(
+        Engine::Tera,
+        "{% for a in xs %}{% for b in l %}{% endfor %}{% endfor %}{% for a in xs %}{% endfor %}{% for i in items %}{% for p in l %}{% endfor %}{% endfor %}ok",
+        data,
+    );
+    assert_eq!(result.expect("renders"), 2);
+}
+
+/// A chain of maps or lists nested thousands of levels deep (cheap to build in a loop) neither
+/// overflows the render thread's stack when it is dropped nor when it is printed: lists are
+/// refused past the depth limit as they are built, maps as they are expanded.
+#[test]
+fn deep_chains_are_dropped_and_refused_without_overflowing_the_stack() {
+    stopped(
+        Engine::Text,
+        &[
+            (
+                "{{ $l := list }}{{ range until 3000 }}{{ $l = list $l }}{{ end }}{{ len $l }}",
+                "error calling list: list nested more than 1000 levels deep exceeds the template depth limit",
+            ),
+            (
+                "{{ $d := dict }}{{ range until 3000 }}{{ $d = dict \"a\" $d }}{{ end }}{{ toJson $d }}",
+                "error calling toJson: value nested more than 1000 levels deep exceeds the template depth limit",
+            ),
+        ],
+    );
+    for text in [
+        "{{ $d := dict }}{{ range until 100000 }}{{ $d = dict \"a\" $d }}{{ end }}{{ len $d }}",
+        "{{ $d := dict }}{{ range until 50000 }}{{ $d = dict \"a\" (list $d) }}{{ end }}{{ len $d }}",
+        "{{ $d := dict }}{{ range until 4000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
+    ] {
+        let (result, took) = render(Engine::Text, text);
+        assert_eq!(result.expect(text), 1, "{text}");
+        assert!(took < BOUND, "{text}: took {took:?}");
+    }
+}
+
+/// Tera macros recurse without a limit (a macro calling itself overflowed the render thread's
+/// stack and aborted the process): a macro that calls itself, directly or through another,
+/// is refused; a macro's loops count as often as the loops around its call go round.
+#[test]
+fn tera_macros_that_recurse_or_loop_too_often_are_refused() {
+    stopped(
+        Engine::Tera,
+        &[
+            (
+                "{% macro r(n) %}{{ self::r(n=n+1) }}{% endmacro r %}{{ self::r(n=0) }}",
+                "macro `r` calls itself: Tera macros recurse without a limit",
+            ),
+            (
+                "{% macro a(n) %}{% if n > 0 %}{{ self::b(n=n) }}{% endif %}{% endmacro a %}{% macro b(n) %}{% for i in l %}{{ self::a(n=n) }}{% endfor %}{% endmacro b %}{{ self::a(n=1) }}",
+                "calls itself: Tera macros recurse without a limit",
+            ),
+        ],
+    );
+    let xs: Vec<u32> = (0..10_000).collect();
+    let data = json!({"xs": xs, "l": [1, 2, 3]});
+    stopped_with(
+        Engine::Tera,
+        &data,
+        &[(
+            "{% macro m() %}{% for b in xs %}{% endfor %}{% endmacro m %}{% for a in xs %}{{ self::m() }}{% endfor %}",
+            "macro `m` (10000 iterations) called in loops of 10000 iterations exceeds the template budget of 10000000 iterations",
+        )],
+    );
+    let (result, _) = render_with(
+        Engine::Tera,
+        "{% macro m(x) %}[{% for b in l %}{{ x }}{% endfor %}]{% endmacro m %}{% for a in l %}{{ self::m(x=a) }}{% endfor %}",
+        data,
+    );
+    assert_eq!(result.expect("renders"), "[111][222][333]".len());
 }

@@ -8,25 +8,100 @@ use super::{lookup, Exec, R};
 use crate::ast::{Arg, Operand, Pipeline, Span};
 use crate::funcs::{budget, Fast, FuncDef, FuncResult, Imp, TextFn, Ty, MAX_GENERATED, MAX_STRING};
 use crate::val::{child, element, Scalar, Val};
-use crate::value::Value;
+use crate::value::{check_expanded, Value, MAX_DEPTH};
 use crate::{Error, MissingKey};
 
 /// The elements of `items` and of every list nested in it, each time it occurs; the count
-/// stops once it is over `cap`.
-fn list_weight(items: &[Value], cap: u64) -> u64 {
+/// stops once it is over `cap`. `true` when the lists nest more than `MAX_DEPTH` levels (a
+/// chain that deep would overflow the render thread's stack when it is dropped).
+fn list_weight(items: &[Value], cap: u64) -> (u64, bool) {
     let mut weight = 0u64;
-    let mut pending = vec![items];
-    while let Some(list) = pending.pop() {
+    let mut pending = vec![(items, 1u32)];
+    while let Some((list, depth)) = pending.pop() {
         weight += list.len() as u64;
         if weight > cap {
             break;
         }
+        if depth > MAX_DEPTH {
+            return (weight, true);
+        }
         pending.extend(list.iter().filter_map(|v| match v {
-            Value::List(inner) => Some(inner.as_slice()),
+            Value::List(inner) => Some((inner.as_slice(), depth + 1)),
             _ => None,
         }));
     }
-    weight
+    (weight, false)
+}
+
+/// Refuses a list or map argument whose printed, encoded or copied form would exceed the
+/// string budget (`check_expanded`), before `def` expands it: a map held many times over
+/// (`$d = dict "a" $d "b" $d` in a loop) is cheap to build and would take for ever to print.
+/// Functions that only look one level in, or follow one path, are not checked (their cost
+/// does not depend on what their argument holds).
+fn expandable(def: &FuncDef, values: &[Value]) -> Result<(), String> {
+    let shallow = matches!(
+        def.name,
+        "list"
+            | "tuple"
+            | "first"
+            | "mustFirst"
+            | "last"
+            | "mustLast"
+            | "rest"
+            | "mustRest"
+            | "initial"
+            | "mustInitial"
+            | "reverse"
+            | "mustReverse"
+            | "append"
+            | "push"
+            | "mustAppend"
+            | "mustPush"
+            | "prepend"
+            | "mustPrepend"
+            | "concat"
+            | "slice"
+            | "mustSlice"
+            | "chunk"
+            | "mustChunk"
+            | "compact"
+            | "mustCompact"
+            | "dict"
+            | "get"
+            | "set"
+            | "unset"
+            | "hasKey"
+            | "pluck"
+            | "keys"
+            | "values"
+            | "pick"
+            | "omit"
+            | "dig"
+            | "default"
+            | "empty"
+            | "coalesce"
+            | "all"
+            | "any"
+            | "ternary"
+            | "typeOf"
+            | "typeIs"
+            | "typeIsLike"
+            | "kindOf"
+            | "kindIs"
+            | "len"
+            | "index"
+            | "not"
+            | "getField"
+    );
+    if shallow {
+        return Ok(());
+    }
+    for v in values {
+        if matches!(v, Value::List(_) | Value::Map(_)) {
+            check_expanded(v, MAX_STRING as u64)?;
+        }
+    }
+    Ok(())
 }
 
 /// Most arguments a fast-path call evaluates into its stack buffer.
@@ -206,7 +281,14 @@ impl<'a> Exec<'a> {
         let over = match &result {
             Val::V(Value::String(s)) => budget(s.len() as i64, MAX_STRING).err(),
             Val::V(Value::List(items)) => {
-                let weight = list_weight(items, MAX_GENERATED as u64);
+                let (weight, too_deep) = list_weight(items, MAX_GENERATED as u64);
+                if too_deep {
+                    let whole = self.command_span(span, args);
+                    let m = format!(
+                        "list nested more than {MAX_DEPTH} levels deep exceeds the template depth limit"
+                    );
+                    return Err(self.error(whole, format!("error calling {}: {m}", def.name)));
+                }
                 // The nested elements are charged: the function copied the top level anyway,
                 // and a list built by `append` one element at a time stays linear.
                 self.steps += weight.saturating_sub(items.len() as u64);
@@ -283,7 +365,8 @@ impl<'a> Exec<'a> {
             return match fast(which, vals) {
                 Ok(Some(v)) => Ok(v),
                 Ok(None) => {
-                    let values = vals.iter().map(|v| self.root.value_ref(v)).collect();
+                    let values: Vec<Value> = vals.iter().map(|v| self.root.value_ref(v)).collect();
+                    expandable(def, &values).map_err(|m| fail(self, m))?;
                     imp(values).map(Val::V).map_err(|m| fail(self, m))
                 }
                 Err(m) => Err(fail(self, m)),
@@ -308,6 +391,7 @@ impl<'a> Exec<'a> {
             };
             values.push(fin);
         }
+        expandable(def, &values).map_err(|m| fail(self, m))?;
         let result: FuncResult = imp(values);
         result.map(Val::V).map_err(|m| fail(self, m))
     }

@@ -52,7 +52,7 @@ impl<'a> Exec<'a> {
             for cmd in tail {
                 value = self.command(dot, cmd, Some(value))?;
             }
-            self.print(&value);
+            self.print(&value, pipe.span)?;
             return Ok(true);
         };
         let mut fns = middle.iter().filter_map(piped_text);
@@ -105,7 +105,7 @@ impl<'a> Exec<'a> {
         }
         // Not a string: the general call checks and converts it (the operand is re-read).
         let result = self.command(dot, cmd, None)?;
-        self.print(&result);
+        self.print(&result, cmd.span)?;
         Ok(true)
     }
 

@@ -1,0 +1,449 @@
+//! Bounds for Tera templates, which have no budget of their own: before Tera renders, the
+//! parsed template is checked against the render's data (a pure stage). Refused are
+//! - loops nested so that their iterations multiply past `MAX_ITERATIONS`: a `for` over a data
+//!   path counts that list's (or map's) length, the largest one when the path goes through an
+//!   outer loop's variable; over `range(...)` its literal bounds, at most `MAX_GENERATED` (what
+//!   `range` may generate in a whole render); over anything else `MAX_GENERATED`;
+//! - a `set_global` inside a loop whose value uses variables set (globally) in that loop more
+//!   than once (`{% set_global s = s ~ s %}`): its value could double every iteration, and
+//!   Tera's `~` and arithmetic have no hook that could stop it (a plain `set` in a loop starts
+//!   again every iteration);
+//! - a `set` whose value holds more than `MAX_COPIES` copies of values read from the data or
+//!   the template, counting a variable as the copies it was set to (`{% set s = s ~ s %}`
+//!   written 40 times over would be 2^40 copies);
+//! - a macro that calls itself (Tera would recurse until the stack overflows); a macro's loops
+//!   count as often as the loops around its call go round.
+
+use std::collections::HashMap;
+
+use serde_json::Value as Json;
+use tera::ast::{Expr, ExprVal, Node};
+
+use crate::funcs::MAX_GENERATED;
+
+/// Most loop iterations one render may make, all nestings multiplied (Go's step budget).
+pub const MAX_ITERATIONS: u64 = 10_000_000;
+
+/// Most copies of values read from the data or the template a variable may be set to.
+pub const MAX_COPIES: u64 = 64;
+
+/// Filters after which a list has at most the elements it had.
+const SUBSETTING: &[&str] = &["slice", "filter", "sort", "reverse", "unique"];
+
+/// Checks `ast` against the render's `data`; the refusal names the limit.
+pub fn check(ast: &[Node], data: &Json) -> Result<(), String> {
+    let macros = ast
+        .iter()
+        .filter_map(|node| match node {
+            Node::MacroDefinition(_, mac, _) => Some((mac.name.as_str(), mac.body.as_slice())),
+            _ => None,
+        })
+        .collect();
+    let mut walk = Walk {
+        data,
+        env: Vec::new(),
+        growing: Vec::new(),
+        copies: HashMap::new(),
+        macros,
+        products: HashMap::new(),
+        calling: Vec::new(),
+    };
+    walk.nodes(ast, 1).map(|_| ())
+}
+
+/// What a variable may hold.
+#[derive(Clone)]
+enum Binding<'d> {
+    /// One of these data values.
+    Values(Vec<&'d Json>),
+    /// Anything (a computed value).
+    Unknown,
+}
+
+struct Walk<'a, 'd> {
+    data: &'d Json,
+    /// Variables in scope, innermost last.
+    env: Vec<(String, Binding<'d>)>,
+    /// For each enclosing loop, the variables its body sets.
+    growing: Vec<Vec<String>>,
+    /// The copies each variable set so far holds, the most of any `set` of it.
+    copies: HashMap<String, u64>,
+    /// The template's macros (`self::name(...)`), by name.
+    macros: HashMap<&'a str, &'a [Node]>,
+    /// The iterations one call of each macro checked so far makes.
+    products: HashMap<&'a str, u64>,
+    /// The macros being checked, callers first.
+    calling: Vec<&'a str>,
+}
+
+impl<'a, 'd> Walk<'a, 'd> {
+    /// Checks `nodes`, run `iterations` times; the most iterations any loop in them makes.
+    fn nodes(&mut self, nodes: &'a [Node], iterations: u64) -> Result<u64, String> {
+        let mut reached = iterations;
+        for node in nodes {
+            for expr in node_exprs(node) {
+                let mut called = Vec::new();
+                visit(expr, &mut |val| {
+                    if let ExprVal::MacroCall(call) = val {
+                        if call.namespace == "self" {
+                            called.push(call.name.as_str());
+                        }
+                    }
+                });
+                for name in called {
+                    let product = self.macro_product(name)?;
+                    let total = iterations.saturating_mul(product);
+                    if total > MAX_ITERATIONS {
+                        return Err(format!(
+                            "macro `{name}` ({product} iterations) called in loops of \
+                             {iterations} iterations exceeds the template budget of \
+                             {MAX_ITERATIONS} iterations"
+                        ));
+                    }
+                    reached = reached.max(total);
+                }
+            }
+            match node {
+                Node::Forloop(_, f, _) => {
+                    let (count, elements) = self.container(&f.container);
+                    let mut inner = iterations.saturating_mul(count);
+                    if is_range(&f.container) {
+                        // `range` holds the elements it generates in a render to
+                        // `MAX_GENERATED` together, so a loop over it goes round no more often.
+                        inner = inner.min(MAX_GENERATED as u64);
+                    } else if inner > MAX_ITERATIONS {
+                        return Err(format!(
+                            "for loop over {} ({count} iterations) nested in loops of {iterations} \
+                             iterations exceeds the template budget of {MAX_ITERATIONS} iterations",
+                            describe(&f.container)
+                        ));
+                    }
+                    let mark = self.env.len();
+                    if let Some(key) = &f.key {
+                        self.env.push((key.clone(), Binding::Unknown));
+                    }
+                    self.env.push((f.value.clone(), elements));
+                    let mut sets = Vec::new();
+                    set_names(&f.body, &mut sets);
+                    self.growing.push(sets);
+                    reached = reached.max(self.nodes(&f.body, inner)?);
+                    self.growing.pop();
+                    self.env.truncate(mark);
+                    if let Some(empty) = &f.empty_body {
+                        reached = reached.max(self.nodes(empty, iterations)?);
+                    }
+                }
+                Node::Set(_, set) => {
+                    let growing: Vec<&String> = self.growing.iter().flatten().collect();
+                    let (mut uses, mut copies) = (0usize, 0u64);
+                    expr_idents(&set.value, &mut |ident| {
+                        let name = root_name(ident);
+                        if growing.iter().any(|g| *g == name) {
+                            uses += 1;
+                        }
+                        let held = self.copies.get(name).copied().unwrap_or(1);
+                        copies = copies.saturating_add(held);
+                    });
+                    if set.global && uses > 1 {
+                        return Err(format!(
+                            "`set_global {}` in a loop uses variables set in the loop {uses} \
+                             times: its value could double every iteration, beyond the template \
+                             budget",
+                            set.key
+                        ));
+                    }
+                    if copies > MAX_COPIES {
+                        return Err(format!(
+                            "`set {}` to {copies} copies of values exceeds the template budget \
+                             of {MAX_COPIES} copies",
+                            set.key
+                        ));
+                    }
+                    let held = self.copies.entry(set.key.clone()).or_insert(1);
+                    *held = (*held).max(copies);
+                    let binding = self.binding(&set.value);
+                    self.env.push((set.key.clone(), binding));
+                }
+                Node::If(branches, _) => {
+                    for (_, _, body) in &branches.conditions {
+                        reached = reached.max(self.nodes(body, iterations)?);
+                    }
+                    if let Some((_, body)) = &branches.otherwise {
+                        reached = reached.max(self.nodes(body, iterations)?);
+                    }
+                }
+                Node::FilterSection(_, section, _) => {
+                    reached = reached.max(self.nodes(&section.body, iterations)?);
+                }
+                Node::Block(_, block, _) => {
+                    reached = reached.max(self.nodes(&block.body, iterations)?);
+                }
+                // A macro is checked where it is called.
+                _ => {}
+            }
+        }
+        Ok(reached)
+    }
+
+    /// The iterations one call of macro `name` makes, its arguments unknown; a macro that
+    /// calls itself is refused (Tera recurses until the thread's stack overflows).
+    fn macro_product(&mut self, name: &'a str) -> Result<u64, String> {
+        if let Some(product) = self.products.get(name) {
+            return Ok(*product);
+        }
+        if self.calling.contains(&name) {
+            return Err(format!(
+                "macro `{name}` calls itself: Tera macros recurse without a limit"
+            ));
+        }
+        // An unknown macro is Tera's error to report.
+        let Some(body) = self.macros.get(name).copied() else {
+            return Ok(1);
+        };
+        self.calling.push(name);
+        let (env, growing) = (
+            std::mem::take(&mut self.env),
+            std::mem::take(&mut self.growing),
+        );
+        let product = self.nodes(body, 1);
+        (self.env, self.growing) = (env, growing);
+        self.calling.pop();
+        let product = product?;
+        self.products.insert(name, product);
+        Ok(product)
+    }
+
+    /// What `expr` may hold, as a variable set to it.
+    fn binding(&self, expr: &Expr) -> Binding<'d> {
+        if expr.negated
+            || !expr
+                .filters
+                .iter()
+                .all(|f| SUBSETTING.contains(&f.name.as_str()))
+        {
+            return Binding::Unknown;
+        }
+        match &expr.val {
+            ExprVal::Ident(path) => self.resolve(path),
+            _ => Binding::Unknown,
+        }
+    }
+
+    /// The iterations of a loop over `expr`, and what its variable holds.
+    fn container(&self, expr: &Expr) -> (u64, Binding<'d>) {
+        let unknown = (MAX_GENERATED as u64, Binding::Unknown);
+        if !expr
+            .filters
+            .iter()
+            .all(|f| SUBSETTING.contains(&f.name.as_str()))
+        {
+            return unknown;
+        }
+        match &expr.val {
+            ExprVal::Ident(_) => match self.binding(expr) {
+                Binding::Values(values) => {
+                    let count = values.iter().map(|v| length(v)).max().unwrap_or(0);
+                    let elements = values
+                        .iter()
+                        .flat_map(|v| -> Box<dyn Iterator<Item = &'d Json>> {
+                            match v {
+                                Json::Array(items) => Box::new(items.iter()),
+                                Json::Object(entries) => Box::new(entries.values()),
+                                _ => Box::new(std::iter::empty()),
+                            }
+                        })
+                        .collect();
+                    (count, Binding::Values(elements))
+                }
+                Binding::Unknown => unknown,
+            },
+            ExprVal::FunctionCall(call) if call.name == "range" => {
+                let literal = |name: &str, default: i64| match call.args.get(name) {
+                    None => Some(default),
+                    Some(Expr {
+                        val: ExprVal::Int(n),
+                        negated: false,
+                        filters,
+                    }) if filters.is_empty() => Some(*n),
+                    Some(_) => None,
+                };
+                match (
+                    literal("start", 0),
+                    literal("end", i64::MIN),
+                    literal("step_by", 1),
+                ) {
+                    (Some(start), Some(end), Some(step)) if end != i64::MIN && step > 0 => {
+                        let span = end.saturating_sub(start).max(0) as u64;
+                        (span.div_ceil(step as u64), Binding::Unknown)
+                    }
+                    _ => unknown,
+                }
+            }
+            ExprVal::Array(items) => (items.len() as u64, Binding::Unknown),
+            _ => unknown,
+        }
+    }
+
+    /// The data values a dotted path may name: through a variable in scope or the data.
+    fn resolve(&self, path: &str) -> Binding<'d> {
+        if path.contains('[') {
+            return Binding::Unknown;
+        }
+        let mut segments = path.split('.');
+        let first = segments.next().unwrap_or_default();
+        let mut values = match self.env.iter().rev().find(|(name, _)| name == first) {
+            Some((_, Binding::Values(values))) => values.clone(),
+            Some((_, Binding::Unknown)) => return Binding::Unknown,
+            None => self.data.get(first).into_iter().collect(),
+        };
+        for segment in segments {
+            values = values
+                .into_iter()
+                .filter_map(|v| match v {
+                    Json::Object(entries) => entries.get(segment),
+                    Json::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
+                    _ => None,
+                })
+                .collect();
+        }
+        Binding::Values(values)
+    }
+}
+
+/// How many times a loop over `value` goes round.
+fn length(value: &Json) -> u64 {
+    match value {
+        Json::Array(items) => items.len() as u64,
+        Json::Object(entries) => entries.len() as u64,
+        Json::String(s) => s.len() as u64,
+        _ => 0,
+    }
+}
+
+fn is_range(expr: &Expr) -> bool {
+    matches!(&expr.val, ExprVal::FunctionCall(call) if call.name == "range")
+        && expr.filters.is_empty()
+}
+
+fn describe(expr: &Expr) -> String {
+    let mut text = match &expr.val {
+        ExprVal::Ident(path) => path.clone(),
+        ExprVal::FunctionCall(call) => format!("{}(...)", call.name),
+        _ => "an expression".to_string(),
+    };
+    for filter in &expr.filters {
+        text.push_str(" | ");
+        text.push_str(&filter.name);
+    }
+    format!("`{text}`")
+}
+
+/// The variable a path starts with.
+fn root_name(ident: &str) -> &str {
+    ident.split(['.', '[']).next().unwrap_or_default()
+}
+
+/// The names `nodes` set globally (what outlives a loop's iteration), at any depth.
+fn set_names(nodes: &[Node], out: &mut Vec<String>) {
+    for node in nodes {
+        match node {
+            Node::Set(_, set) if set.global => out.push(set.key.clone()),
+            Node::Forloop(_, f, _) => {
+                set_names(&f.body, out);
+                if let Some(empty) = &f.empty_body {
+                    set_names(empty, out);
+                }
+            }
+            Node::If(branches, _) => {
+                for (_, _, body) in &branches.conditions {
+                    set_names(body, out);
+                }
+                if let Some((_, body)) = &branches.otherwise {
+                    set_names(body, out);
+                }
+            }
+            Node::FilterSection(_, section, _) => set_names(&section.body, out),
+            Node::Block(_, block, _) => set_names(&block.body, out),
+            _ => {}
+        }
+    }
+}
+
+/// Calls `f` with every variable path `expr` reads, each time it is read.
+fn expr_idents(expr: &Expr, f: &mut dyn FnMut(&str)) {
+    visit(expr, &mut |val| match val {
+        ExprVal::Ident(path) => f(path),
+        ExprVal::Test(test) => f(&test.ident),
+        _ => {}
+    });
+}
+
+/// Calls `f` with every value of `expr`, the expression's own and every one inside it.
+fn visit<'e>(expr: &'e Expr, f: &mut dyn FnMut(&'e ExprVal)) {
+    visit_val(&expr.val, f);
+    for filter in &expr.filters {
+        for arg in filter.args.values() {
+            visit(arg, f);
+        }
+    }
+}
+
+fn visit_val<'e>(val: &'e ExprVal, f: &mut dyn FnMut(&'e ExprVal)) {
+    f(val);
+    match val {
+        ExprVal::Math(m) => {
+            visit(&m.lhs, f);
+            visit(&m.rhs, f);
+        }
+        ExprVal::Logic(l) => {
+            visit(&l.lhs, f);
+            visit(&l.rhs, f);
+        }
+        ExprVal::In(i) => {
+            visit(&i.lhs, f);
+            visit(&i.rhs, f);
+        }
+        ExprVal::Test(t) => {
+            for arg in &t.args {
+                visit(arg, f);
+            }
+        }
+        ExprVal::MacroCall(call) => {
+            for arg in call.args.values() {
+                visit(arg, f);
+            }
+        }
+        ExprVal::FunctionCall(call) => {
+            for arg in call.args.values() {
+                visit(arg, f);
+            }
+        }
+        ExprVal::Array(items) => {
+            for item in items {
+                visit(item, f);
+            }
+        }
+        ExprVal::StringConcat(concat) => {
+            for value in &concat.values {
+                visit_val(value, f);
+            }
+        }
+        ExprVal::Ident(_)
+        | ExprVal::String(_)
+        | ExprVal::Int(_)
+        | ExprVal::Float(_)
+        | ExprVal::Bool(_) => {}
+    }
+}
+
+/// The expressions a node evaluates itself (not those of the nodes inside it).
+fn node_exprs(node: &Node) -> Vec<&Expr> {
+    match node {
+        Node::VariableBlock(_, expr) => vec![expr],
+        Node::Set(_, set) => vec![&set.value],
+        Node::Forloop(_, f, _) => vec![&f.container],
+        Node::If(branches, _) => branches.conditions.iter().map(|(_, e, _)| e).collect(),
+        Node::FilterSection(_, section, _) => section.filter.args.values().collect(),
+        _ => Vec::new(),
+    }
+}
