@@ -283,16 +283,15 @@ impl<'a> Exec<'a> {
             Val::V(Value::List(items)) => {
                 let (weight, too_deep) = list_weight(items, MAX_GENERATED as u64);
                 if too_deep {
-                    let whole = self.command_span(span, args);
-                    let m = format!(
+                    Some(format!(
                         "list nested more than {MAX_DEPTH} levels deep exceeds the template depth limit"
-                    );
-                    return Err(self.error(whole, format!("error calling {}: {m}", def.name)));
+                    ))
+                } else {
+                    // The nested elements are charged: the function copied the top level
+                    // anyway, and a list built by `append` one element at a time stays linear.
+                    self.steps += weight.saturating_sub(items.len() as u64);
+                    budget(weight as i64, MAX_GENERATED).err()
                 }
-                // The nested elements are charged: the function copied the top level anyway,
-                // and a list built by `append` one element at a time stays linear.
-                self.steps += weight.saturating_sub(items.len() as u64);
-                budget(weight as i64, MAX_GENERATED).err()
             }
             _ => None,
         };
