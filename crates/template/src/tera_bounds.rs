@@ -8,6 +8,13 @@
 //!   than once (`{% set_global s = s ~ s %}`): its value could double every iteration, and
 //!   Tera's `~` and arithmetic have no hook that could stop it (a plain `set` in a loop starts
 //!   again every iteration);
+//!   (a plain `set` in the loop that reads them counts as what it reads: `{% set t = s ~ s %}
+//!   {% set_global s = t %}` doubles too);
+//! - `set_global`s inside loops that append more than `MAX_BYTES` together: each appends, every
+//!   iteration, the printed size of what its value reads besides the growing variable (data
+//!   read through a loop's variable counts the mean size of what it names, so a loop over a
+//!   list appends that list's size; a variable counts what it was set to, grown ones included;
+//!   literals their length), times the iterations of the loops around it;
 //! - a `set` whose value holds more than `MAX_COPIES` copies of values read from the data or
 //!   the template, counting a variable as the copies it was set to (`{% set s = s ~ s %}`
 //!   written 40 times over would be 2^40 copies);
@@ -26,6 +33,11 @@ pub const MAX_ITERATIONS: u64 = 10_000_000;
 
 /// Most copies of values read from the data or the template a variable may be set to.
 pub const MAX_COPIES: u64 = 64;
+
+/// Most bytes the `set_global`s in loops of one render may append together: the Go engine's
+/// output limit (64 MiB), since what a template builds is there to be printed, and Tera's
+/// output has no limit of its own.
+pub const MAX_BYTES: u64 = 64 << 20;
 
 /// Filters after which a list has at most the elements it had.
 const SUBSETTING: &[&str] = &["slice", "filter", "sort", "reverse", "unique"];
@@ -47,6 +59,10 @@ pub fn check(ast: &[Node], data: &Json) -> Result<(), String> {
         macros,
         products: HashMap::new(),
         calling: Vec::new(),
+        bytes: HashMap::new(),
+        derived: HashMap::new(),
+        appended: 0,
+        printed: HashMap::new(),
     };
     walk.nodes(ast, 1).map(|_| ())
 }
@@ -70,10 +86,20 @@ struct Walk<'a, 'd> {
     copies: HashMap<String, u64>,
     /// The template's macros (`self::name(...)`), by name.
     macros: HashMap<&'a str, &'a [Node]>,
-    /// The iterations one call of each macro checked so far makes.
-    products: HashMap<&'a str, u64>,
+    /// The iterations one call of each macro checked so far makes, and the bytes its
+    /// `set_global`s in loops append.
+    products: HashMap<&'a str, (u64, u64)>,
     /// The macros being checked, callers first.
     calling: Vec<&'a str>,
+    /// The bytes each variable set so far may hold, the most of any `set` of it.
+    bytes: HashMap<String, u64>,
+    /// Variables a plain `set` in the current loops set from variables growing in them: how
+    /// often they read those, and the bytes of what else they read.
+    derived: HashMap<String, (u64, u64)>,
+    /// The bytes `set_global`s in loops append over the render, all together.
+    appended: u64,
+    /// The printed size of each data value measured, by address.
+    printed: HashMap<usize, u64>,
 }
 
 impl<'a, 'd> Walk<'a, 'd> {
@@ -91,7 +117,8 @@ impl<'a, 'd> Walk<'a, 'd> {
                     }
                 });
                 for name in called {
-                    let product = self.macro_product(name)?;
+                    let (product, appends) = self.macro_product(name)?;
+                    self.append(&format!("macro `{name}`"), iterations, appends)?;
                     let total = iterations.saturating_mul(product);
                     if total > MAX_ITERATIONS {
                         return Err(format!(
@@ -122,48 +149,26 @@ impl<'a, 'd> Walk<'a, 'd> {
                     if let Some(key) = &f.key {
                         self.env.push((key.clone(), Binding::Unknown));
                     }
+                    if let Binding::Unknown = elements {
+                        // The elements of a computed list share what the list reads.
+                        let read = self.expr_bytes(&f.container);
+                        self.set_bytes(&f.value, read.div_ceil(count.max(1)));
+                    }
                     self.env.push((f.value.clone(), elements));
                     let mut sets = Vec::new();
                     set_names(&f.body, &mut sets);
                     self.growing.push(sets);
-                    reached = reached.max(self.nodes(&f.body, inner)?);
+                    let derived = self.derived.clone();
+                    let body = self.nodes(&f.body, inner);
+                    self.derived = derived;
+                    reached = reached.max(body?);
                     self.growing.pop();
                     self.env.truncate(mark);
                     if let Some(empty) = &f.empty_body {
                         reached = reached.max(self.nodes(empty, iterations)?);
                     }
                 }
-                Node::Set(_, set) => {
-                    let growing: Vec<&String> = self.growing.iter().flatten().collect();
-                    let (mut uses, mut copies) = (0usize, 0u64);
-                    expr_idents(&set.value, &mut |ident| {
-                        let name = root_name(ident);
-                        if growing.iter().any(|g| *g == name) {
-                            uses += 1;
-                        }
-                        let held = self.copies.get(name).copied().unwrap_or(1);
-                        copies = copies.saturating_add(held);
-                    });
-                    if set.global && uses > 1 {
-                        return Err(format!(
-                            "`set_global {}` in a loop uses variables set in the loop {uses} \
-                             times: its value could double every iteration, beyond the template \
-                             budget",
-                            set.key
-                        ));
-                    }
-                    if copies > MAX_COPIES {
-                        return Err(format!(
-                            "`set {}` to {copies} copies of values exceeds the template budget \
-                             of {MAX_COPIES} copies",
-                            set.key
-                        ));
-                    }
-                    let held = self.copies.entry(set.key.clone()).or_insert(1);
-                    *held = (*held).max(copies);
-                    let binding = self.binding(&set.value);
-                    self.env.push((set.key.clone(), binding));
-                }
+                Node::Set(_, set) => self.set(set, iterations)?,
                 Node::If(branches, _) => {
                     for (_, _, body) in &branches.conditions {
                         reached = reached.max(self.nodes(body, iterations)?);
@@ -187,7 +192,7 @@ impl<'a, 'd> Walk<'a, 'd> {
 
     /// The iterations one call of macro `name` makes, its arguments unknown; a macro that
     /// calls itself is refused (Tera recurses until the thread's stack overflows).
-    fn macro_product(&mut self, name: &'a str) -> Result<u64, String> {
+    fn macro_product(&mut self, name: &'a str) -> Result<(u64, u64), String> {
         if let Some(product) = self.products.get(name) {
             return Ok(*product);
         }
@@ -198,19 +203,147 @@ impl<'a, 'd> Walk<'a, 'd> {
         }
         // An unknown macro is Tera's error to report.
         let Some(body) = self.macros.get(name).copied() else {
-            return Ok(1);
+            return Ok((1, 0));
         };
         self.calling.push(name);
-        let (env, growing) = (
+        let (env, growing, derived, appended) = (
             std::mem::take(&mut self.env),
             std::mem::take(&mut self.growing),
+            std::mem::take(&mut self.derived),
+            std::mem::take(&mut self.appended),
         );
         let product = self.nodes(body, 1);
-        (self.env, self.growing) = (env, growing);
+        let appends = std::mem::replace(&mut self.appended, appended);
+        (self.env, self.growing, self.derived) = (env, growing, derived);
         self.calling.pop();
-        let product = product?;
+        let product = (product?, appends);
         self.products.insert(name, product);
         Ok(product)
+    }
+
+    /// Checks a `set` run `iterations` times: whether its value could double, hold too many
+    /// copies, or (a `set_global` in a loop) append too many bytes.
+    fn set(&mut self, set: &tera::ast::Set, iterations: u64) -> Result<(), String> {
+        let mut idents = Vec::new();
+        expr_idents(&set.value, &mut |ident| idents.push(ident.to_string()));
+        // `uses`: reads of variables growing in the enclosing loops; `piece`: the bytes of
+        // everything else the value reads.
+        let (mut uses, mut copies, mut piece) = (0u64, 0u64, literal_bytes(&set.value));
+        for ident in &idents {
+            let name = root_name(ident);
+            if let Some((u, p)) = self.derived.get(name) {
+                uses = uses.saturating_add(*u);
+                piece = piece.saturating_add(*p);
+            } else if self.growing.iter().flatten().any(|g| g == name) {
+                uses += 1;
+            } else {
+                piece = piece.saturating_add(self.ident_bytes(ident));
+            }
+            let held = self.copies.get(name).copied().unwrap_or(1);
+            copies = copies.saturating_add(held);
+        }
+        if set.global && uses > 1 {
+            return Err(format!(
+                "`set_global {}` in a loop uses variables set in the loop {uses} \
+                 times: its value could double every iteration, beyond the template \
+                 budget",
+                set.key
+            ));
+        }
+        if copies > MAX_COPIES {
+            return Err(format!(
+                "`set {}` to {copies} copies of values exceeds the template budget \
+                 of {MAX_COPIES} copies",
+                set.key
+            ));
+        }
+        let held = self.copies.entry(set.key.clone()).or_insert(1);
+        *held = (*held).max(copies);
+        if set.global {
+            self.derived.remove(&set.key);
+            if uses == 1 {
+                // Appends `piece` to what the variable held, every iteration.
+                let before = self.bytes.get(&set.key).copied().unwrap_or(0);
+                let growth =
+                    self.append(&format!("`set_global {}`", set.key), iterations, piece)?;
+                self.bytes
+                    .insert(set.key.clone(), before.saturating_add(growth));
+            } else {
+                self.set_bytes(&set.key, piece);
+            }
+        } else if uses > 0 {
+            self.derived.insert(set.key.clone(), (uses, piece));
+        } else {
+            self.derived.remove(&set.key);
+            self.set_bytes(&set.key, piece);
+        }
+        let binding = self.binding(&set.value);
+        self.env.push((set.key.clone(), binding));
+        Ok(())
+    }
+
+    /// Counts `what` (a `set_global` or a macro) appending `piece` bytes in loops of
+    /// `iterations`; the bytes it appends.
+    fn append(&mut self, what: &str, iterations: u64, piece: u64) -> Result<u64, String> {
+        let growth = iterations.saturating_mul(piece);
+        self.appended = self.appended.saturating_add(growth);
+        if self.appended > MAX_BYTES {
+            return Err(format!(
+                "{what} appending {piece} bytes in loops of {iterations} \
+                 iterations makes the variables set in loops grow by {} bytes, beyond the \
+                 template budget of {MAX_BYTES} bytes",
+                self.appended
+            ));
+        }
+        Ok(growth)
+    }
+
+    fn set_bytes(&mut self, name: &str, bytes: u64) {
+        let held = self.bytes.entry(name.to_string()).or_insert(0);
+        *held = (*held).max(bytes);
+    }
+
+    /// The bytes `expr` reads from the data, variables and literals.
+    fn expr_bytes(&mut self, expr: &Expr) -> u64 {
+        let mut idents = Vec::new();
+        expr_idents(expr, &mut |ident| idents.push(ident.to_string()));
+        idents.iter().fold(literal_bytes(expr), |sum, ident| {
+            sum.saturating_add(self.ident_bytes(ident))
+        })
+    }
+
+    /// The printed size of what the path `ident` names: the mean of the data values it may
+    /// name (a loop's variable names each element in turn), or what its variable was set to.
+    fn ident_bytes(&mut self, ident: &str) -> u64 {
+        let set = self.bytes.get(root_name(ident)).copied().unwrap_or(0);
+        let read = match self.resolve(ident) {
+            Binding::Values(values) if !values.is_empty() => {
+                let total = values
+                    .iter()
+                    .fold(0u64, |sum, v| sum.saturating_add(self.printed_size(v)));
+                total.div_ceil(values.len() as u64)
+            }
+            _ => 0,
+        };
+        set.max(read)
+    }
+
+    fn printed_size(&mut self, value: &Json) -> u64 {
+        let key = value as *const Json as usize;
+        if let Some(size) = self.printed.get(&key) {
+            return *size;
+        }
+        let size = match value {
+            Json::String(s) => s.len() as u64,
+            other => {
+                let mut counter = Counter(0);
+                // Writing to a counter cannot fail.
+                let _ = serde_json::to_writer(&mut counter, other);
+                counter.0
+            }
+        };
+        self.printed.insert(key, size);
+        size
     }
 
     /// What `expr` may hold, as a variable set to it.
@@ -308,6 +441,35 @@ impl<'a, 'd> Walk<'a, 'd> {
         }
         Binding::Values(values)
     }
+}
+
+/// Counts the bytes written to it.
+struct Counter(u64);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(buf.len() as u64);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The printed size of the literals in `expr`.
+fn literal_bytes(expr: &Expr) -> u64 {
+    let mut bytes = 0u64;
+    visit(expr, &mut |val| {
+        let len = match val {
+            ExprVal::String(s) => s.len(),
+            ExprVal::Int(n) => n.to_string().len(),
+            ExprVal::Float(x) => x.to_string().len(),
+            _ => 0,
+        };
+        bytes = bytes.saturating_add(len as u64);
+    });
+    bytes
 }
 
 /// How many times a loop over `value` goes round.

@@ -450,3 +450,63 @@ fn tera_macros_that_recurse_or_loop_too_often_are_refused() {
     );
     assert_eq!(result.expect("renders"), "[111][222][333]".len());
 }
+
+/// A `set_global` in a loop that appends a piece every iteration (`s ~ big`) grows by the
+/// iterations times the piece: what the `set_global`s in loops append together is held to
+/// 64 MiB (the Go engine's output limit) before the render, counted from the data's printed
+/// sizes. The cases here are over the limit by arithmetic only (1,100 × 64 KiB is 68.75 MiB):
+/// rendered, they would build that string, copying it quadratically.
+#[test]
+fn tera_variables_appended_in_loops_are_held_to_a_byte_budget() {
+    let big = "x".repeat(64 << 10);
+    let data =
+        |n: usize| json!({"list": vec![0; n], "big": big, "items": vec![&big; n], "l": [1, 2, 3]});
+    let budget = "beyond the template budget of 67108864 bytes";
+    let cases = [
+        (
+            "{% set_global s = \"\" %}{% for x in list %}{% set_global s = s ~ big %}{% endfor %}{{ s | length }}",
+            format!("`set_global s` appending 65536 bytes in loops of 1100 iterations makes the variables set in loops grow by 72089600 bytes, {budget}"),
+        ),
+        // Through a loop's variable (each element in turn), a variable set to it, and a literal.
+        (
+            "{% set_global s = \"\" %}{% for x in items %}{% set u = x | upper %}{% set_global s = s ~ u ~ \",\" %}{% endfor %}{{ s | length }}",
+            format!("`set_global s` appending 65537 bytes in loops of 1100 iterations makes the variables set in loops grow by 72090700 bytes, {budget}"),
+        ),
+        // Through a plain `set` in the loop, and nested loops.
+        (
+            "{% set_global s = \"\" %}{% for x in l %}{% for y in list %}{% set t = s ~ big %}{% set_global s = t %}{% endfor %}{% endfor %}{{ s | length }}",
+            format!("`set_global s` appending 65536 bytes in loops of 3300 iterations makes the variables set in loops grow by 216268800 bytes, {budget}"),
+        ),
+        // A variable grown in one loop counts its growth when appended in another.
+        (
+            "{% set_global s = \"\" %}{% for x in l %}{% set_global s = s ~ big %}{% endfor %}{% set_global t = \"\" %}{% for x in list %}{% set_global t = t ~ s %}{% endfor %}{{ t | length }}",
+            format!("`set_global t` appending 196608 bytes in loops of 1100 iterations makes the variables set in loops grow by 216465408 bytes, {budget}"),
+        ),
+        // In a macro, as often as the loops around its calls go round.
+        (
+            "{% macro m() %}{% set_global s = \"\" %}{% for x in l %}{% set_global s = s ~ big %}{% endfor %}{{ s | length }}{% endmacro m %}{% for x in list %}{{ self::m() }}{% endfor %}",
+            format!("macro `m` appending 196608 bytes in loops of 1100 iterations makes the variables set in loops grow by 216268800 bytes, {budget}"),
+        ),
+    ];
+    for (text, want) in &cases {
+        stopped_with(Engine::Tera, &data(1100), &[(text, want)]);
+    }
+    // The same templates over ten elements render.
+    for (text, _) in &cases[..4] {
+        let (result, _) = render_with(Engine::Tera, text, data(10));
+        assert!(result.expect(text) > 0, "{text}");
+    }
+}
+
+/// A plain `set` in a loop that doubles a variable growing in the loop is no way around the
+/// doubling check (20 rounds: a megabyte if it rendered).
+#[test]
+fn tera_variables_doubled_through_a_plain_set_are_refused() {
+    stopped(
+        Engine::Tera,
+        &[(
+            "{% set_global s = \"x\" %}{% for i in range(end=20) %}{% set t = s ~ s %}{% set_global s = t %}{% endfor %}{{ s }}",
+            "`set_global s` in a loop uses variables set in the loop 2 times",
+        )],
+    );
+}
