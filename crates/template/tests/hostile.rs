@@ -205,6 +205,27 @@ fn lists_built_one_element_at_a_time_stay_within_the_budget() {
 /// or encoding it overflow the render thread's stack and abort the process: `set` refuses it.
 #[test]
 fn a_map_cannot_be_set_inside_itself() {
+    // The check walks at most `MAX_DEPTH` levels: a loop nesting maps through `set` is refused
+    // at the depth limit, quickly (walking the whole chain on every `set`, 4,000 levels took
+    // seconds; the bound is generous for a debug build on a busy machine).
+    let (result, took) = render(
+        Engine::Text,
+        "{{ $d := dict }}{{ range until 4000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
+    );
+    let err = result.expect_err("nested 4,000 levels through set");
+    assert!(
+        err.message().contains(
+            "error calling set: value nested more than 1000 levels deep exceeds the template depth limit"
+        ),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // Up to the limit, the chain builds.
+    let (result, _) = render(
+        Engine::Text,
+        "{{ $d := dict }}{{ range until 1000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
+    );
+    assert_eq!(result.expect("nested 1,000 levels through set"), 1);
     stopped(
         Engine::Text,
         &[
@@ -407,7 +428,6 @@ fn deep_chains_are_dropped_and_refused_without_overflowing_the_stack() {
     for text in [
         "{{ $d := dict }}{{ range until 100000 }}{{ $d = dict \"a\" $d }}{{ end }}{{ len $d }}",
         "{{ $d := dict }}{{ range until 50000 }}{{ $d = dict \"a\" (list $d) }}{{ end }}{{ len $d }}",
-        "{{ $d := dict }}{{ range until 4000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
     ] {
         let (result, took) = render(Engine::Text, text);
         assert_eq!(result.expect(text), 1, "{text}");
