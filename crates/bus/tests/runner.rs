@@ -5,7 +5,7 @@
 //! for them; a stop ends the runner with the input unacked. A holding stage's inputs are held
 //! across batches and acked only once its flush's outputs are stored; an output's time to live
 //! and a purge are carried out in order; a holding stage is flushed whenever it holds its
-//! limit; a decoder runs ahead of the stage, and drops what a replay already saw newer.
+//! limit, once its first held input is `max_age` old, and before a side message; a decoder runs ahead of the stage, and drops what a replay already saw newer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -739,5 +739,138 @@ async fn a_decoder_drops_a_state_older_than_the_replay_saw() -> anyhow::Result<(
     every_input_acked(&bus).await?;
     assert_eq!(*stage.decoded.lock().expect("lock"), ["new"]);
     assert_eq!(output(&bus, "old").await, None);
+    stop(token, task).await
+}
+
+/// Holds every input it handles (no outputs of their own) up to `AGE_MS` after the first;
+/// when flushed, publishes `flushed <n>` for the `flush` subject and records the flush; for a
+/// side message `<name>`, publishes `side <name> after <flushes>` for `<name>`.
+#[derive(Clone, Default)]
+struct Aging<const AGE_MS: u64> {
+    held: Arc<AtomicU64>,
+    flushes: Arc<Mutex<Vec<(u64, Instant)>>>,
+}
+
+impl<const AGE_MS: u64> Stage for Aging<AGE_MS> {
+    type Input = String;
+    type Side = String;
+    type Error = ProbeError;
+
+    const HOLD: Option<Hold> = Some(Hold {
+        max_inputs: 10_000,
+        max_age: Duration::from_millis(AGE_MS),
+    });
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        self.held.fetch_add(inputs.len() as u64, Ordering::Relaxed);
+        inputs.iter().map(|_| Ok(Vec::new())).collect()
+    }
+
+    async fn flush(&mut self) -> Vec<Output> {
+        let held = self.held.swap(0, Ordering::Relaxed);
+        self.flushes
+            .lock()
+            .expect("lock")
+            .push((held, Instant::now()));
+        vec![applied_output("flush", format!("flushed {held}"))]
+    }
+
+    async fn on_side(&mut self, name: String) -> Vec<Output> {
+        let flushes = self.flushes.lock().expect("lock").len();
+        vec![applied_output(
+            &name,
+            format!("side {name} after {flushes}"),
+        )]
+    }
+}
+
+/// A runner of the test consumer created with at most `limit` inputs unacked: while a stage
+/// holds them, the server delivers nothing more and the consumer always has more waiting, so
+/// neither a full hold nor an empty consumer flushes the stage.
+async fn bind_limited(bus: &Bus, limit: i64) -> anyhow::Result<Runner> {
+    use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+    let stream = bus.jetstream().get_stream(SPEC.stream.name).await?;
+    stream
+        .create_consumer(pull::Config {
+            durable_name: Some(SPEC.durable.to_string()),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: limit,
+            filter_subject: SPEC.stream.subjects.to_string(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(Runner::bind(bus, SPEC).await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_stage_is_flushed_once_its_first_held_input_is_max_age_old() -> anyhow::Result<()>
+{
+    const AGE: Duration = Duration::from_millis(400);
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..5 {
+        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
+    }
+    let stage = Aging::<400>::default();
+    let runner = bind_limited(&bus, 2).await?;
+    let started = Instant::now();
+    let (token, task) = spawn(runner, stage.clone());
+    // Two inputs delivered, three waiting behind the limit: only their age flushes them.
+    let (held, at) = wait_for("the first flush", DEADLINE, || async {
+        stage.flushes.lock().expect("lock").first().copied()
+    })
+    .await?;
+    assert_eq!(held, 2);
+    assert!(at - started >= AGE, "flushed after {:?}", at - started);
+    // Their acks let the server deliver the rest; the last of them is flushed as the consumer
+    // has nothing more.
+    every_input_acked(&bus).await?;
+    let flushes = stage.flushes.lock().expect("lock").clone();
+    assert_eq!(
+        flushes.iter().map(|(n, _)| n).sum::<u64>(),
+        5,
+        "{flushes:?}"
+    );
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_stage_is_flushed_before_a_side_message_is_handled() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..5 {
+        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
+    }
+    // Held for a minute, behind a limit of two unacked.
+    let stage = Aging::<60_000>::default();
+    let runner = bind_limited(&bus, 2).await?;
+    let (side, feed) = futures::channel::mpsc::unbounded();
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let token = token.clone();
+        let mut stage = stage.clone();
+        async move { runner.run(&mut stage, feed, token).await }
+    });
+    wait_for("two inputs held", DEADLINE, || async {
+        (stage.held.load(Ordering::Relaxed) == 2).then_some(())
+    })
+    .await?;
+    assert!(stage.flushes.lock().expect("lock").is_empty());
+    side.unbounded_send("config".to_string())?;
+    // The stage saw the side message after its held inputs went out.
+    assert_eq!(
+        wait_for("output of the side message", DEADLINE, || output(
+            &bus, "config"
+        ))
+        .await?,
+        "side config after 1"
+    );
+    assert_eq!(stage.flushes.lock().expect("lock")[0].0, 2);
     stop(token, task).await
 }
