@@ -874,3 +874,74 @@ async fn a_holding_stage_is_flushed_before_a_side_message_is_handled() -> anyhow
     assert_eq!(stage.flushes.lock().expect("lock")[0].0, 2);
     stop(token, task).await
 }
+
+/// Records the bodies it handles (no outputs), taking `DELAY_MS` per batch.
+#[derive(Clone, Default)]
+struct Counting<const DELAY_MS: u64> {
+    handled: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+impl<const DELAY_MS: u64> Stage for Counting<DELAY_MS> {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        tokio::time::sleep(Duration::from_millis(DELAY_MS)).await;
+        let mut handled = self.handled.lock().expect("lock");
+        handled.extend(inputs.iter().map(|input| input.value.clone()));
+        inputs.iter().map(|_| Ok(Vec::new())).collect()
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+/// The server hands a pull request more than one batch: a runner drained mid-stream had
+/// received inputs it never handled. It gives them back (nacked, no delay) once it no longer
+/// pulls, so a runner started after it on the same durable gets them at once, not after the
+/// ack wait (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_drained_mid_stream_gives_back_what_it_received_and_did_not_handle(
+) -> anyhow::Result<()> {
+    const INPUTS: usize = 1500;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..INPUTS {
+        send(&bus, &format!("in-{n}"), &format!("input {n}")).await?;
+    }
+    let first = Counting::<100>::default();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, first.clone());
+    wait_for("a first batch handled", DEADLINE, || async {
+        (!first.handled.lock().expect("lock").is_empty()).then_some(())
+    })
+    .await?;
+    stop(token, task).await?;
+    let done = first.handled.lock().expect("lock").len();
+    assert!(
+        done < INPUTS,
+        "the first runner handled everything ({done})"
+    );
+
+    let second = Counting::<0>::default();
+    let restarted = Instant::now();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, second.clone());
+    wait_for("every input handled", DEADLINE, || async {
+        let second = second.handled.lock().expect("lock");
+        let all = first.handled.lock().expect("lock").union(&second).count();
+        (all == INPUTS).then_some(())
+    })
+    .await?;
+    let took = restarted.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the rest came after {took:?}, {done} handled by the first runner"
+    );
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
