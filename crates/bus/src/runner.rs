@@ -65,6 +65,12 @@ pub enum Action {
 /// An error of a stage: its type says what becomes of the input.
 pub trait Failure: std::error::Error + Send + Sync + 'static {
     fn action(&self) -> Action;
+
+    /// Headers the dead letter of a rejected input carries besides its reason and origin
+    /// subject (where the input came from, say): (name, value).
+    fn dead_letter_headers(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// One decoded input and where it came from.
@@ -897,6 +903,11 @@ impl Core {
             Action::Reject => {
                 (self.hooks.rejected)(1);
                 tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, error = %reason, "rejecting input to the dead letters");
+                let headers = error.dead_letter_headers();
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(name, value)| (*name, value.as_str()))
+                    .collect();
                 let parked = self
                     .bus
                     .dead_letter(
@@ -904,7 +915,7 @@ impl Core {
                         &delivered.subject,
                         delivered.payload.clone(),
                         &reason,
-                        &[],
+                        &headers,
                     )
                     .await;
                 match parked {

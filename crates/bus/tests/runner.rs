@@ -1,6 +1,6 @@
 //! The stage runner against a real nats-server: a transient error is nacked and the input comes
-//! back, a permanent one is dead-lettered with its reason and acked; an input whose dead
-//! letter cannot be stored is not acked; a drain cut short by its deadline returns in time and
+//! back, a permanent one is dead-lettered with its reason (and the headers its error gives) and
+//! acked; an input whose dead letter cannot be stored is not acked; a drain cut short by its deadline returns in time and
 //! leaves the input to be redelivered; a side message and a tick publish what the stage returns
 //! for them; a stop ends the runner with the input unacked. A holding stage's inputs are held
 //! across batches and acked only once its flush's outputs are stored; an output's time to live
@@ -47,6 +47,10 @@ impl Failure for ProbeError {
             ProbeError::Broken(_) => Action::Reject,
             ProbeError::Lost => Action::Stop,
         }
+    }
+
+    fn dead_letter_headers(&self) -> Vec<(&'static str, String)> {
+        vec![("Probe-Error", format!("{self:?}"))]
     }
 }
 
@@ -247,6 +251,17 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
     assert_eq!(payload, Bytes::from("reject"));
     assert_eq!(reason, "cannot be handled: no template");
     assert_eq!(origin, subject("bad"));
+    // With the headers the error gives.
+    let letter = bus
+        .jetstream()
+        .get_stream(topology::DEAD.name)
+        .await?
+        .get_last_raw_message_by_subject(&topology::dead_subject(SPEC.durable))
+        .await?;
+    assert_eq!(
+        letter.headers.get("Probe-Error").map(|v| v.as_str()),
+        Some("Broken(\"no template\")")
+    );
     // Everything is acked, and the rejected input was handled once.
     every_input_acked(&bus).await?;
     assert_eq!(probe.attempts("reject"), 1);
