@@ -131,6 +131,17 @@ async fn send(bus: &Bus, name: &str, body: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A nats-server and its bus with `count` inputs waiting for the test consumer: `<prefix>-<n>`
+/// with the body `input <n>`.
+async fn backlog(prefix: &str, count: usize) -> anyhow::Result<(NatsServer, Bus)> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..count {
+        send(&bus, &format!("{prefix}-{n}"), &format!("input {n}")).await?;
+    }
+    Ok((nats, bus))
+}
+
 async fn output(bus: &Bus, name: &str) -> Option<String> {
     let applied = topology::applied_subject_for(&subject(name))?;
     let stream = bus
@@ -487,11 +498,7 @@ impl<const MAX: usize> Stage for Holding<MAX> {
 async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with_the_flush(
 ) -> anyhow::Result<()> {
     const BACKLOG: usize = 600;
-    let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
-    for n in 0..BACKLOG {
-        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
-    }
+    let (_nats, bus) = backlog("held", BACKLOG).await?;
     let stage = Holding::<10_000> {
         flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
         ..Holding::default()
@@ -514,11 +521,7 @@ async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with
 async fn a_holding_stage_is_flushed_whenever_it_holds_its_limit() -> anyhow::Result<()> {
     const BACKLOG: usize = 600;
     const LIMIT: usize = 100;
-    let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
-    for n in 0..BACKLOG {
-        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
-    }
+    let (_nats, bus) = backlog("held", BACKLOG).await?;
     let stage = Holding::<LIMIT> {
         flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
         ..Holding::default()
@@ -827,11 +830,7 @@ async fn bind_limited(bus: &Bus, limit: i64) -> anyhow::Result<Runner> {
 async fn a_holding_stage_is_flushed_once_its_first_held_input_is_max_age_old() -> anyhow::Result<()>
 {
     const AGE: Duration = Duration::from_millis(400);
-    let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
-    for n in 0..5 {
-        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
-    }
+    let (_nats, bus) = backlog("held", 5).await?;
     let stage = Aging::<400>::default();
     let runner = bind_limited(&bus, 2).await?;
     let started = Instant::now();
@@ -857,11 +856,7 @@ async fn a_holding_stage_is_flushed_once_its_first_held_input_is_max_age_old() -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holding_stage_is_flushed_before_a_side_message_is_handled() -> anyhow::Result<()> {
-    let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
-    for n in 0..5 {
-        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
-    }
+    let (_nats, bus) = backlog("held", 5).await?;
     // Held for a minute, behind a limit of two unacked.
     let stage = Aging::<60_000>::default();
     let runner = bind_limited(&bus, 2).await?;
@@ -925,11 +920,7 @@ impl<const DELAY_MS: u64> Stage for Counting<DELAY_MS> {
 async fn a_runner_drained_mid_stream_gives_back_what_it_received_and_did_not_handle(
 ) -> anyhow::Result<()> {
     const INPUTS: usize = 1500;
-    let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
-    for n in 0..INPUTS {
-        send(&bus, &format!("in-{n}"), &format!("input {n}")).await?;
-    }
+    let (_nats, bus) = backlog("in", INPUTS).await?;
     let first = Counting::<100>::default();
     let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, first.clone());
     wait_for("a first batch handled", DEADLINE, || async {
