@@ -7,8 +7,7 @@
 //! - a `set_global` inside a loop whose value uses variables set (globally) in that loop more
 //!   than once (`{% set_global s = s ~ s %}`): its value could double every iteration, and
 //!   Tera's `~` and arithmetic have no hook that could stop it (a plain `set` in a loop starts
-//!   again every iteration);
-//!   (a plain `set` in the loop that reads them counts as what it reads: `{% set t = s ~ s %}
+//!   again every iteration, and counts as the variables it reads: `{% set t = s ~ s %}
 //!   {% set_global s = t %}` doubles too);
 //! - `set_global`s inside loops that append more than `MAX_BYTES` together: each appends, every
 //!   iteration, the printed size of what its value reads besides the growing variable (data
@@ -42,6 +41,43 @@ pub const MAX_BYTES: u64 = 64 << 20;
 /// Filters after which a list has at most the elements it had.
 const SUBSETTING: &[&str] = &["slice", "filter", "sort", "reverse", "unique"];
 
+/// Filters whose result is no longer than their input plus their arguments: a variable growing
+/// in a loop may pass through these (`names | concat(with=x)`), not through one that may
+/// lengthen it by a factor every iteration (`replace(from="x", to="xx")`, `json_encode`,
+/// `escape`).
+const NOT_LENGTHENING: &[&str] = &[
+    "lower",
+    "upper",
+    "capitalize",
+    "title",
+    "trim",
+    "trim_start",
+    "trim_end",
+    "trim_start_matches",
+    "trim_end_matches",
+    "truncate",
+    "striptags",
+    "wordcount",
+    "length",
+    "first",
+    "last",
+    "nth",
+    "slice",
+    "filter",
+    "sort",
+    "reverse",
+    "unique",
+    "map",
+    "get",
+    "concat",
+    "default",
+    "safe",
+    "round",
+    "abs",
+    "int",
+    "float",
+];
+
 /// Checks `ast` against the render's `data`; the refusal names the limit.
 pub fn check(ast: &[Node], data: &Json) -> Result<(), String> {
     let macros = ast
@@ -65,6 +101,17 @@ pub fn check(ast: &[Node], data: &Json) -> Result<(), String> {
         printed: HashMap::new(),
     };
     walk.nodes(ast, 1).map(|_| ())
+}
+
+/// A variable a plain `set` in a loop set from variables growing in the loop.
+#[derive(Clone)]
+struct Derived {
+    /// How often it read those.
+    uses: u64,
+    /// The bytes of what else it read.
+    piece: u64,
+    /// A filter it passed them through that may lengthen them by a factor.
+    lengthening: Option<String>,
 }
 
 /// What a variable may hold.
@@ -93,9 +140,8 @@ struct Walk<'a, 'd> {
     calling: Vec<&'a str>,
     /// The bytes each variable set so far may hold, the most of any `set` of it.
     bytes: HashMap<String, u64>,
-    /// Variables a plain `set` in the current loops set from variables growing in them: how
-    /// often they read those, and the bytes of what else they read.
-    derived: HashMap<String, (u64, u64)>,
+    /// Variables a plain `set` in the current loops set from variables growing in them.
+    derived: HashMap<String, Derived>,
     /// The bytes `set_global`s in loops append over the render, all together.
     appended: u64,
     /// The printed size of each data value measured, by address.
@@ -229,11 +275,16 @@ impl<'a, 'd> Walk<'a, 'd> {
         // `uses`: reads of variables growing in the enclosing loops; `piece`: the bytes of
         // everything else the value reads.
         let (mut uses, mut copies, mut piece) = (0u64, 0u64, literal_bytes(&set.value));
+        let growing = |name: &str| {
+            self.derived.contains_key(name) || self.growing.iter().flatten().any(|g| g == name)
+        };
+        let mut lengthening = lengthening_filter(&set.value, &growing).map(str::to_string);
         for ident in &idents {
             let name = root_name(ident);
-            if let Some((u, p)) = self.derived.get(name) {
-                uses = uses.saturating_add(*u);
-                piece = piece.saturating_add(*p);
+            if let Some(derived) = self.derived.get(name) {
+                uses = uses.saturating_add(derived.uses);
+                piece = piece.saturating_add(derived.piece);
+                lengthening = lengthening.or_else(|| derived.lengthening.clone());
             } else if self.growing.iter().flatten().any(|g| g == name) {
                 uses += 1;
             } else {
@@ -247,6 +298,13 @@ impl<'a, 'd> Walk<'a, 'd> {
                 "`set_global {}` in a loop uses variables set in the loop {uses} \
                  times: its value could double every iteration, beyond the template \
                  budget",
+                set.key
+            ));
+        }
+        if let (true, Some(filter)) = (set.global && uses > 0, &lengthening) {
+            return Err(format!(
+                "`set_global {}` in a loop passes variables set in the loop through `{filter}`, \
+                 which may lengthen them by a factor every iteration, beyond the template budget",
                 set.key
             ));
         }
@@ -272,7 +330,12 @@ impl<'a, 'd> Walk<'a, 'd> {
                 self.set_bytes(&set.key, piece);
             }
         } else if uses > 0 {
-            self.derived.insert(set.key.clone(), (uses, piece));
+            let derived = Derived {
+                uses,
+                piece,
+                lengthening,
+            };
+            self.derived.insert(set.key.clone(), derived);
         } else {
             self.derived.remove(&set.key);
             self.set_bytes(&set.key, piece);
@@ -529,6 +592,39 @@ fn set_names(nodes: &[Node], out: &mut Vec<String>) {
             _ => {}
         }
     }
+}
+
+/// The first filter in `expr` that is applied to a value reading a variable `growing` names
+/// (in the value or the filter's arguments) and may lengthen it by a factor.
+fn lengthening_filter<'e>(expr: &'e Expr, growing: &dyn Fn(&str) -> bool) -> Option<&'e str> {
+    if let Some(filter) = expr
+        .filters
+        .iter()
+        .find(|f| !NOT_LENGTHENING.contains(&f.name.as_str()))
+    {
+        let mut reads = false;
+        expr_idents(expr, &mut |ident| reads |= growing(root_name(ident)));
+        if reads {
+            return Some(filter.name.as_str());
+        }
+    }
+    let inner = expr.filters.iter().flat_map(|f| f.args.values());
+    let inner: Vec<&Expr> = match &expr.val {
+        ExprVal::Math(m) => vec![&*m.lhs, &*m.rhs],
+        ExprVal::Logic(l) => vec![&*l.lhs, &*l.rhs],
+        ExprVal::In(i) => vec![&*i.lhs, &*i.rhs],
+        ExprVal::Test(t) => t.args.iter().collect(),
+        ExprVal::MacroCall(call) => call.args.values().collect(),
+        ExprVal::FunctionCall(call) => call.args.values().collect(),
+        ExprVal::Array(items) => items.iter().collect(),
+        _ => Vec::new(),
+    }
+    .into_iter()
+    .chain(inner)
+    .collect();
+    inner
+        .into_iter()
+        .find_map(|e| lengthening_filter(e, growing))
 }
 
 /// Calls `f` with every variable path `expr` reads, each time it is read.
