@@ -885,19 +885,24 @@ async fn a_holding_stage_is_flushed_before_a_side_message_is_handled() -> anyhow
     stop(token, task).await
 }
 
-/// Records the bodies it handles (no outputs), taking `DELAY_MS` per batch.
+/// Records the bodies it handles (no outputs), taking `DELAY_MS` per batch; with `AHEAD`, its
+/// batches are decoded ahead by a reader task ([`Stage::decoder`]).
 #[derive(Clone, Default)]
-struct Counting<const DELAY_MS: u64> {
+struct Counting<const DELAY_MS: u64, const AHEAD: bool> {
     handled: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
-impl<const DELAY_MS: u64> Stage for Counting<DELAY_MS> {
+impl<const DELAY_MS: u64, const AHEAD: bool> Stage for Counting<DELAY_MS, AHEAD> {
     type Input = String;
     type Side = std::convert::Infallible;
     type Error = ProbeError;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
         text(delivered)
+    }
+
+    fn decoder(&self) -> Option<Decoder<String, ProbeError>> {
+        AHEAD.then(|| Arc::new(text) as Decoder<String, ProbeError>)
     }
 
     async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
@@ -919,9 +924,22 @@ impl<const DELAY_MS: u64> Stage for Counting<DELAY_MS> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_drained_mid_stream_gives_back_what_it_received_and_did_not_handle(
 ) -> anyhow::Result<()> {
+    drained_mid_stream(Counting::<100, false>::default()).await
+}
+
+/// The same with a reader task decoding ahead of the stage: it gives back what its consumer
+/// received, and the runner what the reader had decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_with_a_decoder_drained_mid_stream_gives_back_what_it_did_not_handle(
+) -> anyhow::Result<()> {
+    drained_mid_stream(Counting::<100, true>::default()).await
+}
+
+/// Drains `first` after its first batch of 1,500 waiting inputs; a runner started next on the
+/// same durable must have the rest within 5 s.
+async fn drained_mid_stream<const AHEAD: bool>(first: Counting<100, AHEAD>) -> anyhow::Result<()> {
     const INPUTS: usize = 1500;
     let (_nats, bus) = backlog("in", INPUTS).await?;
-    let first = Counting::<100>::default();
     let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, first.clone());
     wait_for("a first batch handled", DEADLINE, || async {
         (!first.handled.lock().expect("lock").is_empty()).then_some(())
@@ -934,7 +952,7 @@ async fn a_runner_drained_mid_stream_gives_back_what_it_received_and_did_not_han
         "the first runner handled everything ({done})"
     );
 
-    let second = Counting::<0>::default();
+    let second = Counting::<0, false>::default();
     let restarted = Instant::now();
     let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, second.clone());
     wait_for("every input handled", DEADLINE, || async {
