@@ -840,7 +840,7 @@ async fn a_holding_stage_is_flushed_once_its_first_held_input_is_max_age_old() -
         stage.flushes.lock().expect("lock").first().copied()
     })
     .await?;
-    assert_eq!(held, 2);
+    assert!((1..=2).contains(&held), "{held} held");
     assert!(at - started >= AGE, "flushed after {:?}", at - started);
     // Their acks let the server deliver the rest; the last of them is flushed as the consumer
     // has nothing more.
