@@ -8,7 +8,8 @@
 //! the delivery count, dead-letters a [`Action::Reject`] error with its reason (acking the input
 //! only once the dead letter is stored), stops on a [`Action::Stop`] error (the input nacked, the
 //! process to restart and rebuild), counts what it did through [`Hooks`], and on cancellation
-//! stops pulling and drains what is in flight within a deadline. Besides its inputs, a stage may
+//! stops pulling, gives back (nacks) what its pull requests had received and nobody took, and
+//! drains what is in flight within a deadline. Besides its inputs, a stage may
 //! publish what a message of its side feed ([`Stage::on_side`]) or a tick it asked for
 //! ([`Stage::next_tick`], [`Stage::on_tick`]) makes it publish; and a stage whose outputs are
 //! computed for a batch as a whole ([`Stage::JOINT`]) has its batch acked as one.
