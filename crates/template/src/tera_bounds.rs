@@ -17,6 +17,9 @@
 //! - a `set` whose value holds more than `MAX_COPIES` copies of values read from the data or
 //!   the template, counting a variable as the copies it was set to (`{% set s = s ~ s %}`
 //!   written 40 times over would be 2^40 copies);
+//! - output past `MAX_BYTES`: what each `{{ ... }}` reads (as above) and each piece of text,
+//!   times the iterations of the loops around it that are known before the render (over data,
+//!   a list literal or a `range` of literal bounds; a loop over a computed list counts once);
 //! - a macro that calls itself (Tera would recurse until the stack overflows); a macro's loops
 //!   count as often as the loops around its call go round.
 
@@ -33,9 +36,9 @@ pub const MAX_ITERATIONS: u64 = 10_000_000;
 /// Most copies of values read from the data or the template a variable may be set to.
 pub const MAX_COPIES: u64 = 64;
 
-/// Most bytes the `set_global`s in loops of one render may append together: the Go engine's
-/// output limit (64 MiB), since what a template builds is there to be printed, and Tera's
-/// output has no limit of its own.
+/// Most bytes the `set_global`s in loops of one render may append together, and most bytes it
+/// may print: the Go engine's output limit (64 MiB), since what a template builds is there to
+/// be printed, and Tera's output has no limit of its own.
 pub const MAX_BYTES: u64 = 64 << 20;
 
 /// Filters after which a list has at most the elements it had.
@@ -99,6 +102,8 @@ pub fn check(ast: &[Node], data: &Json) -> Result<(), String> {
         derived: HashMap::new(),
         appended: 0,
         printed: HashMap::new(),
+        known: 1,
+        output: 0,
     };
     walk.nodes(ast, 1).map(|_| ())
 }
@@ -133,9 +138,9 @@ struct Walk<'a, 'd> {
     copies: HashMap<String, u64>,
     /// The template's macros (`self::name(...)`), by name.
     macros: HashMap<&'a str, &'a [Node]>,
-    /// The iterations one call of each macro checked so far makes, and the bytes its
-    /// `set_global`s in loops append.
-    products: HashMap<&'a str, (u64, u64)>,
+    /// The iterations one call of each macro checked so far makes, the bytes its
+    /// `set_global`s in loops append and the bytes it prints.
+    products: HashMap<&'a str, (u64, u64, u64)>,
     /// The macros being checked, callers first.
     calling: Vec<&'a str>,
     /// The bytes each variable set so far may hold, the most of any `set` of it.
@@ -146,6 +151,11 @@ struct Walk<'a, 'd> {
     appended: u64,
     /// The printed size of each data value measured, by address.
     printed: HashMap<usize, u64>,
+    /// The iterations of the loops around the node being checked that are known before the
+    /// render (a loop over a computed list counts once).
+    known: u64,
+    /// The bytes the render may print, all together.
+    output: u64,
 }
 
 impl<'a, 'd> Walk<'a, 'd> {
@@ -163,8 +173,9 @@ impl<'a, 'd> Walk<'a, 'd> {
                     }
                 });
                 for name in called {
-                    let (product, appends) = self.macro_product(name)?;
+                    let (product, appends, prints) = self.macro_product(name)?;
                     self.append(&format!("macro `{name}`"), iterations, appends)?;
+                    self.print(&format!("macro `{name}`"), prints)?;
                     let total = iterations.saturating_mul(product);
                     if total > MAX_ITERATIONS {
                         return Err(format!(
@@ -178,12 +189,15 @@ impl<'a, 'd> Walk<'a, 'd> {
             }
             match node {
                 Node::Forloop(_, f, _) => {
-                    let (count, elements) = self.container(&f.container);
+                    let (known, elements) = self.container(&f.container);
+                    let count = known.unwrap_or(MAX_GENERATED as u64);
                     let mut inner = iterations.saturating_mul(count);
+                    let mut known_inner = self.known.saturating_mul(known.unwrap_or(1));
                     if is_range(&f.container) {
                         // `range` holds the elements it generates in a render to
                         // `MAX_GENERATED` together, so a loop over it goes round no more often.
                         inner = inner.min(MAX_GENERATED as u64);
+                        known_inner = known_inner.min(MAX_GENERATED as u64);
                     } else if inner > MAX_ITERATIONS {
                         return Err(format!(
                             "for loop over {} ({count} iterations) nested in loops of {iterations} \
@@ -204,9 +218,10 @@ impl<'a, 'd> Walk<'a, 'd> {
                     let mut sets = Vec::new();
                     set_names(&f.body, &mut sets);
                     self.growing.push(sets);
-                    let derived = self.derived.clone();
+                    let (derived, known) = (self.derived.clone(), self.known);
+                    self.known = known_inner;
                     let body = self.nodes(&f.body, inner);
-                    self.derived = derived;
+                    (self.derived, self.known) = (derived, known);
                     reached = reached.max(body?);
                     self.growing.pop();
                     self.env.truncate(mark);
@@ -215,6 +230,11 @@ impl<'a, 'd> Walk<'a, 'd> {
                     }
                 }
                 Node::Set(_, set) => self.set(set, iterations)?,
+                Node::VariableBlock(_, expr) => {
+                    let bytes = self.expr_bytes(expr);
+                    self.print(&describe(expr), bytes)?;
+                }
+                Node::Text(text) => self.print("the template's text", text.len() as u64)?,
                 Node::If(branches, _) => {
                     for (_, _, body) in &branches.conditions {
                         reached = reached.max(self.nodes(body, iterations)?);
@@ -238,7 +258,7 @@ impl<'a, 'd> Walk<'a, 'd> {
 
     /// The iterations one call of macro `name` makes, its arguments unknown; a macro that
     /// calls itself is refused (Tera recurses until the thread's stack overflows).
-    fn macro_product(&mut self, name: &'a str) -> Result<(u64, u64), String> {
+    fn macro_product(&mut self, name: &'a str) -> Result<(u64, u64, u64), String> {
         if let Some(product) = self.products.get(name) {
             return Ok(*product);
         }
@@ -249,20 +269,23 @@ impl<'a, 'd> Walk<'a, 'd> {
         }
         // An unknown macro is Tera's error to report.
         let Some(body) = self.macros.get(name).copied() else {
-            return Ok((1, 0));
+            return Ok((1, 0, 0));
         };
         self.calling.push(name);
-        let (env, growing, derived, appended) = (
+        let (env, growing, derived, appended, output, known) = (
             std::mem::take(&mut self.env),
             std::mem::take(&mut self.growing),
             std::mem::take(&mut self.derived),
             std::mem::take(&mut self.appended),
+            std::mem::take(&mut self.output),
+            std::mem::replace(&mut self.known, 1),
         );
         let product = self.nodes(body, 1);
         let appends = std::mem::replace(&mut self.appended, appended);
-        (self.env, self.growing, self.derived) = (env, growing, derived);
+        let prints = std::mem::replace(&mut self.output, output);
+        (self.env, self.growing, self.derived, self.known) = (env, growing, derived, known);
         self.calling.pop();
-        let product = (product?, appends);
+        let product = (product?, appends, prints);
         self.products.insert(name, product);
         Ok(product)
     }
@@ -361,6 +384,20 @@ impl<'a, 'd> Walk<'a, 'd> {
         Ok(growth)
     }
 
+    /// Counts `what` printing `bytes` in the known loops around it.
+    fn print(&mut self, what: &str, bytes: u64) -> Result<(), String> {
+        let total = bytes.saturating_mul(self.known);
+        self.output = self.output.saturating_add(total);
+        if self.output > MAX_BYTES {
+            return Err(format!(
+                "printing {what} ({bytes} bytes) in loops of {} iterations makes the output \
+                 {} bytes, beyond the template budget of {MAX_BYTES} bytes",
+                self.known, self.output
+            ));
+        }
+        Ok(())
+    }
+
     fn set_bytes(&mut self, name: &str, bytes: u64) {
         let held = self.bytes.entry(name.to_string()).or_insert(0);
         *held = (*held).max(bytes);
@@ -425,9 +462,10 @@ impl<'a, 'd> Walk<'a, 'd> {
         }
     }
 
-    /// The iterations of a loop over `expr`, and what its variable holds.
-    fn container(&self, expr: &Expr) -> (u64, Binding<'d>) {
-        let unknown = (MAX_GENERATED as u64, Binding::Unknown);
+    /// The iterations of a loop over `expr` (`None`: not known before the render), and what its
+    /// variable holds.
+    fn container(&self, expr: &Expr) -> (Option<u64>, Binding<'d>) {
+        let unknown = (None, Binding::Unknown);
         if !expr
             .filters
             .iter()
@@ -449,7 +487,7 @@ impl<'a, 'd> Walk<'a, 'd> {
                             }
                         })
                         .collect();
-                    (count, Binding::Values(elements))
+                    (Some(count), Binding::Values(elements))
                 }
                 Binding::Unknown => unknown,
             },
@@ -470,12 +508,12 @@ impl<'a, 'd> Walk<'a, 'd> {
                 ) {
                     (Some(start), Some(end), Some(step)) if end != i64::MIN && step > 0 => {
                         let span = end.saturating_sub(start).max(0) as u64;
-                        (span.div_ceil(step as u64), Binding::Unknown)
+                        (Some(span.div_ceil(step as u64)), Binding::Unknown)
                     }
                     _ => unknown,
                 }
             }
-            ExprVal::Array(items) => (items.len() as u64, Binding::Unknown),
+            ExprVal::Array(items) => (Some(items.len() as u64), Binding::Unknown),
             _ => unknown,
         }
     }

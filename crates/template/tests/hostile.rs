@@ -574,3 +574,54 @@ fn tera_variables_doubled_through_a_plain_set_or_a_filter_are_refused() {
         assert_eq!(out, want, "{text}");
     }
 }
+
+/// Tera's output has no limit of its own: what a template prints in loops known before the
+/// render (over data, list literals, literal ranges) is held to 64 MiB, counted from the data's
+/// printed sizes and the text's length (1,100 × 64 KiB is 68.75 MiB: over by arithmetic, it
+/// would render in well under a second). A loop over a computed list counts once.
+#[test]
+fn tera_output_in_loops_is_held_to_a_byte_budget() {
+    let big = "x".repeat(64 << 10);
+    let data =
+        |n: usize| json!({"list": vec![0; n], "big": big, "items": vec![&big; n], "l": [1, 2, 3]});
+    let budget = "beyond the template budget of 67108864 bytes";
+    let text_loop = format!("{{% for x in list %}}{big}{{% endfor %}}");
+    let cases = [
+        (
+            "{% for x in list %}{{ big }}{% endfor %}".to_string(),
+            format!("printing `big` (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+        (
+            "{% for i in range(end=1100) %}{{ big | upper }}{% endfor %}".to_string(),
+            format!("printing `big | upper` (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+        // Each element in turn; nested loops multiply.
+        (
+            "{% for a in l %}{% for x in items %}{{ x }}{% endfor %}{% endfor %}".to_string(),
+            format!("printing `x` (65536 bytes) in loops of 3300 iterations makes the output 216268800 bytes, {budget}"),
+        ),
+        (
+            text_loop.clone(),
+            format!("printing the template's text (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+        (
+            "{% macro m() %}{{ big }}{% endmacro m %}{% for x in list %}{{ self::m() }}{% endfor %}".to_string(),
+            format!("printing macro `m` (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+    ];
+    for (text, want) in &cases {
+        stopped_with(Engine::Tera, &data(1100), &[(text, want)]);
+    }
+    // The same over ten elements render (but the literal range), as does a loop over a
+    // computed list.
+    for (text, _) in cases.iter().filter(|(t, _)| !t.contains("range")) {
+        let (result, _) = render_with(Engine::Tera, text, data(10));
+        assert!(result.expect(text) >= 10 * (64 << 10), "{text}");
+    }
+    let (result, _) = render_with(
+        Engine::Tera,
+        "{% for x in big | split(pat=\"\") %}{{ l | length }}{% endfor %}",
+        data(1100),
+    );
+    assert_eq!(result.expect("a computed loop"), (64 << 10) + 2);
+}
