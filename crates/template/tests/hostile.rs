@@ -471,6 +471,14 @@ fn tera_macros_that_recurse_or_loop_too_often_are_refused() {
     assert_eq!(result.expect("renders"), "[111][222][333]".len());
 }
 
+const BYTE_BUDGET: &str = "beyond the template budget of 67108864 bytes";
+
+/// `big`, a string of 64 KiB; `list`, `n` numbers; `items`, `n` copies of `big`; `l`, three.
+fn big_data(n: usize) -> serde_json::Value {
+    let big = "x".repeat(64 << 10);
+    json!({"list": vec![0; n], "items": vec![&big; n], "big": big, "l": [1, 2, 3]})
+}
+
 /// A `set_global` in a loop that appends a piece every iteration (`s ~ big`) grows by the
 /// iterations times the piece: what the `set_global`s in loops append together is held to
 /// 64 MiB (the Go engine's output limit) before the render, counted from the data's printed
@@ -478,10 +486,7 @@ fn tera_macros_that_recurse_or_loop_too_often_are_refused() {
 /// rendered, they would build that string, copying it quadratically.
 #[test]
 fn tera_variables_appended_in_loops_are_held_to_a_byte_budget() {
-    let big = "x".repeat(64 << 10);
-    let data =
-        |n: usize| json!({"list": vec![0; n], "big": big, "items": vec![&big; n], "l": [1, 2, 3]});
-    let budget = "beyond the template budget of 67108864 bytes";
+    let (data, budget) = (big_data, BYTE_BUDGET);
     let cases = [
         (
             "{% set_global s = \"\" %}{% for x in list %}{% set_global s = s ~ big %}{% endfor %}{{ s | length }}",
@@ -582,9 +587,7 @@ fn tera_variables_doubled_through_a_plain_set_or_a_filter_are_refused() {
 #[test]
 fn tera_output_in_loops_is_held_to_a_byte_budget() {
     let big = "x".repeat(64 << 10);
-    let data =
-        |n: usize| json!({"list": vec![0; n], "big": big, "items": vec![&big; n], "l": [1, 2, 3]});
-    let budget = "beyond the template budget of 67108864 bytes";
+    let (data, budget) = (big_data, BYTE_BUDGET);
     let text_loop = format!("{{% for x in list %}}{big}{{% endfor %}}");
     let cases = [
         (
