@@ -8,7 +8,8 @@
 //! the delivery count, dead-letters a [`Action::Reject`] error with its reason (acking the input
 //! only once the dead letter is stored), stops on a [`Action::Stop`] error (the input nacked, the
 //! process to restart and rebuild), counts what it did through [`Hooks`], and on cancellation
-//! stops pulling and drains what is in flight within a deadline. Besides its inputs, a stage may
+//! stops pulling, gives back (nacks) what its pull requests had received and nobody took, and
+//! drains what is in flight within a deadline. Besides its inputs, a stage may
 //! publish what a message of its side feed ([`Stage::on_side`]) or a tick it asked for
 //! ([`Stage::next_tick`], [`Stage::on_tick`]) makes it publish; and a stage whose outputs are
 //! computed for a batch as a whole ([`Stage::JOINT`]) has its batch acked as one.
@@ -65,6 +66,12 @@ pub enum Action {
 /// An error of a stage: its type says what becomes of the input.
 pub trait Failure: std::error::Error + Send + Sync + 'static {
     fn action(&self) -> Action;
+
+    /// Headers the dead letter of a rejected input carries besides its reason and origin
+    /// subject (where the input came from, say): (name, value).
+    fn dead_letter_headers(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// One decoded input and where it came from.
@@ -365,11 +372,11 @@ impl<T: Send + Sync + 'static> Source<T> {
         }
     }
 
-    /// Stops taking batches: drops the consumer, or stops the reader, nacks what it decoded
-    /// and the stage did not take, and waits for its drain.
-    async fn stop(self, reader_token: &CancellationToken) {
+    /// Stops taking batches: releases the consumer ([`release`]), or stops the reader (which
+    /// releases it), nacks what it decoded and the stage did not take, and waits for its drain.
+    async fn stop(self, reader_token: &CancellationToken, within: Duration) {
         match self {
-            Source::Inline(consumer) => drop(consumer),
+            Source::Inline(consumer) => release(consumer, within).await,
             Source::Piped {
                 mut decoded,
                 reader,
@@ -551,7 +558,9 @@ impl Runner {
         core.flush(stage).await?;
         // Stop pulling first: the server must not hand what is nacked below to a pull
         // request nobody reads any more (it would wait out its ack wait there).
-        source.stop(&reader_token).await;
+        source
+            .stop(&reader_token, core.drain_deadline.min(RELEASE_WITHIN))
+            .await;
         let client = upstream.unwrap_or_else(|| core.bus.client().clone());
         if let Err(error) = client.flush().await {
             tracing::debug!(error = %error, "flush after dropping the consumer failed");
@@ -639,7 +648,7 @@ impl Core {
                 }
             }
         }
-        drop(consumer);
+        release(consumer, self.drain_deadline.min(RELEASE_WITHIN)).await;
         self.drain().await;
         Ok(())
     }
@@ -895,6 +904,11 @@ impl Core {
             Action::Reject => {
                 (self.hooks.rejected)(1);
                 tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, error = %reason, "rejecting input to the dead letters");
+                let headers = error.dead_letter_headers();
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(name, value)| (*name, value.as_str()))
+                    .collect();
                 let parked = self
                     .bus
                     .dead_letter(
@@ -902,7 +916,7 @@ impl Core {
                         &delivered.subject,
                         delivered.payload.clone(),
                         &reason,
-                        &[],
+                        &headers,
                     )
                     .await;
                 match parked {
@@ -1079,6 +1093,45 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// How long a drain reads on for what the server already handed the consumer's pull requests
+/// (at most; it stops once nothing comes for [`RELEASE_QUIET`]).
+const RELEASE_WITHIN: Duration = Duration::from_secs(1);
+const RELEASE_QUIET: Duration = Duration::from_millis(50);
+
+/// Stops pulling from `consumer` and gives back what the server had already handed its pull
+/// requests that nobody took: a pull request takes a batch of hundreds of messages, which would
+/// otherwise come back to the durable only after their ack wait. It reads on until nothing
+/// comes for [`RELEASE_QUIET`] (at most `within`), keeping what comes, drops the consumer (its
+/// subscription, so that the server hands its pull requests nothing more), and only then nacks
+/// without delay what it kept: nacked earlier, a message would come back to this consumer's
+/// own pull request. Reading on pulls more of a backlog (up to the consumer's
+/// `max_ack_pending`), which comes back just the same; what is on its way when the consumer is
+/// dropped (a backlog longer than `within` takes to read) still waits out its ack wait.
+async fn release(mut consumer: Consumer, within: Duration) {
+    let until = tokio::time::Instant::now() + within;
+    let mut received = Vec::new();
+    loop {
+        let quiet = (tokio::time::Instant::now() + RELEASE_QUIET).min(until);
+        match tokio::time::timeout_at(quiet, consumer.next()).await {
+            Ok(Some(Ok(message))) => received.push(message),
+            Ok(Some(Err(error))) => {
+                tracing::debug!(error = %error, "consumer error while releasing it");
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    drop(consumer);
+    if !received.is_empty() {
+        tracing::debug!(
+            messages = received.len(),
+            "giving back what the consumer received and nobody took"
+        );
+    }
+    for message in &received {
+        nack(message, Duration::ZERO).await;
     }
 }
 

@@ -1,11 +1,11 @@
 //! The stage runner against a real nats-server: a transient error is nacked and the input comes
-//! back, a permanent one is dead-lettered with its reason and acked; an input whose dead
-//! letter cannot be stored is not acked; a drain cut short by its deadline returns in time and
+//! back, a permanent one is dead-lettered with its reason (and the headers its error gives) and
+//! acked; an input whose dead letter cannot be stored is not acked; a drain cut short by its deadline returns in time and
 //! leaves the input to be redelivered; a side message and a tick publish what the stage returns
 //! for them; a stop ends the runner with the input unacked. A holding stage's inputs are held
 //! across batches and acked only once its flush's outputs are stored; an output's time to live
 //! and a purge are carried out in order; a holding stage is flushed whenever it holds its
-//! limit; a decoder runs ahead of the stage, and drops what a replay already saw newer.
+//! limit, once its first held input is `max_age` old, and before a side message; a decoder runs ahead of the stage, and drops what a replay already saw newer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,6 +47,10 @@ impl Failure for ProbeError {
             ProbeError::Broken(_) => Action::Reject,
             ProbeError::Lost => Action::Stop,
         }
+    }
+
+    fn dead_letter_headers(&self) -> Vec<(&'static str, String)> {
+        vec![("Probe-Error", format!("{self:?}"))]
     }
 }
 
@@ -125,6 +129,17 @@ async fn send(bus: &Bus, name: &str, body: &str) -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
+}
+
+/// A nats-server and its bus with `count` inputs waiting for the test consumer: `<prefix>-<n>`
+/// with the body `input <n>`.
+async fn backlog(prefix: &str, count: usize) -> anyhow::Result<(NatsServer, Bus)> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    for n in 0..count {
+        send(&bus, &format!("{prefix}-{n}"), &format!("input {n}")).await?;
+    }
+    Ok((nats, bus))
 }
 
 async fn output(bus: &Bus, name: &str) -> Option<String> {
@@ -247,6 +262,17 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
     assert_eq!(payload, Bytes::from("reject"));
     assert_eq!(reason, "cannot be handled: no template");
     assert_eq!(origin, subject("bad"));
+    // With the headers the error gives.
+    let letter = bus
+        .jetstream()
+        .get_stream(topology::DEAD.name)
+        .await?
+        .get_last_raw_message_by_subject(&topology::dead_subject(SPEC.durable))
+        .await?;
+    assert_eq!(
+        letter.headers.get("Probe-Error").map(|v| v.as_str()),
+        Some("Broken(\"no template\")")
+    );
     // Everything is acked, and the rejected input was handled once.
     every_input_acked(&bus).await?;
     assert_eq!(probe.attempts("reject"), 1);
@@ -472,11 +498,7 @@ impl<const MAX: usize> Stage for Holding<MAX> {
 async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with_the_flush(
 ) -> anyhow::Result<()> {
     const BACKLOG: usize = 600;
-    let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
-    for n in 0..BACKLOG {
-        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
-    }
+    let (_nats, bus) = backlog("held", BACKLOG).await?;
     let stage = Holding::<10_000> {
         flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
         ..Holding::default()
@@ -499,11 +521,7 @@ async fn a_holding_stage_is_flushed_once_for_a_backlog_and_its_inputs_acked_with
 async fn a_holding_stage_is_flushed_whenever_it_holds_its_limit() -> anyhow::Result<()> {
     const BACKLOG: usize = 600;
     const LIMIT: usize = 100;
-    let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
-    for n in 0..BACKLOG {
-        send(&bus, &format!("held-{n}"), &format!("input {n}")).await?;
-    }
+    let (_nats, bus) = backlog("held", BACKLOG).await?;
     let stage = Holding::<LIMIT> {
         flush_to: topology::applied_subject_for(&subject("flush")).expect("a desired subject"),
         ..Holding::default()
@@ -739,5 +757,215 @@ async fn a_decoder_drops_a_state_older_than_the_replay_saw() -> anyhow::Result<(
     every_input_acked(&bus).await?;
     assert_eq!(*stage.decoded.lock().expect("lock"), ["new"]);
     assert_eq!(output(&bus, "old").await, None);
+    stop(token, task).await
+}
+
+/// Holds every input it handles (no outputs of their own) up to `AGE_MS` after the first;
+/// when flushed, publishes `flushed <n>` for the `flush` subject and records the flush; for a
+/// side message `<name>`, publishes `side <name> after <flushes>` for `<name>`.
+#[derive(Clone, Default)]
+struct Aging<const AGE_MS: u64> {
+    held: Arc<AtomicU64>,
+    flushes: Arc<Mutex<Vec<(u64, Instant)>>>,
+}
+
+impl<const AGE_MS: u64> Stage for Aging<AGE_MS> {
+    type Input = String;
+    type Side = String;
+    type Error = ProbeError;
+
+    const HOLD: Option<Hold> = Some(Hold {
+        max_inputs: 10_000,
+        max_age: Duration::from_millis(AGE_MS),
+    });
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        self.held.fetch_add(inputs.len() as u64, Ordering::Relaxed);
+        inputs.iter().map(|_| Ok(Vec::new())).collect()
+    }
+
+    async fn flush(&mut self) -> Vec<Output> {
+        let held = self.held.swap(0, Ordering::Relaxed);
+        self.flushes
+            .lock()
+            .expect("lock")
+            .push((held, Instant::now()));
+        vec![applied_output("flush", format!("flushed {held}"))]
+    }
+
+    async fn on_side(&mut self, name: String) -> Vec<Output> {
+        let flushes = self.flushes.lock().expect("lock").len();
+        vec![applied_output(
+            &name,
+            format!("side {name} after {flushes}"),
+        )]
+    }
+}
+
+/// A runner of the test consumer created with at most `limit` inputs unacked: while a stage
+/// holds them, the server delivers nothing more and the consumer always has more waiting, so
+/// neither a full hold nor an empty consumer flushes the stage.
+async fn bind_limited(bus: &Bus, limit: i64) -> anyhow::Result<Runner> {
+    use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+    let stream = bus.jetstream().get_stream(SPEC.stream.name).await?;
+    stream
+        .create_consumer(pull::Config {
+            durable_name: Some(SPEC.durable.to_string()),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: limit,
+            filter_subject: SPEC.stream.subjects.to_string(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(Runner::bind(bus, SPEC).await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_stage_is_flushed_once_its_first_held_input_is_max_age_old() -> anyhow::Result<()>
+{
+    const AGE: Duration = Duration::from_millis(400);
+    let (_nats, bus) = backlog("held", 5).await?;
+    let stage = Aging::<400>::default();
+    let runner = bind_limited(&bus, 2).await?;
+    let started = Instant::now();
+    let (token, task) = spawn(runner, stage.clone());
+    // Two inputs delivered, three waiting behind the limit: only their age flushes them.
+    let (held, at) = wait_for("the first flush", DEADLINE, || async {
+        stage.flushes.lock().expect("lock").first().copied()
+    })
+    .await?;
+    assert!((1..=2).contains(&held), "{held} held");
+    assert!(at - started >= AGE, "flushed after {:?}", at - started);
+    // Their acks let the server deliver the rest; the last of them is flushed as the consumer
+    // has nothing more.
+    every_input_acked(&bus).await?;
+    let flushes = stage.flushes.lock().expect("lock").clone();
+    assert_eq!(
+        flushes.iter().map(|(n, _)| n).sum::<u64>(),
+        5,
+        "{flushes:?}"
+    );
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_stage_is_flushed_before_a_side_message_is_handled() -> anyhow::Result<()> {
+    let (_nats, bus) = backlog("held", 5).await?;
+    // Held for a minute, behind a limit of two unacked.
+    let stage = Aging::<60_000>::default();
+    let runner = bind_limited(&bus, 2).await?;
+    let (side, feed) = futures::channel::mpsc::unbounded();
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let token = token.clone();
+        let mut stage = stage.clone();
+        async move { runner.run(&mut stage, feed, token).await }
+    });
+    wait_for("two inputs held", DEADLINE, || async {
+        (stage.held.load(Ordering::Relaxed) == 2).then_some(())
+    })
+    .await?;
+    assert!(stage.flushes.lock().expect("lock").is_empty());
+    side.unbounded_send("config".to_string())?;
+    // The stage saw the side message after its held inputs went out.
+    assert_eq!(
+        wait_for("output of the side message", DEADLINE, || output(
+            &bus, "config"
+        ))
+        .await?,
+        "side config after 1"
+    );
+    assert_eq!(stage.flushes.lock().expect("lock")[0].0, 2);
+    stop(token, task).await
+}
+
+/// Records the bodies it handles (no outputs), taking `DELAY_MS` per batch; with `AHEAD`, its
+/// batches are decoded ahead by a reader task ([`Stage::decoder`]).
+#[derive(Clone, Default)]
+struct Counting<const DELAY_MS: u64, const AHEAD: bool> {
+    handled: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+impl<const DELAY_MS: u64, const AHEAD: bool> Stage for Counting<DELAY_MS, AHEAD> {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    fn decoder(&self) -> Option<Decoder<String, ProbeError>> {
+        AHEAD.then(|| Arc::new(text) as Decoder<String, ProbeError>)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        tokio::time::sleep(Duration::from_millis(DELAY_MS)).await;
+        let mut handled = self.handled.lock().expect("lock");
+        handled.extend(inputs.iter().map(|input| input.value.clone()));
+        inputs.iter().map(|_| Ok(Vec::new())).collect()
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+/// The server hands a pull request more than one batch: a runner drained mid-stream had
+/// received inputs it never handled. It gives them back (nacked, no delay) once it no longer
+/// pulls, so a runner started after it on the same durable gets them at once, not after the
+/// ack wait (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_drained_mid_stream_gives_back_what_it_received_and_did_not_handle(
+) -> anyhow::Result<()> {
+    drained_mid_stream(Counting::<100, false>::default()).await
+}
+
+/// The same with a reader task decoding ahead of the stage: it gives back what its consumer
+/// received, and the runner what the reader had decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_with_a_decoder_drained_mid_stream_gives_back_what_it_did_not_handle(
+) -> anyhow::Result<()> {
+    drained_mid_stream(Counting::<100, true>::default()).await
+}
+
+/// Drains `first` after its first batch of 1,500 waiting inputs; a runner started next on the
+/// same durable must have the rest within 5 s.
+async fn drained_mid_stream<const AHEAD: bool>(first: Counting<100, AHEAD>) -> anyhow::Result<()> {
+    const INPUTS: usize = 1500;
+    let (_nats, bus) = backlog("in", INPUTS).await?;
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, first.clone());
+    wait_for("a first batch handled", DEADLINE, || async {
+        (!first.handled.lock().expect("lock").is_empty()).then_some(())
+    })
+    .await?;
+    stop(token, task).await?;
+    let done = first.handled.lock().expect("lock").len();
+    assert!(
+        done < INPUTS,
+        "the first runner handled everything ({done})"
+    );
+
+    let second = Counting::<0, false>::default();
+    let restarted = Instant::now();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, second.clone());
+    wait_for("every input handled", DEADLINE, || async {
+        let second = second.handled.lock().expect("lock");
+        let all = first.handled.lock().expect("lock").union(&second).count();
+        (all == INPUTS).then_some(())
+    })
+    .await?;
+    let took = restarted.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the rest came after {took:?}, {done} handled by the first runner"
+    );
+    every_input_acked(&bus).await?;
     stop(token, task).await
 }

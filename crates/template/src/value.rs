@@ -272,32 +272,67 @@ impl MapRef {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Whether `value` holds this map at any depth: inserting it would make the map contain
-    /// itself, which printing, encoding or copying it would follow until the stack overflows.
-    /// Each map and list is visited once; maps still lazy are not converted (their JSON part
-    /// holds no template-made map).
-    pub fn is_within(&self, value: &Value) -> bool {
+    /// Whether `value` holds this map: inserting it would make the map contain itself, which
+    /// printing, encoding or copying it would follow until the stack overflows. Each map and
+    /// list is visited once, to `MAX_DEPTH` levels: a value nested deeper could be neither
+    /// printed nor copied, and is refused instead of walked (a loop nesting maps through `set`
+    /// would otherwise walk its whole chain on every call). Maps still lazy are not converted
+    /// (their JSON part holds no template-made map).
+    pub fn is_within(&self, value: &Value) -> Result<bool, String> {
         let mut seen = std::collections::HashSet::new();
-        let mut pending = vec![value.clone()];
-        while let Some(v) = pending.pop() {
-            match v {
-                Value::List(items) if seen.insert(Arc::as_ptr(&items) as *const () as usize) => {
-                    pending.extend(items.iter().cloned());
+        let mut pending = vec![(value.clone(), 0u32)];
+        while let Some((v, depth)) = pending.pop() {
+            let (is_new, children): (bool, Vec<Value>) = match &v {
+                Value::Map(m) if m.ptr_eq(self) => return Ok(true),
+                Value::List(items) => {
+                    let is_new = seen.insert(Arc::as_ptr(items) as *const () as usize);
+                    (
+                        is_new,
+                        if is_new {
+                            nested(items.iter())
+                        } else {
+                            Vec::new()
+                        },
+                    )
                 }
-                Value::Map(m) if m.ptr_eq(self) => return true,
-                Value::Map(m) if seen.insert(Arc::as_ptr(&m.0) as *const () as usize) => {
+                Value::Map(m) => {
+                    let is_new = seen.insert(Arc::as_ptr(&m.0) as *const () as usize);
                     let state = m.read_state();
                     let entries = match &*state {
                         MapState::Owned(entries) => entries,
                         MapState::Lazy { children, .. } => children,
                     };
-                    pending.extend(entries.values().cloned());
+                    (
+                        is_new,
+                        if is_new {
+                            nested(entries.values())
+                        } else {
+                            Vec::new()
+                        },
+                    )
                 }
-                _ => {}
+                _ => (false, Vec::new()),
+            };
+            if !is_new || children.is_empty() {
+                continue;
             }
+            if depth >= MAX_DEPTH {
+                return Err(format!(
+                    "value nested more than {MAX_DEPTH} levels deep exceeds the template depth limit"
+                ));
+            }
+            pending.extend(children.into_iter().map(|c| (c, depth + 1)));
         }
-        false
+        Ok(false)
     }
+}
+
+/// The lists and maps among `values`.
+fn nested<'v>(values: impl Iterator<Item = &'v Value>) -> Vec<Value> {
+    values
+        .filter(|v| matches!(v, Value::Map(_) | Value::List(_)))
+        .cloned()
+        .collect()
 }
 
 /// A node of a shared JSON document that is never modified.

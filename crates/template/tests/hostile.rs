@@ -205,6 +205,27 @@ fn lists_built_one_element_at_a_time_stay_within_the_budget() {
 /// or encoding it overflow the render thread's stack and abort the process: `set` refuses it.
 #[test]
 fn a_map_cannot_be_set_inside_itself() {
+    // The check walks at most `MAX_DEPTH` levels: a loop nesting maps through `set` is refused
+    // at the depth limit, quickly (walking the whole chain on every `set`, 4,000 levels took
+    // seconds; the bound is generous for a debug build on a busy machine).
+    let (result, took) = render(
+        Engine::Text,
+        "{{ $d := dict }}{{ range until 4000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
+    );
+    let err = result.expect_err("nested 4,000 levels through set");
+    assert!(
+        err.message().contains(
+            "error calling set: value nested more than 1000 levels deep exceeds the template depth limit"
+        ),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // Up to the limit, the chain builds.
+    let (result, _) = render(
+        Engine::Text,
+        "{{ $d := dict }}{{ range until 1000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
+    );
+    assert_eq!(result.expect("nested 1,000 levels through set"), 1);
     stopped(
         Engine::Text,
         &[
@@ -407,7 +428,6 @@ fn deep_chains_are_dropped_and_refused_without_overflowing_the_stack() {
     for text in [
         "{{ $d := dict }}{{ range until 100000 }}{{ $d = dict \"a\" $d }}{{ end }}{{ len $d }}",
         "{{ $d := dict }}{{ range until 50000 }}{{ $d = dict \"a\" (list $d) }}{{ end }}{{ len $d }}",
-        "{{ $d := dict }}{{ range until 4000 }}{{ $n := dict }}{{ $_ := set $n \"a\" $d }}{{ $d = $n }}{{ end }}{{ len $d }}",
     ] {
         let (result, took) = render(Engine::Text, text);
         assert_eq!(result.expect(text), 1, "{text}");
@@ -449,4 +469,162 @@ fn tera_macros_that_recurse_or_loop_too_often_are_refused() {
         data,
     );
     assert_eq!(result.expect("renders"), "[111][222][333]".len());
+}
+
+const BYTE_BUDGET: &str = "beyond the template budget of 67108864 bytes";
+
+/// `big`, a string of 64 KiB; `list`, `n` numbers; `items`, `n` copies of `big`; `l`, three.
+fn big_data(n: usize) -> serde_json::Value {
+    let big = "x".repeat(64 << 10);
+    json!({"list": vec![0; n], "items": vec![&big; n], "big": big, "l": [1, 2, 3]})
+}
+
+/// A `set_global` in a loop that appends a piece every iteration (`s ~ big`) grows by the
+/// iterations times the piece: what the `set_global`s in loops append together is held to
+/// 64 MiB (the Go engine's output limit) before the render, counted from the data's printed
+/// sizes. The cases here are over the limit by arithmetic only (1,100 × 64 KiB is 68.75 MiB):
+/// rendered, they would build that string, copying it quadratically.
+#[test]
+fn tera_variables_appended_in_loops_are_held_to_a_byte_budget() {
+    let (data, budget) = (big_data, BYTE_BUDGET);
+    let cases = [
+        (
+            "{% set_global s = \"\" %}{% for x in list %}{% set_global s = s ~ big %}{% endfor %}{{ s | length }}",
+            format!("`set_global s` appending 65536 bytes in loops of 1100 iterations makes the variables set in loops grow by 72089600 bytes, {budget}"),
+        ),
+        // Through a loop's variable (each element in turn), a variable set to it, and a literal.
+        (
+            "{% set_global s = \"\" %}{% for x in items %}{% set u = x | upper %}{% set_global s = s ~ u ~ \",\" %}{% endfor %}{{ s | length }}",
+            format!("`set_global s` appending 65537 bytes in loops of 1100 iterations makes the variables set in loops grow by 72090700 bytes, {budget}"),
+        ),
+        // Through a plain `set` in the loop, and nested loops.
+        (
+            "{% set_global s = \"\" %}{% for x in l %}{% for y in list %}{% set t = s ~ big %}{% set_global s = t %}{% endfor %}{% endfor %}{{ s | length }}",
+            format!("`set_global s` appending 65536 bytes in loops of 3300 iterations makes the variables set in loops grow by 216268800 bytes, {budget}"),
+        ),
+        // A variable grown in one loop counts its growth when appended in another.
+        (
+            "{% set_global s = \"\" %}{% for x in l %}{% set_global s = s ~ big %}{% endfor %}{% set_global t = \"\" %}{% for x in list %}{% set_global t = t ~ s %}{% endfor %}{{ t | length }}",
+            format!("`set_global t` appending 196608 bytes in loops of 1100 iterations makes the variables set in loops grow by 216465408 bytes, {budget}"),
+        ),
+        // In a macro, as often as the loops around its calls go round.
+        (
+            "{% macro m() %}{% set_global s = \"\" %}{% for x in l %}{% set_global s = s ~ big %}{% endfor %}{{ s | length }}{% endmacro m %}{% for x in list %}{{ self::m() }}{% endfor %}",
+            format!("macro `m` appending 196608 bytes in loops of 1100 iterations makes the variables set in loops grow by 216268800 bytes, {budget}"),
+        ),
+    ];
+    for (text, want) in &cases {
+        stopped_with(Engine::Tera, &data(1100), &[(text, want)]);
+    }
+    // The same templates over ten elements render.
+    for (text, _) in &cases[..4] {
+        let (result, _) = render_with(Engine::Tera, text, data(10));
+        assert!(result.expect(text) > 0, "{text}");
+    }
+}
+
+/// A plain `set` in a loop that doubles a variable growing in the loop is no way around the
+/// doubling check, nor is a filter that lengthens its input by a factor (20 rounds: at most a
+/// few megabytes if they rendered). Filters that do not lengthen still render.
+#[test]
+fn tera_variables_doubled_through_a_plain_set_or_a_filter_are_refused() {
+    let through = |filter: &str| {
+        format!("`set_global s` in a loop passes variables set in the loop through `{filter}`, which may lengthen them by a factor every iteration")
+    };
+    let cases = [
+        (
+            "{% set_global s = \"x\" %}{% for i in range(end=20) %}{% set t = s ~ s %}{% set_global s = t %}{% endfor %}{{ s }}".to_string(),
+            "`set_global s` in a loop uses variables set in the loop 2 times".to_string(),
+        ),
+        (
+            "{% set_global s = \"x\" %}{% for i in range(end=20) %}{% set_global s = s | replace(from=\"x\", to=\"xx\") %}{% endfor %}{{ s }}".to_string(),
+            through("replace"),
+        ),
+        (
+            "{% set_global s = '\"' %}{% for i in range(end=12) %}{% set_global s = s | json_encode %}{% endfor %}{{ s }}".to_string(),
+            through("json_encode"),
+        ),
+        // Through a filter's argument, and through a plain `set`.
+        (
+            "{% set_global s = \"x\" %}{% for i in range(end=20) %}{% set_global s = \"aa\" | replace(from=\"a\", to=s) %}{% endfor %}{{ s }}".to_string(),
+            through("replace"),
+        ),
+        (
+            "{% set_global s = \"&\" %}{% for i in range(end=20) %}{% set t = s | escape %}{% set_global s = t %}{% endfor %}{{ s }}".to_string(),
+            through("escape"),
+        ),
+    ];
+    let cases: Vec<(&str, &str)> = cases
+        .iter()
+        .map(|(t, w)| (t.as_str(), w.as_str()))
+        .collect();
+    stopped(Engine::Tera, &cases);
+    for (text, want) in [
+        (
+            "{% set_global s = \"\" %}{% for i in l %}{% set_global s = s ~ i ~ \",\" | upper %}{% endfor %}{{ s }}",
+            "1,2,3,",
+        ),
+        (
+            "{% set_global n = [] %}{% for i in l %}{% set_global n = n | concat(with=i) %}{% endfor %}{{ n | join(sep=\"-\") }}",
+            "1-2-3",
+        ),
+    ] {
+        let options = Options {
+            engine: Engine::Tera,
+            ..Options::default()
+        };
+        let out = Template::parse(text, &options)
+            .and_then(|t| t.render(&event_data(&json!({"l": [1, 2, 3]}))))
+            .expect(text);
+        assert_eq!(out, want, "{text}");
+    }
+}
+
+/// Tera's output has no limit of its own: what a template prints in loops known before the
+/// render (over data, list literals, literal ranges) is held to 64 MiB, counted from the data's
+/// printed sizes and the text's length (1,100 × 64 KiB is 68.75 MiB: over by arithmetic, it
+/// would render in well under a second). A loop over a computed list counts once.
+#[test]
+fn tera_output_in_loops_is_held_to_a_byte_budget() {
+    let big = "x".repeat(64 << 10);
+    let (data, budget) = (big_data, BYTE_BUDGET);
+    let text_loop = format!("{{% for x in list %}}{big}{{% endfor %}}");
+    let cases = [
+        (
+            "{% for x in list %}{{ big }}{% endfor %}".to_string(),
+            format!("printing `big` (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+        (
+            "{% for i in range(end=1100) %}{{ big | upper }}{% endfor %}".to_string(),
+            format!("printing `big | upper` (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+        // Each element in turn; nested loops multiply.
+        (
+            "{% for a in l %}{% for x in items %}{{ x }}{% endfor %}{% endfor %}".to_string(),
+            format!("printing `x` (65536 bytes) in loops of 3300 iterations makes the output 216268800 bytes, {budget}"),
+        ),
+        (
+            text_loop.clone(),
+            format!("printing the template's text (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+        (
+            "{% macro m() %}{{ big }}{% endmacro m %}{% for x in list %}{{ self::m() }}{% endfor %}".to_string(),
+            format!("printing macro `m` (65536 bytes) in loops of 1100 iterations makes the output 72089600 bytes, {budget}"),
+        ),
+    ];
+    for (text, want) in &cases {
+        stopped_with(Engine::Tera, &data(1100), &[(text, want)]);
+    }
+    // The same over ten elements render (but the literal range), as does a loop over a
+    // computed list.
+    for (text, _) in cases.iter().filter(|(t, _)| !t.contains("range")) {
+        let (result, _) = render_with(Engine::Tera, text, data(10));
+        assert!(result.expect(text) >= 10 * (64 << 10), "{text}");
+    }
+    let (result, _) = render_with(
+        Engine::Tera,
+        "{% for x in big | split(pat=\"\") %}{{ l | length }}{% endfor %}",
+        data(1100),
+    );
+    assert_eq!(result.expect("a computed loop"), (64 << 10) + 2);
 }

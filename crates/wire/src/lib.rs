@@ -312,17 +312,27 @@ pub async fn follow_config(bus: &Bus, key: Option<&BusKey>) -> Result<(ConfigSta
         .follow_state(topology::CONFIG, topology::CONFIG.subjects)
         .await?;
     let mut state = ConfigState::default();
-    for delivered in &initial {
-        match ConfigUpdate::from_delivered(delivered, key) {
+    let mut unreadable = Vec::new();
+    for delivered in initial {
+        match ConfigUpdate::from_delivered(&delivered, key) {
             Ok(update) => {
                 update.apply_to(&mut state);
             }
-            Err(error) => tracing::warn!(error = %error, "skipping unreadable config message"),
+            Err(error) => {
+                tracing::warn!(error = %error, "skipping unreadable config message");
+                unreadable.push((delivered, error));
+            }
         }
     }
     let key = key.cloned();
     let bus = bus.clone();
-    Ok((state, ConfigFeed { live, key, bus }))
+    let feed = ConfigFeed { live, key, bus };
+    // An unreadable update stored while this process was not following is dead-lettered as
+    // one received live is (the same message id: a follower that saw it live stored it once).
+    for (delivered, error) in unreadable {
+        feed.dead_letter(delivered, &error);
+    }
+    Ok((state, feed))
 }
 
 /// Later configuration updates.

@@ -3,7 +3,9 @@
 //! `projectsveltos/sveltos-nats` Secret in that cluster and (re)connects to its NATS when the
 //! Secret changes. A missing or bad Secret is logged and counted; other clusters are untouched.
 //! On shutdown every listener drains its connection (its runners settle what they hold) and
-//! ends; the watcher waits for them within its drain deadline.
+//! ends; the watcher waits for them within its drain deadline. A listener stopped because its
+//! cluster's kubeconfig changed or it is no longer listened to, and a connection replaced
+//! because the Secret changed, drain the same way, in the background, within the same deadline.
 
 pub mod connection;
 pub mod forward;
@@ -47,7 +49,33 @@ pub fn desired_listeners(state: &ConfigState) -> BTreeMap<ClusterId, Result<Stri
 
 struct Running {
     kubeconfig_hash: String,
+    draining: Draining,
+}
+
+/// A task that drains and ends once its token is cancelled (a listener, a connection).
+struct Draining {
+    token: CancellationToken,
     task: JoinHandle<()>,
+}
+
+impl Draining {
+    /// Cancels the task and, in `tasks` (so that shutdown waits for it too), gives it the
+    /// drain deadline to settle what it holds before it is aborted: what its runners had
+    /// received goes back to the managed server at once instead of after the ack wait.
+    fn stop(self, tasks: &TaskTracker, cluster: &ClusterId, what: &'static str) {
+        self.token.cancel();
+        let (task, cluster) = (self.task, cluster.clone());
+        tasks.spawn(async move {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(crate::DRAIN_DEADLINE, task)
+                .await
+                .is_err()
+            {
+                tracing::warn!(cluster = %cluster, what, "drain deadline passed, aborting");
+                abort.abort();
+            }
+        });
+    }
 }
 
 /// The per-cluster listener tasks.
@@ -99,34 +127,45 @@ impl Listeners {
                 }
             }
         }
-        self.running.retain(|cluster, running| {
-            let keep = wanted
-                .get(cluster)
-                .is_some_and(|(hash, _)| *hash == running.kubeconfig_hash);
-            if !keep {
+        let stopped: Vec<ClusterId> = self
+            .running
+            .iter()
+            .filter(|(cluster, running)| {
+                wanted
+                    .get(*cluster)
+                    .is_none_or(|(hash, _)| *hash != running.kubeconfig_hash)
+            })
+            .map(|(cluster, _)| cluster.clone())
+            .collect();
+        for cluster in stopped {
+            if let Some(running) = self.running.remove(&cluster) {
                 tracing::info!(cluster = %cluster, "stopping cloudevent listener");
-                running.task.abort();
+                running
+                    .draining
+                    .stop(&self.tasks, &cluster, "cloudevent listener");
             }
-            keep
-        });
+        }
         for (cluster, (hash, kubeconfig)) in wanted {
             if self.running.contains_key(&cluster) {
                 continue;
             }
             tracing::info!(cluster = %cluster, "starting cloudevent listener");
+            // Cancelled by the shutdown, or alone when the listener is stopped.
+            let token = self.token.child_token();
             let listener = ClusterListener {
                 bus: self.bus.clone(),
                 counters: self.counters.clone(),
                 cluster: cluster.clone(),
                 current: None,
-                token: self.token.clone(),
+                token: token.clone(),
+                tasks: self.tasks.clone(),
             };
             let task = self.tasks.spawn(listener.follow(kubeconfig));
             self.running.insert(
                 cluster,
                 Running {
                     kubeconfig_hash: hash,
-                    task,
+                    draining: Draining { token, task },
                 },
             );
         }
@@ -138,32 +177,38 @@ struct ClusterListener {
     bus: Bus,
     counters: Counters,
     cluster: ClusterId,
-    current: Option<(NatsSettings, JoinHandle<()>)>,
+    current: Option<(NatsSettings, Draining)>,
+    /// Stops the listener and, through child tokens, its connection.
     token: CancellationToken,
+    /// Where a replaced connection drains.
+    tasks: TaskTracker,
 }
 
-/// Stopping the listener (cluster gone, kubeconfig rotated) closes its NATS connection too.
+/// A listener aborted past its drain deadline closes its NATS connection too.
 impl Drop for ClusterListener {
     fn drop(&mut self) {
-        if let Some((_, task)) = self.current.take() {
-            task.abort();
+        if let Some((_, current)) = self.current.take() {
+            current.task.abort();
         }
     }
 }
 
 impl ClusterListener {
-    /// Follows the Secret until shutdown, then waits for the connection to drain.
+    /// Follows the Secret until it is stopped (or shutdown), then waits for the connection to
+    /// drain.
     async fn follow(mut self, kubeconfig: String) {
         let token = self.token.clone();
         tokio::select! {
             () = self.follow_secret(kubeconfig) => {}
             () = token.cancelled() => {}
         }
-        // The connection stops at the same token and drains what it holds.
-        if let Some((_, task)) = self.current.take() {
+        // The connection stops at a child of the same token and drains what it holds; it stays
+        // in `current` meanwhile, so that aborting this listener aborts it too.
+        if let Some((_, current)) = self.current.as_mut() {
             // A join error only means it panicked, which it logged.
-            let _ = task.await;
+            let _ = (&mut current.task).await;
         }
+        self.current = None;
     }
 
     /// Follows the Secret forever: reads it once, then watches it alone.
@@ -255,19 +300,21 @@ impl ClusterListener {
         }
         self.disconnect();
         tracing::info!(cluster = %cluster, nats = ?settings.nats.as_ref().map(|n| &n.url), jetstream = ?settings.jetstream.as_ref().map(|j| &j.url), "connecting to the cluster's nats");
+        let token = self.token.child_token();
         let task = tokio::spawn(connection::run(
             self.bus.clone(),
             self.counters.clone(),
             cluster.clone(),
             settings.clone(),
-            self.token.clone(),
+            token.clone(),
         ));
-        self.current = Some((settings, task));
+        self.current = Some((settings, Draining { token, task }));
     }
 
+    /// Stops the connection: it drains in the background.
     fn disconnect(&mut self) {
-        if let Some((_, task)) = self.current.take() {
-            task.abort();
+        if let Some((_, current)) = self.current.take() {
+            current.stop(&self.tasks, &self.cluster, "cloudevent connection");
         }
     }
 }

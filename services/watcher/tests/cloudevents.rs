@@ -86,7 +86,8 @@ async fn seed_004_core_nats_events_reach_the_bus_and_a_changed_secret_reconnects
         .await?;
     assert_eq!(event, serde_json::from_str::<Value>(&logout)?);
 
-    // A malformed message is rejected, the next one still goes through.
+    // A malformed message is rejected (its dead letter names the cluster), the next one still
+    // goes through.
     nats.publish("user-operation", "not a cloudevent".into())
         .await?;
     let binary = {
@@ -115,6 +116,12 @@ async fn seed_004_core_nats_events_reach_the_bus_and_a_changed_secret_reconnects
     assert!(all
         .iter()
         .all(|r| serde_json::from_slice::<Value>(&r.event_json).is_ok()));
+    let letter = last_dead_letter(&fx).await?;
+    assert_eq!(letter.payload, bytes::Bytes::from("not a cloudevent"));
+    assert_eq!(
+        letter.headers.get("Sluice-Cluster").map(|v| v.as_str()),
+        Some("sveltos:default/production")
+    );
 
     // A changed Secret reconnects without a restart: the new subject is heard, the old is not.
     fx.nats_secret(&json!({"nats": {"configuration": {
@@ -448,5 +455,128 @@ async fn a_redelivered_jetstream_message_is_stored_once() -> anyhow::Result<()> 
         .get_stream(topology::CLOUDEVENTS.name)
         .await?;
     assert_eq!(stream.info().await?.state.messages, 2);
+    Ok(())
+}
+
+/// A rotated kubeconfig restarts the cluster's listener: the stopped one drains (its runner
+/// settles what it handled and gives back what it had received) instead of being aborted, so
+/// the events it held reach the bus from the new listener at once, not after the managed
+/// consumer's 10 s ack wait, and each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_events_held_by_a_listener_stopped_for_a_rotated_kubeconfig_come_at_once(
+) -> anyhow::Result<()> {
+    const EVENTS: usize = 3000;
+    let mut fx = Fixture::start().await?;
+    let js = fx.jetstream_users().await?;
+    let event = |i: usize| SEED_LOGIN.replace("User mgianluc login", &format!("event-{i}"));
+    js.publish("user-operation", event(0).into()).await?.await?;
+    fx.start_watcher()?;
+    fx.wait_event("the first event", |e| e["data"]["message"] == "event-0")
+        .await?;
+
+    // A burst, and the kubeconfig rotated (the same cluster, a different text) while the
+    // listener forwards it.
+    let mut acks = Vec::new();
+    for i in 1..EVENTS {
+        acks.push(js.publish("user-operation", event(i).into()).await?);
+    }
+    for ack in acks {
+        ack.await?;
+    }
+    let rotated = format!(
+        "{}\n# rotated\n",
+        fx.server.kubeconfig_for(CLUSTER).trim_end()
+    );
+    fx.apply(
+        MANAGEMENT,
+        &[json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": format!("{CLUSTER}-sveltos-kubeconfig"), "namespace": "default"},
+        "data": {"kubeconfig": base64_encode(&rotated)}})],
+    )
+    .await?;
+    let since = std::time::Instant::now();
+    wait_for("the listener restarted", DEADLINE, || async {
+        fx.log()
+            .contains("stopping cloudevent listener")
+            .then_some(())
+    })
+    .await?;
+    let stream = fx
+        .bus
+        .jetstream()
+        .get_stream(topology::CLOUDEVENTS.name)
+        .await?;
+    let all_there = wait_for("every event on the bus", DEADLINE, || async {
+        let mut stream = stream.clone();
+        let stored = stream.info().await.ok()?.state.messages;
+        (stored >= EVENTS as u64).then_some(())
+    })
+    .await;
+    all_there.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
+    let took = since.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "the events came {took:?} after the rotation (the ack wait is 10 s)\nwatcher log:\n{}",
+        fx.log()
+    );
+    let received = fx.received().await?;
+    let distinct: std::collections::BTreeSet<String> = received
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.event_json).ok())
+        .filter_map(|e| e["data"]["message"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(distinct.len(), EVENTS);
+    assert_eq!(received.len(), EVENTS, "each event once");
+    Ok(())
+}
+
+fn base64_encode(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// The watcher's last dead letter.
+async fn last_dead_letter(
+    fx: &Fixture,
+) -> anyhow::Result<async_nats::jetstream::message::StreamMessage> {
+    let stream = fx.bus.jetstream().get_stream(topology::DEAD.name).await?;
+    let subject = topology::dead_subject("watcher");
+    wait_for("the watcher's dead letter", DEADLINE, || async {
+        stream.get_last_raw_message_by_subject(&subject).await.ok()
+    })
+    .await
+}
+
+/// A stored message that is not a CloudEvent is dead-lettered with the reason and the cluster
+/// it came from (`Sluice-Cluster`), then acked on the managed server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jetstream_message_that_is_not_a_cloudevent_is_dead_lettered_with_its_cluster(
+) -> anyhow::Result<()> {
+    let mut fx = Fixture::start().await?;
+    let js = fx.jetstream_users().await?;
+    js.publish("user-operation", "not a cloudevent".into())
+        .await?
+        .await?;
+    fx.start_watcher()?;
+    let letter = last_dead_letter(&fx)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
+    assert_eq!(letter.payload, bytes::Bytes::from("not a cloudevent"));
+    let header = |name: &str| letter.headers.get(name).map(|v| v.as_str().to_string());
+    assert_eq!(
+        header("Sluice-Cluster").as_deref(),
+        Some("sveltos:default/production")
+    );
+    assert_eq!(
+        header(topology::ORIGIN_SUBJECT_HEADER).as_deref(),
+        Some("user-operation")
+    );
+    let reason = header(topology::ERROR_HEADER).unwrap_or_default();
+    assert!(
+        reason.starts_with(
+            "not a cloudevent: message 1 of stream USERS in cluster sveltos:default/production"
+        ),
+        "{reason}"
+    );
     Ok(())
 }

@@ -5,8 +5,9 @@
 //! becomes its ClusterProfile afterwards. EventSources and templates that cannot work (Lua
 //! that does not compile, loops or allocates without end, selectors that do not parse, regular
 //! expressions that do not compile, an object that is not JSON, a template that loops) each fail
-//! in their own EventReport or EventTrigger status with the reason, while seed 000 goes on.
-//! (`rejections.rs` covers a desired state the applier can never apply and a change too large
+//! in their own EventReport or EventTrigger status with the reason, while seed 000 goes on. An
+//! unreadable configuration update stored while a service was down (or still starting) is
+//! dead-lettered when it starts, as one it receives live is. (`rejections.rs` covers a desired state the applier can never apply and a change too large
 //! for the bus.)
 
 use std::collections::BTreeSet;
@@ -283,6 +284,39 @@ async fn hostile_messages_on_every_consumed_subject_are_dead_lettered_and_the_pi
     )
     .await
     .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
+
+/// The stack starts its services and returns without waiting for them: a configuration update
+/// published at once may be stored before a service follows the configuration, and then
+/// arrives in its replay, not live. An unreadable one must be dead-lettered either way (it was
+/// only logged from a replay, so the hostile test above failed when a service started slowly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_config_update_stored_while_a_service_was_down_is_dead_lettered_when_it_starts(
+) -> anyhow::Result<()> {
+    let mut stack = Stack::start(&["cluster-a"], None).await?;
+    stack.stop_service("sluice-renderer")?;
+    let bus = sluice_bus::Bus::connect(stack.bus_options()).await?;
+    let js = bus.jetstream().clone();
+    let subject = topology::config_subject("EventSource", "", "hostile-while-down");
+    let garbage = Bytes::from_static(&[0xff, 0xff, 0xff]);
+    js.publish(subject.clone(), garbage.clone()).await?.await?;
+    stack.start_service("sluice-renderer")?;
+    wait_for("the renderer's dead letter", DEADLINE, || async {
+        let letters = dead_letters(&js).await.ok()?;
+        letters
+            .iter()
+            .any(|(stage, origin, reason, payload)| {
+                stage == "renderer"
+                    && *origin == subject
+                    && *payload == garbage
+                    && reason.contains("decode")
+            })
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert!(stack.exited_services().is_empty(), "{}", stack.logs());
     Ok(())
 }
 

@@ -15,7 +15,7 @@ pub static FUNCS: &[FuncDef] = &[
     def!("set", [Map, Str, Any], |a| {
         if let Value::Map(m) = &a[0] {
             // Go would build the cycle and overflow its stack printing it.
-            if m.is_within(&a[2]) {
+            if m.is_within(&a[2])? {
                 return Err("cannot set a map inside itself".into());
             }
             m.write().insert(arg_str(&a, 1).to_string(), a[2].clone());

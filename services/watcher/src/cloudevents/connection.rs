@@ -21,7 +21,7 @@ use sluice_runtime::{CancellationToken, Counter};
 use tempfile::TempDir;
 
 use super::forward::{self, Delivery};
-use super::stage::{Forwarder, MANAGED_STREAM};
+use super::stage::{Forwarder, CLUSTER_HEADER, MANAGED_STREAM};
 
 /// How long the managed NATS waits for an ack before redelivering a JetStream message. Longer
 /// than a bus publish takes under load; short enough that a crashed watcher's messages come
@@ -84,8 +84,8 @@ pub enum ListenError {
     },
 }
 
-/// Serves both sections of the settings until `token` is cancelled (then drains) or the task
-/// is aborted (a changed Secret).
+/// Serves both sections of the settings until `token` is cancelled (shutdown, a changed
+/// Secret or kubeconfig), then drains; aborted only past the drain deadline.
 pub async fn run(
     bus: Bus,
     counters: Counters,
@@ -385,14 +385,22 @@ async fn dead_letter(
     let subject = message.subject.as_str();
     let reason = format!("not a cloudevent from cluster {cluster}: {reason}");
     tracing::warn!(cluster = %cluster, subject, reason = %reason, "rejecting malformed cloudevent");
+    let cluster_header = cluster.to_string();
     let parked = async {
-        bus.dead_letter("watcher", subject, message.payload.clone(), &reason, &[])
-            .await?
-            .await
-            .map_err(|source| sluice_bus::Error::Publish {
-                subject: topology::dead_subject("watcher"),
-                source: Box::new(source),
-            })
+        let headers = [(CLUSTER_HEADER, cluster_header.as_str())];
+        bus.dead_letter(
+            "watcher",
+            subject,
+            message.payload.clone(),
+            &reason,
+            &headers,
+        )
+        .await?
+        .await
+        .map_err(|source| sluice_bus::Error::Publish {
+            subject: topology::dead_subject("watcher"),
+            source: Box::new(source),
+        })
     };
     if let Err(error) = parked.await {
         counters.errors.inc();

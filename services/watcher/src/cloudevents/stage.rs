@@ -2,7 +2,7 @@
 //! JetStream consumer): one stored message in, its `CloudEventReceived` out, named by where the
 //! message is stored (a redelivery is a duplicate the bus drops, ADR 0008). A message that is
 //! not a CloudEvent is rejected: the runner dead-letters it on `sluice.v1.dead.watcher` with the
-//! reason and only then acks it on the managed server; an output that is not stored is retried
+//! reason and the cluster (`Sluice-Cluster`) and only then acks it on the managed server; an output that is not stored is retried
 //! (nacked there, redelivered with backoff). Pure: no IO.
 
 use std::convert::Infallible;
@@ -30,6 +30,10 @@ pub const MANAGED_STREAM: ConsumerSpec = ConsumerSpec {
     acks: Acks::Each,
 };
 
+/// The header of a dead letter of the watcher that names the managed cluster the message came
+/// from (`sveltos:default/production`).
+pub const CLUSTER_HEADER: &str = "Sluice-Cluster";
+
 /// Forwards the messages of one stream of one managed cluster.
 #[derive(Clone, Debug)]
 pub struct Forwarder {
@@ -51,6 +55,10 @@ pub struct NotACloudEvent {
 impl Failure for NotACloudEvent {
     fn action(&self) -> Action {
         Action::Reject
+    }
+
+    fn dead_letter_headers(&self) -> Vec<(&'static str, String)> {
+        vec![(CLUSTER_HEADER, self.cluster.clone())]
     }
 }
 
