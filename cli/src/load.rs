@@ -3,7 +3,9 @@
 //! (each at its scheduled time, whether or not earlier ones are done), then deleted at the same
 //! rate. Measures, per Service, scheduled create -> its ClusterProfile exists and scheduled
 //! delete -> its ClusterProfile is gone, from a label-selected watch (no LISTs by the
-//! observer); and the CPU every process of the stack spent per event, from `/proc`. Last, the
+//! observer); and the CPU every process of the stack spent per event, from `/proc`, with the API
+//! test server's own threads (`sluice_testserver::THREAD_NAME`) told apart from the rest of this
+//! process (the load generator, the observer and the conversion webhook). Last, the
 //! preloaded Services are deleted and the run fails unless nothing of the trigger is left.
 
 use std::collections::HashMap;
@@ -36,6 +38,9 @@ pub struct LoadReport {
     pub delete: Vec<Duration>,
     /// CPU seconds per process over the create and delete phases together.
     pub cpu: Vec<(String, f64)>,
+    /// Of this process's CPU seconds (in `cpu`), those of the API test server's own threads; the
+    /// rest is the load generator's, the observer's and the stack's conversion webhook's.
+    pub api_server_cpu: f64,
     /// Peak resident memory per process (kB).
     pub peak_rss_kb: Vec<(String, u64)>,
 }
@@ -97,6 +102,7 @@ pub async fn measure(
 
     let names: Vec<String> = (preload..preload + count).map(service_name).collect();
     let cpu_before = cpu_seconds(&stack);
+    let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
     writeln!(out, "# creating {count} Services at {rate}/s")?;
     let scheduled = open_loop(&stack, &names, rate, Phase::Create).await?;
     wait_until(&seen, GRACE, |s| {
@@ -114,6 +120,7 @@ pub async fn measure(
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let delete = latencies(&seen, &names, &scheduled, |s| &s.gone);
     let cpu_after = cpu_seconds(&stack);
+    let api_server_cpu = threads_cpu_seconds(sluice_testserver::THREAD_NAME) - api_server_before;
     clean_up(&stack, &seen, preload, out).await?;
     observer.abort();
     let cpu = cpu_after
@@ -139,6 +146,7 @@ pub async fn measure(
         create,
         delete,
         cpu,
+        api_server_cpu,
         peak_rss_kb,
     })
 }
@@ -309,20 +317,38 @@ fn latencies(
 /// CPU seconds (user + system) each process of the stack has used so far. The `sluice`
 /// process itself holds the API test server and the load generator.
 fn cpu_seconds(stack: &Stack) -> Vec<(String, f64)> {
-    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     stack
         .processes()
         .into_iter()
-        .filter_map(|(name, pid)| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the command (which may hold spaces) start after the last ')'.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks: f64 =
-                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-            Some((name, ticks / ticks_per_second))
-        })
+        .filter_map(|(name, pid)| Some((name, stat_cpu_seconds(&format!("/proc/{pid}/stat"))?)))
         .collect()
+}
+
+/// CPU seconds the threads of this process named `name` have used so far (the API test
+/// server's runtime keeps its threads for its whole life, so none of its ticks leave /proc).
+fn threads_cpu_seconds(name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .filter_map(|task| {
+            let dir = task.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            (comm.trim_end() == name).then_some(())?;
+            stat_cpu_seconds(&dir.join("stat").to_string_lossy())
+        })
+        .sum()
+}
+
+/// User + system CPU seconds from a `/proc/.../stat` file.
+fn stat_cpu_seconds(path: &str) -> Option<f64> {
+    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / ticks_per_second)
 }
 
 fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
