@@ -39,7 +39,7 @@ impl ChangeKind {
 }
 
 /// One committed change, kept in the history and broadcast to open watches.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Change {
     pub rv: u64,
     pub gr: GroupResource,
@@ -47,6 +47,40 @@ pub struct Change {
     pub object: Arc<Value>,
     /// The object before a `Modified` change, so filtered watches can tell objects leaving their filter.
     pub previous: Option<Arc<Value>>,
+    /// The object as JSON by the version it was presented in and the schema that defaulted
+    /// it, so watches that present it alike share one encoding (`Change::encoded`).
+    encoded: Mutex<Vec<Encoded>>,
+}
+
+/// One presentation of a change's object: its version, the schema that defaulted it (kept, so
+/// that a changed CRD's schema never matches an older encoding), and the JSON.
+type Encoded = (String, Option<Arc<Value>>, axum::body::Bytes);
+
+impl Change {
+    /// The object encoded as presented in `version` with `schema`: `encode`'s answer, computed
+    /// once for every watch that presents this change alike (a failure is not kept).
+    pub fn encoded<E>(
+        &self,
+        version: &str,
+        schema: Option<&Arc<Value>>,
+        encode: impl FnOnce(&Value) -> Result<axum::body::Bytes, E>,
+    ) -> Result<axum::body::Bytes, E> {
+        let same_schema = |kept: &Option<Arc<Value>>| match (kept, schema) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        let mut encoded = self.encoded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, bytes)) = encoded
+            .iter()
+            .find(|(v, s, _)| v == version && same_schema(s))
+        {
+            return Ok(bytes.clone());
+        }
+        let bytes = encode(&self.object)?;
+        encoded.push((version.to_string(), schema.cloned(), bytes.clone()));
+        Ok(bytes)
+    }
 }
 
 /// Retained changes to replay plus a receiver for later ones.
@@ -80,6 +114,9 @@ pub struct State {
     feed: broadcast::Sender<Arc<Change>>,
     /// Set while a dry run executes: changes are neither recorded nor broadcast.
     muted: bool,
+    /// The RBAC objects as the authorizer reads them, built on first use after any of them
+    /// changed (`State::policy`).
+    policy: std::sync::OnceLock<Arc<crate::auth::Policy>>,
 }
 
 impl Cluster {
@@ -95,6 +132,7 @@ impl Cluster {
             history_cap: history_cap.max(1),
             feed,
             muted: false,
+            policy: std::sync::OnceLock::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -218,7 +256,23 @@ impl State {
         self.rv = rv;
         self.objects = objects;
         self.registry = registry;
+        self.policy = std::sync::OnceLock::new();
         out
+    }
+
+    /// Every Role, ClusterRole, RoleBinding and ClusterRoleBinding stored, as the authorizer
+    /// reads them; read again only after one of them changed.
+    pub fn policy(&self) -> Arc<crate::auth::Policy> {
+        self.policy
+            .get_or_init(|| Arc::new(crate::auth::read_policy(self)))
+            .clone()
+    }
+
+    /// Forgets the authorizer's view when an RBAC object changes.
+    fn touched(&mut self, gr: &GroupResource) {
+        if gr.0 == crate::auth::RBAC_GROUP {
+            self.policy = std::sync::OnceLock::new();
+        }
     }
 
     fn next_rv(&mut self) -> u64 {
@@ -242,6 +296,7 @@ impl State {
             kind,
             object,
             previous,
+            encoded: Mutex::default(),
         });
         self.history.push_back(change.clone());
         while self.history.len() > self.history_cap {
@@ -254,6 +309,7 @@ impl State {
     }
 
     fn put(&mut self, gr: &GroupResource, key: ObjectKey, object: Value) -> Arc<Value> {
+        self.touched(gr);
         let object = Arc::new(object);
         self.objects
             .entry(gr.clone())
@@ -263,6 +319,7 @@ impl State {
     }
 
     fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Value> {
+        self.touched(gr);
         self.objects
             .get_mut(gr)?
             .remove(key)
