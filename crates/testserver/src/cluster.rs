@@ -9,6 +9,7 @@ mod workloads;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -111,7 +112,11 @@ pub struct State {
     /// Highest resourceVersion whose change has been dropped from the history.
     compacted: u64,
     history_cap: usize,
-    feed: broadcast::Sender<Arc<Change>>,
+    /// One change feed per resource, so a change wakes only the watches of its kind.
+    feeds: HashMap<GroupResource, broadcast::Sender<Arc<Change>>>,
+    /// The resourceVersion of the latest change sent to the feeds (stored after the send), so
+    /// watches tell how far the cluster has moved without hearing other kinds' changes.
+    latest: Arc<AtomicU64>,
     /// Set while a dry run executes: changes are neither recorded nor broadcast.
     muted: bool,
     /// The RBAC objects as the authorizer reads them, built on first use after any of them
@@ -121,8 +126,6 @@ pub struct State {
 
 impl Cluster {
     pub fn new(name: &str, history_cap: usize) -> Cluster {
-        // A watcher more than this many changes behind has its stream ended and re-watches from history.
-        let (feed, _) = broadcast::channel(1024);
         let mut state = State {
             rv: 0,
             registry: Registry::default(),
@@ -130,7 +133,8 @@ impl Cluster {
             history: VecDeque::new(),
             compacted: 0,
             history_cap: history_cap.max(1),
-            feed,
+            feeds: HashMap::new(),
+            latest: Arc::default(),
             muted: false,
             policy: std::sync::OnceLock::new(),
         };
@@ -225,7 +229,7 @@ impl State {
 
     /// Changes of one resource after `rv`, and a receiver for later ones, taken atomically.
     /// `Err(compacted)` when changes after `rv` have been dropped from the history.
-    pub fn watch_from(&self, gr: &GroupResource, rv: u64) -> Result<WatchStart, u64> {
+    pub fn watch_from(&mut self, gr: &GroupResource, rv: u64) -> Result<WatchStart, u64> {
         if rv < self.compacted {
             return Err(self.compacted);
         }
@@ -235,12 +239,23 @@ impl State {
             .filter(|c| c.rv > rv && &c.gr == gr)
             .cloned()
             .collect();
-        Ok((replay, self.feed.subscribe()))
+        Ok((replay, self.subscribe(gr)))
     }
 
-    /// A receiver for changes committed from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
-        self.feed.subscribe()
+    /// A receiver for changes of one resource committed from now on.
+    pub fn subscribe(&mut self, gr: &GroupResource) -> broadcast::Receiver<Arc<Change>> {
+        self.feeds
+            .entry(gr.clone())
+            // A watcher more than this many changes of its resource behind has its stream ended
+            // and re-watches from history.
+            .or_insert_with(|| broadcast::channel(1024).0)
+            .subscribe()
+    }
+
+    /// The resourceVersion of the latest change sent to any watch: read without the lock, it
+    /// never runs ahead of what a feed's receivers can already see.
+    pub fn latest(&self) -> Arc<AtomicU64> {
+        self.latest.clone()
     }
 
     /// Runs a write as `?dryRun=All` does: every step (admission, validation, conflicts) as for
@@ -304,8 +319,11 @@ impl State {
                 self.compacted = old.rv;
             }
         }
-        // No receiver is not an error: nobody is watching.
-        let _ = self.feed.send(change);
+        if let Some(feed) = self.feeds.get(gr) {
+            // No receiver is not an error: nobody is watching.
+            let _ = feed.send(change);
+        }
+        self.latest.store(self.rv, Ordering::SeqCst);
     }
 
     fn put(&mut self, gr: &GroupResource, key: ObjectKey, object: Value) -> Arc<Value> {

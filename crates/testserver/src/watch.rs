@@ -71,9 +71,11 @@ pub(crate) fn serve(
     };
     let mut initial: Vec<(ChangeKind, Value)> = Vec::new();
     let start: Result<(WatchStart, u64), String>;
+    let latest;
     {
-        let state = cluster.lock();
+        let mut state = cluster.lock();
         let current = state.resource_version();
+        latest = state.latest();
         match rv_param.as_deref().map(str::parse::<u64>) {
             Some(Err(_)) => return Err(ApiError::bad_request("resourceVersion must be a number")),
             Some(Ok(rv)) if !stream.params.send_initial_events => {
@@ -96,7 +98,7 @@ pub(crate) fn serve(
                         initial.push((ChangeKind::Added, obj.clone()));
                     }
                 }
-                start = Ok(((Vec::new(), state.subscribe()), current));
+                start = Ok(((Vec::new(), state.subscribe(&gr)), current));
             }
         }
     }
@@ -109,7 +111,11 @@ pub(crate) fn serve(
                     .send_raw(json!({"type": "ERROR", "object": status}))
                     .await;
             }
-            Ok(((replay, rx), current)) => stream.run(initial, replay, rx, current, drops).await,
+            Ok(((replay, rx), current)) => {
+                stream
+                    .run(initial, replay, rx, current, latest, drops)
+                    .await
+            }
         }
     });
     let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
@@ -235,6 +241,7 @@ impl Stream {
         replay: Vec<Arc<Change>>,
         mut rx: broadcast::Receiver<Arc<Change>>,
         start_rv: u64,
+        latest: Arc<std::sync::atomic::AtomicU64>,
         mut drops: tokio::sync::watch::Receiver<u64>,
     ) {
         drops.borrow_and_update();
@@ -269,6 +276,13 @@ impl Stream {
                 _ = drops.changed() => return,
                 _ = self.tx.closed() => return,
                 _ = ticker.tick() => {
+                    // Changes of other kinds move the cluster's version too. A change is sent to
+                    // the feeds before `latest` shows it, so once nothing of this watch's feed
+                    // is waiting, every change of its kind up to `latest` has been handled.
+                    let moved = latest.load(std::sync::atomic::Ordering::SeqCst);
+                    if rx.is_empty() {
+                        seen = seen.max(moved);
+                    }
                     if self.params.bookmarks && seen > last_sent {
                         if !self.bookmark(seen, false).await {
                             return;

@@ -216,3 +216,63 @@ async fn streaming_list_watcher_gets_initial_events_then_changes() {
     task.abort();
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_bookmark_reports_changes_of_other_kinds_after_every_event_of_its_own() {
+    let server = server(&["mgmt"]).await;
+    let client = client(&server, "mgmt").await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, "default");
+    let rv = configmaps
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut wp = WatchParams::default();
+    wp.bookmarks = true;
+    let mut events = configmaps.watch(&wp, &rv).await.expect("watch").boxed();
+    let created = configmaps
+        .create(&PostParams::default(), &cm("mine"))
+        .await
+        .expect("create");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other"}}),
+    )
+    .expect("secret");
+    let other = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let rv_of = |rv: Option<String>| -> u64 { rv.and_then(|r| r.parse().ok()).expect("rv") };
+    let mine = rv_of(created.metadata.resource_version);
+    let other = rv_of(other.metadata.resource_version);
+    let mut added = false;
+    let watched = async {
+        while let Some(event) = events.next().await {
+            match event.expect("event") {
+                WatchEvent::Added(c) => {
+                    assert_eq!(rv_of(c.metadata.resource_version), mine);
+                    added = true;
+                }
+                WatchEvent::Bookmark(b) => {
+                    let at: u64 = b.metadata.resource_version.parse().expect("bookmark rv");
+                    assert!(
+                        added || at < mine,
+                        "a bookmark at {at} came before the event at {mine}"
+                    );
+                    if at >= other {
+                        return;
+                    }
+                }
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), watched)
+        .await
+        .expect("a bookmark reaches the Secret's resourceVersion within 10 s");
+    assert!(added, "the ConfigMap's event came");
+    server.shutdown().await;
+}
