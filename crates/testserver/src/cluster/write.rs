@@ -254,7 +254,7 @@ impl State {
             .ok_or_else(|| ApiError::not_found(info, name))?;
         let current = current.as_ref();
         let rv_in = meta_str(&new, "resourceVersion");
-        if !rv_in.is_empty() && rv_in != meta_str(&current, "resourceVersion") {
+        if !rv_in.is_empty() && rv_in != meta_str(current, "resourceVersion") {
             return Err(ApiError::conflict(info, name));
         }
         let body_name = meta_str(&new, "name");

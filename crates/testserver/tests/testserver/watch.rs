@@ -230,8 +230,10 @@ async fn a_bookmark_reports_changes_of_other_kinds_after_every_event_of_its_own(
         .metadata
         .resource_version
         .expect("rv");
-    let mut wp = WatchParams::default();
-    wp.bookmarks = true;
+    let wp = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default()
+    };
     let mut events = configmaps.watch(&wp, &rv).await.expect("watch").boxed();
     let created = configmaps
         .create(&PostParams::default(), &cm("mine"))
