@@ -12,6 +12,16 @@ use sluice_testserver::Config;
 
 use super::support::{client, eventually, server, server_with};
 
+/// The resourceVersion a list of ConfigMaps reports (where a watch from now starts).
+async fn list_version(api: &Api<ConfigMap>) -> String {
+    api.list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv")
+}
+
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": "x"}}})).expect("cm")
 }
@@ -103,13 +113,7 @@ async fn expired_resource_version_gets_an_error_event_with_410() {
         other => panic!("expected a 410 error event, got {other:?}"),
     }
     // A recent version replays what followed it.
-    let recent = api
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let recent = list_version(&api).await;
     let mut events = api
         .watch(&WatchParams::default(), &recent)
         .await
@@ -133,13 +137,7 @@ async fn expired_resource_version_gets_an_error_event_with_410() {
 async fn filtered_watch_reports_objects_leaving_the_selector_and_bookmarks() {
     let server = server(&["mgmt"]).await;
     let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
-    let rv = api
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let rv = list_version(&api).await;
     let mut wp = WatchParams::default().labels("app=x");
     wp.bookmarks = true;
     let mut events = api.watch(&wp, &rv).await.expect("watch").boxed();
@@ -223,13 +221,7 @@ async fn a_bookmark_reports_changes_of_other_kinds_after_every_event_of_its_own(
     let client = client(&server, "mgmt").await;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, "default");
-    let rv = configmaps
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let rv = list_version(&configmaps).await;
     let wp = WatchParams {
         bookmarks: true,
         ..WatchParams::default()
