@@ -1,7 +1,7 @@
 //! One simulated cluster: its resource registry, its objects (JSON values keyed by group, resource,
-//! namespace and name), its resourceVersion counter, its bounded watch history and the
-//! credentials it accepts. It starts as a new cluster does: four namespaces and the bootstrap
-//! RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
+//! namespace and name), its resourceVersion counter, its bounded watch history, a change feed per
+//! resource and the credentials it accepts. It starts as a new cluster does: four namespaces and
+//! the bootstrap RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
 
 mod defaults;
 mod validate;
@@ -90,7 +90,7 @@ pub type WatchStart = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
 /// Namespace and name; the namespace is empty for cluster-scoped objects.
 pub type ObjectKey = (String, String);
 
-/// A cluster: mutable state, a change feed and its fault settings.
+/// A cluster: mutable state (with its change feeds) and its fault settings.
 pub struct Cluster {
     pub name: String,
     state: Mutex<State>,
