@@ -78,13 +78,14 @@ pub async fn measure(
     stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
     let seen = Arc::new(Mutex::new(Seen::default()));
     let observer = observe(&stack, seen.clone()).await?;
+    let services = Services::new(&stack).await?;
 
     writeln!(out, "# preloading {preload} matching Services")?;
     let started = Instant::now();
     stream::iter((0..preload).map(Ok::<_, anyhow::Error>))
         .try_for_each_concurrent(32, |i| {
-            let stack = &stack;
-            async move { create(stack, &service_name(i)).await }
+            let services = &services;
+            async move { services.create(&service_name(i)).await }
         })
         .await?;
     wait_until(
@@ -104,7 +105,7 @@ pub async fn measure(
     let cpu_before = cpu_seconds(&stack);
     let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
     writeln!(out, "# creating {count} Services at {rate}/s")?;
-    let scheduled = open_loop(&stack, &names, rate, Phase::Create).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Create).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.appeared.contains_key(n))
     })
@@ -112,7 +113,7 @@ pub async fn measure(
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let create = latencies(&seen, &names, &scheduled, |s| &s.appeared);
     writeln!(out, "# deleting them at {rate}/s")?;
-    let scheduled = open_loop(&stack, &names, rate, Phase::Delete).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Delete).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.gone.contains_key(n))
     })
@@ -121,7 +122,7 @@ pub async fn measure(
     let delete = latencies(&seen, &names, &scheduled, |s| &s.gone);
     let cpu_after = cpu_seconds(&stack);
     let api_server_cpu = threads_cpu_seconds(sluice_testserver::THREAD_NAME) - api_server_before;
-    clean_up(&stack, &seen, preload, out).await?;
+    clean_up(&stack, &services, &seen, preload, out).await?;
     observer.abort();
     let cpu = cpu_after
         .iter()
@@ -154,6 +155,7 @@ pub async fn measure(
 /// Deletes the preloaded Services and checks that nothing of the trigger is left.
 async fn clean_up(
     stack: &Stack,
+    services: &Services,
     seen: &Arc<Mutex<Seen>>,
     preload: usize,
     out: &mut dyn std::io::Write,
@@ -162,11 +164,7 @@ async fn clean_up(
     let started = Instant::now();
     let names: Vec<String> = (0..preload).map(service_name).collect();
     stream::iter(names.iter().map(Ok::<_, anyhow::Error>))
-        .try_for_each_concurrent(32, |name| async move {
-            stack
-                .delete(CLUSTER, "v1", "Service", "default", name)
-                .await
-        })
+        .try_for_each_concurrent(32, |name| services.delete(name))
         .await?;
     wait_until(
         seen,
@@ -197,7 +195,7 @@ enum Phase {
 /// Starts one request per name at `start + i / rate`, each in its own task, and returns each
 /// name's scheduled time once every request has been answered.
 async fn open_loop(
-    stack: &Stack,
+    services: &Services,
     names: &[String],
     rate: f64,
     phase: Phase,
@@ -210,12 +208,8 @@ async fn open_loop(
         async move {
             tokio::time::sleep_until(at.into()).await;
             match phase {
-                Phase::Create => create(stack, name).await,
-                Phase::Delete => {
-                    stack
-                        .delete(CLUSTER, "v1", "Service", "default", name)
-                        .await
-                }
+                Phase::Create => services.create(name).await,
+                Phase::Delete => services.delete(name).await,
             }
         }
     });
@@ -227,12 +221,32 @@ async fn open_loop(
     Ok(scheduled)
 }
 
-async fn create(stack: &Stack, name: &str) -> anyhow::Result<()> {
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": "default", "labels": {"sveltos": "fv"}},
-        "spec": {"selector": {"app": name},
-                 "ports": [{"protocol": "TCP", "port": 80, "targetPort": 9376}]}});
-    stack.apply(CLUSTER, &service).await.map(|_| ())
+/// Creates and deletes the load's Services in the managed cluster. The Service kind is
+/// resolved once, as a client caches discovery: each create or delete is one API request.
+struct Services {
+    client: kube::Client,
+    kind: apply::Kind,
+}
+
+impl Services {
+    async fn new(stack: &Stack) -> anyhow::Result<Services> {
+        let client = stack.client(CLUSTER)?.clone();
+        let kind = apply::resolve(&client, "v1", "Service").await?;
+        Ok(Services { client, kind })
+    }
+
+    async fn create(&self, name: &str) -> anyhow::Result<()> {
+        let service = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "default", "labels": {"sveltos": "fv"}},
+            "spec": {"selector": {"app": name},
+                     "ports": [{"protocol": "TCP", "port": 80, "targetPort": 9376}]}});
+        apply::apply(&self.client, &self.kind, &service, "sluice-cli").await?;
+        Ok(())
+    }
+
+    async fn delete(&self, name: &str) -> anyhow::Result<()> {
+        Ok(apply::delete(&self.client, &self.kind, "default", name).await?)
+    }
 }
 
 /// Watches the trigger's ClusterProfiles and records, per resource, when its profile appeared
