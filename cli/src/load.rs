@@ -3,7 +3,9 @@
 //! (each at its scheduled time, whether or not earlier ones are done), then deleted at the same
 //! rate. Measures, per Service, scheduled create -> its ClusterProfile exists and scheduled
 //! delete -> its ClusterProfile is gone, from a label-selected watch (no LISTs by the
-//! observer); and the CPU every process of the stack spent per event, from `/proc`. Last, the
+//! observer); and the CPU every process of the stack spent per event, from `/proc`, with the API
+//! test server's own threads (`sluice_testserver::THREAD_NAME`) told apart from the rest of this
+//! process (the load generator, the observer and the conversion webhook). Last, the
 //! preloaded Services are deleted and the run fails unless nothing of the trigger is left.
 
 use std::collections::HashMap;
@@ -36,6 +38,9 @@ pub struct LoadReport {
     pub delete: Vec<Duration>,
     /// CPU seconds per process over the create and delete phases together.
     pub cpu: Vec<(String, f64)>,
+    /// Of this process's CPU seconds (in `cpu`), those of the API test server's own threads; the
+    /// rest is the load generator's, the observer's and the stack's conversion webhook's.
+    pub api_server_cpu: f64,
     /// Peak resident memory per process (kB).
     pub peak_rss_kb: Vec<(String, u64)>,
 }
@@ -73,13 +78,14 @@ pub async fn measure(
     stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
     let seen = Arc::new(Mutex::new(Seen::default()));
     let observer = observe(&stack, seen.clone()).await?;
+    let services = Services::new(&stack).await?;
 
     writeln!(out, "# preloading {preload} matching Services")?;
     let started = Instant::now();
     stream::iter((0..preload).map(Ok::<_, anyhow::Error>))
         .try_for_each_concurrent(32, |i| {
-            let stack = &stack;
-            async move { create(stack, &service_name(i)).await }
+            let services = &services;
+            async move { services.create(&service_name(i)).await }
         })
         .await?;
     wait_until(
@@ -97,8 +103,9 @@ pub async fn measure(
 
     let names: Vec<String> = (preload..preload + count).map(service_name).collect();
     let cpu_before = cpu_seconds(&stack);
+    let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
     writeln!(out, "# creating {count} Services at {rate}/s")?;
-    let scheduled = open_loop(&stack, &names, rate, Phase::Create).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Create).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.appeared.contains_key(n))
     })
@@ -106,7 +113,7 @@ pub async fn measure(
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let create = latencies(&seen, &names, &scheduled, |s| &s.appeared);
     writeln!(out, "# deleting them at {rate}/s")?;
-    let scheduled = open_loop(&stack, &names, rate, Phase::Delete).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Delete).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.gone.contains_key(n))
     })
@@ -114,7 +121,8 @@ pub async fn measure(
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let delete = latencies(&seen, &names, &scheduled, |s| &s.gone);
     let cpu_after = cpu_seconds(&stack);
-    clean_up(&stack, &seen, preload, out).await?;
+    let api_server_cpu = threads_cpu_seconds(sluice_testserver::THREAD_NAME) - api_server_before;
+    clean_up(&stack, &services, &seen, preload, out).await?;
     observer.abort();
     let cpu = cpu_after
         .iter()
@@ -139,6 +147,7 @@ pub async fn measure(
         create,
         delete,
         cpu,
+        api_server_cpu,
         peak_rss_kb,
     })
 }
@@ -146,6 +155,7 @@ pub async fn measure(
 /// Deletes the preloaded Services and checks that nothing of the trigger is left.
 async fn clean_up(
     stack: &Stack,
+    services: &Services,
     seen: &Arc<Mutex<Seen>>,
     preload: usize,
     out: &mut dyn std::io::Write,
@@ -154,11 +164,7 @@ async fn clean_up(
     let started = Instant::now();
     let names: Vec<String> = (0..preload).map(service_name).collect();
     stream::iter(names.iter().map(Ok::<_, anyhow::Error>))
-        .try_for_each_concurrent(32, |name| async move {
-            stack
-                .delete(CLUSTER, "v1", "Service", "default", name)
-                .await
-        })
+        .try_for_each_concurrent(32, |name| services.delete(name))
         .await?;
     wait_until(
         seen,
@@ -189,7 +195,7 @@ enum Phase {
 /// Starts one request per name at `start + i / rate`, each in its own task, and returns each
 /// name's scheduled time once every request has been answered.
 async fn open_loop(
-    stack: &Stack,
+    services: &Services,
     names: &[String],
     rate: f64,
     phase: Phase,
@@ -202,12 +208,8 @@ async fn open_loop(
         async move {
             tokio::time::sleep_until(at.into()).await;
             match phase {
-                Phase::Create => create(stack, name).await,
-                Phase::Delete => {
-                    stack
-                        .delete(CLUSTER, "v1", "Service", "default", name)
-                        .await
-                }
+                Phase::Create => services.create(name).await,
+                Phase::Delete => services.delete(name).await,
             }
         }
     });
@@ -219,12 +221,32 @@ async fn open_loop(
     Ok(scheduled)
 }
 
-async fn create(stack: &Stack, name: &str) -> anyhow::Result<()> {
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": "default", "labels": {"sveltos": "fv"}},
-        "spec": {"selector": {"app": name},
-                 "ports": [{"protocol": "TCP", "port": 80, "targetPort": 9376}]}});
-    stack.apply(CLUSTER, &service).await.map(|_| ())
+/// Creates and deletes the load's Services in the managed cluster. The Service kind is
+/// resolved once, as a client caches discovery: each create or delete is one API request.
+struct Services {
+    client: kube::Client,
+    kind: apply::Kind,
+}
+
+impl Services {
+    async fn new(stack: &Stack) -> anyhow::Result<Services> {
+        let client = stack.client(CLUSTER)?.clone();
+        let kind = apply::resolve(&client, "v1", "Service").await?;
+        Ok(Services { client, kind })
+    }
+
+    async fn create(&self, name: &str) -> anyhow::Result<()> {
+        let service = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "default", "labels": {"sveltos": "fv"}},
+            "spec": {"selector": {"app": name},
+                     "ports": [{"protocol": "TCP", "port": 80, "targetPort": 9376}]}});
+        apply::apply(&self.client, &self.kind, &service, "sluice-cli").await?;
+        Ok(())
+    }
+
+    async fn delete(&self, name: &str) -> anyhow::Result<()> {
+        Ok(apply::delete(&self.client, &self.kind, "default", name).await?)
+    }
 }
 
 /// Watches the trigger's ClusterProfiles and records, per resource, when its profile appeared
@@ -309,20 +331,38 @@ fn latencies(
 /// CPU seconds (user + system) each process of the stack has used so far. The `sluice`
 /// process itself holds the API test server and the load generator.
 fn cpu_seconds(stack: &Stack) -> Vec<(String, f64)> {
-    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     stack
         .processes()
         .into_iter()
-        .filter_map(|(name, pid)| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the command (which may hold spaces) start after the last ')'.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks: f64 =
-                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-            Some((name, ticks / ticks_per_second))
-        })
+        .filter_map(|(name, pid)| Some((name, stat_cpu_seconds(&format!("/proc/{pid}/stat"))?)))
         .collect()
+}
+
+/// CPU seconds the threads of this process named `name` have used so far (the API test
+/// server's runtime keeps its threads for its whole life, so none of its ticks leave /proc).
+fn threads_cpu_seconds(name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .filter_map(|task| {
+            let dir = task.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            (comm.trim_end() == name).then_some(())?;
+            stat_cpu_seconds(&dir.join("stat").to_string_lossy())
+        })
+        .sum()
+}
+
+/// User + system CPU seconds from a `/proc/.../stat` file.
+fn stat_cpu_seconds(path: &str) -> Option<f64> {
+    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / ticks_per_second)
 }
 
 fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {

@@ -168,6 +168,10 @@ async fn main() -> anyhow::Result<()> {
                 for ((name, seconds), (_, rss)) in report.cpu.iter().zip(&report.peak_rss_kb) {
                     println!("    {name}: {seconds:.2} s CPU, peak RSS {} MB", rss / 1024);
                 }
+                println!(
+                    "    of the sluice process's CPU, the API test server's threads: {:.2} s",
+                    report.api_server_cpu
+                );
                 return Ok(());
             }
             if let Some(events) = cloudevents.filter(|n| *n > 0) {

@@ -121,6 +121,8 @@ impl Stack {
             clusters: clusters.clone(),
             sveltos_crds: true,
             conversion_webhook: Some((webhook.url(), webhook.ca_pem.clone())),
+            // Its own named threads: the load tool tells its CPU apart from this process's rest.
+            worker_threads: Some(2),
             ..Default::default()
         })
         .await

@@ -26,7 +26,7 @@ use crate::error::ApiError;
 pub use bootstrap::bootstrap_policy;
 pub use rbac::{Action, Policy, UserInfo};
 
-const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+pub(crate) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The credentials one cluster accepts: its admin token and the ServiceAccount tokens it issued.
 pub struct Tokens {
@@ -159,7 +159,7 @@ pub fn admit(
         &path,
         query.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     );
-    let policy = policy(&state);
+    let policy = state.policy();
     let denied = |error: ApiError| {
         cluster.audit.record_denial(crate::audit::Denial {
             user: user.name.clone(),
@@ -231,8 +231,9 @@ fn authorize(policy: &Policy, user: &UserInfo, action: &Action) -> Result<(), Ap
     Err(error)
 }
 
-/// Every Role, ClusterRole, RoleBinding and ClusterRoleBinding stored in a cluster.
-fn policy(state: &State) -> Policy {
+/// Every Role, ClusterRole, RoleBinding and ClusterRoleBinding stored in a cluster (what
+/// `State::policy` keeps until one of them changes).
+pub(crate) fn read_policy(state: &State) -> Policy {
     let mut policy = Policy::default();
     for (kind, plural) in [
         ("ClusterRole", "clusterroles"),
@@ -331,7 +332,7 @@ fn self_subject_access_review(call: &Call, user: &UserInfo) -> Result<Response, 
             "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified",
         ));
     };
-    let allowed = authorize(&policy(&call.cluster.lock()), user, &action).is_ok();
+    let allowed = authorize(&call.cluster.lock().policy(), user, &action).is_ok();
     review["apiVersion"] = json!("authorization.k8s.io/v1");
     review["kind"] = json!("SelfSubjectAccessReview");
     review["metadata"] = json!({"creationTimestamp": null});

@@ -126,6 +126,7 @@ pub async fn run_cli(args: CliArgs) -> anyhow::Result<()> {
             )),
             _ => None,
         },
+        worker_threads: None,
     };
     let server = TestServer::start(config)
         .await

@@ -1,7 +1,7 @@
 //! One simulated cluster: its resource registry, its objects (JSON values keyed by group, resource,
-//! namespace and name), its resourceVersion counter, its bounded watch history and the
-//! credentials it accepts. It starts as a new cluster does: four namespaces and the bootstrap
-//! RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
+//! namespace and name), its resourceVersion counter, its bounded watch history, a change feed per
+//! resource and the credentials it accepts. It starts as a new cluster does: four namespaces and
+//! the bootstrap RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
 
 mod defaults;
 mod validate;
@@ -9,6 +9,7 @@ mod workloads;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -39,7 +40,7 @@ impl ChangeKind {
 }
 
 /// One committed change, kept in the history and broadcast to open watches.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Change {
     pub rv: u64,
     pub gr: GroupResource,
@@ -47,6 +48,40 @@ pub struct Change {
     pub object: Arc<Value>,
     /// The object before a `Modified` change, so filtered watches can tell objects leaving their filter.
     pub previous: Option<Arc<Value>>,
+    /// The object as JSON by the version it was presented in and the schema that defaulted
+    /// it, so watches that present it alike share one encoding (`Change::encoded`).
+    encoded: Mutex<Vec<Encoded>>,
+}
+
+/// One presentation of a change's object: its version, the schema that defaulted it (kept, so
+/// that a changed CRD's schema never matches an older encoding), and the JSON.
+type Encoded = (String, Option<Arc<Value>>, axum::body::Bytes);
+
+impl Change {
+    /// The object encoded as presented in `version` with `schema`: `encode`'s answer, computed
+    /// once for every watch that presents this change alike (a failure is not kept).
+    pub fn encoded<E>(
+        &self,
+        version: &str,
+        schema: Option<&Arc<Value>>,
+        encode: impl FnOnce(&Value) -> Result<axum::body::Bytes, E>,
+    ) -> Result<axum::body::Bytes, E> {
+        let same_schema = |kept: &Option<Arc<Value>>| match (kept, schema) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        let mut encoded = self.encoded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, bytes)) = encoded
+            .iter()
+            .find(|(v, s, _)| v == version && same_schema(s))
+        {
+            return Ok(bytes.clone());
+        }
+        let bytes = encode(&self.object)?;
+        encoded.push((version.to_string(), schema.cloned(), bytes.clone()));
+        Ok(bytes)
+    }
 }
 
 /// Retained changes to replay plus a receiver for later ones.
@@ -55,7 +90,7 @@ pub type WatchStart = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
 /// Namespace and name; the namespace is empty for cluster-scoped objects.
 pub type ObjectKey = (String, String);
 
-/// A cluster: mutable state, a change feed and its fault settings.
+/// A cluster: mutable state (with its change feeds) and its fault settings.
 pub struct Cluster {
     pub name: String,
     state: Mutex<State>,
@@ -77,15 +112,20 @@ pub struct State {
     /// Highest resourceVersion whose change has been dropped from the history.
     compacted: u64,
     history_cap: usize,
-    feed: broadcast::Sender<Arc<Change>>,
+    /// One change feed per resource, so a change wakes only the watches of its kind.
+    feeds: HashMap<GroupResource, broadcast::Sender<Arc<Change>>>,
+    /// The resourceVersion of the latest change sent to the feeds (stored after the send), so
+    /// watches tell how far the cluster has moved without hearing other kinds' changes.
+    latest: Arc<AtomicU64>,
     /// Set while a dry run executes: changes are neither recorded nor broadcast.
     muted: bool,
+    /// The RBAC objects as the authorizer reads them, built on first use after any of them
+    /// changed (`State::policy`).
+    policy: std::sync::OnceLock<Arc<crate::auth::Policy>>,
 }
 
 impl Cluster {
     pub fn new(name: &str, history_cap: usize) -> Cluster {
-        // A watcher more than this many changes behind has its stream ended and re-watches from history.
-        let (feed, _) = broadcast::channel(1024);
         let mut state = State {
             rv: 0,
             registry: Registry::default(),
@@ -93,8 +133,10 @@ impl Cluster {
             history: VecDeque::new(),
             compacted: 0,
             history_cap: history_cap.max(1),
-            feed,
+            feeds: HashMap::new(),
+            latest: Arc::default(),
             muted: false,
+            policy: std::sync::OnceLock::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -187,7 +229,7 @@ impl State {
 
     /// Changes of one resource after `rv`, and a receiver for later ones, taken atomically.
     /// `Err(compacted)` when changes after `rv` have been dropped from the history.
-    pub fn watch_from(&self, gr: &GroupResource, rv: u64) -> Result<WatchStart, u64> {
+    pub fn watch_from(&mut self, gr: &GroupResource, rv: u64) -> Result<WatchStart, u64> {
         if rv < self.compacted {
             return Err(self.compacted);
         }
@@ -197,12 +239,23 @@ impl State {
             .filter(|c| c.rv > rv && &c.gr == gr)
             .cloned()
             .collect();
-        Ok((replay, self.feed.subscribe()))
+        Ok((replay, self.subscribe(gr)))
     }
 
-    /// A receiver for changes committed from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
-        self.feed.subscribe()
+    /// A receiver for changes of one resource committed from now on.
+    pub fn subscribe(&mut self, gr: &GroupResource) -> broadcast::Receiver<Arc<Change>> {
+        self.feeds
+            .entry(gr.clone())
+            // A watcher more than this many changes of its resource behind has its stream ended
+            // and re-watches from history.
+            .or_insert_with(|| broadcast::channel(1024).0)
+            .subscribe()
+    }
+
+    /// The resourceVersion of the latest change sent to any watch: read without the lock, it
+    /// never runs ahead of what a feed's receivers can already see.
+    pub fn latest(&self) -> Arc<AtomicU64> {
+        self.latest.clone()
     }
 
     /// Runs a write as `?dryRun=All` does: every step (admission, validation, conflicts) as for
@@ -218,7 +271,23 @@ impl State {
         self.rv = rv;
         self.objects = objects;
         self.registry = registry;
+        self.policy = std::sync::OnceLock::new();
         out
+    }
+
+    /// Every Role, ClusterRole, RoleBinding and ClusterRoleBinding stored, as the authorizer
+    /// reads them; read again only after one of them changed.
+    pub fn policy(&self) -> Arc<crate::auth::Policy> {
+        self.policy
+            .get_or_init(|| Arc::new(crate::auth::read_policy(self)))
+            .clone()
+    }
+
+    /// Forgets the authorizer's view when an RBAC object changes.
+    fn touched(&mut self, gr: &GroupResource) {
+        if gr.0 == crate::auth::RBAC_GROUP {
+            self.policy = std::sync::OnceLock::new();
+        }
     }
 
     fn next_rv(&mut self) -> u64 {
@@ -242,6 +311,7 @@ impl State {
             kind,
             object,
             previous,
+            encoded: Mutex::default(),
         });
         self.history.push_back(change.clone());
         while self.history.len() > self.history_cap {
@@ -249,11 +319,15 @@ impl State {
                 self.compacted = old.rv;
             }
         }
-        // No receiver is not an error: nobody is watching.
-        let _ = self.feed.send(change);
+        if let Some(feed) = self.feeds.get(gr) {
+            // No receiver is not an error: nobody is watching.
+            let _ = feed.send(change);
+        }
+        self.latest.store(self.rv, Ordering::SeqCst);
     }
 
     fn put(&mut self, gr: &GroupResource, key: ObjectKey, object: Value) -> Arc<Value> {
+        self.touched(gr);
         let object = Arc::new(object);
         self.objects
             .entry(gr.clone())
@@ -263,6 +337,7 @@ impl State {
     }
 
     fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Value> {
+        self.touched(gr);
         self.objects
             .get_mut(gr)?
             .remove(key)

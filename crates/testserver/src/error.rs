@@ -48,6 +48,8 @@ pub enum Error {
         what: String,
         message: String,
     },
+    #[error("failed to start the test server's own runtime")]
+    Runtime(#[source] std::io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -59,4 +59,4 @@ pub use conversion::ServiceUrls;
 pub use crds::sveltos_crds;
 pub use error::{ApiError, Error, Result};
 pub use faults::{FaultRequest, FaultSettings, Faults};
-pub use server::{Config, Inside, TestServer};
+pub use server::{Config, Inside, TestServer, THREAD_NAME};

@@ -47,7 +47,14 @@ pub struct Config {
     /// Preinstalled Sveltos CRDs convert through this webhook (`clientConfig.url` and the PEM CA
     /// bundle); without it they use strategy `None`.
     pub conversion_webhook: Option<(String, Vec<u8>)>,
+    /// Serve on a Tokio runtime of its own with this many worker threads, named
+    /// [`THREAD_NAME`], so the server's CPU can be told apart from the caller's in
+    /// `/proc/<pid>/task/*/stat`; `None` serves on the caller's runtime.
+    pub worker_threads: Option<usize>,
 }
+
+/// The name of the threads of the server's own runtime (`Config::worker_threads`).
+pub const THREAD_NAME: &str = "test-apiserver";
 
 impl Default for Config {
     fn default() -> Self {
@@ -61,6 +68,7 @@ impl Default for Config {
             tls_names: Vec::new(),
             webhook_services: Default::default(),
             conversion_webhook: None,
+            worker_threads: None,
         }
     }
 }
@@ -335,11 +343,61 @@ pub struct TestServer {
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    runtime: OwnRuntime,
+}
+
+/// The server's own runtime (`Config::worker_threads`), if it has one. Dropped without waiting
+/// for its tasks, which is allowed inside the caller's runtime (a plain drop is not).
+#[derive(Default)]
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl OwnRuntime {
+    /// Runs `f` where a `tokio::spawn` inside it lands on this runtime, if there is one.
+    fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
+        match &self.0 {
+            Some(runtime) => {
+                let _entered = runtime.enter();
+                f()
+            }
+            None => f(),
+        }
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl TestServer {
-    /// Binds, seeds every configured cluster and starts serving.
+    /// Binds, seeds every configured cluster and starts serving (on a runtime of its own with
+    /// `Config::worker_threads`).
     pub async fn start(config: Config) -> Result<TestServer> {
+        let Some(threads) = config.worker_threads else {
+            return TestServer::start_here(config).await;
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name(THREAD_NAME)
+            // Threads that leave `block_in_place` stay until the server stops, so every CPU
+            // tick of the server stays countable per thread in /proc.
+            .thread_keep_alive(std::time::Duration::from_secs(24 * 3600))
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        let mut server = runtime
+            .spawn(TestServer::start_here(config))
+            .await
+            .map_err(|e| Error::Runtime(std::io::Error::other(e)))??;
+        server.runtime = OwnRuntime(Some(runtime));
+        Ok(server)
+    }
+
+    /// [`TestServer::start`] on the current runtime.
+    async fn start_here(config: Config) -> Result<TestServer> {
         let listener = tokio::net::TcpListener::bind(config.bind)
             .await
             .map_err(|source| Error::Bind {
@@ -377,6 +435,7 @@ impl TestServer {
             shared,
             shutdown,
             task,
+            runtime: OwnRuntime::default(),
         })
     }
 
@@ -460,7 +519,7 @@ impl TestServer {
 
     /// Adds a cluster at run time, seeded like the configured ones.
     pub async fn add_cluster(&self, name: &str) {
-        if let Err(error) = self.shared.add(name) {
+        if let Err(error) = self.runtime.enter(|| self.shared.add(name)) {
             tracing::error!(
                 error = &error as &dyn std::error::Error,
                 cluster = name,

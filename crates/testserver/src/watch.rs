@@ -71,9 +71,11 @@ pub(crate) fn serve(
     };
     let mut initial: Vec<(ChangeKind, Value)> = Vec::new();
     let start: Result<(WatchStart, u64), String>;
+    let latest;
     {
-        let state = cluster.lock();
+        let mut state = cluster.lock();
         let current = state.resource_version();
+        latest = state.latest();
         match rv_param.as_deref().map(str::parse::<u64>) {
             Some(Err(_)) => return Err(ApiError::bad_request("resourceVersion must be a number")),
             Some(Ok(rv)) if !stream.params.send_initial_events => {
@@ -96,7 +98,7 @@ pub(crate) fn serve(
                         initial.push((ChangeKind::Added, obj.clone()));
                     }
                 }
-                start = Ok(((Vec::new(), state.subscribe()), current));
+                start = Ok(((Vec::new(), state.subscribe(&gr)), current));
             }
         }
     }
@@ -109,7 +111,11 @@ pub(crate) fn serve(
                     .send_raw(json!({"type": "ERROR", "object": status}))
                     .await;
             }
-            Ok(((replay, rx), current)) => stream.run(initial, replay, rx, current, drops).await,
+            Ok(((replay, rx), current)) => {
+                stream
+                    .run(initial, replay, rx, current, latest, drops)
+                    .await
+            }
         }
     });
     let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
@@ -135,26 +141,68 @@ impl Stream {
         self.tx.send(Ok(Bytes::from(line))).await.is_ok()
     }
 
+    /// The object as this watch presents it: in the watch's version (converted by the CRD's
+    /// strategy), defaulted by that version's schema.
+    fn present(&self, object: Value) -> Result<Value, ApiError> {
+        let mut object =
+            crate::conversion::convert(&self.info, &self.services, vec![object], &self.version)?
+                .pop()
+                .unwrap_or_default();
+        object["apiVersion"] = json!(self.info.api_version(&self.version));
+        object["kind"] = json!(self.info.kind);
+        crate::schema::default_on_read(&self.info.schemas, &self.version, &mut object);
+        Ok(object)
+    }
+
     /// Sends one event with the object in the watch's version; a failed conversion ends the
     /// watch with an `ERROR` event carrying the failure, as apiserver does.
     async fn send(&self, kind: &str, object: Value) -> bool {
-        let converted =
-            crate::conversion::convert(&self.info, &self.services, vec![object], &self.version);
-        let mut object = match converted {
-            Ok(mut objects) => objects.pop().unwrap_or_default(),
+        let mut object = match self.present(object) {
+            Ok(object) => object,
             Err(e) => {
                 self.send_raw(json!({"type": "ERROR", "object": e.status()}))
                     .await;
                 return false;
             }
         };
-        object["apiVersion"] = json!(self.info.api_version(&self.version));
-        object["kind"] = json!(self.info.kind);
-        crate::schema::default_on_read(&self.info.schemas, &self.version, &mut object);
         if let Some(include) = &self.params.table {
             object = table::table(&[object], json!({}), include);
         }
         self.send_raw(json!({"type": kind, "object": object})).await
+    }
+
+    /// Sends one committed change as [`Stream::send`] does. Its object is encoded once per
+    /// version for every watch (`Change::encoded`), unless this watch wants Table rows or the
+    /// object goes through the conversion webhook (whose answer may differ from call to call).
+    async fn send_change(&self, kind: &str, change: &Change) -> bool {
+        let through_webhook = matches!(
+            self.info.conversion,
+            crate::conversion::Strategy::Webhook(_)
+        ) && change.object.get("apiVersion").and_then(Value::as_str)
+            != Some(self.info.api_version(&self.version).as_str());
+        if self.params.table.is_some() || through_webhook {
+            return self.send(kind, (*change.object).clone()).await;
+        }
+        let schema = self.info.schema(&self.version);
+        let encoded = change.encoded(&self.version, schema, |object| {
+            let object = self.present(object.clone())?;
+            Ok::<_, ApiError>(Bytes::from(serde_json::to_vec(&object).unwrap_or_default()))
+        });
+        let object = match encoded {
+            Ok(object) => object,
+            Err(e) => {
+                self.send_raw(json!({"type": "ERROR", "object": e.status()}))
+                    .await;
+                return false;
+            }
+        };
+        let mut line = Vec::with_capacity(object.len() + kind.len() + 24);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(&object);
+        line.extend_from_slice(b"}\n");
+        self.tx.send(Ok(Bytes::from(line))).await.is_ok()
     }
 
     async fn bookmark(&self, rv: u64, initial_end: bool) -> bool {
@@ -193,6 +241,7 @@ impl Stream {
         replay: Vec<Arc<Change>>,
         mut rx: broadcast::Receiver<Arc<Change>>,
         start_rv: u64,
+        latest: Arc<std::sync::atomic::AtomicU64>,
         mut drops: tokio::sync::watch::Receiver<u64>,
     ) {
         drops.borrow_and_update();
@@ -210,7 +259,7 @@ impl Stream {
         let mut last_sent = start_rv;
         for change in replay {
             if let Some(kind) = self.event_for(&change) {
-                if !self.send(kind, (*change.object).clone()).await {
+                if !self.send_change(kind, &change).await {
                     return;
                 }
             }
@@ -227,6 +276,13 @@ impl Stream {
                 _ = drops.changed() => return,
                 _ = self.tx.closed() => return,
                 _ = ticker.tick() => {
+                    // Changes of other kinds move the cluster's version too. A change is sent to
+                    // the feeds before `latest` shows it, so once nothing of this watch's feed
+                    // is waiting, every change of its kind up to `latest` has been handled.
+                    let moved = latest.load(std::sync::atomic::Ordering::SeqCst);
+                    if rx.is_empty() {
+                        seen = seen.max(moved);
+                    }
                     if self.params.bookmarks && seen > last_sent {
                         if !self.bookmark(seen, false).await {
                             return;
@@ -241,7 +297,7 @@ impl Stream {
                         }
                         seen = change.rv;
                         if let Some(kind) = self.event_for(&change) {
-                            if !self.send(kind, (*change.object).clone()).await {
+                            if !self.send_change(kind, &change).await {
                                 return;
                             }
                             last_sent = change.rv;

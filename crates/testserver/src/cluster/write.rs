@@ -248,12 +248,13 @@ impl State {
         owner: &Owner,
     ) -> Result<Value, ApiError> {
         let gr = info.gr();
+        // Shared with the store, not copied: it is only read.
         let current = self
-            .get(&gr, namespace, name)
-            .cloned()
+            .get_arc(&gr, namespace, name)
             .ok_or_else(|| ApiError::not_found(info, name))?;
+        let current = current.as_ref();
         let rv_in = meta_str(&new, "resourceVersion");
-        if !rv_in.is_empty() && rv_in != meta_str(&current, "resourceVersion") {
+        if !rv_in.is_empty() && rv_in != meta_str(current, "resourceVersion") {
             return Err(ApiError::conflict(info, name));
         }
         let body_name = meta_str(&new, "name");
@@ -327,7 +328,7 @@ impl State {
             apply_defaults(info, &mut stored);
         }
         drop_empty_omitted(info, &mut stored);
-        check_object(info, &stored, Some(&current))?;
+        check_object(info, &stored, Some(current))?;
         if let Owner::Update(manager) = owner {
             let api_version = stored
                 .get("apiVersion")
@@ -335,7 +336,7 @@ impl State {
                 .unwrap_or("")
                 .to_string();
             fields::record_update(
-                Some(&current),
+                Some(current),
                 &mut stored,
                 manager,
                 &api_version,
@@ -343,15 +344,10 @@ impl State {
                 sub,
             );
         }
-        let strip_rv = |v: &Value| {
-            let mut v = v.clone();
-            remove_meta(&mut v, "resourceVersion");
-            v
-        };
-        if strip_rv(&stored) == strip_rv(&current) {
-            return Ok(current);
+        if equal_but_resource_version(&stored, current) {
+            return Ok(current.clone());
         }
-        if tracks_generation(info) && spec_part(&stored) != spec_part(&current) {
+        if tracks_generation(info) && spec_part(&stored) != spec_part(current) {
             let generation = current
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -506,6 +502,32 @@ impl State {
     }
 }
 
+/// Whether two objects are equal apart from `metadata.resourceVersion` (a write that changes
+/// nothing else is no change), compared in place.
+fn equal_but_resource_version(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let same_metadata = match (a.get("metadata"), b.get("metadata")) {
+        (Some(Value::Object(x)), Some(Value::Object(y))) => equal_but(x, y, "resourceVersion"),
+        (x, y) => x == y,
+    };
+    same_metadata && equal_but(a, b, "metadata")
+}
+
+/// Whether two maps are equal apart from the entry `skip`.
+fn equal_but(
+    a: &serde_json::Map<String, Value>,
+    b: &serde_json::Map<String, Value>,
+    skip: &str,
+) -> bool {
+    let len = |m: &serde_json::Map<String, Value>| m.len() - usize::from(m.contains_key(skip));
+    len(a) == len(b)
+        && a.iter()
+            .filter(|(k, _)| k.as_str() != skip)
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
 /// The largest object etcd stores with its default `--max-request-bytes` (1.5 MiB).
 pub const MAX_STORED_BYTES: usize = 3 * 512 * 1024;
 
@@ -541,4 +563,30 @@ fn crd_status(crd: &Value) -> Value {
             vs.iter().filter(|v| v.get("storage").and_then(Value::as_bool).unwrap_or(false)).filter_map(|v| v.get("name").cloned()).collect::<Vec<_>>()
         }).unwrap_or_default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::equal_but_resource_version;
+    use serde_json::json;
+
+    #[test]
+    fn only_the_resource_version_may_differ() {
+        let a = json!({"metadata": {"name": "a", "resourceVersion": "1"}, "data": {"k": "v"}});
+        let same = json!({"data": {"k": "v"}, "metadata": {"resourceVersion": "2", "name": "a"}});
+        assert!(equal_but_resource_version(&a, &same));
+        let without_rv = json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+        assert!(equal_but_resource_version(&a, &without_rv));
+        for different in [
+            json!({"metadata": {"name": "b", "resourceVersion": "1"}, "data": {"k": "v"}}),
+            json!({"metadata": {"name": "a", "resourceVersion": "1"}, "data": {"k": "w"}}),
+            json!({"metadata": {"name": "a", "resourceVersion": "1", "labels": {}}, "data": {"k": "v"}}),
+            json!({"metadata": {"name": "a", "resourceVersion": "1"}, "data": {"k": "v"}, "x": 1}),
+            json!({"metadata": {"name": "a", "resourceVersion": "1"}}),
+            json!({"data": {"k": "v"}}),
+        ] {
+            assert!(!equal_but_resource_version(&a, &different), "{different}");
+            assert!(!equal_but_resource_version(&different, &a), "{different}");
+        }
+    }
 }

@@ -374,3 +374,57 @@ async fn clusters_are_isolated_and_can_be_added_and_removed() {
     );
     server.shutdown().await;
 }
+
+/// Names of this process's threads, from /proc.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim_end().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn serves_on_its_own_named_threads_when_asked() {
+    let server = super::support::server_with(sluice_testserver::Config {
+        clusters: vec!["mgmt".into()],
+        worker_threads: Some(1),
+        port_per_cluster: true,
+        ..Default::default()
+    })
+    .await;
+    let name = sluice_testserver::THREAD_NAME;
+    assert!(
+        thread_names().iter().any(|t| t == name),
+        "a thread named {name} serves: {:?}",
+        thread_names()
+    );
+    // This test's runtime has one thread: requests answered here are served by the other one.
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    api.create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .expect("create");
+    server.add_cluster("added").await;
+    let added: Api<ConfigMap> = Api::namespaced(client(&server, "added").await, "default");
+    assert_eq!(code(added.get("a").await), 404, "the added cluster answers");
+    let url = server.cluster_url("mgmt");
+    // Dropped inside this runtime, the server's runtime stops without blocking it.
+    drop(server);
+    let gone = refused_within_5s(&url).await;
+    assert!(gone, "nothing answers at {url} after the drop");
+}
+
+/// Whether connecting to the `https://host:port` of `url` is refused (within 5 s).
+async fn refused_within_5s(url: &str) -> bool {
+    let addr = url.trim_start_matches("https://").to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        if tokio::net::TcpStream::connect(&addr).await.is_err() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -12,6 +12,16 @@ use sluice_testserver::Config;
 
 use super::support::{client, eventually, server, server_with};
 
+/// The resourceVersion a list of ConfigMaps reports (where a watch from now starts).
+async fn list_version(api: &Api<ConfigMap>) -> String {
+    api.list(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv")
+}
+
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": "x"}}})).expect("cm")
 }
@@ -103,13 +113,7 @@ async fn expired_resource_version_gets_an_error_event_with_410() {
         other => panic!("expected a 410 error event, got {other:?}"),
     }
     // A recent version replays what followed it.
-    let recent = api
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let recent = list_version(&api).await;
     let mut events = api
         .watch(&WatchParams::default(), &recent)
         .await
@@ -133,13 +137,7 @@ async fn expired_resource_version_gets_an_error_event_with_410() {
 async fn filtered_watch_reports_objects_leaving_the_selector_and_bookmarks() {
     let server = server(&["mgmt"]).await;
     let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
-    let rv = api
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let rv = list_version(&api).await;
     let mut wp = WatchParams::default().labels("app=x");
     wp.bookmarks = true;
     let mut events = api.watch(&wp, &rv).await.expect("watch").boxed();
@@ -214,5 +212,61 @@ async fn streaming_list_watcher_gets_initial_events_then_changes() {
     })
     .await;
     task.abort();
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_bookmark_reports_changes_of_other_kinds_after_every_event_of_its_own() {
+    let server = server(&["mgmt"]).await;
+    let client = client(&server, "mgmt").await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, "default");
+    let rv = list_version(&configmaps).await;
+    let wp = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default()
+    };
+    let mut events = configmaps.watch(&wp, &rv).await.expect("watch").boxed();
+    let created = configmaps
+        .create(&PostParams::default(), &cm("mine"))
+        .await
+        .expect("create");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other"}}),
+    )
+    .expect("secret");
+    let other = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let rv_of = |rv: Option<String>| -> u64 { rv.and_then(|r| r.parse().ok()).expect("rv") };
+    let mine = rv_of(created.metadata.resource_version);
+    let other = rv_of(other.metadata.resource_version);
+    let mut added = false;
+    let watched = async {
+        while let Some(event) = events.next().await {
+            match event.expect("event") {
+                WatchEvent::Added(c) => {
+                    assert_eq!(rv_of(c.metadata.resource_version), mine);
+                    added = true;
+                }
+                WatchEvent::Bookmark(b) => {
+                    let at: u64 = b.metadata.resource_version.parse().expect("bookmark rv");
+                    assert!(
+                        added || at < mine,
+                        "a bookmark at {at} came before the event at {mine}"
+                    );
+                    if at >= other {
+                        return;
+                    }
+                }
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), watched)
+        .await
+        .expect("a bookmark reaches the Secret's resourceVersion within 10 s");
+    assert!(added, "the ConfigMap's event came");
     server.shutdown().await;
 }
