@@ -63,6 +63,8 @@ impl Stage for ReporterStage {
     type Input = Owned<Unit>;
     type Side = sluice_bus::Result<Delivered>;
     type Error = ReportError;
+    /// It publishes nothing: a batch is one entry of the window, acked by one covering ack.
+    const JOINT: bool = true;
 
     fn decode(&self, delivered: &Delivered) -> Result<Owned<Unit>, ReportError> {
         match_units::decode(delivered, self.key.as_ref())
