@@ -186,13 +186,24 @@ impl Stage for ApplierStage {
                     tracing::warn!(error = %error, %filter, "failed to purge the units of a withdrawn trigger and cluster");
                 }
             }
-            tracing::info!(
-                event_trigger = %desired.state.event_trigger,
-                applied = result.applied.len(),
-                deleted = result.deleted.len(),
-                failure = %result.failure_message,
-                "desired state applied"
-            );
+            // One line per unit is one per event: at debug, unless the unit failed (the
+            // counters and the trigger's status tell the rest).
+            if result.failure_message.is_empty() {
+                tracing::debug!(
+                    event_trigger = %desired.state.event_trigger,
+                    applied = result.applied.len(),
+                    deleted = result.deleted.len(),
+                    "desired state applied"
+                );
+            } else {
+                tracing::info!(
+                    event_trigger = %desired.state.event_trigger,
+                    applied = result.applied.len(),
+                    deleted = result.deleted.len(),
+                    failure = %result.failure_message,
+                    "desired state applied"
+                );
+            }
             if self.statuses.record(&result) {
                 touched.insert(result.event_trigger.clone());
             }
