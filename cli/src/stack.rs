@@ -87,8 +87,19 @@ pub struct Stack {
 impl Stack {
     /// Starts NATS and the test server with `mgmt` plus `managed` clusters, then the services.
     /// `dir` keeps the kubeconfigs (a temporary directory when `None`).
+    /// With `SLUICE_NATS_MONITOR_PORT` set, nats-server also serves its monitoring endpoints
+    /// (`/varz`, `/jsz`, `/connz`) on that port of localhost, to count messages under load.
     pub async fn start(managed: &[&str], dir: Option<&Path>) -> anyhow::Result<Stack> {
-        Stack::start_with_nats_config(managed, dir, "").await
+        let monitor = match std::env::var("SLUICE_NATS_MONITOR_PORT") {
+            Ok(port) => {
+                let port: u16 = port
+                    .parse()
+                    .context("SLUICE_NATS_MONITOR_PORT is not a port number")?;
+                format!("\nhttp: \"127.0.0.1:{port}\"\n")
+            }
+            Err(_) => String::new(),
+        };
+        Stack::start_with_nats_config(managed, dir, &monitor).await
     }
 
     /// [`Stack::start`] with more nats-server configuration after the stack's TLS and

@@ -293,7 +293,8 @@ async fn a_follower_cannot_touch_another_identitys_durable() -> anyhow::Result<(
         .clone();
     assert_eq!(
         info.config.ack_policy,
-        async_nats::jetstream::consumer::AckPolicy::Explicit
+        async_nats::jetstream::consumer::AckPolicy::All,
+        "the reporter's covering acks (ADR 0035), not the hijacker's none"
     );
     evaluator
         .replay_state(topology::MATCH, topology::MATCH.subjects)

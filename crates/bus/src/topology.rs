@@ -160,15 +160,19 @@ pub const EVALUATOR_CLOUDEVENTS: ConsumerSpec = ConsumerSpec {
     durable: "evaluator",
     acks: Acks::Each,
 };
+/// The reporter rebuilds every set from MATCH on start and writes every report once from them,
+/// so its acks cover (ADR 0035).
 pub const REPORTER_MATCH: ConsumerSpec = ConsumerSpec {
     stream: MATCH,
     durable: "reporter",
-    acks: Acks::Each,
+    acks: Acks::Covering,
 };
+/// The renderer rebuilds every set from MATCH on start and publishes what differs from
+/// DESIRED, so its acks cover (ADR 0035).
 pub const RENDERER_MATCH: ConsumerSpec = ConsumerSpec {
     stream: MATCH,
     durable: "renderer",
-    acks: Acks::Each,
+    acks: Acks::Covering,
 };
 pub const RENDERER_CEMATCH: ConsumerSpec = ConsumerSpec {
     stream: CEMATCH,

@@ -44,13 +44,8 @@ fn api(client: &Client, kind: &Kind, namespace: &str) -> Api<DynamicObject> {
     }
 }
 
-/// Server-side applies a whole object (force: sluice owns what it generates).
-pub async fn apply(
-    client: &Client,
-    kind: &Kind,
-    object: &Value,
-    field_manager: &str,
-) -> Result<Value> {
+/// An object's namespace (empty for a cluster-scoped one) and name.
+fn namespace_and_name(object: &Value) -> Result<(&str, &str)> {
     let metadata = object.get("metadata").ok_or(Error::Malformed("metadata"))?;
     let name = metadata
         .get("name")
@@ -60,6 +55,17 @@ pub async fn apply(
         .get("namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
+    Ok((namespace, name))
+}
+
+/// Server-side applies a whole object (force: sluice owns what it generates).
+pub async fn apply(
+    client: &Client,
+    kind: &Kind,
+    object: &Value,
+    field_manager: &str,
+) -> Result<Value> {
+    let (namespace, name) = namespace_and_name(object)?;
     let params = PatchParams::apply(field_manager).force();
     let applied = api(client, kind, namespace)
         .patch(name, &params, &Patch::Apply(object))
@@ -71,6 +77,32 @@ pub async fn apply(
             source: Box::new(source),
         })?;
     serde_json::to_value(applied).map_err(|_| Error::Malformed("serializable object"))
+}
+
+/// [`apply`] for a writer that needs to know only that the object is stored: the object the
+/// server returns is not parsed (the applier writes one per event; parsing it, managed fields
+/// and all, and turning it back into JSON cost more than the rest of the write's own work).
+pub async fn apply_unread(
+    client: &Client,
+    kind: &Kind,
+    object: &Value,
+    field_manager: &str,
+) -> Result<()> {
+    let (namespace, name) = namespace_and_name(object)?;
+    let failed = |source: kube::Error| Error::Request {
+        verb: "apply",
+        kind: kind.resource.kind.clone(),
+        name: qualified(namespace, name),
+        source: Box::new(source),
+    };
+    let scope = kind.namespaced.then_some(namespace);
+    let url = <DynamicObject as kube::Resource>::url_path(&kind.resource, scope);
+    let params = PatchParams::apply(field_manager).force();
+    let request = kube::core::Request::new(url)
+        .patch(name, &params, &Patch::Apply(object))
+        .map_err(|source| failed(kube::Error::BuildRequest(source)))?;
+    client.request_text(request).await.map_err(failed)?;
+    Ok(())
 }
 
 /// Server-side applies only the `status` of an object.

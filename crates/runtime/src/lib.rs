@@ -15,6 +15,7 @@
 mod config;
 mod error;
 mod health;
+pub mod schedule;
 pub mod service;
 mod shutdown;
 mod telemetry;

@@ -463,9 +463,9 @@ async fn apply_one(
     r: pb::ObjectRef,
     kind: Kind,
 ) -> sluice_kube::Result<(Value, pb::ObjectRef)> {
-    apply::apply(client, &kind, &object, FIELD_MANAGER)
+    apply::apply_unread(client, &kind, &object, FIELD_MANAGER)
         .await
-        .map(|_| (object, r))
+        .map(|()| (object, r))
 }
 
 /// Deletes one object (owned, as [`apply_one`]).

@@ -34,6 +34,7 @@ pub async fn run(
         bus: bus.clone(),
         applier: Applier::new(client, &common.sveltos_namespace),
         statuses: status::Statuses::default(),
+        status_writes: stage::StatusWrites::default(),
         reported: std::collections::BTreeMap::new(),
         key,
     };
@@ -43,7 +44,13 @@ pub async fn run(
         .await?
     {
         if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) {
-            stage.statuses.record(&result);
+            if stage.statuses.record(&result) {
+                // Written once at start: a write paced before a restart may not have been made.
+                let now = tokio::time::Instant::now();
+                stage
+                    .status_writes
+                    .mark(&stage.statuses, &result.event_trigger, now);
+            }
         }
     }
     // Triggers being deleted: one sluice never owned anything for (or whose objects are gone
@@ -66,6 +73,7 @@ pub async fn run(
     let outcome = runner
         .run(&mut stage, futures::stream::select_all(feeds), token)
         .await;
+    stage.write_pending_statuses().await;
     bus.close().await;
     Ok(outcome?)
 }

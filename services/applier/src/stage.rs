@@ -12,6 +12,7 @@ use sluice_bus::topology::{self, StreamSpec};
 use sluice_bus::{Bus, Delivered};
 use sluice_domain::cluster::ClusterId;
 use sluice_proto::v1 as pb;
+use sluice_runtime::schedule::Schedule;
 use sluice_wire::BusKey;
 
 use crate::executor::Applier;
@@ -94,10 +95,57 @@ pub(crate) struct ApplierStage {
     pub(crate) bus: Bus,
     pub(crate) applier: Applier,
     pub(crate) statuses: Statuses,
+    /// When each trigger's status is written next (at most once per second while its units
+    /// keep changing: every write is a watch event the whole configuration feed carries).
+    pub(crate) status_writes: StatusWrites,
     /// The problem last reported per unusable trigger, so each one is one Event.
     pub(crate) reported: BTreeMap<String, String>,
     /// Opens the Secrets of desired states (ADR 0023).
     pub(crate) key: Option<BusKey>,
+}
+
+impl ApplierStage {
+    /// Writes the statuses that are due.
+    async fn write_due_statuses(&mut self, now: tokio::time::Instant) {
+        for trigger in self.status_writes.schedule.take_due(now) {
+            self.applier.write_status(&self.statuses, &trigger).await;
+        }
+    }
+
+    /// Writes every status still to write (the runner has drained: nothing else comes).
+    pub(crate) async fn write_pending_statuses(&mut self) {
+        let now = tokio::time::Instant::now();
+        for trigger in self.status_writes.schedule.take_all(now) {
+            self.applier.write_status(&self.statuses, &trigger).await;
+        }
+    }
+}
+
+/// The paced status writes: a trigger's status is written as soon as it changes, then at most
+/// once per [`sluice_runtime::schedule::INTERVAL`] while it keeps changing, except that a
+/// change of whether sluice owns anything for the trigger (its finalizer) is written at once.
+#[derive(Debug, Default)]
+pub(crate) struct StatusWrites {
+    schedule: Schedule<String>,
+    /// Whether the trigger owned anything as its status was last marked.
+    owned: BTreeMap<String, bool>,
+}
+
+impl StatusWrites {
+    /// Asks for `trigger`'s status to be written.
+    pub(crate) fn mark(&mut self, statuses: &Statuses, trigger: &str, now: tokio::time::Instant) {
+        let owns = statuses.owns_anything(trigger);
+        let key = trigger.to_string();
+        if self.owned.insert(key.clone(), owns) != Some(owns) {
+            self.schedule.mark_now(&key, now);
+        } else {
+            self.schedule.mark(&key, now);
+        }
+    }
+
+    pub(crate) fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.schedule.next_due()
+    }
 }
 
 impl Stage for ApplierStage {
@@ -138,13 +186,24 @@ impl Stage for ApplierStage {
                     tracing::warn!(error = %error, %filter, "failed to purge the units of a withdrawn trigger and cluster");
                 }
             }
-            tracing::info!(
-                event_trigger = %desired.state.event_trigger,
-                applied = result.applied.len(),
-                deleted = result.deleted.len(),
-                failure = %result.failure_message,
-                "desired state applied"
-            );
+            // One line per unit is one per event: at debug, unless the unit failed (the
+            // counters and the trigger's status tell the rest).
+            if result.failure_message.is_empty() {
+                tracing::debug!(
+                    event_trigger = %desired.state.event_trigger,
+                    applied = result.applied.len(),
+                    deleted = result.deleted.len(),
+                    "desired state applied"
+                );
+            } else {
+                tracing::info!(
+                    event_trigger = %desired.state.event_trigger,
+                    applied = result.applied.len(),
+                    deleted = result.deleted.len(),
+                    failure = %result.failure_message,
+                    "desired state applied"
+                );
+            }
             if self.statuses.record(&result) {
                 touched.insert(result.event_trigger.clone());
             }
@@ -154,10 +213,21 @@ impl Stage for ApplierStage {
                 ..Output::default()
             }]));
         }
+        let now = tokio::time::Instant::now();
         for trigger in touched {
-            self.applier.write_status(&self.statuses, &trigger).await;
+            self.status_writes.mark(&self.statuses, &trigger, now);
         }
+        self.write_due_statuses(now).await;
         outcomes
+    }
+
+    fn next_tick(&self) -> Option<tokio::time::Instant> {
+        self.status_writes.next_due()
+    }
+
+    async fn on_tick(&mut self) -> Vec<Output> {
+        self.write_due_statuses(tokio::time::Instant::now()).await;
+        Vec::new()
     }
 
     async fn on_side(&mut self, side: sluice_bus::Result<Delivered>) -> Vec<Output> {
@@ -265,6 +335,54 @@ mod tests {
         // Fixed by the operator (RBAC, a namespace or CRD created), not by another input.
         assert_eq!(kube(403).action(), Action::Retry);
         assert_eq!(kube(404).action(), Action::Retry);
+    }
+
+    /// A trigger's status is written when it first changes, then at most once per interval
+    /// while its units keep changing; whether sluice owns anything (the finalizer) goes out at
+    /// once.
+    #[test]
+    fn status_writes_are_paced_except_for_the_finalizer() {
+        use sluice_runtime::schedule::INTERVAL;
+        let result = |unit: &str, removed: bool| pb::ApplyResult {
+            event_trigger: "t".into(),
+            cluster: Some(sluice_wire::cluster_ref(&cluster())),
+            resource_name: unit.into(),
+            deployed_hash: unit.as_bytes().to_vec(),
+            removed,
+            ..Default::default()
+        };
+        let start = tokio::time::Instant::now();
+        let mut statuses = Statuses::default();
+        let mut writes = StatusWrites::default();
+        assert!(statuses.record(&result("", false)));
+        writes.mark(&statuses, "t", start);
+        assert_eq!(
+            writes.schedule.take_due(start),
+            ["t"],
+            "the first change at once"
+        );
+        for (ms, unit) in [(10, "a"), (20, "b"), (30, "c")] {
+            let now = start + std::time::Duration::from_millis(ms);
+            assert!(statuses.record(&result(unit, false)));
+            writes.mark(&statuses, "t", now);
+            assert!(writes.schedule.take_due(now).is_empty(), "{unit} waits");
+        }
+        assert_eq!(
+            writes.next_due(),
+            Some(start + INTERVAL),
+            "one write for the burst"
+        );
+        let now = start + std::time::Duration::from_millis(40);
+        assert!(
+            statuses.record(&result("", true)),
+            "the main unit withdrawn"
+        );
+        writes.mark(&statuses, "t", now);
+        assert_eq!(
+            writes.schedule.take_due(now),
+            ["t"],
+            "owning nothing any more releases the finalizer at once"
+        );
     }
 
     #[test]

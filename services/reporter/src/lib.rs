@@ -6,7 +6,6 @@
 //! `status.failureMessage` and leaves the last good `matchingResources` in place.
 
 pub mod failures;
-pub mod schedule;
 pub mod stage;
 
 use std::time::Duration;
@@ -259,7 +258,7 @@ pub async fn run(
         client,
         kind,
         sets: MatchSets::default(),
-        schedule: schedule::Schedule::default(),
+        schedule: sluice_runtime::schedule::Schedule::default(),
         failures: failures::Failures::default(),
         written: health.counter("sluice_reporter_reports_written_total"),
         errors: health.counter("sluice_reporter_write_errors_total"),

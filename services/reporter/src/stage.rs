@@ -15,8 +15,8 @@ use sluice_wire::match_units::{self, Applied, HeadOutcome, MatchSets, SetKey, Un
 use tokio::time::Instant;
 
 use crate::failures::Failures;
-use crate::schedule::Schedule;
 use crate::{decide, execute, member_failures, write_status};
+use sluice_runtime::schedule::Schedule;
 
 /// How long a report whose write failed transiently waits before it is written again.
 const RETRY_DELAY: Duration = Duration::from_millis(500);
@@ -31,7 +31,7 @@ pub struct ReporterStage {
     pub client: kube::Client,
     pub kind: Kind,
     pub sets: MatchSets,
-    pub schedule: Schedule,
+    pub schedule: Schedule<SetKey>,
     pub failures: Failures,
     pub written: Counter,
     pub errors: Counter,
@@ -63,6 +63,8 @@ impl Stage for ReporterStage {
     type Input = Owned<Unit>;
     type Side = sluice_bus::Result<Delivered>;
     type Error = ReportError;
+    /// It publishes nothing: a batch is one entry of the window, acked by one covering ack.
+    const JOINT: bool = true;
 
     fn decode(&self, delivered: &Delivered) -> Result<Owned<Unit>, ReportError> {
         match_units::decode(delivered, self.key.as_ref())
