@@ -58,6 +58,20 @@ fn namespace_and_name(object: &Value) -> Result<(&str, &str)> {
     Ok((namespace, name))
 }
 
+/// The error of a failed server-side apply of `namespace`/`name`.
+fn apply_failed<'a>(
+    kind: &'a Kind,
+    namespace: &'a str,
+    name: &'a str,
+) -> impl Fn(kube::Error) -> Error + 'a {
+    move |source| Error::Request {
+        verb: "apply",
+        kind: kind.resource.kind.clone(),
+        name: qualified(namespace, name),
+        source: Box::new(source),
+    }
+}
+
 /// Server-side applies a whole object (force: sluice owns what it generates).
 pub async fn apply(
     client: &Client,
@@ -70,12 +84,7 @@ pub async fn apply(
     let applied = api(client, kind, namespace)
         .patch(name, &params, &Patch::Apply(object))
         .await
-        .map_err(|source| Error::Request {
-            verb: "apply",
-            kind: kind.resource.kind.clone(),
-            name: qualified(namespace, name),
-            source: Box::new(source),
-        })?;
+        .map_err(apply_failed(kind, namespace, name))?;
     serde_json::to_value(applied).map_err(|_| Error::Malformed("serializable object"))
 }
 
@@ -89,12 +98,7 @@ pub async fn apply_unread(
     field_manager: &str,
 ) -> Result<()> {
     let (namespace, name) = namespace_and_name(object)?;
-    let failed = |source: kube::Error| Error::Request {
-        verb: "apply",
-        kind: kind.resource.kind.clone(),
-        name: qualified(namespace, name),
-        source: Box::new(source),
-    };
+    let failed = apply_failed(kind, namespace, name);
     let scope = kind.namespaced.then_some(namespace);
     let url = <DynamicObject as kube::Resource>::url_path(&kind.resource, scope);
     let params = PatchParams::apply(field_manager).force();
