@@ -170,8 +170,24 @@ pub fn watch_kind_listing(
     kind: Kind,
     known: HashMap<ObjectKey, String>,
 ) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send {
+    watch_kind_listing_selected(client, kind, known, None)
+}
+
+/// [`watch_kind_listing`] of the objects `labels` selects (a label selector the API server
+/// applies, such as `!key` for the objects without a label): an object that stops matching
+/// reaches the watch as a deletion, one that starts to as an addition.
+pub fn watch_kind_listing_selected(
+    client: Client,
+    kind: Kind,
+    known: HashMap<ObjectKey, String>,
+    labels: Option<&str>,
+) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send {
     let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
-    level_watch_listing(api, watcher::Config::default(), known)
+    let config = match labels {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    level_watch_listing(api, config, known)
 }
 
 /// [`watch_kind`] restricted to objects carrying all of `labels` (a label selector on the

@@ -13,7 +13,7 @@ use sluice_bus::runner::publish::publish_stored;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::configdata::DataKind;
 use sluice_domain::naming;
-use sluice_kube::watch::{watch_kind_listing, Change, ObjectKey};
+use sluice_kube::watch::{watch_kind_listing_selected, Change, ObjectKey};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, Health};
 use tokio::sync::mpsc;
@@ -124,7 +124,16 @@ pub async fn watch(
         };
         tracing::info!(kind = watched.kind, api = %kind.resource.api_version, "watching management kind");
         let mut outputs = Outputs::new(known.keys().cloned());
-        let mut stream = Box::pin(watch_kind_listing(client.clone(), kind, known));
+        // What sluice created itself (the ConfigMaps and Secrets the applier instantiates, one
+        // per event for a `oneForEvent` trigger) the API server leaves out of the watch; one
+        // that gains the owner label leaves it as a deletion, withdrawn below like any other.
+        let selector = data_kind.map(|_| format!("!{}", naming::LABEL_EVENT_TRIGGER));
+        let mut stream = Box::pin(watch_kind_listing_selected(
+            client.clone(),
+            kind,
+            known,
+            selector.as_deref(),
+        ));
         loop {
             let batch = tokio::select! {
                 batch = stream.next() => batch,

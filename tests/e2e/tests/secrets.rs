@@ -398,6 +398,30 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
         .await?
         .is_some_and(|m| !m.deleted));
 
+    // The referenced ConfigMap gains sluice's owner label: the watcher's label selector leaves
+    // it out from then on (a deletion on the watch), so it is withdrawn as an output would be;
+    // the label gone again, it travels again.
+    let mut labelled = config_map("workload-policy", REFERENCED_CONFIG);
+    labelled["metadata"]["labels"] =
+        json!({ sluice_domain::naming::LABEL_EVENT_TRIGGER: "another-trigger" });
+    stack.apply(MANAGEMENT, &labelled).await?;
+    wait_withdrawn(&stack, &bus, "ConfigMap", "workload-policy").await?;
+    stack
+        .apply(
+            MANAGEMENT,
+            &config_map("workload-policy", REFERENCED_CONFIG),
+        )
+        .await?;
+    wait_for("workload-policy published again", DEADLINE, || async {
+        config_object(&bus, "ConfigMap", "workload-policy")
+            .await
+            .ok()
+            .flatten()
+            .filter(|m| !m.deleted)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+
     // While the watcher is down the last reference goes: at its start the ConfigMap leaves.
     stack.stop_service("sluice-watcher")?;
     stack
@@ -411,6 +435,21 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
         .await?;
     stack.start_service("sluice-watcher")?;
     wait_withdrawn(&stack, &bus, "ConfigMap", "workload-policy").await?;
+
+    // The watcher's ConfigMap watches ask the API server to leave sluice's outputs out.
+    let selector = format!("labelSelector=!{}", sluice_domain::naming::LABEL_EVENT_TRIGGER);
+    let watches: Vec<String> = stack
+        .server
+        .audit(MANAGEMENT)
+        .into_iter()
+        .filter(|e| e.method == "GET" && e.path == "/api/v1/configmaps")
+        .filter(|e| e.query.contains("watch=true"))
+        .map(|e| e.query.replace("%21", "!").replace("%2F", "/"))
+        .collect();
+    assert!(!watches.is_empty(), "the watcher watches ConfigMaps");
+    for query in &watches {
+        assert!(query.contains(&selector), "{query}");
+    }
 
     // No service ever logged a Secret's contents.
     let mut all = forbidden(&kubeconfig_token);
