@@ -225,6 +225,10 @@ impl Stack {
             ),
         ];
         env.extend(self.nats_credentials.env(identity));
+        // Tuning the stack is run with (a load measurement's linger, say) reaches every service.
+        if let Ok(linger) = std::env::var("SLUICE_LINGER_US") {
+            env.push(("SLUICE_LINGER_US".into(), linger));
+        }
         env
     }
 

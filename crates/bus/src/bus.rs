@@ -26,6 +26,8 @@ pub struct Bus {
     /// The identity this connection acts as, for errors and logs.
     identity: &'static str,
     refusals: Refusals,
+    /// How long a stage's batch may wait for more inputs ([`crate::gather`]).
+    linger: crate::gather::Linger,
 }
 
 /// One message a stage wants published.
@@ -66,6 +68,7 @@ impl Bus {
             disconnects,
             identity: options.identity_name(),
             refusals,
+            linger: options.linger,
         };
         let streams = options
             .identity
@@ -107,6 +110,11 @@ impl Bus {
     /// The name of the identity this connection acts as (its dead-letter stage).
     pub fn identity(&self) -> &'static str {
         self.identity
+    }
+
+    /// How long a stage's batch of inputs may wait for more ([`crate::gather`]).
+    pub fn linger(&self) -> crate::gather::Linger {
+        self.linger
     }
 
     /// The most payload one message may carry: the server's `max_payload` less room for the

@@ -10,6 +10,7 @@ use futures::{FutureExt, Stream, StreamExt};
 
 use crate::error::Error;
 use crate::feed::{Delivered, Freshness};
+use crate::gather::Gather;
 use crate::window::AckWindow;
 
 /// How many buffered messages one batch takes at most.
@@ -41,6 +42,21 @@ where
             Some(Some(next)) => push_ok(&mut batch, next),
             _ => break,
         }
+    }
+    Some(batch)
+}
+
+/// The next batch of a [`Gather`]ed consumer: as [`next_batch`], and while messages come
+/// densely, also what comes within the linger after the first. Cancel-safe: what is gathered
+/// stays in `batches`.
+pub async fn next_gathered<S>(batches: &mut Gather<S>) -> Option<Vec<Message>>
+where
+    S: Stream<Item = std::result::Result<Message, pull::MessagesError>> + Unpin,
+{
+    let items = batches.next().await?;
+    let mut batch = Vec::with_capacity(items.len());
+    for item in items {
+        push_ok(&mut batch, item);
     }
     Some(batch)
 }

@@ -8,6 +8,7 @@
 
 pub mod coalesce;
 pub mod feed;
+pub mod gather;
 pub mod permissions;
 pub mod runner;
 pub mod topology;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use sluice_runtime::{CommonArgs, NatsAuth};
 
 use crate::error::{Error, Result};
+use crate::gather::Linger;
 use crate::permissions;
 use crate::topology::Identity;
 
@@ -25,6 +26,8 @@ pub struct BusOptions {
     pub auth: NatsAuth,
     /// JetStream replicas of the streams this client creates or updates.
     pub stream_replicas: usize,
+    /// How long a stage's batch of inputs may wait for more ([`crate::gather`]).
+    pub linger: Linger,
 }
 
 /// The latest operations the server refused this connection (permissions violations, newest
@@ -41,6 +44,7 @@ impl BusOptions {
             identity: None,
             auth: NatsAuth::default(),
             stream_replicas: 1,
+            linger: Linger::OFF,
         }
     }
 
@@ -51,6 +55,7 @@ impl BusOptions {
             identity: Some(identity),
             auth: common.nats_auth.clone(),
             stream_replicas: common.stream_replicas,
+            linger: Linger(Duration::from_micros(common.linger_us)),
         }
     }
 
@@ -61,6 +66,11 @@ impl BusOptions {
 
     pub fn with_auth(mut self, auth: NatsAuth) -> BusOptions {
         self.auth = auth;
+        self
+    }
+
+    pub fn with_linger(mut self, linger: Linger) -> BusOptions {
+        self.linger = linger;
         self
     }
 

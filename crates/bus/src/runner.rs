@@ -47,6 +47,7 @@ use crate::bus::{content_id, message_id, Bus, Outgoing};
 use crate::coalesce;
 use crate::error::{Error, Result};
 use crate::feed::{Delivered, Freshness};
+use crate::gather::Gather;
 use crate::topology::{self, Acks, ConsumerSpec, StreamSpec};
 use crate::window::{AckWindow, Settled};
 
@@ -326,7 +327,7 @@ struct Held {
 
 /// Where a runner's batches come from: its consumer, or the task that decodes them ahead.
 enum Source<T> {
-    Inline(Consumer),
+    Inline(Gather<Consumer>),
     Piped {
         decoded: tokio::sync::mpsc::Receiver<Decoded<T>>,
         reader: tokio::task::JoinHandle<Result<()>>,
@@ -342,7 +343,7 @@ enum Next<T> {
 impl<T: Send + Sync + 'static> Source<T> {
     async fn next(&mut self) -> Option<Next<T>> {
         match self {
-            Source::Inline(consumer) => coalesce::next_batch(consumer).await.map(Next::Raw),
+            Source::Inline(consumer) => coalesce::next_gathered(consumer).await.map(Next::Raw),
             Source::Piped { decoded, .. } => decoded.recv().await.map(Next::Decoded),
         }
     }
@@ -498,7 +499,7 @@ impl Runner {
         let reader_token = token.child_token();
         let _stop_reader = reader_token.clone().drop_guard();
         let mut source = match stage.decoder() {
-            None => Source::Inline(consumer),
+            None => Source::Inline(gather(consumer, &core.bus)),
             Some(decoder) => core.spawn_reader(consumer, decoder, reader_token.clone()),
         };
         core.unprompted(first).await?;
@@ -605,6 +606,7 @@ impl Core {
             keeps_freshness: true,
         };
         self.keeps_freshness = false;
+        let consumer = gather(consumer, &self.bus);
         let reader = tokio::spawn(reader.read(consumer, decoder, batches, token));
         Source::Piped { decoded, reader }
     }
@@ -613,7 +615,7 @@ impl Core {
     /// cancelled or the stage is gone, then drains its own window.
     async fn read<T, E>(
         mut self,
-        mut consumer: Consumer,
+        mut consumer: Gather<Consumer>,
         decoder: Decoder<T, E>,
         batches: tokio::sync::mpsc::Sender<Decoded<T>>,
         token: CancellationToken,
@@ -630,7 +632,7 @@ impl Core {
                         self.settled(settled)?;
                     }
                 }
-                batch = coalesce::next_batch(&mut consumer), if !self.window.is_full() => {
+                batch = coalesce::next_gathered(&mut consumer), if !self.window.is_full() => {
                     let Some(batch) = batch else {
                         return Err(Error::Ended { what: format!("consumer {} on {}", self.spec.durable, self.spec.stream.name) });
                     };
@@ -1101,8 +1103,8 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 const RELEASE_WITHIN: Duration = Duration::from_secs(1);
 const RELEASE_QUIET: Duration = Duration::from_millis(50);
 
-/// Stops pulling from `consumer` and gives back what the server had already handed its pull
-/// requests that nobody took: a pull request takes a batch of hundreds of messages, which would
+/// Stops pulling from `consumer` and gives back what it had gathered for a batch that lingers
+/// ([`Gather`]) and what the server had already handed its pull requests that nobody took: a pull request takes a batch of hundreds of messages, which would
 /// otherwise come back to the durable only after their ack wait. It reads on until nothing
 /// comes for [`RELEASE_QUIET`] (at most `within`), keeping what comes, drops the consumer (its
 /// subscription, so that the server hands its pull requests nothing more), and only then nacks
@@ -1110,9 +1112,10 @@ const RELEASE_QUIET: Duration = Duration::from_millis(50);
 /// own pull request. Reading on pulls more of a backlog (up to the consumer's
 /// `max_ack_pending`), which comes back just the same; what is on its way when the consumer is
 /// dropped (a backlog longer than `within` takes to read) still waits out its ack wait.
-async fn release(mut consumer: Consumer, within: Duration) {
+async fn release(consumer: Gather<Consumer>, within: Duration) {
     let until = tokio::time::Instant::now() + within;
-    let mut received = Vec::new();
+    let (mut consumer, gathered) = consumer.into_parts();
+    let mut received: Vec<Message> = gathered.into_iter().filter_map(|item| item.ok()).collect();
     loop {
         let quiet = (tokio::time::Instant::now() + RELEASE_QUIET).min(until);
         match tokio::time::timeout_at(quiet, consumer.next()).await {
@@ -1133,6 +1136,11 @@ async fn release(mut consumer: Consumer, within: Duration) {
     for message in &received {
         nack(message, Duration::ZERO).await;
     }
+}
+
+/// `consumer` batched as the bus says ([`Bus::linger`]).
+fn gather(consumer: Consumer, bus: &Bus) -> Gather<Consumer> {
+    Gather::new(consumer, coalesce::MAX_BATCH, bus.linger())
 }
 
 /// Nacks with a delay; best effort: without it the message still comes back after its ack

@@ -5,7 +5,8 @@
 //! for them; a stop ends the runner with the input unacked. A holding stage's inputs are held
 //! across batches and acked only once its flush's outputs are stored; an output's time to live
 //! and a purge are carried out in order; a holding stage is flushed whenever it holds its
-//! limit, once its first held input is `max_age` old, and before a side message; a decoder runs ahead of the stage, and drops what a replay already saw newer.
+//! limit, once its first held input is `max_age` old, and before a side message; a decoder runs ahead of the stage, and drops what a replay already saw newer. Inputs that come densely wait
+//! one linger for each other, and a runner drained mid-linger gives back what it gathered.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use sluice_bus::gather::Linger;
 use sluice_bus::runner::{
     Action, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner, Stage,
 };
@@ -966,6 +968,124 @@ async fn drained_mid_stream<const AHEAD: bool>(first: Counting<100, AHEAD>) -> a
         took < Duration::from_secs(5),
         "the rest came after {took:?}, {done} handled by the first runner"
     );
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+/// Records the size of every batch it handles and the bodies (no outputs).
+#[derive(Clone, Default)]
+struct Sizes {
+    batches: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl Sizes {
+    fn batches(&self) -> Vec<Vec<String>> {
+        self.batches.lock().expect("lock").clone()
+    }
+
+    fn handled(&self) -> usize {
+        self.batches().iter().map(Vec::len).sum()
+    }
+}
+
+impl Stage for Sizes {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        let bodies = inputs.iter().map(|input| input.value.clone()).collect();
+        self.batches.lock().expect("lock").push(bodies);
+        inputs.iter().map(|_| Ok(Vec::new())).collect()
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+/// A bus whose runners linger `linger` for more inputs ([`sluice_bus::gather`]).
+async fn lingering(nats: &NatsServer, linger: Duration) -> anyhow::Result<Bus> {
+    let options = sluice_bus::BusOptions::new(nats.url()).with_linger(Linger(linger));
+    Ok(Bus::connect(options).await?)
+}
+
+/// The first input after a quiet spell is handled at once; inputs that then come densely (the
+/// next begins within two lingers of the last batch) wait for each other, one linger at most,
+/// and are handled as one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_that_come_densely_wait_one_linger_for_each_other() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = lingering(&nats, Duration::from_millis(300)).await?;
+    let stage = Sizes::default();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, stage.clone());
+    send(&bus, "first", "first").await?;
+    let started = Instant::now();
+    wait_for("the first input handled", DEADLINE, || async {
+        (stage.handled() == 1).then_some(())
+    })
+    .await?;
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "a first input waited {:?}",
+        started.elapsed()
+    );
+    for n in 0..5 {
+        send(&bus, &format!("dense-{n}"), &format!("dense {n}")).await?;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    wait_for("the dense inputs handled", DEADLINE, || async {
+        (stage.handled() == 6).then_some(())
+    })
+    .await?;
+    let batches = stage.batches();
+    assert_eq!(
+        batches.iter().map(Vec::len).collect::<Vec<_>>(),
+        [1, 5],
+        "{batches:?}"
+    );
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+/// A runner drained while its batch lingers gives back what it had gathered: a runner started
+/// next on the same durable has it at once, not after the ack wait (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_drained_while_its_batch_lingers_gives_the_batch_back() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = lingering(&nats, Duration::from_secs(20)).await?;
+    let first = Sizes::default();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, first.clone());
+    send(&bus, "first", "first").await?;
+    wait_for("the first input handled", DEADLINE, || async {
+        (first.handled() == 1).then_some(())
+    })
+    .await?;
+    for n in 0..3 {
+        send(&bus, &format!("held-{n}"), &format!("held {n}")).await?;
+    }
+    // Delivered and gathered, waiting out the linger.
+    wait_for("the three inputs delivered", DEADLINE, || async {
+        matches!(consumer_state(&bus).await, Ok((3, 0))).then_some(())
+    })
+    .await?;
+    stop(token, task).await?;
+    assert_eq!(first.handled(), 1, "{:?}", first.batches());
+
+    let second = Sizes::default();
+    let restarted = Instant::now();
+    let plain = Bus::connect(&nats.url()).await?;
+    let (token, task) = spawn(Runner::bind(&plain, SPEC).await?, second.clone());
+    wait_for("the gathered inputs handled", DEADLINE, || async {
+        (second.handled() == 3).then_some(())
+    })
+    .await?;
+    let took = restarted.elapsed();
+    assert!(took < Duration::from_secs(5), "they came after {took:?}");
     every_input_acked(&bus).await?;
     stop(token, task).await
 }

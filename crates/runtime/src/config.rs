@@ -59,7 +59,15 @@ pub struct CommonArgs {
     /// JetStream replicas of every stream the service creates (3 for a NATS cluster)
     #[arg(long, env = "SLUICE_STREAM_REPLICAS", default_value_t = 1)]
     pub stream_replicas: usize,
+
+    /// Microseconds a batch of inputs may wait for more after its first, while inputs come
+    /// faster than one per two lingers (0: never wait); fewer wake-ups per event at high rates
+    #[arg(long, env = "SLUICE_LINGER_US", default_value_t = DEFAULT_LINGER_US)]
+    pub linger_us: u64,
 }
+
+/// The default of `--linger-us` (ADR 0036).
+pub const DEFAULT_LINGER_US: u64 = 2_000;
 
 /// The NATS identity and TLS files of a client: every service's, and the CLI's (`sluice tap`).
 /// Files are read when connecting, so a missing one fails that connection and names the file.
@@ -127,11 +135,12 @@ impl CommonArgs {
             |path| path.display().to_string(),
         );
         format!(
-            "nats_url={} {} stream_replicas={} kubeconfig={} kube_context={} health_addr={} \
-             log_format={} sveltos_namespace={} bus_key_file={}",
+            "nats_url={} {} stream_replicas={} linger_us={} kubeconfig={} kube_context={} \
+             health_addr={} log_format={} sveltos_namespace={} bus_key_file={}",
             redact_url(&self.nats_url),
             self.nats_auth.redacted(),
             self.stream_replicas,
+            self.linger_us,
             kubeconfig,
             self.kube_context.as_deref().unwrap_or("-"),
             self.health_addr,
@@ -333,6 +342,7 @@ mod tests {
                 "SLUICE_NATS_CERT_FILE",
                 "SLUICE_NATS_KEY_FILE",
                 "SLUICE_STREAM_REPLICAS",
+                "SLUICE_LINGER_US",
             ]
         );
     }

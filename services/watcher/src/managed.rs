@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
+use sluice_bus::gather::Gather;
 use sluice_bus::runner::publish::publish_stored;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::cluster::{kubeconfig_from_secret, ClusterId};
@@ -184,6 +185,9 @@ impl Watches {
 }
 
 const RETRY: Duration = Duration::from_secs(2);
+/// How many of a watch's batches (one per watch event, a whole list for a listing) are
+/// published together at most.
+const WATCH_BATCH: usize = 256;
 
 /// Watches one kind of one cluster until `shutdown`; `stop` (the watch is no longer wanted)
 /// also gives up the batch it is storing.
@@ -240,21 +244,31 @@ async fn watch_managed(
                 continue;
             }
         };
-        let mut stream = Box::pin(watch_kind(client, kind, known));
+        // Watch events that come densely are published together (ADR 0036).
+        let mut stream = Gather::new(
+            Box::pin(watch_kind(client, kind, known)),
+            WATCH_BATCH,
+            bus.linger(),
+        );
         loop {
             let batch = tokio::select! {
                 batch = stream.next() => batch,
                 () = shutdown.cancelled() => return,
             };
             let Some(batch) = batch else { break };
-            let changes = match batch {
-                Ok(changes) => changes,
-                Err(error) => {
-                    errors.inc();
-                    tracing::warn!(cluster = %cluster, kind = %gvk.2, error = %error, "watch error");
-                    continue;
+            let mut changes = Vec::new();
+            for item in batch {
+                match item {
+                    Ok(more) => changes.extend(more),
+                    Err(error) => {
+                        errors.inc();
+                        tracing::warn!(cluster = %cluster, kind = %gvk.2, error = %error, "watch error");
+                    }
                 }
-            };
+            }
+            if changes.is_empty() {
+                continue;
+            }
             // The watch has counted these changes as known: each is published until it is
             // stored (a listed cluster's many a bounded chunk at a time), or the watch stops.
             let outputs: Vec<Outgoing> = changes

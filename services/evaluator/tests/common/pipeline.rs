@@ -68,6 +68,7 @@ pub fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Resu
         bus_key_file: None,
         nats_auth: Default::default(),
         stream_replicas: 1,
+        linger_us: sluice_runtime::DEFAULT_LINGER_US,
     };
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));
