@@ -437,7 +437,10 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
     wait_withdrawn(&stack, &bus, "ConfigMap", "workload-policy").await?;
 
     // The watcher's ConfigMap watches ask the API server to leave sluice's outputs out.
-    let selector = format!("labelSelector=!{}", sluice_domain::naming::LABEL_EVENT_TRIGGER);
+    let selector = format!(
+        "labelSelector=!{}",
+        sluice_domain::naming::LABEL_EVENT_TRIGGER
+    );
     let watches: Vec<String> = stack
         .server
         .audit(MANAGEMENT)
