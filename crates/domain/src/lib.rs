@@ -12,3 +12,4 @@ pub mod natsconfig;
 pub mod pattern;
 pub mod reference;
 pub mod selector;
+pub mod size;

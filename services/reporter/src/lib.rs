@@ -75,7 +75,7 @@ pub fn bounded_event_report(
     limit: usize,
 ) -> (Value, Option<String>) {
     let report = event_report(cluster, set);
-    let size = json_size(&report);
+    let size = sluice_domain::size::json_len(&report);
     if size <= limit {
         return (report, None);
     }
@@ -90,26 +90,6 @@ pub fn bounded_event_report(
         set.matching.len(),
     );
     (event_report(cluster, &empty), Some(reason))
-}
-
-/// How many bytes `value` takes as JSON, counted as it is written (no buffer: a report of
-/// thousands of resources measured into a growing one costs its reallocations and fresh pages).
-fn json_size(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
 }
 
 /// What keeping one report in step takes: the decision, made from data alone

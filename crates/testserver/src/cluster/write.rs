@@ -533,20 +533,7 @@ pub const MAX_STORED_BYTES: usize = 3 * 512 * 1024;
 
 /// etcd refuses larger writes; apiserver passes etcd's error on unclassified, as a 500 without a reason.
 fn check_storage_size(obj: &Value) -> Result<(), ApiError> {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing into a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, obj);
-    if count.0 > MAX_STORED_BYTES {
+    if sluice_domain::size::json_len(obj) > MAX_STORED_BYTES {
         return Err(ApiError::new(500, "", "etcdserver: request is too large"));
     }
     Ok(())
