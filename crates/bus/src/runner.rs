@@ -1104,8 +1104,9 @@ const RELEASE_WITHIN: Duration = Duration::from_secs(1);
 const RELEASE_QUIET: Duration = Duration::from_millis(50);
 
 /// Stops pulling from `consumer` and gives back what it had gathered for a batch that lingers
-/// ([`Gather`]) and what the server had already handed its pull requests that nobody took: a pull request takes a batch of hundreds of messages, which would
-/// otherwise come back to the durable only after their ack wait. It reads on until nothing
+/// ([`Gather`]) and what the server had already handed its pull requests that nobody took: a
+/// pull request takes a batch of hundreds of messages, which would otherwise come back to the
+/// durable only after their ack wait. It reads on until nothing
 /// comes for [`RELEASE_QUIET`] (at most `within`), keeping what comes, drops the consumer (its
 /// subscription, so that the server hands its pull requests nothing more), and only then nacks
 /// without delay what it kept: nacked earlier, a message would come back to this consumer's
