@@ -17,7 +17,7 @@ use sluice_bus::runner::Runner;
 use sluice_bus::topology;
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::naming;
-use sluice_domain::reference::object_reference;
+use sluice_domain::reference::{object_reference, object_reference_len};
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
@@ -28,8 +28,16 @@ const FIELD_MANAGER: &str = "sluice-reporter";
 /// The EventReport object for a match set (spec §3.1): `resources` is each collected object's
 /// JSON followed by `\n---\n`, base64-encoded as Kubernetes encodes `[]byte`.
 pub fn event_report(cluster: &ClusterId, set: &pb::MatchSet) -> Value {
-    let matching: Vec<Value> = set
-        .matching
+    report_of(cluster, &set.event_source, &set.matching, &set.resources)
+}
+
+fn report_of(
+    cluster: &ClusterId,
+    event_source: &str,
+    matching: &[pb::ObjectRef],
+    resources: &[Vec<u8>],
+) -> Value {
+    let matching: Vec<Value> = matching
         .iter()
         .map(|m| object_reference(&m.api_version, &m.kind, &m.namespace, &m.name))
         .collect();
@@ -37,14 +45,14 @@ pub fn event_report(cluster: &ClusterId, set: &pb::MatchSet) -> Value {
         "clusterNamespace": cluster.namespace,
         "clusterName": cluster.name,
         "clusterType": cluster.cluster_type.as_str(),
-        "eventSourceName": set.event_source,
+        "eventSourceName": event_source,
         "matchingResources": matching,
     });
-    if !set.resources.is_empty() {
+    if !resources.is_empty() {
         let mut joined = Vec::new();
-        for r in &set.resources {
+        for r in resources {
             joined.extend_from_slice(r);
-            joined.extend_from_slice(b"\n---\n");
+            joined.extend_from_slice(RESOURCE_SEPARATOR);
         }
         spec["resources"] = json!(base64::engine::general_purpose::STANDARD.encode(joined));
     }
@@ -52,12 +60,45 @@ pub fn event_report(cluster: &ClusterId, set: &pb::MatchSet) -> Value {
         "apiVersion": "lib.projectsveltos.io/v1beta1",
         "kind": "EventReport",
         "metadata": {
-            "name": naming::event_report_name(cluster, &set.event_source),
+            "name": naming::event_report_name(cluster, event_source),
             "namespace": cluster.namespace,
-            "labels": naming::event_report_labels(cluster, &set.event_source),
+            "labels": naming::event_report_labels(cluster, event_source),
         },
         "spec": spec,
     })
+}
+
+/// What follows each collected resource in `spec.resources` before it is base64-encoded.
+const RESOURCE_SEPARATOR: &[u8] = b"\n---\n";
+
+/// The report of `cluster` and `event_source` without matching references or resources.
+fn empty_report(cluster: &ClusterId, event_source: &str) -> Value {
+    report_of(cluster, event_source, &[], &[])
+}
+
+/// The bytes [`event_report`] of `set` takes as JSON, computed from its lists without building
+/// it: its empty form, plus the references (each measured as [`object_reference`] writes it,
+/// with the commas between), plus the `resources` field's base64 text.
+fn event_report_len(empty: &Value, set: &pb::MatchSet) -> usize {
+    let empty_list = 2;
+    let references: usize = set
+        .matching
+        .iter()
+        .map(|m| object_reference_len(&m.api_version, &m.kind, &m.namespace, &m.name))
+        .sum();
+    let commas = set.matching.len().saturating_sub(1);
+    let mut len = sluice_domain::size::json_len(empty) - empty_list + 2 + references + commas;
+    if !set.resources.is_empty() {
+        let joined: usize = set
+            .resources
+            .iter()
+            .map(|r| r.len() + RESOURCE_SEPARATOR.len())
+            .sum();
+        let base64 = joined.div_ceil(3) * 4;
+        // ,"resources":"<base64>" (base64 needs no JSON escapes)
+        len += 1 + "\"resources\"".len() + 1 + 2 + base64;
+    }
+    len
 }
 
 /// The most JSON an EventReport may take: etcd's default request limit (1.5 MiB, what
@@ -74,14 +115,11 @@ pub fn bounded_event_report(
     set: &pb::MatchSet,
     limit: usize,
 ) -> (Value, Option<String>) {
-    let report = event_report(cluster, set);
-    let size = sluice_domain::size::json_len(&report);
+    let empty = empty_report(cluster, &set.event_source);
+    let size = event_report_len(&empty, set);
     if size <= limit {
-        return (report, None);
+        return (event_report(cluster, set), None);
     }
-    let mut empty = set.clone();
-    empty.matching.clear();
-    empty.resources.clear();
     let reason = format!(
         "eventreport {}/{}: {} matching resources take {size} bytes, over the {limit} bytes one \
          object may hold in the API server; matchingResources and resources are left out",
@@ -89,7 +127,7 @@ pub fn bounded_event_report(
         naming::event_report_name(cluster, &set.event_source),
         set.matching.len(),
     );
-    (event_report(cluster, &empty), Some(reason))
+    (empty, Some(reason))
 }
 
 /// What keeping one report in step takes: the decision, made from data alone
@@ -121,11 +159,8 @@ pub fn decide(cluster: &ClusterId, set: &pb::MatchSet, failure: Option<String>) 
         };
     }
     if !set.failure_message.is_empty() {
-        let mut empty = set.clone();
-        empty.matching.clear();
-        empty.resources.clear();
         return Write::Failed {
-            empty: event_report(cluster, &empty),
+            empty: empty_report(cluster, &set.event_source),
             failure,
         };
     }
@@ -324,6 +359,32 @@ mod tests {
                 .map(|i| format!(r#"{{"metadata":{{"name":"service-{i}"}}}}"#).into_bytes())
                 .collect(),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_reports_length_is_computed_as_its_json_is_written() {
+        let mut sets = vec![pb::MatchSet::default(), services(1), services(7)];
+        let mut odd = services(3);
+        odd.matching[1].namespace.clear();
+        odd.matching[2].name = "quote\"back\\slash\u{1}ü".into();
+        odd.resources = vec![
+            b"a".to_vec(),
+            b"bc".to_vec(),
+            "{\"x\": \"é\"}".as_bytes().to_vec(),
+        ];
+        sets.push(odd);
+        let mut without_resources = services(2);
+        without_resources.resources.clear();
+        sets.push(without_resources);
+        for set in sets {
+            let empty = empty_report(&cluster(), &set.event_source);
+            let built = event_report(&cluster(), &set);
+            assert_eq!(
+                event_report_len(&empty, &set),
+                serde_json::to_vec(&built).expect("serializes").len(),
+                "{built}"
+            );
         }
     }
 
