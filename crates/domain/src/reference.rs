@@ -7,17 +7,9 @@ use serde_json::{Map, Value};
 /// The JSON of an `ObjectReference` with `apiVersion`, `kind`, `namespace` and `name`, leaving
 /// out the fields that are empty.
 pub fn object_reference(api_version: &str, kind: &str, namespace: &str, name: &str) -> Value {
-    let mut reference = Map::new();
-    for (field, value) in [
-        ("apiVersion", api_version),
-        ("kind", kind),
-        ("namespace", namespace),
-        ("name", name),
-    ] {
-        if !value.is_empty() {
-            reference.insert(field.to_string(), Value::String(value.to_string()));
-        }
-    }
+    let reference: Map<String, Value> = present(api_version, kind, namespace, name)
+        .map(|(field, value)| (field.to_string(), Value::String(value.to_string())))
+        .collect();
     Value::Object(reference)
 }
 
@@ -26,19 +18,29 @@ pub fn object_reference(api_version: &str, kind: &str, namespace: &str, name: &s
 pub fn object_reference_len(api_version: &str, kind: &str, namespace: &str, name: &str) -> usize {
     let mut len = 2;
     let mut fields: usize = 0;
-    for (field, value) in [
+    for (field, value) in present(api_version, kind, namespace, name) {
+        // "field":"value" with the value escaped as JSON escapes it.
+        len += field.len() + 3 + crate::size::json_len(value);
+        fields += 1;
+    }
+    len + fields.saturating_sub(1)
+}
+
+/// The fields of a reference that are not empty, with their JSON names.
+fn present<'a>(
+    api_version: &'a str,
+    kind: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+) -> impl Iterator<Item = (&'static str, &'a str)> {
+    [
         ("apiVersion", api_version),
         ("kind", kind),
         ("namespace", namespace),
         ("name", name),
-    ] {
-        if !value.is_empty() {
-            // "field":"value" with the value escaped as JSON escapes it.
-            len += field.len() + 3 + crate::size::json_len(value);
-            fields += 1;
-        }
-    }
-    len + fields.saturating_sub(1)
+    ]
+    .into_iter()
+    .filter(|(_, value)| !value.is_empty())
 }
 
 #[cfg(test)]
