@@ -6,11 +6,11 @@
 
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::Message;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 
 use crate::error::Error;
 use crate::feed::{Delivered, Freshness};
-use crate::gather::Gather;
+use crate::gather::{Gather, Linger};
 use crate::window::AckWindow;
 
 /// How many buffered messages one batch takes at most.
@@ -28,22 +28,13 @@ pub struct Coalesced {
 }
 
 /// Waits for the next message, then takes every further one the consumer already holds, up to
-/// [`MAX_BATCH`] in all. `None` when the consumer ended. Cancel-safe: only the first wait
-/// suspends, and nothing is taken before it completes.
+/// [`MAX_BATCH`] in all. `None` when the consumer ended. Cancel-safe: without a linger a
+/// [`Gather`] suspends only until the first message, and nothing is taken before it comes.
 pub async fn next_batch<S>(stream: &mut S) -> Option<Vec<Message>>
 where
     S: Stream<Item = std::result::Result<Message, pull::MessagesError>> + Unpin,
 {
-    let mut batch = Vec::new();
-    let first = stream.next().await?;
-    push_ok(&mut batch, first);
-    while batch.len() < MAX_BATCH {
-        match stream.next().now_or_never() {
-            Some(Some(next)) => push_ok(&mut batch, next),
-            _ => break,
-        }
-    }
-    Some(batch)
+    next_gathered(&mut Gather::new(stream, MAX_BATCH, Linger::OFF)).await
 }
 
 /// The next batch of a [`Gather`]ed consumer: as [`next_batch`], and while messages come
