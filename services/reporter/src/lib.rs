@@ -80,14 +80,14 @@ fn empty_report(cluster: &ClusterId, event_source: &str) -> Value {
 /// it: its empty form, plus the references (each measured as [`object_reference`] writes it,
 /// with the commas between), plus the `resources` field's base64 text.
 fn event_report_len(empty: &Value, set: &pb::MatchSet) -> usize {
-    let empty_list = 2;
     let references: usize = set
         .matching
         .iter()
         .map(|m| object_reference_len(&m.api_version, &m.kind, &m.namespace, &m.name))
         .sum();
     let commas = set.matching.len().saturating_sub(1);
-    let mut len = sluice_domain::size::json_len(empty) - empty_list + 2 + references + commas;
+    // The empty report's `[]` already counts the list's brackets.
+    let mut len = sluice_domain::size::json_len(empty) + references + commas;
     if !set.resources.is_empty() {
         let joined: usize = set
             .resources
