@@ -39,6 +39,10 @@ pub const SVELTOS_NAMESPACE: &str = "projectsveltos";
 /// Name of the management cluster in the test server.
 pub const MANAGEMENT: &str = "mgmt";
 
+/// The services' tuning variables the stack passes on from its own environment (its services
+/// inherit no other `SLUICE_*` variable), so a measurement can set them.
+const TUNING_ENV: [&str; 2] = ["SLUICE_LINGER_US", "SLUICE_WORKER_THREADS"];
+
 /// The namespaces and RBAC of the deployment (`k8s/base`): the services' ServiceAccounts, Roles,
 /// ClusterRoles and bindings, applied to the management cluster as they are.
 const DEPLOYMENT_RBAC: [&str; 2] = [
@@ -226,8 +230,10 @@ impl Stack {
         ];
         env.extend(self.nats_credentials.env(identity));
         // Tuning the stack is run with (a load measurement's linger, say) reaches every service.
-        if let Ok(linger) = std::env::var("SLUICE_LINGER_US") {
-            env.push(("SLUICE_LINGER_US".into(), linger));
+        for tuning in TUNING_ENV {
+            if let Ok(value) = std::env::var(tuning) {
+                env.push((tuning.into(), value));
+            }
         }
         env
     }

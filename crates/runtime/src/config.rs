@@ -64,10 +64,21 @@ pub struct CommonArgs {
     /// faster than one per two lingers (0: never wait); fewer wake-ups per event at high rates
     #[arg(long, env = "SLUICE_LINGER_US", default_value_t = DEFAULT_LINGER_US)]
     pub linger_us: u64,
+
+    /// Threads of the service's async runtime; CPU-bound work runs beside them, so one keeps
+    /// the bus and the API calls going (ADR 0037). Replicas, not threads, scale a service out
+    #[arg(long, env = "SLUICE_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
+    pub worker_threads: usize,
 }
 
 /// The default of `--linger-us` (ADR 0036).
 pub const DEFAULT_LINGER_US: u64 = 2_000;
+
+/// The default of `--worker-threads` (ADR 0037).
+pub const DEFAULT_WORKER_THREADS: usize = 1;
+
+/// The most `--worker-threads` a service accepts.
+pub const MAX_WORKER_THREADS: usize = 256;
 
 /// The NATS identity and TLS files of a client: every service's, and the CLI's (`sluice tap`).
 /// Files are read when connecting, so a missing one fails that connection and names the file.
@@ -125,6 +136,11 @@ impl CommonArgs {
                 replicas: self.stream_replicas,
             });
         }
+        if !(1..=MAX_WORKER_THREADS).contains(&self.worker_threads) {
+            return Err(Error::InvalidWorkerThreads {
+                threads: self.worker_threads,
+            });
+        }
         self.nats_auth.validate()
     }
 
@@ -135,12 +151,13 @@ impl CommonArgs {
             |path| path.display().to_string(),
         );
         format!(
-            "nats_url={} {} stream_replicas={} linger_us={} kubeconfig={} kube_context={} \
-             health_addr={} log_format={} sveltos_namespace={} bus_key_file={}",
+            "nats_url={} {} stream_replicas={} linger_us={} worker_threads={} kubeconfig={} \
+             kube_context={} health_addr={} log_format={} sveltos_namespace={} bus_key_file={}",
             redact_url(&self.nats_url),
             self.nats_auth.redacted(),
             self.stream_replicas,
             self.linger_us,
+            self.worker_threads,
             kubeconfig,
             self.kube_context.as_deref().unwrap_or("-"),
             self.health_addr,
@@ -300,6 +317,8 @@ mod tests {
         assert_eq!(common.sveltos_namespace, "projectsveltos");
         assert_eq!(common.nats_auth, NatsAuth::default());
         assert_eq!(common.stream_replicas, 1);
+        assert_eq!(common.linger_us, DEFAULT_LINGER_US);
+        assert_eq!(common.worker_threads, 1);
         common.validate().unwrap();
     }
 
@@ -343,6 +362,7 @@ mod tests {
                 "SLUICE_NATS_KEY_FILE",
                 "SLUICE_STREAM_REPLICAS",
                 "SLUICE_LINGER_US",
+                "SLUICE_WORKER_THREADS",
             ]
         );
     }
@@ -366,6 +386,8 @@ mod tests {
         );
         check(&["--stream-replicas=0"], "invalid stream replicas 0");
         check(&["--stream-replicas=7"], "invalid stream replicas 7");
+        check(&["--worker-threads=0"], "invalid worker threads 0");
+        check(&["--worker-threads=257"], "invalid worker threads 257");
         assert!(parse(&["--nats-cert-file=/tls/client.crt"]).is_err());
         assert!(parse(&["--nats-key-file=/tls/client.key"]).is_err());
         let mut half = parse(&[]).unwrap();
@@ -382,10 +404,12 @@ mod tests {
             "--nats-cert-file=/var/run/nats/tls.crt",
             "--nats-key-file=/var/run/nats/tls.key",
             "--stream-replicas=3",
+            "--worker-threads=4",
         ])
         .unwrap();
         common.validate().unwrap();
         assert_eq!(common.stream_replicas, 3);
+        assert_eq!(common.worker_threads, 4);
         let line = common.redacted();
         for expected in [
             "nats_nkey_file=/var/run/nats/seed",
@@ -393,6 +417,7 @@ mod tests {
             "nats_cert_file=/var/run/nats/tls.crt",
             "nats_key_file=/var/run/nats/tls.key",
             "stream_replicas=3",
+            "worker_threads=4",
         ] {
             assert!(line.contains(expected), "{line}");
         }

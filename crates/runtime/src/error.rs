@@ -13,6 +13,8 @@ pub enum Error {
     MissingKubeconfig { path: PathBuf },
     #[error("invalid stream replicas {replicas}: expected 1 to 5")]
     InvalidStreamReplicas { replicas: usize },
+    #[error("invalid worker threads {threads}: expected 1 to 256")]
+    InvalidWorkerThreads { threads: usize },
     #[error("incomplete nats client certificate: set both the certificate and the key file")]
     IncompleteClientCertificate,
     #[error("invalid sveltos namespace {namespace:?}: expected a DNS label")]

@@ -23,7 +23,8 @@ mod trace;
 
 pub use config::{
     common_env_vars, exit_on_bad_config, parse_config, CommonArgs, LogFormat, NatsAuth,
-    DEFAULT_LINGER_US, EXIT_BAD_CONFIG, LOG_FILTER_ENV, MAX_STREAM_REPLICAS,
+    DEFAULT_LINGER_US, DEFAULT_WORKER_THREADS, EXIT_BAD_CONFIG, LOG_FILTER_ENV,
+    MAX_STREAM_REPLICAS, MAX_WORKER_THREADS,
 };
 pub use error::{Error, Result};
 pub use health::{serve_health, serve_health_on, Counter, Health};

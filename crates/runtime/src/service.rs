@@ -24,7 +24,7 @@ struct ServiceConfig<E: Args> {
 }
 
 /// Parses the flags of `binary` (the common ones and `E`; bad ones exit 64) and runs `app`
-/// through [`crate::serve`] on a multi-threaded tokio runtime.
+/// through [`crate::serve`] on the service's [`runtime`].
 pub fn main<E, F, Fut>(
     service: &'static str,
     binary: &'static str,
@@ -39,14 +39,20 @@ where
     let command = ServiceConfig::<E>::command().name(binary).about(about);
     let config: ServiceConfig<E> = crate::config::parse_command(command, std::env::args_os());
     let own = config.own;
+    runtime(&config.common)?.block_on(crate::serve(
+        service,
+        config.common,
+        |common, health, token| app(common, own, health, token),
+    ))
+}
+
+/// The service's tokio runtime: multi-threaded with `--worker-threads` workers, so that
+/// `block_in_place` hands a worker's tasks on while CPU-bound work runs (ADR 0037).
+pub fn runtime(common: &CommonArgs) -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(common.worker_threads.clamp(1, crate::MAX_WORKER_THREADS))
         .enable_all()
-        .build()?
-        .block_on(crate::serve(
-            service,
-            config.common,
-            |common, health, token| app(common, own, health, token),
-        ))
+        .build()
 }
 
 /// Defines a service binary's allocator and `main`:
@@ -119,5 +125,19 @@ mod tests {
             help.contains("tests") && help.contains("--nats-url"),
             "{help}"
         );
+    }
+
+    #[test]
+    fn the_runtime_has_the_workers_the_flag_asks_for() {
+        let workers = |args: &[&str]| {
+            let command = ServiceConfig::<NoArgs>::command().name("sluice-test");
+            let config: ServiceConfig<NoArgs> = crate::config::parse_command(
+                command,
+                std::iter::once("sluice-test").chain(args.iter().copied()),
+            );
+            runtime(&config.common).unwrap().metrics().num_workers()
+        };
+        assert_eq!(workers(&[]), 1);
+        assert_eq!(workers(&["--worker-threads=3"]), 3);
     }
 }

@@ -69,6 +69,7 @@ pub fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Resu
         nats_auth: Default::default(),
         stream_replicas: 1,
         linger_us: sluice_runtime::DEFAULT_LINGER_US,
+        worker_threads: sluice_runtime::DEFAULT_WORKER_THREADS,
     };
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));
