@@ -141,9 +141,19 @@ impl SetView {
         self.members.get(id).map(|(member, _)| member)
     }
 
+    /// The present members in no particular order.
+    pub fn members(&self) -> impl Iterator<Item = &pb::MatchMember> + Clone {
+        self.members.values().map(|(member, _)| member)
+    }
+
     /// The present members in set order: by (order, namespace, name).
     pub fn ordered(&self) -> Vec<&pb::MatchMember> {
-        let mut members: Vec<&pb::MatchMember> = self.members.values().map(|(m, _)| m).collect();
+        self.ordered_where(|_| true)
+    }
+
+    /// The present members `keep` keeps, in set order: only they are sorted.
+    pub fn ordered_where(&self, keep: impl Fn(&pb::MatchMember) -> bool) -> Vec<&pb::MatchMember> {
+        let mut members: Vec<&pb::MatchMember> = self.members().filter(|m| keep(m)).collect();
         members.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
         members
     }
@@ -309,9 +319,19 @@ impl MatchSets {
 
     /// The whole set as templates and the EventReport read it, members in set order.
     pub fn assemble(&self, key: &SetKey) -> Option<pb::MatchSet> {
+        self.assemble_with(key, true)
+    }
+
+    /// The set without its lists (`matching` and `resources` empty): what a reader that will
+    /// not show the members needs, without copying or sorting them.
+    pub fn assemble_unlisted(&self, key: &SetKey) -> Option<pb::MatchSet> {
+        self.assemble_with(key, false)
+    }
+
+    fn assemble_with(&self, key: &SetKey, lists: bool) -> Option<pb::MatchSet> {
         let view = self.sets.get(key)?;
         let head = view.head.as_ref();
-        let ordered = view.ordered();
+        let ordered = if lists { view.ordered() } else { Vec::new() };
         let collected = ordered.iter().any(|m| !m.resource.is_empty());
         Some(pb::MatchSet {
             cluster: Some(crate::cluster_ref(&key.0)),

@@ -77,23 +77,40 @@ fn empty_report(cluster: &ClusterId, event_source: &str) -> Value {
 }
 
 /// The bytes [`event_report`] of `set` takes as JSON, computed from its lists without building
-/// it: its empty form, plus the references (each measured as [`object_reference`] writes it,
-/// with the commas between), plus the `resources` field's base64 text.
+/// it.
 fn event_report_len(empty: &Value, set: &pb::MatchSet) -> usize {
-    let references: usize = set
-        .matching
-        .iter()
-        .map(|m| object_reference_len(&m.api_version, &m.kind, &m.namespace, &m.name))
-        .sum();
-    let commas = set.matching.len().saturating_sub(1);
+    let resources = (!set.resources.is_empty()).then(|| set.resources.iter().map(Vec::len));
+    report_len(empty, set.matching.iter(), resources)
+}
+
+/// The bytes the report of a set held as `view` takes as JSON, measured from its members as
+/// they are: neither copied nor sorted (the report lists them as [`MatchSets::assemble`]
+/// orders them, which changes no length).
+fn view_report_len(empty: &Value, view: &match_units::SetView) -> usize {
+    let none = pb::ObjectRef::default();
+    let references = view.members().map(|m| m.object.as_ref().unwrap_or(&none));
+    let collected = view.members().any(|m| !m.resource.is_empty());
+    let resources = collected.then(|| view.members().map(|m| m.resource.len()));
+    report_len(empty, references, resources)
+}
+
+/// A report's JSON length from its parts: its empty form, plus the references (each measured
+/// as [`object_reference`] writes it, with the commas between), plus, when resources are
+/// collected, the `resources` field's base64 text of resources of these lengths.
+fn report_len<'a>(
+    empty: &Value,
+    references: impl Iterator<Item = &'a pb::ObjectRef>,
+    resources: Option<impl Iterator<Item = usize>>,
+) -> usize {
+    let (count, references) = references.fold((0usize, 0usize), |(count, len), m| {
+        let reference = object_reference_len(&m.api_version, &m.kind, &m.namespace, &m.name);
+        (count + 1, len + reference)
+    });
+    let commas = count.saturating_sub(1);
     // The empty report's `[]` already counts the list's brackets.
     let mut len = sluice_domain::size::json_len(empty) + references + commas;
-    if !set.resources.is_empty() {
-        let joined: usize = set
-            .resources
-            .iter()
-            .map(|r| r.len() + RESOURCE_SEPARATOR.len())
-            .sum();
+    if let Some(resources) = resources {
+        let joined: usize = resources.map(|r| r + RESOURCE_SEPARATOR.len()).sum();
         let base64 = joined.div_ceil(3) * 4;
         // ,"resources":"<base64>" (base64 needs no JSON escapes)
         len += 1 + "\"resources\"".len() + 1 + 2 + base64;
@@ -120,14 +137,36 @@ pub fn bounded_event_report(
     if size <= limit {
         return (event_report(cluster, set), None);
     }
-    let reason = format!(
-        "eventreport {}/{}: {} matching resources take {size} bytes, over the {limit} bytes one \
-         object may hold in the API server; matchingResources and resources are left out",
-        cluster.namespace,
-        naming::event_report_name(cluster, &set.event_source),
-        set.matching.len(),
-    );
+    let reason = too_large(cluster, &set.event_source, set.matching.len(), size, limit);
     (empty, Some(reason))
+}
+
+/// Why the report of the set held as `view` cannot keep its lists, if it cannot: as
+/// [`bounded_event_report`] says it, measured without assembling the set, so that a set too
+/// large to show costs its reader no copy of its members.
+pub fn view_too_large(
+    cluster: &ClusterId,
+    event_source: &str,
+    view: &match_units::SetView,
+    limit: usize,
+) -> Option<String> {
+    let size = view_report_len(&empty_report(cluster, event_source), view);
+    (size > limit).then(|| too_large(cluster, event_source, view.len(), size, limit))
+}
+
+fn too_large(
+    cluster: &ClusterId,
+    event_source: &str,
+    count: usize,
+    size: usize,
+    limit: usize,
+) -> String {
+    format!(
+        "eventreport {}/{}: {count} matching resources take {size} bytes, over the {limit} bytes \
+         one object may hold in the API server; matchingResources and resources are left out",
+        cluster.namespace,
+        naming::event_report_name(cluster, event_source),
+    )
 }
 
 /// What keeping one report in step takes: the decision, made from data alone
@@ -244,10 +283,9 @@ const SHOWN_MEMBER_FAILURES: usize = 5;
 /// What the members that could not be carried say (an object over the bus's payload limit).
 pub fn member_failures(set: &pb::MatchSet, view: &match_units::SetView) -> Option<String> {
     let failing: Vec<&str> = view
-        .ordered()
+        .ordered_where(|m| !m.failure_message.is_empty())
         .into_iter()
         .map(|m| m.failure_message.as_str())
-        .filter(|f| !f.is_empty())
         .collect();
     if failing.is_empty() || !set.failure_message.is_empty() {
         return None;
@@ -386,6 +424,82 @@ mod tests {
                 "{built}"
             );
         }
+    }
+
+    /// The members of `set` as a reader holds them, with a head that agrees.
+    fn view_of(set: &pb::MatchSet) -> MatchSets {
+        let mut sets = MatchSets::default();
+        for (index, object) in set.matching.iter().enumerate() {
+            let member = pb::MatchMember {
+                cluster: Some(sluice_wire::cluster_ref(&cluster())),
+                event_source: set.event_source.clone(),
+                object: Some(object.clone()),
+                resource: set.resources.get(index).cloned().unwrap_or_default(),
+                present: true,
+                ..Default::default()
+            };
+            sets.apply(match_units::Unit::Member(member), index as u64 + 1);
+        }
+        sets
+    }
+
+    #[test]
+    fn a_held_sets_report_length_is_that_of_the_report_it_assembles() {
+        let mut odd = services(3);
+        odd.matching[1].namespace.clear();
+        odd.matching[2].name = "quote\"back\\slash\u{1}ü".into();
+        // One member collected nothing: the others' resources still make the field.
+        odd.resources = vec![
+            b"a".to_vec(),
+            Vec::new(),
+            "{\"x\": \"é\"}".as_bytes().to_vec(),
+        ];
+        let mut without_resources = services(2);
+        without_resources.resources.clear();
+        let empty_set = pb::MatchSet {
+            event_source: "sveltos-service".into(),
+            ..Default::default()
+        };
+        for set in [empty_set, services(1), services(7), odd, without_resources] {
+            let sets = view_of(&set);
+            let key = (cluster(), set.event_source.clone());
+            let assembled = sets.assemble(&key).unwrap_or(set);
+            let built = serde_json::to_vec(&event_report(&cluster(), &assembled)).expect("json");
+            let empty = empty_report(&cluster(), &assembled.event_source);
+            let view = sets.get(&key).cloned().unwrap_or_default();
+            assert_eq!(view_report_len(&empty, &view), built.len(), "{assembled:?}");
+        }
+    }
+
+    #[test]
+    fn a_held_set_too_large_to_list_says_so_as_the_assembled_one_does() {
+        let key = (cluster(), "sveltos-service".to_string());
+        let large = view_of(&services(20_000));
+        let view = large.get(&key).expect("the set");
+        let assembled = large.assemble(&key).expect("the set");
+        let (_, expected) = bounded_event_report(&cluster(), &assembled, EVENT_REPORT_LIMIT);
+        assert!(expected.is_some());
+        assert_eq!(
+            view_too_large(&cluster(), "sveltos-service", view, EVENT_REPORT_LIMIT),
+            expected
+        );
+        let small = view_of(&services(3));
+        let view = small.get(&key).expect("the set");
+        assert_eq!(
+            view_too_large(&cluster(), "sveltos-service", view, EVENT_REPORT_LIMIT),
+            None
+        );
+        // Unlisted, the set keeps what the report's write needs besides its lists.
+        let unlisted = large.assemble_unlisted(&key).expect("the set");
+        assert!(unlisted.matching.is_empty() && unlisted.resources.is_empty());
+        assert_eq!(
+            pb::MatchSet {
+                matching: Vec::new(),
+                resources: Vec::new(),
+                ..assembled
+            },
+            unlisted
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use sluice_wire::match_units::{self, Applied, HeadOutcome, MatchSets, SetKey, Un
 use tokio::time::Instant;
 
 use crate::failures::Failures;
-use crate::{decide, execute, member_failures, write_status};
+use crate::{decide, execute, member_failures, view_too_large, write_status, EVENT_REPORT_LIMIT};
 use sluice_runtime::schedule::Schedule;
 
 /// How long a report whose write failed transiently waits before it is written again.
@@ -140,7 +140,21 @@ impl Stage for ReporterStage {
 impl ReporterStage {
     /// Writes `key`'s report as its set now is.
     async fn write(&mut self, key: &SetKey, now: Instant) {
-        let set = self.sets.assemble(key);
+        // A report too large to list its members is written without them: the set is not
+        // assembled (a copy of every member, sorted) only to be dropped.
+        let too_large = self
+            .sets
+            .get(key)
+            .filter(|view| {
+                view.head()
+                    .is_none_or(|head| head.failure_message.is_empty())
+            })
+            .and_then(|view| view_too_large(&key.0, &key.1, view, EVENT_REPORT_LIMIT));
+        let set = if too_large.is_some() {
+            self.sets.assemble_unlisted(key)
+        } else {
+            self.sets.assemble(key)
+        };
         let removed = set.is_none();
         let set = set.unwrap_or_else(|| pb::MatchSet {
             cluster: Some(sluice_wire::cluster_ref(&key.0)),
@@ -154,10 +168,11 @@ impl ReporterStage {
             .sets
             .get(key)
             .and_then(|view| member_failures(&set, view));
-        let failure = match (members, self.failures.message(key)) {
-            (Some(members), Some(other)) => Some(format!("{members}; {other}")),
-            (members, other) => members.or(other),
-        };
+        let failures: Vec<String> = [too_large, members, self.failures.message(key)]
+            .into_iter()
+            .flatten()
+            .collect();
+        let failure = (!failures.is_empty()).then(|| failures.join("; "));
         let write = decide(&key.0, &set, failure);
         match execute(&self.client, &self.kind, &key.0, &key.1, &write).await {
             Ok(()) => {
