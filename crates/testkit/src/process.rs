@@ -26,7 +26,8 @@ impl ServiceProcess {
     /// Spawns `bin` with `args` and extra `env`. `bin` is a workspace binary name resolved with
     /// [`crate::bin_path`], or a path if it contains `/`. The child inherits the environment
     /// except `SLUICE_*` variables, so a developer's shell cannot steer a test; `RUST_LOG` does
-    /// pass through. Output goes to a fresh file under `target/<profile>/sluice-test-logs/`.
+    /// pass through. Output goes to a fresh file under `target/<profile>/sluice-test-logs/`;
+    /// the first spawn of a process removes the files there of processes gone for [`LOG_KEPT`].
     pub fn spawn(bin: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<ServiceProcess> {
         let program = if bin.contains('/') {
             PathBuf::from(bin)
@@ -178,9 +179,75 @@ impl Drop for ServiceProcess {
 
 fn new_log_path(name: &str) -> anyhow::Result<PathBuf> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    static PRUNED: std::sync::Once = std::sync::Once::new();
     let dir = profile_dir()?.join("sluice-test-logs");
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("failed to create log directory {}", dir.display()))?;
+    PRUNED.call_once(|| prune_logs(&dir));
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     Ok(dir.join(format!("{name}-{}-{n}.log", std::process::id())))
+}
+
+/// How long the log of a process that is gone is kept: a failing test prints its stack's logs,
+/// so the files are only for a look soon after.
+pub const LOG_KEPT: Duration = Duration::from_secs(3600);
+
+/// Removes the logs in `dir` that [`stale_log`] says are stale. Best effort: a file that cannot
+/// be read or removed stays.
+fn prune_logs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
+            continue;
+        };
+        let age = now.duration_since(modified).unwrap_or_default();
+        if stale_log(name, age, alive) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether the log file `name` (`<binary>-<pid>-<n>.log`, as [`new_log_path`] names it), last
+/// written `age` ago, is stale: written by a process that is no longer `alive`, and older than
+/// [`LOG_KEPT`]. Other files are never stale.
+fn stale_log(name: &str, age: Duration, alive: impl Fn(u32) -> bool) -> bool {
+    let Some(stem) = name.strip_suffix(".log") else {
+        return false;
+    };
+    let mut parts = stem.rsplitn(3, '-');
+    let (Some(n), Some(pid), Some(binary)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    !binary.is_empty() && n.parse::<u64>().is_ok() && age > LOG_KEPT && !alive(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_old_logs_of_processes_that_are_gone_are_stale() {
+        let old = LOG_KEPT + Duration::from_secs(1);
+        let gone = |_| false;
+        assert!(stale_log("sluice-applier-877-0.log", old, gone));
+        assert!(!stale_log("sluice-applier-877-0.log", LOG_KEPT, gone));
+        assert!(!stale_log("sluice-applier-877-0.log", old, |pid| pid == 877));
+        for other in [
+            "notes.txt",
+            "877-0.log",
+            "sluice-applier-x-0.log",
+            "a-1-b.log",
+        ] {
+            assert!(!stale_log(other, old, gone), "{other}");
+        }
+    }
 }
