@@ -198,6 +198,33 @@ async fn delete_all(
     Ok(())
 }
 
+/// Waits until cluster-a's EventReport of the seed's EventSource lists `count` Services (when
+/// `may_list`), or lists nothing, collects nothing and says they are too many, naming the count.
+async fn report_of(
+    stack: &Stack,
+    count: usize,
+    may_list: bool,
+    deadline: Duration,
+) -> anyhow::Result<()> {
+    let too_many = format!("{count} matching resources take");
+    demo::wait_report(
+        stack,
+        "sveltos--sveltos-service--cluster-a",
+        deadline,
+        |r| {
+            let listed = r["spec"]["matchingResources"].as_array().map(Vec::len);
+            let too_large = r["status"]["failureMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains(&too_many));
+            (may_list && listed == Some(count))
+                || (too_large && listed == Some(0) && r["spec"].get("resources").is_none())
+        },
+    )
+    .await
+    .map_err(|e| fail(stack, e))?;
+    Ok(())
+}
+
 /// Services matching the seed's `oneForEvent` trigger in one cluster for the scale test.
 const THOUSANDS: usize = 1_000;
 
@@ -232,20 +259,7 @@ async fn thousands_of_matches_converge_exactly_across_restarts() -> anyhow::Resu
     assert_eq!(resources.len(), THOUSANDS, "one profile per Service");
     // The report lists every Service, or, when the collected resources are over what the API
     // server stores in one object, lists nothing and says so, naming the count.
-    demo::wait_report(
-        &stack,
-        "sveltos--sveltos-service--cluster-a",
-        deadline,
-        |r| {
-            let listed = r["spec"]["matchingResources"].as_array().map(Vec::len);
-            let too_large = r["status"]["failureMessage"]
-                .as_str()
-                .is_some_and(|m| m.contains(&format!("{THOUSANDS} matching resources take")));
-            listed == Some(THOUSANDS) || (too_large && listed == Some(0))
-        },
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    report_of(&stack, THOUSANDS, true, deadline).await?;
     eprintln!(
         "{THOUSANDS} Services provisioned after {:?}",
         started.elapsed()
@@ -275,20 +289,7 @@ async fn ten_thousand_matches_converge_and_clean_up() -> anyhow::Result<()> {
     );
     // The seed collects the Services: ten thousand of them are more than one object may hold,
     // so the report lists none and says why, naming the count, while the profiles flowed.
-    demo::wait_report(
-        &stack,
-        "sveltos--sveltos-service--cluster-a",
-        deadline,
-        |r| {
-            let listed = r["spec"]["matchingResources"].as_array().map(Vec::len);
-            let too_large = r["status"]["failureMessage"]
-                .as_str()
-                .is_some_and(|m| m.contains(&format!("{TEN_THOUSAND} matching resources take")));
-            too_large && listed == Some(0) && r["spec"].get("resources").is_none()
-        },
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    report_of(&stack, TEN_THOUSAND, false, deadline).await?;
     assert_all_running(&mut stack);
     delete_all(&stack, TEN_THOUSAND, deadline, started).await?;
     assert_all_running(&mut stack);
