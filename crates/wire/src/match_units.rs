@@ -142,7 +142,7 @@ impl SetView {
     }
 
     /// The present members in no particular order.
-    pub fn members(&self) -> impl Iterator<Item = &pb::MatchMember> + Clone {
+    pub fn members(&self) -> impl Iterator<Item = &pb::MatchMember> {
         self.members.values().map(|(member, _)| member)
     }
 
