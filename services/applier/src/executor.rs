@@ -13,7 +13,7 @@ use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
 use crate::index::{PairIndex, Pairs, UnitLabels};
-use crate::plan::{self, content_hash, object_id, Known, OWNED};
+use crate::plan::{self, Known, OWNED};
 use crate::{adopt, status};
 use sluice_wire::unit::Unit;
 const FIELD_MANAGER: &str = "sluice-applier";
@@ -189,28 +189,29 @@ impl Applier {
         let steps = plan::plan(&desired, &known);
         // Referenced objects before the profiles that point at them, profiles deleted before
         // what they referenced: each phase runs its writes concurrently.
-        let (references, profiles): (Vec<&Value>, Vec<&Value>) = steps
+        let (references, profiles): (Vec<_>, Vec<_>) = steps
             .apply
-            .iter()
-            .partition(|o| o.get("kind").and_then(Value::as_str) != Some("ClusterProfile"));
+            .into_iter()
+            .zip(steps.hashes)
+            .partition(|(o, _)| o.get("kind").and_then(Value::as_str) != Some("ClusterProfile"));
         for phase in [references, profiles] {
             let mut writes = Vec::with_capacity(phase.len());
-            for object in phase {
-                let r = sluice_wire::object_ref(object);
+            for (object, hash) in phase {
+                let r = sluice_wire::object_ref(&object);
                 let kind = self.kind(&r.api_version, &r.kind).await?;
-                writes.push((object.clone(), r, kind));
+                writes.push((object, r, kind, hash));
             }
             let client = &self.client;
             let outcomes: Vec<_> = futures::stream::iter(writes)
-                .map(move |(object, r, kind)| apply_one(client, object, r, kind))
+                .map(move |(object, r, kind, hash)| apply_one(client, object, r, kind, hash))
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .collect()
                 .await;
             let mut failure = None;
             for outcome in outcomes {
                 match outcome {
-                    Ok((object, r)) => {
-                        known.insert(object_id(&object), content_hash(&object));
+                    Ok((r, hash)) => {
+                        known.insert((r.kind.clone(), r.namespace.clone(), r.name.clone()), hash);
                         result.applied.push(r);
                     }
                     Err(error) => failure = Some(error),
@@ -454,18 +455,19 @@ impl Applier {
     }
 }
 
-/// Applies one object. It takes owned values: a stream of futures over borrowed ones is not
-/// provably `Send` (a compiler limit with higher-ranked lifetimes), and the runner's stages
-/// must be.
+/// Applies one object; returns its reference and its content `hash` once applied. It takes
+/// owned values: a stream of futures over borrowed ones is not provably `Send` (a compiler
+/// limit with higher-ranked lifetimes), and the runner's stages must be.
 async fn apply_one(
     client: &kube::Client,
     object: Value,
     r: pb::ObjectRef,
     kind: Kind,
-) -> sluice_kube::Result<(Value, pb::ObjectRef)> {
+    hash: String,
+) -> sluice_kube::Result<(pb::ObjectRef, String)> {
     apply::apply_unread(client, &kind, &object, FIELD_MANAGER)
         .await
-        .map(|()| (object, r))
+        .map(|()| (r, hash))
 }
 
 /// Deletes one object (owned, as [`apply_one`]).

@@ -29,6 +29,9 @@ pub type Known = BTreeMap<ObjectId, String>;
 #[derive(Debug, Default, PartialEq)]
 pub struct Plan {
     pub apply: Vec<Value>,
+    /// The content hash of each object of `apply`, in its order: what the unit is known to
+    /// hold once it is applied.
+    pub hashes: Vec<String>,
     pub delete: Vec<pb::ObjectRef>,
 }
 
@@ -55,13 +58,18 @@ fn rank(kind: &str) -> u8 {
 /// applied (server-side apply is idempotent), references before profiles; and every known
 /// object not desired, profiles before what they reference.
 pub fn plan(desired: &[Value], known: &Known) -> Plan {
-    let mut apply: Vec<Value> = desired
-        .iter()
-        .filter(|o| known.get(&object_id(o)) != Some(&content_hash(o)))
-        .cloned()
-        .collect();
-    apply.sort_by_key(|o| rank(o.get("kind").and_then(Value::as_str).unwrap_or("")));
-    let wanted: std::collections::BTreeSet<ObjectId> = desired.iter().map(object_id).collect();
+    let mut wanted = std::collections::BTreeSet::new();
+    let mut changed: Vec<(Value, String)> = Vec::new();
+    for object in desired {
+        let id = object_id(object);
+        let hash = content_hash(object);
+        if known.get(&id) != Some(&hash) {
+            changed.push((object.clone(), hash));
+        }
+        wanted.insert(id);
+    }
+    changed.sort_by_key(|(o, _)| rank(o.get("kind").and_then(Value::as_str).unwrap_or("")));
+    let (apply, hashes) = changed.into_iter().unzip();
     let mut delete: Vec<pb::ObjectRef> = known
         .keys()
         .filter(|id| !wanted.contains(*id))
@@ -77,7 +85,11 @@ pub fn plan(desired: &[Value], known: &Known) -> Plan {
         })
         .collect();
     delete.sort_by_key(|r| std::cmp::Reverse(rank(&r.kind)));
-    Plan { apply, delete }
+    Plan {
+        apply,
+        hashes,
+        delete,
+    }
 }
 
 /// The objects a desired state wants (none when it is removed); an object that does not decode
@@ -239,6 +251,7 @@ mod tests {
         let mut known = listed(std::slice::from_ref(&changed));
         known.insert(object_id(&same), content_hash(&same));
         let p = plan(&[same, changed.clone()], &known);
+        assert_eq!(p.hashes, vec![content_hash(&changed)]);
         assert_eq!(p.apply, vec![changed], "listed objects are applied once");
         assert!(p.delete.is_empty());
     }
