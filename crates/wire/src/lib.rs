@@ -113,19 +113,17 @@ pub fn cluster_tokens(id: &ClusterId) -> String {
     topology::cluster_tokens(id.cluster_type.lower(), &id.namespace, &id.name)
 }
 
+/// An object's reference: its apiVersion, kind, namespace and name, each empty when missing or
+/// not a string.
 pub fn object_ref(object: &Value) -> pb::ObjectRef {
-    let s = |p: &str| {
-        object
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
+    // Plain lookups: `Value::pointer` allocates for each path segment it unescapes.
+    let text = |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or("").to_string();
+    let metadata = object.get("metadata");
     pb::ObjectRef {
-        api_version: s("/apiVersion"),
-        kind: s("/kind"),
-        namespace: s("/metadata/namespace"),
-        name: s("/metadata/name"),
+        api_version: text(object.get("apiVersion")),
+        kind: text(object.get("kind")),
+        namespace: text(metadata.and_then(|m| m.get("namespace"))),
+        name: text(metadata.and_then(|m| m.get("name"))),
     }
 }
 
@@ -409,6 +407,38 @@ impl ConfigFeed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_objects_reference_takes_what_it_has() {
+        let reference =
+            |api_version: &str, kind: &str, namespace: &str, name: &str| pb::ObjectRef {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                namespace: namespace.into(),
+                name: name.into(),
+            };
+        assert_eq!(
+            object_ref(&serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"namespace": "projectsveltos", "name": "a/b~c"}})),
+            reference("v1", "ConfigMap", "projectsveltos", "a/b~c")
+        );
+        assert_eq!(
+            object_ref(
+                &serde_json::json!({"apiVersion": "config.projectsveltos.io/v1beta1",
+                "kind": "ClusterProfile", "metadata": {"name": "p"}})
+            ),
+            reference(
+                "config.projectsveltos.io/v1beta1",
+                "ClusterProfile",
+                "",
+                "p"
+            )
+        );
+        assert_eq!(
+            object_ref(&serde_json::json!({"kind": 3, "metadata": "x"})),
+            reference("", "", "", "")
+        );
+    }
 
     #[test]
     fn cluster_refs_round_trip() {
