@@ -43,18 +43,160 @@ pub struct LoadReport {
     pub api_server_cpu: f64,
     /// Peak resident memory per process (kB).
     pub peak_rss_kb: Vec<(String, u64)>,
+    /// With `hops`: per hop, its durations for the created Services, then for the deleted ones
+    /// (`hop_durations`).
+    pub hops: Option<[HopDurations; 2]>,
 }
 
 impl LoadReport {
     /// CPU of every process together per event (create and delete both count as events).
     pub fn cpu_per_event(&self) -> Duration {
         let total: f64 = self.cpu.iter().map(|(_, s)| s).sum();
-        Duration::from_secs_f64(total / (2 * self.count).max(1) as f64)
+        self.per_event(total)
+    }
+
+    /// CPU per event of the load generator and the observer (this process's CPU but for the
+    /// API test server's threads).
+    pub fn load_generator_cpu_per_event(&self) -> Duration {
+        let process = self
+            .cpu
+            .iter()
+            .find(|(name, _)| name.starts_with("sluice "))
+            .map_or(0.0, |(_, s)| *s);
+        self.per_event((process - self.api_server_cpu).max(0.0))
+    }
+
+    fn per_event(&self, seconds: f64) -> Duration {
+        Duration::from_secs_f64(seconds / (2 * self.count).max(1) as f64)
     }
 }
 
+/// What every load Service's name starts with.
+const SERVICE_PREFIX: &str = "load-";
+
 fn service_name(i: usize) -> String {
-    format!("load-{i:06}")
+    format!("{SERVICE_PREFIX}{i:06}")
+}
+
+/// The pipeline's hops a load event passes, in order, as `--hops` times them: the API server's
+/// answer to the load generator's request, and each message on the bus for the event's Service,
+/// seen by a core NATS subscription of the load generator (the bus stores a message before it
+/// delivers it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Hop {
+    /// The API server answered the create or delete.
+    Answered,
+    /// The watcher's `ResourceChange`.
+    Change,
+    /// The evaluator's match member.
+    Member,
+    /// The renderer's resource unit.
+    Desired,
+    /// The applier's `ApplyResult`.
+    Applied,
+}
+
+impl Hop {
+    pub const ALL: [Hop; 5] = [
+        Hop::Answered,
+        Hop::Change,
+        Hop::Member,
+        Hop::Desired,
+        Hop::Applied,
+    ];
+
+    /// The hop this one is timed from; `None`: from the scheduled time. The watcher's change
+    /// does not follow the API's answer, which may come after the watch event.
+    fn follows(self) -> Option<Hop> {
+        match self {
+            Hop::Answered | Hop::Change => None,
+            Hop::Member => Some(Hop::Change),
+            Hop::Desired => Some(Hop::Member),
+            Hop::Applied => Some(Hop::Desired),
+        }
+    }
+
+    /// The subjects the hop's messages are published on (none for the API's answer).
+    fn subjects(self) -> Option<&'static str> {
+        Some(match self {
+            Hop::Answered => return None,
+            Hop::Change => "sluice.v1.change.>",
+            Hop::Member => "sluice.v1.match.>",
+            Hop::Desired => "sluice.v1.desired.>",
+            Hop::Applied => "sluice.v1.applied.>",
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Hop::Answered => "answered",
+            Hop::Change => "change",
+            Hop::Member => "member",
+            Hop::Desired => "desired",
+            Hop::Applied => "applied",
+        }
+    }
+}
+
+/// Per hop (and last `profile`), its name and durations (`hop_durations`).
+pub type HopDurations = Vec<(&'static str, Vec<Duration>)>;
+
+/// When each hop was seen for each Service, in the order seen.
+pub type Arrivals = HashMap<(Hop, String), Vec<Instant>>;
+
+/// The load Service a hop's message is about: the subject's last token, for the subjects that
+/// end in a resource's name (a change, a member, a resource unit and its result; a head or a
+/// main unit ends in another name).
+pub fn hop_resource(subject: &str) -> Option<&str> {
+    let name = subject.rsplit('.').next()?;
+    name.starts_with(SERVICE_PREFIX).then_some(name)
+}
+
+/// Per hop, how long after the hop it follows ([`Hop::follows`]; the scheduled time for the
+/// first) each Service's message came, taking the first message after that one. Last,
+/// `profile`: from the renderer's unit to the ClusterProfile's watch event (the applier writes
+/// the profile before it stores its result, so this does not follow `applied`). A Service
+/// missing a hop is left out of that hop's and the later ones' durations.
+pub fn hop_durations(
+    arrivals: &Arrivals,
+    scheduled: &HashMap<String, Instant>,
+    observed: &HashMap<String, Instant>,
+) -> HopDurations {
+    let first_after = |hop: Hop, name: &str, after: Instant| {
+        arrivals
+            .get(&(hop, name.to_string()))?
+            .iter()
+            .copied()
+            .filter(|t| *t >= after)
+            .min()
+    };
+    let mut out: HopDurations = Hop::ALL
+        .iter()
+        .map(|h| (h.name(), Vec::new()))
+        .chain([("profile", Vec::new())])
+        .collect();
+    for (name, at) in scheduled {
+        let mut times: HashMap<Hop, Instant> = HashMap::new();
+        for (i, hop) in Hop::ALL.iter().enumerate() {
+            let from = match hop.follows() {
+                None => *at,
+                Some(before) => match times.get(&before) {
+                    Some(t) => *t,
+                    None => continue,
+                },
+            };
+            if let Some(t) = first_after(*hop, name, from) {
+                out[i].1.push(t - from);
+                times.insert(*hop, t);
+            }
+        }
+        if let (Some(desired), Some(seen)) = (times.get(&Hop::Desired), observed.get(name)) {
+            out[Hop::ALL.len()]
+                .1
+                .push(seen.saturating_duration_since(*desired));
+        }
+    }
+    out
 }
 
 /// When each resource's ClusterProfile appeared and disappeared, from one watch.
@@ -69,6 +211,7 @@ pub async fn measure(
     preload: usize,
     rate: f64,
     count: usize,
+    hops: bool,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<LoadReport> {
     anyhow::ensure!(rate > 0.0, "the rate must be positive");
@@ -102,24 +245,39 @@ pub async fn measure(
     )?;
 
     let names: Vec<String> = (preload..preload + count).map(service_name).collect();
+    let arrivals: Arc<Mutex<Arrivals>> = Arc::new(Mutex::new(HashMap::new()));
+    let listener = match hops {
+        true => Some(listen(&stack, arrivals.clone()).await?),
+        false => None,
+    };
     let cpu_before = cpu_seconds(&stack);
     let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
     writeln!(out, "# creating {count} Services at {rate}/s")?;
-    let scheduled = open_loop(&services, &names, rate, Phase::Create).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Create, &arrivals).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.appeared.contains_key(n))
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let create = latencies(&seen, &names, &scheduled, |s| &s.appeared);
+    let created = scheduled;
     writeln!(out, "# deleting them at {rate}/s")?;
-    let scheduled = open_loop(&services, &names, rate, Phase::Delete).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Delete, &arrivals).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.gone.contains_key(n))
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let delete = latencies(&seen, &names, &scheduled, |s| &s.gone);
+    let hops = listener.map(|listener| {
+        listener.abort();
+        let arrivals = arrivals.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        [
+            hop_durations(&arrivals, &created, &seen.appeared),
+            hop_durations(&arrivals, &scheduled, &seen.gone),
+        ]
+    });
     let cpu_after = cpu_seconds(&stack);
     let api_server_cpu = threads_cpu_seconds(sluice_testserver::THREAD_NAME) - api_server_before;
     clean_up(&stack, &services, &seen, preload, out).await?;
@@ -149,6 +307,7 @@ pub async fn measure(
         cpu,
         api_server_cpu,
         peak_rss_kb,
+        hops,
     })
 }
 
@@ -192,13 +351,15 @@ enum Phase {
     Delete,
 }
 
-/// Starts one request per name at `start + i / rate`, each in its own task, and returns each
-/// name's scheduled time once every request has been answered.
+/// Starts one request per name at `start + i / rate`, each in its own task, records when each
+/// was answered (`Hop::Answered`) and returns each name's scheduled time once every request has
+/// been answered.
 async fn open_loop(
     services: &Services,
     names: &[String],
     rate: f64,
     phase: Phase,
+    answered: &Mutex<Arrivals>,
 ) -> anyhow::Result<HashMap<String, Instant>> {
     let start = Instant::now() + Duration::from_millis(50);
     let mut scheduled = HashMap::with_capacity(names.len());
@@ -208,9 +369,16 @@ async fn open_loop(
         async move {
             tokio::time::sleep_until(at.into()).await;
             match phase {
-                Phase::Create => services.create(name).await,
-                Phase::Delete => services.delete(name).await,
+                Phase::Create => services.create(name).await?,
+                Phase::Delete => services.delete(name).await?,
             }
+            answered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry((Hop::Answered, name.clone()))
+                .or_default()
+                .push(Instant::now());
+            anyhow::Ok(())
         }
     });
     // Every request runs at its own time: none waits for an earlier one to be answered.
@@ -295,6 +463,36 @@ async fn observe(
     }))
 }
 
+/// Records when each hop's message about a load Service arrives, from core NATS subscriptions
+/// of the stack's administrator.
+async fn listen(
+    stack: &Stack,
+    arrivals: Arc<Mutex<Arrivals>>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let client = stack.bus_options().connect_client().await?;
+    let mut subscriptions = Vec::new();
+    for (hop, subjects) in Hop::ALL.iter().filter_map(|h| Some((*h, h.subjects()?))) {
+        let messages = client.subscribe(subjects).await?;
+        subscriptions.push(messages.map(move |m| (hop, m.subject)));
+    }
+    client.flush().await?;
+    Ok(tokio::spawn(async move {
+        let _client = client;
+        let mut messages = stream::select_all(subscriptions);
+        while let Some((hop, subject)) = messages.next().await {
+            let now = Instant::now();
+            if let Some(name) = hop_resource(&subject) {
+                arrivals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry((hop, name.to_string()))
+                    .or_default()
+                    .push(now);
+            }
+        }
+    }))
+}
+
 async fn wait_until(
     seen: &Arc<Mutex<Seen>>,
     limit: Duration,
@@ -374,4 +572,91 @@ fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
         .next()?
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hops_resource_is_the_load_service_its_subject_ends_in() {
+        let cluster = "sveltos.default.cluster-a";
+        assert_eq!(
+            hop_resource(&format!(
+                "sluice.v1.change.{cluster}._.Service.default.load-000042"
+            )),
+            Some("load-000042")
+        );
+        assert_eq!(
+            hop_resource(&format!(
+                "sluice.v1.desired.service-network-policy.{cluster}.r.default.load-000042"
+            )),
+            Some("load-000042")
+        );
+        // A head and a main unit end in the EventSource's and the cluster's names.
+        assert_eq!(
+            hop_resource(&format!("sluice.v1.match.{cluster}.sveltos-service")),
+            None
+        );
+        assert_eq!(
+            hop_resource(&format!(
+                "sluice.v1.desired.service-network-policy.{cluster}"
+            )),
+            None
+        );
+    }
+
+    #[test]
+    fn each_hop_takes_the_first_message_after_the_one_before() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let name = "load-000001".to_string();
+        let arrivals = HashMap::from([
+            ((Hop::Answered, name.clone()), vec![ms(4)]),
+            // An earlier event's change (before the scheduled time) is not this one's; the watch
+            // may see the change before the request is answered.
+            ((Hop::Change, name.clone()), vec![t0, ms(3)]),
+            ((Hop::Member, name.clone()), vec![ms(5), ms(9)]),
+            ((Hop::Desired, name.clone()), vec![ms(12)]),
+            ((Hop::Applied, name.clone()), vec![ms(20)]),
+        ]);
+        let scheduled = HashMap::from([(name.clone(), ms(1))]);
+        let observed = HashMap::from([(name.clone(), ms(16))]);
+        let durations = hop_durations(&arrivals, &scheduled, &observed);
+        let ms = |n: u64| vec![Duration::from_millis(n)];
+        assert_eq!(
+            durations,
+            vec![
+                ("answered", ms(3)),
+                ("change", ms(2)),
+                ("member", ms(2)),
+                ("desired", ms(7)),
+                ("applied", ms(8)),
+                ("profile", ms(4)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_service_missing_a_hop_counts_in_none_after_it() {
+        let t0 = Instant::now();
+        let name = "load-000001".to_string();
+        let arrivals = HashMap::from([
+            (
+                (Hop::Change, name.clone()),
+                vec![t0 + Duration::from_millis(2)],
+            ),
+            (
+                (Hop::Desired, name.clone()),
+                vec![t0 + Duration::from_millis(4)],
+            ),
+        ]);
+        let scheduled = HashMap::from([(name.clone(), t0)]);
+        let observed = HashMap::from([(name, t0 + Duration::from_millis(6))]);
+        let durations = hop_durations(&arrivals, &scheduled, &observed);
+        let counts: Vec<usize> = durations.iter().map(|(_, d)| d.len()).collect();
+        // No answer recorded: the change, timed from the scheduled time, still counts.
+        assert_eq!(counts, vec![0, 1, 0, 0, 0, 0]);
+        assert_eq!(durations[1], ("change", vec![Duration::from_millis(2)]));
+    }
 }

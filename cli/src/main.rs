@@ -51,6 +51,10 @@ enum Command {
         /// With `--load`: matching Services created and converged first.
         #[arg(long, default_value_t = 0)]
         preload: usize,
+        /// With `--load`: also time each hop of the pipeline (watcher, evaluator, renderer,
+        /// applier) from the bus; its subscriptions add to nats-server's CPU.
+        #[arg(long)]
+        hops: bool,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -149,11 +153,13 @@ async fn main() -> anyhow::Result<()> {
             cloudevents,
             load,
             preload,
+            hops,
         } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
             if let Some((rate, count)) = load {
                 let report =
-                    sluice_cli::load::measure(preload, rate, count, &mut std::io::stdout()).await?;
+                    sluice_cli::load::measure(preload, rate, count, hops, &mut std::io::stdout())
+                        .await?;
                 let (p50, p99, max) = sluice_cli::demo::percentiles(&report.create);
                 println!(
                     "open loop, {} matching before, {count} Services at {rate}/s: create -> ClusterProfile p50 {p50:?}, p99 {p99:?}, max {max:?}",
@@ -162,8 +168,9 @@ async fn main() -> anyhow::Result<()> {
                 let (p50, p99, max) = sluice_cli::demo::percentiles(&report.delete);
                 println!("  delete -> ClusterProfile gone p50 {p50:?}, p99 {p99:?}, max {max:?}");
                 println!(
-                    "  CPU per event, all processes: {:?}",
-                    report.cpu_per_event()
+                    "  CPU per event, all processes: {:?} (of which the load generator and observer: {:?})",
+                    report.cpu_per_event(),
+                    report.load_generator_cpu_per_event()
                 );
                 for ((name, seconds), (_, rss)) in report.cpu.iter().zip(&report.peak_rss_kb) {
                     println!("    {name}: {seconds:.2} s CPU, peak RSS {} MB", rss / 1024);
@@ -172,6 +179,23 @@ async fn main() -> anyhow::Result<()> {
                     "    of the sluice process's CPU, the API test server's threads: {:.2} s",
                     report.api_server_cpu
                 );
+                for (phase, hops) in ["create", "delete"]
+                    .iter()
+                    .zip(report.hops.iter().flatten())
+                {
+                    let timed: Vec<String> = hops
+                        .iter()
+                        .filter(|(_, d)| !d.is_empty())
+                        .map(|(hop, d)| {
+                            let (p50, p99, _) = sluice_cli::demo::percentiles(d);
+                            format!("{hop} {p50:.1?}/{p99:.1?}")
+                        })
+                        .collect();
+                    println!(
+                        "  {phase} hops, p50/p99 after the one before: {}",
+                        timed.join(", ")
+                    );
+                }
                 return Ok(());
             }
             if let Some(events) = cloudevents.filter(|n| *n > 0) {
