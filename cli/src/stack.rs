@@ -41,7 +41,11 @@ pub const MANAGEMENT: &str = "mgmt";
 
 /// The services' tuning variables the stack passes on from its own environment (its services
 /// inherit no other `SLUICE_*` variable), so a measurement can set them.
-const TUNING_ENV: [&str; 2] = ["SLUICE_LINGER_US", "SLUICE_WORKER_THREADS"];
+const TUNING_ENV: [&str; 3] = [
+    "SLUICE_LINGER_US",
+    "SLUICE_WORKER_THREADS",
+    "SLUICE_APPLY_CONCURRENCY",
+];
 
 /// The namespaces and RBAC of the deployment (`k8s/base`): the services' ServiceAccounts, Roles,
 /// ClusterRoles and bindings, applied to the management cluster as they are.

@@ -20,8 +20,6 @@ const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 /// Writes of one desired state in flight at once (per phase).
 const WRITE_CONCURRENCY: usize = 16;
-/// Desired states of different (trigger, cluster) pairs applied at once.
-const STATE_CONCURRENCY: usize = 8;
 
 pub(crate) struct Applier {
     pub(crate) client: kube::Client,
@@ -39,6 +37,8 @@ pub(crate) struct Applier {
     /// Where it writes the ConfigMaps and Secrets it owns (Sveltos's namespace), so their lists
     /// stay there too: it may neither read nor list them anywhere else.
     namespace: String,
+    /// Desired states (units) applied at once (`--apply-concurrency`).
+    concurrency: usize,
 }
 
 /// SHA-256 of what a desired state asks for: its objects' JSON in order, or its failure.
@@ -53,10 +53,11 @@ fn deployed_hash(state: &pb::DesiredState) -> Vec<u8> {
 }
 
 impl Applier {
-    pub(crate) fn new(client: kube::Client, namespace: &str) -> Applier {
+    pub(crate) fn new(client: kube::Client, namespace: &str, concurrency: usize) -> Applier {
         Applier {
             client,
             namespace: namespace.to_string(),
+            concurrency: concurrency.max(1),
             kinds: Mutex::new(HashMap::new()),
             pairs: Mutex::new(Pairs::default()),
             listing: Mutex::new(HashMap::new()),
@@ -116,7 +117,7 @@ impl Applier {
                     }
                     out
                 })
-                .buffer_unordered(STATE_CONCURRENCY)
+                .buffer_unordered(self.concurrency)
                 .flat_map(futures::stream::iter)
                 .collect()
                 .await;

@@ -19,9 +19,31 @@ use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
 use executor::Applier;
 
+/// The default of `--apply-concurrency`.
+pub const DEFAULT_APPLY_CONCURRENCY: u16 = 32;
+
+/// The most `--apply-concurrency` the applier accepts.
+pub const MAX_APPLY_CONCURRENCY: u16 = 1024;
+
+/// The applier's own flags.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ApplierArgs {
+    /// Desired states (units) applied at once; each takes one or two API requests at a time. A
+    /// unit waits for its writes, so this bounds the units per second to this many per two
+    /// API round trips
+    #[arg(
+        long,
+        env = "SLUICE_APPLY_CONCURRENCY",
+        default_value_t = DEFAULT_APPLY_CONCURRENCY,
+        value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_APPLY_CONCURRENCY))
+    )]
+    pub apply_concurrency: u16,
+}
+
 /// Runs the applier until `token` is cancelled.
 pub async fn run(
     common: CommonArgs,
+    own: ApplierArgs,
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -32,7 +54,11 @@ pub async fn run(
         .context("failed to build the management cluster client")?;
     let mut stage = stage::ApplierStage {
         bus: bus.clone(),
-        applier: Applier::new(client, &common.sveltos_namespace),
+        applier: Applier::new(
+            client,
+            &common.sveltos_namespace,
+            usize::from(own.apply_concurrency),
+        ),
         statuses: status::Statuses::default(),
         status_writes: stage::StatusWrites::default(),
         reported: std::collections::BTreeMap::new(),
@@ -88,5 +114,49 @@ fn hooks(health: &Health) -> Hooks {
         retried: std::sync::Arc::new(move |n| retried.add(n)),
         rejected: std::sync::Arc::new(move |n| rejected.add(n)),
         trace: Some(sluice_runtime::child_traceparent),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::{Args as _, FromArgMatches as _};
+
+    fn parse(args: &[&str]) -> Result<ApplierArgs, clap::Error> {
+        let command = ApplierArgs::augment_args(clap::Command::new("sluice-applier"));
+        let mut matches = command
+            .try_get_matches_from(std::iter::once("sluice-applier").chain(args.iter().copied()))?;
+        ApplierArgs::from_arg_matches_mut(&mut matches)
+    }
+
+    #[test]
+    fn the_apply_concurrency_is_thirty_two_unless_the_flag_says_otherwise() {
+        assert_eq!(parse(&[]).unwrap().apply_concurrency, 32);
+        assert_eq!(
+            parse(&["--apply-concurrency", "1"])
+                .unwrap()
+                .apply_concurrency,
+            1
+        );
+        assert_eq!(
+            parse(&["--apply-concurrency", "1024"])
+                .unwrap()
+                .apply_concurrency,
+            1024
+        );
+    }
+
+    #[test]
+    fn an_apply_concurrency_out_of_range_is_refused_naming_the_flag() {
+        for bad in ["0", "1025", "many"] {
+            let error = parse(&["--apply-concurrency", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("--apply-concurrency") && error.contains(bad),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -3,5 +3,6 @@
 sluice_runtime::service_main!(
     "applier",
     "Applies ClusterProfiles and instantiated ConfigMaps/Secrets, and cleans up",
+    sluice_applier::ApplierArgs,
     sluice_applier::run
 );
