@@ -20,6 +20,18 @@ const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 /// Writes of one desired state in flight at once (per phase).
 const WRITE_CONCURRENCY: usize = 16;
+/// Units of a batch applied at once while the applier keeps up (unless `--apply-concurrency` is
+/// lower).
+const KEEPING_UP_CONCURRENCY: usize = 8;
+
+/// How many of a batch's `units` run at once, with at most `most` (`--apply-concurrency`): few
+/// while batches are small, so the API server is not sent bursts it must share its time among
+/// (the units already sent finish first), and more as batches grow, which says the applier has
+/// fallen behind: half the batch, so that it takes about two round trips of each unit's writes.
+pub(crate) fn units_at_once(units: usize, most: usize) -> usize {
+    let most = most.max(1);
+    (units / 2).clamp(KEEPING_UP_CONCURRENCY.min(most), most)
+}
 
 pub(crate) struct Applier {
     pub(crate) client: kube::Client,
@@ -37,7 +49,7 @@ pub(crate) struct Applier {
     /// Where it writes the ConfigMaps and Secrets it owns (Sveltos's namespace), so their lists
     /// stay there too: it may neither read nor list them anywhere else.
     namespace: String,
-    /// Desired states (units) applied at once (`--apply-concurrency`).
+    /// The most desired states (units) applied at once (`--apply-concurrency`; `units_at_once`).
     concurrency: usize,
 }
 
@@ -108,6 +120,7 @@ impl Applier {
             });
             groups[group].push(index);
         }
+        let concurrency = units_at_once(groups.len(), self.concurrency);
         let mut done: Vec<(usize, sluice_kube::Result<pb::ApplyResult>)> =
             futures::stream::iter(groups)
                 .map(|group| async move {
@@ -117,7 +130,7 @@ impl Applier {
                     }
                     out
                 })
-                .buffer_unordered(self.concurrency)
+                .buffer_unordered(concurrency)
                 .flat_map(futures::stream::iter)
                 .collect()
                 .await;
@@ -492,4 +505,22 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_batch_runs_eight_units_at_once_and_a_large_one_half_of_them_up_to_the_most() {
+        assert_eq!(units_at_once(1, 32), 8);
+        assert_eq!(units_at_once(16, 32), 8);
+        assert_eq!(units_at_once(40, 32), 20);
+        assert_eq!(units_at_once(256, 32), 32);
+        assert_eq!(units_at_once(256, 1024), 128);
+        // A lower --apply-concurrency is the most also while keeping up.
+        assert_eq!(units_at_once(1, 4), 4);
+        assert_eq!(units_at_once(256, 1), 1);
+        assert_eq!(units_at_once(0, 0), 1);
+    }
 }

@@ -28,9 +28,9 @@ pub const MAX_APPLY_CONCURRENCY: u16 = 1024;
 /// The applier's own flags.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ApplierArgs {
-    /// Desired states (units) applied at once; each takes one or two API requests at a time. A
-    /// unit waits for its writes, so this bounds the units per second to this many per two
-    /// API round trips
+    /// The most desired states (units) applied at once: eight while the applier keeps up, up to
+    /// this many as it falls behind. A unit waits for one or two API round trips, so this bounds
+    /// the units per second to this many per two round trips
     #[arg(
         long,
         env = "SLUICE_APPLY_CONCURRENCY",
