@@ -41,6 +41,8 @@ pub struct LoadReport {
     /// Of this process's CPU seconds (in `cpu`), those of the API test server's own threads; the
     /// rest is the load generator's, the observer's and the stack's conversion webhook's.
     pub api_server_cpu: f64,
+    /// Of `cpu`, what each process used until the last created Service's profile was seen.
+    pub create_cpu: Vec<(String, f64)>,
     /// Peak resident memory per process (kB).
     pub peak_rss_kb: Vec<(String, u64)>,
     /// With `hops`: per hop, its durations for the created Services, then for the deleted ones
@@ -261,6 +263,7 @@ pub async fn measure(
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     let create = latencies(&seen, &names, &scheduled, |s| &s.appeared);
     let created = scheduled;
+    let cpu_created = cpu_seconds(&stack);
     writeln!(out, "# deleting them at {rate}/s")?;
     let scheduled = open_loop(&services, &names, rate, Phase::Delete, &arrivals).await?;
     wait_until(&seen, GRACE, |s| {
@@ -282,16 +285,8 @@ pub async fn measure(
     let api_server_cpu = threads_cpu_seconds(sluice_testserver::THREAD_NAME) - api_server_before;
     clean_up(&stack, &services, &seen, preload, out).await?;
     observer.abort();
-    let cpu = cpu_after
-        .iter()
-        .map(|(name, after)| {
-            let before = cpu_before
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(0.0, |(_, b)| *b);
-            (name.clone(), after - before)
-        })
-        .collect();
+    let cpu = cpu_since(&cpu_after, &cpu_before);
+    let create_cpu = cpu_since(&cpu_created, &cpu_before);
     let peak_rss_kb = stack
         .processes()
         .into_iter()
@@ -306,6 +301,7 @@ pub async fn measure(
         delete,
         cpu,
         api_server_cpu,
+        create_cpu,
         peak_rss_kb,
         hops,
     })
@@ -522,6 +518,20 @@ fn latencies(
         .filter_map(|n| {
             let at = field(&seen).get(n)?;
             Some(at.saturating_duration_since(scheduled[n]))
+        })
+        .collect()
+}
+
+/// Per process, the CPU seconds of `after` less those of `before`.
+fn cpu_since(after: &[(String, f64)], before: &[(String, f64)]) -> Vec<(String, f64)> {
+    after
+        .iter()
+        .map(|(name, a)| {
+            let b = before
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0.0, |(_, b)| *b);
+            (name.clone(), a - b)
         })
         .collect()
 }

@@ -172,8 +172,16 @@ async fn main() -> anyhow::Result<()> {
                     report.cpu_per_event(),
                     report.load_generator_cpu_per_event()
                 );
-                for ((name, seconds), (_, rss)) in report.cpu.iter().zip(&report.peak_rss_kb) {
-                    println!("    {name}: {seconds:.2} s CPU, peak RSS {} MB", rss / 1024);
+                for (((name, seconds), (_, rss)), (_, creates)) in report
+                    .cpu
+                    .iter()
+                    .zip(&report.peak_rss_kb)
+                    .zip(&report.create_cpu)
+                {
+                    println!(
+                        "    {name}: {seconds:.2} s CPU ({creates:.2} s until the creates were done), peak RSS {} MB",
+                        rss / 1024
+                    );
                 }
                 println!(
                     "    of the sluice process's CPU, the API test server's threads: {:.2} s",
