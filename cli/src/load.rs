@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::{stream, StreamExt, TryStreamExt};
 use serde_json::json;
+use sluice_bus::topology;
 use sluice_domain::naming;
 use sluice_kube::{apply, watch};
 
@@ -122,10 +123,10 @@ impl Hop {
     fn subjects(self) -> Option<&'static str> {
         Some(match self {
             Hop::Answered => return None,
-            Hop::Change => "sluice.v1.change.>",
-            Hop::Member => "sluice.v1.match.>",
-            Hop::Desired => "sluice.v1.desired.>",
-            Hop::Applied => "sluice.v1.applied.>",
+            Hop::Change => topology::CHANGES.subjects,
+            Hop::Member => topology::MATCH.subjects,
+            Hop::Desired => topology::DESIRED.subjects,
+            Hop::Applied => topology::APPLIED.subjects,
         })
     }
 

@@ -9,7 +9,7 @@
 //! shutdown token and the health endpoint around the service's `run`:
 //!
 //! ```text
-//! sluice_runtime::service_main!("applier", "Applies what the renderer wants", sluice_applier::run);
+//! sluice_runtime::service_main!("reporter", "Writes EventReports", sluice_reporter::run);
 //! ```
 
 mod config;

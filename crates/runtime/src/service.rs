@@ -56,10 +56,11 @@ pub fn runtime(common: &CommonArgs) -> std::io::Result<tokio::runtime::Runtime> 
 }
 
 /// Defines a service binary's allocator and `main`:
-/// `service_main!("applier", "Applies ...", sluice_applier::run)` for a service with the
+/// `service_main!("reporter", "Writes ...", sluice_reporter::run)` for a service with the
 /// common flags only (`run(common, health, token)`), or
-/// `service_main!("watcher", "Watches ...", OwnArgs, |common, own, health, token| ...)` for
-/// one with flags of its own (`OwnArgs: clap::Args`). The binary is `sluice-<service>`.
+/// `service_main!("applier", "Applies ...", ApplierArgs, sluice_applier::run)` for one with
+/// flags of its own (`ApplierArgs: clap::Args`, `run(common, own, health, token)`). The binary
+/// is `sluice-<service>`.
 ///
 /// Every binary allocates with mimalloc (ADR 0016): decoding JSON makes many small
 /// allocations, which glibc malloc serves markedly slower.

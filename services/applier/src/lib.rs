@@ -47,6 +47,10 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    tracing::info!(
+        apply_concurrency = own.apply_concurrency,
+        "applier settings"
+    );
     // Opens the Secrets of desired states (ADR 0023).
     let (bus, key) = sluice_wire::service::connect(&common, topology::APPLIER, &health).await?;
     let client = sluice_kube::client::for_service(&common, &health, &token)
