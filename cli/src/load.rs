@@ -5,8 +5,10 @@
 //! delete -> its ClusterProfile is gone, from a label-selected watch (no LISTs by the
 //! observer); and the CPU every process of the stack spent per event, from `/proc`, with the API
 //! test server's own threads (`sluice_testserver::THREAD_NAME`) told apart from the rest of this
-//! process (the load generator, the observer and the conversion webhook). Last, the
-//! preloaded Services are deleted and the run fails unless nothing of the trigger is left.
+//! process (the load generator, the observer and the conversion webhook), over both phases and
+//! until the creates were done. With `hops`, each event's time is split by the hops of the
+//! pipeline (`Hop`), from the messages on the bus. Last, the preloaded Services are deleted and
+//! the run fails unless nothing of the trigger is left.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
