@@ -873,6 +873,47 @@ fn built_service_binaries_accept_every_variable_the_manifests_set() {
     }
 }
 
+/// What `k8s/README.md` tells an operator to set is what the binaries take: every `SLUICE_*`
+/// variable it names is accepted by the service binaries it is for (a renamed flag fails here).
+#[test]
+fn every_variable_the_deployment_guide_names_is_one_a_service_takes() {
+    let guide = std::fs::read_to_string(repo_root().join("k8s/README.md")).unwrap();
+    let named: BTreeSet<String> = guide
+        .split('`')
+        .filter(|token| {
+            token.starts_with("SLUICE_")
+                && token.len() > "SLUICE_".len()
+                && token.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        })
+        .map(str::to_owned)
+        .collect();
+    assert!(named.contains("SLUICE_NATS_URL"), "{named:?}");
+    let accepted: BTreeMap<&str, BTreeSet<String>> = SERVICES
+        .iter()
+        .map(|service| (*service, accepted_env(&format!("sluice-{service}"))))
+        .collect();
+    for name in &named {
+        let takers: Vec<&str> = SERVICES
+            .iter()
+            .copied()
+            .filter(|service| accepted[service].contains(name))
+            .collect();
+        assert!(
+            !takers.is_empty(),
+            "k8s/README.md names {name}, which no service binary takes"
+        );
+    }
+    // A variable of one service only is described as such.
+    assert_eq!(
+        SERVICES
+            .iter()
+            .filter(|service| accepted[*service].contains("SLUICE_APPLY_CONCURRENCY"))
+            .collect::<Vec<_>>(),
+        vec![&"applier"]
+    );
+    assert!(guide.contains("| `SLUICE_APPLY_CONCURRENCY` | applier only"));
+}
+
 /// The compose stack's bus has the prod overlay's shape: `nats-init` issues the credentials into
 /// the shared volume, NATS runs with the configuration it wrote (TLS, generated authorization),
 /// and every service connects with its own nkey and client certificate, the CA, and the bus key.
