@@ -66,7 +66,7 @@ impl LoadReport {
         let process = self
             .cpu
             .iter()
-            .find(|(name, _)| name.starts_with("sluice "))
+            .find(|(name, _)| name == crate::stack::THIS_PROCESS)
             .map_or(0.0, |(_, s)| *s);
         self.per_event((process - self.api_server_cpu).max(0.0))
     }
@@ -255,10 +255,11 @@ pub async fn measure(
         true => Some(listen(&stack, arrivals.clone()).await?),
         false => None,
     };
+    let answered = listener.as_ref().map(|_| &*arrivals);
     let cpu_before = cpu_seconds(&stack);
     let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
     writeln!(out, "# creating {count} Services at {rate}/s")?;
-    let scheduled = open_loop(&services, &names, rate, Phase::Create, &arrivals).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Create, answered).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.appeared.contains_key(n))
     })
@@ -268,7 +269,7 @@ pub async fn measure(
     let created = scheduled;
     let cpu_created = cpu_seconds(&stack);
     writeln!(out, "# deleting them at {rate}/s")?;
-    let scheduled = open_loop(&services, &names, rate, Phase::Delete, &arrivals).await?;
+    let scheduled = open_loop(&services, &names, rate, Phase::Delete, answered).await?;
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.gone.contains_key(n))
     })
@@ -350,15 +351,15 @@ enum Phase {
     Delete,
 }
 
-/// Starts one request per name at `start + i / rate`, each in its own task, records when each
-/// was answered (`Hop::Answered`) and returns each name's scheduled time once every request has
-/// been answered.
+/// Starts one request per name at `start + i / rate`, each in its own task, records in
+/// `answered` (when hops are timed) when each was answered (`Hop::Answered`) and returns each
+/// name's scheduled time once every request has been answered.
 async fn open_loop(
     services: &Services,
     names: &[String],
     rate: f64,
     phase: Phase,
-    answered: &Mutex<Arrivals>,
+    answered: Option<&Mutex<Arrivals>>,
 ) -> anyhow::Result<HashMap<String, Instant>> {
     let start = Instant::now() + Duration::from_millis(50);
     let mut scheduled = HashMap::with_capacity(names.len());
@@ -371,12 +372,14 @@ async fn open_loop(
                 Phase::Create => services.create(name).await?,
                 Phase::Delete => services.delete(name).await?,
             }
-            answered
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry((Hop::Answered, name.clone()))
-                .or_default()
-                .push(Instant::now());
+            if let Some(answered) = answered {
+                answered
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry((Hop::Answered, name.clone()))
+                    .or_default()
+                    .push(Instant::now());
+            }
             anyhow::Ok(())
         }
     });

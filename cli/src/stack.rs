@@ -36,6 +36,9 @@ pub const SERVICE_NAMESPACE: &str = "sluice-system";
 /// Sveltos's namespace, where EventReports, ClusterProfiles' instantiated objects live.
 pub const SVELTOS_NAMESPACE: &str = "projectsveltos";
 
+/// This process's name among the stack's [`Stack::processes`].
+pub const THIS_PROCESS: &str = "sluice (API test server)";
+
 /// Name of the management cluster in the test server.
 pub const MANAGEMENT: &str = "mgmt";
 
@@ -291,7 +294,7 @@ impl Stack {
     }
 
     /// Every process of the stack by name, with its pid: the five services, nats-server, and
-    /// this process (which holds the API test server).
+    /// this process ([`THIS_PROCESS`], which holds the API test server).
     pub fn processes(&self) -> Vec<(String, u32)> {
         let mut out: Vec<(String, u32)> = self
             .services
@@ -299,7 +302,7 @@ impl Stack {
             .map(|(name, p)| (name.to_string(), p.pid()))
             .collect();
         out.push(("nats-server".to_string(), self.nats.pid()));
-        out.push(("sluice (API test server)".to_string(), std::process::id()));
+        out.push((THIS_PROCESS.to_string(), std::process::id()));
         out
     }
 
