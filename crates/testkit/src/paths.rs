@@ -56,20 +56,133 @@ pub fn bin_path(name: &str) -> PathBuf {
 
 /// A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed out
 /// before (so two servers of one test run never get the same port).
+///
+/// The port lies below the kernel's ephemeral range where the kernel has one, so between handing
+/// it out and the server binding it, nothing that binds port 0 (the API test server, a client's
+/// outgoing connection) can take it: only another explicit bind of the same port could. A
+/// service started on it, killed and started again finds it free again for the same reason.
 pub fn free_port() -> u16 {
-    static HANDED_OUT: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
-    let handed_out = HANDED_OUT.get_or_init(Default::default);
+    static NEXT: OnceLock<Mutex<PortPicker>> = OnceLock::new();
+    let picker = NEXT.get_or_init(|| Mutex::new(PortPicker::new(ephemeral_start())));
+    let mut picker = picker.lock().unwrap_or_else(|poison| poison.into_inner());
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0 must work");
-        let port = listener
-            .local_addr()
-            .expect("a bound listener has an address")
-            .port();
-        let mut seen = handed_out
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        if seen.insert(port) {
+        let port = match picker.next() {
+            Some(port) => port,
+            None => {
+                let listener =
+                    TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0 must work");
+                listener
+                    .local_addr()
+                    .expect("a bound listener has an address")
+                    .port()
+            }
+        };
+        if picker.handed_out.insert(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
+        }
+    }
+}
+
+/// The lowest port of the kernel's ephemeral range (what binding port 0 and outgoing connections
+/// get), when the kernel says.
+fn ephemeral_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+/// Below this, ports are commonly fixed ones of local daemons.
+const LOWEST_PICKED: u16 = 10_000;
+
+/// Hands out the ports between [`LOWEST_PICKED`] and the ephemeral range in turn, from a random
+/// start (so concurrent test processes rarely try the same ones), each at most once; `None` when
+/// there is no such range or it is used up (then the kernel picks).
+struct PortPicker {
+    range: std::ops::Range<u16>,
+    next: u16,
+    left: usize,
+    handed_out: HashSet<u16>,
+}
+
+impl PortPicker {
+    fn new(ephemeral_start: Option<u16>) -> PortPicker {
+        use std::hash::{BuildHasher as _, Hasher as _};
+        let seed = std::hash::RandomState::new().build_hasher().finish();
+        PortPicker::seeded(ephemeral_start, seed)
+    }
+
+    fn seeded(ephemeral_start: Option<u16>, seed: u64) -> PortPicker {
+        let range = match ephemeral_start {
+            Some(start) if start > LOWEST_PICKED => LOWEST_PICKED..start,
+            _ => 0..0,
+        };
+        let left = range.len();
+        let next = if left == 0 {
+            0
+        } else {
+            range.start + (seed % left as u64) as u16
+        };
+        PortPicker {
+            range,
+            next,
+            left,
+            handed_out: HashSet::new(),
+        }
+    }
+
+    fn next(&mut self) -> Option<u16> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let port = self.next;
+        self.next = if port + 1 >= self.range.end {
+            self.range.start
+        } else {
+            port + 1
+        };
+        Some(port)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_picked_below_the_ephemeral_range_each_once_then_left_to_the_kernel() {
+        let mut picker = PortPicker::seeded(Some(LOWEST_PICKED + 3), 7);
+        let picked: Vec<Option<u16>> = (0..4).map(|_| picker.next()).collect();
+        // 7 % 3 = 1: from the second port of the range, wrapping round to its first.
+        assert_eq!(
+            picked,
+            vec![
+                Some(LOWEST_PICKED + 1),
+                Some(LOWEST_PICKED + 2),
+                Some(LOWEST_PICKED),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn without_room_below_the_ephemeral_range_the_kernel_picks() {
+        assert_eq!(PortPicker::seeded(Some(LOWEST_PICKED), 0).next(), None);
+        assert_eq!(PortPicker::seeded(Some(1024), 0).next(), None);
+        assert_eq!(PortPicker::seeded(None, 0).next(), None);
+    }
+
+    #[test]
+    fn a_handed_out_port_is_outside_the_ephemeral_range_and_never_repeats() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        let distinct: HashSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        if let Some(start) = ephemeral_start().filter(|start| *start > LOWEST_PICKED) {
+            assert!(
+                ports
+                    .iter()
+                    .all(|port| (LOWEST_PICKED..start).contains(port)),
+                "{ports:?}"
+            );
         }
     }
 }
