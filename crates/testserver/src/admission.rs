@@ -158,33 +158,13 @@ fn cannot_handle(info: &ResourceInfo, version: &str, error: &str) -> ApiError {
     ))
 }
 
-/// Top-level fields of the built-in kinds whose unknown fields are pruned; other built-ins keep
-/// theirs (only `metadata` is reduced to `ObjectMeta`).
-fn builtin_fields(kind: &str) -> Option<&'static [&'static str]> {
-    Some(match kind {
-        "ConfigMap" => &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "data",
-            "binaryData",
-            "immutable",
-        ],
-        "Secret" => &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "data",
-            "stringData",
-            "type",
-            "immutable",
-        ],
-        "Namespace" | "Service" => &["apiVersion", "kind", "metadata", "spec", "status"],
-        _ => return None,
-    })
-}
-
+/// Removes the fields a built-in kind does not declare and returns their paths, sorted: every
+/// field the kind's schema lacks (`crate::schema::builtin`), or for a kind without one (the
+/// CRD), the unknown fields of its `metadata`.
 fn prune_builtin(info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
+    if let Some(schema) = crate::schema::builtin::schema(&info.group, &info.kind) {
+        return crate::schema::prune(schema, obj);
+    }
     let mut unknown = Vec::new();
     let Some(map) = obj.as_object_mut() else {
         return unknown;
@@ -198,19 +178,6 @@ fn prune_builtin(info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
         for k in extra {
             meta.remove(&k);
             unknown.push(format!("metadata.{k}"));
-        }
-    }
-    if info.group.is_empty() {
-        if let Some(known) = builtin_fields(&info.kind) {
-            let extra: Vec<String> = map
-                .keys()
-                .filter(|k| !known.contains(&k.as_str()))
-                .cloned()
-                .collect();
-            for k in extra {
-                map.remove(&k);
-                unknown.push(k);
-            }
         }
     }
     unknown.sort();

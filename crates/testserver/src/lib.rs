@@ -15,7 +15,8 @@
 //! namespace cascade, Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
 //! and a per-cluster audit log of requests (`TestServer::audit`). Writes are decoded, pruned,
 //! defaulted and validated as kube-apiserver does (`admission`, `schema`, `cluster::validate`): CRD
-//! structural schemas, `fieldValidation` Strict/Warn/Ignore, ConfigMap/Secret rules, `422 Invalid`
+//! structural schemas, the built-in kinds' fields at any depth (`schema::builtin`),
+//! `fieldValidation` Strict/Warn/Ignore, ConfigMap/Secret rules, `422 Invalid`
 //! with every cause, the 3 MiB request and 1.5 MiB stored-object limits.
 //!
 //! Every request is authenticated by a bearer token (the admin token of a cluster, or a

@@ -4,6 +4,7 @@
 //! Not supported: `allOf`/`anyOf`/`oneOf`/`not`, `x-kubernetes-validations` (CEL rules),
 //! `multipleOf`, `patternProperties`.
 
+pub mod builtin;
 mod default;
 mod format;
 mod prune;

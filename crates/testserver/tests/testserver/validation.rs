@@ -181,6 +181,87 @@ async fn unknown_fields_are_warned_about_or_dropped_silently() {
     server.shutdown().await;
 }
 
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicass: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: nginx
+          portz: 80
+          resources: {limits: {cpu: 1, memory: 1Gi}}
+"#;
+
+#[tokio::test]
+async fn a_typo_in_a_built_in_kind_is_found_at_any_depth() {
+    let (server, k) = started().await;
+    let err = fails(&k, &["apply", "-f", "-"], DEPLOYMENT).await;
+    assert_eq!(
+        err.trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.replicass\", unknown field \"spec.template.spec.containers[0].portz\""
+    );
+
+    // Warned about, then stored without them.
+    let (ok, _, err) = k
+        .try_run(&["apply", "--validate=warn", "-f", "-"], Some(DEPLOYMENT))
+        .await;
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("Warning: unknown field \"spec.replicass\"")
+            && err.contains("Warning: unknown field \"spec.template.spec.containers[0].portz\""),
+        "{err}"
+    );
+    let stored: Value = serde_json::from_str(
+        &k.run(&["get", "deployment", "web", "-o", "json"], None)
+            .await,
+    )
+    .expect("json");
+    assert!(
+        stored["spec"].get("replicass").is_none(),
+        "pruned: {stored}"
+    );
+    let container = &stored["spec"]["template"]["spec"]["containers"][0];
+    assert!(container.get("portz").is_none(), "pruned: {container}");
+    assert_eq!(
+        container["resources"]["limits"],
+        json!({"cpu": 1, "memory": "1Gi"})
+    );
+
+    // kube-rs and client-go send no fieldValidation: the server warns and prunes.
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetport": 8080}]}});
+    let (code, head, body) = http_with(
+        &server,
+        "POST",
+        "/clusters/mgmt/api/v1/namespaces/default/services",
+        "application/json",
+        &service.to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let warnings: Vec<&str> = head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("warning:"))
+        .collect();
+    assert_eq!(
+        warnings,
+        ["warning: 299 - \"unknown field \\\"spec.ports[0].targetport\\\"\""]
+    );
+    let created: Value = serde_json::from_str(&body).expect("json");
+    assert!(
+        created["spec"]["ports"][0].get("targetport").is_none(),
+        "{created}"
+    );
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn invalid_values_get_422_with_every_cause() {
     let (server, k) = started().await;

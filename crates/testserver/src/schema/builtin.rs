@@ -1,0 +1,162 @@
+//! The schemas of the built-in kinds the test server serves, from the Kubernetes OpenAPI that
+//! `k8s-openapi` carries (its `schemars` feature), with every subschema inline and no
+//! descriptions. They say which fields each kind declares, at any depth, so that an unknown field
+//! of a Deployment or a Service is found where apiserver's typed decoding finds it
+//! (`spec.template.spec.containers[0].portz`). `CustomResourceDefinition` has none here: its
+//! schema is recursive, and its fields are checked as it is installed.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use k8s_openapi::api::{apps, coordination, core, networking, policy, rbac};
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde_json::Value;
+
+/// The schema of the built-in `kind` of API group `group` (`""` for core), if it has one.
+pub fn schema(group: &str, kind: &str) -> Option<&'static Value> {
+    static SCHEMAS: OnceLock<HashMap<(String, String), Value>> = OnceLock::new();
+    SCHEMAS
+        .get_or_init(all)
+        .get(&(group.to_string(), kind.to_string()))
+}
+
+fn all() -> HashMap<(String, String), Value> {
+    const RBAC: &str = "rbac.authorization.k8s.io";
+    [
+        ("", "Namespace", of::<core::v1::Namespace>()),
+        ("", "Service", of::<core::v1::Service>()),
+        ("", "ConfigMap", of::<core::v1::ConfigMap>()),
+        ("", "Secret", of::<core::v1::Secret>()),
+        ("", "Endpoints", of::<core::v1::Endpoints>()),
+        ("", "Pod", of::<core::v1::Pod>()),
+        ("", "ServiceAccount", of::<core::v1::ServiceAccount>()),
+        ("", "Event", of::<core::v1::Event>()),
+        ("apps", "Deployment", of::<apps::v1::Deployment>()),
+        ("apps", "ReplicaSet", of::<apps::v1::ReplicaSet>()),
+        ("apps", "StatefulSet", of::<apps::v1::StatefulSet>()),
+        (
+            "policy",
+            "PodDisruptionBudget",
+            of::<policy::v1::PodDisruptionBudget>(),
+        ),
+        (
+            "networking.k8s.io",
+            "Ingress",
+            of::<networking::v1::Ingress>(),
+        ),
+        (
+            "networking.k8s.io",
+            "NetworkPolicy",
+            of::<networking::v1::NetworkPolicy>(),
+        ),
+        (
+            "coordination.k8s.io",
+            "Lease",
+            of::<coordination::v1::Lease>(),
+        ),
+        (RBAC, "ClusterRole", of::<rbac::v1::ClusterRole>()),
+        (
+            RBAC,
+            "ClusterRoleBinding",
+            of::<rbac::v1::ClusterRoleBinding>(),
+        ),
+        (RBAC, "Role", of::<rbac::v1::Role>()),
+        (RBAC, "RoleBinding", of::<rbac::v1::RoleBinding>()),
+    ]
+    .into_iter()
+    .map(|(group, kind, schema)| ((group.to_string(), kind.to_string()), schema))
+    .collect()
+}
+
+/// `T`'s schema, every subschema inline, without descriptions.
+fn of<T: JsonSchema>() -> Value {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.inline_subschemas = true;
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
+    strip(&mut schema);
+    schema
+}
+
+/// Removes the `description`s and the meta-schema: only the structure is used.
+fn strip(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            map.remove("description");
+            map.remove("$schema");
+            for value in map.values_mut() {
+                strip(value);
+            }
+        }
+        Value::Array(list) => list.iter_mut().for_each(strip),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn unknown_fields_of_a_deployment_are_found_at_any_depth_and_known_ones_kept() {
+        let schema = schema("apps", "Deployment").expect("Deployment has a schema");
+        let mut deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {
+                "replicass": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}, "nonsense": 1},
+                    "spec": {"containers": [{
+                        "name": "web", "image": "nginx", "portz": 80,
+                        "ports": [{"containerPort": 80}],
+                        "resources": {"limits": {"cpu": 1, "memory": "1Gi"}}
+                    }]}
+                },
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}}
+            }
+        });
+        let pruned = crate::schema::prune(schema, &mut deployment);
+        assert_eq!(
+            pruned,
+            [
+                "spec.replicass",
+                "spec.template.metadata.nonsense",
+                "spec.template.spec.containers[0].portz"
+            ]
+        );
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"][0],
+            json!({"name": "web", "image": "nginx", "ports": [{"containerPort": 80}],
+                   "resources": {"limits": {"cpu": 1, "memory": "1Gi"}}})
+        );
+        assert_eq!(
+            deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
+            "25%"
+        );
+    }
+
+    #[test]
+    fn every_built_in_kind_but_the_crd_has_a_schema_declaring_its_own_fields() {
+        for info in crate::resources::builtins() {
+            let found = schema(&info.group, &info.kind);
+            if info.kind == "CustomResourceDefinition" {
+                assert!(found.is_none());
+                continue;
+            }
+            let found = found.unwrap_or_else(|| panic!("{} has no schema", info.kind));
+            let properties = found["properties"].as_object().expect("properties");
+            assert!(
+                properties.contains_key("apiVersion") && properties.contains_key("metadata"),
+                "{}: {properties:?}",
+                info.kind
+            );
+        }
+    }
+}
