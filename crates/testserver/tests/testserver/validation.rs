@@ -263,6 +263,27 @@ async fn a_typo_in_a_built_in_kind_is_found_at_any_depth() {
 }
 
 #[tokio::test]
+async fn a_deployment_written_bare_reads_back_with_the_api_servers_defaults() {
+    let (server, k) = started().await;
+    let bare = DEPLOYMENT
+        .replace("  replicass: 2\n", "")
+        .replace("          portz: 80\n", "");
+    k.run(&["apply", "-f", "-"], Some(&bare)).await;
+    let stored: Value = serde_json::from_str(
+        &k.run(&["get", "deployment", "web", "-o", "json"], None)
+            .await,
+    )
+    .expect("json");
+    let spec = &stored["spec"];
+    assert_eq!(spec["replicas"], 1, "{spec}");
+    assert_eq!(spec["strategy"]["type"], "RollingUpdate", "{spec}");
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Always", "{pod}");
+    assert_eq!(pod["containers"][0]["imagePullPolicy"], "Always", "{pod}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn invalid_values_get_422_with_every_cause() {
     let (server, k) = started().await;
     let bad = TRIGGER
