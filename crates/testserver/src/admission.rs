@@ -8,6 +8,8 @@
 use base64::Engine;
 use serde_json::{Map, Value};
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
 use crate::error::ApiError;
 use crate::field_error::{go_quote, FieldError};
 use crate::resources::ResourceInfo;
@@ -159,13 +161,18 @@ fn cannot_handle(info: &ResourceInfo, version: &str, error: &str) -> ApiError {
 }
 
 /// Removes the fields a built-in kind does not declare and returns their paths, sorted: every
-/// field the kind's schema lacks (`crate::schema::builtin`), or for a kind without one (the
-/// CRD), the unknown fields of its `metadata`.
+/// field the kind's schema lacks (`crate::schema::builtin`); a CustomResourceDefinition's by its
+/// typed decoding; and of any other kind, the unknown fields of its `metadata`.
 fn prune_builtin(info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
     if let Some(schema) = crate::schema::builtin::schema(&info.group, &info.kind) {
         return crate::schema::prune(schema, obj);
     }
-    let mut unknown = Vec::new();
+    let crd = info.group == "apiextensions.k8s.io" && info.kind == "CustomResourceDefinition";
+    let mut unknown = if crd {
+        crate::schema::builtin::prune_typed::<CustomResourceDefinition>(obj)
+    } else {
+        Vec::new()
+    };
     let Some(map) = obj.as_object_mut() else {
         return unknown;
     };

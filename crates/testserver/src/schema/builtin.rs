@@ -2,8 +2,9 @@
 //! `k8s-openapi` carries (its `schemars` feature), with every subschema inline and no
 //! descriptions. They say which fields each kind declares, at any depth, so that an unknown field
 //! of a Deployment or a Service is found where apiserver's typed decoding finds it
-//! (`spec.template.spec.containers[0].portz`). `CustomResourceDefinition` has none here: its
-//! schema is recursive, and its fields are checked as it is installed.
+//! (`spec.template.spec.containers[0].portz`). `CustomResourceDefinition`, whose schema is
+//! recursive, has none: [`prune_typed`] finds its unknown fields by decoding it as the typed
+//! object instead, as apiserver does.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -67,6 +68,50 @@ fn all() -> HashMap<(String, String), Value> {
     .into_iter()
     .map(|(group, kind, schema)| ((group.to_string(), kind.to_string()), schema))
     .collect()
+}
+
+/// Removes from `obj` the fields that decoding it as the typed `T` drops, and returns their
+/// paths, sorted. An object that does not decode as `T` at all (a value of the wrong kind) keeps
+/// everything: its values are for validation to refuse.
+pub fn prune_typed<T: serde::de::DeserializeOwned + serde::Serialize>(
+    obj: &mut Value,
+) -> Vec<String> {
+    let Ok(typed) = serde_json::from_value::<T>(obj.clone()) else {
+        return Vec::new();
+    };
+    let Ok(kept) = serde_json::to_value(&typed) else {
+        return Vec::new();
+    };
+    let mut pruned = Vec::new();
+    drop_missing(obj, &kept, "", &mut pruned);
+    pruned.sort();
+    pruned
+}
+
+/// Removes what `kept` lacks from `value` (a null counts as absent either way).
+fn drop_missing(value: &mut Value, kept: &Value, path: &str, pruned: &mut Vec<String>) {
+    match (value, kept) {
+        (Value::Object(map), Value::Object(kept)) => map.retain(|key, value| {
+            let at = super::child(path, key);
+            match kept.get(key) {
+                Some(kept) => {
+                    drop_missing(value, kept, &at, pruned);
+                    true
+                }
+                None if value.is_null() => true,
+                None => {
+                    pruned.push(at);
+                    false
+                }
+            }
+        }),
+        (Value::Array(list), Value::Array(kept)) => {
+            for (i, (value, kept)) in list.iter_mut().zip(kept).enumerate() {
+                drop_missing(value, kept, &super::index(path, i), pruned);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `T`'s schema, every subschema inline, without descriptions.
@@ -140,6 +185,47 @@ mod tests {
             deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
             "25%"
         );
+    }
+
+    #[test]
+    fn unknown_fields_of_a_crd_are_found_by_its_typed_decoding() {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let mut crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "things.example.org", "creationTimestamp": null},
+            "spec": {
+                "group": "example.org", "scope": "Namespaced",
+                "names": {"kind": "Thing", "plural": "things"},
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true, "servd": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object",
+                                 "x-kubernetes-preserve-unknown-field": true,
+                                 "properties": {"size": {"type": "integer", "default": 1,
+                                                         "maximum": 5}}}
+                    }}}
+                }]
+            }
+        });
+        let before = crd.clone();
+        let pruned = prune_typed::<CustomResourceDefinition>(&mut crd);
+        assert_eq!(
+            pruned,
+            [
+                "spec.versions[0].schema.openAPIV3Schema.properties.spec.x-kubernetes-preserve-unknown-field",
+                "spec.versions[0].servd"
+            ]
+        );
+        let mut expected = before;
+        let version = &mut expected["spec"]["versions"][0];
+        version.as_object_mut().map(|v| v.remove("servd"));
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            .as_object_mut()
+            .map(|s| s.remove("x-kubernetes-preserve-unknown-field"));
+        assert_eq!(crd, expected, "everything else is kept as written");
+
+        let mut wrong_kind = json!({"spec": {"versions": "v1"}});
+        assert!(prune_typed::<CustomResourceDefinition>(&mut wrong_kind).is_empty());
     }
 
     #[test]

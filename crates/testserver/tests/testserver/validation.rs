@@ -284,6 +284,22 @@ async fn a_deployment_written_bare_reads_back_with_the_api_servers_defaults() {
 }
 
 #[tokio::test]
+async fn a_typo_in_a_crd_is_a_strict_decoding_error() {
+    let (server, k) = started().await;
+    let typo = CRD
+        .replace("name: eventtriggers.test.sluice.dev", "name: others.test.sluice.dev")
+        .replace("kind: EventTrigger, listKind: EventTriggerList, plural: eventtriggers, singular: eventtrigger",
+                 "kind: Other, listKind: OtherList, plural: others, singular: other")
+        .replace("served: true", "servd: true");
+    let err = fails(&k, &["apply", "-f", "-"], &typo).await;
+    assert_eq!(
+        err.trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": CustomResourceDefinition in version \"v1\" cannot be handled as a CustomResourceDefinition: strict decoding error: unknown field \"spec.versions[0].servd\""
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn invalid_values_get_422_with_every_cause() {
     let (server, k) = started().await;
     let bad = TRIGGER
