@@ -6,9 +6,8 @@
 //! attaches the warnings. Validation itself happens where objects are stored (`cluster::validate`).
 
 use base64::Engine;
-use serde_json::{Map, Value};
-
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::field_error::{go_quote, FieldError};
