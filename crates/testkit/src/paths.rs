@@ -58,9 +58,10 @@ pub fn bin_path(name: &str) -> PathBuf {
 /// before (so two servers of one test run never get the same port).
 ///
 /// The port lies below the kernel's ephemeral range where the kernel has one, so between handing
-/// it out and the server binding it, nothing that binds port 0 (the API test server, a client's
-/// outgoing connection) can take it: only another explicit bind of the same port could. A
-/// service started on it, killed and started again finds it free again for the same reason.
+/// it out and the server binding it, nothing the kernel picks a port for (a server binding port
+/// 0, as the API test server does, or an outgoing connection) can take it: only another explicit
+/// bind of the same port could. A service started on it, killed and started again finds it free
+/// again for the same reason.
 pub fn free_port() -> u16 {
     static NEXT: OnceLock<Mutex<PortPicker>> = OnceLock::new();
     let picker = NEXT.get_or_init(|| Mutex::new(PortPicker::new(ephemeral_start())));
