@@ -4,6 +4,7 @@
 //! the bootstrap RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
 
 mod defaults;
+mod service_ips;
 mod validate;
 mod workloads;
 mod write;
@@ -122,6 +123,8 @@ pub struct State {
     /// The RBAC objects as the authorizer reads them, built on first use after any of them
     /// changed (`State::policy`).
     policy: std::sync::OnceLock<Arc<crate::auth::Policy>>,
+    /// The cluster IPs the stored Services hold (`service_ips`).
+    pub(crate) service_ips: service_ips::ServiceIps,
 }
 
 impl Cluster {
@@ -137,6 +140,7 @@ impl Cluster {
             latest: Arc::default(),
             muted: false,
             policy: std::sync::OnceLock::new(),
+            service_ips: Default::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -265,12 +269,14 @@ impl State {
         let rv = self.rv;
         let objects = self.objects.clone();
         let registry = self.registry.clone();
+        let service_ips = self.service_ips.clone();
         self.muted = true;
         let out = write(self);
         self.muted = false;
         self.rv = rv;
         self.objects = objects;
         self.registry = registry;
+        self.service_ips = service_ips;
         self.policy = std::sync::OnceLock::new();
         out
     }
@@ -329,18 +335,26 @@ impl State {
     fn put(&mut self, gr: &GroupResource, key: ObjectKey, object: Value) -> Arc<Value> {
         self.touched(gr);
         let object = Arc::new(object);
-        self.objects
+        let replaced = self
+            .objects
             .entry(gr.clone())
             .or_default()
             .insert(key, object.clone());
+        if service_ips::is_service(gr) {
+            if let Some(old) = replaced {
+                self.service_ips.release(&old);
+            }
+            self.service_ips.hold(&object);
+        }
         object
     }
 
     fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Value> {
         self.touched(gr);
-        self.objects
-            .get_mut(gr)?
-            .remove(key)
-            .map(Arc::unwrap_or_clone)
+        let taken = self.objects.get_mut(gr)?.remove(key)?;
+        if service_ips::is_service(gr) {
+            self.service_ips.release(&taken);
+        }
+        Some(Arc::unwrap_or_clone(taken))
     }
 }

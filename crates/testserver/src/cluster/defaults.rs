@@ -6,7 +6,7 @@
 //!   `targetPort` equal to its `port`, `internalTrafficPolicy: Cluster`, for NodePort and
 //!   LoadBalancer `externalTrafficPolicy: Cluster`, for LoadBalancer
 //!   `allocateLoadBalancerNodePorts: true`, and `status.loadBalancer: {}` (seed 003 reads
-//!   `obj.status.loadBalancer.ingress`). Cluster IPs and node ports are not allocated.
+//!   `obj.status.loadBalancer.ingress`). Cluster IPs are allocated apart (`service_ips`).
 //! - Deployment, ReplicaSet, StatefulSet: `replicas: 1`; a Deployment's `RollingUpdate` strategy
 //!   of 25 % and 25 %, `revisionHistoryLimit: 10`, `progressDeadlineSeconds: 600`; a
 //!   StatefulSet's `podManagementPolicy: OrderedReady`, `RollingUpdate` with `partition: 0`,

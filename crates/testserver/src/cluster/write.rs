@@ -229,6 +229,11 @@ impl State {
                 }
             }
         }
+        if super::service_ips::is_service(&gr) {
+            self.service_ips
+                .allocate(&mut obj, None)
+                .map_err(|e| ApiError::invalid_fields("", &info.kind, &name, &[e]))?;
+        }
         check_storage_size(&obj)?;
         let rv = self.next_rv();
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
@@ -326,6 +331,11 @@ impl State {
                 }
             }
             apply_defaults(info, &mut stored);
+            if super::service_ips::is_service(&gr) {
+                self.service_ips
+                    .allocate(&mut stored, Some(current))
+                    .map_err(|e| ApiError::invalid_fields("", &info.kind, name, &[e]))?;
+            }
         }
         drop_empty_omitted(info, &mut stored);
         check_object(info, &stored, Some(current))?;

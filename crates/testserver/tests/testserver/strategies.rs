@@ -199,3 +199,59 @@ async fn objects_no_manager_owns_a_field_of_carry_no_managed_fields() {
     assert_eq!(managers.len(), 1, "{cm}");
     assert_eq!(managers[0]["manager"], "kubectl-create", "{cm}");
 }
+
+#[tokio::test]
+async fn services_get_their_own_cluster_ip_and_keep_it() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    for name in ["web", "api"] {
+        let service = format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ports: [{{port: 80}}]\n"
+        );
+        k.run(&["apply", "-f", "-"], Some(&service)).await;
+    }
+    let web = get(&k, &["service", "web"]).await;
+    let api = get(&k, &["service", "api"]).await;
+    let ip = web["spec"]["clusterIP"].as_str().unwrap_or("").to_string();
+    assert!(ip.starts_with("10.9"), "{web}");
+    assert_eq!(web["spec"]["clusterIPs"], serde_json::json!([ip]), "{web}");
+    assert_eq!(
+        web["spec"]["ipFamilies"],
+        serde_json::json!(["IPv4"]),
+        "{web}"
+    );
+    assert_ne!(api["spec"]["clusterIP"], web["spec"]["clusterIP"], "{api}");
+
+    // A later write without the address keeps it; one with another address is refused.
+    k.run(&["label", "service", "web", "tier=front"], None)
+        .await;
+    let labelled = get(&k, &["service", "web"]).await;
+    assert_eq!(labelled["spec"]["clusterIP"], web["spec"]["clusterIP"]);
+    let (ok, _, err) = k
+        .try_run(
+            &[
+                "patch",
+                "service",
+                "web",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"clusterIP":"10.96.7.7","clusterIPs":["10.96.7.7"]}}"#,
+            ],
+            None,
+        )
+        .await;
+    assert!(!ok && err.contains("may not change once set"), "{err}");
+
+    // An address another Service holds is refused, naming it.
+    let taken = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: copy, namespace: default}}\nspec:\n  clusterIP: {ip}\n  ports: [{{port: 80}}]\n"
+    );
+    let (ok, _, err) = k.try_run(&["apply", "-f", "-"], Some(&taken)).await;
+    assert!(
+        !ok && err.contains(&format!(
+            "failed to allocate IP {ip}: provided IP is already allocated"
+        )),
+        "{err}"
+    );
+    server.shutdown().await;
+}
