@@ -166,8 +166,7 @@ fn prune_builtin(info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
     if let Some(schema) = crate::schema::builtin::schema(&info.group, &info.kind) {
         return crate::schema::prune(schema, obj);
     }
-    let crd = info.group == "apiextensions.k8s.io" && info.kind == "CustomResourceDefinition";
-    let mut unknown = if crd {
+    let mut unknown = if crate::cluster::is_crd(info) {
         crate::schema::builtin::prune_typed::<CustomResourceDefinition>(obj)
     } else {
         Vec::new()

@@ -20,6 +20,7 @@ use crate::faults::Faults;
 use crate::resources::{GroupResource, Registry};
 
 pub use validate::check_type;
+pub(crate) use write::is_crd;
 pub use write::{Owner, Subresource};
 
 /// The kind of change a watch event reports.

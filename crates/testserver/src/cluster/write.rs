@@ -34,7 +34,7 @@ fn namespaces_gr() -> GroupResource {
     (String::new(), "namespaces".to_string())
 }
 
-fn is_crd(info: &ResourceInfo) -> bool {
+pub(crate) fn is_crd(info: &ResourceInfo) -> bool {
     info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
 }
 

@@ -14,17 +14,19 @@ use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::Value;
 
+/// The schemas by API group, then kind.
+type Schemas = HashMap<&'static str, HashMap<&'static str, Value>>;
+
 /// The schema of the built-in `kind` of API group `group` (`""` for core), if it has one.
 pub fn schema(group: &str, kind: &str) -> Option<&'static Value> {
-    static SCHEMAS: OnceLock<HashMap<(String, String), Value>> = OnceLock::new();
-    SCHEMAS
-        .get_or_init(all)
-        .get(&(group.to_string(), kind.to_string()))
+    static SCHEMAS: OnceLock<Schemas> = OnceLock::new();
+    SCHEMAS.get_or_init(all).get(group)?.get(kind)
 }
 
-fn all() -> HashMap<(String, String), Value> {
-    const RBAC: &str = "rbac.authorization.k8s.io";
-    [
+fn all() -> Schemas {
+    const RBAC: &str = crate::auth::RBAC_GROUP;
+    let mut schemas = Schemas::new();
+    for (group, kind, schema) in [
         ("", "Namespace", of::<core::v1::Namespace>()),
         ("", "Service", of::<core::v1::Service>()),
         ("", "ConfigMap", of::<core::v1::ConfigMap>()),
@@ -64,10 +66,10 @@ fn all() -> HashMap<(String, String), Value> {
         ),
         (RBAC, "Role", of::<rbac::v1::Role>()),
         (RBAC, "RoleBinding", of::<rbac::v1::RoleBinding>()),
-    ]
-    .into_iter()
-    .map(|(group, kind, schema)| ((group.to_string(), kind.to_string()), schema))
-    .collect()
+    ] {
+        schemas.entry(group).or_default().insert(kind, schema);
+    }
+    schemas
 }
 
 /// Removes from `obj` the fields that decoding it as the typed `T` drops, and returns their
