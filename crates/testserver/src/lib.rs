@@ -24,8 +24,10 @@
 //! authorized by the cluster's RBAC objects, as kube-apiserver with anonymous authentication off
 //! and the RBAC authorizer does (`auth`); `/admin` is the test harness's and needs no token.
 //!
-//! Deliberate simplifications: strategic merge patch is treated as a JSON merge patch (lists are
-//! replaced, not merged by key); lists are atomic for server-side apply; multi-version CRDs with
+//! Strategic merge patches of built-in kinds merge lists by the merge keys of Kubernetes' types
+//! (`patch::strategic_merge_patch`, with the strategies `schema::builtin` carries).
+//!
+//! Deliberate simplifications: lists are atomic for server-side apply; multi-version CRDs with
 //! conversion strategy `None` store an object as written and return it with the requested
 //! apiVersion (strategy `Webhook` converts through the CRD's webhook, `conversion`); no admission plugins beyond validation; schema combinators (`allOf`, `anyOf`,
 //! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced; paginated lists are not snapshots (later pages show current state).

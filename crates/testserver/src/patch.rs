@@ -1,10 +1,13 @@
-//! Patch formats: JSON patch (RFC 6902) and JSON merge patch (RFC 7386). Strategic merge patch is
-//! served as a merge patch: lists are replaced whole rather than merged by key. Server-side apply
-//! lives in `fields`.
+//! Patch formats: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch
+//! (`strategic`). Server-side apply lives in `fields`.
+
+mod strategic;
 
 use serde_json::Value;
 
 use crate::fields::merge;
+
+pub use strategic::strategic_merge_patch;
 
 /// Applies a JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) {

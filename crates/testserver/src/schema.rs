@@ -43,12 +43,12 @@ fn properties(s: &Value) -> Option<&Map<String, Value>> {
     s.get("properties").and_then(Value::as_object)
 }
 
-fn property<'a>(s: &'a Value, key: &str) -> Option<&'a Value> {
+pub(crate) fn property<'a>(s: &'a Value, key: &str) -> Option<&'a Value> {
     properties(s).and_then(|p| p.get(key))
 }
 
 /// The schema of map values (`additionalProperties` as a schema; `true` allows anything).
-fn additional(s: &Value) -> Option<&Value> {
+pub(crate) fn additional(s: &Value) -> Option<&Value> {
     match s.get("additionalProperties") {
         Some(a @ Value::Object(_)) => Some(a),
         Some(Value::Bool(true)) => Some(&Value::Bool(true)),
@@ -56,7 +56,7 @@ fn additional(s: &Value) -> Option<&Value> {
     }
 }
 
-fn items(s: &Value) -> Option<&Value> {
+pub(crate) fn items(s: &Value) -> Option<&Value> {
     s.get("items").filter(|i| i.is_object())
 }
 

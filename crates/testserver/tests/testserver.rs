@@ -11,6 +11,7 @@ mod testserver {
     pub mod faults;
     pub mod kubectl;
     pub mod kubectl_typed;
+    pub mod patch;
     pub mod ssa;
     pub mod strategies;
     pub mod support;

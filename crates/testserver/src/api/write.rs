@@ -1,4 +1,4 @@
-//! Write requests: create, replace, the patch formats (JSON, merge, strategic-as-merge, server-side
+//! Write requests: create, replace, the patch formats (JSON, merge, strategic merge, server-side
 //! apply) and delete. Each runs under the cluster lock so read-modify-write is atomic.
 
 use axum::http::StatusCode;
@@ -268,8 +268,11 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
                 format!("the server rejected our request due to an error in our request: {e}"),
             )
         })?,
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-            patch::merge_patch(&mut doc, &body)
+        "application/merge-patch+json" => patch::merge_patch(&mut doc, &body),
+        "application/strategic-merge-patch+json" => {
+            let schema = crate::schema::builtin::schema(&target.info.group, &target.info.kind);
+            patch::strategic_merge_patch(&mut doc, &body, schema)
+                .map_err(|e| ApiError::new(e.code, e.reason(), e.message))?
         }
         other => {
             return Err(ApiError::new(

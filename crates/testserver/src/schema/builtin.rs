@@ -116,17 +116,284 @@ fn drop_missing(value: &mut Value, kept: &Value, path: &str, pruned: &mut Vec<St
     }
 }
 
-/// `T`'s schema, every subschema inline, without descriptions.
+/// `T`'s schema, every subschema inline, without descriptions, with the strategic merge patch
+/// strategies of [`PATCH_STRATEGIES`] on the fields they name.
 fn of<T: JsonSchema>() -> Value {
-    let mut settings = SchemaSettings::draft2020_12();
-    settings.inline_subschemas = true;
-    let mut schema = settings
+    let mut schema = SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<T>()
         .to_value();
     strip(&mut schema);
+    let mut definitions = match schema.as_object_mut().and_then(|s| s.remove("$defs")) {
+        Some(Value::Object(definitions)) => definitions,
+        _ => serde_json::Map::new(),
+    };
+    let root = T::schema_name();
+    for (definition, field, strategy, key) in PATCH_STRATEGIES {
+        let holder = if *definition == root {
+            Some(&mut schema)
+        } else {
+            definitions.get_mut(*definition)
+        };
+        let Some(property) = holder
+            .and_then(|d| d.pointer_mut(&format!("/properties/{field}")))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        property.insert("x-kubernetes-patch-strategy".into(), (*strategy).into());
+        if let Some(key) = key {
+            property.insert("x-kubernetes-patch-merge-key".into(), (*key).into());
+        }
+    }
+    inline(&mut schema, &definitions, &mut Vec::new());
     schema
 }
+
+/// Replaces every `$ref` to a definition by the definition itself. A definition met again inside
+/// itself (none of the kinds here has one) becomes an open schema.
+fn inline(
+    schema: &mut Value,
+    definitions: &serde_json::Map<String, Value>,
+    within: &mut Vec<String>,
+) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(name) = map
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("#/$defs/"))
+                .map(str::to_string)
+            {
+                map.remove("$ref");
+                if within.contains(&name) {
+                    map.insert("x-kubernetes-preserve-unknown-fields".into(), true.into());
+                    return;
+                }
+                if let Some(Value::Object(definition)) = definitions.get(&name) {
+                    for (k, v) in definition {
+                        map.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+                within.push(name);
+                for value in map.values_mut() {
+                    inline(value, definitions, within);
+                }
+                within.pop();
+                return;
+            }
+            for value in map.values_mut() {
+                inline(value, definitions, within);
+            }
+        }
+        Value::Array(list) => list.iter_mut().for_each(|v| inline(v, definitions, within)),
+        _ => {}
+    }
+}
+
+/// The strategic merge patch strategy of each field that has one, by definition and field, with
+/// its merge key: the `patchStrategy` and `patchMergeKey` tags of Kubernetes' Go types (k8s.io/api
+/// and apimachinery), which its OpenAPI publishes as `x-kubernetes-patch-strategy` and
+/// `x-kubernetes-patch-merge-key`. Every other list is replaced whole by a patch.
+const PATCH_STRATEGIES: &[(&str, &str, &str, Option<&str>)] = &[
+    (META_V1_OBJECT_META, "finalizers", "merge", None),
+    (META_V1_OBJECT_META, "ownerReferences", "merge", Some("uid")),
+    ("io.k8s.api.core.v1.Container", "env", "merge", Some("name")),
+    (
+        "io.k8s.api.core.v1.Container",
+        "ports",
+        "merge",
+        Some("containerPort"),
+    ),
+    (
+        "io.k8s.api.core.v1.Container",
+        "volumeDevices",
+        "merge",
+        Some("devicePath"),
+    ),
+    (
+        "io.k8s.api.core.v1.Container",
+        "volumeMounts",
+        "merge",
+        Some("mountPath"),
+    ),
+    (
+        "io.k8s.api.core.v1.EphemeralContainer",
+        "env",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.EphemeralContainer",
+        "ports",
+        "merge",
+        Some("containerPort"),
+    ),
+    (
+        "io.k8s.api.core.v1.EphemeralContainer",
+        "volumeDevices",
+        "merge",
+        Some("devicePath"),
+    ),
+    (
+        "io.k8s.api.core.v1.EphemeralContainer",
+        "volumeMounts",
+        "merge",
+        Some("mountPath"),
+    ),
+    (
+        "io.k8s.api.core.v1.ContainerStatus",
+        "allocatedResourcesStatus",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.ContainerStatus",
+        "volumeMounts",
+        "merge",
+        Some("mountPath"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "containers",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "ephemeralContainers",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "hostAliases",
+        "merge",
+        Some("ip"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "imagePullSecrets",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "initContainers",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "resourceClaims",
+        "merge,retainKeys",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "schedulingGates",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "topologySpreadConstraints",
+        "merge",
+        Some("topologyKey"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "volumes",
+        "merge,retainKeys",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodStatus",
+        "conditions",
+        "merge",
+        Some("type"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodStatus",
+        "hostIPs",
+        "merge",
+        Some("ip"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodStatus",
+        "podIPs",
+        "merge",
+        Some("ip"),
+    ),
+    (
+        "io.k8s.api.core.v1.PodStatus",
+        "resourceClaimStatuses",
+        "merge,retainKeys",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.NamespaceStatus",
+        "conditions",
+        "merge",
+        Some("type"),
+    ),
+    (
+        "io.k8s.api.core.v1.ServiceAccount",
+        "secrets",
+        "merge",
+        Some("name"),
+    ),
+    (
+        "io.k8s.api.core.v1.ServiceSpec",
+        "ports",
+        "merge",
+        Some("port"),
+    ),
+    (
+        "io.k8s.api.core.v1.ServiceStatus",
+        "conditions",
+        "merge",
+        Some("type"),
+    ),
+    (
+        "io.k8s.api.apps.v1.DeploymentSpec",
+        "strategy",
+        "retainKeys",
+        None,
+    ),
+    (
+        "io.k8s.api.apps.v1.DeploymentStatus",
+        "conditions",
+        "merge",
+        Some("type"),
+    ),
+    (
+        "io.k8s.api.apps.v1.ReplicaSetStatus",
+        "conditions",
+        "merge",
+        Some("type"),
+    ),
+    (
+        "io.k8s.api.apps.v1.StatefulSetStatus",
+        "conditions",
+        "merge",
+        Some("type"),
+    ),
+    (
+        "io.k8s.api.policy.v1.PodDisruptionBudgetSpec",
+        "selector",
+        "replace",
+        None,
+    ),
+    (
+        "io.k8s.api.policy.v1.PodDisruptionBudgetStatus",
+        "conditions",
+        "merge",
+        Some("type"),
+    ),
+];
+
+const META_V1_OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 /// Removes the `description`s and the meta-schema: only the structure is used.
 fn strip(schema: &mut Value) {
@@ -228,6 +495,38 @@ mod tests {
 
         let mut wrong_kind = json!({"spec": {"versions": "v1"}});
         assert!(prune_typed::<CustomResourceDefinition>(&mut wrong_kind).is_empty());
+    }
+
+    #[test]
+    fn every_patch_strategy_lands_on_its_field() {
+        fn found(s: &Value, field: &str, strategy: &str, key: Option<&str>) -> bool {
+            let here = s.pointer(&format!("/properties/{field}")).is_some_and(|p| {
+                p["x-kubernetes-patch-strategy"] == strategy
+                    && p.get("x-kubernetes-patch-merge-key")
+                        .and_then(Value::as_str)
+                        == key
+            });
+            here || match s {
+                Value::Object(m) => m.values().any(|v| found(v, field, strategy, key)),
+                Value::Array(l) => l.iter().any(|v| found(v, field, strategy, key)),
+                _ => false,
+            }
+        }
+        let schemas = all();
+        for (definition, field, strategy, key) in PATCH_STRATEGIES {
+            assert!(
+                schemas
+                    .values()
+                    .flat_map(HashMap::values)
+                    .any(|s| found(s, field, strategy, *key)),
+                "{definition}.{field} is in no schema"
+            );
+        }
+        let service = schema("", "Service").expect("Service");
+        assert_eq!(
+            service.pointer("/properties/spec/properties/ports/x-kubernetes-patch-merge-key"),
+            Some(&Value::from("port"))
+        );
     }
 
     #[test]
