@@ -2,8 +2,10 @@
 //! (`auth`), discovery, and resource requests (get, list, watch, create, replace, patch, apply,
 //! delete) dispatched to one cluster's state.
 
+mod scale;
 mod write;
 
+pub(crate) use scale::scales;
 pub(crate) use write::body_json;
 
 use std::collections::HashMap;
@@ -100,6 +102,8 @@ pub(crate) struct Target {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub status: bool,
+    /// The URL names the `scale` subresource.
+    pub scale: bool,
     /// Where conversion webhook Services are reached.
     pub services: crate::conversion::ServiceUrls,
 }
@@ -362,10 +366,13 @@ fn resolve(call: &Call, group: &str, version: &str, segs: &[&str]) -> Result<Tar
     if info.namespaced && namespace.is_none() && name.is_some() {
         return Err(ApiError::page_not_found());
     }
-    let status = match sub {
-        None => false,
-        Some("status") if info.status => true,
-        Some("finalize") if info.kind == "Namespace" => false,
+    let (status, scale) = match sub {
+        None => (false, false),
+        Some("status") if info.status => (true, false),
+        Some("scale") if info.crd.is_none() && scale::scales(&info.group, &info.kind) => {
+            (false, true)
+        }
+        Some("finalize") if info.kind == "Namespace" => (false, false),
         Some(_) => return Err(ApiError::page_not_found()),
     };
     Ok(Target {
@@ -374,12 +381,16 @@ fn resolve(call: &Call, group: &str, version: &str, segs: &[&str]) -> Result<Tar
         namespace,
         name,
         status,
+        scale,
         services: call.cluster.webhook_services.clone(),
     })
 }
 
 fn resource(call: &Call, group: &str, version: &str, segs: &[&str]) -> Result<Response, ApiError> {
     let target = resolve(call, group, version, segs)?;
+    if target.scale {
+        return scale::serve(call, &target);
+    }
     let m = &call.method;
     match (&target.name, m) {
         (None, &Method::GET) if call.flag("watch") => watch_call(call, target),

@@ -11,7 +11,7 @@
 //! list (label and `metadata.name`/`metadata.namespace` field selectors, `limit`/`continue`),
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
 //! patch, server-side apply with per-manager field ownership, protobuf request bodies of the kinds
-//! kubectl's typed `create` commands send, `/status`, delete with finalizers,
+//! kubectl's typed `create` commands send, `/status`, `/scale` (`api::scale`), delete with finalizers,
 //! namespace cascade, Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
 //! and a per-cluster audit log of requests (`TestServer::audit`). Writes are decoded, pruned,
 //! defaulted and validated as kube-apiserver does (`admission`, `schema`, `cluster::validate`): CRD

@@ -80,6 +80,17 @@ impl ResourceInfo {
             "verbs": verbs,
             "shortNames": self.short_names,
         })];
+        if self.crd.is_none() && crate::api::scales(&self.group, &self.kind) {
+            out.push(json!({
+                "name": format!("{}/scale", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if self.status {
             out.push(json!({
                 "name": format!("{}/status", self.plural),

@@ -109,7 +109,7 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
 
 /// `?dryRun=All`: the write is only tried. kube-apiserver accepts no other value; `options` is
 /// the kind of the request's options (`CreateOptions`, `PatchOptions`, ...) for its error.
-fn dry_run(call: &Call, options: &str) -> Result<bool, ApiError> {
+pub(super) fn dry_run(call: &Call, options: &str) -> Result<bool, ApiError> {
     match call.param("dryRun") {
         None => Ok(false),
         Some(value) => dry_run_values(&[value], options),
@@ -138,7 +138,7 @@ fn dry_run_values(values: &[&str], options: &str) -> Result<bool, ApiError> {
 /// Runs a write on the locked state, or only tries it (`dry`): then the answer is what the write
 /// would have stored, with the live object's resourceVersion (`live_rv`), or none for an object
 /// that a dry run would have created, as kube-apiserver answers.
-fn commit(
+pub(super) fn commit(
     state: &mut State,
     dry: bool,
     live_rv: Option<&str>,

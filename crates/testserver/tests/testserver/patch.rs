@@ -1,11 +1,12 @@
-//! kubectl's everyday edits of built-in kinds, which it sends as strategic merge patches: lists
-//! are merged by their merge keys, as on a real cluster, and no directive is stored.
+//! kubectl's everyday edits of built-in kinds. It sends most as strategic merge patches, whose
+//! lists are merged by their merge keys, as on a real cluster, with no directive stored; `scale`
+//! goes through the scale subresource.
 
 use serde_json::{json, Value};
 use sluice_testserver::Config;
 
 use super::kubectl::Kubectl;
-use super::support::server_with;
+use super::support::{http, server_with};
 
 const SERVICE: &str = r#"
 apiVersion: v1
@@ -141,5 +142,54 @@ async fn a_strategic_patch_item_without_its_merge_key_is_refused() {
         err.contains(r#"does not contain declared merge key: name"#),
         "{err}"
     );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_scale_sets_the_replicas_through_the_scale_subresource() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(&["apply", "-f", "-"], Some(DEPLOYMENT)).await;
+    k.run(&["scale", "deployment/web", "--replicas=3"], None)
+        .await;
+    let deployment = stored(&k, "deployment", "web").await;
+    assert_eq!(deployment["spec"]["replicas"], 3, "{deployment}");
+    let (code, body) = http(
+        &server,
+        "GET",
+        "/clusters/mgmt/apis/apps/v1/namespaces/default/deployments/web/scale",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let scale: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["apiVersion"], "autoscaling/v1");
+    assert_eq!(scale["spec"], json!({"replicas": 3}));
+    assert_eq!(scale["status"]["selector"], "app=web");
+    assert_eq!(
+        scale["metadata"]["resourceVersion"],
+        deployment["metadata"]["resourceVersion"]
+    );
+
+    // kubectl checks --current-replicas against the Scale it reads.
+    let (ok, _, err) = k
+        .try_run(
+            &[
+                "scale",
+                "deployment/web",
+                "--current-replicas=2",
+                "--replicas=4",
+            ],
+            None,
+        )
+        .await;
+    assert!(!ok);
+    assert!(err.contains("Expected replicas to be 2, was 3"), "{err}");
+    let (ok, _, err) = k
+        .try_run(&["scale", "deployment/web", "--replicas=-1"], None)
+        .await;
+    assert!(!ok, "a negative count is refused: {err}");
+    assert_eq!(stored(&k, "deployment", "web").await["spec"]["replicas"], 3);
     server.shutdown().await;
 }
