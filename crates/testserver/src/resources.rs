@@ -18,6 +18,8 @@ pub struct ResourceInfo {
     pub namespaced: bool,
     pub status: bool,
     pub short_names: Vec<String>,
+    /// The categories it belongs to (`all` for `kubectl get all`).
+    pub categories: Vec<String>,
     /// Name of the CRD that defines it; `None` for built-ins.
     pub crd: Option<String>,
     /// The `openAPIV3Schema` of each CRD version that has one.
@@ -80,6 +82,9 @@ impl ResourceInfo {
             "verbs": verbs,
             "shortNames": self.short_names,
         })];
+        if !self.categories.is_empty() {
+            out[0]["categories"] = json!(self.categories);
+        }
         if self.crd.is_none() && crate::api::scales(&self.group, &self.kind) {
             out.push(json!({
                 "name": format!("{}/scale", self.plural),
@@ -122,6 +127,11 @@ fn builtin(
         namespaced,
         status,
         short_names: short.iter().map(|s| s.to_string()).collect(),
+        // kube-apiserver puts these kinds (and others not served here) in `all`.
+        categories: match kind {
+            "Pod" | "Service" | "Deployment" | "ReplicaSet" | "StatefulSet" => vec!["all".into()],
+            _ => Vec::new(),
+        },
         crd: None,
         schemas: Vec::new(),
         storage_version: version.into(),
@@ -289,15 +299,18 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         .or_else(|| served.first().cloned())
         .unwrap_or_default();
     let conversion = crate::conversion::strategy(crd)?;
-    let short_names = spec
-        .pointer("/names/shortNames")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let strings = |pointer: &str| -> Vec<String> {
+        spec.pointer(pointer)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let short_names = strings("/names/shortNames");
+    let categories = strings("/names/categories");
     Ok(ResourceInfo {
         group,
         versions: served,
@@ -307,6 +320,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, String> {
         namespaced,
         status,
         short_names,
+        categories,
         crd: Some(name),
         schemas: crate::schema::crd_schemas(crd),
         storage_version,

@@ -1,5 +1,5 @@
 //! The real kubectl binary against the server: create -f, get with selectors and output formats,
-//! label, apply --server-side, delete, get -w and api-resources.
+//! label, apply --server-side, delete, get -w, api-resources and categories (`get all`).
 
 use std::process::Stdio;
 
@@ -347,4 +347,57 @@ async fn kubectl_dry_run_validates_and_keeps_nothing() {
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("dryRun: Unsupported value"), "{body}");
     server.shutdown().await;
+}
+
+const CATEGORIZED_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.org}
+spec:
+  group: example.org
+  scope: Namespaced
+  names: {kind: Widget, plural: widgets, categories: [gadgets]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+#[tokio::test]
+async fn kubectl_get_all_and_a_crds_category_list_their_kinds() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(&["run", "pod1", "--image=nginx"], None).await;
+    k.run(&["create", "-f", "-"], Some(MANIFESTS)).await;
+    let service =
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: 80}]}\n";
+    k.run(&["create", "-f", "-"], Some(service)).await;
+    let all = k.run(&["get", "all", "-o", "name"], None).await;
+    let mut names: Vec<&str> = all.lines().collect();
+    names.sort_unstable();
+    // ConfigMaps are in no category: `all` leaves them out, as on a real cluster.
+    assert_eq!(names, ["pod/pod1", "service/web"], "{all}");
+
+    k.run(&["apply", "-f", "-"], Some(CATEGORIZED_CRD)).await;
+    let widget = "apiVersion: example.org/v1\nkind: Widget\nmetadata: {name: w1}\n";
+    let (server_ok, err) = eventually_created(&k, widget).await;
+    assert!(server_ok, "{err}");
+    let gadgets = k.run(&["get", "gadgets", "-o", "name"], None).await;
+    assert_eq!(gadgets.trim(), "widget.example.org/w1");
+    server.shutdown().await;
+}
+
+/// Creates `manifest` once its CRD is served (kubectl's discovery may lag the CRD by a moment).
+async fn eventually_created(k: &Kubectl, manifest: &str) -> (bool, String) {
+    let mut last = String::new();
+    for _ in 0..50 {
+        let (ok, _, err) = k.try_run(&["create", "-f", "-"], Some(manifest)).await;
+        if ok {
+            return (true, String::new());
+        }
+        last = err;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    (false, last)
 }
