@@ -3,6 +3,7 @@
 //! resource and the credentials it accepts. It starts as a new cluster does: four namespaces and
 //! the bootstrap RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
 
+mod controllers;
 mod defaults;
 mod service_ips;
 mod validate;
@@ -19,6 +20,7 @@ use tokio::sync::broadcast;
 use crate::faults::Faults;
 use crate::resources::{GroupResource, Registry};
 
+pub use controllers::ControlPlane;
 pub use validate::check_type;
 pub(crate) use write::is_crd;
 pub use write::{Owner, Subresource};
@@ -126,10 +128,12 @@ pub struct State {
     policy: std::sync::OnceLock<Arc<crate::auth::Policy>>,
     /// The cluster IPs the stored Services hold (`service_ips`).
     pub(crate) service_ips: service_ips::ServiceIps,
+    /// What the controllers need of the control plane (`controllers`).
+    plane: ControlPlane,
 }
 
 impl Cluster {
-    pub fn new(name: &str, history_cap: usize) -> Cluster {
+    pub fn new(name: &str, history_cap: usize, plane: ControlPlane) -> Cluster {
         let mut state = State {
             rv: 0,
             registry: Registry::default(),
@@ -142,6 +146,7 @@ impl Cluster {
             muted: false,
             policy: std::sync::OnceLock::new(),
             service_ips: Default::default(),
+            plane,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -151,6 +156,8 @@ impl Cluster {
                 let _ = state.create(&info, "", obj, &Owner::Update("kube-apiserver".into()));
             }
         }
+        let api_service = controllers::api_service(&state.plane);
+        state.create_as_controller("default", api_service);
         for obj in crate::auth::bootstrap_policy() {
             let kind = obj["kind"].as_str().unwrap_or("");
             let info = state

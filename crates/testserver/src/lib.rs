@@ -12,7 +12,8 @@
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
 //! patch, server-side apply with per-manager field ownership, protobuf request bodies of the kinds
 //! kubectl's typed `create` commands send, `/status`, `/scale` (`api::scale`), delete with finalizers,
-//! namespace cascade, Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
+//! namespace cascade, what the control plane adds to namespaces and Pods and the `kubernetes`
+//! Service (`cluster::controllers`), Tables for kubectl, fault injection (`Faults`, `POST /admin/clusters/<name>/faults`)
 //! and a per-cluster audit log of requests (`TestServer::audit`). Writes are decoded, pruned,
 //! defaulted and validated as kube-apiserver does (`admission`, `schema`, `cluster::validate`): CRD
 //! structural schemas, the built-in kinds' fields at any depth (`schema::builtin`),

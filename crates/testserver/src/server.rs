@@ -115,8 +115,15 @@ impl Shared {
             None
         };
         let cluster = Arc::new(
-            Cluster::new(name, self.config.watch_history)
-                .with_webhook_services(self.config.webhook_services.clone()),
+            Cluster::new(
+                name,
+                self.config.watch_history,
+                crate::cluster::ControlPlane {
+                    ca_pem: self.tls.ca_pem.clone(),
+                    address: Some(self.addr),
+                },
+            )
+            .with_webhook_services(self.config.webhook_services.clone()),
         );
         let mut seed: Vec<Value> = if self.config.sveltos_crds {
             crate::crds::with_conversion(

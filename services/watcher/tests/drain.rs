@@ -159,18 +159,28 @@ async fn a_sigterm_drains_within_the_deadline_and_loses_nothing_across_the_resta
     // Every ConfigMap's last state is on the bus.
     let client = fx.client(CLUSTER).await?;
     let kind = sluice_kube::apply::resolve(&client, "v1", "ConfigMap").await?;
+    // Every ConfigMap of the namespace: the test's and the root CA the cluster puts in each.
     let mut live = BTreeMap::new();
+    for object in
+        sluice_kube::apply::list_labelled_in(&client, &kind, Some("drain"), &BTreeMap::new())
+            .await?
+    {
+        let field = |f: &str| {
+            object["metadata"][f]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        live.insert(field("name"), field("resourceVersion"));
+    }
     for i in 0..TOTAL {
         let name = format!("cm-{i}");
-        let object = sluice_kube::apply::get(&client, &kind, "drain", &name)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("{name} is not in the cluster"))?;
-        let version = object["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        live.insert(name, version);
+        anyhow::ensure!(live.contains_key(&name), "{name} is not in the cluster");
     }
+    anyhow::ensure!(
+        live.contains_key("kube-root-ca.crt"),
+        "no root CA: {live:?}"
+    );
     let filter = topology::change_kind_filter("sveltos.default.production", "", "ConfigMap");
     let published = wait_for("every ConfigMap's state on the bus", DEADLINE, || async {
         let mut published = BTreeMap::new();
@@ -187,7 +197,7 @@ async fn a_sigterm_drains_within_the_deadline_and_loses_nothing_across_the_resta
     published.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
     eprintln!(
         "SIGTERM after {TERM_AT} of {TOTAL} events and ConfigMaps: exited in {:?}; after the \
-         restart all {TOTAL} CloudEvents stored once and all {TOTAL} ConfigMaps' states present",
+         restart all {TOTAL} CloudEvents stored once and all {TOTAL} ConfigMaps' states present (and the root CA's)",
         drain_took.unwrap_or_default()
     );
     Ok(())

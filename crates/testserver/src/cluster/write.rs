@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::controllers;
 use super::defaults::apply_defaults;
 use super::validate::check_object;
 use super::{ChangeKind, State};
@@ -110,6 +111,11 @@ fn prepare_namespace(obj: &mut Value) {
         }
     }
     obj["status"] = json!({"phase": "Active"});
+    controllers::label_namespace(obj);
+}
+
+fn is_namespace(info: &ResourceInfo) -> bool {
+    info.crd.is_none() && info.group.is_empty() && info.kind == "Namespace"
 }
 
 impl State {
@@ -170,10 +176,26 @@ impl State {
         }
         // What the strategy sets is owned by no manager: ownership is recorded on the object as sent.
         let incoming = obj.clone();
-        if info.kind == "Namespace" && info.group.is_empty() {
+        if is_namespace(info) {
             prepare_namespace(&mut obj);
         }
         apply_defaults(info, &mut obj);
+        if info.crd.is_none() && info.group.is_empty() && info.kind == "Pod" {
+            let suffix: String = uuid::Uuid::new_v4()
+                .simple()
+                .to_string()
+                .chars()
+                .take(5)
+                .collect();
+            let accounts = (String::new(), "serviceaccounts".to_string());
+            controllers::admit_pod(
+                &mut obj,
+                namespace,
+                |sa| self.get(&accounts, namespace, sa).cloned(),
+                &suffix,
+            )
+            .map_err(|r| ApiError::new(403, "Forbidden", r.message))?;
+        }
         drop_empty_omitted(info, &mut obj);
         // Validation sees the object as it would be stored, after status is reset and defaults are set.
         check_object(info, &obj, None)?;
@@ -200,7 +222,7 @@ impl State {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let mut sent = if info.kind == "Namespace" && info.group.is_empty() {
+            let mut sent = if is_namespace(info) {
                 let mut sent = obj.clone();
                 for field in ["spec", "status"] {
                     match incoming.get(field) {
@@ -208,6 +230,12 @@ impl State {
                         None => {
                             sent.as_object_mut().map(|m| m.remove(field));
                         }
+                    }
+                }
+                match incoming.pointer("/metadata/labels") {
+                    Some(labels) => set_meta(&mut sent, "labels", labels.clone()),
+                    None => {
+                        remove_meta(&mut sent, "labels");
                     }
                 }
                 sent
@@ -237,9 +265,25 @@ impl State {
         check_storage_size(&obj)?;
         let rv = self.next_rv();
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-        let shared = self.put(&gr, (namespace.to_string(), name), obj.clone());
+        let shared = self.put(&gr, (namespace.to_string(), name.clone()), obj.clone());
         self.emit(&gr, ChangeKind::Added, shared, None);
+        if is_namespace(info) {
+            let objects = controllers::namespace_objects(&name, &self.plane);
+            self.create_as_controller(&name, objects);
+        }
         Ok(obj)
+    }
+
+    /// Creates what a controller of the control plane creates (valid by construction; one that
+    /// exists already is left as it is).
+    pub(crate) fn create_as_controller(&mut self, namespace: &str, objects: Vec<(&str, Value)>) {
+        for (plural, obj) in objects {
+            let Some(info) = self.registry.lookup("", "v1", plural).cloned() else {
+                continue;
+            };
+            let owner = Owner::Update("kube-controller-manager".into());
+            let _ = self.create(&info, namespace, obj, &owner);
+        }
     }
 
     /// Replaces an object (or only its status). A set `metadata.resourceVersion` must be current.
@@ -314,7 +358,8 @@ impl State {
             }
         }
         if sub == Subresource::Main {
-            if info.kind == "Namespace" && info.group.is_empty() {
+            if is_namespace(info) {
+                controllers::label_namespace(&mut stored);
                 // The namespace strategy keeps spec.finalizers; only the finalize subresource changes them.
                 match current.pointer("/spec/finalizers") {
                     Some(f) => {

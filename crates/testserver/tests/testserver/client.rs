@@ -291,7 +291,8 @@ async fn pagination_and_selectors() {
             .expect("create");
     }
     let mut names = Vec::new();
-    let mut lp = ListParams::default().limit(10);
+    // `env` leaves out the root CA ConfigMap the cluster keeps in every namespace.
+    let mut lp = ListParams::default().labels("env").limit(10);
     let mut pages = 0;
     let mut page = api.list(&lp).await.expect("page");
     let first_rv = page.metadata.resource_version.clone();
@@ -325,10 +326,11 @@ async fn pagination_and_selectors() {
         }
     };
     assert_eq!(count("env=prod").await, 9);
-    assert_eq!(count("env!=prod").await, 16);
+    // `!=` and `!` also match the root CA ConfigMap, which has neither label.
+    assert_eq!(count("env!=prod").await, 17);
     assert_eq!(count("env in (dev,qa)").await, 16);
     assert_eq!(count("env notin (dev,qa),legacy").await, 2);
-    assert_eq!(count("!legacy").await, 20);
+    assert_eq!(count("!legacy").await, 21);
     assert_eq!(count("legacy,env=dev").await, 1);
     let by_name = api
         .list(&ListParams::default().fields("metadata.name=cm-07"))
@@ -339,7 +341,7 @@ async fn pagination_and_selectors() {
         .list(&ListParams::default().fields("metadata.namespace=default,metadata.name!=cm-07"))
         .await
         .expect("fields");
-    assert_eq!(not_name.items.len(), 24);
+    assert_eq!(not_name.items.len(), 25, "24 and the root CA");
     assert_eq!(
         code(api.list(&ListParams::default().labels("env in (")).await),
         400
@@ -369,8 +371,8 @@ async fn clusters_are_isolated_and_can_be_added_and_removed() {
     assert_eq!(code(c2.get("x").await), 404);
     assert_eq!(
         server.object_count("mgmt"),
-        13,
-        "4 built-in namespaces, the 8 bootstrap ClusterRoles and ClusterRoleBindings, one configmap"
+        23,
+        "4 built-in namespaces with their default ServiceAccount and root CA ConfigMap, the kubernetes Service and Endpoints, the 8 bootstrap ClusterRoles and ClusterRoleBindings, one configmap"
     );
     server.shutdown().await;
 }

@@ -116,7 +116,8 @@ async fn kubectl_create_get_label_apply_delete() {
         .iter()
         .filter_map(|i| i["metadata"]["name"].as_str())
         .collect();
-    assert_eq!(names, vec!["db"]);
+    // The root CA the cluster keeps in every namespace has no `tier` either.
+    assert_eq!(names, vec!["db", "kube-root-ca.crt"]);
 
     assert!(k
         .run(&["label", "cm", "db", "team=blue"], None)
@@ -376,8 +377,13 @@ async fn kubectl_get_all_and_a_crds_category_list_their_kinds() {
     let all = k.run(&["get", "all", "-o", "name"], None).await;
     let mut names: Vec<&str> = all.lines().collect();
     names.sort_unstable();
-    // ConfigMaps are in no category: `all` leaves them out, as on a real cluster.
-    assert_eq!(names, ["pod/pod1", "service/web"], "{all}");
+    // ConfigMaps are in no category: `all` leaves them out, as on a real cluster, which also
+    // holds the `kubernetes` Service.
+    assert_eq!(
+        names,
+        ["pod/pod1", "service/kubernetes", "service/web"],
+        "{all}"
+    );
 
     k.run(&["apply", "-f", "-"], Some(CATEGORIZED_CRD)).await;
     let widget = "apiVersion: example.org/v1\nkind: Widget\nmetadata: {name: w1}\n";

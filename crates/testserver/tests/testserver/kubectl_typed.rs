@@ -304,7 +304,7 @@ async fn request_bodies_need_a_known_media_type() {
         .filter_map(|c| c.metadata.name)
         .collect();
     names.sort();
-    assert_eq!(names, ["json", "untyped", "yaml"]);
+    assert_eq!(names, ["json", "kube-root-ca.crt", "untyped", "yaml"]);
     server.shutdown().await;
 }
 

@@ -255,3 +255,95 @@ async fn services_get_their_own_cluster_ip_and_keep_it() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_does() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    let api = get(&k, &["service", "kubernetes", "-n", "default"]).await;
+    assert_eq!(api["spec"]["clusterIP"], "10.96.0.1", "{api}");
+    assert_eq!(api["spec"]["ports"][0]["port"], 443, "{api}");
+    assert_eq!(
+        api["metadata"]["labels"],
+        serde_json::json!({"component": "apiserver", "provider": "kubernetes"})
+    );
+
+    k.run(&["create", "namespace", "team-a"], None).await;
+    let ns = get(&k, &["namespace", "team-a"]).await;
+    assert_eq!(
+        ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+        "team-a"
+    );
+    // The label cannot be taken away.
+    k.run(
+        &[
+            "label",
+            "namespace",
+            "team-a",
+            "kubernetes.io/metadata.name-",
+        ],
+        None,
+    )
+    .await;
+    let ns = get(&k, &["namespace", "team-a"]).await;
+    assert_eq!(
+        ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+        "team-a"
+    );
+    let selected = k
+        .run(
+            &[
+                "get",
+                "ns",
+                "-l",
+                "kubernetes.io/metadata.name=team-a",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(selected.trim(), "namespace/team-a");
+
+    let sa = get(&k, &["serviceaccount", "default", "-n", "team-a"]).await;
+    assert_eq!(sa["metadata"]["namespace"], "team-a");
+    let ca = get(&k, &["configmap", "kube-root-ca.crt", "-n", "team-a"]).await;
+    assert_eq!(
+        ca["data"]["ca.crt"],
+        server.ca_pem(),
+        "the cluster's own CA"
+    );
+
+    k.run(&["run", "web", "--image=nginx:1.27", "-n", "team-a"], None)
+        .await;
+    let pod = get(&k, &["pod", "web", "-n", "team-a"]).await;
+    let spec = &pod["spec"];
+    assert_eq!(spec["serviceAccountName"], "default", "{pod}");
+    let volume = spec["volumes"][0]["name"].as_str().unwrap_or("");
+    assert!(volume.starts_with("kube-api-access-"), "{pod}");
+    assert_eq!(spec["containers"][0]["volumeMounts"][0]["name"], volume);
+    assert_eq!(spec["priority"], 0);
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert_eq!(pod["status"]["qosClass"], "BestEffort");
+
+    let (ok, _, err) = k
+        .try_run(
+            &[
+                "run",
+                "bot",
+                "--image=nginx",
+                "-n",
+                "team-a",
+                "--overrides",
+                r#"{"spec": {"serviceAccountName": "robot"}}"#,
+            ],
+            None,
+        )
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"pods "bot" is forbidden: error looking up service account team-a/robot: serviceaccount "robot" not found"#),
+        "{err}"
+    );
+    server.shutdown().await;
+}
