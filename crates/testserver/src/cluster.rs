@@ -5,6 +5,7 @@
 
 mod controllers;
 mod defaults;
+mod node_ports;
 mod service_ips;
 mod validate;
 mod workloads;
@@ -128,6 +129,8 @@ pub struct State {
     policy: std::sync::OnceLock<Arc<crate::auth::Policy>>,
     /// The cluster IPs the stored Services hold (`service_ips`).
     pub(crate) service_ips: service_ips::ServiceIps,
+    /// The node ports the stored Services hold (`node_ports`).
+    pub(crate) node_ports: node_ports::NodePorts,
     /// What the controllers need of the control plane (`controllers`).
     plane: ControlPlane,
 }
@@ -146,6 +149,7 @@ impl Cluster {
             muted: false,
             policy: std::sync::OnceLock::new(),
             service_ips: Default::default(),
+            node_ports: Default::default(),
             plane,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -278,6 +282,7 @@ impl State {
         let objects = self.objects.clone();
         let registry = self.registry.clone();
         let service_ips = self.service_ips.clone();
+        let node_ports = self.node_ports.clone();
         self.muted = true;
         let out = write(self);
         self.muted = false;
@@ -285,6 +290,7 @@ impl State {
         self.objects = objects;
         self.registry = registry;
         self.service_ips = service_ips;
+        self.node_ports = node_ports;
         self.policy = std::sync::OnceLock::new();
         out
     }
@@ -351,8 +357,10 @@ impl State {
         if service_ips::is_service(gr) {
             if let Some(old) = replaced {
                 self.service_ips.release(&old);
+                self.node_ports.release(&old);
             }
             self.service_ips.hold(&object);
+            self.node_ports.hold(&object);
         }
         object
     }
@@ -362,6 +370,7 @@ impl State {
         let taken = self.objects.get_mut(gr)?.remove(key)?;
         if service_ips::is_service(gr) {
             self.service_ips.release(&taken);
+            self.node_ports.release(&taken);
         }
         Some(Arc::unwrap_or_clone(taken))
     }

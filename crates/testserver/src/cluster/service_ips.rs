@@ -3,7 +3,7 @@
 //! LoadBalancer without one gets a free address (`spec.clusterIP`, `spec.clusterIPs`, with
 //! `ipFamilies: [IPv4]` and `ipFamilyPolicy: SingleStack`); one that asks for an address gets it
 //! if it is in range and free; a headless one (`None`) gets the families only; an update keeps
-//! the address and may not change it. Node ports are not allocated.
+//! the address and may not change it. Node ports are allocated apart (`node_ports`).
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;

@@ -260,6 +260,7 @@ impl State {
         if super::service_ips::is_service(&gr) {
             self.service_ips
                 .allocate(&mut obj, None)
+                .and_then(|()| self.node_ports.allocate(&mut obj, None))
                 .map_err(|e| ApiError::invalid_fields("", &info.kind, &name, &[e]))?;
         }
         check_storage_size(&obj)?;
@@ -379,6 +380,7 @@ impl State {
             if super::service_ips::is_service(&gr) {
                 self.service_ips
                     .allocate(&mut stored, Some(current))
+                    .and_then(|()| self.node_ports.allocate(&mut stored, Some(current)))
                     .map_err(|e| ApiError::invalid_fields("", &info.kind, name, &[e]))?;
             }
         }

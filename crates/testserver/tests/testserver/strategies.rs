@@ -347,3 +347,61 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn node_port_services_get_node_ports_of_their_own_and_give_them_back() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(
+        &["create", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  ports: [{port: 80}]\n",
+        ),
+    )
+    .await;
+    k.run(
+        &[
+            "patch",
+            "service",
+            "web",
+            "-p",
+            r#"{"spec":{"type":"NodePort"}}"#,
+        ],
+        None,
+    )
+    .await;
+    let web = get(&k, &["service", "web"]).await;
+    let node_port = web["spec"]["ports"][0]["nodePort"].as_i64().unwrap_or(0);
+    assert!((30000..=32767).contains(&node_port), "{web}");
+    assert_eq!(web["spec"]["externalTrafficPolicy"], "Cluster", "{web}");
+
+    let taken = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: copy}}\nspec:\n  type: NodePort\n  ports: [{{port: 80, nodePort: {node_port}}}]\n"
+    );
+    let (ok, _, err) = k.try_run(&["create", "-f", "-"], Some(&taken)).await;
+    assert!(
+        !ok && err.contains(&format!(
+            "spec.ports[0].nodePort: Invalid value: {node_port}: provided port is already allocated"
+        )),
+        "{err}"
+    );
+
+    // Back to ClusterIP: the node port is dropped and free for the other Service.
+    k.run(
+        &[
+            "patch",
+            "service",
+            "web",
+            "-p",
+            r#"{"spec":{"type":"ClusterIP"}}"#,
+        ],
+        None,
+    )
+    .await;
+    let web = get(&k, &["service", "web"]).await;
+    assert!(web["spec"]["ports"][0].get("nodePort").is_none(), "{web}");
+    k.run(&["create", "-f", "-"], Some(&taken)).await;
+    let copy = get(&k, &["service", "copy"]).await;
+    assert_eq!(copy["spec"]["ports"][0]["nodePort"], node_port);
+    server.shutdown().await;
+}
