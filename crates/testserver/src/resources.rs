@@ -129,7 +129,15 @@ fn builtin(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         // kube-apiserver puts these kinds (and others not served here) in `all`.
         categories: match kind {
-            "Pod" | "Service" | "Deployment" | "ReplicaSet" | "StatefulSet" => vec!["all".into()],
+            "Pod"
+            | "Service"
+            | "Deployment"
+            | "ReplicaSet"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "Job"
+            | "CronJob"
+            | "HorizontalPodAutoscaler" => vec!["all".into()],
             _ => Vec::new(),
         },
         crd: None,
@@ -195,6 +203,18 @@ pub fn builtins() -> Vec<ResourceInfo> {
             true,
             true,
             &["sts"],
+        ),
+        builtin("apps", "v1", "DaemonSet", "daemonsets", true, true, &["ds"]),
+        builtin("batch", "v1", "Job", "jobs", true, true, &[]),
+        builtin("batch", "v1", "CronJob", "cronjobs", true, true, &["cj"]),
+        builtin(
+            "autoscaling",
+            "v2",
+            "HorizontalPodAutoscaler",
+            "horizontalpodautoscalers",
+            true,
+            true,
+            &["hpa"],
         ),
         builtin(
             "policy",

@@ -85,6 +85,48 @@ pub fn api_service(plane: &ControlPlane) -> Vec<(&'static str, Value)> {
     objects
 }
 
+/// The Job strategy's create step: unless `spec.manualSelector` is true, the Job selects its
+/// Pods by its uid, and its pod template carries the labels that select them.
+pub fn select_job_pods(job: &mut Value, uid: &str) {
+    if job.pointer("/spec/manualSelector") == Some(&json!(true)) {
+        return;
+    }
+    let name = job
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    spec.insert(
+        "selector".into(),
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+    );
+    let template = spec.entry("template").or_insert_with(|| json!({}));
+    if !template.is_object() {
+        return;
+    }
+    let metadata = template
+        .as_object_mut()
+        .map(|t| t.entry("metadata").or_insert_with(|| json!({})));
+    let Some(labels) = metadata
+        .and_then(Value::as_object_mut)
+        .map(|m| m.entry("labels").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (key, value) in [
+        ("batch.kubernetes.io/controller-uid", uid),
+        ("batch.kubernetes.io/job-name", name.as_str()),
+        ("controller-uid", uid),
+        ("job-name", name.as_str()),
+    ] {
+        labels.insert(key.into(), json!(value));
+    }
+}
+
 /// Why a Pod is not admitted: the status code and message apiserver answers with.
 #[derive(Debug, PartialEq)]
 pub struct Refused {

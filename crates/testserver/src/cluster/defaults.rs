@@ -19,6 +19,13 @@
 //!   `protocol: TCP`, its probes' timings and HTTP `path`/`scheme`, `fieldRef.apiVersion: v1`;
 //!   `defaultMode: 420` of ConfigMap, Secret and projected volumes. A Pod (not a template) also
 //!   gets `enableServiceLinks: true` and a container's `requests` copied from its `limits`.
+//! - DaemonSet: `RollingUpdate` with `maxUnavailable: 1` and `maxSurge: 0`,
+//!   `revisionHistoryLimit: 10`.
+//! - Job: `completions` and `parallelism` of 1, `backoffLimit: 6`, `completionMode: NonIndexed`,
+//!   `suspend: false`, `podReplacementPolicy`; CronJob: `concurrencyPolicy: Allow`,
+//!   `suspend: false`, history limits of 3 and 1; both their pod templates.
+//! - HorizontalPodAutoscaler (autoscaling/v2): `minReplicas: 1` and 80 % CPU utilisation as the
+//!   metric when none is given.
 
 use serde_json::{json, Map, Value};
 
@@ -32,6 +39,10 @@ pub fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
         ("apps", "Deployment") => deployment(obj),
         ("apps", "ReplicaSet") => replica_set(obj),
         ("apps", "StatefulSet") => stateful_set(obj),
+        ("apps", "DaemonSet") => daemon_set(obj),
+        ("batch", "Job") => job(obj),
+        ("batch", "CronJob") => cron_job(obj),
+        ("autoscaling", "HorizontalPodAutoscaler") => autoscaler(obj),
         _ => {}
     }
 }
@@ -152,6 +163,99 @@ fn stateful_set(obj: &mut Value) {
         }
     }
     template(spec);
+}
+
+fn daemon_set(obj: &mut Value) {
+    let Some(spec) = obj.as_object_mut().and_then(|map| object(map, "spec")) else {
+        return;
+    };
+    or(spec, "revisionHistoryLimit", json!(10));
+    if let Some(strategy) = object(spec, "updateStrategy") {
+        or(strategy, "type", json!("RollingUpdate"));
+        if strategy.get("type") == Some(&json!("RollingUpdate")) {
+            if let Some(rolling) = object(strategy, "rollingUpdate") {
+                or(rolling, "maxUnavailable", json!(1));
+                or(rolling, "maxSurge", json!(0));
+            }
+        }
+    }
+    template(spec);
+}
+
+fn job(obj: &mut Value) {
+    let Some(spec) = obj.as_object_mut().and_then(|map| object(map, "spec")) else {
+        return;
+    };
+    job_spec(spec);
+}
+
+/// `SetDefaults_Job`: one completion at a time unless told otherwise, 6 retries, the
+/// non-indexed mode, not suspended, and Pods replaced once terminating or failed (only once
+/// failed under a pod failure policy).
+fn job_spec(spec: &mut Map<String, Value>) {
+    if matches!(spec.get("completions"), None | Some(Value::Null))
+        && matches!(spec.get("parallelism"), None | Some(Value::Null))
+    {
+        spec.insert("completions".into(), json!(1));
+    }
+    or(spec, "parallelism", json!(1));
+    let per_index = !matches!(spec.get("backoffLimitPerIndex"), None | Some(Value::Null));
+    or(
+        spec,
+        "backoffLimit",
+        json!(if per_index { i32::MAX } else { 6 }),
+    );
+    or(spec, "completionMode", json!("NonIndexed"));
+    or(spec, "suspend", json!(false));
+    let policy = !matches!(spec.get("podFailurePolicy"), None | Some(Value::Null));
+    or(
+        spec,
+        "podReplacementPolicy",
+        json!(if policy {
+            "Failed"
+        } else {
+            "TerminatingOrFailed"
+        }),
+    );
+    template(spec);
+}
+
+/// `SetDefaults_CronJob`; the job template's pod template gets the pod defaults.
+fn cron_job(obj: &mut Value) {
+    let Some(spec) = obj.as_object_mut().and_then(|map| object(map, "spec")) else {
+        return;
+    };
+    or(spec, "concurrencyPolicy", json!("Allow"));
+    or(spec, "suspend", json!(false));
+    or(spec, "successfulJobsHistoryLimit", json!(3));
+    or(spec, "failedJobsHistoryLimit", json!(1));
+    if let Some(job) = spec
+        .get_mut("jobTemplate")
+        .and_then(Value::as_object_mut)
+        .and_then(|t| t.get_mut("spec"))
+        .and_then(Value::as_object_mut)
+    {
+        template(job);
+    }
+}
+
+/// `SetDefaults_HorizontalPodAutoscaler` (autoscaling/v2): at least one replica, and 80 % CPU
+/// utilisation when no metric is given.
+fn autoscaler(obj: &mut Value) {
+    let Some(spec) = obj.as_object_mut().and_then(|map| object(map, "spec")) else {
+        return;
+    };
+    or(spec, "minReplicas", json!(1));
+    let no_metrics = spec
+        .get("metrics")
+        .is_none_or(|m| m.as_array().is_none_or(Vec::is_empty));
+    if no_metrics {
+        spec.insert(
+            "metrics".into(),
+            json!([{"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": 80}}}]),
+        );
+    }
 }
 
 /// The pod template of a workload's `spec`.

@@ -1,5 +1,6 @@
 //! Validation of the workload and policy kinds an installation's manifests use (Deployment,
-//! StatefulSet, PodDisruptionBudget, NetworkPolicy), as kube-apiserver's validation of those
+//! StatefulSet, DaemonSet, Job, CronJob, HorizontalPodAutoscaler, PodDisruptionBudget,
+//! NetworkPolicy), as kube-apiserver's validation of those
 //! kinds rejects them: the rules a manifest can break, with apiserver's field paths and details.
 //! Not every rule of the real server is here: what is checked is listed per kind below.
 
@@ -13,6 +14,10 @@ pub fn errors(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
     match (info.group.as_str(), info.kind.as_str()) {
         ("apps", "Deployment") => workload_errors(obj, &[]),
         ("apps", "StatefulSet") => stateful_set_errors(obj),
+        ("apps", "DaemonSet") => workload_errors(obj, &[]),
+        ("batch", "Job") => job_errors(obj),
+        ("batch", "CronJob") => cron_job_errors(obj),
+        ("autoscaling", "HorizontalPodAutoscaler") => autoscaler_errors(obj),
         ("policy", "PodDisruptionBudget") => pdb_errors(obj),
         ("networking.k8s.io", "NetworkPolicy") => network_policy_errors(obj),
         _ => Vec::new(),
@@ -150,6 +155,106 @@ fn stateful_set_errors(obj: &Value) -> Vec<FieldError> {
             if !supported.contains(&value) {
                 errors.push(not_supported(field, value, supported));
             }
+        }
+    }
+    errors
+}
+
+/// Job: Pods that restart `OnFailure` or `Never`, a selector (generated unless `manualSelector`)
+/// that selects the template's labels, and the pod template's spec.
+fn job_errors(obj: &Value) -> Vec<FieldError> {
+    let mut errors = job_pod_errors(obj.pointer("/spec/template"), "spec.template");
+    match obj.pointer("/spec/selector") {
+        None | Some(Value::Null) => errors.push(FieldError::required("spec.selector", "")),
+        Some(selector) => {
+            let empty = serde_json::Map::new();
+            let labels = obj
+                .pointer("/spec/template/metadata/labels")
+                .and_then(Value::as_object)
+                .unwrap_or(&empty);
+            if !selects(selector, labels) {
+                errors.push(FieldError::invalid(
+                    "spec.template.metadata.labels",
+                    Value::Object(labels.clone()),
+                    "`selector` does not match template `labels`",
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// The pod template of a Job or a CronJob's job template.
+fn job_pod_errors(template: Option<&Value>, path: &str) -> Vec<FieldError> {
+    let pod = template.and_then(|t| t.get("spec")).unwrap_or(&Value::Null);
+    let mut errors = Vec::new();
+    let policy = str_at(pod, "/restartPolicy").unwrap_or("");
+    if !matches!(policy, "OnFailure" | "Never") {
+        errors.push(not_supported(
+            &format!("{path}.spec.restartPolicy"),
+            policy,
+            &["OnFailure", "Never"],
+        ));
+    }
+    errors.extend(pod_spec_errors(pod, &format!("{path}.spec"), &[]));
+    errors
+}
+
+/// CronJob: a schedule, a concurrency policy from its enum, and the job template's Pods.
+fn cron_job_errors(obj: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if str_at(obj, "/spec/schedule").is_none_or(str::is_empty) {
+        errors.push(FieldError::required("spec.schedule", ""));
+    }
+    if let Some(policy) = str_at(obj, "/spec/concurrencyPolicy") {
+        let supported = ["Allow", "Forbid", "Replace"];
+        if !supported.contains(&policy) {
+            errors.push(not_supported("spec.concurrencyPolicy", policy, &supported));
+        }
+    }
+    errors.extend(job_pod_errors(
+        obj.pointer("/spec/jobTemplate/spec/template"),
+        "spec.jobTemplate.spec.template",
+    ));
+    errors
+}
+
+/// HorizontalPodAutoscaler: a target's kind and name, `maxReplicas` of at least 1 and
+/// `minReplicas` between 1 and it.
+fn autoscaler_errors(obj: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    for field in ["kind", "name"] {
+        if str_at(obj, &format!("/spec/scaleTargetRef/{field}")).is_none_or(str::is_empty) {
+            errors.push(FieldError::required(
+                format!("spec.scaleTargetRef.{field}"),
+                "",
+            ));
+        }
+    }
+    let max = obj
+        .pointer("/spec/maxReplicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if max < 1 {
+        errors.push(FieldError::invalid(
+            "spec.maxReplicas",
+            Value::from(max),
+            "must be greater than or equal to 1",
+        ));
+    }
+    if let Some(min) = obj.pointer("/spec/minReplicas").and_then(Value::as_i64) {
+        if min < 1 {
+            errors.push(FieldError::invalid(
+                "spec.minReplicas",
+                Value::from(min),
+                "must be greater than or equal to 1",
+            ));
+        } else if max >= 1 && min > max {
+            errors.push(FieldError::invalid(
+                "spec.minReplicas",
+                Value::from(min),
+                "must be less than or equal to maxReplicas",
+            ));
         }
     }
     errors

@@ -41,7 +41,7 @@ pub(crate) fn is_crd(info: &ResourceInfo) -> bool {
 
 /// Whether the kind's registry strategy sets `metadata.generation` (to 1 on create, bumped when
 /// the desired state changes): custom resources, CRDs, and the built-ins whose `PrepareForCreate`
-/// does so. ConfigMap, Secret, Namespace, Service, Pod, Endpoints, ServiceAccount, Event, Lease
+/// does so (the apps workloads, Job, CronJob, Ingress, NetworkPolicy). ConfigMap, Secret, Namespace, Service, Pod, Endpoints, ServiceAccount, Event, Lease
 /// and the RBAC kinds carry no generation.
 pub fn tracks_generation(info: &ResourceInfo) -> bool {
     info.crd.is_some()
@@ -51,7 +51,8 @@ pub fn tracks_generation(info: &ResourceInfo) -> bool {
             (
                 "apps",
                 "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
-            ) | ("networking.k8s.io", "Ingress" | "NetworkPolicy")
+            ) | ("batch", "Job" | "CronJob")
+                | ("networking.k8s.io", "Ingress" | "NetworkPolicy")
         )
 }
 
@@ -176,8 +177,12 @@ impl State {
         }
         // What the strategy sets is owned by no manager: ownership is recorded on the object as sent.
         let incoming = obj.clone();
+        let uid = uuid::Uuid::new_v4().to_string();
         if is_namespace(info) {
             prepare_namespace(&mut obj);
+        }
+        if info.crd.is_none() && info.group == "batch" && info.kind == "Job" {
+            controllers::select_job_pods(&mut obj, &uid);
         }
         apply_defaults(info, &mut obj);
         if info.crd.is_none() && info.group.is_empty() && info.kind == "Pod" {
@@ -208,7 +213,7 @@ impl State {
             obj["status"] = crd_status(&obj);
             self.registry.install(res);
         }
-        set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
+        set_meta(&mut obj, "uid", json!(uid));
         set_meta(&mut obj, "creationTimestamp", json!(now()));
         if tracks_generation(info) {
             set_meta(&mut obj, "generation", json!(1));

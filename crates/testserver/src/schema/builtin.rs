@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use k8s_openapi::api::{apps, coordination, core, networking, policy, rbac};
+use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, networking, policy, rbac};
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::Value;
@@ -38,6 +38,14 @@ fn all() -> Schemas {
         ("apps", "Deployment", of::<apps::v1::Deployment>()),
         ("apps", "ReplicaSet", of::<apps::v1::ReplicaSet>()),
         ("apps", "StatefulSet", of::<apps::v1::StatefulSet>()),
+        ("apps", "DaemonSet", of::<apps::v1::DaemonSet>()),
+        ("batch", "Job", of::<batch::v1::Job>()),
+        ("batch", "CronJob", of::<batch::v1::CronJob>()),
+        (
+            "autoscaling",
+            "HorizontalPodAutoscaler",
+            of::<autoscaling::v2::HorizontalPodAutoscaler>(),
+        ),
         (
             "policy",
             "PodDisruptionBudget",
@@ -195,202 +203,46 @@ fn inline(
 /// its merge key: the `patchStrategy` and `patchMergeKey` tags of Kubernetes' Go types (k8s.io/api
 /// and apimachinery), which its OpenAPI publishes as `x-kubernetes-patch-strategy` and
 /// `x-kubernetes-patch-merge-key`. Every other list is replaced whole by a patch.
+#[rustfmt::skip]
 const PATCH_STRATEGIES: &[(&str, &str, &str, Option<&str>)] = &[
     (META_V1_OBJECT_META, "finalizers", "merge", None),
     (META_V1_OBJECT_META, "ownerReferences", "merge", Some("uid")),
     ("io.k8s.api.core.v1.Container", "env", "merge", Some("name")),
-    (
-        "io.k8s.api.core.v1.Container",
-        "ports",
-        "merge",
-        Some("containerPort"),
-    ),
-    (
-        "io.k8s.api.core.v1.Container",
-        "volumeDevices",
-        "merge",
-        Some("devicePath"),
-    ),
-    (
-        "io.k8s.api.core.v1.Container",
-        "volumeMounts",
-        "merge",
-        Some("mountPath"),
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "env",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "ports",
-        "merge",
-        Some("containerPort"),
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeDevices",
-        "merge",
-        Some("devicePath"),
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeMounts",
-        "merge",
-        Some("mountPath"),
-    ),
-    (
-        "io.k8s.api.core.v1.ContainerStatus",
-        "allocatedResourcesStatus",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.ContainerStatus",
-        "volumeMounts",
-        "merge",
-        Some("mountPath"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "containers",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "ephemeralContainers",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "hostAliases",
-        "merge",
-        Some("ip"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "imagePullSecrets",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "initContainers",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "resourceClaims",
-        "merge,retainKeys",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "schedulingGates",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "topologySpreadConstraints",
-        "merge",
-        Some("topologyKey"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "volumes",
-        "merge,retainKeys",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodStatus",
-        "conditions",
-        "merge",
-        Some("type"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodStatus",
-        "hostIPs",
-        "merge",
-        Some("ip"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodStatus",
-        "podIPs",
-        "merge",
-        Some("ip"),
-    ),
-    (
-        "io.k8s.api.core.v1.PodStatus",
-        "resourceClaimStatuses",
-        "merge,retainKeys",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.NamespaceStatus",
-        "conditions",
-        "merge",
-        Some("type"),
-    ),
-    (
-        "io.k8s.api.core.v1.ServiceAccount",
-        "secrets",
-        "merge",
-        Some("name"),
-    ),
-    (
-        "io.k8s.api.core.v1.ServiceSpec",
-        "ports",
-        "merge",
-        Some("port"),
-    ),
-    (
-        "io.k8s.api.core.v1.ServiceStatus",
-        "conditions",
-        "merge",
-        Some("type"),
-    ),
-    (
-        "io.k8s.api.apps.v1.DeploymentSpec",
-        "strategy",
-        "retainKeys",
-        None,
-    ),
-    (
-        "io.k8s.api.apps.v1.DeploymentStatus",
-        "conditions",
-        "merge",
-        Some("type"),
-    ),
-    (
-        "io.k8s.api.apps.v1.ReplicaSetStatus",
-        "conditions",
-        "merge",
-        Some("type"),
-    ),
-    (
-        "io.k8s.api.apps.v1.StatefulSetStatus",
-        "conditions",
-        "merge",
-        Some("type"),
-    ),
-    (
-        "io.k8s.api.policy.v1.PodDisruptionBudgetSpec",
-        "selector",
-        "replace",
-        None,
-    ),
-    (
-        "io.k8s.api.policy.v1.PodDisruptionBudgetStatus",
-        "conditions",
-        "merge",
-        Some("type"),
-    ),
+    ("io.k8s.api.core.v1.Container", "ports", "merge", Some("containerPort")),
+    ("io.k8s.api.core.v1.Container", "volumeDevices", "merge", Some("devicePath")),
+    ("io.k8s.api.core.v1.Container", "volumeMounts", "merge", Some("mountPath")),
+    ("io.k8s.api.core.v1.EphemeralContainer", "env", "merge", Some("name")),
+    ("io.k8s.api.core.v1.EphemeralContainer", "ports", "merge", Some("containerPort")),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeDevices", "merge", Some("devicePath")),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeMounts", "merge", Some("mountPath")),
+    ("io.k8s.api.core.v1.ContainerStatus", "allocatedResourcesStatus", "merge", Some("name")),
+    ("io.k8s.api.core.v1.ContainerStatus", "volumeMounts", "merge", Some("mountPath")),
+    ("io.k8s.api.core.v1.PodSpec", "containers", "merge", Some("name")),
+    ("io.k8s.api.core.v1.PodSpec", "ephemeralContainers", "merge", Some("name")),
+    ("io.k8s.api.core.v1.PodSpec", "hostAliases", "merge", Some("ip")),
+    ("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", "merge", Some("name")),
+    ("io.k8s.api.core.v1.PodSpec", "initContainers", "merge", Some("name")),
+    ("io.k8s.api.core.v1.PodSpec", "resourceClaims", "merge,retainKeys", Some("name")),
+    ("io.k8s.api.core.v1.PodSpec", "schedulingGates", "merge", Some("name")),
+    ("io.k8s.api.core.v1.PodSpec", "topologySpreadConstraints", "merge", Some("topologyKey")),
+    ("io.k8s.api.core.v1.PodSpec", "volumes", "merge,retainKeys", Some("name")),
+    ("io.k8s.api.core.v1.PodStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.core.v1.PodStatus", "hostIPs", "merge", Some("ip")),
+    ("io.k8s.api.core.v1.PodStatus", "podIPs", "merge", Some("ip")),
+    ("io.k8s.api.core.v1.PodStatus", "resourceClaimStatuses", "merge,retainKeys", Some("name")),
+    ("io.k8s.api.core.v1.NamespaceStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.core.v1.ServiceAccount", "secrets", "merge", Some("name")),
+    ("io.k8s.api.core.v1.ServiceSpec", "ports", "merge", Some("port")),
+    ("io.k8s.api.core.v1.ServiceStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.apps.v1.DeploymentSpec", "strategy", "retainKeys", None),
+    ("io.k8s.api.apps.v1.DeploymentStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.apps.v1.ReplicaSetStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.apps.v1.StatefulSetStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.apps.v1.DaemonSetStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.batch.v1.JobStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.policy.v1.PodDisruptionBudgetSpec", "selector", "replace", None),
+    ("io.k8s.api.policy.v1.PodDisruptionBudgetStatus", "conditions", "merge", Some("type")),
 ];
 
 const META_V1_OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";

@@ -405,3 +405,134 @@ async fn node_port_services_get_node_ports_of_their_own_and_give_them_back() {
     assert_eq!(copy["spec"]["ports"][0]["nodePort"], node_port);
     server.shutdown().await;
 }
+
+const BATCH_AND_SCALING: &str = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: migrate, image: "busybox:1.36"}]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: backup, image: "busybox:1.36"}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: agent, image: "busybox:1.36"}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  maxReplicas: 5
+"#;
+
+#[tokio::test]
+async fn jobs_cron_jobs_daemon_sets_and_autoscalers_are_served_as_a_real_cluster_serves_them() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(&["apply", "-f", "-"], Some(BATCH_AND_SCALING)).await;
+
+    let job = get(&k, &["job", "migrate"]).await;
+    let uid = job["metadata"]["uid"].as_str().unwrap_or("").to_string();
+    assert_eq!(
+        job["spec"]["selector"],
+        serde_json::json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+        "{job}"
+    );
+    let labels = &job["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["batch.kubernetes.io/job-name"], "migrate", "{job}");
+    assert_eq!(labels["controller-uid"], uid.as_str(), "{job}");
+    let spec = &job["spec"];
+    assert_eq!(
+        (
+            &spec["completions"],
+            &spec["parallelism"],
+            &spec["backoffLimit"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!(6)
+        ),
+        "{job}"
+    );
+    assert_eq!(spec["completionMode"], "NonIndexed");
+    assert_eq!(job["metadata"]["generation"], 1);
+
+    let cron = get(&k, &["cronjob", "nightly"]).await;
+    assert_eq!(cron["spec"]["concurrencyPolicy"], "Allow", "{cron}");
+    assert_eq!(cron["spec"]["successfulJobsHistoryLimit"], 3);
+    assert_eq!(
+        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["dnsPolicy"],
+        "ClusterFirst"
+    );
+    let agent = get(&k, &["daemonset", "agent"]).await;
+    assert_eq!(
+        agent["spec"]["updateStrategy"],
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+    );
+    let hpa = get(&k, &["hpa", "web"]).await;
+    assert_eq!(hpa["spec"]["minReplicas"], 1, "{hpa}");
+    assert_eq!(
+        hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        80
+    );
+    let all = k.run(&["get", "all", "-o", "name"], None).await;
+    for name in [
+        "job.batch/migrate",
+        "cronjob.batch/nightly",
+        "daemonset.apps/agent",
+        "horizontalpodautoscaler.autoscaling/web",
+    ] {
+        assert!(all.lines().any(|l| l == name), "{name} in {all}");
+    }
+
+    // A Job whose Pods would restart Always, and a CronJob without a schedule, are refused.
+    let always = BATCH_AND_SCALING
+        .split("---")
+        .next()
+        .unwrap_or("")
+        .replace("name: migrate}", "name: again}")
+        .replace("      restartPolicy: Never\n", "");
+    let (ok, _, err) = k.try_run(&["create", "-f", "-"], Some(&always)).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"spec.template.spec.restartPolicy: Unsupported value: "Always": supported values: "OnFailure", "Never""#),
+        "{err}"
+    );
+    let unscheduled = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: never}\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers: [{name: c, image: x}]\n";
+    let (ok, _, err) = k.try_run(&["create", "-f", "-"], Some(unscheduled)).await;
+    assert!(
+        !ok && err.contains("spec.schedule: Required value"),
+        "{err}"
+    );
+    let inverted = "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: bad}\nspec:\n  scaleTargetRef: {kind: Deployment, name: web}\n  minReplicas: 6\n  maxReplicas: 5\n";
+    let (ok, _, err) = k.try_run(&["create", "-f", "-"], Some(inverted)).await;
+    assert!(
+        !ok && err.contains(
+            "spec.minReplicas: Invalid value: 6: must be less than or equal to maxReplicas"
+        ),
+        "{err}"
+    );
+    server.shutdown().await;
+}
