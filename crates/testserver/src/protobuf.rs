@@ -3,10 +3,12 @@
 //!
 //! The wire format is the 4-byte magic `k8s\0` followed by a `runtime.Unknown` message whose
 //! `typeMeta` names the kind and whose `raw` holds the object. The messages are k8s-pb's, generated
-//! from Kubernetes' `generated.proto` files. Only the kinds typed kubectl commands create and that
-//! are small enough to convert field by field are decoded (v1 Secret, ConfigMap, Namespace,
-//! ServiceAccount; rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding,
-//! ClusterRoleBinding), and the two identity requests kubectl sends as protobuf
+//! from Kubernetes' `generated.proto` files. Only the kinds typed kubectl commands create are
+//! decoded: field by field those small enough (v1 Secret, ConfigMap, Namespace, ServiceAccount;
+//! rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding), the fields
+//! kubectl's workload generators set for the others (`workloads`: Service, Deployment, Job,
+//! CronJob, HorizontalPodAutoscaler, PodDisruptionBudget), and the two identity requests kubectl
+//! sends as protobuf
 //! (authorization.k8s.io/v1 SelfSubjectAccessReview for `auth can-i`, authentication.k8s.io/v1
 //! TokenRequest for `create token`); any other kind is refused with 415 naming it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
 //!
@@ -26,6 +28,8 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::object::format_time;
+
+mod workloads;
 
 /// The prefix of every Kubernetes protobuf body.
 const MAGIC: &[u8] = b"k8s\0";
@@ -98,13 +102,19 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
             let r = authorization::SelfSubjectAccessReview::decode(raw.as_slice()).map_err(invalid)?;
             self_subject_access_review(r)
         }
+        ("apps/v1", "Deployment") => workloads::deployment(&raw, invalid)?,
+        ("batch/v1", "Job") => workloads::job(&raw, invalid)?,
+        ("batch/v1", "CronJob") => workloads::cron_job(&raw, invalid)?,
+        ("v1", "Service") => workloads::service(&raw, invalid)?,
+        ("autoscaling/v2", "HorizontalPodAutoscaler") => workloads::autoscaler(&raw, invalid)?,
+        ("policy/v1", "PodDisruptionBudget") => workloads::disruption_budget(&raw, invalid)?,
         (AUTHENTICATION, "TokenRequest") => {
             let r = authentication::TokenRequest::decode(raw.as_slice()).map_err(invalid)?;
             token_request(r)
         }
         _ => {
             return Err(unsupported(format!(
-                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding; {AUTHORIZATION} SelfSubjectAccessReview; {AUTHENTICATION} TokenRequest); send application/json"
+                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount, Service; apps/v1 Deployment; batch/v1 Job, CronJob; autoscaling/v2 HorizontalPodAutoscaler; policy/v1 PodDisruptionBudget; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding; {AUTHORIZATION} SelfSubjectAccessReview; {AUTHENTICATION} TokenRequest); send application/json"
             )))
         }
     };
@@ -796,9 +806,13 @@ mod tests {
 
     #[test]
     fn other_kinds_are_refused_with_415_naming_the_kind() {
-        let e = decode(&envelope("apps/v1", "Deployment", vec![])).expect_err("refused");
+        let e = decode(&envelope("networking.k8s.io/v1", "Ingress", vec![])).expect_err("refused");
         assert_eq!(e.code, 415);
-        assert!(e.message.contains("apps/v1 Deployment"), "{}", e.message);
+        assert!(
+            e.message.contains("networking.k8s.io/v1 Ingress"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -215,15 +215,146 @@ async fn kubectl_create_of_a_kind_without_protobuf_decoding_names_the_kind() {
     let server = server_with(Config::default()).await;
     let k = Kubectl::new(&server);
     let (ok, _, err) = k
-        .try_run(&["create", "deployment", "web", "--image=nginx"], None)
+        .try_run(
+            &["create", "ingress", "web", "--rule=web.example.org/=web:80"],
+            None,
+        )
         .await;
-    assert!(!ok, "kubectl create deployment succeeded");
+    assert!(!ok, "kubectl create ingress succeeded");
     assert!(
-        err.contains("apps/v1 Deployment") && err.contains("application/json"),
+        err.contains("networking.k8s.io/v1 Ingress") && err.contains("application/json"),
         "{err}"
     );
-    let (ok, _, err) = k.try_run(&["get", "deployment", "web"], None).await;
+    let (ok, _, err) = k.try_run(&["get", "ingress", "web"], None).await;
     assert!(!ok && err.contains("NotFound"), "{err}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_workload_generators_send_protobuf_the_server_reads() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--port=80",
+            "--replicas=2",
+        ],
+        None,
+    )
+    .await;
+    let web = get_json(&k, &["deployment", "web"]).await;
+    assert_eq!(web["spec"]["replicas"], 2, "{web}");
+    assert_eq!(
+        web["spec"]["selector"],
+        json!({"matchLabels": {"app": "web"}})
+    );
+    let container = &web["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        (&container["name"], &container["image"]),
+        (&json!("nginx"), &json!("nginx:1.27")),
+        "{container}"
+    );
+    assert_eq!(
+        container["ports"],
+        json!([{"containerPort": 80, "protocol": "TCP"}])
+    );
+
+    k.run(
+        &["create", "service", "nodeport", "web", "--tcp=80:8080"],
+        None,
+    )
+    .await;
+    let service = get_json(&k, &["service", "web"]).await;
+    assert_eq!(service["spec"]["type"], "NodePort");
+    assert_eq!(service["spec"]["selector"], json!({"app": "web"}));
+    let port = &service["spec"]["ports"][0];
+    assert_eq!(
+        (&port["port"], &port["targetPort"]),
+        (&json!(80), &json!(8080)),
+        "{port}"
+    );
+    assert!(
+        port["nodePort"].as_i64().is_some_and(|p| p >= 30000),
+        "{port}"
+    );
+
+    k.run(
+        &[
+            "autoscale",
+            "deployment",
+            "web",
+            "--max=5",
+            "--cpu-percent=70",
+        ],
+        None,
+    )
+    .await;
+    let hpa = get_json(&k, &["hpa", "web"]).await;
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(hpa["spec"]["maxReplicas"], 5);
+    assert_eq!(
+        hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        70
+    );
+    k.run(
+        &[
+            "create",
+            "pdb",
+            "web",
+            "--selector=app=web",
+            "--min-available=1",
+        ],
+        None,
+    )
+    .await;
+    let pdb = get_json(&k, &["pdb", "web"]).await;
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+
+    k.run(
+        &[
+            "create",
+            "job",
+            "once",
+            "--image=busybox:1.36",
+            "--",
+            "echo",
+            "hi",
+        ],
+        None,
+    )
+    .await;
+    let once = get_json(&k, &["job", "once"]).await;
+    let pod = &once["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    assert_eq!(pod["containers"][0]["command"], json!(["echo", "hi"]));
+    k.run(
+        &[
+            "create",
+            "cronjob",
+            "nightly",
+            "--image=busybox:1.36",
+            "--schedule=0 3 * * *",
+            "--",
+            "date",
+        ],
+        None,
+    )
+    .await;
+    let nightly = get_json(&k, &["cronjob", "nightly"]).await;
+    assert_eq!(nightly["spec"]["schedule"], "0 3 * * *");
+    // A Job made from the CronJob carries its (defaulted) template and names it as owner.
+    k.run(&["create", "job", "now", "--from=cronjob/nightly"], None)
+        .await;
+    let now = get_json(&k, &["job", "now"]).await;
+    assert_eq!(now["metadata"]["ownerReferences"][0]["kind"], "CronJob");
+    assert_eq!(
+        now["spec"]["template"]["spec"]["containers"][0]["command"],
+        json!(["date"])
+    );
     server.shutdown().await;
 }
 
