@@ -444,6 +444,7 @@ fn get(call: &Call, target: &Target) -> Result<Response, ApiError> {
 
 fn list(call: &Call, target: &Target) -> Result<Response, ApiError> {
     let filter = Filter::new(
+        &target.info,
         target.namespace.clone(),
         call.param("labelSelector"),
         call.param("fieldSelector"),
@@ -524,6 +525,7 @@ fn list(call: &Call, target: &Target) -> Result<Response, ApiError> {
 
 fn watch_call(call: &Call, target: Target) -> Result<Response, ApiError> {
     let filter = Filter::new(
+        &target.info,
         target.namespace.clone(),
         call.param("labelSelector"),
         call.param("fieldSelector"),

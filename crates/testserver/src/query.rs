@@ -8,20 +8,23 @@ use sluice_domain::selector::Selector;
 use crate::cluster::ObjectKey;
 use crate::error::ApiError;
 use crate::object::meta_str;
+use crate::resources::ResourceInfo;
 
 /// Which objects a list or watch returns.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
     pub namespace: Option<String>,
     pub labels: Selector,
-    /// `(field, equal, value)`: `equal` is false for `!=`. Any dotted path is accepted (the real
-    /// server allows only a few fields per kind, `metadata.name` and `metadata.namespace` everywhere).
+    /// `(field, equal, value)`: `equal` is false for `!=`; the fields are those the kind's
+    /// registry lets clients select by (`selectable`).
     pub fields: Vec<(String, bool, String)>,
 }
 
 impl Filter {
-    /// Builds a filter from the `labelSelector` and `fieldSelector` query parameters.
+    /// Builds a filter from the `labelSelector` and `fieldSelector` query parameters of a list or
+    /// watch of `info`'s kind.
     pub fn new(
+        info: &ResourceInfo,
         namespace: Option<String>,
         label_selector: Option<&str>,
         field_selector: Option<&str>,
@@ -47,10 +50,13 @@ impl Filter {
                 )));
             };
             let field = field.trim();
-            if !matches!(field, "metadata.name" | "metadata.namespace") {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field}"
-                )));
+            let selectable = selectable(info);
+            if !selectable.contains(&field) {
+                return Err(ApiError::bad_request(if info.crd.is_some() {
+                    format!("{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
+                } else {
+                    format!("field label not supported: {field}")
+                }));
             }
             fields.push((field.to_string(), equal, value.trim().to_string()));
         }
@@ -79,6 +85,46 @@ impl Filter {
         self.labels
             .matches_with(|key| labels.and_then(|l| l.get(key)).and_then(Value::as_str))
     }
+}
+
+/// The fields a list or watch of `info`'s kind may select by: `metadata.name` and
+/// `metadata.namespace` of every kind, and those each built-in kind's registry adds.
+fn selectable(info: &ResourceInfo) -> Vec<&'static str> {
+    let mut fields = vec!["metadata.name", "metadata.namespace"];
+    if info.crd.is_some() {
+        return fields;
+    }
+    fields.extend_from_slice(match (info.group.as_str(), info.kind.as_str()) {
+        ("", "Pod") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ][..],
+        ("", "Secret") => &["type"][..],
+        ("", "Namespace") => &["status.phase"][..],
+        ("", "Event") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ][..],
+        ("apps", "ReplicaSet") => &["status.replicas"][..],
+        ("batch", "Job") => &["status.successful"][..],
+        _ => &[][..],
+    });
+    fields
 }
 
 /// The value at a dotted field path as a string; missing fields read as "".

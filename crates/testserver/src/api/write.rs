@@ -423,6 +423,7 @@ pub fn delete(call: &Call, target: &Target) -> Result<Response, ApiError> {
 
 pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiError> {
     let filter = Filter::new(
+        &target.info,
         target.namespace.clone(),
         call.param("labelSelector"),
         call.param("fieldSelector"),

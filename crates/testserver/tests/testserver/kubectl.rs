@@ -407,3 +407,81 @@ async fn eventually_created(k: &Kubectl, manifest: &str) -> (bool, String) {
     }
     (false, last)
 }
+
+#[tokio::test]
+async fn field_selectors_take_the_fields_each_kind_offers_and_refuse_others() {
+    let server = server_with(Config {
+        sveltos_crds: true,
+        ..Config::default()
+    })
+    .await;
+    let k = Kubectl::new(&server);
+    k.run(&["run", "web", "--image=nginx"], None).await;
+    let pending = k
+        .run(
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "status.phase=Pending,spec.restartPolicy=Always",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(pending.trim(), "pod/web");
+    let running = k
+        .run(
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "status.phase=Running",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert!(running.trim().is_empty(), "{running}");
+    let opaque = k
+        .run(
+            &[
+                "get",
+                "secrets",
+                "-A",
+                "--field-selector",
+                "type=Opaque",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert!(opaque.trim().is_empty(), "{opaque}");
+
+    let (ok, _, err) = k
+        .try_run(&["get", "configmaps", "--field-selector", "data.a=1"], None)
+        .await;
+    assert!(
+        !ok && err.contains("field label not supported: data.a"),
+        "{err}"
+    );
+    let (ok, _, err) = k
+        .try_run(
+            &[
+                "get",
+                "eventtriggers",
+                "--field-selector",
+                "spec.oneForEvent=true",
+            ],
+            None,
+        )
+        .await;
+    assert!(
+        !ok && err.contains(r#""spec.oneForEvent" is not a known field selector: only "metadata.name", "metadata.namespace""#),
+        "{err}"
+    );
+    server.shutdown().await;
+}
