@@ -6,7 +6,7 @@
 //! (a certificate authority generated at start, `TestServer::ca_pem`) and plain HTTP. Objects live in memory as JSON, per cluster,
 //! keyed by group, resource, namespace and name, with one resourceVersion counter per cluster.
 //!
-//! What it implements: discovery (legacy, not aggregated; `/openapi/v3` with each CRD version's schema, for
+//! What it implements: discovery (legacy, not aggregated; `/openapi/v3` with each CRD version's and built-in kind's schema, for
 //! `kubectl explain` and kubectl's server-side field validation; `/openapi/v2` answers 404), built-in kinds and CRD-defined kinds (served only while their CRD exists), create, get,
 //! list (label and `metadata.name`/`metadata.namespace` field selectors, `limit`/`continue`),
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge

@@ -4,9 +4,10 @@
 //! kube-apiserver names them (`io.projectsveltos.lib.v1beta1.EventTrigger`). That is what
 //! `kubectl explain` reads (it finds the kind from a path's operation, then the schema carrying
 //! that kind) and what `kubectl create/apply` check to leave field validation to the server.
-//! Of the built-in kinds, ConfigMap, Secret, Namespace and Service have schemas of their main
-//! fields (the others have paths only); `metadata` of every published kind refers to a short
-//! ObjectMeta schema.
+//! Every built-in kind is published with Kubernetes 1.33's schemas from `k8s-openapi`, with their
+//! descriptions and patch strategies (`schema::builtin::openapi`), under the names kube-apiserver
+//! gives them (`io.k8s.api.apps.v1.Deployment`); `metadata` of a CRD kind refers to a short
+//! ObjectMeta schema, in a document without a built-in kind.
 
 use serde_json::{json, Map, Value};
 
@@ -68,18 +69,36 @@ pub fn group_version<'a>(
         } else {
             format!("{prefix}/{}", r.plural)
         };
-        let schema = match r.crd.as_deref() {
-            Some(name) => crd(name).and_then(|c| crd_version_schema(c, version)),
-            None => builtin_schema(group, version, &r.kind),
+        let builtin = match r.crd {
+            Some(_) => None,
+            None => crate::schema::builtin::openapi(group, &r.kind),
         };
-        let reference = schema
-            .as_ref()
-            .map(|_| json!({"$ref": format!("#/components/schemas/{}", schema_name(group, version, &r.kind))}));
+        let schema = r
+            .crd
+            .as_deref()
+            .and_then(&crd)
+            .and_then(|c| crd_version_schema(c, version));
+        let name = match builtin {
+            Some((name, _)) => name.clone(),
+            None => schema_name(group, version, &r.kind),
+        };
+        let reference = (schema.is_some() || builtin.is_some())
+            .then(|| json!({"$ref": format!("#/components/schemas/{name}")}));
         paths.insert(list_path.clone(), json!({"get": list_operation(r, &gvk)}));
         paths.insert(
             format!("{list_path}/{{name}}"),
             json!({"get": get_operation(r, &gvk, reference.as_ref()), "patch": patch_operation(r, &gvk)}),
         );
+        if let Some((name, components)) = builtin {
+            for (component, schema) in components {
+                schemas
+                    .entry(component.clone())
+                    .or_insert_with(|| schema.clone());
+            }
+            if let Some(root) = schemas.get_mut(name).and_then(Value::as_object_mut) {
+                root.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
+            }
+        }
         if let Some(mut schema) = schema {
             if let Some(object) = schema.as_object_mut() {
                 object.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
@@ -104,7 +123,9 @@ pub fn group_version<'a>(
         return None;
     }
     if !schemas.is_empty() {
-        schemas.insert(OBJECT_META.into(), object_meta());
+        schemas
+            .entry(OBJECT_META.to_string())
+            .or_insert_with(object_meta);
     }
     Some(json!({
         "openapi": "3.0.0",
@@ -161,89 +182,6 @@ fn patch_operation(r: &ResourceInfo, gvk: &Value) -> Value {
     })
 }
 
-/// Schemas of the main fields of the core kinds sluice and its users touch most, in our words.
-fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Value> {
-    if !group.is_empty() || version != "v1" {
-        return None;
-    }
-    let string = |d: &str| json!({"type": "string", "description": d});
-    let strings = |d: &str| json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": d});
-    let bytes = |d: &str| json!({"type": "object", "additionalProperties": {"type": "string", "format": "byte"}, "description": d});
-    let top = |description: &str, fields: Value| {
-        let mut properties = json!({
-            "apiVersion": string("Versioned schema of this representation of the object, as group/version."),
-            "kind": string("The REST resource this object represents, in CamelCase."),
-            "metadata": {"type": "object", "description": "Standard object metadata."},
-        });
-        if let (Some(p), Some(f)) = (properties.as_object_mut(), fields.as_object()) {
-            p.extend(f.clone());
-        }
-        json!({"type": "object", "description": description, "properties": properties})
-    };
-    let schema = match kind {
-        "ConfigMap" => top(
-            "A ConfigMap holds configuration data as text or bytes, by key.",
-            json!({
-                "data": strings("Text values by key."),
-                "binaryData": bytes("Binary values by key, base64-encoded; keys must not also be in data."),
-                "immutable": {"type": "boolean", "description": "When true, data and binaryData cannot be changed."},
-            }),
-        ),
-        "Secret" => top(
-            "A Secret holds sensitive data, such as a kubeconfig or a token, by key.",
-            json!({
-                "data": bytes("Values by key, base64-encoded."),
-                "stringData": strings("Write-only text values by key, merged into data on write."),
-                "type": string("What the Secret holds, e.g. Opaque or kubernetes.io/service-account-token."),
-                "immutable": {"type": "boolean", "description": "When true, data cannot be changed."},
-            }),
-        ),
-        "Namespace" => top(
-            "A Namespace is a scope for names of namespaced objects.",
-            json!({
-                "spec": {"type": "object", "description": "Desired state of the namespace.", "properties": {
-                    "finalizers": {"type": "array", "items": {"type": "string", "default": ""},
-                        "description": "Finalizers that must be removed before the namespace is deleted."}}},
-                "status": {"type": "object", "description": "Observed state of the namespace.", "properties": {
-                    "phase": {"type": "string", "enum": ["Active", "Terminating"], "description": "Active, or Terminating while its objects are deleted."}}},
-            }),
-        ),
-        "Service" => top(
-            "A Service exposes a set of pods, chosen by a label selector, under one name and address.",
-            json!({
-                "spec": {"type": "object", "description": "Desired state of the service.", "properties": {
-                    "type": {"type": "string", "enum": ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
-                        "description": "How the service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName."},
-                    "selector": strings("Pods with these labels receive the service's traffic."),
-                    "ports": {"type": "array", "description": "Ports the service exposes.",
-                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"],
-                        "items": {"type": "object", "required": ["port"], "description": "One exposed port.", "properties": {
-                            "name": string("Name of the port, unique in the service; required when there are several."),
-                            "port": {"type": "integer", "format": "int32", "description": "Port the service listens on."},
-                            "targetPort": {"x-kubernetes-int-or-string": true, "description": "Port number or name on the pods that traffic goes to."},
-                            "protocol": {"type": "string", "default": "TCP", "enum": ["SCTP", "TCP", "UDP"], "description": "TCP, UDP or SCTP."},
-                            "nodePort": {"type": "integer", "format": "int32", "description": "Port on every node, for NodePort and LoadBalancer services."},
-                            "appProtocol": string("Application protocol of the port.")}}},
-                    "clusterIP": string("Virtual IP address of the service; None makes a headless service."),
-                    "clusterIPs": {"type": "array", "items": {"type": "string", "default": ""}, "description": "Virtual IP addresses, one per IP family."},
-                    "externalName": string("DNS name an ExternalName service points to."),
-                    "externalTrafficPolicy": string("Cluster or Local: whether external traffic may go to pods on other nodes."),
-                    "sessionAffinity": string("ClientIP keeps a client on one pod; None balances every connection."),
-                    "ipFamilies": {"type": "array", "items": {"type": "string", "default": ""}, "description": "IP families of the service: IPv4, IPv6."},
-                    "ipFamilyPolicy": string("SingleStack, PreferDualStack or RequireDualStack.")}},
-                "status": {"type": "object", "description": "Observed state of the service.", "properties": {
-                    "loadBalancer": {"type": "object", "description": "The load balancer, for LoadBalancer services.", "properties": {
-                        "ingress": {"type": "array", "description": "Addresses of the load balancer.", "items": {"type": "object",
-                            "description": "One address.", "properties": {
-                                "ip": string("IP address."),
-                                "hostname": string("DNS name.")}}}}}}},
-            }),
-        ),
-        _ => return None,
-    };
-    Some(schema)
-}
-
 /// The ObjectMeta fields objects carry here, described in our words.
 fn object_meta() -> Value {
     let string = |d: &str| json!({"type": "string", "description": d});
@@ -298,27 +236,50 @@ mod tests {
     }
 
     #[test]
-    fn core_kinds_with_a_schema_are_published_others_have_paths_only() {
+    fn built_in_kinds_are_published_with_kubernetes_schemas_and_patch_strategies() {
         let registry = Registry::default();
         let doc = group_version(&registry, |_| None, "", "v1").expect("core v1 document");
         let schemas = doc["components"]["schemas"].as_object().expect("schemas");
-        let mut names: Vec<&str> = schemas.keys().map(String::as_str).collect();
-        names.sort_unstable();
+        for kind in [
+            "ConfigMap",
+            "Secret",
+            "Namespace",
+            "Service",
+            "Pod",
+            "ServiceAccount",
+        ] {
+            let name = format!("io.k8s.api.core.v1.{kind}");
+            assert_eq!(
+                schemas[&name]["x-kubernetes-group-version-kind"],
+                json!([{"group": "", "version": "v1", "kind": kind}]),
+                "{name}"
+            );
+        }
+        let ports = &schemas["io.k8s.api.core.v1.ServiceSpec"]["properties"]["ports"];
+        assert_eq!(ports["x-kubernetes-patch-merge-key"], "port");
         assert_eq!(
-            names,
-            vec![
-                "io.k8s.api.core.v1.ConfigMap",
-                "io.k8s.api.core.v1.Namespace",
-                "io.k8s.api.core.v1.Secret",
-                "io.k8s.api.core.v1.Service",
-                OBJECT_META,
-            ]
+            ports["items"]["$ref"],
+            "#/components/schemas/io.k8s.api.core.v1.ServicePort"
         );
+        assert!(schemas["io.k8s.api.core.v1.ServicePort"]["description"].is_string());
+        // A reference with a description beside it is wrapped, as kube-apiserver writes it.
+        let spec = &schemas["io.k8s.api.core.v1.Service"]["properties"]["spec"];
+        assert_eq!(
+            spec["allOf"],
+            json!([{"$ref": "#/components/schemas/io.k8s.api.core.v1.ServiceSpec"}])
+        );
+        // Every reference resolves.
+        let text = doc.to_string();
+        for reference in text.split("\"#/components/schemas/").skip(1) {
+            let name = reference.split('"').next().unwrap_or("");
+            assert!(
+                schemas.contains_key(name),
+                "{name} is referred to but missing"
+            );
+        }
+        let apps = group_version(&registry, |_| None, "apps", "v1").expect("apps/v1 document");
+        assert!(apps["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"].is_object());
         assert!(doc["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"].is_object());
-        assert_eq!(
-            schemas["io.k8s.api.core.v1.Service"]["x-kubernetes-group-version-kind"],
-            json!([{"group": "", "version": "v1", "kind": "Service"}])
-        );
     }
 
     #[test]

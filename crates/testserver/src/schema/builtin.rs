@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, networking, policy, rbac};
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 /// The schemas by API group, then kind.
 type Schemas = HashMap<&'static str, HashMap<&'static str, Value>>;
@@ -24,61 +24,92 @@ pub fn schema(group: &str, kind: &str) -> Option<&'static Value> {
 }
 
 fn all() -> Schemas {
-    const RBAC: &str = crate::auth::RBAC_GROUP;
     let mut schemas = Schemas::new();
-    for (group, kind, schema) in [
-        ("", "Namespace", of::<core::v1::Namespace>()),
-        ("", "Service", of::<core::v1::Service>()),
-        ("", "ConfigMap", of::<core::v1::ConfigMap>()),
-        ("", "Secret", of::<core::v1::Secret>()),
-        ("", "Endpoints", of::<core::v1::Endpoints>()),
-        ("", "Pod", of::<core::v1::Pod>()),
-        ("", "ServiceAccount", of::<core::v1::ServiceAccount>()),
-        ("", "Event", of::<core::v1::Event>()),
-        ("apps", "Deployment", of::<apps::v1::Deployment>()),
-        ("apps", "ReplicaSet", of::<apps::v1::ReplicaSet>()),
-        ("apps", "StatefulSet", of::<apps::v1::StatefulSet>()),
-        ("apps", "DaemonSet", of::<apps::v1::DaemonSet>()),
-        ("batch", "Job", of::<batch::v1::Job>()),
-        ("batch", "CronJob", of::<batch::v1::CronJob>()),
-        (
-            "autoscaling",
-            "HorizontalPodAutoscaler",
-            of::<autoscaling::v2::HorizontalPodAutoscaler>(),
-        ),
-        (
-            "policy",
-            "PodDisruptionBudget",
-            of::<policy::v1::PodDisruptionBudget>(),
-        ),
-        (
-            "networking.k8s.io",
-            "Ingress",
-            of::<networking::v1::Ingress>(),
-        ),
-        (
-            "networking.k8s.io",
-            "NetworkPolicy",
-            of::<networking::v1::NetworkPolicy>(),
-        ),
-        (
-            "coordination.k8s.io",
-            "Lease",
-            of::<coordination::v1::Lease>(),
-        ),
-        (RBAC, "ClusterRole", of::<rbac::v1::ClusterRole>()),
-        (
-            RBAC,
-            "ClusterRoleBinding",
-            of::<rbac::v1::ClusterRoleBinding>(),
-        ),
-        (RBAC, "Role", of::<rbac::v1::Role>()),
-        (RBAC, "RoleBinding", of::<rbac::v1::RoleBinding>()),
-    ] {
-        schemas.entry(group).or_default().insert(kind, schema);
+    for (group, kind, generated) in KINDS {
+        schemas
+            .entry(*group)
+            .or_default()
+            .insert(*kind, generated().structural());
     }
     schemas
 }
+
+/// The OpenAPI v3 form of the built-in `kind` of `group`, as kube-apiserver publishes it: the
+/// name of its schema, and the schemas it refers to (itself included) by
+/// `#/components/schemas/<name>`, with descriptions and the patch strategies.
+pub fn openapi(group: &str, kind: &str) -> Option<&'static (String, Map<String, Value>)> {
+    type Published = HashMap<&'static str, HashMap<&'static str, (String, Map<String, Value>)>>;
+    static PUBLISHED: OnceLock<Published> = OnceLock::new();
+    PUBLISHED
+        .get_or_init(|| {
+            let mut published = Published::new();
+            for (group, kind, generated) in KINDS {
+                published
+                    .entry(*group)
+                    .or_default()
+                    .insert(*kind, generated().components());
+            }
+            published
+        })
+        .get(group)?
+        .get(kind)
+}
+
+const RBAC: &str = crate::auth::RBAC_GROUP;
+
+/// A built-in kind: its API group, its kind, and the generator of its schema.
+type Kind = (&'static str, &'static str, fn() -> Generated);
+
+/// Each built-in kind with a schema.
+const KINDS: &[Kind] = &[
+    ("", "Namespace", generate::<core::v1::Namespace>),
+    ("", "Service", generate::<core::v1::Service>),
+    ("", "ConfigMap", generate::<core::v1::ConfigMap>),
+    ("", "Secret", generate::<core::v1::Secret>),
+    ("", "Endpoints", generate::<core::v1::Endpoints>),
+    ("", "Pod", generate::<core::v1::Pod>),
+    ("", "ServiceAccount", generate::<core::v1::ServiceAccount>),
+    ("", "Event", generate::<core::v1::Event>),
+    ("apps", "Deployment", generate::<apps::v1::Deployment>),
+    ("apps", "ReplicaSet", generate::<apps::v1::ReplicaSet>),
+    ("apps", "StatefulSet", generate::<apps::v1::StatefulSet>),
+    ("apps", "DaemonSet", generate::<apps::v1::DaemonSet>),
+    ("batch", "Job", generate::<batch::v1::Job>),
+    ("batch", "CronJob", generate::<batch::v1::CronJob>),
+    (
+        "autoscaling",
+        "HorizontalPodAutoscaler",
+        generate::<autoscaling::v2::HorizontalPodAutoscaler>,
+    ),
+    (
+        "policy",
+        "PodDisruptionBudget",
+        generate::<policy::v1::PodDisruptionBudget>,
+    ),
+    (
+        "networking.k8s.io",
+        "Ingress",
+        generate::<networking::v1::Ingress>,
+    ),
+    (
+        "networking.k8s.io",
+        "NetworkPolicy",
+        generate::<networking::v1::NetworkPolicy>,
+    ),
+    (
+        "coordination.k8s.io",
+        "Lease",
+        generate::<coordination::v1::Lease>,
+    ),
+    (RBAC, "ClusterRole", generate::<rbac::v1::ClusterRole>),
+    (
+        RBAC,
+        "ClusterRoleBinding",
+        generate::<rbac::v1::ClusterRoleBinding>,
+    ),
+    (RBAC, "Role", generate::<rbac::v1::Role>),
+    (RBAC, "RoleBinding", generate::<rbac::v1::RoleBinding>),
+];
 
 /// Removes from `obj` the fields that decoding it as the typed `T` drops, and returns their
 /// paths, sorted. An object that does not decode as `T` at all (a value of the wrong kind) keeps
@@ -124,22 +155,33 @@ fn drop_missing(value: &mut Value, kept: &Value, path: &str, pruned: &mut Vec<St
     }
 }
 
-/// `T`'s schema, every subschema inline, without descriptions, with the strategic merge patch
+/// `T`'s schema as schemars generates it from `k8s-openapi`, with the strategic merge patch
 /// strategies of [`PATCH_STRATEGIES`] on the fields they name.
-fn of<T: JsonSchema>() -> Value {
-    let mut schema = SchemaSettings::draft2020_12()
+struct Generated {
+    name: String,
+    root: Value,
+    definitions: Map<String, Value>,
+}
+
+fn generate<T: JsonSchema>() -> Generated {
+    let mut root = SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<T>()
         .to_value();
-    strip(&mut schema);
-    let mut definitions = match schema.as_object_mut().and_then(|s| s.remove("$defs")) {
-        Some(Value::Object(definitions)) => definitions,
-        _ => serde_json::Map::new(),
+    let mut definitions = match root.as_object_mut() {
+        Some(r) => {
+            r.remove("$schema");
+            match r.remove("$defs") {
+                Some(Value::Object(definitions)) => definitions,
+                _ => Map::new(),
+            }
+        }
+        None => Map::new(),
     };
-    let root = T::schema_name();
+    let name = T::schema_name().to_string();
     for (definition, field, strategy, key) in PATCH_STRATEGIES {
-        let holder = if *definition == root {
-            Some(&mut schema)
+        let holder = if *definition == name {
+            Some(&mut root)
         } else {
             definitions.get_mut(*definition)
         };
@@ -154,8 +196,56 @@ fn of<T: JsonSchema>() -> Value {
             property.insert("x-kubernetes-patch-merge-key".into(), (*key).into());
         }
     }
-    inline(&mut schema, &definitions, &mut Vec::new());
-    schema
+    Generated {
+        name,
+        root,
+        definitions,
+    }
+}
+
+impl Generated {
+    /// Every subschema inline, without descriptions: what pruning walks.
+    fn structural(mut self) -> Value {
+        strip(&mut self.root);
+        for definition in self.definitions.values_mut() {
+            strip(definition);
+        }
+        inline(&mut self.root, &self.definitions, &mut Vec::new());
+        self.root
+    }
+
+    /// The schemas by name, referring to one another under `#/components/schemas/`; a reference
+    /// with a description beside it is wrapped in `allOf`, as kube-apiserver writes it.
+    fn components(self) -> (String, Map<String, Value>) {
+        let mut components = self.definitions;
+        components.insert(self.name.clone(), self.root);
+        for schema in components.values_mut() {
+            to_components(schema);
+        }
+        (self.name, components)
+    }
+}
+
+fn to_components(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(reference)) = map.get_mut("$ref") {
+                if let Some(name) = reference.strip_prefix("#/$defs/") {
+                    *reference = format!("#/components/schemas/{name}");
+                }
+                if map.len() > 1 {
+                    if let Some(reference) = map.remove("$ref") {
+                        map.insert("allOf".into(), json!([{"$ref": reference}]));
+                    }
+                }
+            }
+            for value in map.values_mut() {
+                to_components(value);
+            }
+        }
+        Value::Array(list) => list.iter_mut().for_each(to_components),
+        _ => {}
+    }
 }
 
 /// Replaces every `$ref` to a definition by the definition itself. A definition met again inside

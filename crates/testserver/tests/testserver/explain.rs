@@ -212,17 +212,22 @@ async fn kubectl_explain_describes_capi_cluster_and_sveltos_cluster() {
 }
 
 #[tokio::test]
-async fn kubectl_explain_describes_the_core_kinds_with_a_schema() {
+async fn kubectl_explain_describes_every_built_in_kind() {
     let server = server().await;
     let out = explain(&server, &["service.spec.ports"]).await;
     let text = flat(&out);
     assert!(text.contains("KIND: Service"), "{out}");
     assert!(out.contains("\n  port\t<integer> -required-"), "{out}");
     assert!(
-        text.contains("Port number or name on the pods that traffic goes to."),
+        text.contains("Number or name of the port to access on the pods targeted by the service."),
         "{out}"
     );
     let out = explain(&server, &["configmap"]).await;
     assert!(out.contains("\n  binaryData\t<map[string]string>"), "{out}");
-    assert!(flat(&out).contains("Text values by key."), "{out}");
+    let out = explain(&server, &["deployment.spec.strategy"]).await;
+    let text = flat(&out);
+    assert!(text.contains("GROUP: apps"), "{out}");
+    assert!(out.contains("\n  rollingUpdate\t<RollingUpdateDeployment>"), "{out}");
+    let out = explain(&server, &["cronjob.spec.jobTemplate.spec.template.spec.containers.image"]).await;
+    assert!(flat(&out).contains("FIELD: image <string>"), "{out}");
 }
