@@ -8,7 +8,7 @@
 //!
 //! What it implements: discovery (legacy, not aggregated; `/openapi/v3` with each CRD version's and built-in kind's schema, for
 //! `kubectl explain` and kubectl's server-side field validation; `/openapi/v2` answers 404), built-in kinds and CRD-defined kinds (served only while their CRD exists), create, get,
-//! list (label and `metadata.name`/`metadata.namespace` field selectors, `limit`/`continue`),
+//! list (label selectors, field selectors on the fields each kind offers, `limit`/`continue`),
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
 //! patch, server-side apply with per-manager field ownership, protobuf request bodies of the kinds
 //! kubectl's typed `create` commands send, `/status`, `/scale` (`api::scale`), delete with finalizers,

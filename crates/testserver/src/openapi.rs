@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use crate::resources::{Registry, ResourceInfo};
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
 
 /// `GET /openapi/v3`: one entry per served group version; `base` is the path the cluster's API is under.
 pub fn root(base: &str, registry: &Registry, hash: u64) -> Value {
@@ -127,6 +128,10 @@ pub fn group_version<'a>(
             .entry(OBJECT_META.to_string())
             .or_insert_with(object_meta);
     }
+    schemas.insert(
+        PATCH.into(),
+        json!({"type": "object", "description": "The body of a PATCH request, in the format its Content-Type names."}),
+    );
     Some(json!({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v1.33.0"},
@@ -172,10 +177,26 @@ fn get_operation(r: &ResourceInfo, gvk: &Value, schema: Option<&Value>) -> Value
     })
 }
 
+/// The PATCH operation with the patch types the kind accepts: kubectl's client-side apply sends a
+/// strategic merge patch computed from the published schema when the operation lists that type.
 fn patch_operation(r: &ResourceInfo, gvk: &Value) -> Value {
+    let mut types = vec![
+        "application/apply-patch+yaml",
+        "application/json-patch+json",
+        "application/merge-patch+json",
+    ];
+    if r.crd.is_none() {
+        types.push("application/strategic-merge-patch+json");
+    }
+    let body = json!({"$ref": format!("#/components/schemas/{PATCH}")});
+    let content: Map<String, Value> = types
+        .into_iter()
+        .map(|t| (t.to_string(), json!({"schema": body})))
+        .collect();
     json!({
         "operationId": format!("patch{}", r.kind),
         "parameters": [query("dryRun"), query("fieldManager"), query("fieldValidation"), query("force")],
+        "requestBody": {"content": content, "required": true},
         "responses": {"200": {"description": "OK"}},
         "x-kubernetes-action": "patch",
         "x-kubernetes-group-version-kind": gvk,
@@ -277,6 +298,12 @@ mod tests {
                 "{name} is referred to but missing"
             );
         }
+        // kubectl's client-side apply computes a strategic merge patch only where PATCH lists it.
+        let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/services/{name}"]["patch"];
+        assert!(
+            patch["requestBody"]["content"]["application/strategic-merge-patch+json"].is_object(),
+            "{patch}"
+        );
         let apps = group_version(&registry, |_| None, "apps", "v1").expect("apps/v1 document");
         assert!(apps["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"].is_object());
         assert!(doc["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"].is_object());
@@ -314,6 +341,17 @@ mod tests {
             let item = &doc["paths"]
                 [format!("/apis/lib.projectsveltos.io/{version}/eventtriggers/{{name}}")];
             assert_eq!(item["patch"]["x-kubernetes-action"], "patch");
+            let content = &item["patch"]["requestBody"]["content"];
+            assert!(
+                content["application/merge-patch+json"].is_object(),
+                "{content}"
+            );
+            assert!(
+                content
+                    .get("application/strategic-merge-patch+json")
+                    .is_none(),
+                "custom resources take no strategic merge patch: {content}"
+            );
         }
         let alpha = group_version(&registry, lookup, "lib.projectsveltos.io", "v1alpha1")
             .expect("v1alpha1");

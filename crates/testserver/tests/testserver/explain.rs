@@ -227,7 +227,14 @@ async fn kubectl_explain_describes_every_built_in_kind() {
     let out = explain(&server, &["deployment.spec.strategy"]).await;
     let text = flat(&out);
     assert!(text.contains("GROUP: apps"), "{out}");
-    assert!(out.contains("\n  rollingUpdate\t<RollingUpdateDeployment>"), "{out}");
-    let out = explain(&server, &["cronjob.spec.jobTemplate.spec.template.spec.containers.image"]).await;
+    assert!(
+        out.contains("\n  rollingUpdate\t<RollingUpdateDeployment>"),
+        "{out}"
+    );
+    let out = explain(
+        &server,
+        &["cronjob.spec.jobTemplate.spec.template.spec.containers.image"],
+    )
+    .await;
     assert!(flat(&out).contains("FIELD: image <string>"), "{out}");
 }
