@@ -162,6 +162,7 @@ impl Cluster {
         }
         let api_service = controllers::api_service(&state.plane);
         state.create_as_controller("default", api_service);
+        state.register_node(name);
         for obj in crate::auth::bootstrap_policy() {
             let kind = obj["kind"].as_str().unwrap_or("");
             let info = state

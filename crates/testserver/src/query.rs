@@ -107,6 +107,7 @@ fn selectable(info: &ResourceInfo) -> Vec<&'static str> {
         ][..],
         ("", "Secret") => &["type"][..],
         ("", "Namespace") => &["status.phase"][..],
+        ("", "Node") => &["spec.unschedulable"][..],
         ("", "Event") => &[
             "involvedObject.kind",
             "involvedObject.namespace",

@@ -162,6 +162,7 @@ pub(crate) fn builtin_kind(kind: &str) -> ResourceInfo {
 pub fn builtins() -> Vec<ResourceInfo> {
     vec![
         builtin("", "v1", "Namespace", "namespaces", false, true, &["ns"]),
+        builtin("", "v1", "Node", "nodes", false, true, &["no"]),
         builtin("", "v1", "Service", "services", true, true, &["svc"]),
         builtin("", "v1", "ConfigMap", "configmaps", true, false, &["cm"]),
         builtin("", "v1", "Secret", "secrets", true, false, &[]),

@@ -5,6 +5,7 @@
 //! - every new namespace gets the `default` ServiceAccount (the ServiceAccount controller) and
 //!   the `kube-root-ca.crt` ConfigMap with the cluster's CA (the root CA publisher);
 //! - `default` holds the `kubernetes` Service (`10.96.0.1`, port 443) and its Endpoints;
+//! - the cluster has one ready Node, `<cluster>-control-plane`, as a kind cluster has;
 //! - a Pod is admitted as the ServiceAccount, DefaultTolerationSeconds and Priority admission
 //!   plugins admit it: it runs as `default` unless it names a ServiceAccount, which must exist;
 //!   it gets the projected `kube-api-access-*` token volume mounted in every container (unless
@@ -125,6 +126,46 @@ pub fn select_job_pods(job: &mut Value, uid: &str) {
     ] {
         labels.insert(key.into(), json!(value));
     }
+}
+
+/// The cluster's one Node, as kind names and registers its control-plane node: ready, untainted,
+/// with the capacity of a small machine. Its status is written apart (a Node's status is a
+/// subresource).
+pub fn node(cluster: &str, plane: &ControlPlane) -> (Value, Value) {
+    let name = format!("{cluster}-control-plane");
+    let address = plane
+        .address
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let node = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux", "node-role.kubernetes.io/control-plane": "",
+            "node.kubernetes.io/exclude-from-external-load-balancers": ""}},
+        "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"],
+                 "providerID": format!("kind://podman/{cluster}/{name}")}});
+    let now = crate::object::now();
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let resources = json!({"cpu": "2", "ephemeral-storage": "100Gi", "hugepages-2Mi": "0",
+                           "memory": "8Gi", "pods": "110"});
+    let status = json!({"status": {
+        "capacity": resources, "allocatable": resources,
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")],
+        "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "containerd://2.1.1",
+                     "kernelVersion": "6.1.0", "kubeProxyVersion": "", "kubeletVersion": "v1.33.0",
+                     "machineID": "", "operatingSystem": "linux", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                     "systemUUID": ""}}});
+    (node, status)
 }
 
 /// Why a Pod is not admitted: the status code and message apiserver answers with.

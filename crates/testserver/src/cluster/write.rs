@@ -280,6 +280,19 @@ impl State {
         Ok(obj)
     }
 
+    /// Registers the cluster's Node and its status, as a kubelet does.
+    pub(crate) fn register_node(&mut self, cluster: &str) {
+        let Some(info) = self.registry.lookup("", "v1", "nodes").cloned() else {
+            return;
+        };
+        let (node, status) = controllers::node(cluster, &self.plane);
+        let name = meta_str(&node, "name").to_string();
+        let owner = Owner::Update("kubelet".into());
+        if self.create(&info, "", node, &owner).is_ok() {
+            let _ = self.update(&info, "", &name, status, Subresource::Status, &owner);
+        }
+    }
+
     /// Creates what a controller of the control plane creates (valid by construction; one that
     /// exists already is left as it is).
     pub(crate) fn create_as_controller(&mut self, namespace: &str, objects: Vec<(&str, Value)>) {

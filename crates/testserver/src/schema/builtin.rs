@@ -63,6 +63,7 @@ type Kind = (&'static str, &'static str, fn() -> Generated);
 /// Each built-in kind with a schema.
 const KINDS: &[Kind] = &[
     ("", "Namespace", generate::<core::v1::Namespace>),
+    ("", "Node", generate::<core::v1::Node>),
     ("", "Service", generate::<core::v1::Service>),
     ("", "ConfigMap", generate::<core::v1::ConfigMap>),
     ("", "Secret", generate::<core::v1::Secret>),
@@ -321,6 +322,9 @@ const PATCH_STRATEGIES: &[(&str, &str, &str, Option<&str>)] = &[
     ("io.k8s.api.core.v1.PodStatus", "podIPs", "merge", Some("ip")),
     ("io.k8s.api.core.v1.PodStatus", "resourceClaimStatuses", "merge,retainKeys", Some("name")),
     ("io.k8s.api.core.v1.NamespaceStatus", "conditions", "merge", Some("type")),
+    ("io.k8s.api.core.v1.NodeSpec", "podCIDRs", "merge", None),
+    ("io.k8s.api.core.v1.NodeStatus", "addresses", "merge", Some("type")),
+    ("io.k8s.api.core.v1.NodeStatus", "conditions", "merge", Some("type")),
     ("io.k8s.api.core.v1.ServiceAccount", "secrets", "merge", Some("name")),
     ("io.k8s.api.core.v1.ServiceSpec", "ports", "merge", Some("port")),
     ("io.k8s.api.core.v1.ServiceStatus", "conditions", "merge", Some("type")),

@@ -268,6 +268,21 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
         serde_json::json!({"component": "apiserver", "provider": "kubernetes"})
     );
 
+    let nodes = get(&k, &["nodes"]).await;
+    let node = &nodes["items"][0];
+    assert_eq!(node["metadata"]["name"], "mgmt-control-plane", "{nodes}");
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready");
+    assert_eq!(
+        ready.map(|c| &c["status"]),
+        Some(&serde_json::json!("True")),
+        "{node}"
+    );
+    assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "v1.33.0");
+
     k.run(&["create", "namespace", "team-a"], None).await;
     let ns = get(&k, &["namespace", "team-a"]).await;
     assert_eq!(
