@@ -467,20 +467,26 @@ fn list(call: &Call, target: &Target) -> Result<Response, ApiError> {
         .unwrap_or_else(|| state.resource_version());
     let mut items = Vec::new();
     let mut more = false;
-    for (_, obj) in state.list(
-        &target.info.gr(),
-        target.namespace.as_deref(),
-        after.as_ref(),
-    ) {
-        if !filter.matches(obj) {
-            continue;
-        }
-        if limit > 0 && items.len() == limit {
-            more = true;
-            break;
-        }
-        items.push(obj.clone());
-    }
+    // Later pages show the objects as they were when the first one was served.
+    state
+        .visit_at(
+            &target.info.gr(),
+            target.namespace.as_deref(),
+            after.as_ref(),
+            rv,
+            |obj| {
+                if !filter.matches(obj) {
+                    return true;
+                }
+                if limit > 0 && items.len() == limit {
+                    more = true;
+                    return false;
+                }
+                items.push(obj.clone());
+                true
+            },
+        )
+        .map_err(|_| ApiError::gone(EXPIRED_CONTINUE))?;
     drop(state);
     let items = target.present_all(items)?;
     let mut meta = json!({"resourceVersion": rv.to_string()});
@@ -522,6 +528,9 @@ fn list(call: &Call, target: &Target) -> Result<Response, ApiError> {
     });
     Ok(json_response(StatusCode::OK, &body))
 }
+
+/// kube-apiserver's answer to a `continue` token whose snapshot is no longer retained.
+const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.";
 
 fn watch_call(call: &Call, target: Target) -> Result<Response, ApiError> {
     let filter = Filter::new(

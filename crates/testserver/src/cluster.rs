@@ -239,6 +239,65 @@ impl State {
         })
     }
 
+    /// Visits, in key order, the objects of one resource as they were at `rv` (optionally in one
+    /// namespace, starting after `after`), until `visit` returns false: the current objects, with
+    /// those the retained history shows changed since `rv` taken as they were before. This is
+    /// the snapshot a paginated list continues from. `Err(compacted)` when changes after `rv`
+    /// have been dropped from the history.
+    pub fn visit_at(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        after: Option<&ObjectKey>,
+        rv: u64,
+        mut visit: impl FnMut(&Value) -> bool,
+    ) -> Result<(), u64> {
+        if rv < self.compacted {
+            return Err(self.compacted);
+        }
+        // The first change after `rv` of each object tells what it was at `rv`.
+        let mut before: BTreeMap<ObjectKey, Option<Arc<Value>>> = BTreeMap::new();
+        for change in self.history.iter().filter(|c| c.rv > rv && &c.gr == gr) {
+            let key = (
+                crate::object::meta_str(&change.object, "namespace").to_string(),
+                crate::object::meta_str(&change.object, "name").to_string(),
+            );
+            if namespace.is_some_and(|ns| key.0 != ns) || after.is_some_and(|a| &key <= a) {
+                continue;
+            }
+            before.entry(key).or_insert_with(|| match change.kind {
+                ChangeKind::Added => None,
+                ChangeKind::Modified => change.previous.clone(),
+                ChangeKind::Deleted => Some(change.object.clone()),
+            });
+        }
+        let mut current = self.list(gr, namespace, after).peekable();
+        let mut changed = before.iter().peekable();
+        loop {
+            let order = match (current.peek(), changed.peek()) {
+                (None, None) => return Ok(()),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some((now, _)), Some((then, _))) => (*now).cmp(*then),
+            };
+            // An object changed since `rv` is taken as it was then, not as it is.
+            if order == std::cmp::Ordering::Equal {
+                current.next();
+            }
+            let take_changed = order != std::cmp::Ordering::Less;
+            let object = if take_changed {
+                changed.next().and_then(|(_, was)| was.as_deref())
+            } else {
+                current.next().map(|(_, object)| object)
+            };
+            if let Some(object) = object {
+                if !visit(object) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
     /// Number of stored objects across all resources.
     pub fn object_count(&self) -> usize {
         self.objects.values().map(BTreeMap::len).sum()

@@ -8,7 +8,8 @@
 //!
 //! What it implements: discovery (legacy, not aggregated; `/openapi/v3` with each CRD version's and built-in kind's schema, for
 //! `kubectl explain` and kubectl's server-side field validation; `/openapi/v2` answers 404), built-in kinds and CRD-defined kinds (served only while their CRD exists), create, get,
-//! list (label selectors, field selectors on the fields each kind offers, `limit`/`continue`),
+//! list (label selectors, field selectors on the fields each kind offers, `limit`/`continue`
+//! over the first page's snapshot),
 //! watch (history replay, bookmarks, `410 Gone` as an `ERROR` event), replace, JSON patch, merge
 //! patch, server-side apply with per-manager field ownership, protobuf request bodies of the kinds
 //! kubectl's typed `create` commands send, `/status`, `/scale` (`api::scale`), delete with finalizers,
@@ -31,7 +32,7 @@
 //! Deliberate simplifications: lists are atomic for server-side apply; multi-version CRDs with
 //! conversion strategy `None` store an object as written and return it with the requested
 //! apiVersion (strategy `Webhook` converts through the CRD's webhook, `conversion`); no admission plugins beyond validation; schema combinators (`allOf`, `anyOf`,
-//! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced; paginated lists are not snapshots (later pages show current state).
+//! `oneOf`, `not`) and CEL rules (`x-kubernetes-validations`) are not enforced.
 
 mod admission;
 mod api;

@@ -430,3 +430,85 @@ async fn refused_within_5s(url: &str) -> bool {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn later_pages_show_the_first_pages_snapshot_until_it_is_compacted() {
+    let server = super::support::server_with(sluice_testserver::Config {
+        watch_history: 20,
+        ..sluice_testserver::Config::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    for name in ["a", "c", "e", "g"] {
+        api.create(&PostParams::default(), &cm(name, &[("env", "x")]))
+            .await
+            .expect("create");
+    }
+    let first = api
+        .list(&ListParams::default().labels("env").limit(2))
+        .await
+        .expect("first page");
+    let names = |list: &kube::api::ObjectList<ConfigMap>| -> Vec<String> {
+        list.items
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect()
+    };
+    assert_eq!(names(&first), ["a", "c"]);
+    let token = first.metadata.continue_.clone().expect("more to come");
+
+    // After the first page: one object is created, one changed, one deleted on the later page.
+    api.create(&PostParams::default(), &cm("d", &[("env", "x")]))
+        .await
+        .expect("create");
+    let mut live = api.get("e").await.expect("get");
+    live.data = Some(BTreeMap::from([("k".to_string(), "changed".to_string())]));
+    api.replace("e", &PostParams::default(), &live)
+        .await
+        .expect("replace");
+    api.delete("g", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    let rest = api
+        .list(
+            &ListParams::default()
+                .labels("env")
+                .limit(10)
+                .continue_token(&token),
+        )
+        .await
+        .expect("later page");
+    assert_eq!(names(&rest), ["e", "g"], "as they were when the list began");
+    assert_eq!(
+        rest.items[0].data,
+        Some(BTreeMap::from([("k".to_string(), "e".to_string())])),
+        "e as it was"
+    );
+    assert_eq!(
+        rest.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    let fresh = api
+        .list(&ListParams::default().labels("env"))
+        .await
+        .expect("fresh");
+    assert_eq!(names(&fresh), ["a", "c", "d", "e"]);
+
+    // Once the history no longer reaches back to the snapshot, the token has expired.
+    for i in 0..25 {
+        api.create(&PostParams::default(), &cm(&format!("z{i}"), &[]))
+            .await
+            .expect("create");
+    }
+    let expired = api
+        .list(
+            &ListParams::default()
+                .labels("env")
+                .limit(10)
+                .continue_token(&token),
+        )
+        .await;
+    assert_eq!(code(expired), 410);
+    server.shutdown().await;
+}
