@@ -7,7 +7,7 @@
 //! decoded: field by field those small enough (v1 Secret, ConfigMap, Namespace, ServiceAccount;
 //! rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding, ClusterRoleBinding), the fields
 //! kubectl's workload generators set for the others (`workloads`: Service, Deployment, Job,
-//! CronJob, HorizontalPodAutoscaler, PodDisruptionBudget), and the two identity requests kubectl
+//! CronJob, HorizontalPodAutoscaler, PodDisruptionBudget, Ingress), and the two identity requests kubectl
 //! sends as protobuf
 //! (authorization.k8s.io/v1 SelfSubjectAccessReview for `auth can-i`, authentication.k8s.io/v1
 //! TokenRequest for `create token`); any other kind is refused with 415 naming it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
@@ -108,13 +108,14 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         ("v1", "Service") => workloads::service(&raw, invalid)?,
         ("autoscaling/v2", "HorizontalPodAutoscaler") => workloads::autoscaler(&raw, invalid)?,
         ("policy/v1", "PodDisruptionBudget") => workloads::disruption_budget(&raw, invalid)?,
+        ("networking.k8s.io/v1", "Ingress") => workloads::ingress(&raw, invalid)?,
         (AUTHENTICATION, "TokenRequest") => {
             let r = authentication::TokenRequest::decode(raw.as_slice()).map_err(invalid)?;
             token_request(r)
         }
         _ => {
             return Err(unsupported(format!(
-                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount, Service; apps/v1 Deployment; batch/v1 Job, CronJob; autoscaling/v2 HorizontalPodAutoscaler; policy/v1 PodDisruptionBudget; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding; {AUTHORIZATION} SelfSubjectAccessReview; {AUTHENTICATION} TokenRequest); send application/json"
+                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount, Service; apps/v1 Deployment; batch/v1 Job, CronJob; autoscaling/v2 HorizontalPodAutoscaler; policy/v1 PodDisruptionBudget; networking.k8s.io/v1 Ingress; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding; {AUTHORIZATION} SelfSubjectAccessReview; {AUTHENTICATION} TokenRequest); send application/json"
             )))
         }
     };
@@ -806,10 +807,11 @@ mod tests {
 
     #[test]
     fn other_kinds_are_refused_with_415_naming_the_kind() {
-        let e = decode(&envelope("networking.k8s.io/v1", "Ingress", vec![])).expect_err("refused");
+        let e = decode(&envelope("networking.k8s.io/v1", "NetworkPolicy", vec![]))
+            .expect_err("refused");
         assert_eq!(e.code, 415);
         assert!(
-            e.message.contains("networking.k8s.io/v1 Ingress"),
+            e.message.contains("networking.k8s.io/v1 NetworkPolicy"),
             "{}",
             e.message
         );

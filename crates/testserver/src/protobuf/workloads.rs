@@ -1,5 +1,5 @@
 //! The workload kinds kubectl's typed generators send as protobuf: `create deployment`, `create
-//! job`, `create cronjob`, `create service`, `create pdb` and `autoscale`. The fields those
+//! job`, `create cronjob`, `create service`, `create pdb`, `create ingress` and `autoscale`. The fields those
 //! generators set are converted; a body that sets any other field (a Job made `--from` a
 //! CronJob whose template uses more of the pod spec, say) is refused with 415 naming the message,
 //! never stored without it.
@@ -11,6 +11,7 @@ use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::autoscaling::v2 as autoscaling;
 use k8s_pb::api::batch::v1 as batch;
 use k8s_pb::api::core::v1 as core;
+use k8s_pb::api::networking::v1 as networking;
 use k8s_pb::api::policy::v1 as policy;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
@@ -391,6 +392,76 @@ pub fn disruption_budget(
         )
         .done();
     let mut obj = with_meta(p.metadata);
+    obj.0.insert("spec".into(), spec);
+    Ok(into_map(obj.done()))
+}
+
+fn ingress_backend(b: networking::IngressBackend) -> Value {
+    let service = b.service.map(|s| {
+        let port = s.port.unwrap_or_default();
+        let mut out = Obj::default().required("name", s.name);
+        out.0.insert(
+            "port".into(),
+            Obj::default()
+                .string("name", port.name)
+                .int("number", port.number.map(i64::from))
+                .done(),
+        );
+        out.done()
+    });
+    let resource = b.resource.map(|r| {
+        Obj::default()
+            .present("apiGroup", r.api_group.map(Value::from))
+            .required("kind", r.kind)
+            .required("name", r.name)
+            .done()
+    });
+    Obj::default()
+        .present("service", service)
+        .present("resource", resource)
+        .done()
+}
+
+pub fn ingress(
+    raw: &[u8],
+    invalid: impl Fn(prost::DecodeError) -> ApiError,
+) -> Result<Map<String, Value>> {
+    const KIND: &str = "networking.k8s.io/v1 Ingress";
+    let i = networking::Ingress::decode(raw).map_err(&invalid)?;
+    no_status(KIND, i.status)?;
+    let s = i.spec.unwrap_or_default();
+    let rules = s.rules.into_iter().map(|r| {
+        let http = r.ingress_rule_value.and_then(|v| v.http).map(|h| {
+            Obj::default()
+                .nullable_list("paths", h.paths, |p| {
+                    let mut out = Obj::default()
+                        .string("path", p.path)
+                        .present("pathType", p.path_type.map(Value::from));
+                    out.0.insert(
+                        "backend".into(),
+                        ingress_backend(p.backend.unwrap_or_default()),
+                    );
+                    out.done()
+                })
+                .done()
+        });
+        Obj::default()
+            .string("host", r.host)
+            .present("http", http)
+            .done()
+    });
+    let spec = Obj::default()
+        .present("ingressClassName", s.ingress_class_name.map(Value::from))
+        .present("defaultBackend", s.default_backend.map(ingress_backend))
+        .list("tls", s.tls, |t| {
+            Obj::default()
+                .list("hosts", t.hosts, Value::from)
+                .string("secretName", t.secret_name)
+                .done()
+        })
+        .value("rules", Value::Array(rules.collect()))
+        .done();
+    let mut obj = with_meta(i.metadata);
     obj.0.insert("spec".into(), spec);
     Ok(into_map(obj.done()))
 }

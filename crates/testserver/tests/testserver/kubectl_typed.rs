@@ -211,22 +211,37 @@ async fn kubectl_create_namespace_serviceaccount_and_configmap() {
 }
 
 #[tokio::test]
-async fn kubectl_create_of_a_kind_without_protobuf_decoding_names_the_kind() {
+async fn kubectl_create_ingress_sends_protobuf_the_server_reads() {
     let server = server_with(Config::default()).await;
     let k = Kubectl::new(&server);
-    let (ok, _, err) = k
-        .try_run(
-            &["create", "ingress", "web", "--rule=web.example.org/=web:80"],
-            None,
-        )
-        .await;
-    assert!(!ok, "kubectl create ingress succeeded");
-    assert!(
-        err.contains("networking.k8s.io/v1 Ingress") && err.contains("application/json"),
-        "{err}"
+    k.run(
+        &[
+            "create",
+            "ingress",
+            "web",
+            "--class=nginx",
+            "--rule=web.example.org/api*=api:8080,tls=web-tls",
+            "--default-backend=web:http",
+        ],
+        None,
+    )
+    .await;
+    let ingress = get_json(&k, &["ingress", "web"]).await;
+    let spec = &ingress["spec"];
+    assert_eq!(spec["ingressClassName"], "nginx", "{spec}");
+    assert_eq!(
+        spec["defaultBackend"],
+        json!({"service": {"name": "web", "port": {"name": "http"}}})
     );
-    let (ok, _, err) = k.try_run(&["get", "ingress", "web"], None).await;
-    assert!(!ok && err.contains("NotFound"), "{err}");
+    assert_eq!(
+        spec["rules"],
+        json!([{"host": "web.example.org", "http": {"paths": [{"path": "/api", "pathType": "Prefix",
+            "backend": {"service": {"name": "api", "port": {"number": 8080}}}}]}}])
+    );
+    assert_eq!(
+        spec["tls"],
+        json!([{"hosts": ["web.example.org"], "secretName": "web-tls"}])
+    );
     server.shutdown().await;
 }
 
