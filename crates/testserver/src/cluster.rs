@@ -1,7 +1,8 @@
 //! One simulated cluster: its resource registry, its objects (JSON values keyed by group, resource,
 //! namespace and name), its resourceVersion counter, its bounded watch history, a change feed per
-//! resource and the credentials it accepts. It starts as a new cluster does: four namespaces and
-//! the bootstrap RBAC policy. Pure state behind one mutex; HTTP concerns live in `api`.
+//! resource and the credentials it accepts. It starts as a new cluster does: four namespaces with
+//! their default ServiceAccount and root CA, the `kubernetes` Service, one ready Node and the
+//! bootstrap RBAC policy (`controllers`). Pure state behind one mutex; HTTP concerns live in `api`.
 
 mod controllers;
 mod defaults;

@@ -41,8 +41,9 @@ pub(crate) fn is_crd(info: &ResourceInfo) -> bool {
 
 /// Whether the kind's registry strategy sets `metadata.generation` (to 1 on create, bumped when
 /// the desired state changes): custom resources, CRDs, and the built-ins whose `PrepareForCreate`
-/// does so (the apps workloads, Job, CronJob, Ingress, NetworkPolicy). ConfigMap, Secret, Namespace, Service, Pod, Endpoints, ServiceAccount, Event, Lease
-/// and the RBAC kinds carry no generation.
+/// does so (the apps workloads, Job, CronJob, Ingress, NetworkPolicy). ConfigMap, Secret,
+/// Namespace, Service, Pod, Endpoints, ServiceAccount, Event, Lease and the RBAC kinds carry no
+/// generation.
 pub fn tracks_generation(info: &ResourceInfo) -> bool {
     info.crd.is_some()
         || is_crd(info)

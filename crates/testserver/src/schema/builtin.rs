@@ -1,8 +1,11 @@
 //! The schemas of the built-in kinds the test server serves, from the Kubernetes OpenAPI that
-//! `k8s-openapi` carries (its `schemars` feature), with every subschema inline and no
-//! descriptions. They say which fields each kind declares, at any depth, so that an unknown field
-//! of a Deployment or a Service is found where apiserver's typed decoding finds it
-//! (`spec.template.spec.containers[0].portz`). `CustomResourceDefinition`, whose schema is
+//! `k8s-openapi` carries (its `schemars` feature), with the strategic merge patch strategies of
+//! Kubernetes' types ([`PATCH_STRATEGIES`]). Each kind's schema is kept in two
+//! forms: structural ([`schema`]: every subschema inline, no descriptions), which says which
+//! fields each kind declares at any depth, so that an unknown field of a Deployment or a Service
+//! is found where apiserver's typed decoding finds it (`spec.template.spec.containers[0].portz`)
+//! and a strategic merge patch knows each list's merge key; and as OpenAPI components
+//! ([`openapi`]), which `/openapi/v3` publishes. `CustomResourceDefinition`, whose schema is
 //! recursive, has none: [`prune_typed`] finds its unknown fields by decoding it as the typed
 //! object instead, as apiserver does.
 
