@@ -88,20 +88,7 @@ fn workload_errors(obj: &Value, claim_names: &[String]) -> Vec<FieldError> {
             selector.clone(),
             "empty selector is invalid for deployment",
         )),
-        Some(selector) => {
-            let empty = serde_json::Map::new();
-            let labels = obj
-                .pointer("/spec/template/metadata/labels")
-                .and_then(Value::as_object)
-                .unwrap_or(&empty);
-            if !selects(selector, labels) {
-                errors.push(FieldError::invalid(
-                    "spec.template.metadata.labels",
-                    Value::Object(labels.clone()),
-                    "`selector` does not match template `labels`",
-                ));
-            }
-        }
+        Some(selector) => errors.extend(unselected_template(obj, selector)),
     }
     let pod = obj.pointer("/spec/template/spec").unwrap_or(&Value::Null);
     errors.extend(pod_spec_errors(pod, "spec.template.spec", claim_names));
@@ -160,26 +147,29 @@ fn stateful_set_errors(obj: &Value) -> Vec<FieldError> {
     errors
 }
 
+/// apiserver's error for a `selector` that does not select the pod template's labels.
+fn unselected_template(obj: &Value, selector: &Value) -> Option<FieldError> {
+    let empty = serde_json::Map::new();
+    let labels = obj
+        .pointer("/spec/template/metadata/labels")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    (!selects(selector, labels)).then(|| {
+        FieldError::invalid(
+            "spec.template.metadata.labels",
+            Value::Object(labels.clone()),
+            "`selector` does not match template `labels`",
+        )
+    })
+}
+
 /// Job: Pods that restart `OnFailure` or `Never`, a selector (generated unless `manualSelector`)
 /// that selects the template's labels, and the pod template's spec.
 fn job_errors(obj: &Value) -> Vec<FieldError> {
     let mut errors = job_pod_errors(obj.pointer("/spec/template"), "spec.template");
     match obj.pointer("/spec/selector") {
         None | Some(Value::Null) => errors.push(FieldError::required("spec.selector", "")),
-        Some(selector) => {
-            let empty = serde_json::Map::new();
-            let labels = obj
-                .pointer("/spec/template/metadata/labels")
-                .and_then(Value::as_object)
-                .unwrap_or(&empty);
-            if !selects(selector, labels) {
-                errors.push(FieldError::invalid(
-                    "spec.template.metadata.labels",
-                    Value::Object(labels.clone()),
-                    "`selector` does not match template `labels`",
-                ));
-            }
-        }
+        Some(selector) => errors.extend(unselected_template(obj, selector)),
     }
     errors
 }

@@ -176,6 +176,16 @@ fn pod_template(kind: &str, t: Option<core::PodTemplateSpec>) -> Result<Value> {
         .done())
 }
 
+/// An object of `metadata` and `spec`.
+fn with_spec(
+    metadata: Option<k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    spec: Value,
+) -> Map<String, Value> {
+    let mut obj = with_meta(metadata);
+    obj.0.insert("spec".into(), spec);
+    into_map(obj.done())
+}
+
 /// The status a generator sends: empty.
 fn no_status<T: Message>(kind: &str, status: Option<T>) -> Result<()> {
     match status {
@@ -215,9 +225,7 @@ pub fn deployment(
         .bool("paused", s.paused.filter(|p| *p))
         .pointer("progressDeadlineSeconds", s.progress_deadline_seconds)
         .done();
-    let mut obj = with_meta(d.metadata);
-    obj.0.insert("spec".into(), spec);
-    Ok(into_map(obj.done()))
+    Ok(with_spec(d.metadata, spec))
 }
 
 fn job_spec(kind: &str, mut s: batch::JobSpec) -> Result<Value> {
@@ -247,9 +255,7 @@ pub fn job(
     let j = batch::Job::decode(raw).map_err(&invalid)?;
     no_status(KIND, j.status)?;
     let spec = job_spec(KIND, j.spec.unwrap_or_default())?;
-    let mut obj = with_meta(j.metadata);
-    obj.0.insert("spec".into(), spec);
-    Ok(into_map(obj.done()))
+    Ok(with_spec(j.metadata, spec))
 }
 
 pub fn cron_job(
@@ -277,9 +283,7 @@ pub fn cron_job(
         )
         .pointer("failedJobsHistoryLimit", s.failed_jobs_history_limit.take());
     nothing_else(KIND, "the cron job spec", &s)?;
-    let mut obj = with_meta(c.metadata);
-    obj.0.insert("spec".into(), spec.done());
-    Ok(into_map(obj.done()))
+    Ok(with_spec(c.metadata, spec.done()))
 }
 
 pub fn service(
@@ -318,9 +322,7 @@ pub fn service(
         .string("type", s.r#type.take())
         .string("externalName", s.external_name.take());
     nothing_else(KIND, "the service spec", &s)?;
-    let mut obj = with_meta(svc.metadata);
-    obj.0.insert("spec".into(), spec.done());
-    Ok(into_map(obj.done()))
+    Ok(with_spec(svc.metadata, spec.done()))
 }
 
 pub fn autoscaler(
@@ -369,9 +371,7 @@ pub fn autoscaler(
         .int("maxReplicas", s.max_replicas.take().map(i64::from))
         .value("metrics", Value::Array(metrics));
     nothing_else(KIND, "the autoscaler spec", &s)?;
-    let mut obj = with_meta(h.metadata);
-    obj.0.insert("spec".into(), spec.done());
-    Ok(into_map(obj.done()))
+    Ok(with_spec(h.metadata, spec.done()))
 }
 
 pub fn disruption_budget(
@@ -391,9 +391,7 @@ pub fn disruption_budget(
             s.unhealthy_pod_eviction_policy,
         )
         .done();
-    let mut obj = with_meta(p.metadata);
-    obj.0.insert("spec".into(), spec);
-    Ok(into_map(obj.done()))
+    Ok(with_spec(p.metadata, spec))
 }
 
 fn ingress_backend(b: networking::IngressBackend) -> Value {
@@ -461,9 +459,7 @@ pub fn ingress(
         })
         .value("rules", Value::Array(rules.collect()))
         .done();
-    let mut obj = with_meta(i.metadata);
-    obj.0.insert("spec".into(), spec);
-    Ok(into_map(obj.done()))
+    Ok(with_spec(i.metadata, spec))
 }
 
 #[cfg(test)]
