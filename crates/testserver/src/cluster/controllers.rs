@@ -3,7 +3,8 @@
 //! - every Namespace carries the label `kubernetes.io/metadata.name: <name>` (the namespace
 //!   strategy sets it on create and update);
 //! - every new namespace gets the `default` ServiceAccount (the ServiceAccount controller) and
-//!   the `kube-root-ca.crt` ConfigMap with the cluster's CA (the root CA publisher);
+//!   the `kube-root-ca.crt` ConfigMap with the cluster's CA (the root CA publisher), made again
+//!   when deleted while the namespace stays;
 //! - `default` holds the `kubernetes` Service (`10.96.0.1`, port 443) and its Endpoints;
 //! - the cluster has one ready Node, `<cluster>-control-plane`, as a kind cluster has;
 //! - a Pod is admitted as the ServiceAccount, DefaultTolerationSeconds and Priority admission

@@ -520,7 +520,26 @@ impl State {
             }
         }
         if !namespace.is_empty() {
+            self.restore_namespace_object(gr, namespace, name);
             self.finish_namespace(namespace);
+        }
+    }
+
+    /// The ServiceAccount controller and the root CA publisher create their object again when it
+    /// is deleted from a namespace that is not going away.
+    fn restore_namespace_object(&mut self, gr: &GroupResource, namespace: &str, name: &str) {
+        let live = self
+            .get(&namespaces_gr(), "", namespace)
+            .is_some_and(|ns| meta_str(ns, "deletionTimestamp").is_empty());
+        if !live || !gr.0.is_empty() {
+            return;
+        }
+        let restored: Vec<_> = controllers::namespace_objects(namespace, &self.plane)
+            .into_iter()
+            .filter(|(plural, obj)| *plural == gr.1 && meta_str(obj, "name") == name)
+            .collect();
+        if !restored.is_empty() {
+            self.create_as_controller(namespace, restored);
         }
     }
 

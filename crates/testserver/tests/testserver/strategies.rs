@@ -328,6 +328,25 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
         server.ca_pem(),
         "the cluster's own CA"
     );
+    // Deleted, both come back at once, as their controllers make them again.
+    k.run(
+        &[
+            "delete",
+            "-n",
+            "team-a",
+            "configmap/kube-root-ca.crt",
+            "serviceaccount/default",
+        ],
+        None,
+    )
+    .await;
+    let again = get(&k, &["configmap", "kube-root-ca.crt", "-n", "team-a"]).await;
+    assert_ne!(again["metadata"]["uid"], ca["metadata"]["uid"], "{again}");
+    let sa_again = get(&k, &["serviceaccount", "default", "-n", "team-a"]).await;
+    assert_ne!(
+        sa_again["metadata"]["uid"], sa["metadata"]["uid"],
+        "{sa_again}"
+    );
 
     k.run(&["run", "web", "--image=nginx:1.27", "-n", "team-a"], None)
         .await;
