@@ -256,9 +256,12 @@ impl State {
         if rv < self.compacted {
             return Err(self.compacted);
         }
-        // The first change after `rv` of each object tells what it was at `rv`.
+        // The first change after `rv` of each object tells what it was at `rv`: the history is
+        // read from its newest end back to `rv` (nothing for a list of the current state), and
+        // an earlier change replaces what a later one said.
         let mut before: BTreeMap<ObjectKey, Option<Arc<Value>>> = BTreeMap::new();
-        for change in self.history.iter().filter(|c| c.rv > rv && &c.gr == gr) {
+        let since = self.history.iter().rev().take_while(|c| c.rv > rv);
+        for change in since.filter(|c| &c.gr == gr) {
             let key = (
                 crate::object::meta_str(&change.object, "namespace").to_string(),
                 crate::object::meta_str(&change.object, "name").to_string(),
@@ -266,11 +269,12 @@ impl State {
             if namespace.is_some_and(|ns| key.0 != ns) || after.is_some_and(|a| &key <= a) {
                 continue;
             }
-            before.entry(key).or_insert_with(|| match change.kind {
+            let was = match change.kind {
                 ChangeKind::Added => None,
                 ChangeKind::Modified => change.previous.clone(),
                 ChangeKind::Deleted => Some(change.object.clone()),
-            });
+            };
+            before.insert(key, was);
         }
         let mut current = self.list(gr, namespace, after).peekable();
         let mut changed = before.iter().peekable();

@@ -83,20 +83,6 @@ fn quantities(
         .map(|(k, q)| (k, q.string.unwrap_or_default()))
 }
 
-fn optional(key: &str, value: Option<i32>) -> Option<(String, Value)> {
-    value.map(|v| (key.to_string(), json!(v)))
-}
-
-impl Obj {
-    /// A `*int32` field: present whenever it was sent, 0 included.
-    fn pointer(mut self, key: &str, value: Option<i32>) -> Self {
-        if let Some((k, v)) = optional(key, value) {
-            self.0.insert(k, v);
-        }
-        self
-    }
-}
-
 fn container(kind: &str, mut c: core::Container) -> Result<Value> {
     let ports = std::mem::take(&mut c.ports);
     let resources = c.resources.take().unwrap_or_default();
@@ -210,7 +196,7 @@ pub fn deployment(
             .done()
     });
     let spec = Obj::default()
-        .pointer("replicas", s.replicas)
+        .present("replicas", s.replicas.map(Value::from))
         .present("selector", s.selector.map(label_selector))
         .value("template", pod_template(KIND, s.template)?)
         .value(
@@ -221,9 +207,15 @@ pub fn deployment(
                 .done(),
         )
         .int("minReadySeconds", s.min_ready_seconds.map(i64::from))
-        .pointer("revisionHistoryLimit", s.revision_history_limit)
+        .present(
+            "revisionHistoryLimit",
+            s.revision_history_limit.map(Value::from),
+        )
         .bool("paused", s.paused.filter(|p| *p))
-        .pointer("progressDeadlineSeconds", s.progress_deadline_seconds)
+        .present(
+            "progressDeadlineSeconds",
+            s.progress_deadline_seconds.map(Value::from),
+        )
         .done();
     Ok(with_spec(d.metadata, spec))
 }
@@ -231,15 +223,15 @@ pub fn deployment(
 fn job_spec(kind: &str, mut s: batch::JobSpec) -> Result<Value> {
     let template = pod_template(kind, s.template.take())?;
     let out = Obj::default()
-        .pointer("parallelism", s.parallelism.take())
-        .pointer("completions", s.completions.take())
-        .pointer("backoffLimit", s.backoff_limit.take())
+        .present("parallelism", s.parallelism.take().map(Value::from))
+        .present("completions", s.completions.take().map(Value::from))
+        .present("backoffLimit", s.backoff_limit.take().map(Value::from))
         .present("selector", s.selector.take().map(label_selector))
         .bool("manualSelector", s.manual_selector.take())
         .value("template", template)
-        .pointer(
+        .present(
             "ttlSecondsAfterFinished",
-            s.ttl_seconds_after_finished.take(),
+            s.ttl_seconds_after_finished.take().map(Value::from),
         )
         .string("completionMode", s.completion_mode.take())
         .bool("suspend", s.suspend.take());
@@ -277,11 +269,14 @@ pub fn cron_job(
         .string("concurrencyPolicy", s.concurrency_policy.take())
         .bool("suspend", s.suspend.take())
         .value("jobTemplate", job_template)
-        .pointer(
+        .present(
             "successfulJobsHistoryLimit",
-            s.successful_jobs_history_limit.take(),
+            s.successful_jobs_history_limit.take().map(Value::from),
         )
-        .pointer("failedJobsHistoryLimit", s.failed_jobs_history_limit.take());
+        .present(
+            "failedJobsHistoryLimit",
+            s.failed_jobs_history_limit.take().map(Value::from),
+        );
     nothing_else(KIND, "the cron job spec", &s)?;
     Ok(with_spec(c.metadata, spec.done()))
 }
@@ -345,7 +340,7 @@ pub fn autoscaler(
                     "averageValue",
                     t.average_value.and_then(|q| q.string).map(Value::from),
                 )
-                .pointer("averageUtilization", t.average_utilization)
+                .present("averageUtilization", t.average_utilization.map(Value::from))
                 .done();
             Obj::default()
                 .string("name", r.name)
@@ -367,7 +362,7 @@ pub fn autoscaler(
                 .string("apiVersion", target.api_version)
                 .done(),
         )
-        .pointer("minReplicas", s.min_replicas.take())
+        .present("minReplicas", s.min_replicas.take().map(Value::from))
         .int("maxReplicas", s.max_replicas.take().map(i64::from))
         .value("metrics", Value::Array(metrics));
     nothing_else(KIND, "the autoscaler spec", &s)?;
