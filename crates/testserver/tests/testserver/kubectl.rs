@@ -40,6 +40,15 @@ impl Kubectl {
         out
     }
 
+    /// `kubectl get <args> -o json`, parsed.
+    pub async fn get(&self, args: &[&str]) -> Value {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        let out = self.run(&all, None).await;
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl get {args:?}: {e}: {out}"))
+    }
+
     pub async fn try_run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         use tokio::io::AsyncWriteExt;
         let mut child = self

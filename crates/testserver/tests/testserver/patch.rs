@@ -36,10 +36,6 @@ spec:
       - {name: side, image: busybox:1.36}
 "#;
 
-async fn stored(k: &Kubectl, kind: &str, name: &str) -> Value {
-    serde_json::from_str(&k.run(&["get", kind, name, "-o", "json"], None).await).expect("json")
-}
-
 #[tokio::test]
 async fn kubectl_apply_of_an_edited_service_changes_the_edited_port_only() {
     let server = server_with(Config::default()).await;
@@ -47,7 +43,7 @@ async fn kubectl_apply_of_an_edited_service_changes_the_edited_port_only() {
     k.run(&["apply", "-f", "-"], Some(SERVICE)).await;
     let edited = SERVICE.replace("port: 80,", "port: 82,");
     k.run(&["apply", "-f", "-"], Some(&edited)).await;
-    let service = stored(&k, "service", "web").await;
+    let service = k.get(&["service", "web"]).await;
     assert_eq!(
         service["spec"]["ports"],
         json!([
@@ -69,7 +65,7 @@ async fn kubectl_set_and_rollout_edit_one_container_and_keep_the_rest() {
     k.run(&["set", "env", "deployment/web", "-c", "web", "B=2"], None)
         .await;
     k.run(&["rollout", "restart", "deployment/web"], None).await;
-    let deployment = stored(&k, "deployment", "web").await;
+    let deployment = k.get(&["deployment", "web"]).await;
     let template = &deployment["spec"]["template"];
     let containers = &template["spec"]["containers"];
     assert_eq!(containers.as_array().map(Vec::len), Some(2), "{containers}");
@@ -101,7 +97,7 @@ async fn kubectl_set_and_rollout_edit_one_container_and_keep_the_rest() {
         "spec:\n  strategy: {type: Recreate}\n  selector",
     );
     k.run(&["apply", "-f", "-"], Some(&recreate)).await;
-    let deployment = stored(&k, "deployment", "web").await;
+    let deployment = k.get(&["deployment", "web"]).await;
     assert_eq!(deployment["spec"]["strategy"], json!({"type": "Recreate"}));
     let names: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"]
         .as_array()
@@ -152,7 +148,7 @@ async fn kubectl_scale_sets_the_replicas_through_the_scale_subresource() {
     k.run(&["apply", "-f", "-"], Some(DEPLOYMENT)).await;
     k.run(&["scale", "deployment/web", "--replicas=3"], None)
         .await;
-    let deployment = stored(&k, "deployment", "web").await;
+    let deployment = k.get(&["deployment", "web"]).await;
     assert_eq!(deployment["spec"]["replicas"], 3, "{deployment}");
     let (code, body) = http(
         &server,
@@ -190,6 +186,6 @@ async fn kubectl_scale_sets_the_replicas_through_the_scale_subresource() {
         .try_run(&["scale", "deployment/web", "--replicas=-1"], None)
         .await;
     assert!(!ok, "a negative count is refused: {err}");
-    assert_eq!(stored(&k, "deployment", "web").await["spec"]["replicas"], 3);
+    assert_eq!(k.get(&["deployment", "web"]).await["spec"]["replicas"], 3);
     server.shutdown().await;
 }

@@ -2,19 +2,10 @@
 //! finalizers and phase, which kinds carry `metadata.generation`, maps `omitempty` drops once
 //! emptied, and no empty `managedFields`.
 
-use serde_json::Value;
 use sluice_testserver::Config;
 
 use super::kubectl::Kubectl;
 use super::support::server_with;
-
-async fn get(k: &Kubectl, args: &[&str]) -> Value {
-    let mut all = vec!["get"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["-o", "json"]);
-    let out = k.run(&all, None).await;
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl get {args:?}: {e}: {out}"))
-}
 
 const HELD_CONFIGMAP: &str = r#"
 apiVersion: v1
@@ -27,14 +18,14 @@ async fn a_new_namespace_carries_the_kubernetes_finalizer_and_is_active() {
     let server = server_with(Config::default()).await;
     let k = Kubectl::new(&server);
     k.run(&["create", "namespace", "team-a"], None).await;
-    let ns = get(&k, &["namespace", "team-a"]).await;
+    let ns = k.get(&["namespace", "team-a"]).await;
     assert_eq!(
         ns["spec"]["finalizers"],
         serde_json::json!(["kubernetes"]),
         "{ns}"
     );
     assert_eq!(ns["status"]["phase"], "Active", "{ns}");
-    let seeded = get(&k, &["namespace", "kube-system"]).await;
+    let seeded = k.get(&["namespace", "kube-system"]).await;
     assert_eq!(
         seeded["spec"]["finalizers"],
         serde_json::json!(["kubernetes"]),
@@ -43,7 +34,7 @@ async fn a_new_namespace_carries_the_kubernetes_finalizer_and_is_active() {
 
     // An update cannot drop the finalizer; deleting still empties and removes the namespace.
     k.run(&["label", "namespace", "team-a", "x=1"], None).await;
-    let labelled = get(&k, &["namespace", "team-a"]).await;
+    let labelled = k.get(&["namespace", "team-a"]).await;
     assert_eq!(
         labelled["spec"]["finalizers"],
         serde_json::json!(["kubernetes"]),
@@ -52,7 +43,7 @@ async fn a_new_namespace_carries_the_kubernetes_finalizer_and_is_active() {
     k.run(&["create", "-f", "-"], Some(HELD_CONFIGMAP)).await;
     k.run(&["delete", "namespace", "team-a", "--wait=false"], None)
         .await;
-    let terminating = get(&k, &["namespace", "team-a"]).await;
+    let terminating = k.get(&["namespace", "team-a"]).await;
     assert_eq!(
         terminating["status"]["phase"], "Terminating",
         "{terminating}"
@@ -112,7 +103,7 @@ async fn generation_is_set_only_for_kinds_whose_strategy_sets_it() {
         "serviceaccount/sa",
         "namespace/n",
     ] {
-        let obj = get(&k, &[what]).await;
+        let obj = k.get(&[what]).await;
         assert!(
             obj["metadata"].get("generation").is_none(),
             "{what} carries a generation: {obj}"
@@ -131,10 +122,10 @@ async fn generation_is_set_only_for_kinds_whose_strategy_sets_it() {
         None,
     )
     .await;
-    let cm = get(&k, &["configmap", "c"]).await;
+    let cm = k.get(&["configmap", "c"]).await;
     assert!(cm["metadata"].get("generation").is_none(), "{cm}");
 
-    let d = get(&k, &["deployment", "d"]).await;
+    let d = k.get(&["deployment", "d"]).await;
     assert_eq!(d["metadata"]["generation"], 1, "{d}");
     k.run(
         &[
@@ -148,7 +139,7 @@ async fn generation_is_set_only_for_kinds_whose_strategy_sets_it() {
         None,
     )
     .await;
-    let d = get(&k, &["deployment", "d"]).await;
+    let d = k.get(&["deployment", "d"]).await;
     assert_eq!(d["metadata"]["generation"], 2, "{d}");
 }
 
@@ -162,7 +153,7 @@ async fn removing_the_last_annotation_or_label_drops_the_map() {
     k.run(&["label", "configmap", "c", "env=dev"], None).await;
     k.run(&["annotate", "configmap", "c", "note-"], None).await;
     k.run(&["label", "configmap", "c", "env-"], None).await;
-    let cm = get(&k, &["configmap", "c"]).await;
+    let cm = k.get(&["configmap", "c"]).await;
     assert!(cm["metadata"].get("annotations").is_none(), "{cm}");
     assert!(cm["metadata"].get("labels").is_none(), "{cm}");
     k.run(
@@ -177,7 +168,7 @@ async fn removing_the_last_annotation_or_label_drops_the_map() {
         None,
     )
     .await;
-    let cm = get(&k, &["configmap", "c"]).await;
+    let cm = k.get(&["configmap", "c"]).await;
     assert!(cm.get("data").is_none(), "{cm}");
 }
 
@@ -185,14 +176,16 @@ async fn removing_the_last_annotation_or_label_drops_the_map() {
 async fn objects_no_manager_owns_a_field_of_carry_no_managed_fields() {
     let server = server_with(Config::default()).await;
     let k = Kubectl::new(&server);
-    let seeded = get(&k, &["namespace", "default", "--show-managed-fields"]).await;
+    let seeded = k
+        .get(&["namespace", "default", "--show-managed-fields"])
+        .await;
     assert!(
         seeded["metadata"].get("managedFields").is_none(),
         "{seeded}"
     );
     k.run(&["create", "configmap", "c", "--from-literal=a=1"], None)
         .await;
-    let cm = get(&k, &["configmap", "c", "--show-managed-fields"]).await;
+    let cm = k.get(&["configmap", "c", "--show-managed-fields"]).await;
     let managers = cm["metadata"]["managedFields"]
         .as_array()
         .unwrap_or_else(|| panic!("{cm}"));
@@ -210,8 +203,8 @@ async fn services_get_their_own_cluster_ip_and_keep_it() {
         );
         k.run(&["apply", "-f", "-"], Some(&service)).await;
     }
-    let web = get(&k, &["service", "web"]).await;
-    let api = get(&k, &["service", "api"]).await;
+    let web = k.get(&["service", "web"]).await;
+    let api = k.get(&["service", "api"]).await;
     let ip = web["spec"]["clusterIP"].as_str().unwrap_or("").to_string();
     assert!(ip.starts_with("10.9"), "{web}");
     assert_eq!(web["spec"]["clusterIPs"], serde_json::json!([ip]), "{web}");
@@ -225,7 +218,7 @@ async fn services_get_their_own_cluster_ip_and_keep_it() {
     // A later write without the address keeps it; one with another address is refused.
     k.run(&["label", "service", "web", "tier=front"], None)
         .await;
-    let labelled = get(&k, &["service", "web"]).await;
+    let labelled = k.get(&["service", "web"]).await;
     assert_eq!(labelled["spec"]["clusterIP"], web["spec"]["clusterIP"]);
     let (ok, _, err) = k
         .try_run(
@@ -260,7 +253,7 @@ async fn services_get_their_own_cluster_ip_and_keep_it() {
 async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_does() {
     let server = server_with(Config::default()).await;
     let k = Kubectl::new(&server);
-    let api = get(&k, &["service", "kubernetes", "-n", "default"]).await;
+    let api = k.get(&["service", "kubernetes", "-n", "default"]).await;
     assert_eq!(api["spec"]["clusterIP"], "10.96.0.1", "{api}");
     assert_eq!(api["spec"]["ports"][0]["port"], 443, "{api}");
     assert_eq!(
@@ -268,7 +261,7 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
         serde_json::json!({"component": "apiserver", "provider": "kubernetes"})
     );
 
-    let nodes = get(&k, &["nodes"]).await;
+    let nodes = k.get(&["nodes"]).await;
     let node = &nodes["items"][0];
     assert_eq!(node["metadata"]["name"], "mgmt-control-plane", "{nodes}");
     let ready = node["status"]["conditions"]
@@ -284,7 +277,7 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
     assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "v1.33.0");
 
     k.run(&["create", "namespace", "team-a"], None).await;
-    let ns = get(&k, &["namespace", "team-a"]).await;
+    let ns = k.get(&["namespace", "team-a"]).await;
     assert_eq!(
         ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
         "team-a"
@@ -300,7 +293,7 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
         None,
     )
     .await;
-    let ns = get(&k, &["namespace", "team-a"]).await;
+    let ns = k.get(&["namespace", "team-a"]).await;
     assert_eq!(
         ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
         "team-a"
@@ -320,9 +313,11 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
         .await;
     assert_eq!(selected.trim(), "namespace/team-a");
 
-    let sa = get(&k, &["serviceaccount", "default", "-n", "team-a"]).await;
+    let sa = k.get(&["serviceaccount", "default", "-n", "team-a"]).await;
     assert_eq!(sa["metadata"]["namespace"], "team-a");
-    let ca = get(&k, &["configmap", "kube-root-ca.crt", "-n", "team-a"]).await;
+    let ca = k
+        .get(&["configmap", "kube-root-ca.crt", "-n", "team-a"])
+        .await;
     assert_eq!(
         ca["data"]["ca.crt"],
         server.ca_pem(),
@@ -340,9 +335,11 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
         None,
     )
     .await;
-    let again = get(&k, &["configmap", "kube-root-ca.crt", "-n", "team-a"]).await;
+    let again = k
+        .get(&["configmap", "kube-root-ca.crt", "-n", "team-a"])
+        .await;
     assert_ne!(again["metadata"]["uid"], ca["metadata"]["uid"], "{again}");
-    let sa_again = get(&k, &["serviceaccount", "default", "-n", "team-a"]).await;
+    let sa_again = k.get(&["serviceaccount", "default", "-n", "team-a"]).await;
     assert_ne!(
         sa_again["metadata"]["uid"], sa["metadata"]["uid"],
         "{sa_again}"
@@ -350,7 +347,7 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
 
     k.run(&["run", "web", "--image=nginx:1.27", "-n", "team-a"], None)
         .await;
-    let pod = get(&k, &["pod", "web", "-n", "team-a"]).await;
+    let pod = k.get(&["pod", "web", "-n", "team-a"]).await;
     let spec = &pod["spec"];
     assert_eq!(spec["serviceAccountName"], "default", "{pod}");
     let volume = spec["volumes"][0]["name"].as_str().unwrap_or("");
@@ -404,7 +401,7 @@ async fn node_port_services_get_node_ports_of_their_own_and_give_them_back() {
         None,
     )
     .await;
-    let web = get(&k, &["service", "web"]).await;
+    let web = k.get(&["service", "web"]).await;
     let node_port = web["spec"]["ports"][0]["nodePort"].as_i64().unwrap_or(0);
     assert!((30000..=32767).contains(&node_port), "{web}");
     assert_eq!(web["spec"]["externalTrafficPolicy"], "Cluster", "{web}");
@@ -432,10 +429,10 @@ async fn node_port_services_get_node_ports_of_their_own_and_give_them_back() {
         None,
     )
     .await;
-    let web = get(&k, &["service", "web"]).await;
+    let web = k.get(&["service", "web"]).await;
     assert!(web["spec"]["ports"][0].get("nodePort").is_none(), "{web}");
     k.run(&["create", "-f", "-"], Some(&taken)).await;
-    let copy = get(&k, &["service", "copy"]).await;
+    let copy = k.get(&["service", "copy"]).await;
     assert_eq!(copy["spec"]["ports"][0]["nodePort"], node_port);
     server.shutdown().await;
 }
@@ -486,7 +483,7 @@ async fn jobs_cron_jobs_daemon_sets_and_autoscalers_are_served_as_a_real_cluster
     let k = Kubectl::new(&server);
     k.run(&["apply", "-f", "-"], Some(BATCH_AND_SCALING)).await;
 
-    let job = get(&k, &["job", "migrate"]).await;
+    let job = k.get(&["job", "migrate"]).await;
     let uid = job["metadata"]["uid"].as_str().unwrap_or("").to_string();
     assert_eq!(
         job["spec"]["selector"],
@@ -513,19 +510,19 @@ async fn jobs_cron_jobs_daemon_sets_and_autoscalers_are_served_as_a_real_cluster
     assert_eq!(spec["completionMode"], "NonIndexed");
     assert_eq!(job["metadata"]["generation"], 1);
 
-    let cron = get(&k, &["cronjob", "nightly"]).await;
+    let cron = k.get(&["cronjob", "nightly"]).await;
     assert_eq!(cron["spec"]["concurrencyPolicy"], "Allow", "{cron}");
     assert_eq!(cron["spec"]["successfulJobsHistoryLimit"], 3);
     assert_eq!(
         cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["dnsPolicy"],
         "ClusterFirst"
     );
-    let agent = get(&k, &["daemonset", "agent"]).await;
+    let agent = k.get(&["daemonset", "agent"]).await;
     assert_eq!(
         agent["spec"]["updateStrategy"],
         serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
     );
-    let hpa = get(&k, &["hpa", "web"]).await;
+    let hpa = k.get(&["hpa", "web"]).await;
     assert_eq!(hpa["spec"]["minReplicas"], 1, "{hpa}");
     assert_eq!(
         hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],

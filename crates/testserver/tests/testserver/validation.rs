@@ -94,11 +94,6 @@ async fn fails(k: &Kubectl, args: &[&str], stdin: &str) -> String {
     err
 }
 
-/// The object `kind`/`name` as `kubectl get -o json` shows it.
-async fn stored(k: &Kubectl, kind: &str, name: &str) -> Value {
-    serde_json::from_str(&k.run(&["get", kind, name, "-o", "json"], None).await).expect("json")
-}
-
 #[tokio::test]
 async fn kubectl_apply_strict_rejects_a_typo_with_the_real_message() {
     let (server, k) = started().await;
@@ -148,7 +143,7 @@ async fn unknown_fields_are_warned_about_or_dropped_silently() {
             && err.contains("Warning: unknown field \"spec.policyRefs2\""),
         "{err}"
     );
-    let stored = stored(&k, "eventtriggers", "services").await;
+    let stored = k.get(&["eventtriggers", "services"]).await;
     assert!(stored["spec"].get("bogus").is_none(), "pruned: {stored}");
     assert!(
         stored["spec"].get("policyRefs2").is_none(),
@@ -218,7 +213,7 @@ async fn a_typo_in_a_built_in_kind_is_found_at_any_depth() {
             && err.contains("Warning: unknown field \"spec.template.spec.containers[0].portz\""),
         "{err}"
     );
-    let stored = stored(&k, "deployment", "web").await;
+    let stored = k.get(&["deployment", "web"]).await;
     assert!(
         stored["spec"].get("replicass").is_none(),
         "pruned: {stored}"
@@ -266,7 +261,7 @@ async fn a_deployment_written_bare_reads_back_with_the_api_servers_defaults() {
         .replace("  replicass: 2\n", "")
         .replace("          portz: 80\n", "");
     k.run(&["apply", "-f", "-"], Some(&bare)).await;
-    let stored = stored(&k, "deployment", "web").await;
+    let stored = k.get(&["deployment", "web"]).await;
     let spec = &stored["spec"];
     assert_eq!(spec["replicas"], 1, "{spec}");
     assert_eq!(spec["strategy"]["type"], "RollingUpdate", "{spec}");
