@@ -6,6 +6,7 @@
 
 mod controllers;
 mod defaults;
+mod gc;
 mod node_ports;
 mod service_ips;
 mod validate;
@@ -23,6 +24,7 @@ use crate::faults::Faults;
 use crate::resources::{GroupResource, Registry};
 
 pub use controllers::ControlPlane;
+pub use gc::delete_options;
 pub use validate::check_type;
 pub(crate) use write::is_crd;
 pub use write::{Owner, Subresource};
@@ -132,6 +134,8 @@ pub struct State {
     pub(crate) service_ips: service_ips::ServiceIps,
     /// The node ports the stored Services hold (`node_ports`).
     pub(crate) node_ports: node_ports::NodePorts,
+    /// Which objects name which owner (`gc`).
+    dependents: gc::Dependents,
     /// What the controllers need of the control plane (`controllers`).
     plane: ControlPlane,
 }
@@ -151,6 +155,7 @@ impl Cluster {
             policy: std::sync::OnceLock::new(),
             service_ips: Default::default(),
             node_ports: Default::default(),
+            dependents: Default::default(),
             plane,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -348,6 +353,7 @@ impl State {
         let registry = self.registry.clone();
         let service_ips = self.service_ips.clone();
         let node_ports = self.node_ports.clone();
+        let dependents = self.dependents.clone();
         self.muted = true;
         let out = write(self);
         self.muted = false;
@@ -356,6 +362,7 @@ impl State {
         self.registry = registry;
         self.service_ips = service_ips;
         self.node_ports = node_ports;
+        self.dependents = dependents;
         self.policy = std::sync::OnceLock::new();
         out
     }
@@ -418,7 +425,9 @@ impl State {
             .objects
             .entry(gr.clone())
             .or_default()
-            .insert(key, object.clone());
+            .insert(key.clone(), object.clone());
+        self.dependents
+            .replace(gr, &key, replaced.as_deref(), Some(&object));
         if service_ips::is_service(gr) {
             if let Some(old) = replaced {
                 self.service_ips.release(&old);
@@ -433,6 +442,7 @@ impl State {
     fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Value> {
         self.touched(gr);
         let taken = self.objects.get_mut(gr)?.remove(key)?;
+        self.dependents.replace(gr, key, Some(&taken), None);
         if service_ips::is_service(gr) {
             self.service_ips.release(&taken);
             self.node_ports.release(&taken);

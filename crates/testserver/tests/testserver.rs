@@ -9,6 +9,7 @@ mod testserver {
     pub mod crd_facts;
     pub mod explain;
     pub mod faults;
+    pub mod gc;
     pub mod kubectl;
     pub mod kubectl_typed;
     pub mod patch;

@@ -389,33 +389,25 @@ pub fn delete(call: &Call, target: &Target) -> Result<Response, ApiError> {
             "delete is not allowed on the status subresource",
         ));
     }
-    let options: Value = if call.body.is_empty() {
-        json!({})
-    } else {
-        serde_json::from_slice(&call.body).unwrap_or(json!({}))
-    };
-    let rv = options
-        .pointer("/preconditions/resourceVersion")
-        .and_then(Value::as_str);
-    let uid = options
-        .pointer("/preconditions/uid")
-        .and_then(Value::as_str);
+    let options = crate::cluster::delete_options(&call.body)?;
     // kubectl sends the dry run in the DeleteOptions body, other clients in the query
-    let in_body: Vec<&str> = options
-        .get("dryRun")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let in_body: Vec<&str> = options.dry_run.iter().map(String::as_str).collect();
     let dry = dry_run(call, "DeleteOptions")? || dry_run_values(&in_body, "DeleteOptions")?;
+    let (rv, uid) = (options.resource_version.as_deref(), options.uid.as_deref());
     let name = target.name.as_deref().unwrap_or("");
     let mut state = call.cluster.lock();
     let live_rv = state
         .get(&target.info.gr(), target.ns(), name)
         .map(|live| meta_str(live, "resourceVersion").to_string());
     let obj = commit(&mut state, dry, live_rv.as_deref(), |state| {
-        state.delete(&target.info, target.ns(), name, rv, uid)
+        state.delete(
+            &target.info,
+            target.ns(),
+            name,
+            rv,
+            uid,
+            options.propagation,
+        )
     })?;
     drop(state);
     Ok(respond_object(call, StatusCode::OK, target, obj))
@@ -428,7 +420,9 @@ pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiEr
         call.param("labelSelector"),
         call.param("fieldSelector"),
     )?;
-    let dry = dry_run(call, "DeleteOptions")?;
+    let options = crate::cluster::delete_options(&call.body)?;
+    let in_body: Vec<&str> = options.dry_run.iter().map(String::as_str).collect();
+    let dry = dry_run(call, "DeleteOptions")? || dry_run_values(&in_body, "DeleteOptions")?;
     let gr = target.info.gr();
     let mut state = call.cluster.lock();
     let keys: Vec<(String, String)> = state
@@ -438,7 +432,7 @@ pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiEr
         .collect();
     let delete_all = |state: &mut State| -> Result<Vec<Value>, ApiError> {
         keys.iter()
-            .map(|(ns, name)| state.delete(&target.info, ns, name, None, None))
+            .map(|(ns, name)| state.delete(&target.info, ns, name, None, None, options.propagation))
             .collect()
     };
     let items = if dry {

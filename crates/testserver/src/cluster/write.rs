@@ -274,6 +274,7 @@ impl State {
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
         let shared = self.put(&gr, (namespace.to_string(), name.clone()), obj.clone());
         self.emit(&gr, ChangeKind::Added, shared, None);
+        self.collect_if_ownerless(&gr, namespace, &name);
         if is_namespace(info) {
             let objects = controllers::namespace_objects(&name, &self.plane);
             self.create_as_controller(&name, objects);
@@ -441,12 +442,13 @@ impl State {
         if !meta_str(&stored, "deletionTimestamp").is_empty() && finalizers(&stored).is_empty() {
             self.take(&gr, &key);
             self.emit(&gr, ChangeKind::Deleted, Arc::new(stored.clone()), None);
-            self.after_removal(&gr, namespace, name);
+            self.after_removal(&gr, &stored);
             return Ok(stored);
         }
         let previous = self.get_arc(&gr, namespace, name);
         let shared = self.put(&gr, key, stored.clone());
         self.emit(&gr, ChangeKind::Modified, shared, previous);
+        self.collect_if_ownerless(&gr, namespace, name);
         Ok(stored)
     }
 
@@ -458,6 +460,7 @@ impl State {
         name: &str,
         precondition_rv: Option<&str>,
         precondition_uid: Option<&str>,
+        propagation: Option<super::gc::Propagation>,
     ) -> Result<Value, ApiError> {
         let gr = info.gr();
         let current = self
@@ -472,37 +475,18 @@ impl State {
         if info.kind == "Namespace" && info.group.is_empty() {
             return Ok(self.delete_namespace(name));
         }
-        Ok(self.delete_object(&gr, namespace, name))
+        Ok(self.delete_object(&gr, namespace, name, propagation))
     }
 
-    fn delete_object(&mut self, gr: &GroupResource, namespace: &str, name: &str) -> Value {
-        let key = (namespace.to_string(), name.to_string());
-        let Some(mut obj) = self.get(gr, namespace, name).cloned() else {
-            return Value::Null;
-        };
-        if !finalizers(&obj).is_empty() {
-            if meta_str(&obj, "deletionTimestamp").is_empty() {
-                set_meta(&mut obj, "deletionTimestamp", json!(now()));
-                set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
-                let rv = self.next_rv();
-                set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-                let previous = self.get_arc(gr, namespace, name);
-                let shared = self.put(gr, key, obj.clone());
-                self.emit(gr, ChangeKind::Modified, shared, previous);
-            }
-            return obj;
-        }
-        self.take(gr, &key);
-        let rv = self.next_rv();
-        set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-        self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
-        self.after_removal(gr, namespace, name);
-        obj
-    }
-
-    /// Follow-ups once an object is gone: a deleted CRD takes its kind and objects with it; the last
-    /// object of a terminating namespace lets the namespace go.
-    fn after_removal(&mut self, gr: &GroupResource, namespace: &str, name: &str) {
+    /// Follow-ups once an object is gone: the garbage collector deals with its dependents; a
+    /// deleted CRD takes its kind and objects with it; the last object of a terminating namespace
+    /// lets the namespace go.
+    pub(super) fn after_removal(&mut self, gr: &GroupResource, removed: &Value) {
+        let namespace = meta_str(removed, "namespace").to_string();
+        let namespace = namespace.as_str();
+        let name = meta_str(removed, "name").to_string();
+        let name = name.as_str();
+        self.collect_dependents_of(removed);
         if gr.0 == "apiextensions.k8s.io" && gr.1 == "customresourcedefinitions" {
             if let Some(res) = self.registry.uninstall(name) {
                 let rgr = res.gr();
@@ -566,7 +550,7 @@ impl State {
             })
             .collect();
         for (g, obj_name) in contents {
-            self.delete_object(&g, name, &obj_name);
+            self.delete_object(&g, name, &obj_name, None);
         }
         self.finish_namespace(name);
         self.get(&gr, "", name).cloned().unwrap_or_else(

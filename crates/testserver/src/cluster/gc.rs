@@ -1,0 +1,570 @@
+//! The garbage collector, done at the delete itself: what `DeleteOptions` ask of it, which
+//! objects depend on which (by `metadata.ownerReferences` uid), and what becomes of the
+//! dependents when their owner goes:
+//! - `Background` (the default): the owner goes at once, then every dependent none of whose
+//!   other owners remains is deleted the same way; a dependent with an owner left only loses
+//!   its reference to the one gone;
+//! - `Foreground`: the owner is kept with the `foregroundDeletion` finalizer while its
+//!   dependents are deleted in the foreground, and goes once none that blocks it
+//!   (`blockOwnerDeletion: true`) is left;
+//! - `Orphan`: the owner is kept with the `orphan` finalizer while its dependents lose their
+//!   reference to it, then goes.
+//!
+//! An object created with owners of a known kind none of which exists is collected at once, as
+//! the collector deletes dependents whose owners are gone.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::object::{finalizers, meta_str, now, remove_meta, set_meta};
+use crate::resources::GroupResource;
+
+use super::{ChangeKind, ObjectKey};
+
+/// The finalizer that keeps an owner while its dependents are deleted.
+pub const FOREGROUND: &str = "foregroundDeletion";
+/// The finalizer that keeps an owner while its dependents are orphaned.
+pub const ORPHAN: &str = "orphan";
+
+/// How a delete treats the dependents of what it deletes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// What a DELETE's body asks for: its preconditions and its propagation (`None` when it names
+/// none, so the object's own finalizers decide).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeleteOptions {
+    pub resource_version: Option<String>,
+    pub uid: Option<String>,
+    pub propagation: Option<Propagation>,
+    pub dry_run: Vec<String>,
+}
+
+/// Reads a `DeleteOptions` body (empty means none) as apiserver validates it: a body that is not
+/// a DeleteOptions object is a 400; an unknown propagation policy, or one set beside the
+/// deprecated `orphanDependents`, is a 422.
+pub fn delete_options(body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(DeleteOptions::default());
+    }
+    let options: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("failed to decode DeleteOptions: {e}")))?;
+    if !options.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "failed to decode DeleteOptions: expected an object, got {options}"
+        )));
+    }
+    let text = |pointer: &str| {
+        options
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let orphan = options.get("orphanDependents").and_then(Value::as_bool);
+    let mut errors = Vec::new();
+    let propagation = match options.get("propagationPolicy") {
+        None | Some(Value::Null) => orphan.map(|o| {
+            if o {
+                Propagation::Orphan
+            } else {
+                Propagation::Background
+            }
+        }),
+        Some(policy) => {
+            if orphan.is_some() {
+                errors.push(crate::field_error::FieldError::forbidden(
+                    "propagationPolicy",
+                    "orphanDependents and deletionPropagation cannot be both set",
+                ));
+            }
+            match policy.as_str() {
+                Some("Background") => Some(Propagation::Background),
+                Some("Foreground") => Some(Propagation::Foreground),
+                Some("Orphan") => Some(Propagation::Orphan),
+                _ => {
+                    let supported = ["Foreground", "Background", "Orphan", "nil"];
+                    errors.push(crate::field_error::FieldError::not_supported(
+                        "propagationPolicy",
+                        policy.clone(),
+                        &supported.map(String::from),
+                    ));
+                    None
+                }
+            }
+        }
+    };
+    if !errors.is_empty() {
+        return Err(ApiError::invalid_fields(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            &errors,
+        ));
+    }
+    Ok(DeleteOptions {
+        resource_version: text("/preconditions/resourceVersion"),
+        uid: text("/preconditions/uid"),
+        propagation,
+        dry_run: options
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+    })
+}
+
+/// The propagation a delete uses: the one asked for, else what the object's finalizers say,
+/// else `Background` (the default of every kind the test server serves).
+pub fn propagation(asked: Option<Propagation>, finalizers: &[String]) -> Propagation {
+    asked.unwrap_or_else(|| {
+        if finalizers.iter().any(|f| f == ORPHAN) {
+            Propagation::Orphan
+        } else if finalizers.iter().any(|f| f == FOREGROUND) {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        }
+    })
+}
+
+/// One owner reference of an object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnerRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub block: bool,
+}
+
+/// The owner references of an object.
+pub fn owners(obj: &Value) -> Vec<OwnerRef> {
+    let text = |r: &Value, key: &str| r.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| OwnerRef {
+            api_version: text(r, "apiVersion"),
+            kind: text(r, "kind"),
+            name: text(r, "name"),
+            uid: text(r, "uid"),
+            block: r.get("blockOwnerDeletion") == Some(&json!(true)),
+        })
+        .collect()
+}
+
+/// Removes the references to `uid` from an object; whether there was one.
+pub fn drop_owner(obj: &mut Value, uid: &str) -> bool {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let Some(list) = meta
+        .get_mut("ownerReferences")
+        .and_then(Value::as_array_mut)
+    else {
+        return false;
+    };
+    let before = list.len();
+    list.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+    let dropped = list.len() != before;
+    if list.is_empty() {
+        meta.remove("ownerReferences");
+    }
+    dropped
+}
+
+/// Which stored objects name which owner uid: kept up to date as objects are stored and taken,
+/// so that a delete finds its dependents without reading every object.
+#[derive(Clone, Debug, Default)]
+pub struct Dependents {
+    by_owner: HashMap<String, BTreeSet<(GroupResource, ObjectKey)>>,
+}
+
+impl Dependents {
+    /// Records what `obj`, stored under `key`, depends on, in place of what `old` did.
+    pub fn replace(
+        &mut self,
+        gr: &GroupResource,
+        key: &ObjectKey,
+        old: Option<&Value>,
+        obj: Option<&Value>,
+    ) {
+        let uids = |o: Option<&Value>| -> Vec<String> {
+            o.map(owners)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| r.uid)
+                .collect()
+        };
+        let (before, after) = (uids(old), uids(obj));
+        if before == after {
+            return;
+        }
+        for uid in before {
+            if let Some(set) = self.by_owner.get_mut(&uid) {
+                set.remove(&(gr.clone(), key.clone()));
+                if set.is_empty() {
+                    self.by_owner.remove(&uid);
+                }
+            }
+        }
+        for uid in after {
+            self.by_owner
+                .entry(uid)
+                .or_default()
+                .insert((gr.clone(), key.clone()));
+        }
+    }
+
+    /// The objects that name `uid` as an owner.
+    pub fn of(&self, uid: &str) -> Vec<(GroupResource, ObjectKey)> {
+        self.by_owner
+            .get(uid)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+impl super::State {
+    /// Where the owner an owner reference names would be stored, when its kind is served.
+    fn owner_location(
+        &self,
+        dependent_namespace: &str,
+        owner: &OwnerRef,
+    ) -> Option<(GroupResource, ObjectKey)> {
+        let group = owner
+            .api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("");
+        let info = self
+            .registry
+            .all()
+            .iter()
+            .find(|r| r.group == group && r.kind == owner.kind)?;
+        let namespace = if info.namespaced {
+            dependent_namespace
+        } else {
+            ""
+        };
+        Some((info.gr(), (namespace.to_string(), owner.name.clone())))
+    }
+
+    /// Whether the owner a reference names exists (same name and uid); `None` when its kind is
+    /// not served, which the collector cannot tell.
+    fn owner_exists(&self, dependent_namespace: &str, owner: &OwnerRef) -> Option<bool> {
+        let (gr, (namespace, name)) = self.owner_location(dependent_namespace, owner)?;
+        Some(
+            self.get(&gr, &namespace, &name)
+                .is_some_and(|o| meta_str(o, "uid") == owner.uid),
+        )
+    }
+
+    /// Deletes an object with the propagation asked for (or its finalizers' own): at once
+    /// without finalizers, otherwise marked with a deletionTimestamp; the collector then deals
+    /// with its dependents. Returns the object as the delete left it.
+    pub(super) fn delete_object(
+        &mut self,
+        gr: &GroupResource,
+        namespace: &str,
+        name: &str,
+        asked: Option<Propagation>,
+    ) -> Value {
+        let Some(obj) = self.get(gr, namespace, name).cloned() else {
+            return Value::Null;
+        };
+        let key = (namespace.to_string(), name.to_string());
+        let mut finalizers = finalizers(&obj);
+        let policy = propagation(asked, &finalizers);
+        let keeper = match policy {
+            Propagation::Background => None,
+            Propagation::Foreground => Some((FOREGROUND, ORPHAN)),
+            Propagation::Orphan => Some((ORPHAN, FOREGROUND)),
+        };
+        if let Some((wanted, other)) = keeper {
+            finalizers.retain(|f| f != other);
+            if !finalizers.iter().any(|f| f == wanted) {
+                finalizers.push(wanted.to_string());
+            }
+        }
+        if finalizers.is_empty() {
+            let mut obj = obj;
+            self.take(gr, &key);
+            let rv = self.next_rv();
+            set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+            self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
+            self.after_removal(gr, &obj);
+            return obj;
+        }
+        let mut marked = obj.clone();
+        if meta_str(&marked, "deletionTimestamp").is_empty() {
+            set_meta(&mut marked, "deletionTimestamp", json!(now()));
+            set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
+        }
+        set_meta(&mut marked, "finalizers", json!(finalizers));
+        if marked != obj {
+            self.store_as_controller(gr, &key, marked.clone());
+        }
+        match policy {
+            Propagation::Background => {}
+            Propagation::Foreground => {
+                let uid = meta_str(&marked, "uid").to_string();
+                for (dgr, (dns, dname)) in self.dependents.of(&uid) {
+                    self.collect(&dgr, &dns, &dname, &uid, true);
+                }
+                self.release_foreground(gr, &key);
+            }
+            Propagation::Orphan => {
+                let uid = meta_str(&marked, "uid").to_string();
+                for (dgr, dkey) in self.dependents.of(&uid) {
+                    self.drop_reference(&dgr, &dkey, &uid);
+                }
+                self.remove_finalizer(gr, &key, ORPHAN);
+            }
+        }
+        marked
+    }
+
+    /// What the collector does to one dependent of an owner that is going (`uid`): it only
+    /// loses its reference when another owner of it stays, and is deleted otherwise (in the
+    /// foreground when the owner waits for it and it has dependents of its own).
+    fn collect(
+        &mut self,
+        gr: &GroupResource,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        foreground: bool,
+    ) {
+        let Some(obj) = self.get(gr, namespace, name) else {
+            return;
+        };
+        let others = owners(obj).into_iter().filter(|r| r.uid != uid);
+        let staying = others
+            .filter(|r| match self.owner_location(namespace, r) {
+                // An owner of a kind not served: the collector cannot tell it is gone.
+                None => true,
+                Some((ogr, (ons, oname))) => self.get(&ogr, &ons, &oname).is_some_and(|o| {
+                    meta_str(o, "uid") == r.uid && meta_str(o, "deletionTimestamp").is_empty()
+                }),
+            })
+            .count();
+        let key = (namespace.to_string(), name.to_string());
+        if staying > 0 {
+            self.drop_reference(gr, &key, uid);
+            return;
+        }
+        let own_uid = meta_str(obj, "uid").to_string();
+        let asked = (foreground && !self.dependents.of(&own_uid).is_empty())
+            .then_some(Propagation::Foreground);
+        self.delete_object(gr, namespace, name, asked);
+    }
+
+    /// Removes an object's references to `uid`, as the collector orphans a dependent.
+    fn drop_reference(&mut self, gr: &GroupResource, key: &ObjectKey, uid: &str) {
+        let Some(mut obj) = self.get(gr, &key.0, &key.1).cloned() else {
+            return;
+        };
+        if drop_owner(&mut obj, uid) {
+            self.store_as_controller(gr, key, obj);
+        }
+    }
+
+    /// An owner deleted in the foreground goes once no dependent that blocks it is left.
+    fn release_foreground(&mut self, gr: &GroupResource, key: &ObjectKey) {
+        let Some(owner) = self.get(gr, &key.0, &key.1) else {
+            return;
+        };
+        if meta_str(owner, "deletionTimestamp").is_empty()
+            || !finalizers(owner).iter().any(|f| f == FOREGROUND)
+        {
+            return;
+        }
+        let uid = meta_str(owner, "uid").to_string();
+        let blocked = self.dependents.of(&uid).iter().any(|(dgr, (dns, dname))| {
+            self.get(dgr, dns, dname)
+                .is_some_and(|d| owners(d).iter().any(|r| r.uid == uid && r.block))
+        });
+        if !blocked {
+            self.remove_finalizer(gr, key, FOREGROUND);
+        }
+    }
+
+    /// Removes one finalizer; the object goes when it was the last of a deleted object.
+    pub(super) fn remove_finalizer(
+        &mut self,
+        gr: &GroupResource,
+        key: &ObjectKey,
+        finalizer: &str,
+    ) {
+        let Some(mut obj) = self.get(gr, &key.0, &key.1).cloned() else {
+            return;
+        };
+        let mut left = finalizers(&obj);
+        left.retain(|f| f != finalizer);
+        if left.is_empty() {
+            remove_meta(&mut obj, "finalizers");
+        } else {
+            set_meta(&mut obj, "finalizers", json!(left));
+        }
+        if left.is_empty() && !meta_str(&obj, "deletionTimestamp").is_empty() {
+            self.take(gr, key);
+            let rv = self.next_rv();
+            set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+            self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
+            self.after_removal(gr, &obj);
+        } else {
+            self.store_as_controller(gr, key, obj);
+        }
+    }
+
+    /// Stores what a controller of the control plane wrote (valid by construction) as a new
+    /// version of the object.
+    pub(super) fn store_as_controller(
+        &mut self,
+        gr: &GroupResource,
+        key: &ObjectKey,
+        mut obj: Value,
+    ) {
+        let rv = self.next_rv();
+        set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+        let previous = self.get_arc(gr, &key.0, &key.1);
+        let shared = self.put(gr, key.clone(), obj);
+        self.emit(gr, ChangeKind::Modified, shared, previous);
+    }
+
+    /// The collector's part once an object is gone: its dependents are collected, and an owner
+    /// waiting in the foreground for it may go.
+    pub(super) fn collect_dependents_of(&mut self, removed: &Value) {
+        let uid = meta_str(removed, "uid").to_string();
+        if !uid.is_empty() {
+            for (gr, (namespace, name)) in self.dependents.of(&uid) {
+                self.collect(&gr, &namespace, &name, &uid, false);
+            }
+        }
+        let namespace = meta_str(removed, "namespace").to_string();
+        for owner in owners(removed) {
+            if let Some((gr, key)) = self.owner_location(&namespace, &owner) {
+                let waiting = self
+                    .get(&gr, &key.0, &key.1)
+                    .is_some_and(|o| meta_str(o, "uid") == owner.uid);
+                if waiting {
+                    self.release_foreground(&gr, &key);
+                }
+            }
+        }
+    }
+
+    /// An object written with owners none of which exists (and all of served kinds) is
+    /// collected, as the collector deletes dependents whose owners are gone.
+    pub(super) fn collect_if_ownerless(&mut self, gr: &GroupResource, namespace: &str, name: &str) {
+        let Some(obj) = self.get(gr, namespace, name) else {
+            return;
+        };
+        let refs = owners(obj);
+        if refs.is_empty() || !meta_str(obj, "deletionTimestamp").is_empty() {
+            return;
+        }
+        let gone = refs
+            .iter()
+            .all(|r| self.owner_exists(namespace, r) == Some(false));
+        if gone {
+            self.delete_object(gr, namespace, name, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delete_options_are_read_and_validated_as_apiserver_does() {
+        assert_eq!(
+            delete_options(b"").expect("empty"),
+            DeleteOptions::default()
+        );
+        let options = delete_options(
+            br#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground",
+                 "preconditions":{"uid":"u","resourceVersion":"7"},"dryRun":["All"]}"#,
+        )
+        .expect("valid");
+        assert_eq!(options.propagation, Some(Propagation::Foreground));
+        assert_eq!(options.uid.as_deref(), Some("u"));
+        assert_eq!(options.resource_version.as_deref(), Some("7"));
+        assert_eq!(options.dry_run, vec!["All".to_string()]);
+        let orphan = delete_options(br#"{"orphanDependents":true}"#).expect("valid");
+        assert_eq!(orphan.propagation, Some(Propagation::Orphan));
+
+        let bad = delete_options(b"{not json").expect_err("malformed");
+        assert_eq!(bad.code, 400);
+        let unknown = delete_options(br#"{"propagationPolicy":"Later"}"#).expect_err("unknown");
+        assert_eq!(unknown.code, 422);
+        assert!(
+            unknown
+                .message
+                .contains(r#"propagationPolicy: Unsupported value: "Later""#),
+            "{}",
+            unknown.message
+        );
+        let both = delete_options(br#"{"propagationPolicy":"Orphan","orphanDependents":false}"#)
+            .expect_err("both");
+        assert_eq!(both.code, 422);
+    }
+
+    #[test]
+    fn the_objects_finalizers_decide_when_the_delete_names_no_policy() {
+        let none: Vec<String> = vec![];
+        assert_eq!(propagation(None, &none), Propagation::Background);
+        assert_eq!(propagation(None, &[ORPHAN.into()]), Propagation::Orphan);
+        assert_eq!(
+            propagation(None, &[FOREGROUND.into()]),
+            Propagation::Foreground
+        );
+        assert_eq!(
+            propagation(Some(Propagation::Background), &[ORPHAN.into()]),
+            Propagation::Background
+        );
+    }
+
+    #[test]
+    fn dependents_follow_the_owner_references_as_objects_change() {
+        let gr: GroupResource = ("apps".into(), "replicasets".into());
+        let key: ObjectKey = ("ns".into(), "web-1".into());
+        let owned = |uids: &[&str]| {
+            let refs: Vec<Value> = uids
+                .iter()
+                .map(|u| json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": u}))
+                .collect();
+            json!({"metadata": {"name": "web-1", "ownerReferences": refs}})
+        };
+        let mut index = Dependents::default();
+        let first = owned(&["a"]);
+        index.replace(&gr, &key, None, Some(&first));
+        assert_eq!(index.of("a"), vec![(gr.clone(), key.clone())]);
+        let second = owned(&["b", "c"]);
+        index.replace(&gr, &key, Some(&first), Some(&second));
+        assert!(index.of("a").is_empty());
+        assert_eq!(index.of("c").len(), 1);
+        index.replace(&gr, &key, Some(&second), None);
+        assert!(index.of("b").is_empty() && index.of("c").is_empty());
+
+        let mut obj = owned(&["b", "c"]);
+        assert!(drop_owner(&mut obj, "b"));
+        assert!(!drop_owner(&mut obj, "b"));
+        assert_eq!(owners(&obj).len(), 1);
+        assert!(drop_owner(&mut obj, "c"));
+        assert!(obj.pointer("/metadata/ownerReferences").is_none());
+    }
+}
