@@ -2,12 +2,15 @@
 //! namespace and name), its resourceVersion counter, its bounded watch history, a change feed per
 //! resource and the credentials it accepts. It starts as a new cluster does: four namespaces with
 //! their default ServiceAccount and root CA, the `kubernetes` Service, one ready Node and the
-//! bootstrap RBAC policy (`controllers`). Pure state behind one mutex; HTTP concerns live in `api`.
+//! bootstrap RBAC policy (`controllers`). Writes run the garbage collector (`gc`) and the
+//! workload controllers (`rollout`) before they return. Pure state behind one mutex; HTTP
+//! concerns live in `api`.
 
 mod controllers;
 mod defaults;
 mod gc;
 mod node_ports;
+mod rollout;
 mod service_ips;
 mod validate;
 mod workloads;
@@ -136,6 +139,11 @@ pub struct State {
     pub(crate) node_ports: node_ports::NodePorts,
     /// Which objects name which owner (`gc`).
     dependents: gc::Dependents,
+    /// Namespaces whose Deployments, ReplicaSets or Pods changed since the workload controllers
+    /// last ran (`rollout`), whether they are running, and the last Pod IP handed out.
+    unsettled: std::collections::BTreeSet<String>,
+    settling: bool,
+    pod_ips: u32,
     /// What the controllers need of the control plane (`controllers`).
     plane: ControlPlane,
 }
@@ -156,6 +164,9 @@ impl Cluster {
             service_ips: Default::default(),
             node_ports: Default::default(),
             dependents: Default::default(),
+            unsettled: Default::default(),
+            settling: false,
+            pod_ips: 0,
             plane,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -396,6 +407,10 @@ impl State {
     ) {
         if self.muted {
             return;
+        }
+        if rollout::concerns_workloads(gr) {
+            self.unsettled
+                .insert(crate::object::meta_str(&object, "namespace").to_string());
         }
         let change = Arc::new(Change {
             rv: self.rv,

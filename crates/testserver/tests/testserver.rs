@@ -13,6 +13,7 @@ mod testserver {
     pub mod kubectl;
     pub mod kubectl_typed;
     pub mod patch;
+    pub mod rollout;
     pub mod ssa;
     pub mod strategies;
     pub mod support;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::object::{finalizers, meta_str, now, remove_meta, set_meta};
+use crate::object::{finalizers, format_time, meta_str, now, remove_meta, set_meta};
 use crate::resources::GroupResource;
 
 use super::{ChangeKind, ObjectKey};
@@ -236,6 +236,17 @@ impl Dependents {
     }
 }
 
+/// A Pod bound to a node and not yet being deleted.
+fn is_running_pod(gr: &GroupResource, obj: &Value) -> bool {
+    gr.0.is_empty()
+        && gr.1 == "pods"
+        && meta_str(obj, "deletionTimestamp").is_empty()
+        && obj
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty())
+}
+
 impl super::State {
     /// Where the owner an owner reference names would be stored, when its kind is served.
     fn owner_location(
@@ -297,6 +308,29 @@ impl super::State {
             if !finalizers.iter().any(|f| f == wanted) {
                 finalizers.push(wanted.to_string());
             }
+        }
+        if is_running_pod(gr, &obj) {
+            // A Pod bound to a node is deleted gracefully: marked for its grace period, then
+            // removed by the kubelet, which here stops its containers at once.
+            let grace = obj
+                .pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(30);
+            let mut marked = obj.clone();
+            let at = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
+            set_meta(&mut marked, "deletionTimestamp", json!(format_time(at)));
+            set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
+            self.store_as_controller(gr, &key, marked.clone());
+            if finalizers.is_empty() {
+                let mut removed = marked.clone();
+                set_meta(&mut removed, "deletionGracePeriodSeconds", json!(0));
+                self.take(gr, &key);
+                let rv = self.next_rv();
+                set_meta(&mut removed, "resourceVersion", json!(rv.to_string()));
+                self.emit(gr, ChangeKind::Deleted, Arc::new(removed.clone()), None);
+                self.after_removal(gr, &removed);
+            }
+            return marked;
         }
         if finalizers.is_empty() {
             let mut obj = obj;

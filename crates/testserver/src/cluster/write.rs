@@ -121,8 +121,21 @@ fn is_namespace(info: &ResourceInfo) -> bool {
 }
 
 impl State {
-    /// Stores a new object. `namespace` comes from the URL ("" for cluster-scoped kinds).
+    /// Stores a new object. `namespace` comes from the URL ("" for cluster-scoped kinds). The
+    /// workload controllers then act on what changed (`rollout`).
     pub fn create(
+        &mut self,
+        info: &ResourceInfo,
+        namespace: &str,
+        obj: Value,
+        owner: &Owner,
+    ) -> Result<Value, ApiError> {
+        let created = self.create_object(info, namespace, obj, owner);
+        self.settle();
+        created
+    }
+
+    fn create_object(
         &mut self,
         info: &ResourceInfo,
         namespace: &str,
@@ -308,7 +321,22 @@ impl State {
     }
 
     /// Replaces an object (or only its status). A set `metadata.resourceVersion` must be current.
+    /// The workload controllers then act on what changed (`rollout`).
     pub fn update(
+        &mut self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        new: Value,
+        sub: Subresource,
+        owner: &Owner,
+    ) -> Result<Value, ApiError> {
+        let updated = self.update_object(info, namespace, name, new, sub, owner);
+        self.settle();
+        updated
+    }
+
+    fn update_object(
         &mut self,
         info: &ResourceInfo,
         namespace: &str,
@@ -472,10 +500,13 @@ impl State {
         if rv_mismatch || uid_mismatch {
             return Err(ApiError::conflict(info, name));
         }
-        if info.kind == "Namespace" && info.group.is_empty() {
-            return Ok(self.delete_namespace(name));
-        }
-        Ok(self.delete_object(&gr, namespace, name, propagation))
+        let deleted = if info.kind == "Namespace" && info.group.is_empty() {
+            self.delete_namespace(name)
+        } else {
+            self.delete_object(&gr, namespace, name, propagation)
+        };
+        self.settle();
+        Ok(deleted)
     }
 
     /// Follow-ups once an object is gone: the garbage collector deals with its dependents; a

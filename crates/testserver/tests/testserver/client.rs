@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -132,9 +132,10 @@ async fn invalid_objects_get_422_with_a_status() {
 #[tokio::test]
 async fn generation_and_status_subresource() {
     let server = server(&["mgmt"]).await;
-    let api: Api<Deployment> = Api::namespaced(client(&server, "mgmt").await, "default");
-    let dep: Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+    // A StatefulSet: no controller of the test server writes its status.
+    let api: Api<StatefulSet> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let dep: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
         "status": {"replicas": 7},
     }))
@@ -181,10 +182,7 @@ async fn generation_and_status_subresource() {
         )
         .await
         .expect("patch_status");
-    assert_eq!(
-        with_status.status.as_ref().and_then(|s| s.replicas),
-        Some(3)
-    );
+    assert_eq!(with_status.status.as_ref().map(|s| s.replicas), Some(3));
     assert_eq!(
         with_status.metadata.generation,
         Some(2),

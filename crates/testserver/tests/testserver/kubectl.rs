@@ -426,34 +426,34 @@ async fn field_selectors_take_the_fields_each_kind_offers_and_refuse_others() {
     .await;
     let k = Kubectl::new(&server);
     k.run(&["run", "web", "--image=nginx"], None).await;
-    let pending = k
-        .run(
-            &[
-                "get",
-                "pods",
-                "--field-selector",
-                "status.phase=Pending,spec.restartPolicy=Always",
-                "-o",
-                "name",
-            ],
-            None,
-        )
-        .await;
-    assert_eq!(pending.trim(), "pod/web");
     let running = k
         .run(
             &[
                 "get",
                 "pods",
                 "--field-selector",
-                "status.phase=Running",
+                "status.phase=Running,spec.restartPolicy=Always",
                 "-o",
                 "name",
             ],
             None,
         )
         .await;
-    assert!(running.trim().is_empty(), "{running}");
+    assert_eq!(running.trim(), "pod/web");
+    let pending = k
+        .run(
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "status.phase=Pending",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert!(pending.trim().is_empty(), "{pending}");
     let opaque = k
         .run(
             &[

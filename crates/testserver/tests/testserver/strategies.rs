@@ -354,7 +354,9 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
     assert!(volume.starts_with("kube-api-access-"), "{pod}");
     assert_eq!(spec["containers"][0]["volumeMounts"][0]["name"], volume);
     assert_eq!(spec["priority"], 0);
-    assert_eq!(pod["status"]["phase"], "Pending");
+    // Scheduled on the Node and started by its kubelet.
+    assert_eq!(spec["nodeName"], "mgmt-control-plane", "{pod}");
+    assert_eq!(pod["status"]["phase"], "Running");
     assert_eq!(pod["status"]["qosClass"], "BestEffort");
 
     let (ok, _, err) = k

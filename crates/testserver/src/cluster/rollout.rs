@@ -1,0 +1,932 @@
+//! The controllers that run workloads, done right after each write that touches a Deployment,
+//! ReplicaSet or Pod, so that a cluster's workloads settle as a real one's do, only at once:
+//! - the deployment controller keeps one ReplicaSet per pod template (`<name>-<hash>`, labelled
+//!   `pod-template-hash`), scales the current one to `spec.replicas` and the older ones to zero
+//!   (a rollout that completes at once), keeps `revisionHistoryLimit` old ones, numbers
+//!   revisions, and reports replicas and the `Available` and `Progressing` conditions;
+//! - the ReplicaSet controller creates and deletes Pods from its template until it has
+//!   `spec.replicas`, and reports them; a Pod that admission refuses (a missing ServiceAccount,
+//!   say) becomes its `ReplicaFailure` condition;
+//! - the scheduler binds every pending Pod to the cluster's Node, and its kubelet starts it:
+//!   `Running`, every container started and ready, with a Pod IP.
+//!
+//! Decisions are pure functions of the objects; `State::settle` applies them.
+
+use serde_json::{json, Map, Value};
+
+use crate::object::{meta_str, now};
+use crate::resources::{GroupResource, ResourceInfo};
+
+use super::{Owner, Subresource};
+
+/// The label that ties a ReplicaSet and its Pods to one pod template of a Deployment.
+pub const TEMPLATE_HASH: &str = "pod-template-hash";
+/// The annotation that numbers a Deployment's ReplicaSets.
+pub const REVISION: &str = "deployment.kubernetes.io/revision";
+/// The manager of what the controllers write.
+pub const MANAGER: &str = "kube-controller-manager";
+
+/// The hash of a pod template that names its ReplicaSet: FNV-1a over the template with its
+/// maps in key order and without null fields, written as apimachinery's `SafeEncodeString` writes its decimal digits.
+pub fn template_hash(template: &Value) -> String {
+    let mut hash: u32 = 0x811c_9dc5;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= u32::from(*b);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    };
+    fn walk(value: &Value, feed: &mut dyn FnMut(&[u8])) {
+        match value {
+            Value::Object(map) => {
+                // A null field is an absent one, as in the typed template apimachinery hashes.
+                let mut keys: Vec<&String> = map
+                    .iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, _)| k)
+                    .collect();
+                keys.sort();
+                feed(b"{");
+                for key in keys {
+                    feed(key.as_bytes());
+                    feed(b":");
+                    walk(&map[key], feed);
+                    feed(b",");
+                }
+                feed(b"}");
+            }
+            Value::Array(items) => {
+                feed(b"[");
+                for item in items {
+                    walk(item, feed);
+                    feed(b",");
+                }
+                feed(b"]");
+            }
+            other => feed(other.to_string().as_bytes()),
+        }
+    }
+    walk(template, &mut feed);
+    const SAFE: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    hash.to_string()
+        .bytes()
+        .map(|b| char::from(SAFE[usize::from(b) % SAFE.len()]))
+        .collect()
+}
+
+/// The uid of the controller an object names in its owner references, if any.
+pub fn controller_uid(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller") == Some(&json!(true)))?
+        .get("uid")?
+        .as_str()
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    !meta_str(obj, "deletionTimestamp").is_empty()
+}
+
+fn replicas(obj: &Value) -> i64 {
+    obj.pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+}
+
+fn status_count(obj: &Value, field: &str) -> i64 {
+    obj.pointer(&format!("/status/{field}"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+pub fn revision(obj: &Value) -> i64 {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(REVISION))
+        .and_then(Value::as_str)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+fn controller_ref(owner: &Value) -> Value {
+    json!([{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+            "name": meta_str(owner, "name"), "uid": meta_str(owner, "uid"),
+            "controller": true, "blockOwnerDeletion": true}])
+}
+
+/// Sets `key: value` in the map at `pointer` of `obj`, making the map if it is missing.
+fn set_in(obj: &mut Value, path: &[&str], key: &str, value: Value) {
+    let mut at = obj;
+    for part in path {
+        if !at.get(*part).is_some_and(Value::is_object) {
+            at[*part] = json!({});
+        }
+        at = &mut at[*part];
+    }
+    at[key] = value;
+}
+
+/// An int-or-percent of a rolling update resolved against `replicas`, rounding up or down.
+fn resolve(value: Option<&Value>, replicas: i64, round_up: bool, default: &str) -> i64 {
+    let value = value.cloned().unwrap_or_else(|| json!(default));
+    match &value {
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        Value::String(s) => {
+            let percent: i64 = s.trim_end_matches('%').parse().unwrap_or(0);
+            let scaled = percent * replicas;
+            if round_up {
+                (scaled + 99) / 100
+            } else {
+                scaled / 100
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// How many of a Deployment's replicas may be unavailable while it still counts as available.
+fn max_unavailable(deployment: &Value) -> i64 {
+    let wanted = replicas(deployment);
+    let rolling = deployment
+        .pointer("/spec/strategy/type")
+        .and_then(Value::as_str)
+        != Some("Recreate");
+    if !rolling || wanted == 0 {
+        return 0;
+    }
+    let update = deployment.pointer("/spec/strategy/rollingUpdate");
+    let surge = resolve(update.and_then(|u| u.get("maxSurge")), wanted, true, "25%");
+    let unavailable = resolve(
+        update.and_then(|u| u.get("maxUnavailable")),
+        wanted,
+        false,
+        "25%",
+    );
+    // apiserver's validation keeps both from being zero; the controller then allows one.
+    let unavailable = if surge == 0 && unavailable == 0 {
+        1
+    } else {
+        unavailable
+    };
+    unavailable.min(wanted)
+}
+
+/// The ReplicaSet a Deployment runs its current template with.
+pub fn new_replica_set(deployment: &Value, hash: &str, revision: i64) -> Value {
+    let name = format!("{}-{hash}", meta_str(deployment, "name"));
+    let mut template = deployment
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    set_in(
+        &mut template,
+        &["metadata", "labels"],
+        TEMPLATE_HASH,
+        json!(hash),
+    );
+    let labels = template["metadata"]["labels"].clone();
+    let mut selector = deployment
+        .pointer("/spec/selector")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    set_in(&mut selector, &["matchLabels"], TEMPLATE_HASH, json!(hash));
+    let wanted = replicas(deployment);
+    let surge = resolve(
+        deployment.pointer("/spec/strategy/rollingUpdate/maxSurge"),
+        wanted,
+        true,
+        "25%",
+    );
+    let mut spec = json!({"replicas": wanted, "selector": selector, "template": template});
+    if let Some(ready) = deployment.pointer("/spec/minReadySeconds") {
+        spec["minReadySeconds"] = ready.clone();
+    }
+    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+           "metadata": {"name": name, "labels": labels,
+                        "annotations": {"deployment.kubernetes.io/desired-replicas": wanted.to_string(),
+                                        "deployment.kubernetes.io/max-replicas": (wanted + surge).to_string(),
+                                        REVISION: revision.to_string()},
+                        "ownerReferences": controller_ref(deployment)},
+           "spec": spec})
+}
+
+/// A Pod of a ReplicaSet, from its template.
+pub fn pod_of(replica_set: &Value) -> Value {
+    let template = replica_set
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let mut metadata = template
+        .get("metadata")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(m) = metadata.as_object_mut() {
+        m.remove("name");
+        m.remove("namespace");
+        m.insert(
+            "generateName".into(),
+            json!(format!("{}-", meta_str(replica_set, "name"))),
+        );
+        m.insert("ownerReferences".into(), controller_ref(replica_set));
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+           "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))})
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Keeps the transition times of conditions whose status, reason and message did not change.
+fn keep_times(conditions: &mut [Value], before: Option<&Value>) {
+    let before = before.and_then(Value::as_array);
+    for condition in conditions.iter_mut() {
+        let Some(old) = before.and_then(|b| b.iter().find(|o| o["type"] == condition["type"]))
+        else {
+            continue;
+        };
+        let same = ["status", "reason", "message"]
+            .iter()
+            .all(|k| old.get(*k) == condition.get(*k));
+        if same {
+            for time in ["lastTransitionTime", "lastUpdateTime"] {
+                if let Some(t) = old.get(time) {
+                    condition[time] = t.clone();
+                }
+            }
+        } else if old.get("status") == condition.get("status") {
+            if let Some(t) = old.get("lastTransitionTime") {
+                condition["lastTransitionTime"] = t.clone();
+            }
+        }
+    }
+}
+
+/// A ReplicaSet's status from its active Pods (and the refusal of the last Pod it tried to
+/// create, if any).
+pub fn replica_set_status(replica_set: &Value, pods: &[&Value], refused: Option<&str>) -> Value {
+    let labels = replica_set
+        .pointer("/spec/template/metadata/labels")
+        .and_then(Value::as_object);
+    let fully_labeled = pods
+        .iter()
+        .filter(|p| {
+            labels.is_none_or(|l| {
+                l.iter()
+                    .all(|(k, v)| p.pointer("/metadata/labels").and_then(|m| m.get(k)) == Some(v))
+            })
+        })
+        .count();
+    let ready = pods.iter().filter(|p| is_ready(p)).count();
+    let mut status = Map::new();
+    status.insert("replicas".into(), json!(pods.len()));
+    status.insert("fullyLabeledReplicas".into(), json!(fully_labeled));
+    if ready > 0 {
+        status.insert("readyReplicas".into(), json!(ready));
+        status.insert("availableReplicas".into(), json!(ready));
+    }
+    status.insert(
+        "observedGeneration".into(),
+        replica_set
+            .pointer("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1)),
+    );
+    if let Some(message) = refused {
+        let time = now();
+        let mut conditions = vec![json!({"type": "ReplicaFailure", "status": "True",
+            "reason": "FailedCreate", "message": message, "lastTransitionTime": time})];
+        keep_times(&mut conditions, replica_set.pointer("/status/conditions"));
+        status.insert("conditions".into(), Value::Array(conditions));
+    }
+    Value::Object(status)
+}
+
+/// A Deployment's status from the ReplicaSets it controls and the one running its template.
+pub fn deployment_status(deployment: &Value, owned: &[&Value], current: Option<&Value>) -> Value {
+    let sum = |field: &str| owned.iter().map(|rs| status_count(rs, field)).sum::<i64>();
+    let wanted = replicas(deployment);
+    let (total, ready, available) = (
+        sum("replicas"),
+        sum("readyReplicas"),
+        sum("availableReplicas"),
+    );
+    let updated = current.map_or(0, |rs| status_count(rs, "replicas"));
+    let time = now();
+    let condition = |kind: &str, status: &str, reason: &str, message: String| {
+        json!({"type": kind, "status": status, "lastUpdateTime": time,
+               "lastTransitionTime": time, "reason": reason, "message": message})
+    };
+    let available_condition = if available >= wanted - max_unavailable(deployment) {
+        condition(
+            "Available",
+            "True",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".into(),
+        )
+    } else {
+        condition(
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".into(),
+        )
+    };
+    let paused = deployment.pointer("/spec/paused") == Some(&json!(true));
+    let progressing = match current {
+        _ if paused => condition(
+            "Progressing",
+            "Unknown",
+            "DeploymentPaused",
+            "Deployment is paused".into(),
+        ),
+        Some(rs) if updated == wanted && total == wanted && available == wanted => condition(
+            "Progressing",
+            "True",
+            "NewReplicaSetAvailable",
+            format!(
+                "ReplicaSet {:?} has successfully progressed.",
+                meta_str(rs, "name")
+            ),
+        ),
+        Some(rs) => condition(
+            "Progressing",
+            "True",
+            "ReplicaSetUpdated",
+            format!("ReplicaSet {:?} is progressing.", meta_str(rs, "name")),
+        ),
+        None => condition(
+            "Progressing",
+            "True",
+            "NewReplicaSetCreated",
+            "Created new replica set".into(),
+        ),
+    };
+    let mut conditions = vec![available_condition, progressing];
+    keep_times(&mut conditions, deployment.pointer("/status/conditions"));
+    let mut status = Map::new();
+    status.insert(
+        "observedGeneration".into(),
+        deployment
+            .pointer("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1)),
+    );
+    for (field, value) in [
+        ("replicas", total),
+        ("updatedReplicas", updated),
+        ("readyReplicas", ready),
+        ("availableReplicas", available),
+        ("unavailableReplicas", (wanted - available).max(0)),
+    ] {
+        if value != 0 {
+            status.insert(field.into(), json!(value));
+        }
+    }
+    status.insert("conditions".into(), Value::Array(conditions));
+    Value::Object(status)
+}
+
+/// The status a Pod's kubelet reports once it has started every container on `node_ip` with
+/// `pod_ip`.
+pub fn running(pod: &Value, node_ip: &str, pod_ip: &str) -> Value {
+    let time = now();
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": time});
+    let digest = |seed: &str| {
+        let mut hex = String::new();
+        let mut value = template_hash(&json!([seed, meta_str(pod, "uid")]));
+        while hex.len() < 64 {
+            for b in value.bytes() {
+                hex.push_str(&format!("{:02x}", b));
+            }
+            value = template_hash(&json!(hex));
+        }
+        hex.truncate(64);
+        hex
+    };
+    let statuses = |list: &str, init: bool| -> Vec<Value> {
+        pod.pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let name = c["name"].as_str().unwrap_or("");
+                let image = c["image"].as_str().unwrap_or("");
+                let state = if init {
+                    json!({"terminated": {"exitCode": 0, "reason": "Completed",
+                                          "startedAt": time, "finishedAt": time,
+                                          "containerID": format!("containerd://{}", digest(name))}})
+                } else {
+                    json!({"running": {"startedAt": time}})
+                };
+                let mut status = json!({"name": name, "image": image,
+                    "imageID": format!("{image}@sha256:{}", digest(image)),
+                    "containerID": format!("containerd://{}", digest(name)),
+                    "ready": true, "restartCount": 0, "started": !init,
+                    "state": state, "lastState": {}});
+                if init {
+                    status["started"] = json!(false);
+                }
+                status
+            })
+            .collect()
+    };
+    let mut status = json!({
+        "phase": "Running",
+        "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"),
+                       condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
+        "hostIP": node_ip, "hostIPs": [{"ip": node_ip}],
+        "podIP": pod_ip, "podIPs": [{"ip": pod_ip}],
+        "startTime": time,
+        "containerStatuses": statuses("containers", false),
+    });
+    let init = statuses("initContainers", true);
+    if !init.is_empty() {
+        status["initContainerStatuses"] = json!(init);
+    }
+    if let Some(qos) = pod.pointer("/status/qosClass") {
+        status["qosClass"] = qos.clone();
+    }
+    status
+}
+
+/// Where the scheduler puts a pending Pod.
+#[derive(Debug, PartialEq)]
+pub enum Placement {
+    /// On the cluster's Node.
+    Node,
+    /// Nowhere: the Node does not fit it, for the reason given.
+    Unschedulable(&'static str),
+    /// Not the default scheduler's to place.
+    OtherScheduler,
+}
+
+/// Where the default scheduler places a Pod on a one-Node cluster: it places only Pods of its
+/// own, and only where their node selector matches the Node's labels.
+pub fn placement(pod: &Value, node: &Value) -> Placement {
+    let scheduler = pod
+        .pointer("/spec/schedulerName")
+        .and_then(Value::as_str)
+        .unwrap_or("default-scheduler");
+    if scheduler != "default-scheduler" {
+        return Placement::OtherScheduler;
+    }
+    let labels = node.pointer("/metadata/labels");
+    let selected = pod
+        .pointer("/spec/nodeSelector")
+        .and_then(Value::as_object)
+        .is_none_or(|wanted| {
+            wanted
+                .iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        });
+    if selected {
+        Placement::Node
+    } else {
+        Placement::Unschedulable("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+    }
+}
+
+const DEPLOYMENTS: (&str, &str) = ("apps", "deployments");
+const REPLICA_SETS: (&str, &str) = ("apps", "replicasets");
+const PODS: (&str, &str) = ("", "pods");
+
+fn gr(pair: (&str, &str)) -> GroupResource {
+    (pair.0.to_string(), pair.1.to_string())
+}
+
+/// Whether a change of this resource may give the workload controllers something to do.
+pub fn concerns_workloads(resource: &GroupResource) -> bool {
+    [DEPLOYMENTS, REPLICA_SETS, PODS]
+        .iter()
+        .any(|(g, r)| resource.0 == *g && resource.1 == *r)
+}
+
+impl super::State {
+    /// Runs the workload controllers over every namespace whose Deployments, ReplicaSets or Pods
+    /// changed, until they have nothing left to do.
+    pub(super) fn settle(&mut self) {
+        if self.settling || self.muted {
+            return;
+        }
+        self.settling = true;
+        // Each round acts on what the last one wrote; a rollout settles in a few.
+        for _ in 0..32 {
+            let dirty = std::mem::take(&mut self.unsettled);
+            if dirty.is_empty() {
+                break;
+            }
+            for namespace in dirty {
+                self.run_pods(&namespace);
+                self.reconcile_replica_sets(&namespace);
+                self.reconcile_deployments(&namespace);
+            }
+        }
+        self.unsettled.clear();
+        self.settling = false;
+    }
+
+    fn info(&self, pair: (&str, &str)) -> Option<ResourceInfo> {
+        self.registry.lookup(pair.0, "v1", pair.1).cloned()
+    }
+
+    fn objects_in(&self, pair: (&str, &str), namespace: &str) -> Vec<Value> {
+        self.list(&gr(pair), Some(namespace), None)
+            .map(|(_, o)| o.clone())
+            .filter(|o| !is_deleting(o))
+            .collect()
+    }
+
+    /// The scheduler binds pending Pods to the Node, and the kubelet starts them.
+    fn run_pods(&mut self, namespace: &str) {
+        let Some(node) = self
+            .list(&gr(("", "nodes")), None, None)
+            .next()
+            .map(|(_, n)| n.clone())
+        else {
+            return;
+        };
+        let node_name = meta_str(&node, "name").to_string();
+        let node_ip = node
+            .pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|a| a["type"] == "InternalIP"))
+            .and_then(|a| a["address"].as_str())
+            .unwrap_or("127.0.0.1")
+            .to_string();
+        let pods = gr(PODS);
+        for pod in self.objects_in(PODS, namespace) {
+            if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") {
+                continue;
+            }
+            let key = (namespace.to_string(), meta_str(&pod, "name").to_string());
+            let bound = pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if bound.is_empty() {
+                let mut pod = pod.clone();
+                match placement(&pod, &node) {
+                    Placement::OtherScheduler => continue,
+                    Placement::Unschedulable(message) => {
+                        let condition = json!([{"type": "PodScheduled", "status": "False",
+                            "reason": "Unschedulable", "message": message,
+                            "lastProbeTime": null, "lastTransitionTime": now()}]);
+                        if pod.pointer("/status/conditions/0/reason")
+                            != Some(&json!("Unschedulable"))
+                        {
+                            pod["status"]["conditions"] = condition;
+                            self.store_as_controller(&pods, &key, pod);
+                        }
+                        continue;
+                    }
+                    Placement::Node => {}
+                }
+                pod["spec"]["nodeName"] = json!(node_name);
+                pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True",
+                    "lastProbeTime": null, "lastTransitionTime": now()}]);
+                self.store_as_controller(&pods, &key, pod.clone());
+                let ip = self.next_pod_ip();
+                pod["status"] = running(&pod, &node_ip, &ip);
+                self.store_as_controller(&pods, &key, pod);
+            } else if bound == node_name {
+                let mut pod = pod.clone();
+                let ip = self.next_pod_ip();
+                pod["status"] = running(&pod, &node_ip, &ip);
+                self.store_as_controller(&pods, &key, pod);
+            }
+        }
+    }
+
+    fn next_pod_ip(&mut self) -> String {
+        self.pod_ips = self.pod_ips.wrapping_add(1);
+        let n = self.pod_ips % 65_000 + 2;
+        format!("10.244.{}.{}", n / 256, n % 256)
+    }
+
+    /// Each ReplicaSet creates or deletes Pods until it has `spec.replicas`, and reports them.
+    fn reconcile_replica_sets(&mut self, namespace: &str) {
+        let (Some(rs_info), Some(pod_info)) = (self.info(REPLICA_SETS), self.info(PODS)) else {
+            return;
+        };
+        let controller = Owner::Update(MANAGER.into());
+        for rs in self.objects_in(REPLICA_SETS, namespace) {
+            let uid = meta_str(&rs, "uid").to_string();
+            let owned = |state: &Self| -> Vec<Value> {
+                state
+                    .objects_in(PODS, namespace)
+                    .into_iter()
+                    .filter(|p| controller_uid(p) == Some(uid.as_str()))
+                    .collect()
+            };
+            let mut pods = owned(self);
+            let wanted = usize::try_from(replicas(&rs)).unwrap_or(0);
+            let mut refused = None;
+            for _ in pods.len()..wanted {
+                if let Err(e) = self.create(&pod_info, namespace, pod_of(&rs), &controller) {
+                    refused = Some(e.message);
+                    break;
+                }
+            }
+            if pods.len() > wanted {
+                // Pods not ready go first, then the newest.
+                pods.sort_by_key(|p| {
+                    (
+                        is_ready(p),
+                        std::cmp::Reverse(meta_str(p, "creationTimestamp").to_string()),
+                        std::cmp::Reverse(meta_str(p, "name").to_string()),
+                    )
+                });
+                for pod in &pods[..pods.len() - wanted] {
+                    self.delete_object(&gr(PODS), namespace, meta_str(pod, "name"), None);
+                }
+            }
+            let pods = owned(self);
+            let Some(rs) = self
+                .get(&gr(REPLICA_SETS), namespace, meta_str(&rs, "name"))
+                .cloned()
+            else {
+                continue;
+            };
+            let status =
+                replica_set_status(&rs, &pods.iter().collect::<Vec<_>>(), refused.as_deref());
+            if rs.get("status") != Some(&status) {
+                let name = meta_str(&rs, "name").to_string();
+                let _ = self.update(
+                    &rs_info,
+                    namespace,
+                    &name,
+                    json!({"status": status}),
+                    Subresource::Status,
+                    &controller,
+                );
+            }
+        }
+    }
+
+    /// Each Deployment runs its template on one ReplicaSet and scales the others to zero.
+    fn reconcile_deployments(&mut self, namespace: &str) {
+        let (Some(d_info), Some(rs_info)) = (self.info(DEPLOYMENTS), self.info(REPLICA_SETS))
+        else {
+            return;
+        };
+        let controller = Owner::Update(MANAGER.into());
+        for deployment in self.objects_in(DEPLOYMENTS, namespace) {
+            let uid = meta_str(&deployment, "uid").to_string();
+            let name = meta_str(&deployment, "name").to_string();
+            let owned = |state: &Self| -> Vec<Value> {
+                state
+                    .objects_in(REPLICA_SETS, namespace)
+                    .into_iter()
+                    .filter(|rs| controller_uid(rs) == Some(uid.as_str()))
+                    .collect()
+            };
+            let hash = template_hash(deployment.pointer("/spec/template").unwrap_or(&Value::Null));
+            let is_current = |rs: &Value| {
+                rs.pointer("/metadata/labels")
+                    .and_then(|l| l.get(TEMPLATE_HASH))
+                    .and_then(Value::as_str)
+                    == Some(hash.as_str())
+            };
+            let paused = deployment.pointer("/spec/paused") == Some(&json!(true));
+            let sets = owned(self);
+            let newest = sets.iter().map(revision).max().unwrap_or(0);
+            if !paused {
+                let wanted = replicas(&deployment);
+                match sets.iter().find(|rs| is_current(rs)) {
+                    None => {
+                        let rs = new_replica_set(&deployment, &hash, newest + 1);
+                        let _ = self.create(&rs_info, namespace, rs, &controller);
+                    }
+                    Some(rs) => {
+                        let mut changed = rs.clone();
+                        if replicas(rs) != wanted {
+                            changed["spec"]["replicas"] = json!(wanted);
+                            set_in(
+                                &mut changed,
+                                &["metadata", "annotations"],
+                                "deployment.kubernetes.io/desired-replicas",
+                                json!(wanted.to_string()),
+                            );
+                        }
+                        if revision(rs) < newest {
+                            set_in(
+                                &mut changed,
+                                &["metadata", "annotations"],
+                                REVISION,
+                                json!((newest + 1).to_string()),
+                            );
+                        }
+                        if &changed != rs {
+                            let rs_name = meta_str(rs, "name").to_string();
+                            let _ = self.update(
+                                &rs_info,
+                                namespace,
+                                &rs_name,
+                                changed,
+                                Subresource::Main,
+                                &controller,
+                            );
+                        }
+                    }
+                }
+                for old in sets
+                    .iter()
+                    .filter(|rs| !is_current(rs) && replicas(rs) != 0)
+                {
+                    let mut scaled = old.clone();
+                    scaled["spec"]["replicas"] = json!(0);
+                    let old_name = meta_str(old, "name").to_string();
+                    let _ = self.update(
+                        &rs_info,
+                        namespace,
+                        &old_name,
+                        scaled,
+                        Subresource::Main,
+                        &controller,
+                    );
+                }
+                let limit = deployment
+                    .pointer("/spec/revisionHistoryLimit")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(10) as usize;
+                let mut idle: Vec<Value> = owned(self)
+                    .into_iter()
+                    .filter(|rs| {
+                        !is_current(rs) && replicas(rs) == 0 && status_count(rs, "replicas") == 0
+                    })
+                    .collect();
+                idle.sort_by_key(revision);
+                let extra = idle.len().saturating_sub(limit);
+                for rs in &idle[..extra] {
+                    self.delete_object(&gr(REPLICA_SETS), namespace, meta_str(rs, "name"), None);
+                }
+            }
+            let sets = owned(self);
+            let current = sets.iter().find(|rs| is_current(rs));
+            let Some(deployment) = self.get(&gr(DEPLOYMENTS), namespace, &name).cloned() else {
+                continue;
+            };
+            if let Some(current) = current {
+                let wanted = revision(current).to_string();
+                let has = deployment
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| a.get(REVISION))
+                    .and_then(Value::as_str);
+                if has != Some(wanted.as_str()) {
+                    let mut annotated = deployment.clone();
+                    set_in(
+                        &mut annotated,
+                        &["metadata", "annotations"],
+                        REVISION,
+                        json!(wanted),
+                    );
+                    let _ = self.update(
+                        &d_info,
+                        namespace,
+                        &name,
+                        annotated,
+                        Subresource::Main,
+                        &controller,
+                    );
+                }
+            }
+            let Some(deployment) = self.get(&gr(DEPLOYMENTS), namespace, &name).cloned() else {
+                continue;
+            };
+            let status = deployment_status(&deployment, &sets.iter().collect::<Vec<_>>(), current);
+            if deployment.get("status") != Some(&status) {
+                let _ = self.update(
+                    &d_info,
+                    namespace,
+                    &name,
+                    json!({"status": status}),
+                    Subresource::Status,
+                    &controller,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(replicas: i64) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "uid": "d-1", "generation": 2},
+               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                        "strategy": {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+    }
+
+    #[test]
+    fn a_template_hash_is_stable_safe_and_changes_with_the_template() {
+        let a = json!({"metadata": {"labels": {"app": "web", "tier": "x"}}, "spec": {}});
+        let b = json!({"spec": {}, "metadata": {"creationTimestamp": null,
+                                                 "labels": {"tier": "x", "app": "web"}}});
+        assert_eq!(template_hash(&a), template_hash(&b));
+        assert!(template_hash(&a)
+            .chars()
+            .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+        let c = json!({"metadata": {"labels": {"app": "web", "tier": "y"}}, "spec": {}});
+        assert_ne!(template_hash(&a), template_hash(&c));
+    }
+
+    #[test]
+    fn a_new_replica_set_selects_its_template_by_hash_and_is_controlled_by_its_deployment() {
+        let rs = new_replica_set(&deployment(4), "abc12", 3);
+        assert_eq!(rs["metadata"]["name"], "web-abc12");
+        assert_eq!(
+            rs["spec"]["selector"]["matchLabels"],
+            json!({"app": "web", "pod-template-hash": "abc12"})
+        );
+        assert_eq!(
+            rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"],
+            "abc12"
+        );
+        assert_eq!(rs["metadata"]["annotations"][REVISION], "3");
+        assert_eq!(
+            rs["metadata"]["annotations"]["deployment.kubernetes.io/max-replicas"],
+            "5"
+        );
+        assert_eq!(controller_uid(&rs), Some("d-1"));
+        let pod = pod_of(&json!({"metadata": {"name": "web-abc12", "uid": "r-1"},
+                                 "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                 "spec": rs["spec"].clone()}));
+        assert_eq!(pod["metadata"]["generateName"], "web-abc12-");
+        assert_eq!(controller_uid(&pod), Some("r-1"));
+        assert_eq!(pod["spec"]["containers"][0]["image"], "nginx");
+    }
+
+    #[test]
+    fn a_deployment_is_available_within_its_max_unavailable() {
+        let d = deployment(4);
+        let rs = |ready: i64| json!({"status": {"replicas": 4, "readyReplicas": ready, "availableReplicas": ready}});
+        let (three, two) = (rs(3), rs(2));
+        let status = deployment_status(&d, &[&three], Some(&three));
+        assert_eq!(status["conditions"][0]["status"], "True", "{status}");
+        assert_eq!(status["conditions"][1]["reason"], "ReplicaSetUpdated");
+        assert_eq!(status["unavailableReplicas"], 1);
+        let status = deployment_status(&d, &[&two], Some(&two));
+        assert_eq!(status["conditions"][0]["status"], "False", "{status}");
+        let all = rs(4);
+        let status = deployment_status(&d, &[&all], Some(&all));
+        assert_eq!(status["conditions"][1]["reason"], "NewReplicaSetAvailable");
+        assert_eq!(status["availableReplicas"], 4);
+        assert_eq!(status["observedGeneration"], 2);
+        assert!(status.get("unavailableReplicas").is_none());
+    }
+
+    #[test]
+    fn the_scheduler_places_its_own_pods_where_their_node_selector_fits() {
+        let node = json!({"metadata": {"labels": {"kubernetes.io/os": "linux"}}});
+        let pod = |spec: Value| json!({"spec": spec});
+        assert_eq!(placement(&pod(json!({})), &node), Placement::Node);
+        assert_eq!(
+            placement(
+                &pod(json!({"nodeSelector": {"kubernetes.io/os": "linux"}})),
+                &node
+            ),
+            Placement::Node
+        );
+        assert!(matches!(
+            placement(&pod(json!({"nodeSelector": {"disk": "ssd"}})), &node),
+            Placement::Unschedulable(_)
+        ));
+        assert_eq!(
+            placement(&pod(json!({"schedulerName": "custom"})), &node),
+            Placement::OtherScheduler
+        );
+    }
+
+    #[test]
+    fn a_running_pod_is_ready_with_its_containers_started() {
+        let pod = json!({"metadata": {"name": "p", "uid": "u"}, "status": {"qosClass": "BestEffort"},
+                         "spec": {"initContainers": [{"name": "init", "image": "busybox"}],
+                                  "containers": [{"name": "c", "image": "nginx"}]}});
+        let status = running(&pod, "10.0.0.1", "10.244.0.7");
+        assert_eq!(status["phase"], "Running");
+        assert_eq!(status["podIP"], "10.244.0.7");
+        assert_eq!(status["containerStatuses"][0]["ready"], true);
+        assert_eq!(status["containerStatuses"][0]["started"], true);
+        assert_eq!(
+            status["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+            "Completed"
+        );
+        assert_eq!(status["qosClass"], "BestEffort");
+        let id = status["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap_or("");
+        assert_eq!(id.len(), "containerd://".len() + 64, "{id}");
+        assert!(is_ready(&json!({"status": status})));
+    }
+}

@@ -1,0 +1,242 @@
+//! Workloads run as in a real cluster, through the real kubectl: a Deployment gets its
+//! ReplicaSet and running Pods, `rollout status`, `wait`, `set image`, `rollout undo`, `scale`
+//! and deleting a Pod or the Deployment behave as they do against kube-controller-manager.
+
+use serde_json::Value;
+
+use super::kubectl::Kubectl;
+use super::support::{http, server};
+
+fn items(list: &Value) -> Vec<Value> {
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = items(list)
+        .iter()
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn deployments_roll_out_scale_and_clean_up_as_kube_controller_manager_does() {
+    let server = server(&["c"]).await;
+    let k = Kubectl::new(&server);
+    k.run(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=3",
+        ],
+        None,
+    )
+    .await;
+    k.run(
+        &["rollout", "status", "deployment/web", "--timeout=20s"],
+        None,
+    )
+    .await;
+    k.run(
+        &[
+            "wait",
+            "--for=condition=Available",
+            "deployment/web",
+            "--timeout=10s",
+        ],
+        None,
+    )
+    .await;
+    let deployment = k.get(&["deployment", "web"]).await;
+    let status = &deployment["status"];
+    for field in [
+        "replicas",
+        "updatedReplicas",
+        "readyReplicas",
+        "availableReplicas",
+    ] {
+        assert_eq!(status[field], 3, "{field}: {deployment}");
+    }
+    assert_eq!(
+        status["observedGeneration"], deployment["metadata"]["generation"],
+        "{deployment}"
+    );
+    assert_eq!(
+        deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "1"
+    );
+
+    let sets = k.get(&["rs", "-l", "app=web"]).await;
+    let sets = items(&sets);
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    let rs = &sets[0];
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .expect("hash");
+    assert_eq!(rs["metadata"]["name"], format!("web-{hash}"));
+    assert_eq!(rs["metadata"]["ownerReferences"][0]["kind"], "Deployment");
+    assert_eq!(rs["status"]["readyReplicas"], 3, "{rs}");
+    let pods = items(&k.get(&["pods", "-l", "app=web"]).await);
+    assert_eq!(pods.len(), 3);
+    for pod in &pods {
+        assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+        assert_eq!(pod["metadata"]["labels"]["pod-template-hash"], hash);
+        assert_eq!(
+            pod["metadata"]["ownerReferences"][0]["name"],
+            rs["metadata"]["name"]
+        );
+        assert_eq!(pod["spec"]["nodeName"], "c-control-plane");
+        assert!(pod["status"]["podIP"].is_string(), "{pod}");
+    }
+
+    // A new template rolls out on a new ReplicaSet; the old one is kept at zero.
+    k.run(
+        &["set", "image", "deployment/web", "nginx=nginx:1.28"],
+        None,
+    )
+    .await;
+    k.run(
+        &["rollout", "status", "deployment/web", "--timeout=20s"],
+        None,
+    )
+    .await;
+    let sets = items(&k.get(&["rs", "-l", "app=web"]).await);
+    assert_eq!(sets.len(), 2);
+    let replicas: Vec<i64> = sets
+        .iter()
+        .map(|rs| rs["spec"]["replicas"].as_i64().unwrap_or(-1))
+        .collect();
+    assert!(
+        replicas.contains(&0) && replicas.contains(&3),
+        "{replicas:?}"
+    );
+    let pods = items(&k.get(&["pods", "-l", "app=web"]).await);
+    assert_eq!(pods.len(), 3);
+    assert!(pods
+        .iter()
+        .all(|p| p["spec"]["containers"][0]["image"] == "nginx:1.28"));
+
+    // Undo takes the first template back under a new revision.
+    k.run(&["rollout", "undo", "deployment/web"], None).await;
+    k.run(
+        &["rollout", "status", "deployment/web", "--timeout=20s"],
+        None,
+    )
+    .await;
+    let history = k.run(&["rollout", "history", "deployment/web"], None).await;
+    let revisions: Vec<&str> = history
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(revisions, ["2", "3"], "{history}");
+    let current = items(
+        &k.get(&["rs", "-l", format!("pod-template-hash={hash}").as_str()])
+            .await,
+    );
+    assert_eq!(current[0]["spec"]["replicas"], 3, "{current:?}");
+
+    // Scaling and a deleted Pod: the ReplicaSet keeps its count.
+    k.run(&["scale", "deployment/web", "--replicas=2"], None)
+        .await;
+    let pods = k.get(&["pods", "-l", "app=web"]).await;
+    assert_eq!(names(&pods).len(), 2);
+    let gone = names(&pods)[0].clone();
+    k.run(&["delete", "pod", &gone], None).await;
+    let after = names(&k.get(&["pods", "-l", "app=web"]).await);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(!after.contains(&gone), "{after:?}");
+
+    // Deleting the Deployment takes its ReplicaSets and Pods with it.
+    k.run(&["delete", "deployment", "web"], None).await;
+    assert!(items(&k.get(&["rs"]).await).is_empty());
+    assert!(items(&k.get(&["pods"]).await).is_empty());
+}
+
+#[tokio::test]
+async fn a_replica_set_that_cannot_create_its_pods_says_why() {
+    let server = server(&["c"]).await;
+    let k = Kubectl::new(&server);
+    let manifest = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: bot}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: bot}}
+  template:
+    metadata: {labels: {app: bot}}
+    spec:
+      serviceAccountName: robot
+      containers: [{name: bot, image: busybox}]
+";
+    k.run(&["apply", "-f", "-"], Some(manifest)).await;
+    let rs = items(&k.get(&["rs", "-l", "app=bot"]).await);
+    assert_eq!(rs.len(), 1);
+    let condition = &rs[0]["status"]["conditions"][0];
+    assert_eq!(condition["type"], "ReplicaFailure", "{rs:?}");
+    assert_eq!(condition["reason"], "FailedCreate");
+    assert!(
+        condition["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("serviceaccount \"robot\" not found")),
+        "{condition}"
+    );
+    let deployment = k.get(&["deployment", "bot"]).await;
+    assert_eq!(
+        deployment["status"]["conditions"][0]["status"], "False",
+        "{deployment}"
+    );
+    assert_eq!(deployment["status"]["unavailableReplicas"], 2);
+    let (ok, _, err) = k
+        .try_run(
+            &["rollout", "status", "deployment/bot", "--timeout=2s"],
+            None,
+        )
+        .await;
+    assert!(!ok, "the rollout cannot complete");
+    assert!(err.contains("timed out"), "{err}");
+
+    // Once the ServiceAccount exists, the next change of the Deployment completes it.
+    k.run(&["create", "serviceaccount", "robot"], None).await;
+    k.run(&["scale", "deployment/bot", "--replicas=1"], None)
+        .await;
+    k.run(
+        &["rollout", "status", "deployment/bot", "--timeout=10s"],
+        None,
+    )
+    .await;
+
+    // A Pod whose node selector the Node does not carry stays pending, and says why.
+    k.run(
+        &[
+            "run",
+            "picky",
+            "--image=busybox",
+            r#"--overrides={"spec":{"nodeSelector":{"disk":"ssd"}}}"#,
+        ],
+        None,
+    )
+    .await;
+    let picky = k.get(&["pod", "picky"]).await;
+    assert_eq!(picky["status"]["phase"], "Pending", "{picky}");
+    assert_eq!(picky["status"]["conditions"][0]["reason"], "Unschedulable");
+
+    // A running Pod is deleted gracefully: the answer is the Pod marked for its grace period.
+    let running = items(&k.get(&["pods", "-l", "app=bot"]).await);
+    let name = running[0]["metadata"]["name"].as_str().expect("name");
+    let (code, body) = http(
+        &server,
+        "DELETE",
+        &format!("/clusters/c/api/v1/namespaces/default/pods/{name}"),
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answer["kind"], "Pod", "{answer}");
+    assert_eq!(answer["metadata"]["deletionGracePeriodSeconds"], 30);
+    assert!(answer["metadata"]["deletionTimestamp"].is_string());
+}
