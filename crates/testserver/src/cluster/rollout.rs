@@ -6,7 +6,8 @@
 //!   revisions, and reports replicas and the `Available` and `Progressing` conditions;
 //! - the ReplicaSet controller creates and deletes Pods from its template until it has
 //!   `spec.replicas`, and reports them; a Pod that admission refuses (a missing ServiceAccount,
-//!   say) becomes its `ReplicaFailure` condition;
+//!   say) becomes its `ReplicaFailure` condition, and is tried again when the namespace's
+//!   workloads or ServiceAccounts change;
 //! - the scheduler binds every pending Pod to the cluster's Node, and its kubelet starts it:
 //!   `Running`, every container started and ready, with a Pod IP.
 //!
@@ -500,9 +501,10 @@ fn gr(pair: (&str, &str)) -> GroupResource {
     (pair.0.to_string(), pair.1.to_string())
 }
 
-/// Whether a change of this resource may give the workload controllers something to do.
+/// Whether a change of this resource may give the workload controllers something to do (a new
+/// ServiceAccount may let a ReplicaSet create the Pods admission refused it).
 pub fn concerns_workloads(resource: &GroupResource) -> bool {
-    [DEPLOYMENTS, REPLICA_SETS, PODS]
+    [DEPLOYMENTS, REPLICA_SETS, PODS, ("", "serviceaccounts")]
         .iter()
         .any(|(g, r)| resource.0 == *g && resource.1 == *r)
 }

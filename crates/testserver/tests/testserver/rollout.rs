@@ -199,10 +199,8 @@ spec:
     assert!(!ok, "the rollout cannot complete");
     assert!(err.contains("timed out"), "{err}");
 
-    // Once the ServiceAccount exists, the next change of the Deployment completes it.
+    // Once the ServiceAccount exists, the ReplicaSet creates its Pods.
     k.run(&["create", "serviceaccount", "robot"], None).await;
-    k.run(&["scale", "deployment/bot", "--replicas=1"], None)
-        .await;
     k.run(
         &["rollout", "status", "deployment/bot", "--timeout=10s"],
         None,
