@@ -139,9 +139,9 @@ pub struct State {
     pub(crate) node_ports: node_ports::NodePorts,
     /// Which objects name which owner (`gc`).
     dependents: gc::Dependents,
-    /// Namespaces whose Deployments, ReplicaSets or Pods changed since the workload controllers
-    /// last ran (`rollout`), whether they are running, and the last Pod IP handed out.
-    unsettled: std::collections::BTreeSet<String>,
+    /// What the workload controllers look at again (`rollout`), whether they are running, and
+    /// the last Pod IP handed out.
+    unsettled: std::collections::BTreeSet<rollout::Work>,
     settling: bool,
     pod_ips: u32,
     /// What the controllers need of the control plane (`controllers`).
@@ -408,10 +408,7 @@ impl State {
         if self.muted {
             return;
         }
-        if rollout::concerns_workloads(gr) {
-            self.unsettled
-                .insert(crate::object::meta_str(&object, "namespace").to_string());
-        }
+        self.unsettled.extend(rollout::work_for(gr, &object));
         let change = Arc::new(Change {
             rv: self.rv,
             gr: gr.clone(),

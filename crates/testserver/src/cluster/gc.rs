@@ -292,7 +292,7 @@ impl super::State {
         name: &str,
         asked: Option<Propagation>,
     ) -> Value {
-        let Some(obj) = self.get(gr, namespace, name).cloned() else {
+        let Some(mut obj) = self.get(gr, namespace, name).cloned() else {
             return Value::Null;
         };
         let key = (namespace.to_string(), name.to_string());
@@ -309,37 +309,30 @@ impl super::State {
                 finalizers.push(wanted.to_string());
             }
         }
+        // What the DELETE answers when it is not the object as the delete leaves it.
+        let mut answer = None;
         if is_running_pod(gr, &obj) {
             // A Pod bound to a node is deleted gracefully: marked for its grace period, then
-            // removed by the kubelet, which here stops its containers at once.
+            // deleted again by the kubelet with none left, which here stops its containers at
+            // once.
             let grace = obj
                 .pointer("/spec/terminationGracePeriodSeconds")
                 .and_then(Value::as_i64)
                 .unwrap_or(30);
-            let mut marked = obj.clone();
             let at = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
-            set_meta(&mut marked, "deletionTimestamp", json!(format_time(at)));
-            set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
-            self.store_as_controller(gr, &key, marked.clone());
-            if finalizers.is_empty() {
-                let mut removed = marked.clone();
-                set_meta(&mut removed, "deletionGracePeriodSeconds", json!(0));
-                self.take(gr, &key);
-                let rv = self.next_rv();
-                set_meta(&mut removed, "resourceVersion", json!(rv.to_string()));
-                self.emit(gr, ChangeKind::Deleted, Arc::new(removed.clone()), None);
-                self.after_removal(gr, &removed);
-            }
-            return marked;
+            set_meta(&mut obj, "deletionTimestamp", json!(format_time(at)));
+            set_meta(&mut obj, "deletionGracePeriodSeconds", json!(grace));
+            self.store_as_controller(gr, &key, obj.clone());
+            answer = Some(obj.clone());
+            set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
         }
         if finalizers.is_empty() {
-            let mut obj = obj;
             self.take(gr, &key);
             let rv = self.next_rv();
             set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
             self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
             self.after_removal(gr, &obj);
-            return obj;
+            return answer.unwrap_or(obj);
         }
         let mut marked = obj.clone();
         if meta_str(&marked, "deletionTimestamp").is_empty() {
@@ -367,7 +360,7 @@ impl super::State {
                 self.remove_finalizer(gr, &key, ORPHAN);
             }
         }
-        marked
+        answer.unwrap_or(marked)
     }
 
     /// What the collector does to one dependent of an owner that is going (`uid`): it only

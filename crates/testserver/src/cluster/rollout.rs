@@ -501,17 +501,60 @@ fn gr(pair: (&str, &str)) -> GroupResource {
     (pair.0.to_string(), pair.1.to_string())
 }
 
-/// Whether a change of this resource may give the workload controllers something to do (a new
-/// ServiceAccount may let a ReplicaSet create the Pods admission refused it).
-pub fn concerns_workloads(resource: &GroupResource) -> bool {
-    [DEPLOYMENTS, REPLICA_SETS, PODS, ("", "serviceaccounts")]
-        .iter()
-        .any(|(g, r)| resource.0 == *g && resource.1 == *r)
+fn is(resource: &GroupResource, pair: (&str, &str)) -> bool {
+    resource.0 == pair.0 && resource.1 == pair.1
+}
+
+/// An object the workload controllers look at again, in the order they act on them: Pods, then
+/// ReplicaSets, then Deployments (namespace, name).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Work {
+    Pod(String, String),
+    ReplicaSet(String, String),
+    /// Every ReplicaSet of a namespace: a ServiceAccount changed, which may let one create the
+    /// Pods admission refused it.
+    ReplicaSets(String),
+    Deployment(String, String),
+}
+
+/// What a change of `object` gives the controllers to look at: the object, and the one that
+/// controls it.
+pub fn work_for(resource: &GroupResource, object: &Value) -> Vec<Work> {
+    let namespace = meta_str(object, "namespace").to_string();
+    let name = meta_str(object, "name").to_string();
+    let controller = |kind: &str| {
+        object
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .and_then(|refs| {
+                refs.iter().find(|r| {
+                    r.get("controller") == Some(&json!(true)) && r.get("kind") == Some(&json!(kind))
+                })
+            })
+            .and_then(|r| r.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if is(resource, PODS) {
+        let mut work = vec![Work::Pod(namespace.clone(), name)];
+        work.extend(controller("ReplicaSet").map(|rs| Work::ReplicaSet(namespace, rs)));
+        work
+    } else if is(resource, REPLICA_SETS) {
+        let mut work = vec![Work::ReplicaSet(namespace.clone(), name)];
+        work.extend(controller("Deployment").map(|d| Work::Deployment(namespace, d)));
+        work
+    } else if is(resource, DEPLOYMENTS) {
+        vec![Work::Deployment(namespace, name)]
+    } else if is(resource, ("", "serviceaccounts")) {
+        vec![Work::ReplicaSets(namespace)]
+    } else {
+        Vec::new()
+    }
 }
 
 impl super::State {
-    /// Runs the workload controllers over every namespace whose Deployments, ReplicaSets or Pods
-    /// changed, until they have nothing left to do.
+    /// Runs the workload controllers on what changed since they last ran, until they have
+    /// nothing left to do.
     pub(super) fn settle(&mut self) {
         if self.settling || self.muted {
             return;
@@ -523,13 +566,27 @@ impl super::State {
             if dirty.is_empty() {
                 break;
             }
-            for namespace in dirty {
-                self.run_pods(&namespace);
-                self.reconcile_replica_sets(&namespace);
-                self.reconcile_deployments(&namespace);
+            for work in dirty {
+                match work {
+                    Work::Pod(namespace, name) => self.run_pod(&namespace, &name),
+                    Work::ReplicaSet(namespace, name) => {
+                        self.reconcile_replica_set(&namespace, &name)
+                    }
+                    Work::ReplicaSets(namespace) => {
+                        let names: Vec<String> = self
+                            .list(&gr(REPLICA_SETS), Some(&namespace), None)
+                            .map(|(key, _)| key.1.clone())
+                            .collect();
+                        for name in names {
+                            self.reconcile_replica_set(&namespace, &name);
+                        }
+                    }
+                    Work::Deployment(namespace, name) => {
+                        self.reconcile_deployment(&namespace, &name)
+                    }
+                }
             }
         }
-        self.unsettled.clear();
         self.settling = false;
     }
 
@@ -537,15 +594,35 @@ impl super::State {
         self.registry.lookup(pair.0, "v1", pair.1).cloned()
     }
 
-    fn objects_in(&self, pair: (&str, &str), namespace: &str) -> Vec<Value> {
-        self.list(&gr(pair), Some(namespace), None)
-            .map(|(_, o)| o.clone())
+    /// An object that is not being deleted.
+    fn live(&self, pair: (&str, &str), namespace: &str, name: &str) -> Option<Value> {
+        self.get(&gr(pair), namespace, name)
             .filter(|o| !is_deleting(o))
+            .cloned()
+    }
+
+    /// The objects of a kind that `owner` controls and that are not being deleted.
+    fn controlled(&self, owner: &Value, pair: (&str, &str)) -> Vec<Value> {
+        let uid = meta_str(owner, "uid");
+        let kind = gr(pair);
+        self.dependents
+            .of(uid)
+            .into_iter()
+            .filter(|(resource, _)| resource == &kind)
+            .filter_map(|(resource, (namespace, name))| self.get(&resource, &namespace, &name))
+            .filter(|o| controller_uid(o) == Some(uid) && !is_deleting(o))
+            .cloned()
             .collect()
     }
 
-    /// The scheduler binds pending Pods to the Node, and the kubelet starts them.
-    fn run_pods(&mut self, namespace: &str) {
+    /// The scheduler binds a pending Pod to the Node, and the kubelet starts it.
+    fn run_pod(&mut self, namespace: &str, name: &str) {
+        let Some(pod) = self.live(PODS, namespace, name) else {
+            return;
+        };
+        if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") {
+            return;
+        }
         let Some(node) = self
             .list(&gr(("", "nodes")), None, None)
             .next()
@@ -562,47 +639,37 @@ impl super::State {
             .unwrap_or("127.0.0.1")
             .to_string();
         let pods = gr(PODS);
-        for pod in self.objects_in(PODS, namespace) {
-            if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") {
-                continue;
-            }
-            let key = (namespace.to_string(), meta_str(&pod, "name").to_string());
-            let bound = pod
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if bound.is_empty() {
-                let mut pod = pod.clone();
-                match placement(&pod, &node) {
-                    Placement::OtherScheduler => continue,
-                    Placement::Unschedulable(message) => {
-                        let condition = json!([{"type": "PodScheduled", "status": "False",
-                            "reason": "Unschedulable", "message": message,
+        let key = (namespace.to_string(), name.to_string());
+        let bound = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut pod = pod.clone();
+        if bound.is_empty() {
+            match placement(&pod, &node) {
+                Placement::OtherScheduler => return,
+                Placement::Unschedulable(message) => {
+                    if pod.pointer("/status/conditions/0/reason") != Some(&json!("Unschedulable")) {
+                        pod["status"]["conditions"] = json!([{"type": "PodScheduled",
+                            "status": "False", "reason": "Unschedulable", "message": message,
                             "lastProbeTime": null, "lastTransitionTime": now()}]);
-                        if pod.pointer("/status/conditions/0/reason")
-                            != Some(&json!("Unschedulable"))
-                        {
-                            pod["status"]["conditions"] = condition;
-                            self.store_as_controller(&pods, &key, pod);
-                        }
-                        continue;
+                        self.store_as_controller(&pods, &key, pod);
                     }
-                    Placement::Node => {}
+                    return;
                 }
-                pod["spec"]["nodeName"] = json!(node_name);
-                pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True",
-                    "lastProbeTime": null, "lastTransitionTime": now()}]);
-                self.store_as_controller(&pods, &key, pod.clone());
-                let ip = self.next_pod_ip();
-                pod["status"] = running(&pod, &node_ip, &ip);
-                self.store_as_controller(&pods, &key, pod);
-            } else if bound == node_name {
-                let mut pod = pod.clone();
-                let ip = self.next_pod_ip();
-                pod["status"] = running(&pod, &node_ip, &ip);
-                self.store_as_controller(&pods, &key, pod);
+                Placement::Node => {}
             }
+            pod["spec"]["nodeName"] = json!(node_name);
+            pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True",
+                "lastProbeTime": null, "lastTransitionTime": now()}]);
+            self.store_as_controller(&pods, &key, pod.clone());
+        } else if bound != node_name {
+            // Bound to a node this cluster does not have: no kubelet starts it.
+            return;
         }
+        let ip = self.next_pod_ip();
+        pod["status"] = running(&pod, &node_ip, &ip);
+        self.store_as_controller(&pods, &key, pod);
     }
 
     fn next_pod_ip(&mut self) -> String {
@@ -611,207 +678,185 @@ impl super::State {
         format!("10.244.{}.{}", n / 256, n % 256)
     }
 
-    /// Each ReplicaSet creates or deletes Pods until it has `spec.replicas`, and reports them.
-    fn reconcile_replica_sets(&mut self, namespace: &str) {
+    /// A ReplicaSet creates or deletes Pods until it has `spec.replicas`, and reports them.
+    fn reconcile_replica_set(&mut self, namespace: &str, name: &str) {
         let (Some(rs_info), Some(pod_info)) = (self.info(REPLICA_SETS), self.info(PODS)) else {
             return;
         };
+        let Some(rs) = self.live(REPLICA_SETS, namespace, name) else {
+            return;
+        };
         let controller = Owner::Update(MANAGER.into());
-        for rs in self.objects_in(REPLICA_SETS, namespace) {
-            let uid = meta_str(&rs, "uid").to_string();
-            let owned = |state: &Self| -> Vec<Value> {
-                state
-                    .objects_in(PODS, namespace)
-                    .into_iter()
-                    .filter(|p| controller_uid(p) == Some(uid.as_str()))
-                    .collect()
-            };
-            let mut pods = owned(self);
-            let wanted = usize::try_from(replicas(&rs)).unwrap_or(0);
-            let mut refused = None;
-            for _ in pods.len()..wanted {
-                if let Err(e) = self.create(&pod_info, namespace, pod_of(&rs), &controller) {
-                    refused = Some(e.message);
-                    break;
-                }
+        let mut pods = self.controlled(&rs, PODS);
+        let wanted = usize::try_from(replicas(&rs)).unwrap_or(0);
+        let mut refused = None;
+        for _ in pods.len()..wanted {
+            if let Err(e) = self.create(&pod_info, namespace, pod_of(&rs), &controller) {
+                refused = Some(e.message);
+                break;
             }
-            if pods.len() > wanted {
-                // Pods not ready go first, then the newest.
-                pods.sort_by_key(|p| {
-                    (
-                        is_ready(p),
-                        std::cmp::Reverse(meta_str(p, "creationTimestamp").to_string()),
-                        std::cmp::Reverse(meta_str(p, "name").to_string()),
-                    )
-                });
-                for pod in &pods[..pods.len() - wanted] {
-                    self.delete_object(&gr(PODS), namespace, meta_str(pod, "name"), None);
-                }
+        }
+        if pods.len() > wanted {
+            // Pods not ready go first, then the newest.
+            pods.sort_by_key(|p| {
+                (
+                    is_ready(p),
+                    std::cmp::Reverse(meta_str(p, "creationTimestamp").to_string()),
+                    std::cmp::Reverse(meta_str(p, "name").to_string()),
+                )
+            });
+            for pod in &pods[..pods.len() - wanted] {
+                self.delete_object(&gr(PODS), namespace, meta_str(pod, "name"), None);
             }
-            let pods = owned(self);
-            let Some(rs) = self
-                .get(&gr(REPLICA_SETS), namespace, meta_str(&rs, "name"))
-                .cloned()
-            else {
-                continue;
-            };
-            let status =
-                replica_set_status(&rs, &pods.iter().collect::<Vec<_>>(), refused.as_deref());
-            if rs.get("status") != Some(&status) {
-                let name = meta_str(&rs, "name").to_string();
-                let _ = self.update(
-                    &rs_info,
-                    namespace,
-                    &name,
-                    json!({"status": status}),
-                    Subresource::Status,
-                    &controller,
-                );
-            }
+        }
+        let Some(rs) = self.live(REPLICA_SETS, namespace, name) else {
+            return;
+        };
+        let pods = self.controlled(&rs, PODS);
+        let status = replica_set_status(&rs, &pods.iter().collect::<Vec<_>>(), refused.as_deref());
+        if rs.get("status") != Some(&status) {
+            let _ = self.update(
+                &rs_info,
+                namespace,
+                name,
+                json!({"status": status}),
+                Subresource::Status,
+                &controller,
+            );
         }
     }
 
-    /// Each Deployment runs its template on one ReplicaSet and scales the others to zero.
-    fn reconcile_deployments(&mut self, namespace: &str) {
+    /// A Deployment runs its template on one ReplicaSet and scales the others to zero.
+    fn reconcile_deployment(&mut self, namespace: &str, name: &str) {
         let (Some(d_info), Some(rs_info)) = (self.info(DEPLOYMENTS), self.info(REPLICA_SETS))
         else {
             return;
         };
+        let Some(deployment) = self.live(DEPLOYMENTS, namespace, name) else {
+            return;
+        };
         let controller = Owner::Update(MANAGER.into());
-        for deployment in self.objects_in(DEPLOYMENTS, namespace) {
-            let uid = meta_str(&deployment, "uid").to_string();
-            let name = meta_str(&deployment, "name").to_string();
-            let owned = |state: &Self| -> Vec<Value> {
-                state
-                    .objects_in(REPLICA_SETS, namespace)
-                    .into_iter()
-                    .filter(|rs| controller_uid(rs) == Some(uid.as_str()))
-                    .collect()
-            };
-            let hash = template_hash(deployment.pointer("/spec/template").unwrap_or(&Value::Null));
-            let is_current = |rs: &Value| {
-                rs.pointer("/metadata/labels")
-                    .and_then(|l| l.get(TEMPLATE_HASH))
-                    .and_then(Value::as_str)
-                    == Some(hash.as_str())
-            };
-            let paused = deployment.pointer("/spec/paused") == Some(&json!(true));
-            let sets = owned(self);
-            let newest = sets.iter().map(revision).max().unwrap_or(0);
-            if !paused {
-                let wanted = replicas(&deployment);
-                match sets.iter().find(|rs| is_current(rs)) {
-                    None => {
-                        let rs = new_replica_set(&deployment, &hash, newest + 1);
-                        let _ = self.create(&rs_info, namespace, rs, &controller);
+        let hash = template_hash(deployment.pointer("/spec/template").unwrap_or(&Value::Null));
+        let is_current = |rs: &Value| {
+            rs.pointer("/metadata/labels")
+                .and_then(|l| l.get(TEMPLATE_HASH))
+                .and_then(Value::as_str)
+                == Some(hash.as_str())
+        };
+        let paused = deployment.pointer("/spec/paused") == Some(&json!(true));
+        let sets = self.controlled(&deployment, REPLICA_SETS);
+        let newest = sets.iter().map(revision).max().unwrap_or(0);
+        if !paused {
+            let wanted = replicas(&deployment);
+            match sets.iter().find(|rs| is_current(rs)) {
+                None => {
+                    let rs = new_replica_set(&deployment, &hash, newest + 1);
+                    let _ = self.create(&rs_info, namespace, rs, &controller);
+                }
+                Some(rs) => {
+                    let mut changed = rs.clone();
+                    if replicas(rs) != wanted {
+                        changed["spec"]["replicas"] = json!(wanted);
+                        set_in(
+                            &mut changed,
+                            &["metadata", "annotations"],
+                            "deployment.kubernetes.io/desired-replicas",
+                            json!(wanted.to_string()),
+                        );
                     }
-                    Some(rs) => {
-                        let mut changed = rs.clone();
-                        if replicas(rs) != wanted {
-                            changed["spec"]["replicas"] = json!(wanted);
-                            set_in(
-                                &mut changed,
-                                &["metadata", "annotations"],
-                                "deployment.kubernetes.io/desired-replicas",
-                                json!(wanted.to_string()),
-                            );
-                        }
-                        if revision(rs) < newest {
-                            set_in(
-                                &mut changed,
-                                &["metadata", "annotations"],
-                                REVISION,
-                                json!((newest + 1).to_string()),
-                            );
-                        }
-                        if &changed != rs {
-                            let rs_name = meta_str(rs, "name").to_string();
-                            let _ = self.update(
-                                &rs_info,
-                                namespace,
-                                &rs_name,
-                                changed,
-                                Subresource::Main,
-                                &controller,
-                            );
-                        }
+                    if revision(rs) < newest {
+                        set_in(
+                            &mut changed,
+                            &["metadata", "annotations"],
+                            REVISION,
+                            json!((newest + 1).to_string()),
+                        );
+                    }
+                    if &changed != rs {
+                        let rs_name = meta_str(rs, "name").to_string();
+                        let _ = self.update(
+                            &rs_info,
+                            namespace,
+                            &rs_name,
+                            changed,
+                            Subresource::Main,
+                            &controller,
+                        );
                     }
                 }
-                for old in sets
-                    .iter()
-                    .filter(|rs| !is_current(rs) && replicas(rs) != 0)
-                {
-                    let mut scaled = old.clone();
-                    scaled["spec"]["replicas"] = json!(0);
-                    let old_name = meta_str(old, "name").to_string();
-                    let _ = self.update(
-                        &rs_info,
-                        namespace,
-                        &old_name,
-                        scaled,
-                        Subresource::Main,
-                        &controller,
-                    );
-                }
-                let limit = deployment
-                    .pointer("/spec/revisionHistoryLimit")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(10) as usize;
-                let mut idle: Vec<Value> = owned(self)
-                    .into_iter()
-                    .filter(|rs| {
-                        !is_current(rs) && replicas(rs) == 0 && status_count(rs, "replicas") == 0
-                    })
-                    .collect();
-                idle.sort_by_key(revision);
-                let extra = idle.len().saturating_sub(limit);
-                for rs in &idle[..extra] {
-                    self.delete_object(&gr(REPLICA_SETS), namespace, meta_str(rs, "name"), None);
-                }
             }
-            let sets = owned(self);
-            let current = sets.iter().find(|rs| is_current(rs));
-            let Some(deployment) = self.get(&gr(DEPLOYMENTS), namespace, &name).cloned() else {
-                continue;
-            };
-            if let Some(current) = current {
-                let wanted = revision(current).to_string();
-                let has = deployment
-                    .pointer("/metadata/annotations")
-                    .and_then(|a| a.get(REVISION))
-                    .and_then(Value::as_str);
-                if has != Some(wanted.as_str()) {
-                    let mut annotated = deployment.clone();
-                    set_in(
-                        &mut annotated,
-                        &["metadata", "annotations"],
-                        REVISION,
-                        json!(wanted),
-                    );
-                    let _ = self.update(
-                        &d_info,
-                        namespace,
-                        &name,
-                        annotated,
-                        Subresource::Main,
-                        &controller,
-                    );
-                }
-            }
-            let Some(deployment) = self.get(&gr(DEPLOYMENTS), namespace, &name).cloned() else {
-                continue;
-            };
-            let status = deployment_status(&deployment, &sets.iter().collect::<Vec<_>>(), current);
-            if deployment.get("status") != Some(&status) {
+            for old in sets
+                .iter()
+                .filter(|rs| !is_current(rs) && replicas(rs) != 0)
+            {
+                let mut scaled = old.clone();
+                scaled["spec"]["replicas"] = json!(0);
+                let old_name = meta_str(old, "name").to_string();
                 let _ = self.update(
-                    &d_info,
+                    &rs_info,
                     namespace,
-                    &name,
-                    json!({"status": status}),
-                    Subresource::Status,
+                    &old_name,
+                    scaled,
+                    Subresource::Main,
                     &controller,
                 );
             }
+            let limit = deployment
+                .pointer("/spec/revisionHistoryLimit")
+                .and_then(Value::as_u64)
+                .unwrap_or(10) as usize;
+            let mut idle: Vec<Value> = self
+                .controlled(&deployment, REPLICA_SETS)
+                .into_iter()
+                .filter(|rs| {
+                    !is_current(rs) && replicas(rs) == 0 && status_count(rs, "replicas") == 0
+                })
+                .collect();
+            idle.sort_by_key(revision);
+            let extra = idle.len().saturating_sub(limit);
+            for rs in &idle[..extra] {
+                self.delete_object(&gr(REPLICA_SETS), namespace, meta_str(rs, "name"), None);
+            }
+        }
+        let sets = self.controlled(&deployment, REPLICA_SETS);
+        let current = sets.iter().find(|rs| is_current(rs));
+        if let Some(current) = current {
+            let wanted = revision(current).to_string();
+            let has = deployment
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(REVISION))
+                .and_then(Value::as_str);
+            if has != Some(wanted.as_str()) {
+                let mut annotated = deployment.clone();
+                set_in(
+                    &mut annotated,
+                    &["metadata", "annotations"],
+                    REVISION,
+                    json!(wanted),
+                );
+                let _ = self.update(
+                    &d_info,
+                    namespace,
+                    name,
+                    annotated,
+                    Subresource::Main,
+                    &controller,
+                );
+            }
+        }
+        let Some(deployment) = self.live(DEPLOYMENTS, namespace, name) else {
+            return;
+        };
+        let status = deployment_status(&deployment, &sets.iter().collect::<Vec<_>>(), current);
+        if deployment.get("status") != Some(&status) {
+            let _ = self.update(
+                &d_info,
+                namespace,
+                name,
+                json!({"status": status}),
+                Subresource::Status,
+                &controller,
+            );
         }
     }
 }
@@ -908,6 +953,35 @@ mod tests {
             placement(&pod(json!({"schedulerName": "custom"})), &node),
             Placement::OtherScheduler
         );
+    }
+
+    #[test]
+    fn a_change_gives_the_controllers_its_object_and_its_controller_to_look_at() {
+        let pod = json!({"metadata": {"name": "web-1-x", "namespace": "ns", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "r", "controller": true}]}});
+        let pods: GroupResource = ("".into(), "pods".into());
+        assert_eq!(
+            work_for(&pods, &pod),
+            vec![
+                Work::Pod("ns".into(), "web-1-x".into()),
+                Work::ReplicaSet("ns".into(), "web-1".into())
+            ]
+        );
+        let rs = json!({"metadata": {"name": "web-1", "namespace": "ns", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d", "controller": true}]}});
+        let sets: GroupResource = ("apps".into(), "replicasets".into());
+        assert_eq!(
+            work_for(&sets, &rs)[1],
+            Work::Deployment("ns".into(), "web".into())
+        );
+        let accounts: GroupResource = ("".into(), "serviceaccounts".into());
+        let sa = json!({"metadata": {"name": "robot", "namespace": "ns"}});
+        assert_eq!(
+            work_for(&accounts, &sa),
+            vec![Work::ReplicaSets("ns".into())]
+        );
+        let services: GroupResource = ("".into(), "services".into());
+        assert!(work_for(&services, &sa).is_empty());
     }
 
     #[test]

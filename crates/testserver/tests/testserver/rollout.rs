@@ -145,7 +145,19 @@ async fn deployments_roll_out_scale_and_clean_up_as_kube_controller_manager_does
     let pods = k.get(&["pods", "-l", "app=web"]).await;
     assert_eq!(names(&pods).len(), 2);
     let gone = names(&pods)[0].clone();
-    k.run(&["delete", "pod", &gone], None).await;
+    // In the foreground, as `kubectl delete --cascade=foreground` asks: a Pod has no dependents
+    // to wait for, so it goes.
+    k.run(
+        &[
+            "delete",
+            "pod",
+            &gone,
+            "--cascade=foreground",
+            "--wait=false",
+        ],
+        None,
+    )
+    .await;
     let after = names(&k.get(&["pods", "-l", "app=web"]).await);
     assert_eq!(after.len(), 2, "{after:?}");
     assert!(!after.contains(&gone), "{after:?}");
