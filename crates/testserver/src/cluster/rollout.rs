@@ -115,7 +115,7 @@ fn controller_ref(owner: &Value) -> Value {
             "controller": true, "blockOwnerDeletion": true}])
 }
 
-/// Sets `key: value` in the map at `pointer` of `obj`, making the map if it is missing.
+/// Sets `key: value` in the map at `path` in `obj`, making the maps on the way if missing.
 fn set_in(obj: &mut Value, path: &[&str], key: &str, value: Value) {
     let mut at = obj;
     for part in path {

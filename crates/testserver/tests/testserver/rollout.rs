@@ -11,6 +11,13 @@ fn items(list: &Value) -> Vec<Value> {
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
+/// `kubectl rollout status`, which fails the test unless the rollout completes.
+async fn rolled_out(k: &Kubectl, deployment: &str) {
+    let target = format!("deployment/{deployment}");
+    k.run(&["rollout", "status", &target, "--timeout=20s"], None)
+        .await;
+}
+
 fn names(list: &Value) -> Vec<String> {
     let mut names: Vec<String> = items(list)
         .iter()
@@ -35,11 +42,7 @@ async fn deployments_roll_out_scale_and_clean_up_as_kube_controller_manager_does
         None,
     )
     .await;
-    k.run(
-        &["rollout", "status", "deployment/web", "--timeout=20s"],
-        None,
-    )
-    .await;
+    rolled_out(&k, "web").await;
     k.run(
         &[
             "wait",
@@ -98,11 +101,7 @@ async fn deployments_roll_out_scale_and_clean_up_as_kube_controller_manager_does
         None,
     )
     .await;
-    k.run(
-        &["rollout", "status", "deployment/web", "--timeout=20s"],
-        None,
-    )
-    .await;
+    rolled_out(&k, "web").await;
     let sets = items(&k.get(&["rs", "-l", "app=web"]).await);
     assert_eq!(sets.len(), 2);
     let replicas: Vec<i64> = sets
@@ -121,11 +120,7 @@ async fn deployments_roll_out_scale_and_clean_up_as_kube_controller_manager_does
 
     // Undo takes the first template back under a new revision.
     k.run(&["rollout", "undo", "deployment/web"], None).await;
-    k.run(
-        &["rollout", "status", "deployment/web", "--timeout=20s"],
-        None,
-    )
-    .await;
+    rolled_out(&k, "web").await;
     let history = k.run(&["rollout", "history", "deployment/web"], None).await;
     let revisions: Vec<&str> = history
         .lines()
@@ -213,11 +208,7 @@ spec:
 
     // Once the ServiceAccount exists, the ReplicaSet creates its Pods.
     k.run(&["create", "serviceaccount", "robot"], None).await;
-    k.run(
-        &["rollout", "status", "deployment/bot", "--timeout=10s"],
-        None,
-    )
-    .await;
+    rolled_out(&k, "bot").await;
 
     // A Pod whose node selector the Node does not carry stays pending, and says why.
     k.run(
