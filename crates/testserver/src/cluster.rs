@@ -27,7 +27,7 @@ use crate::faults::Faults;
 use crate::resources::{GroupResource, Registry};
 
 pub use controllers::ControlPlane;
-pub use gc::delete_options;
+pub use gc::{delete_answer, delete_options};
 pub use validate::check_type;
 pub(crate) use write::is_crd;
 pub use write::{Owner, Subresource};

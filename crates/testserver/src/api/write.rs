@@ -410,7 +410,11 @@ pub fn delete(call: &Call, target: &Target) -> Result<Response, ApiError> {
         )
     })?;
     drop(state);
-    Ok(respond_object(call, StatusCode::OK, target, obj))
+    let answer = crate::cluster::delete_answer(&target.info.group, &target.info.plural, obj);
+    if answer["kind"] == "Status" {
+        return Ok(json_response(StatusCode::OK, &answer));
+    }
+    Ok(respond_object(call, StatusCode::OK, target, answer))
 }
 
 pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiError> {

@@ -137,6 +137,32 @@ pub fn propagation(asked: Option<Propagation>, finalizers: &[String]) -> Propaga
     })
 }
 
+/// What a DELETE answers with, given what the delete left of the object: the object while it
+/// stays (held by finalizers, or a Pod in its grace period) and for the registries that return
+/// what they deleted (kube-apiserver's `ReturnDeletedObject`: Pods, Services, ServiceAccounts;
+/// Namespaces and CustomResourceDefinitions are always finalized first); otherwise a `Success`
+/// Status naming it, its group and its resource (in `kind`, as kube-apiserver fills it).
+pub fn delete_answer(group: &str, plural: &str, deleted: Value) -> Value {
+    let returned = group.is_empty()
+        && matches!(
+            plural,
+            "pods" | "services" | "serviceaccounts" | "namespaces"
+        )
+        || (group == "apiextensions.k8s.io" && plural == "customresourcedefinitions");
+    if returned || !finalizers(&deleted).is_empty() {
+        return deleted;
+    }
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), json!(meta_str(&deleted, "name")));
+    if !group.is_empty() {
+        details.insert("group".into(), json!(group));
+    }
+    details.insert("kind".into(), json!(plural));
+    details.insert("uid".into(), json!(meta_str(&deleted, "uid")));
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+           "details": details})
+}
+
 /// One owner reference of an object.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OwnerRef {
@@ -548,6 +574,24 @@ mod tests {
         let both = delete_options(br#"{"propagationPolicy":"Orphan","orphanDependents":false}"#)
             .expect_err("both");
         assert_eq!(both.code, 422);
+    }
+
+    #[test]
+    fn a_delete_answers_with_a_status_unless_the_object_stays_or_its_registry_returns_it() {
+        let gone = json!({"metadata": {"name": "x", "uid": "u"}});
+        assert_eq!(
+            delete_answer("", "configmaps", gone.clone()),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                   "details": {"name": "x", "kind": "configmaps", "uid": "u"}})
+        );
+        let status = delete_answer("apps", "deployments", gone.clone());
+        assert_eq!(status["details"]["group"], "apps");
+        assert_eq!(delete_answer("", "services", gone.clone()), gone);
+        let held = json!({"metadata": {"name": "x", "finalizers": ["f"]}});
+        assert_eq!(
+            delete_answer("lib.projectsveltos.io", "eventtriggers", held.clone()),
+            held
+        );
     }
 
     #[test]

@@ -168,3 +168,38 @@ async fn delete_options_are_validated() {
     );
     assert_eq!(names(&k).await, ["x"]);
 }
+
+#[tokio::test]
+async fn a_delete_answers_with_a_status_or_the_object_as_kube_apiserver_does() {
+    let server = server(&["mgmt"]).await;
+    let k = Kubectl::new(&server);
+    create(&k, "plain", &[], None).await;
+    create(&k, "held", &[], Some("example.com/hold")).await;
+    k.run(
+        &["create", "service", "clusterip", "web", "--tcp=80:8080"],
+        None,
+    )
+    .await;
+    let delete = |path: &str| {
+        let path = format!("/clusters/mgmt/api/v1/namespaces/default/{path}");
+        let server = &server;
+        async move {
+            let (code, body) = http(server, "DELETE", &path, "").await;
+            assert_eq!(code, 200, "{body}");
+            serde_json::from_str::<Value>(&body).expect("json")
+        }
+    };
+    // Deleted at once: a Status naming it (kube-rs's `Either::Right`).
+    let answer = delete("configmaps/plain").await;
+    assert_eq!(answer["kind"], "Status", "{answer}");
+    assert_eq!(answer["status"], "Success");
+    assert_eq!(answer["details"]["name"], "plain");
+    assert_eq!(answer["details"]["kind"], "configmaps");
+    // Held by a finalizer: the object, marked.
+    let answer = delete("configmaps/held").await;
+    assert_eq!(answer["kind"], "ConfigMap", "{answer}");
+    assert!(answer["metadata"]["deletionTimestamp"].is_string());
+    // A Service's registry returns what it deleted.
+    let answer = delete("services/web").await;
+    assert_eq!(answer["kind"], "Service", "{answer}");
+}
