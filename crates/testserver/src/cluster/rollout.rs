@@ -1,5 +1,6 @@
 //! The controllers that run workloads, done right after each write that touches a Deployment,
-//! ReplicaSet or Pod, so that a cluster's workloads settle as a real one's do, only at once:
+//! ReplicaSet, Pod or ServiceAccount (on that object and the one controlling it, `Work`), so
+//! that a cluster's workloads settle as a real one's do, only at once:
 //! - the deployment controller keeps one ReplicaSet per pod template (`<name>-<hash>`, labelled
 //!   `pod-template-hash`), scales the current one to `spec.replicas` and the older ones to zero
 //!   (a rollout that completes at once), keeps `revisionHistoryLimit` old ones, numbers
@@ -8,8 +9,9 @@
 //!   `spec.replicas`, and reports them; a Pod that admission refuses (a missing ServiceAccount,
 //!   say) becomes its `ReplicaFailure` condition, and is tried again when the namespace's
 //!   workloads or ServiceAccounts change;
-//! - the scheduler binds every pending Pod to the cluster's Node, and its kubelet starts it:
-//!   `Running`, every container started and ready, with a Pod IP.
+//! - the scheduler binds a pending Pod to the cluster's Node when its node selector fits
+//!   (`placement`), and the Node's kubelet starts it: `Running`, every container started and
+//!   ready, with a Pod IP.
 //!
 //! Decisions are pure functions of the objects; `State::settle` applies them.
 
