@@ -16,6 +16,11 @@ pub fn parse_time(s: &str) -> Option<time::OffsetDateTime> {
     time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
 }
 
+/// Whether an object is being deleted (it has a `deletionTimestamp`).
+pub fn is_deleting(obj: &Value) -> bool {
+    !meta_str(obj, "deletionTimestamp").is_empty()
+}
+
 /// A metadata string field, or "" when absent.
 pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
     obj.get("metadata")

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::object::{finalizers, format_time, meta_str, now, remove_meta, set_meta};
+use crate::object::{finalizers, format_time, is_deleting, meta_str, now, remove_meta, set_meta};
 use crate::resources::GroupResource;
 
 use super::{ChangeKind, ObjectKey};
@@ -266,7 +266,7 @@ impl Dependents {
 fn is_running_pod(gr: &GroupResource, obj: &Value) -> bool {
     gr.0.is_empty()
         && gr.1 == "pods"
-        && meta_str(obj, "deletionTimestamp").is_empty()
+        && !is_deleting(obj)
         && obj
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
@@ -353,15 +353,11 @@ impl super::State {
             set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
         }
         if finalizers.is_empty() {
-            self.take(gr, &key);
-            let rv = self.next_rv();
-            set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-            self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
-            self.after_removal(gr, &obj);
-            return answer.unwrap_or(obj);
+            let removed = self.remove(gr, &key, obj);
+            return answer.unwrap_or(removed);
         }
         let mut marked = obj.clone();
-        if meta_str(&marked, "deletionTimestamp").is_empty() {
+        if !is_deleting(&marked) {
             set_meta(&mut marked, "deletionTimestamp", json!(now()));
             set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
         }
@@ -403,18 +399,18 @@ impl super::State {
         let Some(obj) = self.get(gr, namespace, name) else {
             return;
         };
-        let others = owners(obj).into_iter().filter(|r| r.uid != uid);
-        let staying = others
-            .filter(|r| match self.owner_location(namespace, r) {
+        // Another owner that exists and is not going itself keeps the dependent.
+        let staying = owners(obj).iter().filter(|r| r.uid != uid).any(|r| {
+            match self.owner_location(namespace, r) {
                 // An owner of a kind not served: the collector cannot tell it is gone.
                 None => true,
-                Some((ogr, (ons, oname))) => self.get(&ogr, &ons, &oname).is_some_and(|o| {
-                    meta_str(o, "uid") == r.uid && meta_str(o, "deletionTimestamp").is_empty()
-                }),
-            })
-            .count();
+                Some((ogr, (ons, oname))) => self
+                    .get(&ogr, &ons, &oname)
+                    .is_some_and(|o| meta_str(o, "uid") == r.uid && !is_deleting(o)),
+            }
+        });
         let key = (namespace.to_string(), name.to_string());
-        if staying > 0 {
+        if staying {
             self.drop_reference(gr, &key, uid);
             return;
         }
@@ -439,9 +435,7 @@ impl super::State {
         let Some(owner) = self.get(gr, &key.0, &key.1) else {
             return;
         };
-        if meta_str(owner, "deletionTimestamp").is_empty()
-            || !finalizers(owner).iter().any(|f| f == FOREGROUND)
-        {
+        if !is_deleting(owner) || !finalizers(owner).iter().any(|f| f == FOREGROUND) {
             return;
         }
         let uid = meta_str(owner, "uid").to_string();
@@ -471,15 +465,22 @@ impl super::State {
         } else {
             set_meta(&mut obj, "finalizers", json!(left));
         }
-        if left.is_empty() && !meta_str(&obj, "deletionTimestamp").is_empty() {
-            self.take(gr, key);
-            let rv = self.next_rv();
-            set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
-            self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
-            self.after_removal(gr, &obj);
+        if left.is_empty() && is_deleting(&obj) {
+            self.remove(gr, key, obj);
         } else {
             self.store_as_controller(gr, key, obj);
         }
+    }
+
+    /// Removes an object for good: its last version is the deleted one, and the follow-ups of
+    /// its removal run (`after_removal`). Returns what was deleted.
+    fn remove(&mut self, gr: &GroupResource, key: &ObjectKey, mut obj: Value) -> Value {
+        self.take(gr, key);
+        let rv = self.next_rv();
+        set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+        self.emit(gr, ChangeKind::Deleted, Arc::new(obj.clone()), None);
+        self.after_removal(gr, &obj);
+        obj
     }
 
     /// Stores what a controller of the control plane wrote (valid by construction) as a new
@@ -526,7 +527,7 @@ impl super::State {
             return;
         };
         let refs = owners(obj);
-        if refs.is_empty() || !meta_str(obj, "deletionTimestamp").is_empty() {
+        if refs.is_empty() || is_deleting(obj) {
             return;
         }
         let gone = refs

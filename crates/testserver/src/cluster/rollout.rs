@@ -17,7 +17,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::object::{meta_str, now};
+use crate::object::{is_deleting, meta_str, now};
 use crate::resources::{GroupResource, ResourceInfo};
 
 use super::{Owner, Subresource};
@@ -29,16 +29,20 @@ pub const REVISION: &str = "deployment.kubernetes.io/revision";
 /// The manager of what the controllers write.
 pub const MANAGER: &str = "kube-controller-manager";
 
+const FNV_OFFSET: u32 = 0x811c_9dc5;
+
+/// FNV-1a (32 bits) of `bytes`, continuing from `hash`.
+fn fnv1a(hash: u32, bytes: &[u8]) -> u32 {
+    bytes
+        .iter()
+        .fold(hash, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
+}
+
 /// The hash of a pod template that names its ReplicaSet: FNV-1a over the template with its
 /// maps in key order and without null fields, written as apimachinery's `SafeEncodeString` writes its decimal digits.
 pub fn template_hash(template: &Value) -> String {
-    let mut hash: u32 = 0x811c_9dc5;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes {
-            hash ^= u32::from(*b);
-            hash = hash.wrapping_mul(0x0100_0193);
-        }
-    };
+    let mut hash = FNV_OFFSET;
+    let mut feed = |bytes: &[u8]| hash = fnv1a(hash, bytes);
     fn walk(value: &Value, feed: &mut dyn FnMut(&[u8])) {
         match value {
             Value::Object(map) => {
@@ -85,10 +89,6 @@ pub fn controller_uid(obj: &Value) -> Option<&str> {
         .find(|r| r.get("controller") == Some(&json!(true)))?
         .get("uid")?
         .as_str()
-}
-
-fn is_deleting(obj: &Value) -> bool {
-    !meta_str(obj, "deletionTimestamp").is_empty()
 }
 
 fn replicas(obj: &Value) -> i64 {
@@ -400,17 +400,16 @@ pub fn deployment_status(deployment: &Value, owned: &[&Value], current: Option<&
 pub fn running(pod: &Value, node_ip: &str, pod_ip: &str) -> Value {
     let time = now();
     let condition = |kind: &str| json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": time});
-    let digest = |seed: &str| {
-        let mut hex = String::new();
-        let mut value = template_hash(&json!([seed, meta_str(pod, "uid")]));
-        while hex.len() < 64 {
-            for b in value.bytes() {
-                hex.push_str(&format!("{:02x}", b));
-            }
-            value = template_hash(&json!(hex));
-        }
-        hex.truncate(64);
-        hex
+    // 64 hex digits that stand for a container's or image's digest: eight FNV hashes of the
+    // seed and the Pod's uid.
+    let digest = |seed: &str| -> String {
+        let base = fnv1a(
+            fnv1a(FNV_OFFSET, seed.as_bytes()),
+            meta_str(pod, "uid").as_bytes(),
+        );
+        (0u8..8)
+            .map(|i| format!("{:08x}", fnv1a(base, &[i])))
+            .collect()
     };
     let statuses = |list: &str, init: bool| -> Vec<Value> {
         pod.pointer(&format!("/spec/{list}"))
@@ -522,6 +521,10 @@ pub enum Work {
 /// What a change of `object` gives the controllers to look at: the object, and the one that
 /// controls it.
 pub fn work_for(resource: &GroupResource, object: &Value) -> Vec<Work> {
+    let watched = [DEPLOYMENTS, REPLICA_SETS, PODS, ("", "serviceaccounts")];
+    if !watched.iter().any(|pair| is(resource, *pair)) {
+        return Vec::new();
+    }
     let namespace = meta_str(object, "namespace").to_string();
     let name = meta_str(object, "name").to_string();
     let controller = |kind: &str| {

@@ -12,7 +12,7 @@ use super::validate::check_object;
 use super::{ChangeKind, State};
 use crate::error::ApiError;
 use crate::fields;
-use crate::object::{finalizers, meta_str, now, remove_meta, set_meta, spec_part};
+use crate::object::{finalizers, is_deleting, meta_str, now, remove_meta, set_meta, spec_part};
 use crate::resources::{from_crd, GroupResource, ResourceInfo};
 
 /// Who is writing, for `managedFields`.
@@ -174,7 +174,7 @@ impl State {
                         format!("namespaces \"{namespace}\" not found"),
                     ));
                 }
-                Some(ns) if !meta_str(ns, "deletionTimestamp").is_empty() => {
+                Some(ns) if is_deleting(ns) => {
                     return Err(ApiError::new(
                         403,
                         "Forbidden",
@@ -467,7 +467,7 @@ impl State {
         let rv = self.next_rv();
         set_meta(&mut stored, "resourceVersion", json!(rv.to_string()));
         let key = (namespace.to_string(), name.to_string());
-        if !meta_str(&stored, "deletionTimestamp").is_empty() && finalizers(&stored).is_empty() {
+        if is_deleting(&stored) && finalizers(&stored).is_empty() {
             self.take(&gr, &key);
             self.emit(&gr, ChangeKind::Deleted, Arc::new(stored.clone()), None);
             self.after_removal(&gr, &stored);
@@ -545,7 +545,7 @@ impl State {
     fn restore_namespace_object(&mut self, gr: &GroupResource, namespace: &str, name: &str) {
         let live = self
             .get(&namespaces_gr(), "", namespace)
-            .is_some_and(|ns| meta_str(ns, "deletionTimestamp").is_empty());
+            .is_some_and(|ns| !is_deleting(ns));
         if !live || !gr.0.is_empty() {
             return;
         }
@@ -561,7 +561,7 @@ impl State {
     fn delete_namespace(&mut self, name: &str) -> Value {
         let gr = namespaces_gr();
         if let Some(mut ns) = self.get(&gr, "", name).cloned() {
-            if meta_str(&ns, "deletionTimestamp").is_empty() {
+            if !is_deleting(&ns) {
                 set_meta(&mut ns, "deletionTimestamp", json!(now()));
                 ns["status"] = json!({"phase": "Terminating"});
                 let rv = self.next_rv();
@@ -594,7 +594,7 @@ impl State {
         let Some(ns) = self.get(&gr, "", name) else {
             return;
         };
-        if meta_str(ns, "deletionTimestamp").is_empty() || !finalizers(ns).is_empty() {
+        if !is_deleting(ns) || !finalizers(ns).is_empty() {
             return;
         }
         let empty = self
