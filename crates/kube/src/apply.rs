@@ -88,9 +88,10 @@ pub async fn apply(
     serde_json::to_value(applied).map_err(|_| Error::Malformed("serializable object"))
 }
 
-/// [`apply`] for a writer that needs to know only that the object is stored: the object the
-/// server returns is not parsed (the applier writes one per event; parsing it, managed fields
-/// and all, and turning it back into JSON cost more than the rest of the write's own work).
+/// [`apply`] for a writer that needs to know only that the object is stored and stays: the
+/// object the server returns is not parsed (the applier writes one per event; parsing it,
+/// managed fields and all, and turning it back into JSON cost more than the rest of the
+/// write's own work) but for its deletion: an object being deleted is [`Error::Terminating`].
 pub async fn apply_unread(
     client: &Client,
     kind: &Kind,
@@ -105,8 +106,37 @@ pub async fn apply_unread(
     let request = kube::core::Request::new(url)
         .patch(name, &params, &Patch::Apply(object))
         .map_err(|source| failed(kube::Error::BuildRequest(source)))?;
-    client.request_text(request).await.map_err(failed)?;
-    Ok(())
+    let stored = client.request_text(request).await.map_err(failed)?;
+    match deletion_finalizers(&stored) {
+        None => Ok(()),
+        Some(finalizers) => Err(Error::Terminating {
+            kind: kind.resource.kind.clone(),
+            name: qualified(namespace, name),
+            finalizers,
+        }),
+    }
+}
+
+/// The finalizers of an object the server answered with, if it is being deleted (it carries a
+/// `deletionTimestamp`). Only an answer that names the field anywhere is parsed, and then only
+/// its metadata is kept.
+fn deletion_finalizers(answer: &str) -> Option<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        metadata: Metadata,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Metadata {
+        deletion_timestamp: Option<String>,
+        #[serde(default)]
+        finalizers: Vec<String>,
+    }
+    if !answer.contains("\"deletionTimestamp\"") {
+        return None;
+    }
+    let metadata = serde_json::from_str::<Answer>(answer).ok()?.metadata;
+    metadata.deletion_timestamp.map(|_| metadata.finalizers)
 }
 
 /// Server-side applies only the `status` of an object.
@@ -271,5 +301,26 @@ pub async fn set_finalizer(
             name: qualified(namespace, name),
             source: Box::new(source),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deletion_finalizers;
+
+    #[test]
+    fn only_an_answer_being_deleted_names_its_finalizers() {
+        let live = r#"{"kind":"ClusterProfile","metadata":{"name":"p","finalizers":["a"]}}"#;
+        assert_eq!(deletion_finalizers(live), None);
+        let deleting = r#"{"kind":"ClusterProfile","metadata":{"name":"p",
+            "deletionTimestamp":"2026-11-26T20:00:00Z","finalizers":["a","b"]}}"#;
+        assert_eq!(
+            deletion_finalizers(deleting),
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
+        // A key of its data by that name is not the object's deletion.
+        let mentions = r#"{"kind":"ConfigMap","metadata":{"name":"c"},
+            "data":{"deletionTimestamp":"2026-11-26T20:00:00Z"}}"#;
+        assert_eq!(deletion_finalizers(mentions), None);
     }
 }

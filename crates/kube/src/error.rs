@@ -29,6 +29,17 @@ pub enum Error {
     },
     #[error("object has no {0}")]
     Malformed(&'static str),
+    /// An apply reached an object that is being deleted: the write is stored, but the object
+    /// goes once its finalizers are removed, so what was applied does not stay.
+    #[error(
+        "{kind} {name} is being deleted (finalizers: {}): it is written again once it is gone",
+        finalizers.join(", ")
+    )]
+    Terminating {
+        kind: String,
+        name: String,
+        finalizers: Vec<String>,
+    },
 }
 
 impl Error {
@@ -42,12 +53,14 @@ impl Error {
     /// a conflict, or something the operator fixes without changing the request (401 an
     /// expired token, 403 a missing RBAC grant, 404 a namespace or CRD not there yet), as a
     /// Kubernetes controller requeues them. What the request itself gets wrong (400, 422) and
-    /// an object too large to store never succeed by waiting.
+    /// an object too large to store never succeed by waiting. An object being deleted is gone
+    /// once its finalizers let it go, and can be written anew then.
     pub fn is_transient(&self) -> bool {
         if self.is_too_large() {
             return false;
         }
         match self {
+            Error::Terminating { .. } => true,
             Error::Request { source, .. } | Error::UnknownKind { source, .. } => {
                 match source.as_ref() {
                     kube::Error::Api(status) => {

@@ -2,7 +2,8 @@
 //! EventTrigger status and finalizer: resource deleted (pipeline.rs), resource stops matching,
 //! EventSource changed and deleted, EventTrigger deleted (finalizer released once all is
 //! gone), cluster stops matching, cluster deleted, a broken template (status and report show
-//! it, what exists stays), and the applier restarted in the middle of a change.
+//! it, what exists stays), the applier restarted in the middle of a change, and a profile wanted
+//! again while Sveltos's addon-controller still holds the old one with its finalizer.
 
 use std::time::Duration;
 
@@ -306,5 +307,110 @@ async fn an_unusable_trigger_is_told_in_a_warning_event() -> anyhow::Result<()> 
     );
     // The working trigger is unaffected.
     restored(&stack).await?;
+    Ok(())
+}
+
+/// Sveltos's addon-controller puts its finalizer on every ClusterProfile and removes it only
+/// once it has withdrawn the profile's add-ons. A resource deleted and created again within
+/// that time wants its profile back under the same name (ADR 0004) while the old one is still
+/// being deleted: applying to that one is not done, or the profile is gone for good once the
+/// addon-controller lets go, while its event still stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_wanted_again_while_still_being_deleted_is_created_anew() -> anyhow::Result<()> {
+    const ADDON_CONTROLLER: &str = "clusterprofilefinalizer.projectsveltos.io";
+    let stack = running_seed().await?;
+    let first = restored(&stack).await?;
+    let name = first["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let client = stack.client(MANAGEMENT)?;
+    let kind =
+        sluice_kube::apply::resolve(client, demo::CLUSTER_PROFILE.0, demo::CLUSTER_PROFILE.1)
+            .await?;
+    sluice_kube::apply::set_finalizer(client, &kind, "", &name, ADDON_CONTROLLER, true).await?;
+
+    // The event goes: sluice deletes the profile, which the finalizer holds.
+    stack
+        .delete("cluster-a", "v1", "Service", "default", "my-service")
+        .await?;
+    wait_for("the profile marked for deletion", DEADLINE, || async {
+        let profile = stack
+            .get(
+                MANAGEMENT,
+                demo::CLUSTER_PROFILE.0,
+                demo::CLUSTER_PROFILE.1,
+                "",
+                &name,
+            )
+            .await
+            .ok()??;
+        profile["metadata"]["deletionTimestamp"]
+            .is_string()
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+
+    // The event comes back: its instantiated ConfigMap (no finalizer) is created again, and the
+    // profile, written after what it references, is applied to the one being deleted.
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    wait_for(
+        "the instantiated ConfigMap created again",
+        DEADLINE,
+        || async {
+            let owned = owned_by(&stack, TRIGGER, "cluster-a").await.ok()?;
+            owned.iter().any(|o| o["kind"] == "ConfigMap").then_some(())
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held = stack
+        .get(
+            MANAGEMENT,
+            demo::CLUSTER_PROFILE.0,
+            demo::CLUSTER_PROFILE.1,
+            "",
+            &name,
+        )
+        .await?;
+    assert!(
+        held.is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string()),
+        "the old profile is still held by the finalizer"
+    );
+    // The applier says why it waits, and what holds the profile.
+    let waiting = format!(
+        "ClusterProfile {name} is being deleted (finalizers: {ADDON_CONTROLLER}): it is written again once it is gone"
+    );
+    wait_for("the applier saying why it waits", DEADLINE, || async {
+        stack
+            .service_log("sluice-applier")
+            .contains(&waiting)
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+
+    // The addon-controller is done with the old profile: it goes, and the event's profile is
+    // created anew.
+    sluice_kube::apply::set_finalizer(client, &kind, "", &name, ADDON_CONTROLLER, false).await?;
+    let uid = first["metadata"]["uid"].clone();
+    wait_for("the profile created anew", DEADLINE, || async {
+        let profile = stack
+            .get(
+                MANAGEMENT,
+                demo::CLUSTER_PROFILE.0,
+                demo::CLUSTER_PROFILE.1,
+                "",
+                &name,
+            )
+            .await
+            .ok()??;
+        (profile["metadata"]["uid"] != uid && profile["metadata"]["deletionTimestamp"].is_null())
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
     Ok(())
 }

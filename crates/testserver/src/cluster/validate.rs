@@ -70,6 +70,7 @@ pub fn check_object(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Re
 /// Every validation error of `obj`: metadata first, then the kind's own rules, then its schema.
 pub fn object_errors(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = meta_errors(info, obj);
+    errors.extend(deleting_errors(obj, old));
     if info.group.is_empty() {
         match info.kind.as_str() {
             "ConfigMap" => errors.extend(config_map_errors(obj, old)),
@@ -87,6 +88,39 @@ pub fn object_errors(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> V
         errors.extend(crate::schema::validate(schema, obj, old));
     }
     errors
+}
+
+/// An object being deleted takes no new finalizer (apimachinery's `ValidateNoNewFinalizers`):
+/// what holds it may only let go.
+fn deleting_errors(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let Some(old) = old.filter(|old| crate::object::is_deleting(old)) else {
+        return Vec::new();
+    };
+    let finalizers = |o: &Value| -> std::collections::BTreeSet<String> {
+        o.pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    };
+    let before = finalizers(old);
+    let new: Vec<String> = finalizers(obj)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .map(|f| format!("{f:?}"))
+        .collect();
+    if new.is_empty() {
+        return Vec::new();
+    }
+    vec![FieldError::forbidden(
+        "metadata.finalizers",
+        format!(
+            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+            new.join(", ")
+        ),
+    )]
 }
 
 /// Why `name` (or a generateName `prefix`) does not fit the kind's name rule: RBAC objects take
@@ -573,6 +607,26 @@ mod tests {
             Some(json!({"metadata": {"name": "c"}, "immutable": true, "data": {"k": "1"}})),
             &["data: Forbidden: field is immutable when `immutable` is set"],
         );
+    }
+
+    #[test]
+    fn an_object_being_deleted_takes_no_new_finalizer() {
+        let deleting = json!({"metadata": {"name": "c", "finalizers": ["a"],
+                                            "deletionTimestamp": "2026-11-26T20:00:00Z"}});
+        let mut more = deleting.clone();
+        more["metadata"]["finalizers"] = json!(["a", "z", "b"]);
+        check(
+            "ConfigMap",
+            more.clone(),
+            Some(deleting.clone()),
+            &["metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"b\", \"z\"}"],
+        );
+        let mut fewer = deleting.clone();
+        fewer["metadata"]["finalizers"] = json!([]);
+        check("ConfigMap", fewer, Some(deleting), &[]);
+        // Live, it takes any.
+        let live = json!({"metadata": {"name": "c", "finalizers": ["a"]}});
+        check("ConfigMap", more, Some(live), &[]);
     }
 
     #[test]
