@@ -23,6 +23,8 @@ const WRITE_CONCURRENCY: usize = 16;
 /// Units of a batch applied at once while the applier keeps up (unless `--apply-concurrency` is
 /// lower).
 const KEEPING_UP_CONCURRENCY: usize = 8;
+/// The waits for a deletion told in Events that are remembered (`Applier::report_waiting`).
+const TOLD_AT_MOST: usize = 4096;
 
 /// How many of a batch's `units` run at once, with at most `most` (`--apply-concurrency`): few
 /// while batches are small, so the API server is not sent bursts it must share its time among
@@ -371,7 +373,8 @@ impl Applier {
         let now = time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
-        let event = crate::problems::event(&kind, &name, &uid, &message, &now);
+        let event =
+            crate::problems::event(&kind, &name, &uid, crate::problems::REASON, &message, &now);
         let written = async {
             let kind = self.kind("v1", "Event").await?;
             apply::apply(&self.client, &kind, &event, FIELD_MANAGER).await
@@ -383,6 +386,63 @@ impl Applier {
             }
             Err(error) => {
                 tracing::warn!(event_trigger = %name, error = %sluice_runtime::error_chain(&error), "failed to write the Event of an unusable EventTrigger");
+            }
+        }
+    }
+
+    /// Tells, with a Warning Event on the trigger, that a unit of it waits until an object
+    /// being deleted is gone before it writes it anew (`sluice_kube::Error::Terminating`): the
+    /// addon-controller withdraws an old profile's add-ons first, which can take long, and
+    /// meanwhile the event has no profile. Each wait once (`told`, forgotten as a whole once it
+    /// holds `TOLD_AT_MOST`); failures are logged.
+    pub(crate) async fn report_waiting(
+        &self,
+        trigger_kind: &str,
+        trigger: &str,
+        error: &sluice_kube::Error,
+        told: &mut std::collections::BTreeSet<String>,
+    ) {
+        let message = format!("{} {trigger}: {error}", trigger_kind.to_lowercase());
+        if told.contains(&message) {
+            return;
+        }
+        let written = async {
+            let kind = self
+                .kind(status::api_version(trigger_kind), trigger_kind)
+                .await?;
+            let Some(object) = apply::get(&self.client, &kind, "", trigger).await? else {
+                return Ok(()); // the trigger is gone
+            };
+            let uid = object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let now = time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            let event = crate::problems::event(
+                trigger_kind,
+                trigger,
+                uid,
+                crate::problems::WAITING_FOR_DELETION,
+                &message,
+                &now,
+            );
+            let kind = self.kind("v1", "Event").await?;
+            apply::apply(&self.client, &kind, &event, FIELD_MANAGER)
+                .await
+                .map(|_| ())
+        }
+        .await;
+        match written {
+            Ok(()) => {
+                if told.len() >= TOLD_AT_MOST {
+                    told.clear();
+                }
+                told.insert(message);
+            }
+            Err(error) => {
+                tracing::warn!(event_trigger = %trigger, error = %sluice_runtime::error_chain(&error), "failed to write the Event of a unit waiting for a deletion");
             }
         }
     }

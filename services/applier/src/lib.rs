@@ -66,6 +66,7 @@ pub async fn run(
         statuses: status::Statuses::default(),
         status_writes: stage::StatusWrites::default(),
         reported: std::collections::BTreeMap::new(),
+        waiting_told: std::collections::BTreeSet::new(),
         key,
     };
     // The statuses as the last results left them, so a restart writes from the whole picture.

@@ -1,7 +1,8 @@
-//! EventTriggers sluice cannot load: what makes one unusable, and the Kubernetes Event that
-//! tells its owner (`kubectl describe eventtrigger X`, `kubectl get events`). Sveltos's
-//! EventTrigger status has no field for a trigger-wide problem, so the Event is where it shows.
-//! Pure: the runner writes the Event.
+//! EventTriggers sluice cannot load: what makes one unusable, and the Kubernetes Events that
+//! tell a trigger's owner (`kubectl describe eventtrigger X`, `kubectl get events`) of that and
+//! of a unit waiting until an object being deleted is gone. Sveltos's EventTrigger status has
+//! no field for a trigger-wide problem, so the Event is where it shows. Pure: the runner writes
+//! the Event.
 
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
@@ -10,8 +11,11 @@ use sluice_proto::v1 as pb;
 
 /// Events about cluster-scoped objects live in this namespace, as kube-apiserver's own do.
 pub const EVENT_NAMESPACE: &str = "default";
-/// The Event's `reason`.
+/// The `reason` of the Event for an unusable trigger.
 pub const REASON: &str = "InvalidSpec";
+/// The `reason` of the Event for a unit that waits until an object being deleted is gone
+/// (`sluice_kube::Error::Terminating`).
+pub const WAITING_FOR_DELETION: &str = "WaitingForDeletion";
 const COMPONENT: &str = "sluice-applier";
 
 /// Why a trigger in the configuration feed cannot be used, if it cannot: its kind, name, uid
@@ -35,9 +39,9 @@ pub fn invalid_trigger(config: &pb::ConfigObject) -> Option<(String, String, Str
     ))
 }
 
-/// The Warning Event for an unusable trigger, named after the trigger and the message so that
-/// the same problem is one Event; `now` is an RFC 3339 time.
-pub fn event(kind: &str, name: &str, uid: &str, message: &str, now: &str) -> Value {
+/// A Warning Event about a trigger, named after the trigger and the message so that the same
+/// problem is one Event; `now` is an RFC 3339 time.
+pub fn event(kind: &str, name: &str, uid: &str, reason: &str, message: &str, now: &str) -> Value {
     let digest = Sha256::digest(message.as_bytes());
     let suffix: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
     json!({
@@ -50,7 +54,7 @@ pub fn event(kind: &str, name: &str, uid: &str, message: &str, now: &str) -> Val
             "name": name,
             "uid": uid,
         },
-        "reason": REASON,
+        "reason": reason,
         "type": "Warning",
         "message": message,
         "source": {"component": COMPONENT},
@@ -92,7 +96,7 @@ mod tests {
                 && message.contains("sourceClusterSelector"),
             "{message}"
         );
-        let event = event(&kind, &name, &uid, &message, "2026-11-24T10:00:00Z");
+        let event = event(&kind, &name, &uid, REASON, &message, "2026-11-24T10:00:00Z");
         assert_eq!(event["involvedObject"]["name"], "broken");
         assert_eq!(
             event["involvedObject"]["apiVersion"],

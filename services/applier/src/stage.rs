@@ -100,6 +100,8 @@ pub(crate) struct ApplierStage {
     pub(crate) status_writes: StatusWrites,
     /// The problem last reported per unusable trigger, so each one is one Event.
     pub(crate) reported: BTreeMap<String, String>,
+    /// The waits for a deletion told in Events (`Applier::report_waiting`).
+    pub(crate) waiting_told: BTreeSet<String>,
     /// Opens the Secrets of desired states (ADR 0023).
     pub(crate) key: Option<BusKey>,
 }
@@ -172,6 +174,16 @@ impl Stage for ApplierStage {
             let result = match result {
                 Ok(result) => result,
                 Err(source) => {
+                    if matches!(source, sluice_kube::Error::Terminating { .. }) {
+                        let trigger = &desired.state.event_trigger;
+                        let kind = match desired.state.event_trigger_kind.as_str() {
+                            "" => self.statuses.kind(trigger).to_string(),
+                            kind => kind.to_string(),
+                        };
+                        self.applier
+                            .report_waiting(&kind, trigger, &source, &mut self.waiting_told)
+                            .await;
+                    }
                     // A CRD may have been re-created: kinds are resolved again next time.
                     self.applier.forget_kinds();
                     outcomes.push(Err(ApplyError::Kube {

@@ -391,6 +391,24 @@ async fn a_profile_wanted_again_while_still_being_deleted_is_created_anew() -> a
     })
     .await
     .map_err(|e| fail(&stack, e))?;
+    // ... and says it to the trigger's owner, in a Warning Event on the trigger
+    // (`kubectl describe`).
+    let event = wait_for("a Warning Event on the trigger", DEADLINE, || async {
+        let events = stack.list(MANAGEMENT, "v1", "Event", &[]).await.ok()?;
+        events
+            .into_iter()
+            .find(|e| e["reason"] == "WaitingForDeletion" && e["involvedObject"]["name"] == TRIGGER)
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    let trigger = trigger_object(&stack).await?.unwrap_or_default();
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["involvedObject"]["kind"], ADDON.1);
+    assert_eq!(event["involvedObject"]["uid"], trigger["metadata"]["uid"]);
+    assert_eq!(
+        event["message"],
+        format!("eventbasedaddon {TRIGGER}: {waiting}").as_str()
+    );
 
     // The addon-controller is done with the old profile: it goes, and the event's profile is
     // created anew.
