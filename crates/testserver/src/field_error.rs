@@ -65,6 +65,9 @@ pub struct FieldError {
     /// The dotted path (`spec.rules[0].name`, `data[key]`), or `<nil>` for the object root.
     pub field: String,
     pub value: Value,
+    /// The bad value as Go prints it where JSON cannot say it (a uint64 printed with `%#v` is
+    /// `0x0`); shown instead of `value`.
+    pub shown: Option<String>,
     pub detail: String,
 }
 
@@ -79,7 +82,20 @@ impl FieldError {
             kind,
             field: field.into(),
             value,
+            shown: None,
             detail: detail.into(),
+        }
+    }
+
+    /// An invalid value shown as Go shows it (`Invalid value: 0x0: ...`).
+    pub fn invalid_shown(
+        field: impl Into<String>,
+        shown: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> FieldError {
+        FieldError {
+            shown: Some(shown.into()),
+            ..FieldError::new(ErrorType::Invalid, field, Value::Null, detail)
         }
     }
 
@@ -139,7 +155,11 @@ impl FieldError {
         let mut s = if self.kind.omits_value() {
             self.kind.phrase().to_string()
         } else {
-            format!("{}: {}", self.kind.phrase(), render_value(&self.value))
+            let value = match &self.shown {
+                Some(shown) => shown.clone(),
+                None => render_value(&self.value),
+            };
+            format!("{}: {value}", self.kind.phrase())
         };
         if !self.detail.is_empty() {
             s.push_str(": ");

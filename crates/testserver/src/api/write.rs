@@ -14,6 +14,7 @@ use crate::fields;
 use crate::object::{meta_str, remove_meta, set_meta};
 use crate::patch;
 use crate::query::Filter;
+use crate::resources::ResourceInfo;
 
 fn subresource(target: &Target) -> Subresource {
     if target.status {
@@ -195,6 +196,9 @@ pub fn replace(call: &Call, target: &Target) -> Result<Response, ApiError> {
     let live_rv = state
         .get(&target.info.gr(), target.ns(), name)
         .map(|live| meta_str(live, "resourceVersion").to_string());
+    if live_rv.is_some() && meta_str(&obj, "resourceVersion").is_empty() {
+        unconditional_update(&target.info, name)?;
+    }
     let updated = commit(&mut state, dry, live_rv.as_deref(), |state| {
         state.update(
             &target.info,
@@ -209,6 +213,26 @@ pub fn replace(call: &Call, target: &Target) -> Result<Response, ApiError> {
     Ok(with_warnings(
         respond_object(call, StatusCode::OK, target, updated),
         &warnings,
+    ))
+}
+
+/// Whether a replace that names no resourceVersion may overwrite what is stored: the
+/// registries of custom resources and of CRDs refuse (`AllowUnconditionalUpdate` false), the
+/// built-in ones take it; the refusal is the 422 the generic store words with the resource for
+/// a kind.
+fn unconditional_update(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
+    if info.crd.is_none() && !crate::cluster::is_crd(info) {
+        return Ok(());
+    }
+    Err(ApiError::invalid_fields(
+        &info.group,
+        &info.plural,
+        name,
+        &[FieldError::invalid_shown(
+            "metadata.resourceVersion",
+            "0x0",
+            "must be specified for an update",
+        )],
     ))
 }
 

@@ -11,6 +11,7 @@ use super::defaults::apply_defaults;
 use super::validate::check_object;
 use super::{ChangeKind, State};
 use crate::error::ApiError;
+use crate::field_error::FieldError;
 use crate::fields;
 use crate::object::{finalizers, is_deleting, meta_str, now, remove_meta, set_meta, spec_part};
 use crate::resources::{from_crd, GroupResource, ResourceInfo};
@@ -354,6 +355,19 @@ impl State {
         let rv_in = meta_str(&new, "resourceVersion");
         if !rv_in.is_empty() && rv_in != meta_str(current, "resourceVersion") {
             return Err(ApiError::conflict(info, name));
+        }
+        let body_uid = meta_str(&new, "uid");
+        if !body_uid.is_empty() && body_uid != meta_str(current, "uid") {
+            return Err(ApiError::invalid_fields(
+                &info.group,
+                &info.kind,
+                name,
+                &[FieldError::invalid(
+                    "metadata.uid",
+                    json!(body_uid),
+                    "field is immutable",
+                )],
+            ));
         }
         let body_name = meta_str(&new, "name");
         if !body_name.is_empty() && body_name != name {

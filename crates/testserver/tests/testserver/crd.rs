@@ -139,3 +139,72 @@ async fn preinstalled_sveltos_crds_with_status_subresources() {
     assert_eq!(patched.data["status"]["phase"], "Processed");
     server.shutdown().await;
 }
+
+/// The generic store's update rules for what a replace names: a custom resource (and a CRD) is
+/// replaced only at a resourceVersion (`AllowUnconditionalUpdate` is false for them), a
+/// ConfigMap also without one; no object's uid changes.
+#[tokio::test]
+async fn a_replace_needs_a_resource_version_for_custom_resources_and_keeps_the_uid() {
+    let server = server_with(Config {
+        sveltos_crds: true,
+        ..Config::default()
+    })
+    .await;
+    let c = client(&server, "mgmt").await;
+    let message = |r: Result<DynamicObject, kube::Error>| match r {
+        Err(kube::Error::Api(status)) => (status.code, status.message),
+        other => panic!("expected an API error, got {other:?}"),
+    };
+
+    let gvk = GroupVersionKind::gvk("lib.projectsveltos.io", "v1beta1", "EventReport");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "eventreports");
+    let reports: Api<DynamicObject> = Api::namespaced_with(c.clone(), "default", &ar);
+    let report: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventReport",
+        "metadata": {"name": "r"},
+        "spec": {"clusterName": "c1", "clusterNamespace": "default", "clusterType": "Sveltos", "eventSourceName": "es"},
+    }))
+    .expect("report");
+    let created = reports
+        .create(&PostParams::default(), &report)
+        .await
+        .expect("create report");
+    assert_eq!(
+        message(reports.replace("r", &PostParams::default(), &report).await),
+        (
+            422,
+            "eventreports.lib.projectsveltos.io \"r\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update".to_string()
+        )
+    );
+    let mut other_uid = created.clone();
+    other_uid.metadata.uid = Some("other".into());
+    assert_eq!(
+        message(reports.replace("r", &PostParams::default(), &other_uid).await),
+        (
+            422,
+            "EventReport.lib.projectsveltos.io \"r\" is invalid: metadata.uid: Invalid value: \"other\": field is immutable".to_string()
+        )
+    );
+    reports
+        .replace("r", &PostParams::default(), &created)
+        .await
+        .expect("a replace at the current resourceVersion");
+
+    let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    let maps: Api<DynamicObject> = Api::namespaced_with(c, "default", &ar);
+    let map: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"}, "data": {"k": "1"},
+    }))
+    .expect("map");
+    maps.create(&PostParams::default(), &map)
+        .await
+        .expect("create map");
+    let mut changed = map.clone();
+    changed.data["data"]["k"] = json!("2");
+    let replaced = maps
+        .replace("m", &PostParams::default(), &changed)
+        .await
+        .expect("a ConfigMap is replaced without a resourceVersion");
+    assert_eq!(replaced.data["data"]["k"], "2");
+    server.shutdown().await;
+}
