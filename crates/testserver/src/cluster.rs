@@ -29,7 +29,7 @@ use crate::resources::{GroupResource, Registry};
 pub use controllers::ControlPlane;
 pub use gc::{delete_answer, delete_options};
 pub use validate::check_type;
-pub(crate) use write::is_crd;
+pub(crate) use write::{is_crd, no_resource_version_on_create};
 pub use write::{Owner, Subresource};
 
 /// The kind of change a watch event reports.

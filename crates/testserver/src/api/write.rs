@@ -351,13 +351,17 @@ fn apply(call: &Call, target: &Target, name: &str, dry: bool) -> Result<Response
     let live_rv = live
         .as_ref()
         .map(|l| meta_str(l, "resourceVersion").to_string());
+    // A resourceVersion is a precondition on what exists; on an apply that creates, the
+    // storage refuses it as on any create.
     let rv_in = meta_str(&config, "resourceVersion");
-    if !rv_in.is_empty()
-        && live
-            .as_ref()
-            .is_none_or(|l| meta_str(l, "resourceVersion") != rv_in)
+    if live
+        .as_ref()
+        .is_some_and(|l| !rv_in.is_empty() && meta_str(l, "resourceVersion") != rv_in)
     {
         return Err(ApiError::conflict(&target.info, name));
+    }
+    if live.is_none() {
+        crate::cluster::no_resource_version_on_create(rv_in)?;
     }
     let live = live.map(|l| target.present(l)).transpose()?;
     let merged = fields::apply(live.as_ref(), &config, &manager, force, target.info.status, sub).map_err(|conflicts| {

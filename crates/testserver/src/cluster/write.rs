@@ -36,6 +36,19 @@ fn namespaces_gr() -> GroupResource {
     (String::new(), "namespaces".to_string())
 }
 
+/// The storage refuses to create an object that names a resourceVersion it can read (etcd3's
+/// `ErrResourceVersionSetOnCreate`, a reason-less 500), and ignores one it cannot read ("-1").
+pub(crate) fn no_resource_version_on_create(resource_version: &str) -> Result<(), ApiError> {
+    if resource_version.parse::<u64>().is_ok_and(|rv| rv != 0) {
+        return Err(ApiError::new(
+            500,
+            "",
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn is_crd(info: &ResourceInfo) -> bool {
     info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
 }
@@ -219,6 +232,7 @@ impl State {
         drop_empty_omitted(info, &mut obj);
         // Validation sees the object as it would be stored, after status is reset and defaults are set.
         check_object(info, &obj, None)?;
+        no_resource_version_on_create(meta_str(&obj, "resourceVersion"))?;
         let gr = info.gr();
         if self.get(&gr, namespace, &name).is_some() {
             return Err(ApiError::already_exists(info, &name));

@@ -510,3 +510,46 @@ async fn later_pages_show_the_first_pages_snapshot_until_it_is_compacted() {
     assert_eq!(code(expired), 410);
     server.shutdown().await;
 }
+
+/// The storage refuses to create an object that names a resourceVersion (etcd3's
+/// `ErrResourceVersionSetOnCreate`: what `kubectl create -f` of a `kubectl get -o yaml` output
+/// meets), by POST or by a server-side apply that creates, and ignores one it cannot read.
+#[tokio::test]
+async fn a_create_that_names_a_resource_version_is_refused() {
+    let server = server(&["mgmt"]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let refused = |r: Result<ConfigMap, kube::Error>| match r {
+        Err(kube::Error::Api(status)) => (status.code, status.reason, status.message),
+        other => panic!("expected an API error, got {other:?}"),
+    };
+    let expected = (
+        500,
+        String::new(),
+        "resourceVersion should not be set on objects to be created".to_string(),
+    );
+    let mut exported = cm("exported", &[]);
+    exported.metadata.resource_version = Some("5".into());
+    assert_eq!(
+        refused(api.create(&PostParams::default(), &exported).await),
+        expected
+    );
+    assert_eq!(
+        refused(
+            api.patch(
+                "exported",
+                &PatchParams::apply("test"),
+                &Patch::Apply(&exported)
+            )
+            .await
+        ),
+        expected
+    );
+    let mut unreadable = cm("unreadable", &[]);
+    unreadable.metadata.resource_version = Some("-1".into());
+    let created = api
+        .create(&PostParams::default(), &unreadable)
+        .await
+        .expect("an unreadable resourceVersion is ignored");
+    assert_ne!(created.metadata.resource_version.as_deref(), Some("-1"));
+    server.shutdown().await;
+}
