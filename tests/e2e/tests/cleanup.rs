@@ -310,6 +310,11 @@ async fn an_unusable_trigger_is_told_in_a_warning_event() -> anyhow::Result<()> 
     Ok(())
 }
 
+async fn cluster_profile(stack: &Stack, name: &str) -> anyhow::Result<Option<Value>> {
+    let (api_version, kind) = demo::CLUSTER_PROFILE;
+    stack.get(MANAGEMENT, api_version, kind, "", name).await
+}
+
 /// Sveltos's addon-controller puts its finalizer on every ClusterProfile and removes it only
 /// once it has withdrawn the profile's add-ons. A resource deleted and created again within
 /// that time wants its profile back under the same name (ADR 0004) while the old one is still
@@ -335,16 +340,7 @@ async fn a_profile_wanted_again_while_still_being_deleted_is_created_anew() -> a
         .delete("cluster-a", "v1", "Service", "default", "my-service")
         .await?;
     wait_for("the profile marked for deletion", DEADLINE, || async {
-        let profile = stack
-            .get(
-                MANAGEMENT,
-                demo::CLUSTER_PROFILE.0,
-                demo::CLUSTER_PROFILE.1,
-                "",
-                &name,
-            )
-            .await
-            .ok()??;
+        let profile = cluster_profile(&stack, &name).await.ok()??;
         profile["metadata"]["deletionTimestamp"]
             .is_string()
             .then_some(())
@@ -366,15 +362,7 @@ async fn a_profile_wanted_again_while_still_being_deleted_is_created_anew() -> a
     .await
     .map_err(|e| fail(&stack, e))?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let held = stack
-        .get(
-            MANAGEMENT,
-            demo::CLUSTER_PROFILE.0,
-            demo::CLUSTER_PROFILE.1,
-            "",
-            &name,
-        )
-        .await?;
+    let held = cluster_profile(&stack, &name).await?;
     assert!(
         held.is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string()),
         "the old profile is still held by the finalizer"
@@ -415,16 +403,7 @@ async fn a_profile_wanted_again_while_still_being_deleted_is_created_anew() -> a
     sluice_kube::apply::set_finalizer(client, &kind, "", &name, ADDON_CONTROLLER, false).await?;
     let uid = first["metadata"]["uid"].clone();
     wait_for("the profile created anew", DEADLINE, || async {
-        let profile = stack
-            .get(
-                MANAGEMENT,
-                demo::CLUSTER_PROFILE.0,
-                demo::CLUSTER_PROFILE.1,
-                "",
-                &name,
-            )
-            .await
-            .ok()??;
+        let profile = cluster_profile(&stack, &name).await.ok()??;
         (profile["metadata"]["uid"] != uid && profile["metadata"]["deletionTimestamp"].is_null())
             .then_some(())
     })
