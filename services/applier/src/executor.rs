@@ -370,18 +370,11 @@ impl Applier {
             return;
         }
         tracing::warn!(event_trigger = %name, problem = %message, "EventTrigger cannot be used");
-        let now = time::OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
-        let event =
-            crate::problems::event(&kind, &name, &uid, crate::problems::REASON, &message, &now);
-        let written = async {
-            let kind = self.kind("v1", "Event").await?;
-            apply::apply(&self.client, &kind, &event, FIELD_MANAGER).await
-        }
-        .await;
+        let written = self
+            .write_event(&kind, &name, &uid, crate::problems::REASON, &message)
+            .await;
         match written {
-            Ok(_) => {
+            Ok(()) => {
                 reported.insert(name, message);
             }
             Err(error) => {
@@ -417,21 +410,14 @@ impl Applier {
                 .pointer("/metadata/uid")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let now = time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default();
-            let event = crate::problems::event(
+            self.write_event(
                 trigger_kind,
                 trigger,
                 uid,
                 crate::problems::WAITING_FOR_DELETION,
                 &message,
-                &now,
-            );
-            let kind = self.kind("v1", "Event").await?;
-            apply::apply(&self.client, &kind, &event, FIELD_MANAGER)
-                .await
-                .map(|_| ())
+            )
+            .await
         }
         .await;
         match written {
@@ -445,6 +431,24 @@ impl Applier {
                 tracing::warn!(event_trigger = %trigger, error = %sluice_runtime::error_chain(&error), "failed to write the Event of a unit waiting for a deletion");
             }
         }
+    }
+
+    /// Writes the Warning Event `reason` about a trigger (`problems::event`), dated now.
+    async fn write_event(
+        &self,
+        trigger_kind: &str,
+        trigger: &str,
+        uid: &str,
+        reason: &str,
+        message: &str,
+    ) -> sluice_kube::Result<()> {
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        let event = crate::problems::event(trigger_kind, trigger, uid, reason, message, &now);
+        let kind = self.kind("v1", "Event").await?;
+        apply::apply(&self.client, &kind, &event, FIELD_MANAGER).await?;
+        Ok(())
     }
 
     /// The desired objects under the names of what event-manager generated for the same
