@@ -96,21 +96,12 @@ fn deleting_errors(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let Some(old) = old.filter(|old| crate::object::is_deleting(old)) else {
         return Vec::new();
     };
-    let finalizers = |o: &Value| -> std::collections::BTreeSet<String> {
-        o.pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect()
-    };
-    let before = finalizers(old);
-    let new: Vec<String> = finalizers(obj)
+    let before = crate::object::finalizers(old);
+    let added: std::collections::BTreeSet<String> = crate::object::finalizers(obj)
         .into_iter()
         .filter(|f| !before.contains(f))
-        .map(|f| format!("{f:?}"))
         .collect();
+    let new: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
     if new.is_empty() {
         return Vec::new();
     }
