@@ -123,6 +123,13 @@ impl Bus {
         patiently(self, spec.name, || self.replay_state_once(spec, filter)).await
     }
 
+    /// The last message on one `subject` of a state stream as stored now, `None` when it
+    /// holds none; read once (a failure is the caller's to retry), so that a stage that asks
+    /// while the server is away is not held up.
+    pub async fn last_state(&self, spec: StreamSpec, subject: &str) -> Result<Option<Delivered>> {
+        Ok(self.replay_state_once(spec, subject).await?.pop())
+    }
+
     async fn replay_state_once(&self, spec: StreamSpec, filter: &str) -> Result<Vec<Delivered>> {
         let stream = self.stream(spec).await?;
         let read_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Read {

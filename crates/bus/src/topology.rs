@@ -270,7 +270,7 @@ pub const APPLIER: Identity = Identity {
     publishes: &[APPLIED],
     dead_letters: true,
     consumes: &[APPLIER_DESIRED],
-    follows: &[CONFIG, APPLIED],
+    follows: &[CONFIG, DESIRED, APPLIED],
     purges: &[DESIRED, APPLIED],
     taps: &[],
 };
@@ -438,6 +438,28 @@ pub fn desired_resource_subject(
     )
 }
 
+/// Whether `subject` is the subject of one desired-state unit, as the three functions above
+/// make it: a trigger's main unit, a CloudEvent's or a resource's; each token as
+/// [`encode_token`] writes them (so no wildcard).
+pub fn is_desired_unit_subject(subject: &str) -> bool {
+    let Some(rest) = subject.strip_prefix(&format!("{PREFIX}.desired.")) else {
+        return false;
+    };
+    let tokens: Vec<&str> = rest.split('.').collect();
+    let encoded = |token: &&str| {
+        !token.is_empty()
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    tokens.iter().all(encoded)
+        && match tokens.len() {
+            4 => true,
+            7 => matches!(tokens[4], "ce" | "r"),
+            _ => false,
+        }
+}
+
 /// Every unit of a trigger in a cluster besides its main unit (CloudEvent and resource units).
 pub fn desired_units_filter(event_trigger: &str, cluster: &str) -> String {
     format!("{}.>", desired_subject(event_trigger, cluster))
@@ -505,6 +527,31 @@ pub fn decode_token(token: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_one_units_desired_subject_is_a_desired_unit_subject() {
+        let cluster = cluster_tokens("sveltos", "default", "cluster.a");
+        let main = desired_subject("trigger.x", &cluster);
+        for subject in [
+            main.clone(),
+            desired_cloudevent_subject("trigger.x", &cluster, "auth/svc", "user*"),
+            desired_resource_subject("trigger.x", &cluster, "", "web>"),
+        ] {
+            assert!(is_desired_unit_subject(&subject), "{subject}");
+        }
+        for subject in [
+            desired_units_filter("trigger.x", &cluster),
+            format!("{main}.*.a.b"),
+            format!("{main}.x.a.b"),
+            format!("{main}.r.a"),
+            format!("{main}.r..b"),
+            applied_subject("trigger.x", &cluster),
+            "sluice.v1.desired.a.b".to_string(),
+            String::new(),
+        ] {
+            assert!(!is_desired_unit_subject(&subject), "{subject}");
+        }
+    }
 
     #[test]
     fn tokens_round_trip_and_never_contain_separators() {

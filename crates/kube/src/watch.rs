@@ -251,6 +251,148 @@ fn level_watch_listing(
         })
 }
 
+/// An object a deletion watch saw go: its key and what the caller kept of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gone {
+    pub namespace: String,
+    pub name: String,
+    /// What `keep` returned for the object when it was last seen.
+    pub kept: String,
+}
+
+/// The pure part of a deletion watch: per object it has seen, what `keep` takes from it, so
+/// that a deletion is told with it also when a re-list (after a dropped stream or a 410 Gone)
+/// is what finds it. Objects `keep` takes nothing from are not remembered.
+#[derive(Debug)]
+pub struct DeletionState {
+    keep: fn(&Value) -> Option<String>,
+    seen: HashMap<ObjectKey, String>,
+    /// A re-list under way: every object listed, with what `keep` took from it.
+    relist: Option<HashMap<ObjectKey, Option<String>>>,
+}
+
+impl DeletionState {
+    pub fn new(keep: fn(&Value) -> Option<String>) -> DeletionState {
+        DeletionState {
+            keep,
+            seen: HashMap::new(),
+            relist: None,
+        }
+    }
+
+    /// How many objects it remembers.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    /// Feeds one watch event and returns the objects it shows gone.
+    pub fn on_event(&mut self, event: Event<Value>) -> Vec<Gone> {
+        match event {
+            Event::Apply(object) => {
+                let (key, _) = key_of(&object);
+                match (self.keep)(&object) {
+                    Some(kept) => self.seen.insert(key, kept),
+                    None => self.seen.remove(&key),
+                };
+                Vec::new()
+            }
+            Event::Delete(object) => {
+                let (key, _) = key_of(&object);
+                let kept = (self.keep)(&object).or_else(|| self.seen.get(&key).cloned());
+                self.seen.remove(&key);
+                kept.map(|kept| gone(key, kept)).into_iter().collect()
+            }
+            Event::Init => {
+                self.relist = Some(HashMap::new());
+                Vec::new()
+            }
+            Event::InitApply(object) => {
+                let (key, _) = key_of(&object);
+                let kept = (self.keep)(&object);
+                self.relist
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, kept);
+                Vec::new()
+            }
+            Event::InitDone => {
+                let listed = self.relist.take().unwrap_or_default();
+                let mut gone_now: Vec<Gone> = self
+                    .seen
+                    .drain()
+                    .filter(|(key, _)| !listed.contains_key(key))
+                    .map(|(key, kept)| gone(key, kept))
+                    .collect();
+                gone_now.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+                self.seen = listed
+                    .into_iter()
+                    .filter_map(|(key, kept)| Some((key, kept?)))
+                    .collect();
+                gone_now
+            }
+        }
+    }
+}
+
+fn gone((namespace, name): ObjectKey, kept: String) -> Gone {
+    Gone {
+        namespace,
+        name,
+        kept,
+    }
+}
+
+/// One batch of [`watch_deletions`]: objects gone, or a list complete.
+#[derive(Debug, PartialEq)]
+pub struct Deletions {
+    pub gone: Vec<Gone>,
+    /// When a list (the first one or a re-list) completes with this batch: how many objects
+    /// the watch remembers, every one it can tell the deletion of from now on.
+    pub listed: Option<usize>,
+}
+
+/// Watches the objects of `kind` that `labels` selects (in `namespace`, or everywhere when
+/// `None`) and yields batches of those gone, each with what `keep` took from it when it was
+/// last seen, and each completed list. Deletions made while nothing watched (before the first
+/// list completes) are not found. Errors from the API server are yielded and the watch goes on
+/// with backoff.
+pub fn watch_deletions(
+    client: Client,
+    kind: Kind,
+    namespace: Option<&str>,
+    labels: &str,
+    keep: fn(&Value) -> Option<String>,
+) -> impl Stream<Item = Result<Deletions, watcher::Error>> + Send {
+    let api: Api<DynamicObject> = match namespace {
+        Some(namespace) => Api::namespaced_with(client, namespace, &kind.resource),
+        None => Api::all_with(client, &kind.resource),
+    };
+    let mut state = DeletionState::new(keep);
+    watcher::watcher(
+        api,
+        watcher::Config::default().labels(labels).any_semantic(),
+    )
+    .default_backoff()
+    .filter_map(move |event| {
+        let batch = event.map(|event| {
+            let listed = matches!(event, Event::InitDone);
+            let gone = state.on_event(to_json_event(event));
+            Deletions {
+                gone,
+                listed: listed.then(|| state.len()),
+            }
+        });
+        let told = match &batch {
+            Ok(batch) => !batch.gone.is_empty() || batch.listed.is_some(),
+            Err(_) => true,
+        };
+        futures::future::ready(told.then_some(batch))
+    })
+}
+
 fn to_json_event(event: Event<DynamicObject>) -> Event<Value> {
     let json = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
     match event {
@@ -318,6 +460,63 @@ mod tests {
         assert_eq!(s.known().len(), 1);
         s.on_event(Event::InitApply(obj("a", "1")));
         assert!(s.on_event(Event::InitDone).is_empty());
+    }
+
+    fn kept(object: &Value) -> Option<String> {
+        object["metadata"]["annotations"]["unit"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    fn annotated(name: &str, unit: Option<&str>) -> Value {
+        let mut object = obj(name, "1");
+        if let Some(unit) = unit {
+            object["metadata"]["annotations"] = json!({ "unit": unit });
+        }
+        object
+    }
+
+    #[test]
+    fn a_deletion_is_told_with_what_was_kept_of_the_object() {
+        let mut s = DeletionState::new(kept);
+        assert!(s
+            .on_event(Event::Apply(annotated("a", Some("u1"))))
+            .is_empty());
+        assert!(s.on_event(Event::Apply(annotated("b", None))).is_empty());
+        // the deleted object is told with its own annotation
+        assert_eq!(
+            s.on_event(Event::Delete(annotated("a", Some("u1")))),
+            [gone(("default".into(), "a".into()), "u1".into())]
+        );
+        // an object nothing was kept of is not told
+        assert!(s.on_event(Event::Delete(annotated("b", None))).is_empty());
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_deletion_found_by_a_relist_is_told_with_what_was_kept() {
+        let mut s = DeletionState::new(kept);
+        s.on_event(Event::Apply(annotated("a", Some("u1"))));
+        s.on_event(Event::Apply(annotated("b", Some("u2"))));
+        s.on_event(Event::Apply(annotated("c", Some("u3"))));
+        // the stream drops; meanwhile a and c are deleted and b loses its annotation (it is
+        // not gone: forgotten, as by a live event)
+        assert!(s.on_event(Event::Init).is_empty());
+        s.on_event(Event::InitApply(annotated("b", None)));
+        s.on_event(Event::InitApply(annotated("d", Some("u4"))));
+        assert_eq!(
+            s.on_event(Event::InitDone),
+            [
+                gone(("default".into(), "a".into()), "u1".into()),
+                gone(("default".into(), "c".into()), "u3".into()),
+            ]
+        );
+        assert_eq!(s.len(), 1);
+        // a deletion event without the annotation is told with what was kept
+        assert_eq!(
+            s.on_event(Event::Delete(annotated("d", None))),
+            [gone(("default".into(), "d".into()), "u4".into())]
+        );
     }
 
     #[test]
