@@ -13,7 +13,7 @@ use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
 use crate::index::{PairIndex, Pairs, UnitLabels};
-use crate::plan::{self, Known, OWNED};
+use crate::plan::{self, Known, ObjectId, OWNED};
 use crate::{adopt, status};
 use sluice_wire::unit::Unit;
 const FIELD_MANAGER: &str = "sluice-applier";
@@ -25,6 +25,10 @@ const WRITE_CONCURRENCY: usize = 16;
 const KEEPING_UP_CONCURRENCY: usize = 8;
 /// The waits for a deletion told in Events that are remembered (`Applier::report_waiting`).
 const TOLD_AT_MOST: usize = 4096;
+/// Own deletions remembered until the watch of owned objects sees them
+/// (`Applier::own_deletion`); forgotten as a whole beyond this many (one whose deletion event
+/// never came: it was gone already), at the cost of one needless look at a unit each.
+const OWN_DELETIONS_AT_MOST: usize = 65_536;
 
 /// How many of a batch's `units` run at once, with at most `most` (`--apply-concurrency`): few
 /// while batches are small, so the API server is not sent bursts it must share its time among
@@ -53,6 +57,9 @@ pub(crate) struct Applier {
     namespace: String,
     /// The most desired states (units) applied at once (`--apply-concurrency`; `units_at_once`).
     concurrency: usize,
+    /// What this applier deleted and its watch of owned objects has not seen go yet: those
+    /// deletions are its own, not someone else's to repair (ADR 0039).
+    deleted: Mutex<std::collections::HashSet<ObjectId>>,
 }
 
 /// SHA-256 of what a desired state asks for: its objects' JSON in order, or its failure.
@@ -76,6 +83,22 @@ impl Applier {
             pairs: Mutex::new(Pairs::default()),
             listing: Mutex::new(HashMap::new()),
             adoptable: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// Whether the deletion of `id` that the watch saw is one this applier made (each one
+    /// answers so once).
+    pub(crate) fn own_deletion(&self, id: &ObjectId) -> bool {
+        lock(&self.deleted).remove(id)
+    }
+
+    /// Objects of the unit of `state` were deleted by someone else: the unit no longer holds
+    /// them, so that executing `state` writes them again.
+    pub(crate) fn lose(&self, state: &pb::DesiredState, gone: &[ObjectId]) {
+        if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
+            let pair = naming::owner_labels(&state.event_trigger, &cluster);
+            lock(&self.pairs).lose(&pair_key(&pair), &Unit::of(state).labels(), gone);
         }
     }
 
@@ -254,7 +277,15 @@ impl Applier {
                 .await;
             for outcome in outcomes {
                 let r = outcome?;
-                known.remove(&(r.kind.clone(), r.namespace.clone(), r.name.clone()));
+                let id = (r.kind.clone(), r.namespace.clone(), r.name.clone());
+                known.remove(&id);
+                {
+                    let mut deleted = lock(&self.deleted);
+                    if deleted.len() >= OWN_DELETIONS_AT_MOST {
+                        deleted.clear();
+                    }
+                    deleted.insert(id);
+                }
                 result.deleted.push(r);
             }
         }

@@ -163,6 +163,18 @@ impl Pairs {
         }
     }
 
+    /// Objects of a unit of an indexed pair are gone (deleted by someone else): the unit no
+    /// longer holds them, so that its desired state writes them again.
+    pub(crate) fn lose(&mut self, pair: &str, unit: &UnitLabels, gone: &[ObjectId]) {
+        if let Some(Slot::Ready(index)) = self.slots.get_mut(pair) {
+            if let Some(known) = index.units.get_mut(unit) {
+                for id in gone {
+                    known.remove(id);
+                }
+            }
+        }
+    }
+
     /// Forgets a pair (after an error: the server may hold anything; or after its removal).
     pub(crate) fn forget(&mut self, pair: &str) {
         self.slots.remove(pair);
@@ -240,6 +252,30 @@ mod tests {
         pairs.record("p", db.clone(), Known::new());
         assert_eq!(pairs.known("p", &db, false), Some(Known::new()));
         assert_eq!(pairs.known("p", &web, true).map(|k| k.len()), Some(1));
+    }
+
+    #[test]
+    fn an_object_lost_is_no_longer_held_by_its_unit() {
+        let web = naming::resource_labels("default", "web");
+        let mut pairs = Pairs::default();
+        let generation = pairs.begin_listing("p");
+        let listed = [
+            object("ConfigMap", "a", &web),
+            object("ClusterProfile", "b", &web),
+        ];
+        let index = PairIndex::of(listed.iter().map(|o| ("ConfigMap", o)));
+        pairs.install("p", generation, index, &web, false);
+        pairs.lose("p", &web, &[id("ClusterProfile", "b"), id("Secret", "x")]);
+        let held = pairs
+            .known("p", &web, false)
+            .map(|k| k.into_keys().collect::<Vec<_>>());
+        assert_eq!(held, Some(vec![id("ConfigMap", "a")]));
+        pairs.lose("q", &web, &[id("ConfigMap", "a")]);
+        assert_eq!(
+            pairs.known("q", &web, false),
+            None,
+            "a pair not indexed stays so"
+        );
     }
 
     #[test]

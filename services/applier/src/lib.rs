@@ -8,10 +8,12 @@ mod executor;
 mod index;
 pub mod plan;
 pub mod problems;
+mod repair;
 pub mod stage;
 pub mod status;
 
 use anyhow::Context as _;
+use futures::StreamExt as _;
 use sluice_bus::runner::{Hooks, Runner};
 use sluice_bus::topology;
 use sluice_proto::v1 as pb;
@@ -67,6 +69,7 @@ pub async fn run(
         status_writes: stage::StatusWrites::default(),
         reported: std::collections::BTreeMap::new(),
         waiting_told: std::collections::BTreeSet::new(),
+        repairs: repair::Repairs::default(),
         key,
     };
     // The statuses as the last results left them, so a restart writes from the whole picture.
@@ -93,10 +96,16 @@ pub async fn run(
             .await?;
         for delivered in replayed {
             use sluice_bus::runner::Stage as _;
-            stage.on_side(Ok(delivered)).await;
+            stage.on_side(stage::Side::Config(Ok(delivered))).await;
         }
-        feeds.push(live);
+        feeds.push(live.map(stage::Side::Config).boxed());
     }
+    // What sluice wrote and someone else deletes is written again (ADR 0039).
+    feeds.extend(owned_deletions(
+        stage.applier.client.clone(),
+        &common.sveltos_namespace,
+        &token,
+    ));
     let runner = Runner::bind(&bus, topology::APPLIER_DESIRED)
         .await?
         .with_hooks(hooks(&health));
@@ -107,6 +116,63 @@ pub async fn run(
     stage.write_pending_statuses().await;
     bus.close().await;
     Ok(outcome?)
+}
+
+/// The label every object sluice writes carries (its trigger's name): what the watch of owned
+/// objects selects.
+const OWNED_SELECTOR: &str = sluice_domain::naming::LABEL_EVENT_TRIGGER;
+
+/// How long the watch of an owned kind waits before it asks again for a kind the server does
+/// not serve yet (Sveltos's CRDs not installed).
+const RESOLVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// One watch per owned kind (ClusterProfiles everywhere, ConfigMaps and Secrets in Sveltos's
+/// namespace, where the applier writes them) of the objects sluice wrote, yielding those that
+/// go with the desired-state subject each named.
+fn owned_deletions(
+    client: kube::Client,
+    namespace: &str,
+    token: &CancellationToken,
+) -> Vec<futures::stream::BoxStream<'static, stage::Side>> {
+    plan::OWNED
+        .iter()
+        .map(|&(api_version, kind)| {
+            let client = client.clone();
+            let namespace = namespace.to_string();
+            let token = token.clone();
+            let resolved = async move {
+                loop {
+                    match sluice_kube::apply::resolve(&client, api_version, kind).await {
+                        Ok(resolved) => return Some((client, resolved)),
+                        Err(error) => {
+                            tracing::warn!(%kind, error = %sluice_runtime::error_chain(&error), "cannot watch the objects sluice wrote of this kind yet");
+                            tokio::select! {
+                                () = tokio::time::sleep(RESOLVE_RETRY) => {}
+                                () = token.cancelled() => return None,
+                            }
+                        }
+                    }
+                }
+            };
+            futures::stream::once(resolved)
+                .filter_map(futures::future::ready)
+                .flat_map(move |(client, resolved)| {
+                    let namespace = resolved.namespaced.then_some(namespace.as_str());
+                    sluice_kube::watch::watch_deletions(
+                        client,
+                        resolved,
+                        namespace,
+                        OWNED_SELECTOR,
+                        plan::desired_subject_of,
+                    )
+                })
+                .map(move |batch| match batch {
+                    Ok(gone) => stage::Side::Gone(kind, gone),
+                    Err(error) => stage::Side::WatchFailed(kind, error.to_string()),
+                })
+                .boxed()
+        })
+        .collect()
 }
 
 /// The applier's counters, as the runner reports them.

@@ -18,6 +18,21 @@ pub const OWNED: [(&str, &str); 3] = [
     ("v1", "Secret"),
 ];
 
+/// The annotation on every object the applier writes that names the subject of the desired
+/// state it comes from, so that an object deleted by hand is written again from its unit's
+/// latest desired state (ADR 0039), also after a restart.
+pub const DESIRED_SUBJECT_ANNOTATION: &str = "sluice.io/desired-subject";
+
+/// The desired-state subject an object names in its [`DESIRED_SUBJECT_ANNOTATION`], when it
+/// names one that is a desired unit's subject (no wildcard, no stream beyond its unit).
+pub fn desired_subject_of(object: &Value) -> Option<String> {
+    let subject = object
+        .pointer("/metadata/annotations")?
+        .get(DESIRED_SUBJECT_ANNOTATION)?
+        .as_str()?;
+    sluice_bus::topology::is_desired_unit_subject(subject).then(|| subject.to_string())
+}
+
 /// (kind, namespace, name) of an owned object.
 pub type ObjectId = (String, String, String);
 
@@ -92,25 +107,63 @@ pub fn plan(desired: &[Value], known: &Known) -> Plan {
     }
 }
 
-/// The objects a desired state wants (none when it is removed); an object that does not decode
-/// is an error that says which one, for the trigger's status and EventReport.
+/// The objects a desired state wants (none when it is removed), each annotated with its unit's
+/// subject ([`DESIRED_SUBJECT_ANNOTATION`]); an object that does not decode is an error that
+/// says which one, for the trigger's status and EventReport.
 pub fn desired_objects(state: &pb::DesiredState) -> Result<Vec<Value>, String> {
     if state.removed {
         return Ok(Vec::new());
     }
+    let subject = UnitKey::of(state)
+        .map_err(|e| format!("eventtrigger {}: {e}", state.event_trigger))?
+        .desired_subject();
     state
         .objects
         .iter()
         .enumerate()
         .map(|(i, o)| {
-            serde_json::from_slice(&o.object_json).map_err(|e| {
+            let mut object: Value = serde_json::from_slice(&o.object_json).map_err(|e| {
                 format!(
                     "eventtrigger {}: desired object {i} is not valid JSON: {e}",
                     state.event_trigger
                 )
-            })
+            })?;
+            annotate(&mut object, &subject).map_err(|what| {
+                format!(
+                    "eventtrigger {}: desired object {i} is not an object with metadata: {what}",
+                    state.event_trigger
+                )
+            })?;
+            Ok(object)
         })
         .collect()
+}
+
+/// Puts the unit's subject in an object's annotations.
+fn annotate(object: &mut Value, subject: &str) -> Result<(), &'static str> {
+    let Some(map) = object.as_object_mut() else {
+        return Err("not a JSON object");
+    };
+    let metadata = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Some(metadata) = metadata.as_object_mut() else {
+        return Err("metadata is not an object");
+    };
+    let annotations = metadata
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if annotations.is_null() {
+        *annotations = Value::Object(Default::default());
+    }
+    let Some(annotations) = annotations.as_object_mut() else {
+        return Err("metadata.annotations is not an object");
+    };
+    annotations.insert(
+        DESIRED_SUBJECT_ANNOTATION.to_string(),
+        Value::String(subject.to_string()),
+    );
+    Ok(())
 }
 
 /// Which of the management cluster's objects a desired state's unit owns: those carrying the
@@ -257,28 +310,68 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unwrap_used)]
     fn an_object_that_does_not_decode_is_an_error_that_says_which() {
         let object = |json: &[u8]| pb::ManagedObject {
             object_json: json.to_vec(),
             ..Default::default()
         };
+        let cluster = ClusterId {
+            cluster_type: sluice_domain::cluster::ClusterType::Sveltos,
+            namespace: "default".into(),
+            name: "cluster-a".into(),
+        };
         let mut state = pb::DesiredState {
             event_trigger: "service-network-policy".into(),
-            objects: vec![object(br#"{"kind": "ConfigMap"}"#), object(br#"{"kind": "#)],
+            cluster: Some(sluice_wire::cluster_ref(&cluster)),
+            resource_namespace: "default".into(),
+            resource_name: "web".into(),
+            objects: vec![
+                object(br#"{"kind": "ConfigMap", "metadata": {"annotations": {"a": "b"}}}"#),
+                object(br#"{"kind": "ConfigMap", "metadata": {"annotations": null}}"#),
+                object(br#"{"kind": "#),
+            ],
             ..Default::default()
         };
         assert_eq!(
             desired_objects(&state),
             Err(
-                "eventtrigger service-network-policy: desired object 1 is not valid JSON: \
+                "eventtrigger service-network-policy: desired object 2 is not valid JSON: \
                  EOF while parsing a value at line 1 column 9"
                     .to_string()
             )
         );
         state.objects.pop();
+        // each object names the subject of its unit
+        let subject =
+            "sluice.v1.desired.service-network-policy.sveltos.default.cluster-a.r.default.web";
+        let objects = desired_objects(&state).unwrap();
+        assert_eq!(
+            objects,
+            [
+                json!({"kind": "ConfigMap", "metadata": {"annotations": {"a": "b", DESIRED_SUBJECT_ANNOTATION: subject}}}),
+                json!({"kind": "ConfigMap", "metadata": {"annotations": {DESIRED_SUBJECT_ANNOTATION: subject}}}),
+            ]
+        );
+        assert_eq!(desired_subject_of(&objects[0]).as_deref(), Some(subject));
+        let mut wild = objects[0].clone();
+        wild["metadata"]["annotations"][DESIRED_SUBJECT_ANNOTATION] =
+            json!("sluice.v1.desired.service-network-policy.>");
+        assert_eq!(desired_subject_of(&wild), None, "no filter is read");
+        state.objects.push(object(br#"["not", "an", "object"]"#));
         assert_eq!(
             desired_objects(&state),
-            Ok(vec![serde_json::json!({"kind": "ConfigMap"})])
+            Err(
+                "eventtrigger service-network-policy: desired object 2 is not an object with \
+                 metadata: not a JSON object"
+                    .to_string()
+            )
+        );
+        state.objects.pop();
+        state.cluster = None;
+        assert!(
+            desired_objects(&state).is_err(),
+            "a state naming no cluster names no subject"
         );
         state.removed = true;
         assert_eq!(

@@ -15,7 +15,10 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::schedule::Schedule;
 use sluice_wire::BusKey;
 
+use futures::StreamExt as _;
+
 use crate::executor::Applier;
+use crate::repair::{Due, Repairs};
 use crate::status::Statuses;
 use sluice_wire::unit::{Unit, UnitKey};
 
@@ -102,11 +105,175 @@ pub(crate) struct ApplierStage {
     pub(crate) reported: BTreeMap<String, String>,
     /// The waits for a deletion told in Events (`Applier::report_waiting`).
     pub(crate) waiting_told: BTreeSet<String>,
+    /// Units whose objects someone else deleted, to write again (ADR 0039).
+    pub(crate) repairs: Repairs,
     /// Opens the Secrets of desired states (ADR 0023).
     pub(crate) key: Option<BusKey>,
 }
 
+/// What the applier follows besides its consumer.
+pub(crate) enum Side {
+    /// The configuration feed of EventTriggers and EventBasedAddOns.
+    Config(sluice_bus::Result<Delivered>),
+    /// Objects of an owned kind that its watch saw go, each with the desired-state subject it
+    /// named (`plan::desired_subject_of`), or the watch's list complete.
+    Gone(&'static str, sluice_kube::watch::Deletions),
+    /// The watch of an owned kind failed; it goes on with backoff.
+    WatchFailed(&'static str, String),
+}
+
 impl ApplierStage {
+    /// What follows from one executed unit: the wait for a deletion told, the purge of its
+    /// pair's other units, its trigger's status marked (in `touched`); the `ApplyResult` to
+    /// publish, or the error the unit fails with.
+    async fn settle(
+        &mut self,
+        desired: &Desired,
+        result: sluice_kube::Result<pb::ApplyResult>,
+        touched: &mut BTreeSet<String>,
+    ) -> Result<Output, ApplyError> {
+        let result = match result {
+            Ok(result) => result,
+            Err(source) => {
+                if matches!(source, sluice_kube::Error::Terminating { .. }) {
+                    let trigger = &desired.state.event_trigger;
+                    let kind = match desired.state.event_trigger_kind.as_str() {
+                        "" => self.statuses.kind(trigger).to_string(),
+                        kind => kind.to_string(),
+                    };
+                    self.applier
+                        .report_waiting(&kind, trigger, &source, &mut self.waiting_told)
+                        .await;
+                }
+                // A CRD may have been re-created: kinds are resolved again next time.
+                self.applier.forget_kinds();
+                return Err(ApplyError::Kube {
+                    event_trigger: desired.state.event_trigger.clone(),
+                    source,
+                });
+            }
+        };
+        for (stream, filter) in followups(&desired.state, &desired.cluster).purge {
+            if let Err(error) = self.bus.purge(stream, &filter).await {
+                tracing::warn!(error = %error, %filter, "failed to purge the units of a withdrawn trigger and cluster");
+            }
+        }
+        // One line per unit is one per event: at debug, unless the unit failed (the
+        // counters and the trigger's status tell the rest).
+        if result.failure_message.is_empty() {
+            tracing::debug!(
+                event_trigger = %desired.state.event_trigger,
+                applied = result.applied.len(),
+                deleted = result.deleted.len(),
+                "desired state applied"
+            );
+        } else {
+            tracing::info!(
+                event_trigger = %desired.state.event_trigger,
+                applied = result.applied.len(),
+                deleted = result.deleted.len(),
+                failure = %result.failure_message,
+                "desired state applied"
+            );
+        }
+        if self.statuses.record(&result) {
+            touched.insert(result.event_trigger.clone());
+        }
+        Ok(Output {
+            subject: desired.applied_subject.clone(),
+            payload: sluice_wire::encode(&result),
+            ..Output::default()
+        })
+    }
+
+    /// Objects someone else deleted: each one the applier did not delete itself is noted for
+    /// its unit's repair.
+    fn on_gone(&mut self, kind: &str, deletions: sluice_kube::watch::Deletions) {
+        let now = tokio::time::Instant::now();
+        if let Some(watched) = deletions.listed {
+            tracing::info!(%kind, watched, "the objects sluice wrote of this kind are listed: one someone else deletes is written again");
+        }
+        for object in deletions.gone {
+            let id = (kind.to_string(), object.namespace, object.name);
+            if self.applier.own_deletion(&id) {
+                continue;
+            }
+            tracing::info!(
+                kind = %id.0,
+                namespace = %id.1,
+                name = %id.2,
+                desired = %object.kept,
+                "an object sluice wrote was deleted by someone else: it is written again from its desired state"
+            );
+            self.repairs.note(&object.kept, id, now);
+        }
+    }
+
+    /// Repairs the units that are due: each unit's latest desired state is read from the
+    /// stream and executed with its deleted objects no longer counted as held, so that what
+    /// it still wants is written again. A unit its stream no longer holds, or whose state
+    /// wants nothing (removed, or failed: what exists is kept), is left as it is. A repair
+    /// that fails is due again later.
+    async fn repair_due(&mut self, now: tokio::time::Instant) -> Vec<Output> {
+        let due = self.repairs.take_due(now, crate::repair::MOST_AT_ONCE);
+        if due.is_empty() {
+            return Vec::new();
+        }
+        let bus = &self.bus;
+        let read: Vec<_> = futures::stream::iter(due)
+            .map(|due| async move {
+                let last = bus.last_state(topology::DESIRED, &due.subject).await;
+                (due, last)
+            })
+            .buffered(16)
+            .collect()
+            .await;
+        let mut units: Vec<(Due, Desired)> = Vec::new();
+        for (due, last) in read {
+            let delivered = match last {
+                Ok(Some(delivered)) => delivered,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(subject = %due.subject, error = %error, "failed to read a desired state to repair");
+                    self.repairs.retry(due, now);
+                    continue;
+                }
+            };
+            let desired = match decode(&delivered, self.key.as_ref()) {
+                Ok(desired) => desired,
+                Err(error) => {
+                    tracing::warn!(subject = %due.subject, error = %sluice_runtime::error_chain(&error), "a desired state to repair does not decode: left as it is");
+                    continue;
+                }
+            };
+            if desired.state.removed || !desired.state.failure_message.is_empty() {
+                continue;
+            }
+            self.applier.lose(&desired.state, &due.gone);
+            units.push((due, desired));
+        }
+        let states: Vec<(&str, &pb::DesiredState)> = units
+            .iter()
+            .map(|(due, desired)| (due.subject.as_str(), &desired.state))
+            .collect();
+        let results = self.applier.execute_all(&states).await;
+        let mut touched = BTreeSet::new();
+        let mut outputs = Vec::with_capacity(units.len());
+        for ((due, desired), result) in units.into_iter().zip(results) {
+            match self.settle(&desired, result, &mut touched).await {
+                Ok(output) => outputs.push(output),
+                Err(error) => {
+                    tracing::warn!(subject = %due.subject, error = %sluice_runtime::error_chain(&error), "failed to repair a unit: tried again later");
+                    self.repairs.retry(due, now);
+                }
+            }
+        }
+        for trigger in touched {
+            self.status_writes.mark(&self.statuses, &trigger, now);
+        }
+        outputs
+    }
+
     /// Writes the statuses that are due.
     async fn write_due_statuses(&mut self, now: tokio::time::Instant) {
         for trigger in self.status_writes.schedule.take_due(now) {
@@ -152,8 +319,7 @@ impl StatusWrites {
 
 impl Stage for ApplierStage {
     type Input = Desired;
-    /// The configuration feed of EventTriggers and EventBasedAddOns.
-    type Side = sluice_bus::Result<Delivered>;
+    type Side = Side;
     type Error = ApplyError;
 
     fn decode(&self, delivered: &Delivered) -> Result<Desired, ApplyError> {
@@ -170,60 +336,8 @@ impl Stage for ApplierStage {
         let mut touched = BTreeSet::new();
         let mut outcomes = Vec::with_capacity(inputs.len());
         for (input, result) in inputs.iter().zip(results) {
-            let desired = &input.value;
-            let result = match result {
-                Ok(result) => result,
-                Err(source) => {
-                    if matches!(source, sluice_kube::Error::Terminating { .. }) {
-                        let trigger = &desired.state.event_trigger;
-                        let kind = match desired.state.event_trigger_kind.as_str() {
-                            "" => self.statuses.kind(trigger).to_string(),
-                            kind => kind.to_string(),
-                        };
-                        self.applier
-                            .report_waiting(&kind, trigger, &source, &mut self.waiting_told)
-                            .await;
-                    }
-                    // A CRD may have been re-created: kinds are resolved again next time.
-                    self.applier.forget_kinds();
-                    outcomes.push(Err(ApplyError::Kube {
-                        event_trigger: desired.state.event_trigger.clone(),
-                        source,
-                    }));
-                    continue;
-                }
-            };
-            for (stream, filter) in followups(&desired.state, &desired.cluster).purge {
-                if let Err(error) = self.bus.purge(stream, &filter).await {
-                    tracing::warn!(error = %error, %filter, "failed to purge the units of a withdrawn trigger and cluster");
-                }
-            }
-            // One line per unit is one per event: at debug, unless the unit failed (the
-            // counters and the trigger's status tell the rest).
-            if result.failure_message.is_empty() {
-                tracing::debug!(
-                    event_trigger = %desired.state.event_trigger,
-                    applied = result.applied.len(),
-                    deleted = result.deleted.len(),
-                    "desired state applied"
-                );
-            } else {
-                tracing::info!(
-                    event_trigger = %desired.state.event_trigger,
-                    applied = result.applied.len(),
-                    deleted = result.deleted.len(),
-                    failure = %result.failure_message,
-                    "desired state applied"
-                );
-            }
-            if self.statuses.record(&result) {
-                touched.insert(result.event_trigger.clone());
-            }
-            outcomes.push(Ok(vec![Output {
-                subject: desired.applied_subject.clone(),
-                payload: sluice_wire::encode(&result),
-                ..Output::default()
-            }]));
+            let settled = self.settle(&input.value, result, &mut touched).await;
+            outcomes.push(settled.map(|output| vec![output]));
         }
         let now = tokio::time::Instant::now();
         for trigger in touched {
@@ -234,17 +348,22 @@ impl Stage for ApplierStage {
     }
 
     fn next_tick(&self) -> Option<tokio::time::Instant> {
-        self.status_writes.next_due()
+        match (self.status_writes.next_due(), self.repairs.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     async fn on_tick(&mut self) -> Vec<Output> {
-        self.write_due_statuses(tokio::time::Instant::now()).await;
-        Vec::new()
+        let now = tokio::time::Instant::now();
+        let outputs = self.repair_due(now).await;
+        self.write_due_statuses(now).await;
+        outputs
     }
 
-    async fn on_side(&mut self, side: sluice_bus::Result<Delivered>) -> Vec<Output> {
+    async fn on_side(&mut self, side: Side) -> Vec<Output> {
         match side {
-            Ok(delivered) => {
+            Side::Config(Ok(delivered)) => {
                 self.applier
                     .release_if_done(&self.statuses, &delivered)
                     .await;
@@ -252,7 +371,13 @@ impl Stage for ApplierStage {
                     .report_invalid(&delivered, &mut self.reported)
                     .await;
             }
-            Err(error) => tracing::warn!(error = %error, "skipping a configuration message"),
+            Side::Config(Err(error)) => {
+                tracing::warn!(error = %error, "skipping a configuration message")
+            }
+            Side::Gone(kind, deletions) => self.on_gone(kind, deletions),
+            Side::WatchFailed(kind, error) => {
+                tracing::warn!(%kind, %error, "the watch of the objects sluice wrote failed: it goes on")
+            }
         }
         Vec::new()
     }

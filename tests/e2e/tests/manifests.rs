@@ -364,7 +364,7 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
                     "*",
                     sveltos,
                     &["eventreports"],
-                    &["get", "create", "patch", "delete"],
+                    &["get", "list", "watch", "create", "patch", "delete"],
                 ),
                 expand("*", sveltos, &["eventreports/status"], &["patch"]),
             ]
@@ -377,7 +377,7 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
                     "*",
                     "config.projectsveltos.io",
                     &["clusterprofiles"],
-                    &["list", "create", "patch", "delete"],
+                    &["list", "watch", "create", "patch", "delete"],
                 ),
                 expand(
                     "*",
@@ -391,12 +391,13 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
                     &["eventtriggers/status", "eventbasedaddons/status"],
                     &["patch"],
                 ),
-                // ConfigMaps and Secrets: only where it writes them, listing included.
+                // ConfigMaps and Secrets: only where it writes them, listing and watching
+                // included.
                 expand(
                     "projectsveltos",
                     "",
                     &["configmaps", "secrets"],
-                    &["list", "create", "patch", "delete"],
+                    &["list", "watch", "create", "patch", "delete"],
                 ),
                 expand("default", "", &["events"], &["create", "patch"]),
             ]
