@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::cluster::ClusterId;
+use crate::cluster::{ClusterId, ClusterType};
 
 pub const LABEL_EVENT_TRIGGER: &str = "eventtrigger.lib.projectsveltos.io/eventtriggername";
 pub const LABEL_CLUSTER_NAMESPACE: &str = "eventtrigger.lib.projectsveltos.io/clusterNamespace";
@@ -36,6 +36,32 @@ pub fn event_report_name(cluster: &ClusterId, event_source: &str) -> String {
         event_source,
         cluster.name
     )
+}
+
+/// Every (cluster, EventSource) whose management-cluster EventReport is `namespace`/`name`
+/// ([`event_report_name`] read backwards): a name and an EventSource may both hold `--`, so
+/// each place the two could split is one reading.
+pub fn event_report_keys(namespace: &str, name: &str) -> Vec<(ClusterId, String)> {
+    let Some((cluster_type, rest)) = name.split_once("--") else {
+        return Vec::new();
+    };
+    let Some(cluster_type) =
+        ClusterType::parse(cluster_type).filter(|parsed| parsed.lower() == cluster_type)
+    else {
+        return Vec::new();
+    };
+    (0..rest.len())
+        .filter(|&at| rest.as_bytes()[at..].starts_with(b"--"))
+        .map(|at| {
+            let cluster = ClusterId {
+                cluster_type,
+                namespace: namespace.to_string(),
+                name: rest[at + 2..].to_string(),
+            };
+            (cluster, rest[..at].to_string())
+        })
+        .filter(|(cluster, event_source)| !cluster.name.is_empty() && !event_source.is_empty())
+        .collect()
 }
 
 /// Labels of the management-cluster EventReport.
@@ -184,6 +210,39 @@ pub fn is_valid_label_value(value: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_report_name_is_read_back_into_every_cluster_and_event_source_it_can_be() {
+        use crate::cluster::{ClusterId, ClusterType};
+        let cluster = |name: &str| ClusterId {
+            cluster_type: ClusterType::Capi,
+            namespace: "fleet".into(),
+            name: name.into(),
+        };
+        let key = (cluster("prod-1"), "sveltos-service".to_string());
+        let name = super::event_report_name(&key.0, &key.1);
+        assert_eq!(super::event_report_keys("fleet", &name), [key]);
+        assert_eq!(
+            super::event_report_keys("fleet", "capi--a--b--c"),
+            [
+                (cluster("b--c"), "a".to_string()),
+                (cluster("c"), "a--b".to_string())
+            ]
+        );
+        assert_eq!(
+            super::event_report_keys("fleet", "capi--a---b"),
+            [
+                (cluster("-b"), "a".to_string()),
+                (cluster("b"), "a-".to_string())
+            ]
+        );
+        for foreign in ["capi--a", "Capi--a--b", "other--a--b", "capi----b", "plain"] {
+            assert!(
+                super::event_report_keys("fleet", foreign).is_empty(),
+                "{foreign}"
+            );
+        }
+    }
+
     use super::*;
     use crate::cluster::ClusterType;
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use base64::Engine as _;
+use futures::StreamExt as _;
 use serde_json::{json, Value};
 use sluice_bus::runner::Runner;
 use sluice_bus::topology;
@@ -363,11 +364,30 @@ pub async fn run(
     let runner = Runner::bind(&bus, topology::REPORTER_MATCH)
         .await?
         .with_freshness(last_seen);
+    // A report someone else deletes is written again: one watch of the EventReports.
+    let gone = sluice_kube::watch::watch_deletions(
+        stage.client.clone(),
+        stage.kind.clone(),
+        None,
+        sluice_domain::naming::REPORT_LABEL_EVENT_SOURCE,
+        remember_every_report,
+    )
+    .map(|batch| match batch {
+        Ok(deletions) => stage::Side::Gone(deletions),
+        Err(error) => stage::Side::WatchFailed(error.to_string()),
+    });
+    let side = futures::stream::select(applied_feed.map(stage::Side::Applied), gone);
     health.set_ready(true);
-    let outcome = runner.run(&mut stage, applied_feed, token).await;
+    let outcome = runner.run(&mut stage, side, token).await;
     bus.close().await;
     outcome?;
     Ok(())
+}
+
+/// What the watch of EventReports keeps of each: nothing but that it exists (a deleted one's
+/// name says its set, `naming::event_report_keys`).
+fn remember_every_report(_: &Value) -> Option<String> {
+    Some(String::new())
 }
 
 #[cfg(test)]

@@ -59,9 +59,19 @@ impl Failure for ReportError {
     }
 }
 
+/// What the reporter follows besides its consumer.
+pub enum Side {
+    /// The apply results (rendering failures for the reports' statuses).
+    Applied(sluice_bus::Result<Delivered>),
+    /// EventReports its watch saw go (or the watch's list complete).
+    Gone(sluice_kube::watch::Deletions),
+    /// The watch of EventReports failed; it goes on with backoff.
+    WatchFailed(String),
+}
+
 impl Stage for ReporterStage {
     type Input = Owned<Unit>;
-    type Side = sluice_bus::Result<Delivered>;
+    type Side = Side;
     type Error = ReportError;
     /// It publishes nothing: a batch is one entry of the window, acked by one covering ack.
     const JOINT: bool = true;
@@ -102,9 +112,18 @@ impl Stage for ReporterStage {
         outcomes
     }
 
-    async fn on_side(&mut self, side: sluice_bus::Result<Delivered>) -> Vec<Output> {
-        let Ok(delivered) = side else {
-            return Vec::new();
+    async fn on_side(&mut self, side: Side) -> Vec<Output> {
+        let delivered = match side {
+            Side::Applied(Ok(delivered)) => delivered,
+            Side::Applied(Err(_)) => return Vec::new(),
+            Side::Gone(deletions) => {
+                self.on_gone(deletions);
+                return Vec::new();
+            }
+            Side::WatchFailed(error) => {
+                tracing::warn!(%error, "the watch of EventReports failed: it goes on");
+                return Vec::new();
+            }
         };
         let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) else {
             tracing::warn!(subject = %delivered.subject, "skipping unreadable apply result");
@@ -138,6 +157,31 @@ impl Stage for ReporterStage {
 }
 
 impl ReporterStage {
+    /// EventReports deleted: one of a set the reporter holds (its head read, so its report was
+    /// written) was deleted by someone else, as the reporter deletes a report only once its set
+    /// is removed. It is written again from the set, as any change of it would be.
+    fn on_gone(&mut self, deletions: sluice_kube::watch::Deletions) {
+        if let Some(watched) = deletions.listed {
+            tracing::info!(
+                watched,
+                "the EventReports are listed: one someone else deletes is written again"
+            );
+        }
+        let now = Instant::now();
+        for gone in deletions.gone {
+            for key in sluice_domain::naming::event_report_keys(&gone.namespace, &gone.name) {
+                if self
+                    .sets
+                    .get(&key)
+                    .is_some_and(|view| view.head().is_some())
+                {
+                    tracing::info!(namespace = %gone.namespace, name = %gone.name, "an EventReport was deleted by someone else: it is written again");
+                    self.schedule.mark(&key, now);
+                }
+            }
+        }
+    }
+
     /// Writes `key`'s report as its set now is.
     async fn write(&mut self, key: &SetKey, now: Instant) {
         // A report too large to list its members is written without them: the set is not
