@@ -3,7 +3,8 @@
 //! EventSource changed and deleted, EventTrigger deleted (finalizer released once all is
 //! gone), cluster stops matching, cluster deleted, a broken template (status and report show
 //! it, what exists stays), the applier restarted in the middle of a change, and a profile wanted
-//! again while Sveltos's addon-controller still holds the old one with its finalizer.
+//! again while Sveltos's addon-controller still holds the old one with its finalizer. And the
+//! other way round: what sluice wrote and someone else deletes is written again.
 
 use std::time::Duration;
 
@@ -409,5 +410,171 @@ async fn a_profile_wanted_again_while_still_being_deleted_is_created_anew() -> a
     })
     .await
     .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
+
+/// The uids of the objects sluice owns for the seed's trigger in cluster-a, by kind.
+async fn owned_uids(stack: &Stack) -> anyhow::Result<Vec<(String, String)>> {
+    let mut owned: Vec<(String, String)> = owned_by(stack, TRIGGER, "cluster-a")
+        .await?
+        .iter()
+        .map(|o| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (text(&o["kind"]), text(&o["metadata"]["uid"]))
+        })
+        .collect();
+    owned.sort();
+    Ok(owned)
+}
+
+/// Deletes every object sluice owns for the seed's trigger in cluster-a, as a user would with
+/// kubectl, and waits until each is back (by a new uid).
+async fn delete_by_hand_and_see_them_back(stack: &Stack) -> anyhow::Result<Vec<Value>> {
+    let before = owned_uids(stack).await?;
+    let kinds: Vec<&str> = before.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(kinds, ["ClusterProfile", "ConfigMap"]);
+    for object in owned_by(stack, TRIGGER, "cluster-a").await? {
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        stack
+            .delete(
+                MANAGEMENT,
+                text("/apiVersion"),
+                text("/kind"),
+                text("/metadata/namespace"),
+                text("/metadata/name"),
+            )
+            .await?;
+    }
+    wait_for(
+        "the objects deleted by hand written again",
+        DEADLINE,
+        || async {
+            let after = owned_uids(stack).await.ok()?;
+            (after.len() == before.len()
+                && after
+                    .iter()
+                    .zip(&before)
+                    .all(|(a, b)| a.0 == b.0 && a.1 != b.1))
+            .then_some(())
+        },
+    )
+    .await
+    .map_err(|e| fail(stack, e))?;
+    owned_by(stack, TRIGGER, "cluster-a").await
+}
+
+/// A ClusterProfile or instantiated ConfigMap deleted by hand (`kubectl delete`) while its
+/// event stands is written again from its unit's desired state, as Sveltos's event-manager
+/// writes it again at its next collection; also by an applier restarted since, which knows
+/// the unit from the object's annotation. So is the EventReport, from the reporter's set. The
+/// applier's own deletions (the event going) stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow::Result<()> {
+    const REPAIRING: &str = "deleted by someone else: it is written again";
+    let mut stack = running_seed().await?;
+    wait_for("the applier watching what it wrote", DEADLINE, || async {
+        let log = stack.service_log("sluice-applier");
+        (log.matches("the objects sluice wrote of this kind are listed")
+            .count()
+            == 3)
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    let first = restored(&stack).await?;
+    let subject = sluice_bus::topology::desired_resource_subject(
+        TRIGGER,
+        &sluice_bus::topology::cluster_tokens("sveltos", "default", "cluster-a"),
+        "default",
+        "my-service",
+    );
+    assert_eq!(
+        first["metadata"]["annotations"]["sluice.io/desired-subject"],
+        subject.as_str(),
+        "the profile names the desired state it comes from"
+    );
+
+    let again = delete_by_hand_and_see_them_back(&stack).await?;
+    for object in &again {
+        assert_eq!(
+            object["metadata"]["annotations"]["sluice.io/desired-subject"],
+            subject.as_str()
+        );
+    }
+    let profile = restored(&stack).await?;
+    assert_eq!(profile["spec"], first["spec"]);
+    assert_eq!(profile["metadata"]["name"], first["metadata"]["name"]);
+    assert_eq!(
+        stack
+            .service_log("sluice-applier")
+            .matches(REPAIRING)
+            .count(),
+        2,
+        "one line per object deleted by hand"
+    );
+
+    // The EventReport, a view the reporter keeps, likewise.
+    const REPORT: &str = "sveltos--sveltos-service--cluster-a";
+    let lists_the_service = |r: &Value| r["spec"]["matchingResources"][0]["name"] == "my-service";
+    let report = demo::wait_report(&stack, REPORT, DEADLINE, lists_the_service)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventReport",
+            "default",
+            REPORT,
+        )
+        .await?;
+    let again = demo::wait_report(&stack, REPORT, DEADLINE, |r| {
+        r["metadata"]["uid"] != report["metadata"]["uid"]
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(again["spec"], report["spec"]);
+    assert!(stack
+        .service_log("sluice-reporter")
+        .contains("an EventReport was deleted by someone else: it is written again"));
+
+    // A restarted applier knows nothing of the pair until it is deleted from.
+    stack.stop_service("sluice-applier")?;
+    stack.start_service("sluice-applier")?;
+    wait_for("the restarted applier watching", DEADLINE, || async {
+        let log = stack.service_log("sluice-applier");
+        (log.matches("the objects sluice wrote of this kind are listed")
+            .count()
+            == 3)
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    delete_by_hand_and_see_them_back(&stack).await?;
+
+    // The event goes: what the applier deletes itself stays deleted, and is not taken for
+    // someone else's deletion.
+    let repairs = stack
+        .service_log("sluice-applier")
+        .matches(REPAIRING)
+        .count();
+    stack
+        .delete("cluster-a", "v1", "Service", "default", "my-service")
+        .await?;
+    cleaned(&stack).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(owned_by(&stack, TRIGGER, "cluster-a").await?.is_empty());
+    assert_eq!(
+        stack
+            .service_log("sluice-applier")
+            .matches(REPAIRING)
+            .count(),
+        repairs
+    );
     Ok(())
 }
