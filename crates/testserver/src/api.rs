@@ -428,7 +428,11 @@ pub(crate) fn respond_object(
         );
         return json_response(code, &t);
     }
-    json_response(code, &obj)
+    match table::wants_partial(accept) {
+        Some(table::Partial::Object) => json_response(code, &table::partial(&obj)),
+        Some(asked) => table::partial_not_acceptable(asked).into_response(),
+        None => json_response(code, &obj),
+    }
 }
 
 fn get(call: &Call, target: &Target) -> Result<Response, ApiError> {
@@ -520,6 +524,16 @@ fn list(call: &Call, target: &Target) -> Result<Response, ApiError> {
             ),
         ));
     }
+    match table::wants_partial(call.header("accept")) {
+        Some(table::Partial::List) => {
+            return Ok(json_response(
+                StatusCode::OK,
+                &table::partial_list(&items, meta),
+            ))
+        }
+        Some(asked) => return Err(table::partial_not_acceptable(asked)),
+        None => {}
+    }
     let body = json!({
         "kind": format!("{}List", target.info.kind),
         "apiVersion": target.info.api_version(&target.version),
@@ -555,6 +569,11 @@ fn watch_call(call: &Call, target: Target) -> Result<Response, ApiError> {
                 .unwrap_or("Metadata")
                 .to_string()
         }),
+        partial: match table::wants_partial(call.header("accept")) {
+            Some(table::Partial::Object) => true,
+            Some(asked) => return Err(table::partial_not_acceptable(asked)),
+            None => false,
+        },
     };
     watch::serve(call.cluster.clone(), target, filter, params)
 }

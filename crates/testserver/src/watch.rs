@@ -26,6 +26,8 @@ pub struct WatchParams {
     pub timeout: Option<Duration>,
     /// `Some(includeObject)` when the client asked for Table rows.
     pub table: Option<String>,
+    /// Whether events carry the objects' metadata only (`as=PartialObjectMetadata`).
+    pub partial: bool,
 }
 
 /// How often an idle watch with bookmarks enabled reports progress.
@@ -167,6 +169,8 @@ impl Stream {
         };
         if let Some(include) = &self.params.table {
             object = table::table(&[object], json!({}), include);
+        } else if self.params.partial {
+            object = table::partial(&object);
         }
         self.send_raw(json!({"type": kind, "object": object})).await
     }
@@ -180,7 +184,7 @@ impl Stream {
             crate::conversion::Strategy::Webhook(_)
         ) && change.object.get("apiVersion").and_then(Value::as_str)
             != Some(self.info.api_version(&self.version).as_str());
-        if self.params.table.is_some() || through_webhook {
+        if self.params.table.is_some() || self.params.partial || through_webhook {
             return self.send(kind, (*change.object).clone()).await;
         }
         let schema = self.info.schema(&self.version);

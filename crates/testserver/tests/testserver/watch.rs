@@ -278,3 +278,114 @@ async fn a_bookmark_reports_changes_of_other_kinds_after_every_event_of_its_own(
     assert!(added, "the ConfigMap's event came");
     server.shutdown().await;
 }
+
+/// client-go's metadata client and kube-rs's `Api<PartialObjectMeta<K>>` ask for the metadata
+/// only (`Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`): a get,
+/// a list and a watch answer with it, never the object's contents; the form of the other shape
+/// is a 406, as kube-apiserver answers.
+#[tokio::test]
+async fn metadata_only_reads_carry_the_metadata_and_nothing_else() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::PartialObjectMeta;
+    const OBJECT: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    const LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let server = server(&["mgmt"]).await;
+    let client = client(&server, "mgmt").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let secret: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s", "labels": {"app": "x"}, "annotations": {"note": "kept"}},
+        "stringData": {"password": "hunter2"}}))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create");
+
+    // kube-rs: get, list and a watcher, metadata only
+    let metadata: Api<PartialObjectMeta<Secret>> = Api::namespaced(client, "default");
+    let got = metadata.get("s").await.expect("get");
+    assert_eq!(got.metadata.annotations.unwrap_or_default()["note"], "kept");
+    let listed = metadata.list(&Default::default()).await.expect("list");
+    let names: Vec<_> = listed
+        .items
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["s"]);
+    let mut watch = watcher(metadata, watcher::Config::default().labels("app=x")).boxed();
+    let mut first = Vec::new();
+    while let Some(event) = watch.next().await {
+        match event.expect("event") {
+            watcher::Event::InitApply(m) => first.push(m.metadata.name.unwrap_or_default()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(first, ["s"]);
+    secrets
+        .delete("s", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let deleted = loop {
+        match watch.next().await.expect("open").expect("event") {
+            watcher::Event::Delete(m) => break m,
+            _ => continue,
+        }
+    };
+    assert_eq!(
+        deleted.metadata.annotations.unwrap_or_default()["note"],
+        "kept"
+    );
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create again");
+
+    // on the wire: the metadata-only kinds, no contents
+    let token = server.admin_token("mgmt").expect("token");
+    let raw = |accept: &str, path: &str| {
+        let headers = format!("Authorization: Bearer {token}\r\nAccept: {accept}\r\n");
+        let path = format!("/clusters/mgmt/api/v1/namespaces/default/secrets{path}");
+        let server = &server;
+        async move { super::support::http_raw(server, "GET", &path, &headers, "").await }
+    };
+    let (code, _, body) = raw(OBJECT, "/s").await;
+    assert_eq!(code, 200, "{body}");
+    let object: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(object["kind"], "PartialObjectMetadata");
+    assert_eq!(object["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(object["metadata"]["name"], "s");
+    assert!(object.get("data").is_none(), "{body}");
+    let (code, _, body) = raw(LIST, "").await;
+    assert_eq!(code, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(list["kind"], "PartialObjectMetadataList");
+    assert_eq!(list["items"][0]["kind"], "PartialObjectMetadata");
+    assert!(list["metadata"]["resourceVersion"].is_string());
+    let (code, _, body) = raw(OBJECT, "?watch=true&timeoutSeconds=1").await;
+    assert_eq!(code, 200);
+    assert!(body.contains(r#""kind":"PartialObjectMetadata""#), "{body}");
+    assert!(
+        !body.contains("aHVudGVyMg") && !body.contains("hunter2"),
+        "{body}"
+    );
+    for (accept, path, message) in [
+        (
+            LIST,
+            "/s",
+            "you requested PartialObjectMetadataList, but the requested object is not a list",
+        ),
+        (
+            OBJECT,
+            "",
+            "you requested PartialObjectMetadata, but the requested object is a list",
+        ),
+    ] {
+        let (code, _, body) = raw(accept, path).await;
+        assert_eq!(code, 406, "{body}");
+        let status: serde_json::Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(status["reason"], "NotAcceptable");
+        assert_eq!(status["message"], message);
+    }
+    server.shutdown().await;
+}
