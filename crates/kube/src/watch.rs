@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use futures::{Stream, StreamExt};
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
@@ -366,7 +366,9 @@ pub fn watch_deletions(
     labels: &str,
     keep: fn(&Value) -> Option<String>,
 ) -> impl Stream<Item = Result<Deletions, watcher::Error>> + Send {
-    let api: Api<DynamicObject> = match namespace {
+    // Metadata only: what `keep` reads is there, and the objects' contents (a Secret's data)
+    // never travel.
+    let api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
         Some(namespace) => Api::namespaced_with(client, namespace, &kind.resource),
         None => Api::all_with(client, &kind.resource),
     };
@@ -393,8 +395,8 @@ pub fn watch_deletions(
     })
 }
 
-fn to_json_event(event: Event<DynamicObject>) -> Event<Value> {
-    let json = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+fn to_json_event<K: serde::Serialize>(event: Event<K>) -> Event<Value> {
+    let json = |o: K| serde_json::to_value(o).unwrap_or(Value::Null);
     match event {
         Event::Apply(o) => Event::Apply(json(o)),
         Event::Delete(o) => Event::Delete(json(o)),
