@@ -101,8 +101,9 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
         "applied" => {
             let m = pb::ApplyResult::decode(payload)?;
             json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster),
-                   "applied": refs(&m.applied), "deleted": refs(&m.deleted), "error": m.error,
-                   "failureMessage": m.failure_message, "sourceSequence": m.source_sequence})
+                   "applied": refs(&m.applied), "deleted": refs(&m.deleted), "held": refs(&m.held),
+                   "error": m.error, "failureMessage": m.failure_message,
+                   "sourceSequence": m.source_sequence})
         }
         _ => json!({"raw": String::from_utf8_lossy(payload)}),
     })

@@ -481,6 +481,13 @@ pub fn applied_subject_for(desired_subject: &str) -> Option<String> {
     Some(format!("{PREFIX}.applied.{rest}"))
 }
 
+/// The desired-state subject an ApplyResult subject is the result of: the same tokens under
+/// `desired`.
+pub fn desired_subject_for(applied_subject: &str) -> Option<String> {
+    let rest = applied_subject.strip_prefix(&format!("{PREFIX}.applied."))?;
+    Some(format!("{PREFIX}.desired.{rest}"))
+}
+
 pub fn dead_subject(stage: &str) -> String {
     format!("{PREFIX}.dead.{}", encode_token(stage))
 }
@@ -539,6 +546,10 @@ mod tests {
         ] {
             assert!(is_desired_unit_subject(&subject), "{subject}");
         }
+        let resource = desired_resource_subject("trigger.x", &cluster, "", "web>");
+        let applied = applied_subject_for(&resource).unwrap_or_default();
+        assert_eq!(desired_subject_for(&applied), Some(resource));
+        assert_eq!(desired_subject_for(&main), None);
         for subject in [
             desired_units_filter("trigger.x", &cluster),
             format!("{main}.*.a.b"),

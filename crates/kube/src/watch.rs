@@ -272,10 +272,16 @@ pub struct DeletionState {
 }
 
 impl DeletionState {
-    pub fn new(keep: fn(&Value) -> Option<String>) -> DeletionState {
+    /// Starts from `seen`, what is expected to exist (with what `keep` would take from each),
+    /// so that the first complete list tells those missing as gone: deleted while nothing
+    /// watched.
+    pub fn new(
+        keep: fn(&Value) -> Option<String>,
+        seen: HashMap<ObjectKey, String>,
+    ) -> DeletionState {
         DeletionState {
             keep,
-            seen: HashMap::new(),
+            seen,
             relist: None,
         }
     }
@@ -356,15 +362,16 @@ pub struct Deletions {
 
 /// Watches the objects of `kind` that `labels` selects (in `namespace`, or everywhere when
 /// `None`) and yields batches of those gone, each with what `keep` took from it when it was
-/// last seen, and each completed list. Deletions made while nothing watched (before the first
-/// list completes) are not found. Errors from the API server are yielded and the watch goes on
-/// with backoff.
+/// last seen, and each completed list. Of what was deleted before the first list completes,
+/// only what `expected` names is found (see [`DeletionState::new`]). Errors from the API server
+/// are yielded and the watch goes on with backoff.
 pub fn watch_deletions(
     client: Client,
     kind: Kind,
     namespace: Option<&str>,
     labels: &str,
     keep: fn(&Value) -> Option<String>,
+    expected: HashMap<ObjectKey, String>,
 ) -> impl Stream<Item = Result<Deletions, watcher::Error>> + Send {
     // Metadata only: what `keep` reads is there, and the objects' contents (a Secret's data)
     // never travel.
@@ -372,7 +379,7 @@ pub fn watch_deletions(
         Some(namespace) => Api::namespaced_with(client, namespace, &kind.resource),
         None => Api::all_with(client, &kind.resource),
     };
-    let mut state = DeletionState::new(keep);
+    let mut state = DeletionState::new(keep, expected);
     watcher::watcher(
         api,
         watcher::Config::default().labels(labels).any_semantic(),
@@ -480,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_deletion_is_told_with_what_was_kept_of_the_object() {
-        let mut s = DeletionState::new(kept);
+        let mut s = DeletionState::new(kept, HashMap::new());
         assert!(s
             .on_event(Event::Apply(annotated("a", Some("u1"))))
             .is_empty());
@@ -496,8 +503,23 @@ mod tests {
     }
 
     #[test]
+    fn what_was_expected_and_is_not_listed_first_is_told_gone() {
+        let expected = HashMap::from([
+            (("default".to_string(), "a".to_string()), "u1".to_string()),
+            (("default".to_string(), "b".to_string()), "u2".to_string()),
+        ]);
+        let mut s = DeletionState::new(kept, expected);
+        s.on_event(Event::Init);
+        s.on_event(Event::InitApply(annotated("b", Some("u2"))));
+        assert_eq!(
+            s.on_event(Event::InitDone),
+            [gone(("default".into(), "a".into()), "u1".into())]
+        );
+    }
+
+    #[test]
     fn a_deletion_found_by_a_relist_is_told_with_what_was_kept() {
-        let mut s = DeletionState::new(kept);
+        let mut s = DeletionState::new(kept, HashMap::new());
         s.on_event(Event::Apply(annotated("a", Some("u1"))));
         s.on_event(Event::Apply(annotated("b", Some("u2"))));
         s.on_event(Event::Apply(annotated("c", Some("u3"))));

@@ -295,6 +295,7 @@ impl Applier {
             lock(&self.listing).remove(&key);
             lock(&self.adoptable).remove(&key);
         } else {
+            result.held = plan::object_refs(known.keys());
             lock(&self.pairs).record(&key, unit_labels, known);
         }
         Ok(result)

@@ -72,12 +72,22 @@ pub async fn run(
         repairs: repair::Repairs::default(),
         key,
     };
-    // The statuses as the last results left them, so a restart writes from the whole picture.
+    // The statuses as the last results left them, so a restart writes from the whole picture;
+    // and what the units held, so that what was deleted meanwhile is found (ADR 0039).
+    let mut expected = Expected::new();
     for delivered in bus
         .replay_state(topology::APPLIED, topology::APPLIED.subjects)
         .await?
     {
         if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) {
+            if let Some(desired) = topology::desired_subject_for(&delivered.subject) {
+                for held in &result.held {
+                    expected
+                        .entry(held.kind.clone())
+                        .or_default()
+                        .insert((held.namespace.clone(), held.name.clone()), desired.clone());
+                }
+            }
             if stage.statuses.record(&result) {
                 // Written once at start: a write paced before a restart may not have been made.
                 let now = tokio::time::Instant::now();
@@ -104,6 +114,7 @@ pub async fn run(
     feeds.extend(owned_deletions(
         stage.applier.client.clone(),
         &common.sveltos_namespace,
+        expected,
         &token,
     ));
     let runner = Runner::bind(&bus, topology::APPLIER_DESIRED)
@@ -126,12 +137,21 @@ const OWNED_SELECTOR: &str = sluice_domain::naming::LABEL_EVENT_TRIGGER;
 /// not serve yet (Sveltos's CRDs not installed).
 const RESOLVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// What the units held as their last results say, by kind, (namespace, name) and the desired
+/// subject of the unit that holds it.
+type Expected = std::collections::HashMap<
+    String,
+    std::collections::HashMap<sluice_kube::watch::ObjectKey, String>,
+>;
+
 /// One watch per owned kind (ClusterProfiles everywhere, ConfigMaps and Secrets in Sveltos's
 /// namespace, where the applier writes them) of the objects sluice wrote, yielding those that
-/// go with the desired-state subject each named.
+/// go with the desired-state subject each named; what `expected` names and the first list
+/// lacks went while the applier was away.
 fn owned_deletions(
     client: kube::Client,
     namespace: &str,
+    mut expected: Expected,
     token: &CancellationToken,
 ) -> Vec<futures::stream::BoxStream<'static, stage::Side>> {
     plan::OWNED
@@ -139,6 +159,7 @@ fn owned_deletions(
         .map(|&(api_version, kind)| {
             let client = client.clone();
             let namespace = namespace.to_string();
+            let mut expected = Some(expected.remove(kind).unwrap_or_default());
             let token = token.clone();
             let resolved = async move {
                 loop {
@@ -164,6 +185,7 @@ fn owned_deletions(
                         namespace,
                         OWNED_SELECTOR,
                         plan::desired_subject_of,
+                        expected.take().unwrap_or_default(),
                     )
                 })
                 .map(move |batch| match batch {

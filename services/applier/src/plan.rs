@@ -85,9 +85,18 @@ pub fn plan(desired: &[Value], known: &Known) -> Plan {
     }
     changed.sort_by_key(|(o, _)| rank(o.get("kind").and_then(Value::as_str).unwrap_or("")));
     let (apply, hashes) = changed.into_iter().unzip();
-    let mut delete: Vec<pb::ObjectRef> = known
-        .keys()
-        .filter(|id| !wanted.contains(*id))
+    let mut delete = object_refs(known.keys().filter(|id| !wanted.contains(*id)));
+    delete.sort_by_key(|r| std::cmp::Reverse(rank(&r.kind)));
+    Plan {
+        apply,
+        hashes,
+        delete,
+    }
+}
+
+/// The references of owned objects, their apiVersion from [`OWNED`].
+pub fn object_refs<'a>(ids: impl IntoIterator<Item = &'a ObjectId>) -> Vec<pb::ObjectRef> {
+    ids.into_iter()
         .map(|(kind, namespace, name)| pb::ObjectRef {
             api_version: OWNED
                 .iter()
@@ -98,13 +107,7 @@ pub fn plan(desired: &[Value], known: &Known) -> Plan {
             namespace: namespace.clone(),
             name: name.clone(),
         })
-        .collect();
-    delete.sort_by_key(|r| std::cmp::Reverse(rank(&r.kind)));
-    Plan {
-        apply,
-        hashes,
-        delete,
-    }
+        .collect()
 }
 
 /// The objects a desired state wants (none when it is removed), each annotated with its unit's

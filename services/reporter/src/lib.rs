@@ -371,6 +371,7 @@ pub async fn run(
         None,
         sluice_domain::naming::REPORT_LABEL_EVENT_SOURCE,
         remember_every_report,
+        std::collections::HashMap::new(),
     )
     .map(|batch| match batch {
         Ok(deletions) => stage::Side::Gone(deletions),

@@ -430,6 +430,13 @@ async fn owned_uids(stack: &Stack) -> anyhow::Result<Vec<(String, String)>> {
 /// Deletes every object sluice owns for the seed's trigger in cluster-a, as a user would with
 /// kubectl, and waits until each is back (by a new uid).
 async fn delete_by_hand_and_see_them_back(stack: &Stack) -> anyhow::Result<Vec<Value>> {
+    let before = delete_by_hand(stack).await?;
+    see_them_back(stack, &before).await
+}
+
+/// Deletes every object sluice owns for the seed's trigger in cluster-a; returns their kinds
+/// and uids.
+async fn delete_by_hand(stack: &Stack) -> anyhow::Result<Vec<(String, String)>> {
     let before = owned_uids(stack).await?;
     let kinds: Vec<&str> = before.iter().map(|(kind, _)| kind.as_str()).collect();
     assert_eq!(kinds, ["ClusterProfile", "ConfigMap"]);
@@ -450,6 +457,12 @@ async fn delete_by_hand_and_see_them_back(stack: &Stack) -> anyhow::Result<Vec<V
             )
             .await?;
     }
+    assert!(owned_by(stack, TRIGGER, "cluster-a").await?.is_empty());
+    Ok(before)
+}
+
+/// Waits until each object `before` names is back (same kind, new uid).
+async fn see_them_back(stack: &Stack, before: &[(String, String)]) -> anyhow::Result<Vec<Value>> {
     wait_for(
         "the objects deleted by hand written again",
         DEADLINE,
@@ -458,7 +471,7 @@ async fn delete_by_hand_and_see_them_back(stack: &Stack) -> anyhow::Result<Vec<V
             (after.len() == before.len()
                 && after
                     .iter()
-                    .zip(&before)
+                    .zip(before)
                     .all(|(a, b)| a.0 == b.0 && a.1 != b.1))
             .then_some(())
         },
@@ -471,7 +484,7 @@ async fn delete_by_hand_and_see_them_back(stack: &Stack) -> anyhow::Result<Vec<V
 /// A ClusterProfile or instantiated ConfigMap deleted by hand (`kubectl delete`) while its
 /// event stands is written again from its unit's desired state, as Sveltos's event-manager
 /// writes it again at its next collection; also by an applier restarted since, which knows
-/// the unit from the object's annotation. So is the EventReport, from the reporter's set. The
+/// the unit from the object's annotation, and by one that was away while it was deleted. So is the EventReport, from the reporter's set. The
 /// applier's own deletions (the event going) stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow::Result<()> {
@@ -543,7 +556,22 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
         .service_log("sluice-reporter")
         .contains("an EventReport was deleted by someone else: it is written again"));
 
-    // A restarted applier knows nothing of the pair until it is deleted from.
+    // What is deleted while the applier is away, it finds at its start from what its last
+    // results say the units held.
+    stack.stop_service("sluice-applier")?;
+    let before = delete_by_hand(&stack).await?;
+    stack.start_service("sluice-applier")?;
+    see_them_back(&stack, &before).await?;
+    assert_eq!(
+        stack
+            .service_log("sluice-applier")
+            .matches(REPAIRING)
+            .count(),
+        2
+    );
+
+    // A restarted applier knows nothing of the pair until it is deleted from: the
+    // annotation names the unit.
     stack.stop_service("sluice-applier")?;
     stack.start_service("sluice-applier")?;
     wait_for("the restarted applier watching", DEADLINE, || async {
