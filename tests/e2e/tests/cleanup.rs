@@ -481,6 +481,20 @@ async fn see_them_back(stack: &Stack, before: &[(String, String)]) -> anyhow::Re
     owned_by(stack, TRIGGER, "cluster-a").await
 }
 
+/// Waits until the (last started) applier has listed what it wrote of each of its three kinds:
+/// from then on it sees every deletion.
+async fn applier_watching(stack: &Stack) -> anyhow::Result<()> {
+    wait_for("the applier watching what it wrote", DEADLINE, || async {
+        let log = stack.service_log("sluice-applier");
+        (log.matches("the objects sluice wrote of this kind are listed")
+            .count()
+            == 3)
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(stack, e))
+}
+
 /// A ClusterProfile or instantiated ConfigMap deleted by hand (`kubectl delete`) while its
 /// event stands is written again from its unit's desired state, as Sveltos's event-manager
 /// writes it again at its next collection; also by an applier restarted since, which knows
@@ -490,15 +504,7 @@ async fn see_them_back(stack: &Stack, before: &[(String, String)]) -> anyhow::Re
 async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow::Result<()> {
     const REPAIRING: &str = "deleted by someone else: it is written again";
     let mut stack = running_seed().await?;
-    wait_for("the applier watching what it wrote", DEADLINE, || async {
-        let log = stack.service_log("sluice-applier");
-        (log.matches("the objects sluice wrote of this kind are listed")
-            .count()
-            == 3)
-            .then_some(())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    applier_watching(&stack).await?;
     let first = restored(&stack).await?;
     let subject = sluice_bus::topology::desired_resource_subject(
         TRIGGER,
@@ -574,15 +580,7 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
     // annotation names the unit.
     stack.stop_service("sluice-applier")?;
     stack.start_service("sluice-applier")?;
-    wait_for("the restarted applier watching", DEADLINE, || async {
-        let log = stack.service_log("sluice-applier");
-        (log.matches("the objects sluice wrote of this kind are listed")
-            .count()
-            == 3)
-            .then_some(())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    applier_watching(&stack).await?;
     delete_by_hand_and_see_them_back(&stack).await?;
 
     // The event goes: what the applier deletes itself stays deleted, and is not taken for
