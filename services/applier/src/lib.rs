@@ -70,6 +70,7 @@ pub async fn run(
         reported: std::collections::BTreeMap::new(),
         waiting_told: std::collections::BTreeSet::new(),
         repairs: repair::Repairs::default(),
+        written_again: health.counter("sluice_applier_objects_written_again_total"),
         key,
     };
     // The statuses as the last results left them, so a restart writes from the whole picture;

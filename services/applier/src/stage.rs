@@ -107,6 +107,9 @@ pub(crate) struct ApplierStage {
     pub(crate) waiting_told: BTreeSet<String>,
     /// Units whose objects someone else deleted, to write again (ADR 0039).
     pub(crate) repairs: Repairs,
+    /// Objects someone else deleted that were written again
+    /// (`sluice_applier_objects_written_again_total`).
+    pub(crate) written_again: sluice_runtime::Counter,
     /// Opens the Secrets of desired states (ADR 0023).
     pub(crate) key: Option<BusKey>,
 }
@@ -260,11 +263,26 @@ impl ApplierStage {
         let mut touched = BTreeSet::new();
         let mut outputs = Vec::with_capacity(units.len());
         for ((due, desired), result) in units.into_iter().zip(results) {
+            let written = result.as_ref().map_or(0, |r| {
+                r.applied
+                    .iter()
+                    .filter(|a| {
+                        due.gone
+                            .contains(&(a.kind.clone(), a.namespace.clone(), a.name.clone()))
+                    })
+                    .count()
+            });
             match self.settle(&desired, result, &mut touched).await {
-                Ok(output) => outputs.push(output),
-                Err(error) => {
+                Ok(output) => {
+                    self.written_again.add(written as u64);
+                    outputs.push(output);
+                }
+                Err(error) if error.action() == Action::Retry => {
                     tracing::warn!(subject = %due.subject, error = %sluice_runtime::error_chain(&error), "failed to repair a unit: tried again later");
                     self.repairs.retry(due, now);
+                }
+                Err(error) => {
+                    tracing::warn!(subject = %due.subject, error = %sluice_runtime::error_chain(&error), "cannot repair a unit: left as it is until its desired state changes");
                 }
             }
         }

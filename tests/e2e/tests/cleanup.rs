@@ -536,6 +536,16 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
         2,
         "one line per object deleted by hand"
     );
+    let metrics = stack
+        .health_url("sluice-applier", "/metrics")
+        .ok_or_else(|| anyhow::anyhow!("the applier serves no metrics"))?;
+    let (_, body) = sluice_cli::setup::http("GET", &metrics, DEADLINE).await?;
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.lines()
+            .any(|line| line == "sluice_applier_objects_written_again_total 2"),
+        "{body}"
+    );
 
     // The EventReport, a view the reporter keeps, likewise.
     const REPORT: &str = "sveltos--sveltos-service--cluster-a";
