@@ -95,13 +95,7 @@ fn row(obj: &Value, include: &str) -> Value {
     match include {
         "None" => {}
         "Object" => r["object"] = obj.clone(),
-        _ => {
-            r["object"] = json!({
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj.get("metadata").cloned().unwrap_or(json!({})),
-            })
-        }
+        _ => r["object"] = partial(obj),
     }
     r
 }

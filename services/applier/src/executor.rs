@@ -250,7 +250,7 @@ impl Applier {
             for outcome in outcomes {
                 match outcome {
                     Ok((r, hash)) => {
-                        known.insert((r.kind.clone(), r.namespace.clone(), r.name.clone()), hash);
+                        known.insert(plan::ref_id(&r), hash);
                         result.applied.push(r);
                     }
                     Err(error) => failure = Some(error),
@@ -277,7 +277,7 @@ impl Applier {
                 .await;
             for outcome in outcomes {
                 let r = outcome?;
-                let id = (r.kind.clone(), r.namespace.clone(), r.name.clone());
+                let id = plan::ref_id(&r);
                 known.remove(&id);
                 {
                     let mut deleted = lock(&self.deleted);

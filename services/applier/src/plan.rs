@@ -55,6 +55,11 @@ pub fn object_id(object: &Value) -> ObjectId {
     (r.kind, r.namespace, r.name)
 }
 
+/// (kind, namespace, name) of an owned object's reference.
+pub fn ref_id(r: &pb::ObjectRef) -> ObjectId {
+    (r.kind.clone(), r.namespace.clone(), r.name.clone())
+}
+
 /// The hash of an object as applied: an unchanged one is not applied again.
 pub fn content_hash(object: &Value) -> String {
     let bytes = serde_json::to_vec(object).unwrap_or_default();

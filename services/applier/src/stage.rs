@@ -266,10 +266,7 @@ impl ApplierStage {
             let written = result.as_ref().map_or(0, |r| {
                 r.applied
                     .iter()
-                    .filter(|a| {
-                        due.gone
-                            .contains(&(a.kind.clone(), a.namespace.clone(), a.name.clone()))
-                    })
+                    .filter(|a| due.gone.contains(&crate::plan::ref_id(a)))
                     .count()
             });
             match self.settle(&desired, result, &mut touched).await {
