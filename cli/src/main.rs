@@ -143,6 +143,7 @@ fn parse_fleet(text: &str) -> Result<(usize, usize), String> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    sluice_runtime::without_huge_pages();
     let cli = Cli::parse();
     match cli.command {
         Command::Demo {

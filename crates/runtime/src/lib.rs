@@ -15,6 +15,7 @@
 mod config;
 mod error;
 mod health;
+mod pages;
 pub mod schedule;
 pub mod service;
 mod shutdown;
@@ -28,6 +29,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use health::{serve_health, serve_health_on, Counter, Health};
+pub use pages::{huge_pages_disabled, without_huge_pages};
 pub use service::NoArgs;
 pub use shutdown::{drain, shutdown_token, EXIT_SECOND_SIGNAL};
 pub use telemetry::{error_chain, init_telemetry};

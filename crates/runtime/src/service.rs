@@ -23,8 +23,9 @@ struct ServiceConfig<E: Args> {
     own: E,
 }
 
-/// Parses the flags of `binary` (the common ones and `E`; bad ones exit 64) and runs `app`
-/// through [`crate::serve`] on the service's [`runtime`].
+/// Turns transparent huge pages off ([`crate::without_huge_pages`]), parses the flags of
+/// `binary` (the common ones and `E`; bad ones exit 64) and runs `app` through
+/// [`crate::serve`] on the service's [`runtime`].
 pub fn main<E, F, Fut>(
     service: &'static str,
     binary: &'static str,
@@ -36,6 +37,7 @@ where
     F: FnOnce(CommonArgs, E, Health, CancellationToken) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    crate::without_huge_pages();
     let command = ServiceConfig::<E>::command().name(binary).about(about);
     let config: ServiceConfig<E> = crate::config::parse_command(command, std::env::args_os());
     let own = config.own;

@@ -1,7 +1,8 @@
 //! Readiness follows what a service depends on: `/readyz` of every service goes unready while
 //! nats-server is down and ready again once it is back; the services that talk to Kubernetes
 //! (watcher, reporter, applier) go unready while the management cluster's API is unreachable,
-//! the evaluator and the renderer stay ready. And the pipeline works again afterwards.
+//! the evaluator and the renderer stay ready. And the pipeline works again afterwards. Every
+//! service runs without transparent huge pages.
 
 use std::time::Duration;
 
@@ -59,10 +60,33 @@ async fn wait_each(
     Ok(())
 }
 
+/// Every service runs without transparent huge pages (ADR 0040), as the kernel reports it.
+fn without_huge_pages(stack: &Stack) {
+    let services: Vec<(String, u32)> = stack
+        .processes()
+        .into_iter()
+        .filter(|(name, _)| SERVICES.contains(&name.as_str()))
+        .collect();
+    assert_eq!(services.len(), SERVICES.len(), "{services:?}");
+    for (name, pid) in services {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let thp = status
+            .lines()
+            .find_map(|line| line.strip_prefix("THP_enabled:"))
+            .map(str::trim);
+        assert_eq!(
+            thp,
+            Some("0"),
+            "{name} (pid {pid}) runs with transparent huge pages"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_drops_while_nats_or_the_api_is_away_and_returns() -> anyhow::Result<()> {
     let mut stack = Stack::start(&["cluster-a", "cluster-b"], None).await?;
     wait_readiness(&mut stack, &SERVICES, true, "").await?;
+    without_huge_pages(&stack);
 
     stack.nats.stop();
     wait_readiness(&mut stack, &SERVICES, false, "not ready: nats").await?;
