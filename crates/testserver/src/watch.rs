@@ -30,6 +30,10 @@ pub struct WatchParams {
     pub partial: bool,
 }
 
+/// The key of a change's metadata-only encoding among its encodings by version
+/// (`Change::encoded`); no version is named so.
+const PARTIAL: &str = "as=PartialObjectMetadata";
+
 /// How often an idle watch with bookmarks enabled reports progress.
 const BOOKMARK_INTERVAL: Duration = Duration::from_millis(500);
 /// Default watch duration when the client gives no timeout (the real server picks 30 to 60 minutes).
@@ -176,22 +180,33 @@ impl Stream {
     }
 
     /// Sends one committed change as [`Stream::send`] does. Its object is encoded once per
-    /// version for every watch (`Change::encoded`), unless this watch wants Table rows or the
-    /// object goes through the conversion webhook (whose answer may differ from call to call).
+    /// version, and once in its metadata-only form, for every watch (`Change::encoded`), unless
+    /// this watch wants Table rows or the object goes through the conversion webhook (whose
+    /// answer may differ from call to call, and may change labels and annotations).
     async fn send_change(&self, kind: &str, change: &Change) -> bool {
         let through_webhook = matches!(
             self.info.conversion,
             crate::conversion::Strategy::Webhook(_)
         ) && change.object.get("apiVersion").and_then(Value::as_str)
             != Some(self.info.api_version(&self.version).as_str());
-        if self.params.table.is_some() || self.params.partial || through_webhook {
+        if self.params.table.is_some() || through_webhook {
             return self.send(kind, (*change.object).clone()).await;
         }
-        let schema = self.info.schema(&self.version);
-        let encoded = change.encoded(&self.version, schema, |object| {
-            let object = self.present(object.clone())?;
-            Ok::<_, ApiError>(Bytes::from(serde_json::to_vec(&object).unwrap_or_default()))
-        });
+        let encoded = if self.params.partial {
+            // Conversion and defaults leave the metadata as stored, so every metadata-only
+            // watch of the resource shares one encoding, whatever its version.
+            change.encoded(PARTIAL, None, |object| {
+                Ok::<_, ApiError>(Bytes::from(
+                    serde_json::to_vec(&table::partial(object)).unwrap_or_default(),
+                ))
+            })
+        } else {
+            let schema = self.info.schema(&self.version);
+            change.encoded(&self.version, schema, |object| {
+                let object = self.present(object.clone())?;
+                Ok::<_, ApiError>(Bytes::from(serde_json::to_vec(&object).unwrap_or_default()))
+            })
+        };
         let object = match encoded {
             Ok(object) => object,
             Err(e) => {

@@ -312,6 +312,7 @@ async fn metadata_only_reads_carry_the_metadata_and_nothing_else() {
         .filter_map(|m| m.metadata.name.clone())
         .collect();
     assert_eq!(names, ["s"]);
+    let before_delete = listed.metadata.resource_version.expect("list version");
     let mut watch = watcher(metadata, watcher::Config::default().labels("app=x")).boxed();
     let mut first = Vec::new();
     while let Some(event) = watch.next().await {
@@ -369,6 +370,23 @@ async fn metadata_only_reads_carry_the_metadata_and_nothing_else() {
         !body.contains("aHVudGVyMg") && !body.contains("hunter2"),
         "{body}"
     );
+    // changes replayed from a version: the metadata-only form first, then whole objects
+    // (the two forms of one change are kept apart)
+    let replay = format!("?watch=true&resourceVersion={before_delete}&timeoutSeconds=1");
+    let (code, _, body) = raw(OBJECT, &replay).await;
+    assert_eq!(code, 200);
+    assert!(body.contains(r#""type":"DELETED""#), "{body}");
+    assert!(body.contains(r#""type":"ADDED""#), "{body}");
+    assert_eq!(
+        body.matches(r#""kind":"PartialObjectMetadata""#).count(),
+        2,
+        "{body}"
+    );
+    assert!(!body.contains("aHVudGVyMg"), "{body}");
+    let (code, _, body) = raw("application/json", &replay).await;
+    assert_eq!(code, 200);
+    assert_eq!(body.matches(r#""kind":"Secret""#).count(), 2, "{body}");
+    assert_eq!(body.matches("aHVudGVyMg").count(), 2, "{body}");
     for (accept, path, message) in [
         (
             LIST,
