@@ -410,7 +410,7 @@ impl Services {
             "metadata": {"name": name, "namespace": "default", "labels": {"sveltos": "fv"}},
             "spec": {"selector": {"app": name},
                      "ports": [{"protocol": "TCP", "port": 80, "targetPort": 9376}]}});
-        apply::apply(&self.client, &self.kind, &service, "sluice-cli").await?;
+        apply::apply_unread(&self.client, &self.kind, &service, "sluice-cli").await?;
         Ok(())
     }
 

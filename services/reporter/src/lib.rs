@@ -225,7 +225,7 @@ async fn execute(
             return apply::delete(client, kind, namespace, name).await;
         }
         Write::Apply { report, failure } => {
-            apply::apply(client, kind, report, FIELD_MANAGER).await?;
+            apply::apply_unread(client, kind, report, FIELD_MANAGER).await?;
             failure
         }
         Write::Failed { empty, failure } => {
@@ -234,7 +234,7 @@ async fn execute(
                 .await?
                 .is_none()
             {
-                apply::apply(client, kind, empty, FIELD_MANAGER).await?;
+                apply::apply_unread(client, kind, empty, FIELD_MANAGER).await?;
             }
             failure
         }
