@@ -51,6 +51,8 @@ pub struct LoadReport {
     /// With `hops`: per hop, its durations for the created Services, then for the deleted ones
     /// (`hop_durations`).
     pub hops: Option<[HopDurations; 2]>,
+    /// With `repair`: from deleting every preloaded ClusterProfile at once until all were back.
+    pub repair_elapsed: Option<Duration>,
 }
 
 impl LoadReport {
@@ -209,6 +211,8 @@ pub fn hop_durations(
 struct Seen {
     appeared: HashMap<String, Instant>,
     gone: HashMap<String, Instant>,
+    /// How many of the trigger's ClusterProfiles exist now.
+    present: usize,
 }
 
 /// Runs the measurement on a stack of its own and prints progress to `out`.
@@ -217,6 +221,7 @@ pub async fn measure(
     rate: f64,
     count: usize,
     hops: bool,
+    repair: bool,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<LoadReport> {
     anyhow::ensure!(rate > 0.0, "the rate must be positive");
@@ -248,6 +253,10 @@ pub async fn measure(
         out,
         "# {preload} ClusterProfiles exist after {preload_elapsed:?}"
     )?;
+    let repair_elapsed = match repair {
+        true => Some(delete_by_hand(&stack, &seen, preload, out).await?),
+        false => None,
+    };
 
     let names: Vec<String> = (preload..preload + count).map(service_name).collect();
     let arrivals: Arc<Mutex<Arrivals>> = Arc::new(Mutex::new(HashMap::new()));
@@ -308,7 +317,49 @@ pub async fn measure(
         create_cpu,
         peak_rss_kb,
         hops,
+        repair_elapsed,
     })
+}
+
+/// Deletes every ClusterProfile of the trigger at once, as `kubectl delete clusterprofiles -l`
+/// would, and returns how long it took until each was seen gone and all were back, written
+/// again by the applier from their units' desired states.
+async fn delete_by_hand(
+    stack: &Stack,
+    seen: &Arc<Mutex<Seen>>,
+    preload: usize,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Duration> {
+    writeln!(out, "# deleting the {preload} ClusterProfiles by hand")?;
+    let client = stack.client(MANAGEMENT)?.clone();
+    let kind = apply::resolve(&client, CLUSTER_PROFILE.0, CLUSTER_PROFILE.1).await?;
+    let profiles: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &kind.resource);
+    let selector = format!("{}={TRIGGER}", naming::LABEL_EVENT_TRIGGER);
+    let names: Vec<String> = (0..preload).map(service_name).collect();
+    let started = Instant::now();
+    let _ = profiles
+        .delete_collection(
+            &kube::api::DeleteParams::default(),
+            &kube::api::ListParams::default().labels(&selector),
+        )
+        .await?;
+    wait_until(
+        seen,
+        GRACE + Duration::from_secs(preload as u64 / 50),
+        |s| s.present == preload && names.iter().all(|n| s.gone.contains_key(n)),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let elapsed = started.elapsed();
+    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+    for name in &names {
+        seen.gone.remove(name);
+    }
+    writeln!(
+        out,
+        "# {preload} ClusterProfiles deleted by hand are back after {elapsed:?}"
+    )?;
+    Ok(elapsed)
 }
 
 /// Deletes the preloaded Services and checks that nothing of the trigger is left.
@@ -461,6 +512,7 @@ async fn observe(
                     }
                 }
             }
+            seen.present = resources.len();
         }
     }))
 }

@@ -55,6 +55,10 @@ enum Command {
         /// applier) from the bus; its subscriptions add to nats-server's CPU.
         #[arg(long)]
         hops: bool,
+        /// With `--load`: once the preloaded Services' ClusterProfiles exist, delete them all
+        /// by hand at once and time until the applier has written them all again.
+        #[arg(long)]
+        repair: bool,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -155,12 +159,19 @@ async fn main() -> anyhow::Result<()> {
             load,
             preload,
             hops,
+            repair,
         } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
             if let Some((rate, count)) = load {
-                let report =
-                    sluice_cli::load::measure(preload, rate, count, hops, &mut std::io::stdout())
-                        .await?;
+                let report = sluice_cli::load::measure(
+                    preload,
+                    rate,
+                    count,
+                    hops,
+                    repair,
+                    &mut std::io::stdout(),
+                )
+                .await?;
                 let (p50, p99, max) = sluice_cli::demo::percentiles(&report.create);
                 println!(
                     "open loop, {} matching before, {count} Services at {rate}/s: create -> ClusterProfile p50 {p50:?}, p99 {p99:?}, max {max:?}",
