@@ -18,7 +18,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct Bus {
     client: async_nats::Client,
-    js: jetstream::Context,
+    pub(crate) js: jetstream::Context,
     /// How many times the connection was lost: a publish ack still pending when it changes
     /// will never come (the server may have died with the message), so it is retried at once
     /// instead of after the ack timeout.

@@ -123,11 +123,37 @@ impl Bus {
         patiently(self, spec.name, || self.replay_state_once(spec, filter)).await
     }
 
-    /// The last message on one `subject` of a state stream as stored now, `None` when it
-    /// holds none; read once (a failure is the caller's to retry), so that a stage that asks
-    /// while the server is away is not held up.
+    /// The last message on one `subject` (no wildcards) of a state stream as stored now,
+    /// `None` when it holds none: one request to the stream's leader (`STREAM.MSG.GET`), so
+    /// the answer is never older than a message whose publish was acknowledged. Read once (a
+    /// failure is the caller's to retry), so that a stage that asks while the server is away
+    /// is not held up.
     pub async fn last_state(&self, spec: StreamSpec, subject: &str) -> Result<Option<Delivered>> {
-        Ok(self.replay_state_once(spec, subject).await?.pop())
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
+        let stream = self
+            .js
+            .get_stream_no_info(spec.name)
+            .await
+            .map_err(|source| Error::Stream {
+                stream: spec.name.to_string(),
+                source: Box::new(source),
+            })?;
+        match stream.get_last_raw_message_by_subject(subject).await {
+            Ok(message) => Ok(Some(Delivered {
+                subject: message.subject.to_string(),
+                sequence: message.sequence,
+                traceparent: message
+                    .headers
+                    .get(TRACEPARENT)
+                    .map(|v| v.as_str().to_string()),
+                payload: message.payload,
+            })),
+            Err(error) if error.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(error) => Err(Error::Read {
+                stream: spec.name.to_string(),
+                source: Box::new(error),
+            }),
+        }
     }
 
     async fn replay_state_once(&self, spec: StreamSpec, filter: &str) -> Result<Vec<Delivered>> {

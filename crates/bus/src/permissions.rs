@@ -52,7 +52,8 @@ pub fn inbox_prefix(name: &str) -> String {
 /// - the streams it follows: ordered consumers, whose names the server or the client picks at
 ///   random, so a follower may manage any consumer of those streams by name (`<stream>.*`)
 ///   except the durables other identities declare on them, which are denied to it by name
-///   ([`others_durables`]; ADR 0022);
+///   ([`others_durables`]; ADR 0022); and reading one subject's last message
+///   (`STREAM.MSG.GET`), which shows it nothing it could not follow;
 /// - subscribe: its inbox prefix and its taps.
 pub fn permissions(identity: &Identity) -> Permissions {
     let mut publish: Vec<String> = identity
@@ -95,6 +96,8 @@ pub fn permissions(identity: &Identity) -> Permissions {
         for action in ["INFO", "MSG.NEXT", "DELETE"] {
             publish.push(format!("{JS_API}.CONSUMER.{action}.{name}.*"));
         }
+        // One subject's last message (`Bus::last_state`).
+        publish.push(format!("{JS_API}.STREAM.MSG.GET.{name}"));
     }
     let mut deny_publish = others_durables(identity);
     let mut subscribe = vec![format!("{}.>", inbox_prefix(identity.name))];
@@ -214,6 +217,7 @@ mod tests {
             "$JS.API.CONSUMER.CREATE.SLUICE_CONFIG",
             "$JS.API.CONSUMER.CREATE.SLUICE_CONFIG.*.>",
             "$JS.API.CONSUMER.MSG.NEXT.SLUICE_MATCH.*",
+            "$JS.API.STREAM.MSG.GET.SLUICE_CONFIG",
         ];
         for subject in expected {
             assert!(allowed.publish.contains(&subject.to_string()), "{subject}");
@@ -226,6 +230,8 @@ mod tests {
             "$JS.API.STREAM.DELETE.SLUICE_MATCH",
             "$JS.API.CONSUMER.DELETE.SLUICE_CLOUDEVENTS.evaluator",
             "$JS.API.CONSUMER.CREATE.SLUICE_CLOUDEVENTS.*.>",
+            "$JS.API.STREAM.MSG.GET.SLUICE_DESIRED",
+            "$JS.API.STREAM.MSG.GET.SLUICE_CHANGES",
             ">",
         ] {
             assert!(

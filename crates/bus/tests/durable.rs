@@ -160,3 +160,36 @@ async fn an_expiring_message_leaves_its_subject_after_its_ttl() -> anyhow::Resul
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_last_state_of_one_subject_is_its_newest_message_or_none() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let state = topology::match_subject(&cluster, "es");
+    let other = topology::match_subject(&cluster, "other");
+    publish(&bus, &state, "old", "1").await?;
+    publish(&bus, &other, "unrelated", "2").await?;
+    bus.publish_durably(Outgoing {
+        ttl: None,
+        subject: state.clone(),
+        payload: Bytes::from("current"),
+        msg_id: "3".to_string(),
+        traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+    })
+    .await?;
+    let last = bus
+        .last_state(topology::MATCH, &state)
+        .await?
+        .expect("a message");
+    assert_eq!(last.subject, state);
+    assert_eq!(last.payload, "current");
+    assert_eq!(last.sequence, 3);
+    assert_eq!(
+        last.traceparent.as_deref(),
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    );
+    let none = topology::match_subject(&cluster, "never");
+    assert!(bus.last_state(topology::MATCH, &none).await?.is_none());
+    Ok(())
+}
