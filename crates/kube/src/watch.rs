@@ -260,15 +260,46 @@ pub struct Gone {
     pub kept: String,
 }
 
-/// The pure part of a deletion watch: per object it has seen, what `keep` takes from it, so
-/// that a deletion is told with it also when a re-list (after a dropped stream or a 410 Gone)
-/// is what finds it. Objects `keep` takes nothing from are not remembered.
+/// What a writer tells its [`watch_deletions`] it wrote, or expects to exist, with what `keep`
+/// would take from each: their deletions are found also when the watch never saw them, as
+/// when they came and went while it had fallen behind and the server made it re-list (a 410
+/// Gone). Shared between the writer and the watch; the watch takes the notes as its events
+/// come.
+#[derive(Clone, Debug, Default)]
+pub struct Written(std::sync::Arc<std::sync::Mutex<HashMap<ObjectKey, String>>>);
+
+impl Written {
+    /// The object `key` was written (or is expected to exist), and `kept` is what `keep`
+    /// takes from it.
+    pub fn note(&self, key: ObjectKey, kept: String) {
+        self.lock().insert(key, kept);
+    }
+
+    /// The notes made since the last take.
+    fn take(&self) -> HashMap<ObjectKey, String> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The pure part of a deletion watch: per object it has seen or been told of, what `keep`
+/// takes from it, so that a deletion is told with it also when a re-list (after a dropped
+/// stream or a 410 Gone) is what finds it. Objects `keep` takes nothing from are not
+/// remembered.
 #[derive(Debug)]
 pub struct DeletionState {
     keep: fn(&Value) -> Option<String>,
     seen: HashMap<ObjectKey, String>,
     /// A re-list under way: every object listed, with what `keep` took from it.
     relist: Option<HashMap<ObjectKey, Option<String>>>,
+    /// Objects told of while a re-list is under way: written after its list was taken, so
+    /// its lack of them says nothing; remembered once it completes.
+    told_meanwhile: HashMap<ObjectKey, String>,
 }
 
 impl DeletionState {
@@ -283,6 +314,17 @@ impl DeletionState {
             keep,
             seen,
             relist: None,
+            told_meanwhile: HashMap::new(),
+        }
+    }
+
+    /// Remembers objects a writer says it wrote (`Written`) as if the watch had seen them, so
+    /// that the next list that lacks them tells them gone; those told while a re-list is under
+    /// way wait until it completes.
+    pub fn remember(&mut self, told: HashMap<ObjectKey, String>) {
+        match self.relist {
+            Some(_) => self.told_meanwhile.extend(told),
+            None => self.seen.extend(told),
         }
     }
 
@@ -337,6 +379,7 @@ impl DeletionState {
                     .into_iter()
                     .filter_map(|(key, kept)| Some((key, kept?)))
                     .collect();
+                self.seen.extend(self.told_meanwhile.drain());
                 gone_now
             }
         }
@@ -362,16 +405,18 @@ pub struct Deletions {
 
 /// Watches the objects of `kind` that `labels` selects (in `namespace`, or everywhere when
 /// `None`) and yields batches of those gone, each with what `keep` took from it when it was
-/// last seen, and each completed list. Of what was deleted before the first list completes,
-/// only what `expected` names is found (see [`DeletionState::new`]). Errors from the API server
-/// are yielded and the watch goes on with backoff.
+/// last seen, and each completed list. What `written` is told is remembered as if seen
+/// ([`DeletionState::remember`]): the objects expected at start, whose deletion before the
+/// first list completes is found by it, and those the writer writes, whose deletion is found
+/// also when the watch missed them. Errors from the API server are yielded and the watch goes
+/// on with backoff.
 pub fn watch_deletions(
     client: Client,
     kind: Kind,
     namespace: Option<&str>,
     labels: &str,
     keep: fn(&Value) -> Option<String>,
-    expected: HashMap<ObjectKey, String>,
+    written: Written,
 ) -> impl Stream<Item = Result<Deletions, watcher::Error>> + Send {
     // Metadata only: what `keep` reads is there, and the objects' contents (a Secret's data)
     // never travel.
@@ -379,13 +424,14 @@ pub fn watch_deletions(
         Some(namespace) => Api::namespaced_with(client, namespace, &kind.resource),
         None => Api::all_with(client, &kind.resource),
     };
-    let mut state = DeletionState::new(keep, expected);
+    let mut state = DeletionState::new(keep, HashMap::new());
     watcher::watcher(
         api,
         watcher::Config::default().labels(labels).any_semantic(),
     )
     .default_backoff()
     .filter_map(move |event| {
+        state.remember(written.take());
         let batch = event.map(|event| {
             let listed = matches!(event, Event::InitDone);
             let gone = state.on_event(to_json_event(event));
@@ -540,6 +586,26 @@ mod tests {
         assert_eq!(
             s.on_event(Event::Delete(annotated("d", None))),
             [gone(("default".into(), "d".into()), "u4".into())]
+        );
+    }
+
+    #[test]
+    fn what_the_writer_wrote_and_the_watch_missed_is_told_gone_by_the_next_list() {
+        let key = |name: &str| ("default".to_string(), name.to_string());
+        let mut s = DeletionState::new(kept, HashMap::new());
+        s.on_event(Event::Apply(annotated("a", Some("u1"))));
+        // the watch has fallen behind: b is written and deleted without it seeing either
+        s.remember(HashMap::from([(key("b"), "u2".to_string())]));
+        assert!(s.on_event(Event::Init).is_empty());
+        // c is written while the re-list is under way, after its list was taken
+        s.remember(HashMap::from([(key("c"), "u3".to_string())]));
+        s.on_event(Event::InitApply(annotated("a", Some("u1"))));
+        assert_eq!(s.on_event(Event::InitDone), [gone(key("b"), "u2".into())]);
+        // c is remembered once the list is complete: its deletion is told
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            s.on_event(Event::Delete(annotated("c", None))),
+            [gone(key("c"), "u3".into())]
         );
     }
 

@@ -20,6 +20,7 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
 use executor::Applier;
+use sluice_kube::watch::Written;
 
 /// The default of `--apply-concurrency`.
 pub const DEFAULT_APPLY_CONCURRENCY: u16 = 32;
@@ -71,11 +72,14 @@ pub async fn run(
         waiting_told: std::collections::BTreeSet::new(),
         repairs: repair::Repairs::default(),
         written_again: health.counter("sluice_applier_objects_written_again_total"),
+        written: plan::OWNED
+            .iter()
+            .map(|(_, kind)| (kind.to_string(), Written::default()))
+            .collect(),
         key,
     };
     // The statuses as the last results left them, so a restart writes from the whole picture;
     // and what the units held, so that what was deleted meanwhile is found (ADR 0039).
-    let mut expected = Expected::new();
     for delivered in bus
         .replay_state(topology::APPLIED, topology::APPLIED.subjects)
         .await?
@@ -83,10 +87,7 @@ pub async fn run(
         if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) {
             if let Some(desired) = topology::desired_subject_for(&delivered.subject) {
                 for held in &result.held {
-                    expected
-                        .entry(held.kind.clone())
-                        .or_default()
-                        .insert((held.namespace.clone(), held.name.clone()), desired.clone());
+                    stage.note_written(held, &desired);
                 }
             }
             if stage.statuses.record(&result) {
@@ -115,7 +116,7 @@ pub async fn run(
     feeds.extend(owned_deletions(
         stage.applier.client.clone(),
         &common.sveltos_namespace,
-        expected,
+        &stage.written,
         &token,
     ));
     let runner = Runner::bind(&bus, topology::APPLIER_DESIRED)
@@ -140,19 +141,15 @@ const RESOLVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What the units held as their last results say, by kind, (namespace, name) and the desired
 /// subject of the unit that holds it.
-type Expected = std::collections::HashMap<
-    String,
-    std::collections::HashMap<sluice_kube::watch::ObjectKey, String>,
->;
-
 /// One watch per owned kind (ClusterProfiles everywhere, ConfigMaps and Secrets in Sveltos's
 /// namespace, where the applier writes them) of the objects sluice wrote, yielding those that
-/// go with the desired-state subject each named; what `expected` names and the first list
-/// lacks went while the applier was away.
+/// go with the desired-state subject each named. Each watch is told what the applier writes
+/// of its kind (`written`), from the start what the replayed results say the units hold, whose
+/// lack in the first list says they went while the applier was away.
 fn owned_deletions(
     client: kube::Client,
     namespace: &str,
-    mut expected: Expected,
+    written: &std::collections::BTreeMap<String, Written>,
     token: &CancellationToken,
 ) -> Vec<futures::stream::BoxStream<'static, stage::Side>> {
     plan::OWNED
@@ -160,7 +157,7 @@ fn owned_deletions(
         .map(|&(api_version, kind)| {
             let client = client.clone();
             let namespace = namespace.to_string();
-            let mut expected = Some(expected.remove(kind).unwrap_or_default());
+            let written = written.get(kind).cloned().unwrap_or_default();
             let token = token.clone();
             let resolved = async move {
                 loop {
@@ -186,7 +183,7 @@ fn owned_deletions(
                         namespace,
                         OWNED_SELECTOR,
                         plan::desired_subject_of,
-                        expected.take().unwrap_or_default(),
+                        written.clone(),
                     )
                 })
                 .map(move |batch| match batch {

@@ -11,6 +11,7 @@ use sluice_bus::runner::{Action, Failure, Input, Outcome, Output, Stage};
 use sluice_bus::topology::{self, StreamSpec};
 use sluice_bus::{Bus, Delivered};
 use sluice_domain::cluster::ClusterId;
+use sluice_kube::watch::Written;
 use sluice_proto::v1 as pb;
 use sluice_runtime::schedule::Schedule;
 use sluice_wire::BusKey;
@@ -110,6 +111,9 @@ pub(crate) struct ApplierStage {
     /// Objects someone else deleted that were written again
     /// (`sluice_applier_objects_written_again_total`).
     pub(crate) written_again: sluice_runtime::Counter,
+    /// Per owned kind, what is told to its watch of what was written
+    /// (`sluice_kube::watch::Written`), so that a deletion the watch missed is found too.
+    pub(crate) written: BTreeMap<String, Written>,
     /// Opens the Secrets of desired states (ADR 0023).
     pub(crate) key: Option<BusKey>,
 }
@@ -182,11 +186,26 @@ impl ApplierStage {
         if self.statuses.record(&result) {
             touched.insert(result.event_trigger.clone());
         }
+        if let Some(desired_subject) = topology::desired_subject_for(&desired.applied_subject) {
+            for applied in &result.applied {
+                self.note_written(applied, &desired_subject);
+            }
+        }
         Ok(Output {
             subject: desired.applied_subject.clone(),
             payload: sluice_wire::encode(&result),
             ..Output::default()
         })
+    }
+
+    /// Tells the watch of `object`'s kind that it was written by the unit on `desired_subject`.
+    pub(crate) fn note_written(&self, object: &pb::ObjectRef, desired_subject: &str) {
+        if let Some(written) = self.written.get(&object.kind) {
+            written.note(
+                (object.namespace.clone(), object.name.clone()),
+                desired_subject.to_string(),
+            );
+        }
     }
 
     /// Objects someone else deleted: each one the applier did not delete itself is noted for

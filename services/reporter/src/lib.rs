@@ -336,6 +336,7 @@ pub async fn run(
         failures: failures::Failures::default(),
         written: health.counter("sluice_reporter_reports_written_total"),
         errors: health.counter("sluice_reporter_write_errors_total"),
+        watched: sluice_kube::watch::Written::default(),
     };
     // Rendering failures come back from the applier; the statuses start from what it recorded.
     let (applied, applied_feed) = bus
@@ -371,7 +372,7 @@ pub async fn run(
         None,
         sluice_domain::naming::REPORT_LABEL_EVENT_SOURCE,
         remember_every_report,
-        std::collections::HashMap::new(),
+        stage.watched.clone(),
     )
     .map(|batch| match batch {
         Ok(deletions) => stage::Side::Gone(deletions),

@@ -35,6 +35,9 @@ pub struct ReporterStage {
     pub failures: Failures,
     pub written: Counter,
     pub errors: Counter,
+    /// What is told to the watch of the reports of each one written, so that a deletion the
+    /// watch missed is found too (`sluice_kube::watch::Written`).
+    pub watched: sluice_kube::watch::Written,
 }
 
 /// Why a match unit was not read.
@@ -223,6 +226,10 @@ impl ReporterStage {
                 self.written.inc();
                 if removed {
                     self.schedule.forget(key);
+                } else {
+                    let name = sluice_domain::naming::event_report_name(&key.0, &key.1);
+                    self.watched
+                        .note((key.0.namespace.clone(), name), String::new());
                 }
             }
             Err(error) if error.is_transient() => {
