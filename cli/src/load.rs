@@ -211,8 +211,6 @@ pub fn hop_durations(
 struct Seen {
     appeared: HashMap<String, Instant>,
     gone: HashMap<String, Instant>,
-    /// How many of the trigger's ClusterProfiles exist now.
-    present: usize,
 }
 
 /// Runs the measurement on a stack of its own and prints progress to `out`.
@@ -322,8 +320,9 @@ pub async fn measure(
 }
 
 /// Deletes every ClusterProfile of the trigger at once, as `kubectl delete clusterprofiles -l`
-/// would, and returns how long it took until each was seen gone and all were back, written
-/// again by the applier from their units' desired states.
+/// would, and returns how long it took until all were back, written again by the applier from
+/// their units' desired states: as many as before, none of them one of those deleted (by uid),
+/// from metadata-only lists (a watch that falls behind so many deletions misses some).
 async fn delete_by_hand(
     stack: &Stack,
     seen: &Arc<Mutex<Seen>>,
@@ -335,25 +334,43 @@ async fn delete_by_hand(
     let kind = apply::resolve(&client, CLUSTER_PROFILE.0, CLUSTER_PROFILE.1).await?;
     let profiles: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &kind.resource);
     let selector = format!("{}={TRIGGER}", naming::LABEL_EVENT_TRIGGER);
-    let names: Vec<String> = (0..preload).map(service_name).collect();
+    let list = kube::api::ListParams::default().labels(&selector);
+    let uids = |listed: kube::api::ObjectList<kube::api::PartialObjectMeta<_>>| {
+        listed
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.uid)
+            .collect::<std::collections::HashSet<String>>()
+    };
+    let deleted = uids(profiles.list_metadata(&list).await?);
+    anyhow::ensure!(
+        deleted.len() == preload,
+        "{} ClusterProfiles before the deletion, not {preload}",
+        deleted.len()
+    );
     let started = Instant::now();
     let _ = profiles
-        .delete_collection(
-            &kube::api::DeleteParams::default(),
-            &kube::api::ListParams::default().labels(&selector),
-        )
+        .delete_collection(&kube::api::DeleteParams::default(), &list)
         .await?;
-    wait_until(
-        seen,
-        GRACE + Duration::from_secs(preload as u64 / 50),
-        |s| s.present == preload && names.iter().all(|n| s.gone.contains_key(n)),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
-    let elapsed = started.elapsed();
+    let limit = GRACE + Duration::from_secs(preload as u64 / 50);
+    let every = Duration::from_millis(250).max(Duration::from_micros(25 * preload as u64));
+    let elapsed = loop {
+        tokio::time::sleep(every).await;
+        let now = uids(profiles.list_metadata(&list).await?);
+        if now.len() == preload && now.is_disjoint(&deleted) {
+            break started.elapsed();
+        }
+        if started.elapsed() > limit {
+            anyhow::bail!(
+                "{} of {preload} ClusterProfiles back after {limit:?}\n{}",
+                now.difference(&deleted).count(),
+                stack.logs()
+            );
+        }
+    };
     let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-    for name in &names {
-        seen.gone.remove(name);
+    for name in (0..preload).map(service_name) {
+        seen.gone.remove(&name);
     }
     writeln!(
         out,
@@ -512,7 +529,6 @@ async fn observe(
                     }
                 }
             }
-            seen.present = resources.len();
         }
     }))
 }

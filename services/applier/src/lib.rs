@@ -139,8 +139,6 @@ const OWNED_SELECTOR: &str = sluice_domain::naming::LABEL_EVENT_TRIGGER;
 /// not serve yet (Sveltos's CRDs not installed).
 const RESOLVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// What the units held as their last results say, by kind, (namespace, name) and the desired
-/// subject of the unit that holds it.
 /// One watch per owned kind (ClusterProfiles everywhere, ConfigMaps and Secrets in Sveltos's
 /// namespace, where the applier writes them) of the objects sluice wrote, yielding those that
 /// go with the desired-state subject each named. Each watch is told what the applier writes
