@@ -231,7 +231,7 @@ mod tests {
             "$JS.API.CONSUMER.DELETE.SLUICE_CLOUDEVENTS.evaluator",
             "$JS.API.CONSUMER.CREATE.SLUICE_CLOUDEVENTS.*.>",
             "$JS.API.STREAM.MSG.GET.SLUICE_DESIRED",
-            "$JS.API.STREAM.MSG.GET.SLUICE_CHANGES",
+            "$JS.API.STREAM.MSG.GET.SLUICE_APPLIED",
             ">",
         ] {
             assert!(
