@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 use sluice_domain::naming;
 
 /// The labels that say which object of a (trigger, cluster) something is, as event-manager looks
@@ -92,38 +93,54 @@ fn identity<'a>(kind: &str, labels: &'a BTreeMap<String, String>) -> Vec<Option<
     keys.map(|key| labels.get(*key)).collect()
 }
 
-/// What makes two objects the same thing: kind, namespace and identity labels.
-type Identity = (String, String, Vec<Option<String>>);
-
-fn identity_of(owned: &Owned) -> Identity {
-    let labels = identity(&owned.kind, &owned.labels);
-    (
-        owned.kind.clone(),
-        owned.namespace.clone(),
-        labels.into_iter().map(|l| l.cloned()).collect(),
-    )
-}
-
 /// The existing objects with generated names by identity, so that adopting one desired state
 /// looks at its own candidates, not at every object of the pair (a pair may hold thousands).
+/// Kept for as long as the pair is, so compact: an identity's digest and each candidate's name
+/// (its kind, namespace and identity labels are the identity's), about a hundred bytes per
+/// object instead of its whole label map.
 #[derive(Debug, Default)]
 pub(crate) struct Adoptable {
-    by_identity: HashMap<Identity, Vec<Owned>>,
+    by_identity: HashMap<[u8; 32], Vec<Box<str>>>,
+}
+
+/// SHA-256 of an identity: kind, namespace and each identity label's value or absence.
+fn identity_digest(kind: &str, namespace: &str, labels: &BTreeMap<String, String>) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in [kind, namespace] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    for value in identity(kind, labels) {
+        match value {
+            Some(value) => {
+                hasher.update([1]);
+                hasher.update((value.len() as u64).to_be_bytes());
+                hasher.update(value.as_bytes());
+            }
+            None => hasher.update([0]),
+        }
+    }
+    hasher.finalize().into()
 }
 
 impl Adoptable {
     pub(crate) fn new(existing: impl IntoIterator<Item = Owned>) -> Adoptable {
-        let mut by_identity: HashMap<Identity, Vec<Owned>> = HashMap::new();
+        let mut by_identity: HashMap<[u8; 32], Vec<Box<str>>> = HashMap::new();
         for owned in existing.into_iter().filter(|o| is_generated(&o.name)) {
             by_identity
-                .entry(identity_of(&owned))
+                .entry(identity_digest(
+                    &owned.kind,
+                    &owned.namespace,
+                    &owned.labels,
+                ))
                 .or_default()
-                .push(owned);
+                .push(owned.name.into_boxed_str());
         }
         Adoptable { by_identity }
     }
 
-    /// [`adopt`] over the existing objects that are the same thing as a desired one.
+    /// [`adopt`] over the existing objects that are the same thing as a desired one: each
+    /// candidate stands for the existing object with its name and the desired one's identity.
     pub(crate) fn adopt(&self, desired: Vec<Value>) -> Vec<Value> {
         let mut seen = HashSet::new();
         let mut candidates = Vec::new();
@@ -132,10 +149,13 @@ impl Adoptable {
                 object.get("kind").and_then(Value::as_str).unwrap_or(""),
                 object,
             );
-            let key = identity_of(&own);
+            let key = identity_digest(&own.kind, &own.namespace, &own.labels);
             if let Some(found) = self.by_identity.get(&key) {
                 if seen.insert(key) {
-                    candidates.extend(found.iter().cloned());
+                    candidates.extend(found.iter().map(|name| Owned {
+                        name: name.to_string(),
+                        ..own.clone()
+                    }));
                 }
             }
         }

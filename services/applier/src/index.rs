@@ -40,50 +40,109 @@ pub(crate) fn unit_of(object: &Value) -> UnitLabels {
         .collect()
 }
 
-/// The objects of one pair, by unit.
+/// A unit's key as the index keeps it: each of `UNIT_LABELS` in turn, its value after a 1 or
+/// absent as a 0, each ended by a 0. One small string per unit instead of a map of four: a
+/// pair may have a unit per matching resource (100,000 of them, issue 20).
+fn unit_key(unit: &UnitLabels) -> Box<str> {
+    let mut key = String::new();
+    for label in UNIT_LABELS {
+        if let Some(value) = unit.get(label) {
+            key.push('\u{1}');
+            key.push_str(value);
+        }
+        key.push('\u{0}');
+    }
+    debug_assert!(
+        unit.keys().all(|k| UNIT_LABELS.contains(&k.as_str())),
+        "a unit is keyed by its unit labels only: {unit:?}"
+    );
+    key.into_boxed_str()
+}
+
+/// One held object as the index keeps it: kind, namespace, name and content hash in one
+/// string, each ended by a 0 (none of them holds one).
+fn held(id: &ObjectId, hash: &str) -> Box<str> {
+    [id.0.as_str(), &id.1, &id.2, hash]
+        .join("\u{0}")
+        .into_boxed_str()
+}
+
+fn held_parts(held: &str) -> (ObjectId, String) {
+    let mut parts = held.split('\u{0}').map(str::to_string);
+    let mut next = || parts.next().unwrap_or_default();
+    ((next(), next(), next()), next())
+}
+
+fn compact(known: &Known) -> Box<[Box<str>]> {
+    known.iter().map(|(id, hash)| held(id, hash)).collect()
+}
+
+fn expand<'a>(held: impl IntoIterator<Item = &'a Box<str>>) -> Known {
+    held.into_iter().map(|h| held_parts(h)).collect()
+}
+
+/// The objects of one pair, by unit, kept compact (`unit_key`, `held`).
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct PairIndex {
-    units: HashMap<UnitLabels, Known>,
+    units: HashMap<Box<str>, Box<[Box<str>]>>,
 }
 
 impl PairIndex {
     /// From a LIST of the pair: (listed kind, object) each (content unknown: applied again once).
     pub(crate) fn of<'a>(listed: impl IntoIterator<Item = (&'a str, &'a Value)>) -> PairIndex {
         let mut index = PairIndex::default();
+        let mut listed_units: HashMap<Box<str>, Vec<Box<str>>> = HashMap::new();
         for (kind, object) in listed {
             let mut id: ObjectId = object_id(object);
             if id.0.is_empty() {
                 id.0 = kind.to_string();
             }
-            index
-                .units
-                .entry(unit_of(object))
+            listed_units
+                .entry(unit_key(&unit_of(object)))
                 .or_default()
-                .insert(id, String::new());
+                .push(held(&id, ""));
         }
+        index.units = listed_units
+            .into_iter()
+            .map(|(unit, mut held)| {
+                held.sort();
+                held.dedup();
+                (unit, held.into_boxed_slice())
+            })
+            .collect();
         index
     }
 
     /// What one unit holds, or the whole pair when `whole`.
     pub(crate) fn known(&self, unit: &UnitLabels, whole: bool) -> Known {
         if whole {
-            return self
-                .units
-                .values()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            return expand(self.units.values().flatten());
         }
-        self.units.get(unit).cloned().unwrap_or_default()
+        self.units
+            .get(&unit_key(unit))
+            .map(|held| expand(held.iter()))
+            .unwrap_or_default()
     }
 
     /// A unit now holds exactly `known`.
-    fn set(&mut self, unit: UnitLabels, known: Known) {
+    fn set(&mut self, unit: &UnitLabels, known: &Known) {
         if known.is_empty() {
-            self.units.remove(&unit);
+            self.units.remove(&unit_key(unit));
         } else {
-            self.units.insert(unit, known);
+            self.units.insert(unit_key(unit), compact(known));
         }
+    }
+
+    /// Objects of a unit are no longer held.
+    fn lose(&mut self, unit: &UnitLabels, gone: &[ObjectId]) {
+        let Some(held) = self.units.get_mut(&unit_key(unit)) else {
+            return;
+        };
+        let mut known = expand(held.iter());
+        for id in gone {
+            known.remove(id);
+        }
+        *held = compact(&known);
     }
 }
 
@@ -146,7 +205,7 @@ impl Pairs {
         }
         if let Some(Slot::Listing { journal, .. }) = self.slots.remove(pair) {
             for (recorded, known) in journal {
-                index.set(recorded, known);
+                index.set(&recorded, &known);
             }
         }
         let known = index.known(unit, whole);
@@ -157,7 +216,7 @@ impl Pairs {
     /// A unit of the pair now holds exactly `known` (after its applies and deletes).
     pub(crate) fn record(&mut self, pair: &str, unit: UnitLabels, known: Known) {
         match self.slots.get_mut(pair) {
-            Some(Slot::Ready(index)) => index.set(unit, known),
+            Some(Slot::Ready(index)) => index.set(&unit, &known),
             Some(Slot::Listing { journal, .. }) => journal.push((unit, known)),
             None => {}
         }
@@ -167,11 +226,7 @@ impl Pairs {
     /// longer holds them, so that its desired state writes them again.
     pub(crate) fn lose(&mut self, pair: &str, unit: &UnitLabels, gone: &[ObjectId]) {
         if let Some(Slot::Ready(index)) = self.slots.get_mut(pair) {
-            if let Some(known) = index.units.get_mut(unit) {
-                for id in gone {
-                    known.remove(id);
-                }
-            }
+            index.lose(unit, gone);
         }
     }
 
@@ -231,6 +286,40 @@ mod tests {
             "what names no resource and no CloudEvent source is the main unit's"
         );
         assert_eq!(index.known(&main, true).len(), 6);
+    }
+
+    #[test]
+    fn the_compact_forms_keep_every_unit_and_object_apart() {
+        let named = naming::resource_labels("", "x");
+        let mut only_namespace = UnitLabels::new();
+        only_namespace.insert(
+            naming::LABEL_RESOURCE_NAMESPACE.to_string(),
+            "x".to_string(),
+        );
+        let keys = [
+            unit_key(&UnitLabels::new()),
+            unit_key(&named),
+            unit_key(&only_namespace),
+            unit_key(&naming::resource_labels("x", "x")),
+            unit_key(&naming::cloud_event_labels("x", "x")),
+            unit_key(&naming::resource_labels("", "")),
+        ];
+        let distinct: std::collections::BTreeSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "{keys:?}");
+        let known = Known::from([
+            (id("ClusterProfile", "p"), "0123abcd".to_string()),
+            (
+                ("ConfigMap".into(), String::new(), "c".into()),
+                String::new(),
+            ),
+        ]);
+        assert_eq!(expand(compact(&known).iter()), known);
+        let mut index = PairIndex::default();
+        index.set(&named, &known);
+        assert_eq!(index.known(&named, false), known);
+        assert_eq!(index.known(&only_namespace, false), Known::new());
+        index.set(&named, &Known::new());
+        assert_eq!(index, PairIndex::default(), "an empty unit is not kept");
     }
 
     #[test]
