@@ -12,12 +12,23 @@ use crate::bus::Bus;
 use crate::error::{Error, Result};
 use crate::topology::{Acks, ConsumerSpec, StreamSpec, TRACEPARENT};
 
+/// Subjects a [`Freshness`] keeps before it asks to be pruned the first time.
+const PRUNE_FROM: usize = 4096;
+
 /// The newest stream sequence seen per subject: a message older than it is stale (a
 /// redelivery overtaken by a newer state of the same key) and must not overwrite it.
+///
+/// Only a subject whose newest sequence is above its consumer's ack floor can supersede a
+/// delivery: every delivery still to come is of an unacknowledged message, above the floor.
+/// The others are forgotten ([`Freshness::forget_through`]), so what a stage keeps here is
+/// bounded by what its consumer has in flight, not by every subject it ever saw (a cluster
+/// whose Pods come and go under new names).
 #[derive(Debug, Default)]
 pub struct Freshness {
     /// FxHash: subjects are our own, and this map is read for every delivered message.
     seen: rustc_hash::FxHashMap<String, u64>,
+    /// How many subjects it keeps before [`Freshness::wants_pruning`] says so again.
+    prune_at: usize,
 }
 
 impl Freshness {
@@ -41,6 +52,27 @@ impl Freshness {
 
     pub fn len(&self) -> usize {
         self.seen.len()
+    }
+
+    /// Whether it has grown enough since it was last pruned to be pruned again: twice what
+    /// it kept then, and at least [`PRUNE_FROM`], so a prune (one request for the ack floor)
+    /// is paid for by as many new subjects as it kept.
+    pub fn wants_pruning(&self) -> bool {
+        self.seen.len() >= self.prune_at.max(PRUNE_FROM)
+    }
+
+    /// Forgets every subject whose newest sequence is at or below `floor`, its consumer's
+    /// ack floor (the stream sequence below which everything is acknowledged): no delivery
+    /// still to come is superseded by it.
+    pub fn forget_through(&mut self, floor: u64) {
+        self.seen.retain(|_, seen| *seen > floor);
+        self.prune_at = self.seen.len().saturating_mul(2);
+    }
+
+    /// Waits [`Freshness::wants_pruning`] out without a floor (it could not be read): asks
+    /// again once it has doubled.
+    pub fn postpone_pruning(&mut self) {
+        self.prune_at = self.seen.len().saturating_mul(2);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -154,6 +186,27 @@ impl Bus {
                 source: Box::new(error),
             }),
         }
+    }
+
+    /// The ack floor of a durable consumer: the stream sequence at and below which it has
+    /// acknowledged everything (`CONSUMER.INFO`).
+    pub async fn ack_floor(&self, spec: &ConsumerSpec) -> Result<u64> {
+        let stream = self
+            .js
+            .get_stream_no_info(spec.stream.name)
+            .await
+            .map_err(|source| Error::Stream {
+                stream: spec.stream.name.to_string(),
+                source: Box::new(source),
+            })?;
+        let info = stream
+            .consumer_info(spec.durable)
+            .await
+            .map_err(|source| Error::Read {
+                stream: spec.stream.name.to_string(),
+                source: Box::new(source),
+            })?;
+        Ok(info.ack_floor.stream_sequence)
     }
 
     async fn replay_state_once(&self, spec: StreamSpec, filter: &str) -> Result<Vec<Delivered>> {
@@ -365,5 +418,37 @@ mod tests {
             "the same state again"
         );
         assert!(fresh.is_superseded(&delivered("a", 4)));
+    }
+
+    #[test]
+    fn pruning_at_the_ack_floor_supersedes_exactly_what_it_did_before() {
+        let mut fresh = Freshness::default();
+        for i in 0..PRUNE_FROM as u64 {
+            fresh.record(&delivered(&format!("s{i}"), i + 1));
+        }
+        assert!(fresh.wants_pruning());
+        let floor = 3000;
+        let before: Vec<bool> = (0..PRUNE_FROM as u64)
+            .flat_map(|i| (floor + 1..=PRUNE_FROM as u64 + 1).map(move |seq| (i, seq)))
+            .map(|(i, seq)| fresh.is_superseded(&delivered(&format!("s{i}"), seq)))
+            .collect();
+        fresh.forget_through(floor);
+        assert_eq!(fresh.len(), PRUNE_FROM - floor as usize);
+        let after: Vec<bool> = (0..PRUNE_FROM as u64)
+            .flat_map(|i| (floor + 1..=PRUNE_FROM as u64 + 1).map(move |seq| (i, seq)))
+            .map(|(i, seq)| fresh.is_superseded(&delivered(&format!("s{i}"), seq)))
+            .collect();
+        assert_eq!(
+            before, after,
+            "every delivery above the floor is judged as before"
+        );
+        assert!(before.iter().any(|s| *s), "some of them are superseded");
+        assert!(!fresh.wants_pruning(), "not again until it has doubled");
+        for i in 0..PRUNE_FROM as u64 {
+            fresh.record(&delivered(&format!("t{i}"), 10_000 + i));
+        }
+        assert!(fresh.wants_pruning());
+        fresh.postpone_pruning();
+        assert!(!fresh.wants_pruning(), "a failed read waits for doubling");
     }
 }

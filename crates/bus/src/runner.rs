@@ -539,6 +539,7 @@ impl Runner {
                     };
                     let decoded = match next {
                         Next::Raw(batch) => {
+                            core.prune_freshness().await;
                             let (decoded, undecoded) = core.decode(|d| stage.decode(d), batch, false);
                             core.undecoded(undecoded).await?;
                             decoded
@@ -636,6 +637,7 @@ impl Core {
                     let Some(batch) = batch else {
                         return Err(Error::Ended { what: format!("consumer {} on {}", self.spec.durable, self.spec.stream.name) });
                     };
+                    self.prune_freshness().await;
                     let (decoded, undecoded) = self.decode(|d| decoder(d), batch, true);
                     self.undecoded(undecoded).await?;
                     if decoded.inputs.is_empty() {
@@ -691,7 +693,7 @@ impl Core {
             match value {
                 Ok(value) => {
                     if ahead {
-                        self.freshness.record(&delivered);
+                        self.record_fresh(&delivered);
                     }
                     decoded.inputs.push(Input { delivered, value });
                     decoded.messages.push(message);
@@ -766,9 +768,7 @@ impl Core {
                     } else {
                         self.publish(outgoing, vec![message]).await?;
                     }
-                    if self.keeps_freshness {
-                        self.freshness.record(&input.delivered);
-                    }
+                    self.record_fresh(&input.delivered);
                     (self.hooks.handled)(1);
                 }
                 Err(error) => {
@@ -873,6 +873,39 @@ impl Core {
         }
         coalesce::fresh(stream, batch, &self.freshness, &mut self.window)
     }
+    /// Records that `delivered` was handled, where freshness is kept here and its stream is a
+    /// state stream (a log's messages are each handled: none supersedes another).
+    fn record_fresh(&mut self, delivered: &Delivered) {
+        if self.keeps_freshness && self.spec.stream.max_per_subject.is_some() {
+            self.freshness.record(delivered);
+        }
+    }
+
+    /// Forgets what the consumer's ack floor makes useless in `freshness`
+    /// ([`Freshness::forget_through`]) once it has grown enough to be worth one request.
+    async fn prune_freshness(&mut self) {
+        if !self.keeps_freshness || !self.freshness.wants_pruning() {
+            return;
+        }
+        let before = self.freshness.len();
+        match self.bus.ack_floor(&self.spec).await {
+            Ok(floor) => {
+                self.freshness.forget_through(floor);
+                tracing::debug!(
+                    consumer = self.spec.durable,
+                    floor,
+                    before,
+                    after = self.freshness.len(),
+                    "freshness pruned"
+                );
+            }
+            Err(error) => {
+                self.freshness.postpone_pruning();
+                tracing::debug!(consumer = self.spec.durable, error = %chain(&error), "ack floor not read, freshness pruned later");
+            }
+        }
+    }
+
     /// Retries or rejects one input as its error says.
     async fn failed<E: Failure>(
         &mut self,
@@ -925,7 +958,7 @@ impl Core {
                     // Acked once the dead letter is stored; nacked by the window if it is not.
                     Ok(ack) => {
                         self.window.push(vec![ack], Some(message));
-                        self.freshness.record(delivered);
+                        self.record_fresh(delivered);
                     }
                     Err(error) => {
                         tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, error = %chain(&error), "dead letter not stored, the input will come back");

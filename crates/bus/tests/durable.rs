@@ -193,3 +193,41 @@ async fn the_last_state_of_one_subject_is_its_newest_message_or_none() -> anyhow
     assert!(bus.last_state(topology::MATCH, &none).await?.is_none());
     Ok(())
 }
+
+#[tokio::test]
+async fn the_ack_floor_is_where_everything_below_is_acknowledged() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    for (i, trigger) in ["a", "b", "c"].iter().enumerate() {
+        let id = (i + 1).to_string();
+        let subject = topology::desired_subject(trigger, &cluster);
+        publish(&bus, &subject, trigger, &id).await?;
+    }
+    // The applier acks each message on its own.
+    let spec = topology::APPLIER_DESIRED;
+    let mut consumer = bus.durable(spec, None).await?;
+    assert_eq!(bus.ack_floor(&spec).await?, 0, "nothing acknowledged yet");
+    let mut messages = Vec::new();
+    for _ in 0..3 {
+        let next = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await?;
+        messages.push(next.ok_or_else(|| anyhow::anyhow!("consumer ended"))??);
+    }
+    // The second alone leaves the floor where it was.
+    messages[1]
+        .double_ack()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    assert_eq!(bus.ack_floor(&spec).await?, 0);
+    messages[0]
+        .double_ack()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    assert_eq!(bus.ack_floor(&spec).await?, 2);
+    messages[2]
+        .double_ack()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    assert_eq!(bus.ack_floor(&spec).await?, 3);
+    Ok(())
+}
