@@ -410,7 +410,25 @@ async fn clean_up(
         "# {preload} preloaded Services deleted, nothing of the trigger left, after {:?}",
         started.elapsed()
     )?;
+    writeln!(out, "# left on the bus: {}", bus_left(stack).await?)?;
     Ok(())
+}
+
+/// How many messages each of the pipeline's state streams keeps, as `NAME count`.
+async fn bus_left(stack: &Stack) -> anyhow::Result<String> {
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let mut counts = Vec::new();
+    for spec in [
+        topology::CHANGES,
+        topology::MATCH,
+        topology::DESIRED,
+        topology::APPLIED,
+    ] {
+        let mut stream = js.get_stream(spec.name).await?;
+        let messages = stream.info().await?.state.messages;
+        counts.push(format!("{} {messages}", spec.name));
+    }
+    Ok(counts.join(", "))
 }
 
 #[derive(Clone, Copy)]

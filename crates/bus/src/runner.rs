@@ -235,6 +235,9 @@ pub struct Hooks {
     pub rejected: Count,
     /// The `traceparent` of an output from its input's; `None` passes the input's on as is.
     pub trace: Option<fn(Option<&str>) -> String>,
+    /// Subjects whose freshness was forgotten at the consumer's ack floor
+    /// ([`Freshness::forget_through`]).
+    pub forgotten: Count,
 }
 
 impl Default for Hooks {
@@ -243,8 +246,9 @@ impl Default for Hooks {
         Hooks {
             handled: none.clone(),
             retried: none.clone(),
-            rejected: none,
+            rejected: none.clone(),
             trace: None,
+            forgotten: none,
         }
     }
 }
@@ -891,6 +895,7 @@ impl Core {
         match self.bus.ack_floor(&self.spec).await {
             Ok(floor) => {
                 self.freshness.forget_through(floor);
+                (self.hooks.forgotten)((before - self.freshness.len()) as u64);
                 tracing::debug!(
                     consumer = self.spec.durable,
                     floor,

@@ -237,6 +237,7 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
         retried: retried_hook,
         rejected: rejected_hook,
         trace: None,
+        forgotten: Hooks::default().forgotten,
     });
     let (token, task) = spawn(runner, probe.clone());
     send(&bus, "ok", "fine").await?;
@@ -1087,5 +1088,61 @@ async fn a_runner_drained_while_its_batch_lingers_gives_the_batch_back() -> anyh
     let took = restarted.elapsed();
     assert!(took < Duration::from_secs(5), "they came after {took:?}");
     every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_forgets_the_freshness_its_consumers_ack_floor_makes_useless() -> anyhow::Result<()>
+{
+    forgets_at_the_ack_floor(Counting::<0, false>::default()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_with_a_decoder_forgets_the_freshness_its_consumers_ack_floor_makes_useless(
+) -> anyhow::Result<()> {
+    forgets_at_the_ack_floor(Counting::<0, true>::default()).await
+}
+
+/// Several times more subjects than a runner keeps before it prunes, each handled and acked:
+/// most of them are forgotten on the way, and a new state of a forgotten subject is handled as
+/// before.
+async fn forgets_at_the_ack_floor<const AHEAD: bool>(
+    stage: Counting<0, AHEAD>,
+) -> anyhow::Result<()> {
+    const SUBJECTS: usize = 10_000;
+    let (_nats, bus) = backlog("s", SUBJECTS).await?;
+    let (forgotten, forgotten_hook) = counter();
+    let runner = Runner::bind(&bus, SPEC).await?.with_hooks(Hooks {
+        forgotten: forgotten_hook,
+        ..Hooks::default()
+    });
+    let handled = stage.handled.clone();
+    let (token, task) = spawn(runner, stage);
+    let handled_all = |body: &'static str, count: usize| {
+        let handled = handled.clone();
+        move || {
+            let handled = handled.clone();
+            async move {
+                let handled = handled.lock().expect("lock");
+                (handled.len() == count && (body.is_empty() || handled.contains(body)))
+                    .then_some(())
+            }
+        }
+    };
+    wait_for("every input handled", DEADLINE, handled_all("", SUBJECTS)).await?;
+    every_input_acked(&bus).await?;
+    let forgotten = forgotten.load(Ordering::Relaxed);
+    // It prunes each time it holds 4,096 subjects, keeping only those above the floor.
+    assert!(
+        forgotten >= SUBJECTS as u64 / 2 && forgotten <= SUBJECTS as u64,
+        "{forgotten} of {SUBJECTS} subjects forgotten"
+    );
+    send(&bus, "s-0", "again").await?;
+    wait_for(
+        "a new state of a forgotten subject handled",
+        DEADLINE,
+        handled_all("again", SUBJECTS + 1),
+    )
+    .await?;
     stop(token, task).await
 }

@@ -198,11 +198,13 @@ fn hooks(health: &Health) -> Hooks {
     let applied = health.counter("sluice_applier_states_applied_total");
     let retried = health.counter("sluice_applier_errors_total");
     let rejected = health.counter("sluice_applier_states_rejected_total");
+    let forgotten = health.counter("sluice_applier_subjects_forgotten_total");
     Hooks {
         handled: std::sync::Arc::new(move |n| applied.add(n)),
         retried: std::sync::Arc::new(move |n| retried.add(n)),
         rejected: std::sync::Arc::new(move |n| rejected.add(n)),
         trace: Some(sluice_runtime::child_traceparent),
+        forgotten: std::sync::Arc::new(move |n| forgotten.add(n)),
     }
 }
 

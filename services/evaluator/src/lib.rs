@@ -79,6 +79,10 @@ pub async fn run(
         .with_hooks(Hooks {
             rejected: Arc::new(move |n| rejected.add(n)),
             trace: Some(sluice_runtime::child_traceparent),
+            forgotten: {
+                let forgotten = health.counter("sluice_evaluator_subjects_forgotten_total");
+                Arc::new(move |n| forgotten.add(n))
+            },
             ..Hooks::default()
         })
         .publishing_first(boot);

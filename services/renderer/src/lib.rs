@@ -87,10 +87,14 @@ pub async fn run(
         trace: Some(sluice_runtime::child_traceparent),
         ..Hooks::default()
     };
+    let forgotten = health.counter("sluice_renderer_subjects_forgotten_total");
     let matches = Runner::bind(&bus, topology::RENDERER_MATCH)
         .await?
         .with_freshness(last_seen)
-        .with_hooks(hooks.clone());
+        .with_hooks(Hooks {
+            forgotten: std::sync::Arc::new(move |n| forgotten.add(n)),
+            ..hooks.clone()
+        });
     let cloud_events = Runner::bind(&bus, topology::RENDERER_CEMATCH)
         .await?
         .with_hooks(hooks);

@@ -362,9 +362,14 @@ pub async fn run(
             }
         }
     }
+    let forgotten = health.counter("sluice_reporter_subjects_forgotten_total");
     let runner = Runner::bind(&bus, topology::REPORTER_MATCH)
         .await?
-        .with_freshness(last_seen);
+        .with_freshness(last_seen)
+        .with_hooks(sluice_bus::runner::Hooks {
+            forgotten: std::sync::Arc::new(move |n| forgotten.add(n)),
+            ..Default::default()
+        });
     // A report someone else deletes is written again: one watch of the EventReports.
     let gone = sluice_kube::watch::watch_deletions(
         stage.client.clone(),

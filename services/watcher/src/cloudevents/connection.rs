@@ -55,6 +55,7 @@ impl Counters {
             retried: std::sync::Arc::new(move |n| errors.add(n)),
             rejected: std::sync::Arc::new(move |n| rejected.add(n)),
             trace: Some(sluice_runtime::child_traceparent),
+            ..Hooks::default()
         }
     }
 }
