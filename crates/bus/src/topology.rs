@@ -45,6 +45,13 @@ pub const ACKS_IN_FLIGHT: usize = 4_096;
 /// `Nats-TTL`): long enough for every follower to read it, after which the subject is gone.
 pub const CONFIG_TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// How long a deleted object's change stays on `SLUICE_CHANGES`, and a removed unit's result on
+/// `SLUICE_APPLIED` (their `Nats-TTL`). Both streams are read as levels (a replay that finds no
+/// message for a subject reads it as gone, which is what the tombstone said), so after the
+/// tombstone's readers have had a day to take it the subject is dropped: objects that come and
+/// go under new names do not grow the streams without end.
+pub const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// A JetStream stream of the pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamSpec {
@@ -72,7 +79,8 @@ pub const CHANGES: StreamSpec = StreamSpec {
     subjects: "sluice.v1.change.>",
     max_per_subject: Some(1),
     max_age: None,
-    message_ttl: false,
+    // A deleted object's change expires ([`TOMBSTONE_TTL`]).
+    message_ttl: true,
 };
 pub const CLOUDEVENTS: StreamSpec = StreamSpec {
     name: "SLUICE_CLOUDEVENTS",
@@ -107,7 +115,8 @@ pub const APPLIED: StreamSpec = StreamSpec {
     subjects: "sluice.v1.applied.>",
     max_per_subject: Some(1),
     max_age: None,
-    message_ttl: false,
+    // A removed unit's result expires ([`TOMBSTONE_TTL`]).
+    message_ttl: true,
 };
 /// Messages a stage rejected for good, with the reason in the `Sluice-Error` header.
 pub const DEAD: StreamSpec = StreamSpec {

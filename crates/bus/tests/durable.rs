@@ -231,3 +231,49 @@ async fn the_ack_floor_is_where_everything_below_is_acknowledged() -> anyhow::Re
     assert_eq!(bus.ack_floor(&spec).await?, 3);
     Ok(())
 }
+
+/// An installation from before a stream allowed message TTLs: connecting updates it, and a
+/// tombstone with a time to live is stored.
+#[tokio::test]
+async fn a_stream_of_an_older_install_is_updated_to_allow_tombstones_that_expire(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let client = async_nats::connect(nats.url()).await?;
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: topology::CHANGES.name.to_string(),
+        subjects: vec![topology::CHANGES.subjects.to_string()],
+        max_messages_per_subject: 1,
+        ..Default::default()
+    })
+    .await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let mut stream = js.get_stream(topology::CHANGES.name).await?;
+    assert!(stream.info().await?.config.allow_message_ttl);
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let subject = topology::change_subject(&cluster, "", "Service", "default", "gone");
+    bus.publish_expiring_durably(
+        Outgoing {
+            ttl: None,
+            subject: subject.clone(),
+            payload: Bytes::from("deleted"),
+            msg_id: "1".to_string(),
+            traceparent: None,
+        },
+        Duration::from_secs(1),
+    )
+    .await?;
+    sluice_testkit::wait_for("the tombstone expired", Duration::from_secs(10), || {
+        let stream = stream.clone();
+        let subject = subject.clone();
+        async move {
+            stream
+                .get_last_raw_message_by_subject(&subject)
+                .await
+                .is_err()
+                .then_some(())
+        }
+    })
+    .await?;
+    Ok(())
+}

@@ -193,6 +193,9 @@ impl ApplierStage {
         }
         Ok(Output {
             subject: desired.applied_subject.clone(),
+            // A removal's result is a tombstone: a replay that finds none reads the unit as
+            // holding nothing, which is what it says.
+            ttl: result.removed.then_some(topology::TOMBSTONE_TTL),
             payload: sluice_wire::encode(&result),
             ..Output::default()
         })

@@ -335,7 +335,8 @@ fn resource_change(
         sealed_object_json: Vec::new(),
     };
     Outgoing {
-        ttl: None,
+        // A deletion is a tombstone: read as gone, it is dropped once its reader had its time.
+        ttl: deleted.then_some(topology::TOMBSTONE_TTL),
         subject: topology::change_subject(tokens, &gvk.0, &gvk.2, &namespace, &name),
         msg_id: message_id(&[
             "change",

@@ -520,5 +520,11 @@ fn the_stream_table_agrees_with_the_topology() {
             None => assert!(retention.starts_with("log"), "{}: {retention}", stream.name),
             Some(other) => panic!("{}: {other} values per subject", stream.name),
         }
+        assert_eq!(
+            retention.contains("(`Nats-TTL`)"),
+            stream.message_ttl,
+            "{}: whether tombstones expire: {retention}",
+            stream.name
+        );
     }
 }

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use sluice_bus::topology;
 use sluice_cli::demo::{self, wait_cleaned, wait_profile};
 use sluice_cli::stack::{Stack, MANAGEMENT};
 use sluice_domain::naming;
@@ -133,6 +134,33 @@ async fn service_event_becomes_cluster_profile_and_is_cleaned_up() -> anyhow::Re
     })
     .await?;
     assert_eq!(report["spec"]["eventSourceName"], "sveltos-service");
+
+    // What the deletion left on the bus expires: the Service's change and its unit's result
+    // are tombstones with a time to live, so the streams do not keep every subject that ever
+    // existed.
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
+    let applied = topology::applied_subject_for(&desired).expect("a desired subject");
+    for (stream, subject) in [
+        (
+            topology::CHANGES,
+            topology::change_subject(&tokens, "", "Service", "default", "my-service"),
+        ),
+        (topology::APPLIED, applied),
+    ] {
+        let last = js
+            .get_stream(stream.name)
+            .await?
+            .get_last_raw_message_by_subject(&subject)
+            .await?;
+        let ttl = last.headers.get("Nats-TTL").map(|v| v.as_str().to_string());
+        assert_eq!(
+            ttl,
+            Some(topology::TOMBSTONE_TTL.as_secs().to_string()),
+            "{subject}: the tombstone's time to live"
+        );
+    }
     Ok(())
 }
 
