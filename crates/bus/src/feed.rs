@@ -209,7 +209,30 @@ impl Bus {
         Ok(info.ack_floor.stream_sequence)
     }
 
+    /// The subjects matching `filter` that hold a message now, read without their payloads
+    /// (headers only). Tried again as [`Bus::replay_state`].
+    pub async fn replay_subjects(
+        &self,
+        spec: StreamSpec,
+        filter: &str,
+    ) -> Result<std::collections::HashSet<String>> {
+        patiently(self, spec.name, || async {
+            let delivered = self.replay_once(spec, filter, true).await?;
+            Ok(delivered.into_iter().map(|d| d.subject).collect())
+        })
+        .await
+    }
+
     async fn replay_state_once(&self, spec: StreamSpec, filter: &str) -> Result<Vec<Delivered>> {
+        self.replay_once(spec, filter, false).await
+    }
+
+    async fn replay_once(
+        &self,
+        spec: StreamSpec,
+        filter: &str,
+        headers_only: bool,
+    ) -> Result<Vec<Delivered>> {
         let stream = self.stream(spec).await?;
         let read_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Read {
             stream: spec.name.to_string(),
@@ -219,6 +242,7 @@ impl Bus {
             .create_consumer(pull::OrderedConfig {
                 filter_subject: filter.to_string(),
                 deliver_policy: DeliverPolicy::LastPerSubject,
+                headers_only,
                 ..Default::default()
             })
             .await

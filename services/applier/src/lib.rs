@@ -6,6 +6,7 @@
 mod adopt;
 mod executor;
 mod index;
+mod orphans;
 pub mod plan;
 pub mod problems;
 mod repair;
@@ -80,15 +81,17 @@ pub async fn run(
     };
     // The statuses as the last results left them, so a restart writes from the whole picture;
     // and what the units held, so that what was deleted meanwhile is found (ADR 0039).
+    let mut holding = Vec::new();
     for delivered in bus
         .replay_state(topology::APPLIED, topology::APPLIED.subjects)
         .await?
     {
         if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) {
-            if let Some(desired) = topology::desired_subject_for(&delivered.subject) {
-                for held in &result.held {
-                    stage.note_written(held, &desired);
-                }
+            let Some(desired) = topology::desired_subject_for(&delivered.subject) else {
+                continue;
+            };
+            for held in &result.held {
+                stage.note_written(held, &desired);
             }
             if stage.statuses.record(&result) {
                 // Written once at start: a write paced before a restart may not have been made.
@@ -97,8 +100,22 @@ pub async fn run(
                     .status_writes
                     .mark(&stage.statuses, &result.event_trigger, now);
             }
+            if orphans::may_be_orphaned(&result) {
+                holding.push((desired, result));
+            }
         }
     }
+    // Resource units whose removal expired before this applier took it (it was away longer
+    // than `topology::TOMBSTONE_TTL`): what they hold is removed before anything else.
+    let removals = if holding.is_empty() {
+        Vec::new()
+    } else {
+        let present = bus
+            .replay_subjects(topology::DESIRED, topology::DESIRED.subjects)
+            .await?;
+        orphans::removals(holding, &present)
+    };
+    let first = stage.remove_orphans(removals).await;
     // Triggers being deleted: one sluice never owned anything for (or whose objects are gone
     // already) is released at once, even if another installation put the finalizer there.
     let mut feeds = Vec::new();
@@ -121,7 +138,8 @@ pub async fn run(
     ));
     let runner = Runner::bind(&bus, topology::APPLIER_DESIRED)
         .await?
-        .with_hooks(hooks(&health));
+        .with_hooks(hooks(&health))
+        .publishing_first(first);
     health.set_ready(true);
     let outcome = runner
         .run(&mut stage, futures::stream::select_all(feeds), token)

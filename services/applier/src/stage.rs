@@ -311,6 +311,44 @@ impl ApplierStage {
         outputs
     }
 
+    /// Removes what the units of `removals` hold (`orphans`: their removals expired unseen);
+    /// returns their results, to be published before the first desired state is taken. A
+    /// removal that fails is logged: its unit's objects stay until it is removed again.
+    pub(crate) async fn remove_orphans(&mut self, removals: Vec<Desired>) -> Vec<Output> {
+        if removals.is_empty() {
+            return Vec::new();
+        }
+        tracing::info!(
+            units = removals.len(),
+            "resource units whose removal expired unseen: what they hold is removed"
+        );
+        let subjects: Vec<String> = removals
+            .iter()
+            .map(|d| topology::desired_subject_for(&d.applied_subject).unwrap_or_default())
+            .collect();
+        let states: Vec<(&str, &pb::DesiredState)> = removals
+            .iter()
+            .zip(&subjects)
+            .map(|(desired, subject)| (subject.as_str(), &desired.state))
+            .collect();
+        let results = self.applier.execute_all(&states).await;
+        let mut touched = BTreeSet::new();
+        let mut outputs = Vec::with_capacity(removals.len());
+        for (desired, result) in removals.iter().zip(results) {
+            match self.settle(desired, result, &mut touched).await {
+                Ok(output) => outputs.push(output),
+                Err(error) => {
+                    tracing::warn!(subject = %desired.applied_subject, error = %sluice_runtime::error_chain(&error), "failed to remove a unit whose removal expired unseen");
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        for trigger in touched {
+            self.status_writes.mark(&self.statuses, &trigger, now);
+        }
+        outputs
+    }
+
     /// Writes the statuses that are due.
     async fn write_due_statuses(&mut self, now: tokio::time::Instant) {
         for trigger in self.status_writes.schedule.take_due(now) {

@@ -72,7 +72,7 @@ pub async fn run(
     };
     let traceparent = sluice_runtime::child_traceparent(None);
     let boot = boot.into_iter().map(|output| Outgoing {
-        ttl: None,
+        ttl: output.ttl,
         msg_id: output.id.unwrap_or_default(),
         subject: output.subject,
         payload: output.payload,
@@ -173,6 +173,11 @@ fn desired_messages(
         outputs.push(Output {
             id: Some(message_id(&["desired", &subject, cause, &sequence, &hash])),
             subject,
+            // A resource unit's removal is a tombstone (ADR 0018): once the applier had a day to
+            // take it, the subject is dropped; an applier away longer removes what the unit's
+            // last result held when it starts (`sluice_applier`'s orphans).
+            ttl: (state.removed && matches!(unit.unit, sluice_wire::unit::Unit::Resource { .. }))
+                .then_some(topology::TOMBSTONE_TTL),
             payload: sluice_wire::encode(&state),
             ..Output::default()
         });
@@ -199,6 +204,37 @@ mod tests {
             objects: vec![managed_object(object)],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn only_a_resource_units_removal_expires() {
+        let object = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "projectsveltos"},
+        });
+        let resource = |removed| pb::DesiredState {
+            resource_namespace: "default".into(),
+            resource_name: "web".into(),
+            removed,
+            objects: if removed {
+                Vec::new()
+            } else {
+                vec![managed_object(object.clone())]
+            },
+            ..unit(object.clone())
+        };
+        let main_removed = pb::DesiredState {
+            removed: true,
+            objects: Vec::new(),
+            ..unit(object.clone())
+        };
+        let states = vec![resource(true), resource(false), main_removed];
+        let ttls: Vec<_> = desired_messages(states, "report", 1 << 20, None)
+            .expect("messages")
+            .into_iter()
+            .map(|o| o.ttl)
+            .collect();
+        assert_eq!(ttls, [Some(topology::TOMBSTONE_TTL), None, None]);
     }
 
     #[test]

@@ -614,3 +614,54 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
     );
     Ok(())
 }
+
+/// A resource unit's removal expires from SLUICE_DESIRED after a day: an applier away longer
+/// never gets it, and removes at start what the unit's last result held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
+) -> anyhow::Result<()> {
+    use sluice_bus::topology;
+    let mut stack = running_seed().await?;
+    stack.stop_service("sluice-applier")?;
+    stack
+        .delete("cluster-a", "v1", "Service", "default", "my-service")
+        .await?;
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
+    let stream = js.get_stream(topology::DESIRED.name).await?;
+    // The removal is the one state of the unit with a time to live.
+    let ttl = wait_for("the unit's removal", DEADLINE, || async {
+        let last = stream
+            .get_last_raw_message_by_subject(&desired)
+            .await
+            .ok()?;
+        let ttl = last.headers.get("Nats-TTL")?;
+        Some(ttl.as_str().to_string())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
+    // It expires unseen (purged here, as its time to live would).
+    stream.purge().filter(&desired).await?;
+    assert_eq!(
+        owned_by(&stack, TRIGGER, "cluster-a").await?.len(),
+        2,
+        "nothing removed while the applier is away"
+    );
+    stack.start_service("sluice-applier")?;
+    cleaned(&stack).await?;
+    // The removal's result is published, a tombstone like any removal's.
+    let applied = topology::applied_subject_for(&desired).expect("a desired subject");
+    let results = js.get_stream(topology::APPLIED.name).await?;
+    wait_for("the removal's result", DEADLINE, || async {
+        let last = results
+            .get_last_raw_message_by_subject(&applied)
+            .await
+            .ok()?;
+        last.headers.get("Nats-TTL").map(|_| ())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}

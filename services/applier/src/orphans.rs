@@ -1,0 +1,125 @@
+//! Resource units whose removal the applier never took: a resource unit's removal expires from
+//! SLUICE_DESIRED after a day (`topology::TOMBSTONE_TTL`), so an applier away longer finds no
+//! desired state for a unit whose last result still holds objects. What the unit held is then
+//! removed at start, as the expired removal would have done. Pure: results in, removals out.
+
+use std::collections::HashSet;
+
+use sluice_proto::v1 as pb;
+use sluice_wire::unit::{Unit, UnitKey};
+
+use crate::stage::Desired;
+
+/// Whether a replayed result is one whose unit may have been removed unseen: a resource unit's
+/// result that holds objects.
+pub(crate) fn may_be_orphaned(result: &pb::ApplyResult) -> bool {
+    !result.removed && !result.held.is_empty() && !result.resource_name.is_empty()
+}
+
+/// The removals of the units whose results (by desired-state subject) hold objects while no
+/// desired state of theirs is `present` on SLUICE_DESIRED. A result whose fields do not name
+/// its own subject's unit is left alone (and logged): it cannot be removed by its subject.
+pub(crate) fn removals(
+    results: Vec<(String, pb::ApplyResult)>,
+    present: &HashSet<String>,
+) -> Vec<Desired> {
+    let mut out = Vec::new();
+    for (subject, result) in results {
+        if present.contains(&subject) || !may_be_orphaned(&result) {
+            continue;
+        }
+        let state = pb::DesiredState {
+            event_trigger: result.event_trigger,
+            cluster: result.cluster,
+            event_source: result.event_source,
+            removed: true,
+            event_trigger_kind: result.event_trigger_kind,
+            resource_namespace: result.resource_namespace,
+            resource_name: result.resource_name,
+            source_sequence: result.source_sequence,
+            ..Default::default()
+        };
+        let named = UnitKey::of(&state).ok().filter(|key| {
+            matches!(key.unit, Unit::Resource { .. }) && key.desired_subject() == subject
+        });
+        let (Some(key), Some(applied_subject)) =
+            (named, sluice_bus::topology::applied_subject_for(&subject))
+        else {
+            tracing::warn!(%subject, "a result names another unit than its subject's: its objects are left as they are");
+            continue;
+        };
+        out.push(Desired {
+            state,
+            cluster: key.cluster,
+            applied_subject,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_bus::topology;
+    use sluice_domain::cluster::{ClusterId, ClusterType};
+
+    fn cluster() -> ClusterId {
+        ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: "default".into(),
+            name: "c".into(),
+        }
+    }
+
+    fn held(name: &str, removed: bool, objects: usize) -> (String, pb::ApplyResult) {
+        let tokens = sluice_wire::cluster_tokens(&cluster());
+        let subject = topology::desired_resource_subject("t", &tokens, "default", name);
+        let result = pb::ApplyResult {
+            event_trigger: "t".into(),
+            cluster: Some(sluice_wire::cluster_ref(&cluster())),
+            event_trigger_kind: "EventTrigger".into(),
+            event_source: "es".into(),
+            resource_namespace: "default".into(),
+            resource_name: name.into(),
+            removed,
+            held: (0..objects)
+                .map(|i| pb::ObjectRef {
+                    kind: "ClusterProfile".into(),
+                    name: format!("sveltos-{name}-{i}"),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        (subject, result)
+    }
+
+    #[test]
+    fn a_unit_that_holds_objects_and_has_no_desired_state_is_removed() {
+        let results = vec![
+            held("gone", false, 2),
+            held("desired", false, 2),
+            held("removed", true, 0),
+            held("holds-nothing", false, 0),
+        ];
+        let present = HashSet::from([results[1].0.clone()]);
+        let removals = removals(results.clone(), &present);
+        assert_eq!(removals.len(), 1, "{removals:?}");
+        let removal = &removals[0];
+        assert!(removal.state.removed);
+        assert_eq!(removal.state.resource_name, "gone");
+        assert_eq!(removal.state.event_trigger_kind, "EventTrigger");
+        assert_eq!(removal.cluster, cluster());
+        assert_eq!(
+            removal.applied_subject,
+            topology::applied_subject_for(&results[0].0).expect("applied")
+        );
+    }
+
+    #[test]
+    fn a_result_that_names_another_unit_than_its_subject_is_left_alone() {
+        let (subject, mut result) = held("web", false, 1);
+        result.resource_name = "other".into();
+        assert!(removals(vec![(subject, result)], &HashSet::new()).is_empty());
+    }
+}
