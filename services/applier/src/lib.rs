@@ -87,12 +87,6 @@ pub async fn run(
         .await?
     {
         if let Ok(result) = sluice_wire::decode::<pb::ApplyResult>("ApplyResult", &delivered) {
-            let Some(desired) = topology::desired_subject_for(&delivered.subject) else {
-                continue;
-            };
-            for held in &result.held {
-                stage.note_written(held, &desired);
-            }
             if stage.statuses.record(&result) {
                 // Written once at start: a write paced before a restart may not have been made.
                 let now = tokio::time::Instant::now();
@@ -100,8 +94,13 @@ pub async fn run(
                     .status_writes
                     .mark(&stage.statuses, &result.event_trigger, now);
             }
-            if orphans::may_be_orphaned(&result) {
-                holding.push((desired, result));
+            if let Some(desired) = topology::desired_subject_for(&delivered.subject) {
+                for held in &result.held {
+                    stage.note_written(held, &desired);
+                }
+                if orphans::may_be_orphaned(&result) {
+                    holding.push((desired, result));
+                }
             }
         }
     }

@@ -173,7 +173,7 @@ fn desired_messages(
         outputs.push(Output {
             id: Some(message_id(&["desired", &subject, cause, &sequence, &hash])),
             subject,
-            // A resource unit's removal is a tombstone (ADR 0018): once the applier had a day to
+            // A resource unit's removal is a tombstone (ADR 0041): once the applier had a day to
             // take it, the subject is dropped; an applier away longer removes what the unit's
             // last result held when it starts (`sluice_applier`'s orphans).
             ttl: (state.removed && matches!(unit.unit, sluice_wire::unit::Unit::Resource { .. }))
