@@ -56,6 +56,17 @@ pub struct ClusterId {
     pub name: String,
 }
 
+impl ClusterId {
+    /// The id of the SveltosCluster `namespace/name`.
+    pub fn sveltos(namespace: &str, name: &str) -> ClusterId {
+        ClusterId {
+            cluster_type: ClusterType::Sveltos,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for ClusterId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

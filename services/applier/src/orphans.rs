@@ -61,14 +61,10 @@ pub(crate) fn removals(
 mod tests {
     use super::*;
     use sluice_bus::topology;
-    use sluice_domain::cluster::{ClusterId, ClusterType};
+    use sluice_domain::cluster::ClusterId;
 
     fn cluster() -> ClusterId {
-        ClusterId {
-            cluster_type: ClusterType::Sveltos,
-            namespace: "default".into(),
-            name: "c".into(),
-        }
+        ClusterId::sveltos("default", "c")
     }
 
     fn held(name: &str, removed: bool, objects: usize) -> (String, pb::ApplyResult) {
