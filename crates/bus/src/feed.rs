@@ -162,14 +162,7 @@ impl Bus {
     /// is not held up.
     pub async fn last_state(&self, spec: StreamSpec, subject: &str) -> Result<Option<Delivered>> {
         use async_nats::jetstream::stream::LastRawMessageErrorKind;
-        let stream = self
-            .js
-            .get_stream_no_info(spec.name)
-            .await
-            .map_err(|source| Error::Stream {
-                stream: spec.name.to_string(),
-                source: Box::new(source),
-            })?;
+        let stream = self.stream_without_info(spec).await?;
         match stream.get_last_raw_message_by_subject(subject).await {
             Ok(message) => Ok(Some(Delivered {
                 subject: message.subject.to_string(),
@@ -191,15 +184,9 @@ impl Bus {
     /// The ack floor of a durable consumer: the stream sequence at and below which it has
     /// acknowledged everything (`CONSUMER.INFO`).
     pub async fn ack_floor(&self, spec: &ConsumerSpec) -> Result<u64> {
-        let stream = self
-            .js
-            .get_stream_no_info(spec.stream.name)
-            .await
-            .map_err(|source| Error::Stream {
-                stream: spec.stream.name.to_string(),
-                source: Box::new(source),
-            })?;
-        let info = stream
+        let info = self
+            .stream_without_info(spec.stream)
+            .await?
             .consumer_info(spec.durable)
             .await
             .map_err(|source| Error::Read {
@@ -207,6 +194,20 @@ impl Bus {
                 source: Box::new(source),
             })?;
         Ok(info.ack_floor.stream_sequence)
+    }
+
+    /// A handle on a stream for one request, without asking the server for its info first.
+    async fn stream_without_info(
+        &self,
+        spec: StreamSpec,
+    ) -> Result<async_nats::jetstream::stream::Stream<()>> {
+        self.js
+            .get_stream_no_info(spec.name)
+            .await
+            .map_err(|source| Error::Stream {
+                stream: spec.name.to_string(),
+                source: Box::new(source),
+            })
     }
 
     /// The subjects matching `filter` that hold a message now, read without their payloads

@@ -90,7 +90,6 @@ pub(crate) struct PairIndex {
 impl PairIndex {
     /// From a LIST of the pair: (listed kind, object) each (content unknown: applied again once).
     pub(crate) fn of<'a>(listed: impl IntoIterator<Item = (&'a str, &'a Value)>) -> PairIndex {
-        let mut index = PairIndex::default();
         let mut listed_units: HashMap<Box<str>, Vec<Box<str>>> = HashMap::new();
         for (kind, object) in listed {
             let mut id: ObjectId = object_id(object);
@@ -102,7 +101,7 @@ impl PairIndex {
                 .or_default()
                 .push(held(&id, ""));
         }
-        index.units = listed_units
+        let units = listed_units
             .into_iter()
             .map(|(unit, mut held)| {
                 held.sort();
@@ -110,7 +109,7 @@ impl PairIndex {
                 (unit, held.into_boxed_slice())
             })
             .collect();
-        index
+        PairIndex { units }
     }
 
     /// What one unit holds, or the whole pair when `whole`.

@@ -16,13 +16,14 @@ pub(crate) fn may_be_orphaned(result: &pb::ApplyResult) -> bool {
     !result.removed && !result.held.is_empty() && !result.resource_name.is_empty()
 }
 
-/// The removals of the units whose results (by desired-state subject) hold objects while no
-/// desired state of theirs is `present` on SLUICE_DESIRED. A result whose fields do not name
-/// its own subject's unit is left alone (and logged): it cannot be removed by its subject.
+/// The removals, each with its desired-state subject, of the units whose results (by that
+/// subject) hold objects while no desired state of theirs is `present` on SLUICE_DESIRED. A
+/// result whose fields do not name its own subject's unit is left alone (and logged): it cannot
+/// be removed by its subject.
 pub(crate) fn removals(
     results: Vec<(String, pb::ApplyResult)>,
     present: &HashSet<String>,
-) -> Vec<Desired> {
+) -> Vec<(String, Desired)> {
     let mut out = Vec::new();
     for (subject, result) in results {
         if present.contains(&subject) || !may_be_orphaned(&result) {
@@ -48,11 +49,14 @@ pub(crate) fn removals(
             tracing::warn!(%subject, "a result names another unit than its subject's: its objects are left as they are");
             continue;
         };
-        out.push(Desired {
-            state,
-            cluster: key.cluster,
-            applied_subject,
-        });
+        out.push((
+            subject,
+            Desired {
+                state,
+                cluster: key.cluster,
+                applied_subject,
+            },
+        ));
     }
     out
 }
@@ -101,7 +105,8 @@ mod tests {
         let present = HashSet::from([results[1].0.clone()]);
         let removals = removals(results.clone(), &present);
         assert_eq!(removals.len(), 1, "{removals:?}");
-        let removal = &removals[0];
+        let (subject, removal) = &removals[0];
+        assert_eq!(subject, &results[0].0);
         assert!(removal.state.removed);
         assert_eq!(removal.state.resource_name, "gone");
         assert_eq!(removal.state.event_trigger_kind, "EventTrigger");

@@ -314,7 +314,7 @@ impl ApplierStage {
     /// Removes what the units of `removals` hold (`orphans`: their removals expired unseen);
     /// returns their results, to be published before the first desired state is taken. A
     /// removal that fails is logged: its unit's objects stay until it is removed again.
-    pub(crate) async fn remove_orphans(&mut self, removals: Vec<Desired>) -> Vec<Output> {
+    pub(crate) async fn remove_orphans(&mut self, removals: Vec<(String, Desired)>) -> Vec<Output> {
         if removals.is_empty() {
             return Vec::new();
         }
@@ -322,19 +322,14 @@ impl ApplierStage {
             units = removals.len(),
             "resource units whose removal expired unseen: what they hold is removed"
         );
-        let subjects: Vec<String> = removals
-            .iter()
-            .map(|d| topology::desired_subject_for(&d.applied_subject).unwrap_or_default())
-            .collect();
         let states: Vec<(&str, &pb::DesiredState)> = removals
             .iter()
-            .zip(&subjects)
-            .map(|(desired, subject)| (subject.as_str(), &desired.state))
+            .map(|(subject, desired)| (subject.as_str(), &desired.state))
             .collect();
         let results = self.applier.execute_all(&states).await;
         let mut touched = BTreeSet::new();
         let mut outputs = Vec::with_capacity(removals.len());
-        for (desired, result) in removals.iter().zip(results) {
+        for ((_, desired), result) in removals.iter().zip(results) {
             match self.settle(desired, result, &mut touched).await {
                 Ok(output) => outputs.push(output),
                 Err(error) => {
