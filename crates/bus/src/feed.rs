@@ -50,6 +50,23 @@ impl Freshness {
         }
     }
 
+    /// Records `sequence` as the newest of `subject` unless a newer one was recorded; whether it
+    /// was recorded (false: `sequence` is superseded). For a stage that keeps the freshness of
+    /// its own keys, its outputs' subjects say, by the sequences of the inputs they came from.
+    pub fn advance(&mut self, subject: &str, sequence: u64) -> bool {
+        match self.seen.get_mut(subject) {
+            Some(seen) if *seen > sequence => false,
+            Some(seen) => {
+                *seen = sequence;
+                true
+            }
+            None => {
+                self.seen.insert(subject.to_string(), sequence);
+                true
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.seen.len()
     }
@@ -443,6 +460,19 @@ mod tests {
             "the same state again"
         );
         assert!(fresh.is_superseded(&delivered("a", 4)));
+    }
+
+    #[test]
+    fn advancing_records_what_is_not_superseded_as_recording_does() {
+        let mut fresh = Freshness::default();
+        assert!(fresh.advance("a", 5));
+        assert!(!fresh.advance("a", 4), "older than what was recorded");
+        assert!(fresh.advance("a", 5), "the same state again");
+        assert!(fresh.is_superseded(&delivered("a", 4)));
+        assert!(fresh.advance("a", 7));
+        assert!(fresh.is_superseded(&delivered("a", 6)));
+        assert!(fresh.advance("b", 1));
+        assert_eq!(fresh.len(), 2);
     }
 
     #[test]

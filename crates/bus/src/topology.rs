@@ -45,9 +45,9 @@ pub const ACKS_IN_FLIGHT: usize = 4_096;
 /// `Nats-TTL`): long enough for every follower to read it, after which the subject is gone.
 pub const CONFIG_TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// How long a deleted object's change stays on `SLUICE_CHANGES`, a resource unit's removal on
-/// `SLUICE_DESIRED` and a removed unit's result on `SLUICE_APPLIED` (their `Nats-TTL`, ADR
-/// 0041). A replay that finds no message for a subject reads it as gone, which is what the
+/// How long a deleted object's change stays on `SLUICE_CHANGES`, a resource unit's or
+/// CloudEvent unit's removal on `SLUICE_DESIRED` and a removed unit's result on
+/// `SLUICE_APPLIED` (their `Nats-TTL`, ADR 0041). A replay that finds no message for a subject reads it as gone, which is what the
 /// tombstone said; the one reader that acts on a removal, the applier, removes at start what a
 /// unit's last result holds when its desired state is gone. So once readers have had a day to
 /// take a tombstone the subject is dropped: objects that come and go under new names do not
@@ -110,7 +110,7 @@ pub const DESIRED: StreamSpec = StreamSpec {
     subjects: "sluice.v1.desired.>",
     max_per_subject: Some(1),
     max_age: None,
-    // A resource unit's removal expires ([`TOMBSTONE_TTL`]).
+    // A resource unit's or CloudEvent unit's removal expires ([`TOMBSTONE_TTL`]).
     message_ttl: true,
 };
 pub const APPLIED: StreamSpec = StreamSpec {

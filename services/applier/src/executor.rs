@@ -201,6 +201,8 @@ impl Applier {
             deployed_hash: deployed_hash(state),
             resource_namespace: state.resource_namespace.clone(),
             resource_name: state.resource_name.clone(),
+            cloud_event_source: state.cloud_event_source.clone(),
+            cloud_event_subject: state.cloud_event_subject.clone(),
             ..Default::default()
         };
         if !state.failure_message.is_empty() {

@@ -1,7 +1,8 @@
-//! Resource units whose removal the applier never took: a resource unit's removal expires from
-//! SLUICE_DESIRED after a day (`topology::TOMBSTONE_TTL`), so an applier away longer finds no
-//! desired state for a unit whose last result still holds objects. What the unit held is then
-//! removed at start, as the expired removal would have done. Pure: results in, removals out.
+//! Units whose removal the applier never took: a resource unit's or a CloudEvent unit's removal
+//! expires from SLUICE_DESIRED after a day (`topology::TOMBSTONE_TTL`), so an applier away
+//! longer finds no desired state for a unit whose last result still holds objects. What the unit
+//! held is then removed at start, as the expired removal would have done. Pure: results in,
+//! removals out.
 
 use std::collections::HashSet;
 
@@ -11,9 +12,12 @@ use sluice_wire::unit::{Unit, UnitKey};
 use crate::stage::Desired;
 
 /// Whether a replayed result is one whose unit may have been removed unseen: a resource unit's
-/// result that holds objects.
+/// or a CloudEvent unit's result that holds objects (a pair's main unit's removal does not
+/// expire).
 pub(crate) fn may_be_orphaned(result: &pb::ApplyResult) -> bool {
-    !result.removed && !result.held.is_empty() && !result.resource_name.is_empty()
+    !result.removed
+        && !result.held.is_empty()
+        && (!result.resource_name.is_empty() || result.cloud_event)
 }
 
 /// The removals, each with its desired-state subject, of the units whose results (by that
@@ -37,12 +41,16 @@ pub(crate) fn removals(
             event_trigger_kind: result.event_trigger_kind,
             resource_namespace: result.resource_namespace,
             resource_name: result.resource_name,
+            cloud_event_source: result.cloud_event_source,
+            cloud_event_subject: result.cloud_event_subject,
             source_sequence: result.source_sequence,
             ..Default::default()
         };
-        let named = UnitKey::of(&state).ok().filter(|key| {
-            matches!(key.unit, Unit::Resource { .. }) && key.desired_subject() == subject
-        });
+        // A CloudEvent unit's result of an older applier does not name its unit: it reads as
+        // the main unit here, and is left alone.
+        let named = UnitKey::of(&state)
+            .ok()
+            .filter(|key| !matches!(key.unit, Unit::Main) && key.desired_subject() == subject);
         let (Some(key), Some(applied_subject)) =
             (named, sluice_bus::topology::applied_subject_for(&subject))
         else {
@@ -115,6 +123,51 @@ mod tests {
             removal.applied_subject,
             topology::applied_subject_for(&results[0].0).expect("applied")
         );
+    }
+
+    /// A CloudEvent unit's result, on its subject.
+    fn cloud_event_held(subject: &str, objects: usize) -> (String, pb::ApplyResult) {
+        let tokens = sluice_wire::cluster_tokens(&cluster());
+        let desired =
+            topology::desired_cloudevent_subject("t", &tokens, "github.com/org/repo", subject);
+        let (_, mut result) = held("unused", false, objects);
+        result.resource_namespace.clear();
+        result.resource_name.clear();
+        result.cloud_event = true;
+        result.cloud_event_source = "github.com/org/repo".into();
+        result.cloud_event_subject = subject.into();
+        (desired, result)
+    }
+
+    #[test]
+    fn a_cloud_event_unit_that_holds_objects_and_has_no_desired_state_is_removed() {
+        let results = vec![cloud_event_held("gone", 1), cloud_event_held("kept", 1)];
+        let present = HashSet::from([results[1].0.clone()]);
+        let removals = removals(results.clone(), &present);
+        assert_eq!(removals.len(), 1, "{removals:?}");
+        let (subject, removal) = &removals[0];
+        assert_eq!(subject, &results[0].0);
+        assert!(removal.state.removed);
+        assert_eq!(removal.state.cloud_event_source, "github.com/org/repo");
+        assert_eq!(removal.state.cloud_event_subject, "gone");
+        assert!(removal.state.resource_name.is_empty());
+    }
+
+    #[test]
+    fn a_cloud_event_result_that_does_not_name_its_unit_is_left_alone() {
+        let (subject, mut result) = cloud_event_held("gone", 1);
+        result.cloud_event_source.clear();
+        result.cloud_event_subject.clear();
+        assert!(may_be_orphaned(&result));
+        assert!(removals(vec![(subject, result)], &HashSet::new()).is_empty());
+    }
+
+    #[test]
+    fn a_main_units_result_is_never_orphaned() {
+        let (_, mut result) = held("main", false, 1);
+        result.resource_name.clear();
+        result.resource_namespace.clear();
+        assert!(!may_be_orphaned(&result));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use sluice_bus::runner::{self, Action, Failure, Input, Outcome, Output, Owned};
-use sluice_bus::{Bus, Delivered};
+use sluice_bus::{topology, Bus, Delivered};
 use sluice_proto::v1 as pb;
 use sluice_runtime::Counter;
 use sluice_wire::match_units::{self, Applied, HeadOutcome, Unit};
@@ -177,6 +177,8 @@ fn close(rendering: &mut Rendering, group: Group, outcomes: &mut [Outcome<Render
 /// The CloudEvent-match stage.
 pub struct CloudEventStage {
     pub rendering: Arc<Mutex<Rendering>>,
+    /// CloudEvent units whose newest match was forgotten at the consumer's ack floor.
+    pub forgotten: Counter,
 }
 
 impl runner::Stage for CloudEventStage {
@@ -190,6 +192,16 @@ impl runner::Stage for CloudEventStage {
 
     async fn handle(&mut self, inputs: &[Input<pb::CloudEventMatch>]) -> Vec<Outcome<RenderError>> {
         let mut rendering = self.rendering.lock().await;
+        if rendering.stage.cloud_events_want_pruning() {
+            let floor = rendering
+                .bus
+                .ack_floor(&topology::RENDERER_CEMATCH)
+                .await
+                .inspect_err(|error| tracing::debug!(error = %error, "ack floor not read, CloudEvent units pruned later"))
+                .ok();
+            let forgotten = rendering.stage.forget_cloud_events_through(floor);
+            self.forgotten.add(forgotten as u64);
+        }
         inputs
             .iter()
             .map(|input| {

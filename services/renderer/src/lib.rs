@@ -92,7 +92,10 @@ pub async fn run(
         .await?
         .with_freshness(last_seen)
         .with_hooks(Hooks {
-            forgotten: std::sync::Arc::new(move |n| forgotten.add(n)),
+            forgotten: {
+                let forgotten = forgotten.clone();
+                std::sync::Arc::new(move |n| forgotten.add(n))
+            },
             ..hooks.clone()
         });
     let cloud_events = Runner::bind(&bus, topology::RENDERER_CEMATCH)
@@ -106,7 +109,10 @@ pub async fn run(
         key: rendering.lock().await.key.clone(),
         rendering: rendering.clone(),
     };
-    let mut cloud_event_stage = CloudEventStage { rendering };
+    let mut cloud_event_stage = CloudEventStage {
+        rendering,
+        forgotten,
+    };
     let outcome = tokio::try_join!(
         matches.run(&mut match_stage, updates, token.clone()),
         cloud_events.run(&mut cloud_event_stage, futures::stream::pending(), token),
@@ -173,10 +179,11 @@ fn desired_messages(
         outputs.push(Output {
             id: Some(message_id(&["desired", &subject, cause, &sequence, &hash])),
             subject,
-            // A resource unit's removal is a tombstone (ADR 0041): once the applier had a day to
-            // take it, the subject is dropped; an applier away longer removes what the unit's
-            // last result held when it starts (`sluice_applier`'s orphans).
-            ttl: (state.removed && matches!(unit.unit, sluice_wire::unit::Unit::Resource { .. }))
+            // A resource unit's or CloudEvent unit's removal is a tombstone (ADR 0041): once
+            // the applier had a day to take it, the subject is dropped; an applier away longer
+            // removes what the unit's last result held when it starts (`sluice_applier`'s
+            // orphans). A pair's main unit's removal stays.
+            ttl: (state.removed && !matches!(unit.unit, sluice_wire::unit::Unit::Main))
                 .then_some(topology::TOMBSTONE_TTL),
             payload: sluice_wire::encode(&state),
             ..Output::default()
@@ -207,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_resource_units_removal_expires() {
+    fn a_resource_units_and_a_cloud_event_units_removal_expire_and_a_main_units_stays() {
         let object = serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "x", "namespace": "projectsveltos"},
@@ -228,13 +235,31 @@ mod tests {
             objects: Vec::new(),
             ..unit(object.clone())
         };
-        let states = vec![resource(true), resource(false), main_removed];
+        let cloud_event = |removed| pb::DesiredState {
+            cloud_event_source: "github.com/org/repo".into(),
+            cloud_event_subject: "alice".into(),
+            removed,
+            objects: if removed {
+                Vec::new()
+            } else {
+                vec![managed_object(object.clone())]
+            },
+            ..unit(object.clone())
+        };
+        let states = vec![
+            resource(true),
+            resource(false),
+            main_removed,
+            cloud_event(true),
+            cloud_event(false),
+        ];
         let ttls: Vec<_> = desired_messages(states, "report", 1 << 20, None)
             .expect("messages")
             .into_iter()
             .map(|o| o.ttl)
             .collect();
-        assert_eq!(ttls, [Some(topology::TOMBSTONE_TTL), None, None]);
+        let day = Some(topology::TOMBSTONE_TTL);
+        assert_eq!(ttls, [day, None, None, day, None]);
     }
 
     #[test]

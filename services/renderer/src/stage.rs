@@ -5,7 +5,7 @@
 //! each (trigger, cluster) on the set, which for `oneForEvent: false` is the one rendering over
 //! all resources, once per burst. No IO.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use sha2::{Digest, Sha256};
 use sluice_domain::cluster::{Cluster, ClusterId};
@@ -76,8 +76,9 @@ pub struct Stage {
     published: BTreeMap<UnitKey, (String, String)>,
     /// The newest CloudEvent match rendered (or found published) per CloudEvent unit, by its
     /// desired-state subject: a match of an older sequence, delivered again after a newer one
-    /// (a redelivery), would overwrite the newer state and is not rendered.
-    cloud_event_sequences: HashMap<String, u64>,
+    /// (a redelivery), would overwrite the newer state and is not rendered. Forgotten at the
+    /// CloudEvent consumer's ack floor ([`Stage::forget_cloud_events_through`]).
+    cloud_event_sequences: sluice_bus::Freshness,
     templates: TemplateCache,
     sveltos_namespace: String,
 }
@@ -88,7 +89,7 @@ impl Stage {
             config,
             sets: MatchSets::default(),
             published: BTreeMap::new(),
-            cloud_event_sequences: HashMap::new(),
+            cloud_event_sequences: sluice_bus::Freshness::default(),
             templates: TemplateCache::new(4096),
             sveltos_namespace: sveltos_namespace.to_string(),
         }
@@ -286,15 +287,26 @@ impl Stage {
         let Ok(unit) = sluice_wire::unit::UnitKey::of(state) else {
             return true;
         };
-        let newest = self
-            .cloud_event_sequences
-            .entry(unit.desired_subject())
-            .or_insert(state.source_sequence);
-        if *newest > state.source_sequence {
-            return false;
+        self.cloud_event_sequences
+            .advance(&unit.desired_subject(), state.source_sequence)
+    }
+
+    /// Whether the CloudEvent units' sequences have grown enough to be pruned
+    /// ([`sluice_bus::Freshness::wants_pruning`]).
+    pub fn cloud_events_want_pruning(&self) -> bool {
+        self.cloud_event_sequences.wants_pruning()
+    }
+
+    /// Forgets the CloudEvent units whose newest match is at or below `floor`, the CloudEvent
+    /// consumer's ack floor: every match still to come is newer. `None` (the floor could not be
+    /// read) asks again once they have doubled. Returns how many were forgotten.
+    pub fn forget_cloud_events_through(&mut self, floor: Option<u64>) -> usize {
+        let before = self.cloud_event_sequences.len();
+        match floor {
+            Some(floor) => self.cloud_event_sequences.forget_through(floor),
+            None => self.cloud_event_sequences.postpone_pruning(),
         }
-        *newest = state.source_sequence;
-        true
+        before - self.cloud_event_sequences.len()
     }
 
     pub fn cloud_event(

@@ -3,7 +3,7 @@
 //! reached through the cluster's `sveltos-nats` Secret; the five services run as processes.
 //! A login CloudEvent creates a ClusterProfile whose instantiated ConfigMap holds Namespace
 //! `mgianluc`; the logout removes it. Then the same over JetStream with the watcher killed while
-//! the logout is published.
+//! the logout is published, and with the applier away for longer than the logout's removal lives.
 
 use std::time::Duration;
 
@@ -159,5 +159,74 @@ async fn seed_004_over_jetstream_survives_a_watcher_killed_before_the_logout() -
         .map_err(|e| fail(&stack, e))?;
     // Exactly the two events reached the pipeline: nothing lost, nothing twice.
     assert_eq!(forwarded(&stack).await?, 2);
+    Ok(())
+}
+
+/// A logout's removal expires like a resource unit's (ADR 0041): an applier away for longer
+/// removes, when it starts, what the user's unit held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_away_longer_than_a_logouts_removal_lives_removes_what_the_login_created(
+) -> anyhow::Result<()> {
+    use sluice_bus::topology;
+    let managed = managed_nats().await?;
+    let url = managed.url();
+    let secret = nats_secret(|c| {
+        c["nats"]["configuration"]["url"] = json!(url);
+    })?;
+    let mut stack = seeded_stack(&secret).await?;
+    let client = managed_client(&managed).await?;
+    wait_listening(&stack, &client)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    client.publish(SUBJECT, LOGIN.into()).await?;
+    client.flush().await?;
+    wait_user_profile(&stack, "mgianluc").await?;
+    assert_eq!(owned_by(&stack, TRIGGER, CLUSTER).await?.len(), 2);
+
+    stack.stop_service("sluice-applier")?;
+    client.publish(SUBJECT, LOGOUT.into()).await?;
+    client.flush().await?;
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let tokens = topology::cluster_tokens("sveltos", "default", CLUSTER);
+    let desired =
+        topology::desired_cloudevent_subject(TRIGGER, &tokens, "auth.example.com", "mgianluc");
+    let stream = js.get_stream(topology::DESIRED.name).await?;
+    let ttl = wait_for("the user's unit's removal", DEADLINE, || async {
+        let last = stream
+            .get_last_raw_message_by_subject(&desired)
+            .await
+            .ok()?;
+        let ttl = last.headers.get("Nats-TTL")?;
+        Some(ttl.as_str().to_string())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
+    // It expires unseen (purged here, as its time to live would).
+    stream.purge().filter(&desired).await?;
+    assert_eq!(
+        owned_by(&stack, TRIGGER, CLUSTER).await?.len(),
+        2,
+        "nothing removed while the applier is away"
+    );
+
+    stack.start_service("sluice-applier")?;
+    wait_for("the user's objects removed", DEADLINE, || async {
+        let owned = owned_by(&stack, TRIGGER, CLUSTER).await.ok()?;
+        owned.is_empty().then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    let applied = topology::applied_subject_for(&desired).expect("a desired subject");
+    let results = js.get_stream(topology::APPLIED.name).await?;
+    wait_for("the removal's result", DEADLINE, || async {
+        let last = results
+            .get_last_raw_message_by_subject(&applied)
+            .await
+            .ok()?;
+        last.headers.get("Nats-TTL").map(|_| ())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
     Ok(())
 }

@@ -345,3 +345,78 @@ fn a_collection_is_rendered_once_per_burst_when_the_head_arrives() {
     );
     assert_eq!(published[0].2, "", "{published:?}");
 }
+
+const SEED_004: &str = include_str!("../../../../examples/seed-004-cloudevents/eventtrigger.yaml");
+
+/// Seed 004's trigger, deploying to cluster `default/workload` (`env: production`).
+fn cloud_event_stage() -> Stage {
+    let mut config = ConfigState::default();
+    let cluster = json!({
+        "apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "SveltosCluster",
+        "metadata": {"name": "workload", "namespace": "default", "labels": {"env": "production"}},
+        "status": {"ready": true}
+    });
+    config.apply("SveltosCluster", "default", "workload", Some(&cluster));
+    for doc in serde_yaml::Deserializer::from_str(SEED_004) {
+        let value: Value = serde::Deserialize::deserialize(doc).expect("seed YAML parses");
+        let field = |f: &str| value["metadata"][f].as_str().unwrap_or("").to_string();
+        let kind = value["kind"].as_str().unwrap_or("").to_string();
+        config.apply(&kind, &field("namespace"), &field("name"), Some(&value));
+    }
+    Stage::new(config, "projectsveltos")
+}
+
+/// The seed's login (or logout) of `user` as the evaluator matched it.
+fn user_event(user: &str, logout: bool) -> pb::CloudEventMatch {
+    let kind = if logout { "logout" } else { "login" };
+    let event = json!({
+        "specversion": "1.0", "type": format!("auth.example.com.{kind}"),
+        "source": "auth.example.com", "id": format!("{user}-{kind}"), "subject": user,
+        "data": {"message": format!("User {user} {kind}")}
+    });
+    pb::CloudEventMatch {
+        cluster: Some(sluice_wire::cluster_ref(&ClusterId {
+            cluster_type: sluice_domain::cluster::ClusterType::Sveltos,
+            namespace: "default".into(),
+            name: "workload".into(),
+        })),
+        event_source: "user-operation".into(),
+        nats_subject: "user-operation".into(),
+        event_json: serde_json::to_vec(&event).expect("json"),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_older_cloud_event_match_is_not_rendered_and_the_ack_floor_forgets_only_older_units() {
+    let mut stage = cloud_event_stage();
+    let users = 4096;
+    for i in 0..users {
+        let states = stage.cloud_event(&user_event(&format!("u{i}"), false), 10 + i);
+        assert_eq!(states.len(), 1, "one unit per user");
+        assert!(!states[0].objects.is_empty(), "{:?}", states[0]);
+    }
+    let logout = stage.cloud_event(&user_event("u0", true), 5000);
+    assert!(logout.len() == 1 && logout[0].removed, "{logout:?}");
+    assert!(
+        stage.cloud_event(&user_event("u0", false), 10).is_empty(),
+        "the login delivered again after the logout is stale"
+    );
+    assert!(stage.cloud_events_want_pruning());
+
+    // Every match still to come is above the floor: what is forgotten could supersede none.
+    assert_eq!(
+        stage.forget_cloud_events_through(Some(4200)),
+        users as usize - 1
+    );
+    assert!(!stage.cloud_events_want_pruning());
+    assert!(
+        stage.cloud_event(&user_event("u0", false), 4300).is_empty(),
+        "the logout above the floor is remembered"
+    );
+    assert_eq!(stage.cloud_event(&user_event("u0", false), 6000).len(), 1);
+    assert_eq!(stage.cloud_event(&user_event("u1", true), 6001).len(), 1);
+
+    // A floor that could not be read forgets nothing.
+    assert_eq!(stage.forget_cloud_events_through(None), 0);
+}
