@@ -319,6 +319,13 @@ impl State {
         }
     }
 
+    /// Forgets the history of changes up to now, as etcd's compaction at the current revision
+    /// does: a watch from an older version, or a list continued from one, is answered `410 Gone`.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.compacted = self.rv;
+    }
+
     /// Number of stored objects across all resources.
     pub fn object_count(&self) -> usize {
         self.objects.values().map(BTreeMap::len).sum()

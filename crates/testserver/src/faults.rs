@@ -1,5 +1,9 @@
 //! Fault injection for one cluster: added latency, a share of requests failing with a chosen
-//! status, dropping open watch streams, a forced `410 Gone` on the next watch, and unreachability.
+//! status, dropping open watch streams, stalling them (a watch that falls behind: it sends
+//! nothing until released, and ends if it lost events meanwhile), a forced `410 Gone` on the next
+//! watch, and unreachability. Compacting the history (every watch or continued list from an
+//! older version answered `410 Gone`, as after etcd's compaction) is the cluster's
+//! (`State::compact`), asked for here with [`FaultRequest::compact`].
 //! Failures are deterministic, not random: with error rate `r`, every request adds `r` to an
 //! accumulator and fails when it reaches 1, so a rate of 0.25 fails exactly every fourth request.
 
@@ -18,6 +22,10 @@ pub struct FaultRequest {
     pub unreachable: Option<bool>,
     pub drop_watches: bool,
     pub gone_next_watch: bool,
+    pub stall_watches: Option<bool>,
+    /// Forgets the history of changes up to now (handled by the admin endpoint, which holds
+    /// the cluster's state).
+    pub compact: bool,
     /// Clears every fault before applying the other fields.
     pub heal: bool,
 }
@@ -31,6 +39,7 @@ pub struct FaultSettings {
     pub error_status: u16,
     pub unreachable: bool,
     pub gone_next_watch: bool,
+    pub watches_stalled: bool,
 }
 
 impl Default for FaultSettings {
@@ -41,6 +50,7 @@ impl Default for FaultSettings {
             error_status: 503,
             unreachable: false,
             gone_next_watch: false,
+            watches_stalled: false,
         }
     }
 }
@@ -54,6 +64,7 @@ pub struct Faults {
 struct Inner {
     settings: Mutex<(FaultSettings, f64)>,
     drops: watch::Sender<u64>,
+    stalls: watch::Sender<bool>,
 }
 
 impl Default for Faults {
@@ -62,6 +73,7 @@ impl Default for Faults {
             inner: Arc::new(Inner {
                 settings: Mutex::new((FaultSettings::default(), 0.0)),
                 drops: watch::channel(0).0,
+                stalls: watch::channel(false).0,
             }),
         }
     }
@@ -100,6 +112,15 @@ impl Faults {
         self.inner.drops.send_modify(|n| *n += 1);
     }
 
+    /// Stalls every watch stream of this cluster, open or opened meanwhile, after what it sends
+    /// when it starts: it sends no event and no bookmark until released, as a watch whose
+    /// client fell behind. Released, a stream that lost events meanwhile (more than its feed
+    /// holds) ends, and its client re-watches from the last version it saw.
+    pub fn stall_watches(&self, stalled: bool) {
+        self.with(|s| s.0.watches_stalled = stalled);
+        self.inner.stalls.send_replace(stalled);
+    }
+
     /// Makes the next watch request that names a resourceVersion fail with `410 Gone`.
     pub fn force_gone_next_watch(&self) {
         self.with(|s| s.0.gone_next_watch = true);
@@ -116,6 +137,7 @@ impl Faults {
     /// Clears every fault.
     pub fn heal(&self) {
         self.with(|s| *s = (FaultSettings::default(), 0.0));
+        self.inner.stalls.send_replace(false);
     }
 
     /// Applies an admin request.
@@ -136,6 +158,9 @@ impl Faults {
         }
         if req.gone_next_watch {
             self.force_gone_next_watch();
+        }
+        if let Some(stalled) = req.stall_watches {
+            self.stall_watches(stalled);
         }
         if req.drop_watches {
             self.drop_watches();
@@ -173,5 +198,9 @@ impl Faults {
 
     pub(crate) fn drop_signal(&self) -> watch::Receiver<u64> {
         self.inner.drops.subscribe()
+    }
+
+    pub(crate) fn stall_signal(&self) -> watch::Receiver<bool> {
+        self.inner.stalls.subscribe()
     }
 }

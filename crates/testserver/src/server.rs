@@ -566,6 +566,14 @@ impl TestServer {
             .unwrap_or_default()
     }
 
+    /// Compacts a cluster's history of changes (`State::compact`): every watch or continued
+    /// list from an older version is answered `410 Gone`. Nothing for an unknown cluster.
+    pub fn compact(&self, cluster: &str) {
+        if let Some(c) = self.shared.cluster(cluster) {
+            c.lock().compact();
+        }
+    }
+
     /// Writes inside a cluster that bypass its faults (a cluster unreachable from outside still
     /// changes); `None` for an unknown cluster.
     pub fn inside(&self, cluster: &str) -> Option<Inside> {

@@ -109,6 +109,7 @@ pub(crate) fn serve(
         }
     }
     let drops = cluster.faults.drop_signal();
+    let stalls = cluster.faults.stall_signal();
     tokio::spawn(async move {
         match start {
             Err(message) => {
@@ -119,7 +120,7 @@ pub(crate) fn serve(
             }
             Ok(((replay, rx), current)) => {
                 stream
-                    .run(initial, replay, rx, current, latest, drops)
+                    .run(initial, replay, rx, current, latest, (drops, stalls))
                     .await
             }
         }
@@ -261,7 +262,10 @@ impl Stream {
         mut rx: broadcast::Receiver<Arc<Change>>,
         start_rv: u64,
         latest: Arc<std::sync::atomic::AtomicU64>,
-        mut drops: tokio::sync::watch::Receiver<u64>,
+        (mut drops, mut stalls): (
+            tokio::sync::watch::Receiver<u64>,
+            tokio::sync::watch::Receiver<bool>,
+        ),
     ) {
         drops.borrow_and_update();
         for (kind, obj) in initial {
@@ -290,11 +294,17 @@ impl Stream {
         let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // A stalled watch (`Faults::stall_watches`) takes nothing from its feed: what
+            // arrives meanwhile waits there, and ends the stream once the feed overflows.
+            let stalled = *stalls.borrow_and_update();
             tokio::select! {
                 _ = &mut deadline => return,
                 _ = drops.changed() => return,
                 _ = self.tx.closed() => return,
-                _ = ticker.tick() => {
+                changed = stalls.changed() => if changed.is_err() {
+                    return;
+                },
+                _ = ticker.tick(), if !stalled => {
                     // Changes of other kinds move the cluster's version too. A change is sent to
                     // the feeds before `latest` shows it, so once nothing of this watch's feed
                     // is waiting, every change of its kind up to `latest` has been handled.
@@ -309,7 +319,7 @@ impl Stream {
                         last_sent = seen;
                     }
                 }
-                msg = rx.recv() => match msg {
+                msg = rx.recv(), if !stalled => match msg {
                     Ok(change) => {
                         if change.rv <= seen {
                             continue;

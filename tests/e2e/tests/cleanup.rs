@@ -434,12 +434,19 @@ async fn delete_by_hand_and_see_them_back(stack: &Stack) -> anyhow::Result<Vec<V
     see_them_back(stack, &before).await
 }
 
-/// Deletes every object sluice owns for the seed's trigger in cluster-a; returns their kinds
-/// and uids.
+/// Deletes the profile and ConfigMap sluice owns for the seed's trigger in cluster-a; returns
+/// their kinds and uids.
 async fn delete_by_hand(stack: &Stack) -> anyhow::Result<Vec<(String, String)>> {
-    let before = owned_uids(stack).await?;
+    let before = delete_all_by_hand(stack).await?;
     let kinds: Vec<&str> = before.iter().map(|(kind, _)| kind.as_str()).collect();
     assert_eq!(kinds, ["ClusterProfile", "ConfigMap"]);
+    Ok(before)
+}
+
+/// Deletes every object sluice owns for the seed's trigger in cluster-a, as `kubectl delete -l`
+/// would; returns their kinds and uids.
+async fn delete_all_by_hand(stack: &Stack) -> anyhow::Result<Vec<(String, String)>> {
+    let before = owned_uids(stack).await?;
     for object in owned_by(stack, TRIGGER, "cluster-a").await? {
         let text = |pointer: &str| {
             object
@@ -493,6 +500,43 @@ async fn applier_watching(stack: &Stack) -> anyhow::Result<()> {
     })
     .await
     .map_err(|e| fail(stack, e))
+}
+
+/// The applier's watch of what it wrote falls behind while it writes and someone deletes it all
+/// (`kubectl delete -l`): the API server ends the watch, and the version it would resume from
+/// is compacted away, so it re-lists. Neither the writes nor the deletions were ever among its
+/// events; what the applier told it it wrote (ADR 0039) makes the re-list find them missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_falls_behind_a_bulk_deletion_still_finds_what_went() -> anyhow::Result<()> {
+    const LATE: usize = 5;
+    let stack = running_seed().await?;
+    applier_watching(&stack).await?;
+    let faults = stack.server.faults(MANAGEMENT);
+    faults.stall_watches(true);
+    for i in 0..LATE {
+        let service = demo::SERVICE.replace("name: my-service", &format!("name: late-{i}"));
+        stack.apply_yaml("cluster-a", &service).await?;
+    }
+    let all = 2 * (LATE + 1);
+    wait_for("every Service's objects written", DEADLINE, || async {
+        (owned_by(&stack, TRIGGER, "cluster-a").await.ok()?.len() == all).then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    let before = delete_all_by_hand(&stack).await?;
+    assert_eq!(before.len(), all);
+    stack.server.compact(MANAGEMENT);
+    faults.drop_watches();
+    faults.stall_watches(false);
+    see_them_back(&stack, &before).await?;
+    let log = stack.service_log("sluice-applier");
+    assert_eq!(
+        log.matches("deleted by someone else: it is written again")
+            .count(),
+        all,
+        "one repair per object deleted by hand"
+    );
+    Ok(())
 }
 
 /// A ClusterProfile or instantiated ConfigMap deleted by hand (`kubectl delete`) while its

@@ -63,6 +63,10 @@ async fn set_faults(
 ) -> Response {
     match shared.cluster(&name) {
         Some(c) => {
+            // Before the drop the same request may ask for: watches then resume from before it.
+            if req.compact {
+                c.lock().compact();
+            }
             c.faults.apply(&req);
             Json(c.faults.settings()).into_response()
         }

@@ -135,6 +135,81 @@ async fn expired_resource_version_gets_an_error_event_with_410() {
     server.shutdown().await;
 }
 
+/// A watch that falls behind (`Faults::stall_watches`) sends nothing until released, then what
+/// it missed; one that missed more than its feed holds ends; and after a compaction a watch
+/// from an older version is answered `410 Gone` (as after etcd's compaction).
+#[tokio::test]
+async fn a_stalled_watch_catches_up_or_ends_and_a_compacted_history_answers_gone() {
+    let server = server(&["mgmt"]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&server, "mgmt").await, "default");
+    let faults = server.faults("mgmt");
+    let rv = list_version(&api).await;
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    faults.stall_watches(true);
+    assert!(faults.settings().watches_stalled);
+    api.create(&PostParams::default(), &cm("while-stalled"))
+        .await
+        .expect("create");
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(500), events.next()).await;
+    assert!(quiet.is_err(), "a stalled watch sent {quiet:?}");
+    faults.stall_watches(false);
+    match events.next().await {
+        Some(Ok(WatchEvent::Added(c))) => {
+            assert_eq!(c.metadata.name.as_deref(), Some("while-stalled"))
+        }
+        other => panic!("expected ADDED once released, got {other:?}"),
+    }
+
+    // More than a feed holds (1,024 changes) while stalled: the stream ends once released.
+    faults.stall_watches(true);
+    for i in 0..1100 {
+        api.create(&PostParams::default(), &cm(&format!("burst-{i}")))
+            .await
+            .expect("create");
+    }
+    faults.stall_watches(false);
+    let mut delivered = 0;
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            event.expect("event");
+            delivered += 1;
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream did not end");
+    assert!(delivered < 1100, "it delivered {delivered} of 1,100");
+
+    // Compacted: a watch from before is gone, one from now runs.
+    server.compact("mgmt");
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch starts")
+        .boxed();
+    match events.next().await {
+        Some(Ok(WatchEvent::Error(e))) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("expected a 410 error event, got {other:?}"),
+    }
+    let now = list_version(&api).await;
+    let mut events = api
+        .watch(&WatchParams::default(), &now)
+        .await
+        .expect("watch")
+        .boxed();
+    api.create(&PostParams::default(), &cm("after"))
+        .await
+        .expect("create");
+    match events.next().await {
+        Some(Ok(WatchEvent::Added(c))) => assert_eq!(c.metadata.name.as_deref(), Some("after")),
+        other => panic!("expected ADDED after the compaction, got {other:?}"),
+    }
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn filtered_watch_reports_objects_leaving_the_selector_and_bookmarks() {
     let server = server(&["mgmt"]).await;
