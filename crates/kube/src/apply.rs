@@ -240,6 +240,89 @@ pub async fn list_labelled_in(
         .collect())
 }
 
+/// Objects a metadata page holds ([`visit_labelled_metadata_in`]): as kube-rs's watcher pages.
+pub const METADATA_PAGE: u32 = 500;
+
+/// What [`visit_labelled_metadata_in`] hands its visitor.
+#[derive(Debug)]
+pub enum Listed {
+    /// One object's metadata.
+    Object(Value),
+    /// The listing starts again: forget what it handed so far.
+    Restarted,
+}
+
+/// Hands `visit`, a page of [`METADATA_PAGE`] at a time, the metadata of every object of `kind`
+/// carrying `labels` (in `namespace` for a namespaced kind): each as `PartialObjectMetadata`
+/// (`apiVersion`, `kind`, `metadata`), what a caller needs of objects it does not hold whole.
+/// The pages are one snapshot (each continues the first's). A continue token the server let
+/// expire (410) starts the listing again ([`Listed::Restarted`]).
+pub async fn visit_labelled_metadata_in(
+    client: &Client,
+    kind: &Kind,
+    namespace: Option<&str>,
+    labels: &BTreeMap<String, String>,
+    mut visit: impl FnMut(Listed),
+) -> Result<()> {
+    const RESTARTS: usize = 3;
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let api: Api<DynamicObject> = match namespace {
+        Some(namespace) if kind.namespaced => {
+            Api::namespaced_with(client.clone(), namespace, &kind.resource)
+        }
+        _ => Api::all_with(client.clone(), &kind.resource),
+    };
+    let mut restarts = 0;
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().labels(&selector).limit(METADATA_PAGE);
+        if let Some(token) = &token {
+            params = params.continue_token(token);
+        }
+        let page = match api.list_metadata(&params).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(status))
+                if status.code == 410 && token.is_some() && restarts < RESTARTS =>
+            {
+                restarts += 1;
+                token = None;
+                visit(Listed::Restarted);
+                continue;
+            }
+            Err(source) => {
+                return Err(Error::Request {
+                    verb: "list",
+                    kind: kind.resource.kind.clone(),
+                    name: selector.clone(),
+                    source: Box::new(source),
+                })
+            }
+        };
+        for item in page.items {
+            if let Ok(mut value) = serde_json::to_value(&item) {
+                // An item names itself `PartialObjectMetadata` (or nothing): it is of the
+                // listed kind.
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("kind".into(), Value::from(kind.resource.kind.clone()));
+                    object.insert(
+                        "apiVersion".into(),
+                        Value::from(kind.resource.api_version.clone()),
+                    );
+                }
+                visit(Listed::Object(value));
+            }
+        }
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok(());
+        }
+    }
+}
+
 fn qualified(namespace: &str, name: &str) -> String {
     if namespace.is_empty() {
         name.to_string()

@@ -124,10 +124,26 @@ fn identity_digest(kind: &str, namespace: &str, labels: &BTreeMap<String, String
 }
 
 impl Adoptable {
+    #[cfg(test)]
     pub(crate) fn new(existing: impl IntoIterator<Item = Owned>) -> Adoptable {
-        let mut by_identity: HashMap<[u8; 32], Vec<Box<str>>> = HashMap::new();
-        for owned in existing.into_iter().filter(|o| is_generated(&o.name)) {
-            by_identity
+        let mut adoptable = Adoptable::default();
+        for owned in existing {
+            adoptable.add(owned);
+        }
+        adoptable
+    }
+
+    /// Takes what another snapshot (of another kind) found.
+    pub(crate) fn extend(&mut self, other: Adoptable) {
+        for (identity, names) in other.by_identity {
+            self.by_identity.entry(identity).or_default().extend(names);
+        }
+    }
+
+    /// Takes one more existing object (a listing, a page at a time).
+    pub(crate) fn add(&mut self, owned: Owned) {
+        if is_generated(&owned.name) {
+            self.by_identity
                 .entry(identity_digest(
                     &owned.kind,
                     &owned.namespace,
@@ -136,7 +152,6 @@ impl Adoptable {
                 .or_default()
                 .push(owned.name.into_boxed_str());
         }
-        Adoptable { by_identity }
     }
 
     /// [`adopt`] over the existing objects that are the same thing as a desired one: each
@@ -335,8 +350,19 @@ mod tests {
             ]));
         }
         let index = Adoptable::new(existing.clone());
+        // As listed a kind at a time: the ConfigMaps, then the ClusterProfiles.
+        let mut by_kind = Adoptable::default();
+        for kind in ["ConfigMap", "ClusterProfile"] {
+            by_kind.extend(Adoptable::new(
+                existing.iter().filter(|o| o.kind == kind).cloned(),
+            ));
+        }
         for wanted in [desired(), vec![desired()[1].clone()], Vec::new()] {
-            assert_eq!(index.adopt(wanted.clone()), adopt(wanted, &existing));
+            assert_eq!(
+                index.adopt(wanted.clone()),
+                adopt(wanted.clone(), &existing)
+            );
+            assert_eq!(by_kind.adopt(wanted.clone()), adopt(wanted, &existing));
         }
         assert_eq!(
             names(&index.adopt(desired())),

@@ -12,7 +12,7 @@ use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
-use crate::index::{PairIndex, Pairs, UnitLabels};
+use crate::index::{Listing, PairIndex, Pairs, UnitLabels};
 use crate::plan::{self, Known, ObjectId, OWNED};
 use crate::{adopt, status};
 use sluice_wire::unit::Unit;
@@ -500,28 +500,45 @@ impl Applier {
         let existing = match found {
             Some(existing) => existing,
             None => {
-                let mut listed = Vec::new();
-                for (api_version, kind_name) in OWNED {
-                    let kind = self.kind(api_version, kind_name).await?;
-                    for object in self.list(&kind, pair).await? {
-                        listed.push(adopt::Owned::of(kind_name, &object));
-                    }
-                }
-                let listed = Arc::new(adopt::Adoptable::new(listed));
-                lock(&self.adoptable).insert(key, listed.clone());
-                listed
+                let (_, adoptable) = self.list_pair(pair).await?;
+                let adoptable = Arc::new(adoptable);
+                lock(&self.adoptable).insert(key, adoptable.clone());
+                adoptable
             }
         };
         Ok(existing.adopt(desired))
     }
 
-    /// The objects of `kind` carrying `labels`: in Sveltos's namespace for a namespaced kind.
-    async fn list(
+    /// The pair's index and adoption snapshot from one listing of the metadata of the pair's
+    /// objects of each owned kind (in Sveltos's namespace for a namespaced kind), a page at a
+    /// time: a pair of many units is never held whole.
+    async fn list_pair(
         &self,
-        kind: &Kind,
-        labels: &BTreeMap<String, String>,
-    ) -> sluice_kube::Result<Vec<Value>> {
-        apply::list_labelled_in(&self.client, kind, Some(&self.namespace), labels).await
+        pair: &BTreeMap<String, String>,
+    ) -> sluice_kube::Result<(PairIndex, adopt::Adoptable)> {
+        let mut listing = Listing::default();
+        let mut adoptable = adopt::Adoptable::default();
+        for (api_version, kind_name) in OWNED {
+            let kind = self.kind(api_version, kind_name).await?;
+            let mut of_kind = (Listing::default(), adopt::Adoptable::default());
+            apply::visit_labelled_metadata_in(
+                &self.client,
+                &kind,
+                Some(&self.namespace),
+                pair,
+                |listed| match listed {
+                    apply::Listed::Object(object) => {
+                        of_kind.0.add(kind_name, &object);
+                        of_kind.1.add(adopt::Owned::of(kind_name, &object));
+                    }
+                    apply::Listed::Restarted => of_kind = Default::default(),
+                },
+            )
+            .await?;
+            listing.extend(of_kind.0);
+            adoptable.extend(of_kind.1);
+        }
+        Ok((listing.index(), adoptable))
     }
 
     /// What a unit of the pair holds (the whole pair's objects when `whole`), from the pair's
@@ -546,23 +563,10 @@ impl Applier {
             return Ok(known);
         }
         let generation = lock(&self.pairs).begin_listing(key);
-        let mut listed = Vec::new();
-        for (api_version, kind_name) in OWNED {
-            let kind = self.kind(api_version, kind_name).await?;
-            for object in self.list(&kind, pair).await? {
-                listed.push((kind_name, object));
-            }
-        }
+        let (index, adoptable) = self.list_pair(pair).await?;
         lock(&self.adoptable)
             .entry(key.to_string())
-            .or_insert_with(|| {
-                Arc::new(adopt::Adoptable::new(
-                    listed
-                        .iter()
-                        .map(|(kind, object)| adopt::Owned::of(kind, object)),
-                ))
-            });
-        let index = PairIndex::of(listed.iter().map(|(kind, object)| (*kind, object)));
+            .or_insert_with(|| Arc::new(adoptable));
         Ok(lock(&self.pairs).install(key, generation, index, unit, whole))
     }
 }

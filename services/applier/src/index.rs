@@ -89,27 +89,13 @@ pub(crate) struct PairIndex {
 
 impl PairIndex {
     /// From a LIST of the pair: (listed kind, object) each (content unknown: applied again once).
+    #[cfg(test)]
     pub(crate) fn of<'a>(listed: impl IntoIterator<Item = (&'a str, &'a Value)>) -> PairIndex {
-        let mut listed_units: HashMap<Box<str>, Vec<Box<str>>> = HashMap::new();
+        let mut listing = Listing::default();
         for (kind, object) in listed {
-            let mut id: ObjectId = object_id(object);
-            if id.0.is_empty() {
-                id.0 = kind.to_string();
-            }
-            listed_units
-                .entry(unit_key(&unit_of(object)))
-                .or_default()
-                .push(held(&id, ""));
+            listing.add(kind, object);
         }
-        let units = listed_units
-            .into_iter()
-            .map(|(unit, mut held)| {
-                held.sort();
-                held.dedup();
-                (unit, held.into_boxed_slice())
-            })
-            .collect();
-        PairIndex { units }
+        listing.index()
     }
 
     /// What one unit holds, or the whole pair when `whole`.
@@ -235,6 +221,47 @@ impl Pairs {
     }
 }
 
+/// A pair's index built as its objects are listed, a page at a time: what it keeps of each is
+/// its compact form, so a listing of every unit of a large pair never holds the objects.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    units: HashMap<Box<str>, Vec<Box<str>>>,
+}
+
+impl Listing {
+    /// Takes one listed object (its metadata is enough); `kind` is the listed kind.
+    pub(crate) fn add(&mut self, kind: &str, object: &Value) {
+        let mut id: ObjectId = object_id(object);
+        if id.0.is_empty() {
+            id.0 = kind.to_string();
+        }
+        self.units
+            .entry(unit_key(&unit_of(object)))
+            .or_default()
+            .push(held(&id, ""));
+    }
+
+    /// Takes what another listing (of another kind) found.
+    pub(crate) fn extend(&mut self, other: Listing) {
+        for (unit, held) in other.units {
+            self.units.entry(unit).or_default().extend(held);
+        }
+    }
+
+    pub(crate) fn index(self) -> PairIndex {
+        let units = self
+            .units
+            .into_iter()
+            .map(|(unit, mut held)| {
+                held.sort();
+                held.dedup();
+                (unit, held.into_boxed_slice())
+            })
+            .collect();
+        PairIndex { units }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +312,44 @@ mod tests {
             "what names no resource and no CloudEvent source is the main unit's"
         );
         assert_eq!(index.known(&main, true).len(), 6);
+    }
+
+    #[test]
+    fn listings_of_each_kind_extended_into_one_index_as_one_listing_of_all() {
+        let web = naming::resource_labels("default", "web");
+        let db = naming::resource_labels("default", "db");
+        let profiles = [
+            object("ClusterProfile", "p-web", &web),
+            object("ClusterProfile", "p-db", &db),
+        ];
+        let config_maps = [
+            object("ConfigMap", "c-web", &web),
+            object("ConfigMap", "c-main", &UnitLabels::new()),
+        ];
+        let all = PairIndex::of(
+            profiles
+                .iter()
+                .map(|o| ("ClusterProfile", o))
+                .chain(config_maps.iter().map(|o| ("ConfigMap", o))),
+        );
+        let mut listing = Listing::default();
+        for kind in [("ClusterProfile", &profiles), ("ConfigMap", &config_maps)] {
+            let mut of_kind = Listing::default();
+            for object in kind.1 {
+                of_kind.add(kind.0, object);
+            }
+            listing.extend(of_kind);
+        }
+        let extended = listing.index();
+        assert_eq!(extended, all);
+        assert_eq!(
+            extended.known(&web, false),
+            Known::from([
+                (id("ClusterProfile", "p-web"), String::new()),
+                (id("ConfigMap", "c-web"), String::new()),
+            ])
+        );
+        assert_eq!(extended.known(&UnitLabels::new(), true).len(), 4);
     }
 
     #[test]
