@@ -21,12 +21,30 @@ use sluice_domain::naming;
 use sluice_kube::{apply, watch};
 
 use crate::demo::{CLUSTER_PROFILE, EVENT_BASED_ADDON, EVENT_SOURCE};
-use crate::stack::{Stack, MANAGEMENT};
+use crate::stack::{Stack, MANAGEMENT, SERVICES};
 
 const TRIGGER: &str = "service-network-policy";
 const CLUSTER: &str = "cluster-a";
 /// How long one phase may take past its last scheduled event.
 const GRACE: Duration = Duration::from_secs(120);
+
+/// What one load run does.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Matching Services created and converged first.
+    pub preload: usize,
+    /// Services created (then deleted) per second.
+    pub rate: f64,
+    /// Services created and deleted at `rate`.
+    pub count: usize,
+    /// Time each hop of the pipeline from the bus.
+    pub hops: bool,
+    /// Delete every preloaded ClusterProfile by hand at once and time until all are back.
+    pub repair: bool,
+    /// A service (`sluice-applier`, say) stopped and started again once the preload
+    /// converged, timed until it is ready with every preloaded unit standing.
+    pub restart: Option<String>,
+}
 
 /// What one load run measured.
 #[derive(Clone, Debug)]
@@ -53,6 +71,8 @@ pub struct LoadReport {
     pub hops: Option<[HopDurations; 2]>,
     /// With `repair`: from deleting every preloaded ClusterProfile at once until all were back.
     pub repair_elapsed: Option<Duration>,
+    /// With `restart`: from starting the service again until its `/readyz` answered ready.
+    pub restart_elapsed: Option<Duration>,
 }
 
 impl LoadReport {
@@ -215,15 +235,25 @@ struct Seen {
 
 /// Runs the measurement on a stack of its own and prints progress to `out`.
 pub async fn measure(
-    preload: usize,
-    rate: f64,
-    count: usize,
-    hops: bool,
-    repair: bool,
+    options: &LoadOptions,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<LoadReport> {
+    let LoadOptions {
+        preload,
+        rate,
+        count,
+        hops,
+        repair,
+        ref restart,
+    } = *options;
     anyhow::ensure!(rate > 0.0, "the rate must be positive");
-    let stack = Stack::start(&[CLUSTER], None).await?;
+    if let Some(service) = restart {
+        anyhow::ensure!(
+            SERVICES.contains(&service.as_str()),
+            "--restart {service}: not one of {SERVICES:?}"
+        );
+    }
+    let mut stack = Stack::start(&[CLUSTER], None).await?;
     stack.register_cluster(CLUSTER, &[("env", "fv")]).await?;
     stack.apply_yaml(MANAGEMENT, EVENT_SOURCE).await?;
     stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
@@ -254,6 +284,10 @@ pub async fn measure(
     let repair_elapsed = match repair {
         true => Some(delete_by_hand(&stack, &seen, preload, out).await?),
         false => None,
+    };
+    let restart_elapsed = match restart {
+        Some(service) => Some(restarted(&mut stack, service, out).await?),
+        None => None,
     };
 
     let names: Vec<String> = (preload..preload + count).map(service_name).collect();
@@ -316,7 +350,37 @@ pub async fn measure(
         peak_rss_kb,
         hops,
         repair_elapsed,
+        restart_elapsed,
     })
+}
+
+/// Stops `service` (it drains), starts it again and returns how long it took from the start
+/// until its `/readyz` answered ready: with the preload standing, its start-up replays every
+/// preloaded unit.
+async fn restarted(
+    stack: &mut Stack,
+    service: &str,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Duration> {
+    let name = SERVICES
+        .into_iter()
+        .find(|s| *s == service)
+        .ok_or_else(|| anyhow::anyhow!("no service {service}"))?;
+    stack.stop_service(name)?;
+    let started = Instant::now();
+    stack.start_service(name)?;
+    let url = stack
+        .health_url(name, "/readyz")
+        .ok_or_else(|| anyhow::anyhow!("{name} has no health address"))?;
+    let url = &url;
+    sluice_testkit::wait_for(&format!("{name} to be ready"), GRACE, || async move {
+        crate::setup::probe(url).await.ok()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    let elapsed = started.elapsed();
+    writeln!(out, "# {name} restarted, ready after {elapsed:?}")?;
+    Ok(elapsed)
 }
 
 /// Deletes every ClusterProfile of the trigger at once, as `kubectl delete clusterprofiles -l`

@@ -59,6 +59,10 @@ enum Command {
         /// by hand at once and time until the applier has written them all again.
         #[arg(long)]
         repair: bool,
+        /// With `--load`: once the preloaded Services' ClusterProfiles exist, stop this
+        /// service (e.g. `sluice-applier`), start it again and time until it is ready.
+        #[arg(long, value_name = "SERVICE")]
+        restart: Option<String>,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -160,18 +164,19 @@ async fn main() -> anyhow::Result<()> {
             preload,
             hops,
             repair,
+            restart,
         } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
             if let Some((rate, count)) = load {
-                let report = sluice_cli::load::measure(
+                let options = sluice_cli::load::LoadOptions {
                     preload,
                     rate,
                     count,
                     hops,
                     repair,
-                    &mut std::io::stdout(),
-                )
-                .await?;
+                    restart,
+                };
+                let report = sluice_cli::load::measure(&options, &mut std::io::stdout()).await?;
                 let (p50, p99, max) = sluice_cli::demo::percentiles(&report.create);
                 println!(
                     "open loop, {} matching before, {count} Services at {rate}/s: create -> ClusterProfile p50 {p50:?}, p99 {p99:?}, max {max:?}",
