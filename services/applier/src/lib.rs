@@ -98,8 +98,8 @@ pub async fn run(
                 for held in &result.held {
                     stage.note_written(held, &desired);
                 }
-                if orphans::may_be_orphaned(&result) {
-                    holding.push((desired, result));
+                if let Some(candidate) = orphans::candidate(result) {
+                    holding.push((desired, candidate));
                 }
             }
         }

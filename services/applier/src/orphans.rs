@@ -14,23 +14,41 @@ use crate::stage::Desired;
 /// Whether a replayed result is one whose unit may have been removed unseen: a resource unit's
 /// or a CloudEvent unit's result that holds objects (a pair's main unit's removal does not
 /// expire).
-pub(crate) fn may_be_orphaned(result: &pb::ApplyResult) -> bool {
+fn may_be_orphaned(result: &pb::ApplyResult) -> bool {
     !result.removed
         && !result.held.is_empty()
         && (!result.resource_name.is_empty() || result.cloud_event)
 }
 
+/// A replayed result that [`may_be_orphaned`], with only what its unit's removal needs: a start
+/// with 100,000 units standing holds one per unit until SLUICE_DESIRED's subjects are read.
+pub(crate) fn candidate(result: pb::ApplyResult) -> Option<pb::ApplyResult> {
+    may_be_orphaned(&result).then(|| pb::ApplyResult {
+        event_trigger: result.event_trigger,
+        cluster: result.cluster,
+        event_source: result.event_source,
+        event_trigger_kind: result.event_trigger_kind,
+        source_sequence: result.source_sequence,
+        resource_namespace: result.resource_namespace,
+        resource_name: result.resource_name,
+        cloud_event: result.cloud_event,
+        cloud_event_source: result.cloud_event_source,
+        cloud_event_subject: result.cloud_event_subject,
+        ..Default::default()
+    })
+}
+
 /// The removals, each with its desired-state subject, of the units whose results (by that
-/// subject) hold objects while no desired state of theirs is `present` on SLUICE_DESIRED. A
-/// result whose fields do not name its own subject's unit is left alone (and logged): it cannot
-/// be removed by its subject.
+/// subject, each a [`candidate`]) held objects while no desired state of theirs is `present`
+/// on SLUICE_DESIRED. A result whose fields do not name its own subject's unit is left alone
+/// (and logged): it cannot be removed by its subject.
 pub(crate) fn removals(
-    results: Vec<(String, pb::ApplyResult)>,
+    candidates: Vec<(String, pb::ApplyResult)>,
     present: &HashSet<String>,
 ) -> Vec<(String, Desired)> {
     let mut out = Vec::new();
-    for (subject, result) in results {
-        if present.contains(&subject) || !may_be_orphaned(&result) {
+    for (subject, result) in candidates {
+        if present.contains(&subject) {
             continue;
         }
         let state = pb::DesiredState {
@@ -75,6 +93,13 @@ mod tests {
     use sluice_bus::topology;
     use sluice_domain::cluster::ClusterId;
 
+    fn candidates(results: Vec<(String, pb::ApplyResult)>) -> Vec<(String, pb::ApplyResult)> {
+        results
+            .into_iter()
+            .filter_map(|(subject, result)| Some((subject, candidate(result)?)))
+            .collect()
+    }
+
     fn cluster() -> ClusterId {
         ClusterId::sveltos("default", "c")
     }
@@ -111,7 +136,7 @@ mod tests {
             held("holds-nothing", false, 0),
         ];
         let present = HashSet::from([results[1].0.clone()]);
-        let removals = removals(results.clone(), &present);
+        let removals = removals(candidates(results.clone()), &present);
         assert_eq!(removals.len(), 1, "{removals:?}");
         let (subject, removal) = &removals[0];
         assert_eq!(subject, &results[0].0);
@@ -143,7 +168,7 @@ mod tests {
     fn a_cloud_event_unit_that_holds_objects_and_has_no_desired_state_is_removed() {
         let results = vec![cloud_event_held("gone", 1), cloud_event_held("kept", 1)];
         let present = HashSet::from([results[1].0.clone()]);
-        let removals = removals(results.clone(), &present);
+        let removals = removals(candidates(results.clone()), &present);
         assert_eq!(removals.len(), 1, "{removals:?}");
         let (subject, removal) = &removals[0];
         assert_eq!(subject, &results[0].0);
@@ -159,7 +184,7 @@ mod tests {
         result.cloud_event_source.clear();
         result.cloud_event_subject.clear();
         assert!(may_be_orphaned(&result));
-        assert!(removals(vec![(subject, result)], &HashSet::new()).is_empty());
+        assert!(removals(candidates(vec![(subject, result)]), &HashSet::new()).is_empty());
     }
 
     #[test]
@@ -174,6 +199,6 @@ mod tests {
     fn a_result_that_names_another_unit_than_its_subject_is_left_alone() {
         let (subject, mut result) = held("web", false, 1);
         result.resource_name = "other".into();
-        assert!(removals(vec![(subject, result)], &HashSet::new()).is_empty());
+        assert!(removals(candidates(vec![(subject, result)]), &HashSet::new()).is_empty());
     }
 }
