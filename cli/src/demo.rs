@@ -129,6 +129,25 @@ pub async fn wait_cleaned(
     .await
 }
 
+/// Waits until the last message on `subject` of `stream` is a tombstone that expires, and
+/// returns its time to live (its `Nats-TTL` header).
+pub async fn wait_expiring(
+    stream: &async_nats::jetstream::stream::Stream,
+    subject: &str,
+    deadline: Duration,
+) -> anyhow::Result<String> {
+    wait_for(
+        &format!("an expiring message on {subject}"),
+        deadline,
+        || async {
+            let last = stream.get_last_raw_message_by_subject(subject).await.ok()?;
+            let ttl = last.headers.get("Nats-TTL")?;
+            Some(ttl.as_str().to_string())
+        },
+    )
+    .await
+}
+
 fn yaml(value: &Value) -> String {
     let mut clean = value.clone();
     if let Some(meta) = clean.get_mut("metadata").and_then(Value::as_object_mut) {

@@ -213,17 +213,7 @@ pub async fn list_labelled_in(
     namespace: Option<&str>,
     labels: &BTreeMap<String, String>,
 ) -> Result<Vec<Value>> {
-    let selector = labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let api: Api<DynamicObject> = match namespace {
-        Some(namespace) if kind.namespaced => {
-            Api::namespaced_with(client.clone(), namespace, &kind.resource)
-        }
-        _ => Api::all_with(client.clone(), &kind.resource),
-    };
+    let (api, selector) = labelled(client, kind, namespace, labels);
     let list = api
         .list(&ListParams::default().labels(&selector))
         .await
@@ -238,6 +228,27 @@ pub async fn list_labelled_in(
         .into_iter()
         .filter_map(|o| serde_json::to_value(o).ok())
         .collect())
+}
+
+/// The API of `kind` (in `namespace` for a namespaced kind) and the label selector of `labels`.
+fn labelled(
+    client: &Client,
+    kind: &Kind,
+    namespace: Option<&str>,
+    labels: &BTreeMap<String, String>,
+) -> (Api<DynamicObject>, String) {
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let api = match namespace {
+        Some(namespace) if kind.namespaced => {
+            Api::namespaced_with(client.clone(), namespace, &kind.resource)
+        }
+        _ => Api::all_with(client.clone(), &kind.resource),
+    };
+    (api, selector)
 }
 
 /// Objects a metadata page holds ([`visit_labelled_metadata_in`]): as kube-rs's watcher pages.
@@ -265,17 +276,7 @@ pub async fn visit_labelled_metadata_in(
     mut visit: impl FnMut(Listed),
 ) -> Result<()> {
     const RESTARTS: usize = 3;
-    let selector = labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let api: Api<DynamicObject> = match namespace {
-        Some(namespace) if kind.namespaced => {
-            Api::namespaced_with(client.clone(), namespace, &kind.resource)
-        }
-        _ => Api::all_with(client.clone(), &kind.resource),
-    };
+    let (api, selector) = labelled(client, kind, namespace, labels);
     let mut restarts = 0;
     let mut token: Option<String> = None;
     loop {

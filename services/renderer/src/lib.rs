@@ -219,39 +219,28 @@ mod tests {
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "x", "namespace": "projectsveltos"},
         });
-        let resource = |removed| pb::DesiredState {
-            resource_namespace: "default".into(),
-            resource_name: "web".into(),
-            removed,
-            objects: if removed {
-                Vec::new()
-            } else {
-                vec![managed_object(object.clone())]
-            },
-            ..unit(object.clone())
-        };
-        let main_removed = pb::DesiredState {
+        let standing = unit(object.clone());
+        let removed = |state: &pb::DesiredState| pb::DesiredState {
             removed: true,
             objects: Vec::new(),
-            ..unit(object.clone())
+            ..state.clone()
         };
-        let cloud_event = |removed| pb::DesiredState {
+        let resource = pb::DesiredState {
+            resource_namespace: "default".into(),
+            resource_name: "web".into(),
+            ..standing.clone()
+        };
+        let cloud_event = pb::DesiredState {
             cloud_event_source: "github.com/org/repo".into(),
             cloud_event_subject: "alice".into(),
-            removed,
-            objects: if removed {
-                Vec::new()
-            } else {
-                vec![managed_object(object.clone())]
-            },
-            ..unit(object.clone())
+            ..standing.clone()
         };
         let states = vec![
-            resource(true),
-            resource(false),
-            main_removed,
-            cloud_event(true),
-            cloud_event(false),
+            removed(&resource),
+            resource,
+            removed(&standing),
+            removed(&cloud_event),
+            cloud_event,
         ];
         let ttls: Vec<_> = desired_messages(states, "report", 1 << 20, None)
             .expect("messages")

@@ -675,16 +675,9 @@ async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
     let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
     let stream = js.get_stream(topology::DESIRED.name).await?;
     // The removal is the one state of the unit with a time to live.
-    let ttl = wait_for("the unit's removal", DEADLINE, || async {
-        let last = stream
-            .get_last_raw_message_by_subject(&desired)
-            .await
-            .ok()?;
-        let ttl = last.headers.get("Nats-TTL")?;
-        Some(ttl.as_str().to_string())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    let ttl = demo::wait_expiring(&stream, &desired, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
     assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
     // It expires unseen (purged here, as its time to live would).
     stream.purge().filter(&desired).await?;
@@ -698,14 +691,8 @@ async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
     // The removal's result is published, a tombstone like any removal's.
     let applied = topology::applied_subject_for(&desired).expect("a desired subject");
     let results = js.get_stream(topology::APPLIED.name).await?;
-    wait_for("the removal's result", DEADLINE, || async {
-        let last = results
-            .get_last_raw_message_by_subject(&applied)
-            .await
-            .ok()?;
-        last.headers.get("Nats-TTL").map(|_| ())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    demo::wait_expiring(&results, &applied, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
     Ok(())
 }

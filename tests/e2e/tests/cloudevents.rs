@@ -12,7 +12,7 @@ use sluice_cli::cloudevents::{
     event_for, forwarded, managed_client, managed_nats, nats_secret, seeded_stack, user_profiles,
     wait_listening, CLUSTER, CONFIG, LOGIN, LOGOUT, SUBJECT, TRIGGER,
 };
-use sluice_cli::demo::{owned_by, wait_cleaned};
+use sluice_cli::demo::{self, owned_by, wait_cleaned};
 use sluice_cli::stack::{Stack, MANAGEMENT};
 use sluice_testkit::wait_for;
 
@@ -191,16 +191,9 @@ async fn an_applier_away_longer_than_a_logouts_removal_lives_removes_what_the_lo
     let desired =
         topology::desired_cloudevent_subject(TRIGGER, &tokens, "auth.example.com", "mgianluc");
     let stream = js.get_stream(topology::DESIRED.name).await?;
-    let ttl = wait_for("the user's unit's removal", DEADLINE, || async {
-        let last = stream
-            .get_last_raw_message_by_subject(&desired)
-            .await
-            .ok()?;
-        let ttl = last.headers.get("Nats-TTL")?;
-        Some(ttl.as_str().to_string())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    let ttl = demo::wait_expiring(&stream, &desired, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
     assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
     // It expires unseen (purged here, as its time to live would).
     stream.purge().filter(&desired).await?;
@@ -219,14 +212,8 @@ async fn an_applier_away_longer_than_a_logouts_removal_lives_removes_what_the_lo
     .map_err(|e| fail(&stack, e))?;
     let applied = topology::applied_subject_for(&desired).expect("a desired subject");
     let results = js.get_stream(topology::APPLIED.name).await?;
-    wait_for("the removal's result", DEADLINE, || async {
-        let last = results
-            .get_last_raw_message_by_subject(&applied)
-            .await
-            .ok()?;
-        last.headers.get("Nats-TTL").map(|_| ())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    demo::wait_expiring(&results, &applied, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
     Ok(())
 }
