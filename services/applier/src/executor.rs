@@ -167,10 +167,10 @@ impl Applier {
     async fn execute(&self, state: &pb::DesiredState) -> sluice_kube::Result<pb::ApplyResult> {
         let outcome = self.execute_inner(state).await;
         if outcome.is_err() {
-            // The server may hold anything now: list the pair again next time.
+            // The server may hold anything of the unit now: list it again next time.
             if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
                 let pair = naming::owner_labels(&state.event_trigger, &cluster);
-                lock(&self.pairs).forget(&pair_key(&pair));
+                lock(&self.pairs).unknown(&pair_key(&pair), &Unit::of(state).labels());
             }
         }
         outcome
@@ -509,6 +509,35 @@ impl Applier {
         Ok(existing.adopt(desired))
     }
 
+    /// The objects of a unit, by a listing of the metadata of what carries the pair's and the
+    /// unit's labels (only the unit's own are kept: a selector of fewer labels may select more).
+    async fn list_unit(
+        &self,
+        pair: &BTreeMap<String, String>,
+        unit: &UnitLabels,
+    ) -> sluice_kube::Result<Listing> {
+        let mut labels = pair.clone();
+        labels.extend(unit.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut listing = Listing::default();
+        for (api_version, kind_name) in OWNED {
+            let kind = self.kind(api_version, kind_name).await?;
+            let mut of_kind = Listing::default();
+            apply::visit_labelled_metadata_in(
+                &self.client,
+                &kind,
+                Some(&self.namespace),
+                &labels,
+                |listed| match listed {
+                    apply::Listed::Object(object) => of_kind.add(kind_name, &object),
+                    apply::Listed::Restarted => of_kind = Listing::default(),
+                },
+            )
+            .await?;
+            listing.extend(of_kind);
+        }
+        Ok(listing)
+    }
+
     /// The pair's index and adoption snapshot from one listing of the metadata of the pair's
     /// objects of each owned kind (in Sveltos's namespace for a namespaced kind), a page at a
     /// time: a pair of many units is never held whole.
@@ -543,7 +572,8 @@ impl Applier {
 
     /// What a unit of the pair holds (the whole pair's objects when `whole`), from the pair's
     /// index; the first unit that needs it lists the pair (one LIST per owned kind) while the
-    /// others wait. The same LIST is the adoption's snapshot when the pair has none.
+    /// others wait. The same LIST is the adoption's snapshot when the pair has none. A unit
+    /// whose execution failed lists only its own objects.
     async fn known(
         &self,
         key: &str,
@@ -553,6 +583,11 @@ impl Applier {
     ) -> sluice_kube::Result<Known> {
         if let Some(known) = lock(&self.pairs).known(key, unit, whole) {
             return Ok(known);
+        }
+        if !whole && lock(&self.pairs).is_stale(key, unit) {
+            // Only this unit failed: it alone is listed, not every unit of the pair.
+            let listed = self.list_unit(pair, unit).await?;
+            return Ok(lock(&self.pairs).relearn(key, unit, listed));
         }
         let gate = lock(&self.listing)
             .entry(key.to_string())

@@ -6,7 +6,7 @@
 //! written is completed with what they wrote meanwhile (the journal), so it is exact when
 //! installed. Pure bookkeeping; the executor does the IO.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 use sluice_domain::naming;
@@ -85,6 +85,9 @@ fn expand<'a>(held: impl IntoIterator<Item = &'a Box<str>>) -> Known {
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct PairIndex {
     units: HashMap<Box<str>, Box<[Box<str>]>>,
+    /// Units whose objects are not known since an execution of theirs failed: each is listed
+    /// alone on its next need ([`Pairs::unknown`]).
+    stale: HashSet<Box<str>>,
 }
 
 impl PairIndex {
@@ -111,10 +114,12 @@ impl PairIndex {
 
     /// A unit now holds exactly `known`.
     fn set(&mut self, unit: &UnitLabels, known: &Known) {
+        let key = unit_key(unit);
+        self.stale.remove(&key);
         if known.is_empty() {
-            self.units.remove(&unit_key(unit));
+            self.units.remove(&key);
         } else {
-            self.units.insert(unit_key(unit), compact(known));
+            self.units.insert(key, compact(known));
         }
     }
 
@@ -148,10 +153,13 @@ pub(crate) struct Pairs {
 }
 
 impl Pairs {
-    /// What a unit of an indexed pair holds (see [`PairIndex::known`]); `None` when the pair
-    /// must be listed first.
+    /// What a unit of an indexed pair holds (see [`PairIndex::known`]); `None` when it must be
+    /// listed first: the unit alone when [`Pairs::is_stale`], else the pair (the whole pair
+    /// also while any unit of it is stale).
     pub(crate) fn known(&self, pair: &str, unit: &UnitLabels, whole: bool) -> Option<Known> {
         match self.slots.get(pair)? {
+            Slot::Ready(index) if whole && !index.stale.is_empty() => None,
+            Slot::Ready(index) if !whole && index.stale.contains(&unit_key(unit)) => None,
             Slot::Ready(index) => Some(index.known(unit, whole)),
             Slot::Listing { .. } => None,
         }
@@ -195,6 +203,43 @@ impl Pairs {
         }
         let known = index.known(unit, whole);
         self.slots.insert(pair.to_string(), Slot::Ready(index));
+        known
+    }
+
+    /// Whether `unit` of the pair is to be listed alone: the pair is indexed, but an execution
+    /// of the unit failed since ([`Pairs::unknown`]).
+    pub(crate) fn is_stale(&self, pair: &str, unit: &UnitLabels) -> bool {
+        matches!(self.slots.get(pair),
+            Some(Slot::Ready(index)) if index.stale.contains(&unit_key(unit)))
+    }
+
+    /// An execution of `unit` failed: the server may hold anything of it now. A resource or
+    /// CloudEvent unit of an indexed pair is listed alone on its next need (its labels select
+    /// its objects); the pair is listed again for its main unit, whose objects are the rest of
+    /// the pair's, and while a LIST of the pair is under way (it is not installed).
+    pub(crate) fn unknown(&mut self, pair: &str, unit: &UnitLabels) {
+        match self.slots.get_mut(pair) {
+            Some(Slot::Ready(index)) if !unit.is_empty() => {
+                let key = unit_key(unit);
+                index.units.remove(&key);
+                index.stale.insert(key);
+            }
+            _ => {
+                self.slots.remove(pair);
+            }
+        }
+    }
+
+    /// What a stale unit holds by a LIST of its own objects (`listed`: the pair's objects that
+    /// carry its labels); the index takes it unless the pair was forgotten or is being listed
+    /// meanwhile. Exact either way: only this unit writes its objects, and it is not running.
+    pub(crate) fn relearn(&mut self, pair: &str, unit: &UnitLabels, listed: Listing) -> Known {
+        let known = listed.index().known(unit, false);
+        if let Some(Slot::Ready(index)) = self.slots.get_mut(pair) {
+            if index.stale.contains(&unit_key(unit)) {
+                index.set(unit, &known);
+            }
+        }
         known
     }
 
@@ -258,7 +303,10 @@ impl Listing {
                 (unit, held.into_boxed_slice())
             })
             .collect();
-        PairIndex { units }
+        PairIndex {
+            units,
+            stale: HashSet::new(),
+        }
     }
 }
 
@@ -459,5 +507,69 @@ mod tests {
         );
         pairs.install("p", newer, PairIndex::default(), &web, false);
         assert_eq!(pairs.known("p", &web, false), Some(Known::new()));
+    }
+
+    #[test]
+    fn a_failed_unit_is_listed_alone_and_a_failed_main_unit_lists_the_pair() {
+        let web = naming::resource_labels("default", "web");
+        let db = naming::resource_labels("default", "db");
+        let main = UnitLabels::new();
+        let listed = [
+            object("ConfigMap", "c-web", &web),
+            object("ConfigMap", "c-db", &db),
+            object("ClusterProfile", "p-main", &main),
+        ];
+        let mut pairs = Pairs::default();
+        let generation = pairs.begin_listing("p");
+        pairs.install(
+            "p",
+            generation,
+            PairIndex::of(listed.iter().map(|o| ("ConfigMap", o))),
+            &web,
+            false,
+        );
+
+        pairs.unknown("p", &web);
+        assert!(pairs.is_stale("p", &web));
+        assert_eq!(pairs.known("p", &web, false), None, "listed alone");
+        assert!(!pairs.is_stale("p", &db));
+        assert_eq!(
+            pairs.known("p", &db, false).map(|k| k.len()),
+            Some(1),
+            "the other units stay known"
+        );
+        assert_eq!(
+            pairs.known("p", &main, true),
+            None,
+            "the whole pair is not known"
+        );
+
+        // Its own LIST (by its labels, which also select another unit's object here).
+        let mut own = Listing::default();
+        own.add("ConfigMap", &object("ConfigMap", "c-web", &web));
+        own.add("ConfigMap", &object("ConfigMap", "c-web-2", &web));
+        own.add("ConfigMap", &object("ConfigMap", "c-db", &db));
+        let known = pairs.relearn("p", &web, own);
+        assert_eq!(
+            known,
+            Known::from([
+                (id("ConfigMap", "c-web"), String::new()),
+                (id("ConfigMap", "c-web-2"), String::new()),
+            ])
+        );
+        assert!(!pairs.is_stale("p", &web));
+        assert_eq!(pairs.known("p", &web, false), Some(known));
+        assert_eq!(pairs.known("p", &main, true).map(|k| k.len()), Some(4));
+
+        // A unit that failed then succeeded is exact again without a LIST.
+        pairs.unknown("p", &db);
+        pairs.record("p", db.clone(), Known::new());
+        assert!(!pairs.is_stale("p", &db));
+        assert_eq!(pairs.known("p", &db, false), Some(Known::new()));
+
+        // The main unit's objects are the rest of the pair's: the pair is listed again.
+        pairs.unknown("p", &main);
+        assert_eq!(pairs.known("p", &db, false), None);
+        assert!(!pairs.is_stale("p", &db), "the pair, not the unit");
     }
 }
