@@ -216,18 +216,20 @@ impl Pairs {
     /// An execution of `unit` failed: the server may hold anything of it now. A resource or
     /// CloudEvent unit of an indexed pair is listed alone on its next need (its labels select
     /// its objects); the pair is listed again for its main unit, whose objects are the rest of
-    /// the pair's, and while a LIST of the pair is under way (it is not installed).
+    /// the pair's, while a LIST of the pair is under way (it is not installed), and once more
+    /// of its units are stale than [`stale_at_most`] allows.
     pub(crate) fn unknown(&mut self, pair: &str, unit: &UnitLabels) {
-        match self.slots.get_mut(pair) {
-            Some(Slot::Ready(index)) if !unit.is_empty() => {
+        if let Some(Slot::Ready(index)) = self.slots.get_mut(pair) {
+            if !unit.is_empty() {
                 let key = unit_key(unit);
                 index.units.remove(&key);
                 index.stale.insert(key);
-            }
-            _ => {
-                self.slots.remove(pair);
+                if index.stale.len() <= stale_at_most(index.units.len() + index.stale.len()) {
+                    return;
+                }
             }
         }
+        self.slots.remove(pair);
     }
 
     /// What a stale unit holds by a LIST of its own objects (`listed`: the pair's objects that
@@ -264,6 +266,17 @@ impl Pairs {
     pub(crate) fn forget(&mut self, pair: &str) {
         self.slots.remove(pair);
     }
+}
+
+/// How many units of a pair of `units` may be listed alone after failing before the whole pair
+/// is listed instead: 8, or one in 1,024 of a larger pair. A unit's LIST is small, but the
+/// server selects it from every object of the kind, as it does the pair's, which also sends
+/// them all, 500 a page. So a few failed units are listed alone, and many (the API server
+/// failing for a while) by one LIST of the pair: 100 new units failing one request in three
+/// for 2 s beside 300 standing made 363–384 unit LISTs and converged a second later than with
+/// 28 of the pair (`docs/measurements.md`, "A failed unit's LIST").
+fn stale_at_most(units: usize) -> usize {
+    (units / 1024).max(8)
 }
 
 /// A pair's index built as its objects are listed, a page at a time: what it keeps of each is
@@ -571,5 +584,35 @@ mod tests {
         pairs.unknown("p", &main);
         assert_eq!(pairs.known("p", &db, false), None);
         assert!(!pairs.is_stale("p", &db), "the pair, not the unit");
+    }
+
+    #[test]
+    fn once_more_units_are_stale_than_a_few_the_pair_is_listed_instead() {
+        assert_eq!(stale_at_most(20), 8);
+        assert_eq!(stale_at_most(200_000), 195);
+        let units: Vec<UnitLabels> = (0..20)
+            .map(|i| naming::resource_labels("default", &format!("s{i}")))
+            .collect();
+        let listed: Vec<Value> = units
+            .iter()
+            .enumerate()
+            .map(|(i, unit)| object("ConfigMap", &format!("c{i}"), unit))
+            .collect();
+        let mut pairs = Pairs::default();
+        let generation = pairs.begin_listing("p");
+        let index = PairIndex::of(listed.iter().map(|o| ("ConfigMap", o)));
+        pairs.install("p", generation, index, &units[0], false);
+        for unit in &units[..8] {
+            pairs.unknown("p", unit);
+        }
+        assert!(pairs.is_stale("p", &units[7]), "eight are listed alone");
+        assert!(pairs.known("p", &units[19], false).is_some());
+        pairs.unknown("p", &units[8]);
+        assert!(!pairs.is_stale("p", &units[0]));
+        assert_eq!(
+            pairs.known("p", &units[19], false),
+            None,
+            "the ninth lists the pair"
+        );
     }
 }
