@@ -148,6 +148,20 @@ pub async fn wait_expiring(
     .await
 }
 
+/// Waits until the last desired state on `subject` is a removal that expires, then purges it,
+/// as its time to live would once it ran out unseen; returns its time to live.
+pub async fn expire_removal_unseen(
+    stack: &Stack,
+    subject: &str,
+    deadline: Duration,
+) -> anyhow::Result<String> {
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let stream = js.get_stream(sluice_bus::topology::DESIRED.name).await?;
+    let ttl = wait_expiring(&stream, subject, deadline).await?;
+    stream.purge().filter(subject).await?;
+    Ok(ttl)
+}
+
 fn yaml(value: &Value) -> String {
     let mut clean = value.clone();
     if let Some(meta) = clean.get_mut("metadata").and_then(Value::as_object_mut) {

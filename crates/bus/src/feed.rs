@@ -92,6 +92,43 @@ impl Freshness {
         self.prune_at = self.seen.len().saturating_mul(2);
     }
 
+    /// Forgets through `floor` ([`Freshness::forget_through`]), or without one (it could not
+    /// be read) postpones ([`Freshness::postpone_pruning`]); how many subjects it forgot.
+    pub fn prune(&mut self, floor: Option<u64>) -> usize {
+        let before = self.seen.len();
+        match floor {
+            Some(floor) => self.forget_through(floor),
+            None => self.postpone_pruning(),
+        }
+        before - self.seen.len()
+    }
+
+    /// Once it [`Freshness::wants_pruning`], reads the ack floor of `spec` (one
+    /// `CONSUMER.INFO`) and prunes at it ([`Freshness::prune`]); how many subjects it forgot.
+    /// The runner's freshness and a stage's own (the renderer's CloudEvent units) alike.
+    pub async fn prune_at_ack_floor(&mut self, bus: &Bus, spec: &ConsumerSpec) -> usize {
+        if !self.wants_pruning() {
+            return 0;
+        }
+        let before = self.seen.len();
+        let floor = match bus.ack_floor(spec).await {
+            Ok(floor) => Some(floor),
+            Err(error) => {
+                tracing::debug!(consumer = spec.durable, error = %crate::runner::chain(&error), "ack floor not read, freshness pruned later");
+                None
+            }
+        };
+        let forgotten = self.prune(floor);
+        tracing::debug!(
+            consumer = spec.durable,
+            ?floor,
+            before,
+            after = self.seen.len(),
+            "freshness pruned"
+        );
+        forgotten
+    }
+
     pub fn is_empty(&self) -> bool {
         self.seen.is_empty()
     }

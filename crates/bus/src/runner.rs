@@ -888,26 +888,15 @@ impl Core {
     /// Forgets what the consumer's ack floor makes useless in `freshness`
     /// ([`Freshness::forget_through`]) once it has grown enough to be worth one request.
     async fn prune_freshness(&mut self) {
-        if !self.keeps_freshness || !self.freshness.wants_pruning() {
+        if !self.keeps_freshness {
             return;
         }
-        let before = self.freshness.len();
-        match self.bus.ack_floor(&self.spec).await {
-            Ok(floor) => {
-                self.freshness.forget_through(floor);
-                (self.hooks.forgotten)((before - self.freshness.len()) as u64);
-                tracing::debug!(
-                    consumer = self.spec.durable,
-                    floor,
-                    before,
-                    after = self.freshness.len(),
-                    "freshness pruned"
-                );
-            }
-            Err(error) => {
-                self.freshness.postpone_pruning();
-                tracing::debug!(consumer = self.spec.durable, error = %chain(&error), "ack floor not read, freshness pruned later");
-            }
+        let forgotten = self
+            .freshness
+            .prune_at_ack_floor(&self.bus, &self.spec)
+            .await;
+        if forgotten > 0 {
+            (self.hooks.forgotten)(forgotten as u64);
         }
     }
 

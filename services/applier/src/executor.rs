@@ -12,7 +12,7 @@ use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
-use crate::index::{Listing, PairIndex, Pairs, UnitLabels};
+use crate::index::{Listing, Pairs, UnitLabels};
 use crate::plan::{self, Known, ObjectId, OWNED};
 use crate::{adopt, status};
 use sluice_wire::unit::Unit;
@@ -500,7 +500,7 @@ impl Applier {
         let existing = match found {
             Some(existing) => existing,
             None => {
-                let (_, adoptable) = self.list_pair(pair).await?;
+                let (_, adoptable) = self.list_owned(pair).await?;
                 let adoptable = Arc::new(adoptable);
                 lock(&self.adoptable).insert(key, adoptable.clone());
                 adoptable
@@ -509,42 +509,14 @@ impl Applier {
         Ok(existing.adopt(desired))
     }
 
-    /// The objects of a unit, by a listing of the metadata of what carries the pair's and the
-    /// unit's labels (only the unit's own are kept: a selector of fewer labels may select more).
-    async fn list_unit(
+    /// What carries `labels` (a pair's, or a unit's beside them), as an index and an adoption
+    /// snapshot, from one listing of the metadata of the objects of each owned kind (in
+    /// Sveltos's namespace for a namespaced kind), a page at a time: a pair of many units is
+    /// never held whole.
+    async fn list_owned(
         &self,
-        pair: &BTreeMap<String, String>,
-        unit: &UnitLabels,
-    ) -> sluice_kube::Result<Listing> {
-        let mut labels = pair.clone();
-        labels.extend(unit.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let mut listing = Listing::default();
-        for (api_version, kind_name) in OWNED {
-            let kind = self.kind(api_version, kind_name).await?;
-            let mut of_kind = Listing::default();
-            apply::visit_labelled_metadata_in(
-                &self.client,
-                &kind,
-                Some(&self.namespace),
-                &labels,
-                |listed| match listed {
-                    apply::Listed::Object(object) => of_kind.add(kind_name, &object),
-                    apply::Listed::Restarted => of_kind = Listing::default(),
-                },
-            )
-            .await?;
-            listing.extend(of_kind);
-        }
-        Ok(listing)
-    }
-
-    /// The pair's index and adoption snapshot from one listing of the metadata of the pair's
-    /// objects of each owned kind (in Sveltos's namespace for a namespaced kind), a page at a
-    /// time: a pair of many units is never held whole.
-    async fn list_pair(
-        &self,
-        pair: &BTreeMap<String, String>,
-    ) -> sluice_kube::Result<(PairIndex, adopt::Adoptable)> {
+        labels: &BTreeMap<String, String>,
+    ) -> sluice_kube::Result<(Listing, adopt::Adoptable)> {
         let mut listing = Listing::default();
         let mut adoptable = adopt::Adoptable::default();
         for (api_version, kind_name) in OWNED {
@@ -554,7 +526,7 @@ impl Applier {
                 &self.client,
                 &kind,
                 Some(&self.namespace),
-                pair,
+                labels,
                 |listed| match listed {
                     apply::Listed::Object(object) => {
                         of_kind.0.add(kind_name, &object);
@@ -567,7 +539,7 @@ impl Applier {
             listing.extend(of_kind.0);
             adoptable.extend(of_kind.1);
         }
-        Ok((listing.index(), adoptable))
+        Ok((listing, adoptable))
     }
 
     /// What a unit of the pair holds (the whole pair's objects when `whole`), from the pair's
@@ -585,8 +557,11 @@ impl Applier {
             return Ok(known);
         }
         if !whole && lock(&self.pairs).is_stale(key, unit) {
-            // Only this unit failed: it alone is listed, not every unit of the pair.
-            let listed = self.list_unit(pair, unit).await?;
+            // Only this unit failed: it alone is listed, not every unit of the pair (only the
+            // unit's own objects are kept: a selector of fewer labels may select more).
+            let mut labels = pair.clone();
+            labels.extend(unit.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let (listed, _) = self.list_owned(&labels).await?;
             return Ok(lock(&self.pairs).relearn(key, unit, listed));
         }
         let gate = lock(&self.listing)
@@ -598,7 +573,8 @@ impl Applier {
             return Ok(known);
         }
         let generation = lock(&self.pairs).begin_listing(key);
-        let (index, adoptable) = self.list_pair(pair).await?;
+        let (listed, adoptable) = self.list_owned(pair).await?;
+        let index = listed.index();
         lock(&self.adoptable)
             .entry(key.to_string())
             .or_insert_with(|| Arc::new(adoptable));

@@ -100,6 +100,14 @@ mod tests {
             .collect()
     }
 
+    /// The one removal of `results` when the second's desired state is present.
+    fn only_removal(results: &[(String, pb::ApplyResult)]) -> (String, Desired) {
+        let present = HashSet::from([results[1].0.clone()]);
+        let mut removals = removals(candidates(results.to_vec()), &present);
+        assert_eq!(removals.len(), 1, "{removals:?}");
+        removals.remove(0)
+    }
+
     fn cluster() -> ClusterId {
         ClusterId::sveltos("default", "c")
     }
@@ -135,11 +143,8 @@ mod tests {
             held("removed", true, 0),
             held("holds-nothing", false, 0),
         ];
-        let present = HashSet::from([results[1].0.clone()]);
-        let removals = removals(candidates(results.clone()), &present);
-        assert_eq!(removals.len(), 1, "{removals:?}");
-        let (subject, removal) = &removals[0];
-        assert_eq!(subject, &results[0].0);
+        let (subject, removal) = only_removal(&results);
+        assert_eq!(subject, results[0].0);
         assert!(removal.state.removed);
         assert_eq!(removal.state.resource_name, "gone");
         assert_eq!(removal.state.event_trigger_kind, "EventTrigger");
@@ -167,11 +172,8 @@ mod tests {
     #[test]
     fn a_cloud_event_unit_that_holds_objects_and_has_no_desired_state_is_removed() {
         let results = vec![cloud_event_held("gone", 1), cloud_event_held("kept", 1)];
-        let present = HashSet::from([results[1].0.clone()]);
-        let removals = removals(candidates(results.clone()), &present);
-        assert_eq!(removals.len(), 1, "{removals:?}");
-        let (subject, removal) = &removals[0];
-        assert_eq!(subject, &results[0].0);
+        let (subject, removal) = only_removal(&results);
+        assert_eq!(subject, results[0].0);
         assert!(removal.state.removed);
         assert_eq!(removal.state.cloud_event_source, "github.com/org/repo");
         assert_eq!(removal.state.cloud_event_subject, "gone");

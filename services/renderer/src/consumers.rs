@@ -192,16 +192,12 @@ impl runner::Stage for CloudEventStage {
 
     async fn handle(&mut self, inputs: &[Input<pb::CloudEventMatch>]) -> Vec<Outcome<RenderError>> {
         let mut rendering = self.rendering.lock().await;
-        if rendering.stage.cloud_events_want_pruning() {
-            let floor = rendering
-                .bus
-                .ack_floor(&topology::RENDERER_CEMATCH)
-                .await
-                .inspect_err(|error| tracing::debug!(error = %error, "ack floor not read, CloudEvent units pruned later"))
-                .ok();
-            let forgotten = rendering.stage.forget_cloud_events_through(floor);
-            self.forgotten.add(forgotten as u64);
-        }
+        let Rendering { stage, bus, .. } = &mut *rendering;
+        let forgotten = stage
+            .cloud_event_sequences()
+            .prune_at_ack_floor(bus, &topology::RENDERER_CEMATCH)
+            .await;
+        self.forgotten.add(forgotten as u64);
         inputs
             .iter()
             .map(|input| {

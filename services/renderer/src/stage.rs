@@ -77,7 +77,7 @@ pub struct Stage {
     /// The newest CloudEvent match rendered (or found published) per CloudEvent unit, by its
     /// desired-state subject: a match of an older sequence, delivered again after a newer one
     /// (a redelivery), would overwrite the newer state and is not rendered. Forgotten at the
-    /// CloudEvent consumer's ack floor ([`Stage::forget_cloud_events_through`]).
+    /// CloudEvent consumer's ack floor ([`Stage::cloud_event_sequences`]).
     cloud_event_sequences: sluice_bus::Freshness,
     templates: TemplateCache,
     sveltos_namespace: String,
@@ -291,22 +291,10 @@ impl Stage {
             .advance(&unit.desired_subject(), state.source_sequence)
     }
 
-    /// Whether the CloudEvent units' sequences have grown enough to be pruned
-    /// ([`sluice_bus::Freshness::wants_pruning`]).
-    pub fn cloud_events_want_pruning(&self) -> bool {
-        self.cloud_event_sequences.wants_pruning()
-    }
-
-    /// Forgets the CloudEvent units whose newest match is at or below `floor`, the CloudEvent
-    /// consumer's ack floor: every match still to come is newer. `None` (the floor could not be
-    /// read) asks again once they have doubled. Returns how many were forgotten.
-    pub fn forget_cloud_events_through(&mut self, floor: Option<u64>) -> usize {
-        let before = self.cloud_event_sequences.len();
-        match floor {
-            Some(floor) => self.cloud_event_sequences.forget_through(floor),
-            None => self.cloud_event_sequences.postpone_pruning(),
-        }
-        before - self.cloud_event_sequences.len()
+    /// The newest CloudEvent match per CloudEvent unit, to prune at the CloudEvent consumer's
+    /// ack floor (every match still to come is newer than what it forgets).
+    pub fn cloud_event_sequences(&mut self) -> &mut sluice_bus::Freshness {
+        &mut self.cloud_event_sequences
     }
 
     pub fn cloud_event(

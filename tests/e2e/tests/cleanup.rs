@@ -673,14 +673,11 @@ async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
     let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
     let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
     let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
-    let stream = js.get_stream(topology::DESIRED.name).await?;
-    // The removal is the one state of the unit with a time to live.
-    let ttl = demo::wait_expiring(&stream, &desired, DEADLINE)
+    // The removal is the one state of the unit with a time to live; it expires unseen.
+    let ttl = demo::expire_removal_unseen(&stack, &desired, DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
     assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
-    // It expires unseen (purged here, as its time to live would).
-    stream.purge().filter(&desired).await?;
     assert_eq!(
         owned_by(&stack, TRIGGER, "cluster-a").await?.len(),
         2,

@@ -190,13 +190,11 @@ async fn an_applier_away_longer_than_a_logouts_removal_lives_removes_what_the_lo
     let tokens = topology::cluster_tokens("sveltos", "default", CLUSTER);
     let desired =
         topology::desired_cloudevent_subject(TRIGGER, &tokens, "auth.example.com", "mgianluc");
-    let stream = js.get_stream(topology::DESIRED.name).await?;
-    let ttl = demo::wait_expiring(&stream, &desired, DEADLINE)
+    // The removal expires unseen.
+    let ttl = demo::expire_removal_unseen(&stack, &desired, DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
     assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
-    // It expires unseen (purged here, as its time to live would).
-    stream.purge().filter(&desired).await?;
     assert_eq!(
         owned_by(&stack, TRIGGER, CLUSTER).await?.len(),
         2,

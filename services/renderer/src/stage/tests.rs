@@ -402,14 +402,14 @@ fn an_older_cloud_event_match_is_not_rendered_and_the_ack_floor_forgets_only_old
         stage.cloud_event(&user_event("u0", false), 10).is_empty(),
         "the login delivered again after the logout is stale"
     );
-    assert!(stage.cloud_events_want_pruning());
+    assert!(stage.cloud_event_sequences().wants_pruning());
 
     // Every match still to come is above the floor: what is forgotten could supersede none.
     assert_eq!(
-        stage.forget_cloud_events_through(Some(4200)),
+        stage.cloud_event_sequences().prune(Some(4200)),
         users as usize - 1
     );
-    assert!(!stage.cloud_events_want_pruning());
+    assert!(!stage.cloud_event_sequences().wants_pruning());
     assert!(
         stage.cloud_event(&user_event("u0", false), 4300).is_empty(),
         "the logout above the floor is remembered"
@@ -418,5 +418,5 @@ fn an_older_cloud_event_match_is_not_rendered_and_the_ack_floor_forgets_only_old
     assert_eq!(stage.cloud_event(&user_event("u1", true), 6001).len(), 1);
 
     // A floor that could not be read forgets nothing.
-    assert_eq!(stage.forget_cloud_events_through(None), 0);
+    assert_eq!(stage.cloud_event_sequences().prune(None), 0);
 }
