@@ -191,13 +191,14 @@ pub fn watch_kind_listing_selected(
 }
 
 /// [`watch_kind`] restricted to objects carrying all of `labels` (a label selector on the
-/// server), starting from nothing known.
+/// server), starting from nothing known. Each change's object is its metadata only
+/// (`PartialObjectMetadata`): what the labels say of it, without its contents.
 pub fn watch_labelled(
     client: Client,
     kind: Kind,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
-    let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &kind.resource);
     let selector = labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -224,20 +225,38 @@ pub fn watch_object(
 }
 
 /// The kube-rs watcher with backoff, turned into level changes against `known`.
-fn level_watch(
-    api: Api<DynamicObject>,
+fn level_watch<K>(
+    api: Api<K>,
     config: watcher::Config,
     known: HashMap<ObjectKey, String>,
-) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
+) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
     level_watch_listing(api, config, known).map(|listing| listing.map(|l| l.changes))
 }
 
 /// [`level_watch`], saying which batch completes a list.
-fn level_watch_listing(
-    api: Api<DynamicObject>,
+fn level_watch_listing<K>(
+    api: Api<K>,
     config: watcher::Config,
     known: HashMap<ObjectKey, String>,
-) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send {
+) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
     let mut state = LevelState::with_known(known);
     watcher::watcher(api, config.any_semantic())
         .default_backoff()
