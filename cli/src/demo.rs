@@ -148,15 +148,17 @@ pub async fn wait_expiring(
     .await
 }
 
-/// Waits until the last desired state on `subject` is a removal that expires, then purges it,
-/// as its time to live would once it ran out unseen; returns its time to live.
-pub async fn expire_removal_unseen(
+/// Waits until the last message on `subject` of `stream` is a tombstone that expires (a
+/// removal, a set's end), then purges it, as its time to live would once it ran out unseen;
+/// returns its time to live.
+pub async fn expire_unseen(
     stack: &Stack,
+    stream: sluice_bus::topology::StreamSpec,
     subject: &str,
     deadline: Duration,
 ) -> anyhow::Result<String> {
     let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
-    let stream = js.get_stream(sluice_bus::topology::DESIRED.name).await?;
+    let stream = js.get_stream(stream.name).await?;
     let ttl = wait_expiring(&stream, subject, deadline).await?;
     stream.purge().filter(subject).await?;
     Ok(ttl)

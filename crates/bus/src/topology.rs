@@ -41,15 +41,18 @@ pub const PUBLISH_WINDOW: usize = 256;
 /// re-renders a fleet) settles older acks before it publishes more.
 pub const ACKS_IN_FLIGHT: usize = 4_096;
 
-/// How long a withdrawn ConfigMap's or Secret's deletion stays on `SLUICE_CONFIG` (its
-/// `Nats-TTL`): long enough for every follower to read it, after which the subject is gone.
+/// How long a deletion stays on `SLUICE_CONFIG` (its `Nats-TTL`): a deleted object's (a
+/// SveltosCluster, an EventTrigger), or a withdrawn ConfigMap's or Secret's. Long enough for
+/// every follower to read it, after which the subject is gone: a follower that starts later
+/// finds no message, which reads as an object that does not exist.
 pub const CONFIG_TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// How long a deleted object's change stays on `SLUICE_CHANGES`, a resource unit's or
-/// CloudEvent unit's removal on `SLUICE_DESIRED` and a removed unit's result on
-/// `SLUICE_APPLIED` (their `Nats-TTL`, ADR 0041). A replay that finds no message for a subject reads it as gone, which is what the
-/// tombstone said; the one reader that acts on a removal, the applier, removes at start what a
-/// unit's last result holds when its desired state is gone. So once readers have had a day to
+/// How long a deleted object's change stays on `SLUICE_CHANGES`, a removed set's head on
+/// `SLUICE_MATCH`, a unit's removal on `SLUICE_DESIRED` and a removed unit's result on
+/// `SLUICE_APPLIED` (their `Nats-TTL`, ADR 0041). A replay that finds no message for a subject
+/// reads it as gone, which is what the tombstone said; the readers that act on a removal do at
+/// start what it would have done: the applier removes a unit whose last result stands when its
+/// desired state is gone, the reporter deletes a report it wrote whose set is gone. So once readers have had a day to
 /// take a tombstone the subject is dropped: objects that come and go under new names do not
 /// grow the streams without end.
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -73,7 +76,8 @@ pub const CONFIG: StreamSpec = StreamSpec {
     subjects: "sluice.v1.config.>",
     max_per_subject: Some(1),
     max_age: None,
-    // A ConfigMap or Secret no longer referenced is withdrawn by an expiring deletion (ADR 0023).
+    // A deleted object's deletion expires, and so does a ConfigMap's or Secret's that is no
+    // longer referenced (ADR 0023, 0041).
     message_ttl: true,
 };
 pub const CHANGES: StreamSpec = StreamSpec {
@@ -103,6 +107,8 @@ pub const MATCH: StreamSpec = StreamSpec {
     subjects: "sluice.v1.match.>",
     max_per_subject: Some(1),
     max_age: None,
+    // A member's tombstone ([`MEMBER_TOMBSTONE_TTL`]) and a removed set's head
+    // ([`TOMBSTONE_TTL`]) expire.
     message_ttl: true,
 };
 pub const DESIRED: StreamSpec = StreamSpec {
@@ -110,7 +116,7 @@ pub const DESIRED: StreamSpec = StreamSpec {
     subjects: "sluice.v1.desired.>",
     max_per_subject: Some(1),
     max_age: None,
-    // A resource unit's or CloudEvent unit's removal expires ([`TOMBSTONE_TTL`]).
+    // A unit's removal expires ([`TOMBSTONE_TTL`]).
     message_ttl: true,
 };
 pub const APPLIED: StreamSpec = StreamSpec {

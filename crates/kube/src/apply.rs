@@ -237,18 +237,26 @@ fn labelled(
     namespace: Option<&str>,
     labels: &BTreeMap<String, String>,
 ) -> (Api<DynamicObject>, String) {
-    let selector = labels
+    (api_in(client, kind, namespace), selector_of(labels))
+}
+
+/// The label selector of objects carrying all of `labels`.
+fn selector_of(labels: &BTreeMap<String, String>) -> String {
+    labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
-        .join(",");
-    let api = match namespace {
+        .join(",")
+}
+
+/// The API of `kind` in `namespace` (a namespaced kind), else everywhere.
+fn api_in(client: &Client, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
         Some(namespace) if kind.namespaced => {
             Api::namespaced_with(client.clone(), namespace, &kind.resource)
         }
         _ => Api::all_with(client.clone(), &kind.resource),
-    };
-    (api, selector)
+    }
 }
 
 /// Objects a metadata page holds ([`visit_labelled_metadata_in`]): as kube-rs's watcher pages.
@@ -273,10 +281,23 @@ pub async fn visit_labelled_metadata_in(
     kind: &Kind,
     namespace: Option<&str>,
     labels: &BTreeMap<String, String>,
+    visit: impl FnMut(Listed),
+) -> Result<()> {
+    visit_selected_metadata_in(client, kind, namespace, &selector_of(labels), visit).await
+}
+
+/// [`visit_labelled_metadata_in`] of the objects a label `selector` selects (`key` for those
+/// that carry a label, whatever its value).
+pub async fn visit_selected_metadata_in(
+    client: &Client,
+    kind: &Kind,
+    namespace: Option<&str>,
+    selector: &str,
     mut visit: impl FnMut(Listed),
 ) -> Result<()> {
     const RESTARTS: usize = 3;
-    let (api, selector) = labelled(client, kind, namespace, labels);
+    let api = api_in(client, kind, namespace);
+    let selector = selector.to_string();
     let mut restarts = 0;
     let mut token: Option<String> = None;
     loop {

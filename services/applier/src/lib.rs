@@ -104,8 +104,8 @@ pub async fn run(
             }
         }
     }
-    // Resource units whose removal expired before this applier took it (it was away longer
-    // than `topology::TOMBSTONE_TTL`): what they hold is removed before anything else.
+    // Units whose removal expired before this applier took it (it was away longer than
+    // `topology::TOMBSTONE_TTL`): what they hold is removed before anything else.
     let removals = if holding.is_empty() {
         Vec::new()
     } else {

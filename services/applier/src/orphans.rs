@@ -1,23 +1,23 @@
-//! Units whose removal the applier never took: a resource unit's or a CloudEvent unit's removal
-//! expires from SLUICE_DESIRED after a day (`topology::TOMBSTONE_TTL`), so an applier away
-//! longer finds no desired state for a unit whose last result still holds objects. What the unit
-//! held is then removed at start, as the expired removal would have done. Pure: results in,
+//! Units whose removal the applier never took: every unit's removal expires from SLUICE_DESIRED
+//! after a day (`topology::TOMBSTONE_TTL`), so an applier away longer finds no desired state for
+//! a unit whose last result still stands. The unit is then removed at start, as the expired
+//! removal would have done: what a resource or CloudEvent unit held, and for a pair's main unit
+//! everything of the pair (its removal takes the pair's other units with it). Pure: results in,
 //! removals out.
 
 use std::collections::HashSet;
 
 use sluice_proto::v1 as pb;
-use sluice_wire::unit::{Unit, UnitKey};
+use sluice_wire::unit::UnitKey;
 
 use crate::stage::Desired;
 
-/// Whether a replayed result is one whose unit may have been removed unseen: a resource unit's
-/// or a CloudEvent unit's result that holds objects (a pair's main unit's removal does not
-/// expire).
+/// Whether a replayed result is one whose unit may have been removed unseen: a pair's main
+/// unit's result that is not a removal (the pair's other units may hold objects when it holds
+/// none), or a resource or CloudEvent unit's result that holds objects.
 fn may_be_orphaned(result: &pb::ApplyResult) -> bool {
-    !result.removed
-        && !result.held.is_empty()
-        && (!result.resource_name.is_empty() || result.cloud_event)
+    let main = result.resource_name.is_empty() && !result.cloud_event;
+    !result.removed && (main || !result.held.is_empty())
 }
 
 /// A replayed result that [`may_be_orphaned`], with only what its unit's removal needs: a start
@@ -65,10 +65,10 @@ pub(crate) fn removals(
             ..Default::default()
         };
         // A CloudEvent unit's result of an older applier does not name its unit: it reads as
-        // the main unit here, and is left alone.
+        // the main unit here, whose subject is not its own, and is left alone.
         let named = UnitKey::of(&state)
             .ok()
-            .filter(|key| !matches!(key.unit, Unit::Main) && key.desired_subject() == subject);
+            .filter(|key| key.desired_subject() == subject);
         let (Some(key), Some(applied_subject)) =
             (named, sluice_bus::topology::applied_subject_for(&subject))
         else {
@@ -92,6 +92,7 @@ mod tests {
     use super::*;
     use sluice_bus::topology;
     use sluice_domain::cluster::ClusterId;
+    use sluice_wire::unit::Unit;
 
     fn candidates(results: Vec<(String, pb::ApplyResult)>) -> Vec<(String, pb::ApplyResult)> {
         results
@@ -189,12 +190,33 @@ mod tests {
         assert!(removals(candidates(vec![(subject, result)]), &HashSet::new()).is_empty());
     }
 
-    #[test]
-    fn a_main_units_result_is_never_orphaned() {
-        let (_, mut result) = held("main", false, 1);
-        result.resource_name.clear();
+    /// The pair's main unit's result on its subject: holding nothing, as a `oneForEvent`
+    /// trigger's does (its resource units hold the objects), or removed.
+    fn main_held(removed: bool) -> (String, pb::ApplyResult) {
+        let tokens = sluice_wire::cluster_tokens(&cluster());
+        let (_, mut result) = held("unused", removed, 0);
         result.resource_namespace.clear();
+        result.resource_name.clear();
+        (topology::desired_subject("t", &tokens), result)
+    }
+
+    #[test]
+    fn a_main_unit_without_a_desired_state_is_removed_with_its_pair() {
+        let (subject, removal) = only_removal(&[main_held(false), held("desired", false, 1)]);
+        assert_eq!(subject, main_held(false).0);
+        assert!(removal.state.removed);
+        assert_eq!(Unit::of(&removal.state), Unit::Main);
+        // Its removal takes the pair's other units off the streams, as the expired one would.
+        let purged = crate::stage::followups(&removal.state, &removal.cluster).purge;
+        let filters: Vec<&str> = purged.iter().map(|(_, f)| f.as_str()).collect();
+        let tokens = sluice_wire::cluster_tokens(&cluster());
+        assert!(filters.contains(&topology::desired_units_filter("t", &tokens).as_str()));
+        assert!(filters.contains(&topology::applied_units_filter("t", &tokens).as_str()));
+        // A main unit whose removal was taken, or whose desired state stands, stays as it is.
+        let (subject, result) = main_held(true);
         assert!(!may_be_orphaned(&result));
+        let present = HashSet::from([subject.clone()]);
+        assert!(removals(candidates(vec![main_held(false)]), &present).is_empty());
     }
 
     #[test]

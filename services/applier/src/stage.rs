@@ -320,7 +320,7 @@ impl ApplierStage {
         }
         tracing::info!(
             units = removals.len(),
-            "resource units whose removal expired unseen: what they hold is removed"
+            "units whose removal expired unseen: what they hold is removed"
         );
         let states: Vec<(&str, &pb::DesiredState)> = removals
             .iter()

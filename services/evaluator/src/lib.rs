@@ -231,14 +231,12 @@ fn parsed(delivered: &Delivered, key: Option<&BusKey>) -> Result<stage::Parsed, 
 }
 
 /// The output of one member or head: a message id that names its content, a time to live for
-/// a tombstone (`MEMBER_TOMBSTONE_TTL`), the trace of the change it came from; or the purge of
-/// a removed set's members.
+/// a tombstone (`MatchOutput::tombstone_ttl`), the trace of the change it came from; or the
+/// purge of a removed set's members.
 fn output(unit: MatchOutput, cause: &str, key: Option<&BusKey>) -> sluice_wire::Result<Output> {
     let sequence = unit.source_sequence();
     let content = unit.content_id();
-    let ttl = unit
-        .is_tombstone()
-        .then_some(topology::MEMBER_TOMBSTONE_TTL);
+    let ttl = unit.tombstone_ttl();
     let (subject, unit) = match unit {
         MatchOutput::Member(member) => {
             let cluster = sluice_wire::cluster_id(member.cluster.as_ref(), "match member")?;

@@ -179,12 +179,11 @@ fn desired_messages(
         outputs.push(Output {
             id: Some(message_id(&["desired", &subject, cause, &sequence, &hash])),
             subject,
-            // A resource unit's or CloudEvent unit's removal is a tombstone (ADR 0041): once
-            // the applier had a day to take it, the subject is dropped; an applier away longer
-            // removes what the unit's last result held when it starts (`sluice_applier`'s
-            // orphans). A pair's main unit's removal stays.
-            ttl: (state.removed && !matches!(unit.unit, sluice_wire::unit::Unit::Main))
-                .then_some(topology::TOMBSTONE_TTL),
+            // Every removal is a tombstone (ADR 0041): once the applier had a day to take it,
+            // the subject is dropped; an applier away longer removes what the unit's last
+            // result held when it starts (`sluice_applier`'s orphans), and for a pair's main
+            // unit everything of the pair.
+            ttl: state.removed.then_some(topology::TOMBSTONE_TTL),
             payload: sluice_wire::encode(&state),
             ..Output::default()
         });
@@ -214,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn a_resource_units_and_a_cloud_event_units_removal_expire_and_a_main_units_stays() {
+    fn every_units_removal_expires_and_what_stands_stays() {
         let object = serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "x", "namespace": "projectsveltos"},
@@ -248,7 +247,7 @@ mod tests {
             .map(|o| o.ttl)
             .collect();
         let day = Some(topology::TOMBSTONE_TTL);
-        assert_eq!(ttls, [day, None, None, day, None]);
+        assert_eq!(ttls, [day, None, day, day, None]);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `status.failureMessage` and leaves the last good `matchingResources` in place.
 
 pub mod failures;
+pub mod orphans;
 pub mod stage;
 
 use std::time::Duration;
@@ -362,6 +363,7 @@ pub async fn run(
             }
         }
     }
+    delete_orphaned_reports(&stage).await;
     let forgotten = health.counter("sluice_reporter_subjects_forgotten_total");
     let runner = Runner::bind(&bus, topology::REPORTER_MATCH)
         .await?
@@ -389,6 +391,41 @@ pub async fn run(
     bus.close().await;
     outcome?;
     Ok(())
+}
+
+/// Deletes the reports this reporter wrote whose set the replayed MATCH stream does not hold
+/// ([`orphans::orphaned`]: their head expired while the reporter was away). The reports are
+/// listed as metadata, a page at a time; one that cannot be listed or deleted is logged and
+/// left as it is, and the reporter goes on.
+async fn delete_orphaned_reports(stage: &stage::ReporterStage) {
+    let mut orphaned = Vec::new();
+    let listed = apply::visit_selected_metadata_in(
+        &stage.client,
+        &stage.kind,
+        None,
+        naming::REPORT_LABEL_EVENT_SOURCE,
+        |listed| match listed {
+            apply::Listed::Object(report) => {
+                orphaned.extend(orphans::orphaned(&report, &stage.sets, FIELD_MANAGER))
+            }
+            apply::Listed::Restarted => orphaned.clear(),
+        },
+    )
+    .await;
+    if let Err(error) = listed {
+        tracing::warn!(error = %sluice_runtime::error_chain(&error), "failed to list the EventReports: those whose set went while the reporter was away stay");
+        return;
+    }
+    for (namespace, name) in orphaned {
+        match apply::delete(&stage.client, &stage.kind, &namespace, &name).await {
+            Ok(()) => {
+                tracing::info!(%namespace, %name, "an EventReport whose set went while the reporter was away is deleted")
+            }
+            Err(error) => {
+                tracing::warn!(%namespace, %name, error = %sluice_runtime::error_chain(&error), "failed to delete an EventReport whose set went while the reporter was away")
+            }
+        }
+    }
 }
 
 /// What the watch of EventReports keeps of each: nothing but that it exists (a deleted one's

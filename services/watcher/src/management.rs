@@ -285,7 +285,9 @@ async fn publish(
         None,
     );
     let out = Outgoing {
-        ttl: None,
+        // A deletion is a tombstone (ADR 0041): every follower rebuilds the configuration at
+        // start, where a subject without a message is an object that does not exist.
+        ttl: deleted.then_some(topology::CONFIG_TOMBSTONE_TTL),
         subject: topology::config_subject(kind, &namespace, &name),
         msg_id: message_id(&[
             "config",

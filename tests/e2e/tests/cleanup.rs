@@ -674,7 +674,7 @@ async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
     let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
     let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
     // The removal is the one state of the unit with a time to live; it expires unseen.
-    let ttl = demo::expire_removal_unseen(&stack, &desired, DEADLINE)
+    let ttl = demo::expire_unseen(&stack, topology::DESIRED, &desired, DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
     assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
@@ -691,5 +691,202 @@ async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
     demo::wait_expiring(&results, &applied, DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
+
+/// A pair's removal expires too: when the trigger no longer selects the cluster while the
+/// applier is away for longer than the removal lives, the restarted applier removes everything
+/// of the pair, and its other units' states, as the removal would have (ADR 0041).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_away_longer_than_a_pairs_removal_lives_removes_the_pair() -> anyhow::Result<()>
+{
+    use sluice_bus::topology;
+    let mut stack = running_seed().await?;
+    stack.stop_service("sluice-applier")?;
+    stack
+        .apply(MANAGEMENT, &cluster_a(json!({"env": "prod"})))
+        .await?;
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let main = topology::desired_subject(TRIGGER, &tokens);
+    let ttl = demo::expire_unseen(&stack, topology::DESIRED, &main, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let desired = js.get_stream(topology::DESIRED.name).await?;
+    // The resource unit's state stands: only the pair's removal takes it off the stream.
+    let resource = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
+    desired.get_last_raw_message_by_subject(&resource).await?;
+    assert_eq!(
+        owned_by(&stack, TRIGGER, "cluster-a").await?.len(),
+        2,
+        "nothing removed while the applier is away"
+    );
+    stack.start_service("sluice-applier")?;
+    cleaned(&stack).await?;
+    wait_for("the resource unit's state purged", DEADLINE, || async {
+        desired
+            .get_last_raw_message_by_subject(&resource)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    // The pair's removal's result is published, a tombstone like any removal's.
+    let applied = topology::applied_subject_for(&main).expect("a desired subject");
+    let results = js.get_stream(topology::APPLIED.name).await?;
+    demo::wait_expiring(&results, &applied, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
+
+/// A set's end expires too: when a cluster is deleted while the reporter is away for longer
+/// than the head that says its set went lives, the restarted reporter deletes the EventReport it
+/// wrote for that set; a report someone else wrote stays (ADR 0041).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reporter_away_longer_than_a_sets_end_lives_deletes_its_report() -> anyhow::Result<()> {
+    use sluice_bus::topology;
+    const REPORT: &str = "sveltos--sveltos-service--cluster-a";
+    const OTHERS: &str = "sveltos--sveltos-service--cluster-z";
+    let mut stack = running_seed().await?;
+    wait_for("the EventReport", DEADLINE, || async {
+        stack.event_report(REPORT).await.ok().flatten()
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    let labels = sluice_domain::naming::event_report_labels(
+        &sluice_domain::cluster::ClusterId::sveltos("default", "cluster-z"),
+        "sveltos-service",
+    );
+    stack
+        .apply(
+            MANAGEMENT,
+            &json!({"apiVersion": "lib.projectsveltos.io/v1beta1", "kind": "EventReport",
+                    "metadata": {"name": OTHERS, "namespace": "default", "labels": labels},
+                    "spec": {"clusterNamespace": "default", "clusterName": "cluster-z",
+                             "clusterType": "Sveltos", "eventSourceName": "sveltos-service"}}),
+        )
+        .await?;
+    stack.stop_service("sluice-reporter")?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "SveltosCluster",
+            "default",
+            "cluster-a",
+        )
+        .await?;
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let head = topology::match_subject(&tokens, "sveltos-service");
+    let ttl = demo::expire_unseen(&stack, topology::MATCH, &head, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
+    assert!(
+        stack.event_report(REPORT).await?.is_some(),
+        "the report stays while the reporter is away"
+    );
+    stack.start_service("sluice-reporter")?;
+    wait_for(
+        "the report of the set that went deleted",
+        DEADLINE,
+        || async { matches!(stack.event_report(REPORT).await, Ok(None)).then_some(()) },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert!(
+        stack.event_report(OTHERS).await?.is_some(),
+        "a report someone else wrote stays"
+    );
+    Ok(())
+}
+
+/// The renderer needs no start-up check of its own: when a cluster is deleted while it is away
+/// for longer than the cluster's deletion and the head that says its set went live, the
+/// restarted renderer finds no such cluster in its configuration and removes the pair from what
+/// SLUICE_DESIRED holds (ADR 0041).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renderer_away_longer_than_a_sets_end_lives_removes_the_pair() -> anyhow::Result<()> {
+    use sluice_bus::topology;
+    let mut stack = running_seed().await?;
+    stack.stop_service("sluice-renderer")?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "SveltosCluster",
+            "default",
+            "cluster-a",
+        )
+        .await?;
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let head = topology::match_subject(&tokens, "sveltos-service");
+    // The set's end and the cluster's deletion both expire unseen.
+    let config = topology::config_subject("SveltosCluster", "default", "cluster-a");
+    for (stream, subject, ttl) in [
+        (topology::MATCH, head, topology::TOMBSTONE_TTL),
+        (topology::CONFIG, config, topology::CONFIG_TOMBSTONE_TTL),
+    ] {
+        let expired = demo::expire_unseen(&stack, stream, &subject, DEADLINE)
+            .await
+            .map_err(|e| fail(&stack, e))?;
+        assert_eq!(expired, ttl.as_secs().to_string(), "{subject}");
+    }
+    assert_eq!(
+        owned_by(&stack, TRIGGER, "cluster-a").await?.len(),
+        2,
+        "nothing removed while the renderer is away"
+    );
+    stack.start_service("sluice-renderer")?;
+    cleaned(&stack).await?;
+    Ok(())
+}
+
+/// An evaluator away while a cluster is deleted still ends the cluster's set when it starts:
+/// it finds no such cluster in its configuration, whether or not the cluster's deletion is
+/// still on SLUICE_CONFIG, and the set's EventReport goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluator_away_while_a_cluster_is_deleted_ends_its_set() -> anyhow::Result<()> {
+    use sluice_bus::topology;
+    const REPORT: &str = "sveltos--sveltos-service--cluster-a";
+    let mut stack = running_seed().await?;
+    wait_for("the EventReport", DEADLINE, || async {
+        stack.event_report(REPORT).await.ok().flatten()
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    stack.stop_service("sluice-evaluator")?;
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "SveltosCluster",
+            "default",
+            "cluster-a",
+        )
+        .await?;
+    let config = topology::config_subject("SveltosCluster", "default", "cluster-a");
+    demo::expire_unseen(&stack, topology::CONFIG, &config, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    stack.start_service("sluice-evaluator")?;
+    cleaned(&stack).await?;
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let head = topology::match_subject(&tokens, "sveltos-service");
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let matches = js.get_stream(topology::MATCH.name).await?;
+    demo::wait_expiring(&matches, &head, DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    wait_for(
+        "the report of the cluster that went deleted",
+        DEADLINE,
+        || async { matches!(stack.event_report(REPORT).await, Ok(None)).then_some(()) },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
     Ok(())
 }

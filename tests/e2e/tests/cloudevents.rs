@@ -191,7 +191,7 @@ async fn an_applier_away_longer_than_a_logouts_removal_lives_removes_what_the_lo
     let desired =
         topology::desired_cloudevent_subject(TRIGGER, &tokens, "auth.example.com", "mgianluc");
     // The removal expires unseen.
-    let ttl = demo::expire_removal_unseen(&stack, &desired, DEADLINE)
+    let ttl = demo::expire_unseen(&stack, topology::DESIRED, &desired, DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
     assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());

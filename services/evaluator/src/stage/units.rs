@@ -6,6 +6,7 @@
 
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
+use sluice_bus::topology;
 use sluice_domain::cluster::ClusterId;
 use sluice_proto::v1 as pb;
 use sluice_wire::match_units::{fold, member_hash, member_id_of, MemberHash, MemberId};
@@ -32,9 +33,16 @@ impl MatchOutput {
         }
     }
 
-    /// Whether this is a member's tombstone (published with a time to live).
-    pub fn is_tombstone(&self) -> bool {
-        matches!(self, MatchOutput::Member(m) if !m.present)
+    /// How long the stream keeps this output when it is a tombstone: a member that left
+    /// (`MEMBER_TOMBSTONE_TTL`: a reader that misses it finds out from the head), or the head
+    /// of a set that is gone (`TOMBSTONE_TTL`: a reader that misses it finds no set, which
+    /// reads as gone; the reporter deletes at start the reports of sets it does not find).
+    pub fn tombstone_ttl(&self) -> Option<std::time::Duration> {
+        match self {
+            MatchOutput::Member(m) if !m.present => Some(topology::MEMBER_TOMBSTONE_TTL),
+            MatchOutput::Head(h) if h.removed => Some(topology::TOMBSTONE_TTL),
+            _ => None,
+        }
     }
 
     /// An id of what this output says, for its message id.
@@ -280,5 +288,34 @@ mod tests {
             failed.failure_message
         );
         assert!(failed.failure_message.contains("over the 100 bytes"));
+    }
+
+    #[test]
+    fn a_member_that_left_and_the_head_of_a_set_that_went_are_tombstones() {
+        let member = |present| {
+            MatchOutput::Member(pb::MatchMember {
+                present,
+                ..Default::default()
+            })
+        };
+        let head = |removed| {
+            MatchOutput::Head(pb::MatchHead {
+                removed,
+                ..Default::default()
+            })
+        };
+        let ttls: Vec<_> = [member(true), member(false), head(false), head(true)]
+            .iter()
+            .map(MatchOutput::tombstone_ttl)
+            .collect();
+        assert_eq!(
+            ttls,
+            [
+                None,
+                Some(topology::MEMBER_TOMBSTONE_TTL),
+                None,
+                Some(topology::TOMBSTONE_TTL)
+            ]
+        );
     }
 }
