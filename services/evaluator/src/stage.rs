@@ -220,8 +220,21 @@ impl Evaluator {
     pub fn on_config(&mut self, update: &ConfigUpdate) -> Vec<MatchOutput> {
         // Pending sets are indexed by pair, and a configuration change renumbers the pairs.
         let mut out = self.flush();
+        let registered: Vec<ClusterId> = self
+            .objects
+            .keys()
+            .filter(|cluster| self.config.clusters.contains_key(*cluster))
+            .cloned()
+            .collect();
         if !update.apply_to(&mut self.config) {
             return out;
+        }
+        // A cluster no longer registered is forgotten with its objects, as the watcher
+        // forgets what it published of it: registered again, it starts from what it holds then.
+        for cluster in registered {
+            if !self.config.clusters.contains_key(&cluster) {
+                self.objects.remove(&cluster);
+            }
         }
         let es_changed = update.kind == "EventSource";
         if es_changed {

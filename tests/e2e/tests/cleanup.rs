@@ -890,3 +890,73 @@ async fn an_evaluator_away_while_a_cluster_is_deleted_ends_its_set() -> anyhow::
     .map_err(|e| fail(&stack, e))?;
     Ok(())
 }
+
+/// A cluster deleted and registered again under the same name starts afresh: what was deleted
+/// in it meanwhile does not come back from what the evaluator held of its first registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_registered_again_shows_only_what_it_holds_now() -> anyhow::Result<()> {
+    let stack = running_seed().await?;
+    let registered = stack
+        .get(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "SveltosCluster",
+            "default",
+            "cluster-a",
+        )
+        .await?
+        .expect("cluster-a is registered");
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "SveltosCluster",
+            "default",
+            "cluster-a",
+        )
+        .await?;
+    cleaned(&stack).await?;
+    // While the cluster is not registered, its Service goes and another comes.
+    stack
+        .delete("cluster-a", "v1", "Service", "default", "my-service")
+        .await?;
+    let other = demo::SERVICE.replace("name: my-service", "name: other-service");
+    stack.apply_yaml("cluster-a", &other).await?;
+    let mut again = registered.clone();
+    for field in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+        "generation",
+    ] {
+        again["metadata"]
+            .as_object_mut()
+            .map(|meta| meta.remove(field));
+    }
+    again.as_object_mut().map(|o| o.remove("status"));
+    stack.apply(MANAGEMENT, &again).await?;
+    if let Some(status) = registered.get("status") {
+        let mut with_status = again.clone();
+        with_status["status"] = status.clone();
+        stack.apply_status(MANAGEMENT, &with_status).await?;
+    }
+    wait_profile(&stack, TRIGGER, "cluster-a", "other-service", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    // Everything after the other Service's profile has been taken: the one profile is its.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let profiles: Vec<String> = owned_by(&stack, TRIGGER, "cluster-a")
+        .await?
+        .iter()
+        .filter(|o| o["kind"] == "ClusterProfile")
+        .map(|o| {
+            o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(profiles.len(), 1, "{profiles:?}\n{}", stack.logs());
+    Ok(())
+}

@@ -424,3 +424,33 @@ fn an_eventsource_change_reevaluates_cached_objects_and_a_removed_trigger_withdr
     // Objects of a kind nobody watches any more change nothing.
     assert!(ev.on_change(&change(&service("c", "db", 80)), 6).is_empty());
 }
+
+#[test]
+fn a_cluster_registered_again_starts_from_what_it_holds_then() {
+    let (mut ev, mut r) = started(&[event_source("web", web_filter(), false)]);
+    r.read(&ev.on_change(&change(&service("a", "web", 80)), 2));
+    let cluster = |object: Option<Value>, sequence| ConfigUpdate {
+        kind: "SveltosCluster".into(),
+        namespace: "mgmt".into(),
+        name: "c1".into(),
+        object,
+        sequence,
+    };
+    let gone = ev.on_config(&cluster(None, 3));
+    assert!(heads(&gone).iter().all(|h| h.removed), "{gone:?}");
+    r.read(&gone);
+    // Registered again: what it held before (`a`, deleted meanwhile) is not evaluated again;
+    // what it holds now comes from the watcher's new list.
+    let registered = json!({"apiVersion": "lib.projectsveltos.io/v1beta1",
+        "kind": "SveltosCluster",
+        "metadata": {"name": "c1", "namespace": "mgmt", "labels": {"env": "prod"}},
+        "status": {"ready": true}});
+    assert_eq!(
+        r.read(&ev.on_config(&cluster(Some(registered), 4))),
+        [("web".into(), vec![], String::new())]
+    );
+    assert_eq!(
+        r.read(&ev.on_change(&change(&service("b", "web", 80)), 5)),
+        [("web".into(), vec!["b".into()], String::new())]
+    );
+}
