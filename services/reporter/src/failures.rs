@@ -34,32 +34,66 @@ impl Failures {
         }
     }
 
-    /// Records an apply result; returns the report whose message changed.
-    pub fn record_result(&mut self, result: &pb::ApplyResult) -> Option<ReportKey> {
-        if result.cloud_event || result.event_source.is_empty() {
-            return None;
+    /// Records an apply result; returns the reports whose message changed.
+    pub fn record_result(&mut self, result: &pb::ApplyResult) -> Vec<ReportKey> {
+        if result.cloud_event {
+            return Vec::new();
         }
-        let cluster = sluice_wire::cluster_id(result.cluster.as_ref(), "apply result").ok()?;
+        let Ok(cluster) = sluice_wire::cluster_id(result.cluster.as_ref(), "apply result") else {
+            return Vec::new();
+        };
+        let trigger = &result.event_trigger;
+        if result.removed && result.resource_name.is_empty() {
+            // The trigger's main unit is withdrawn, its resource units with it: from every
+            // report of the cluster, since the removal of a pair that no longer exists names no
+            // EventSource, and the trigger may have used another one before.
+            let reports: Vec<ReportKey> = self
+                .rendering
+                .keys()
+                .filter(|(c, _)| *c == cluster)
+                .cloned()
+                .collect();
+            return reports
+                .into_iter()
+                .filter(|key| self.edit(key, |units| units.retain(|(t, _, _), _| t != trigger)))
+                .collect();
+        }
+        if result.event_source.is_empty() {
+            return Vec::new();
+        }
         let key = (cluster, result.event_source.clone());
-        let before = self.message(&key);
-        let triggers = self.rendering.entry(key.clone()).or_default();
         let unit = (
-            result.event_trigger.clone(),
+            trigger.clone(),
             result.resource_namespace.clone(),
             result.resource_name.clone(),
         );
-        if result.removed && result.resource_name.is_empty() {
-            // The trigger's main unit is withdrawn, its resource units with it.
-            triggers.retain(|(trigger, _, _), _| *trigger != result.event_trigger);
-        } else if result.failure_message.is_empty() || result.removed {
-            triggers.remove(&unit);
+        let changed = self.edit(&key, |units| {
+            if result.failure_message.is_empty() || result.removed {
+                units.remove(&unit);
+            } else {
+                units.insert(unit, result.failure_message.clone());
+            }
+        });
+        if changed {
+            vec![key]
         } else {
-            triggers.insert(unit, result.failure_message.clone());
+            Vec::new()
         }
-        if triggers.is_empty() {
-            self.rendering.remove(&key);
+    }
+
+    /// Edits the failing units of one report; whether its message changed.
+    fn edit(
+        &mut self,
+        key: &ReportKey,
+        edit: impl FnOnce(&mut BTreeMap<(String, String, String), String>),
+    ) -> bool {
+        let before = self.message(key);
+        let units = self.rendering.entry(key.clone()).or_default();
+        edit(units);
+        if units.is_empty() {
+            self.rendering.remove(key);
         }
-        (self.message(&key) != before).then_some(key)
+        self.message(key) != before
     }
 
     /// The report's failure message; `None` when all is well.
@@ -116,11 +150,11 @@ mod tests {
                 "t1",
                 "eventtrigger t1: spec.policyRefs[0]: ConfigMap default/x not found"
             )),
-            Some(key.clone())
+            std::slice::from_ref(&key)
         );
         assert_eq!(
             f.record_result(&result("t2", "eventtrigger t2: bad")),
-            Some(key.clone())
+            std::slice::from_ref(&key)
         );
         assert_eq!(
             f.message(&key).as_deref(),
@@ -132,9 +166,39 @@ mod tests {
             Some("eventsource es: lua error")
         );
         f.record_evaluation(&key, "", false);
-        assert_eq!(f.record_result(&result("t1", "")), Some(key.clone()));
-        assert_eq!(f.record_result(&result("t1", "")), None, "unchanged");
-        assert_eq!(f.record_result(&result("t2", "")), Some(key.clone()));
+        assert_eq!(
+            f.record_result(&result("t1", "")),
+            std::slice::from_ref(&key)
+        );
+        assert!(f.record_result(&result("t1", "")).is_empty(), "unchanged");
+        assert_eq!(
+            f.record_result(&result("t2", "")),
+            std::slice::from_ref(&key)
+        );
         assert_eq!(f.message(&key), None);
+    }
+
+    #[test]
+    fn a_deleted_triggers_failures_leave_every_report_of_the_cluster() {
+        let mut f = Failures::default();
+        let mut other = result("t1", "eventtrigger t1: bad before");
+        other.event_source = "old-es".into();
+        f.record_result(&other);
+        f.record_result(&result("t1", "eventtrigger t1: bad"));
+        f.record_result(&result("t2", "eventtrigger t2: bad"));
+        // The removal of a pair that no longer exists names no EventSource.
+        let removal = pb::ApplyResult {
+            removed: true,
+            event_source: String::new(),
+            ..result("t1", "")
+        };
+        let changed = f.record_result(&removal);
+        let key = |es: &str| (cluster(), es.to_string());
+        assert_eq!(changed, [key("es"), key("old-es")]);
+        assert_eq!(
+            f.message(&key("es")).as_deref(),
+            Some("eventtrigger t2: bad")
+        );
+        assert_eq!(f.message(&key("old-es")), None);
     }
 }

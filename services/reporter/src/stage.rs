@@ -132,16 +132,15 @@ impl Stage for ReporterStage {
             tracing::warn!(subject = %delivered.subject, "skipping unreadable apply result");
             return Vec::new();
         };
-        let Some(key) = self.failures.record_result(&result) else {
-            return Vec::new();
-        };
-        let failure = self.failures.message(&key);
-        // Best effort: the next head or result writes the status again.
-        if let Err(error) =
-            write_status(&self.client, &self.kind, &key.0, &key.1, failure.as_deref()).await
-        {
-            self.errors.inc();
-            tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport status");
+        for key in self.failures.record_result(&result) {
+            let failure = self.failures.message(&key);
+            // Best effort: the next head or result writes the status again.
+            if let Err(error) =
+                write_status(&self.client, &self.kind, &key.0, &key.1, failure.as_deref()).await
+            {
+                self.errors.inc();
+                tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport status");
+            }
         }
         Vec::new()
     }

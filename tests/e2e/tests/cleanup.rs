@@ -960,3 +960,50 @@ async fn a_cluster_registered_again_shows_only_what_it_holds_now() -> anyhow::Re
     assert_eq!(profiles.len(), 1, "{profiles:?}\n{}", stack.logs());
     Ok(())
 }
+
+/// A deleted trigger's rendering failure leaves the EventReport it showed on, which stays for
+/// the trigger that still uses its EventSource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_triggers_failure_leaves_the_report_it_showed_on() -> anyhow::Result<()> {
+    const BROKEN: &str = "broken-network-policy";
+    let stack = running_seed().await?;
+    let broken = demo::EVENT_BASED_ADDON
+        .replace("name: service-network-policy", &format!("name: {BROKEN}"))
+        .replace("name: network-policy", "name: broken-policy")
+        .replace(
+            "front-{{ .Resource.metadata.name }}",
+            "front-{{ .Resource.metadata.name | nosuchfunction }}",
+        );
+    stack.apply_yaml(MANAGEMENT, &broken).await?;
+    let report = || async {
+        stack
+            .event_report("sveltos--sveltos-service--cluster-a")
+            .await
+            .ok()
+            .flatten()
+    };
+    wait_for(
+        "the broken trigger's failure on the EventReport",
+        DEADLINE,
+        || async {
+            report().await.filter(|r| {
+                r["status"]["failureMessage"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(BROKEN) && m.contains("nosuchfunction"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    stack
+        .delete(MANAGEMENT, ADDON.0, ADDON.1, "", BROKEN)
+        .await?;
+    wait_for("the EventReport clear again", DEADLINE, || async {
+        report()
+            .await
+            .filter(|r| r["status"]["failureMessage"].is_null())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
