@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use sluice_bus::topology;
 use sluice_cli::demo::{self, owned_by, wait_cleaned, wait_profile};
 use sluice_cli::stack::{Stack, MANAGEMENT};
 use sluice_testkit::wait_for;
@@ -16,6 +17,7 @@ use sluice_testkit::wait_for;
 const TRIGGER: &str = "service-network-policy";
 const DEADLINE: Duration = Duration::from_secs(30);
 const ADDON: (&str, &str) = ("lib.projectsveltos.io/v1alpha1", "EventBasedAddOn");
+const CLUSTER: (&str, &str) = ("lib.projectsveltos.io/v1beta1", "SveltosCluster");
 
 fn fail(stack: &Stack, error: anyhow::Error) -> anyhow::Error {
     anyhow::anyhow!("{error}\n{}", stack.logs())
@@ -120,15 +122,7 @@ async fn cluster_that_stops_matching_or_is_deleted_is_cleaned_up() -> anyhow::Re
         .apply(MANAGEMENT, &cluster_a(json!({"env": "fv"})))
         .await?;
     restored(&stack).await?;
-    stack
-        .delete(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "SveltosCluster",
-            "default",
-            "cluster-a",
-        )
-        .await?;
+    delete_cluster_a(&stack).await?;
     cleaned(&stack).await?;
     Ok(())
 }
@@ -169,13 +163,7 @@ async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_
         assert!(message.contains(part), "{part} missing from {message}");
     }
     assert_eq!(owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
-    let report = || async {
-        stack
-            .event_report("sveltos--sveltos-service--cluster-a")
-            .await
-            .ok()
-            .flatten()
-    };
+    let report = || async { stack.event_report(REPORT_A).await.ok().flatten() };
     wait_for("the failure on the EventReport", DEADLINE, || async {
         report()
             .await
@@ -592,9 +580,8 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
     );
 
     // The EventReport, a view the reporter keeps, likewise.
-    const REPORT: &str = "sveltos--sveltos-service--cluster-a";
     let lists_the_service = |r: &Value| r["spec"]["matchingResources"][0]["name"] == "my-service";
-    let report = demo::wait_report(&stack, REPORT, DEADLINE, lists_the_service)
+    let report = demo::wait_report(&stack, REPORT_A, DEADLINE, lists_the_service)
         .await
         .map_err(|e| fail(&stack, e))?;
     stack
@@ -603,10 +590,10 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
             "lib.projectsveltos.io/v1beta1",
             "EventReport",
             "default",
-            REPORT,
+            REPORT_A,
         )
         .await?;
-    let again = demo::wait_report(&stack, REPORT, DEADLINE, |r| {
+    let again = demo::wait_report(&stack, REPORT_A, DEADLINE, |r| {
         r["metadata"]["uid"] != report["metadata"]["uid"]
     })
     .await
@@ -659,39 +646,85 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
     Ok(())
 }
 
+/// cluster-a's EventReport of seed 000's EventSource.
+const REPORT_A: &str = "sveltos--sveltos-service--cluster-a";
+
+/// cluster-a's subject tokens on the bus.
+fn tokens_a() -> String {
+    topology::cluster_tokens("sveltos", "default", "cluster-a")
+}
+
+async fn delete_cluster_a(stack: &Stack) -> anyhow::Result<()> {
+    stack
+        .delete(MANAGEMENT, CLUSTER.0, CLUSTER.1, "default", "cluster-a")
+        .await
+}
+
+/// Lets the tombstone on `subject` of `stream` expire unseen (it is purged once it carries its
+/// time to live), checking that it lives `ttl`.
+async fn expired_unseen(
+    stack: &Stack,
+    stream: topology::StreamSpec,
+    subject: &str,
+    ttl: Duration,
+) -> anyhow::Result<()> {
+    let lived = demo::expire_unseen(stack, stream, subject, DEADLINE)
+        .await
+        .map_err(|e| fail(stack, e))?;
+    assert_eq!(lived, ttl.as_secs().to_string(), "{subject}");
+    Ok(())
+}
+
+/// The unit's two objects still stand while `service` is away.
+async fn held_while_away(stack: &Stack, service: &str) -> anyhow::Result<()> {
+    assert_eq!(
+        owned_by(stack, TRIGGER, "cluster-a").await?.len(),
+        2,
+        "nothing removed while {service} is away"
+    );
+    Ok(())
+}
+
+/// Waits until the result of the unit whose desired state is on `desired` is a tombstone that
+/// expires, as any removal's is.
+async fn result_expires(stack: &Stack, desired: &str) -> anyhow::Result<()> {
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let results = js.get_stream(topology::APPLIED.name).await?;
+    let applied = topology::applied_subject_for(desired).expect("a desired subject");
+    demo::wait_expiring(&results, &applied, DEADLINE)
+        .await
+        .map_err(|e| fail(stack, e))?;
+    Ok(())
+}
+
+/// Waits until the EventReport `name` is gone.
+async fn report_deleted(stack: &Stack, name: &str) -> anyhow::Result<()> {
+    wait_for(
+        &format!("the EventReport {name} deleted"),
+        DEADLINE,
+        || async { matches!(stack.event_report(name).await, Ok(None)).then_some(()) },
+    )
+    .await
+    .map_err(|e| fail(stack, e))
+}
+
 /// A resource unit's removal expires from SLUICE_DESIRED after a day: an applier away longer
 /// never gets it, and removes at start what the unit's last result held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
 ) -> anyhow::Result<()> {
-    use sluice_bus::topology;
     let mut stack = running_seed().await?;
     stack.stop_service("sluice-applier")?;
     stack
         .delete("cluster-a", "v1", "Service", "default", "my-service")
         .await?;
-    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
-    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
-    let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
+    let desired = topology::desired_resource_subject(TRIGGER, &tokens_a(), "default", "my-service");
     // The removal is the one state of the unit with a time to live; it expires unseen.
-    let ttl = demo::expire_unseen(&stack, topology::DESIRED, &desired, DEADLINE)
-        .await
-        .map_err(|e| fail(&stack, e))?;
-    assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
-    assert_eq!(
-        owned_by(&stack, TRIGGER, "cluster-a").await?.len(),
-        2,
-        "nothing removed while the applier is away"
-    );
+    expired_unseen(&stack, topology::DESIRED, &desired, topology::TOMBSTONE_TTL).await?;
+    held_while_away(&stack, "the applier").await?;
     stack.start_service("sluice-applier")?;
     cleaned(&stack).await?;
-    // The removal's result is published, a tombstone like any removal's.
-    let applied = topology::applied_subject_for(&desired).expect("a desired subject");
-    let results = js.get_stream(topology::APPLIED.name).await?;
-    demo::wait_expiring(&results, &applied, DEADLINE)
-        .await
-        .map_err(|e| fail(&stack, e))?;
-    Ok(())
+    result_expires(&stack, &desired).await
 }
 
 /// A pair's removal expires too: when the trigger no longer selects the cluster while the
@@ -700,28 +733,20 @@ async fn an_applier_away_longer_than_a_removal_lives_removes_what_the_unit_held(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_applier_away_longer_than_a_pairs_removal_lives_removes_the_pair() -> anyhow::Result<()>
 {
-    use sluice_bus::topology;
     let mut stack = running_seed().await?;
     stack.stop_service("sluice-applier")?;
     stack
         .apply(MANAGEMENT, &cluster_a(json!({"env": "prod"})))
         .await?;
-    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
-    let main = topology::desired_subject(TRIGGER, &tokens);
-    let ttl = demo::expire_unseen(&stack, topology::DESIRED, &main, DEADLINE)
-        .await
-        .map_err(|e| fail(&stack, e))?;
-    assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
+    let main = topology::desired_subject(TRIGGER, &tokens_a());
+    expired_unseen(&stack, topology::DESIRED, &main, topology::TOMBSTONE_TTL).await?;
     let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
     let desired = js.get_stream(topology::DESIRED.name).await?;
     // The resource unit's state stands: only the pair's removal takes it off the stream.
-    let resource = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
+    let resource =
+        topology::desired_resource_subject(TRIGGER, &tokens_a(), "default", "my-service");
     desired.get_last_raw_message_by_subject(&resource).await?;
-    assert_eq!(
-        owned_by(&stack, TRIGGER, "cluster-a").await?.len(),
-        2,
-        "nothing removed while the applier is away"
-    );
+    held_while_away(&stack, "the applier").await?;
     stack.start_service("sluice-applier")?;
     cleaned(&stack).await?;
     wait_for("the resource unit's state purged", DEADLINE, || async {
@@ -733,13 +758,7 @@ async fn an_applier_away_longer_than_a_pairs_removal_lives_removes_the_pair() ->
     })
     .await
     .map_err(|e| fail(&stack, e))?;
-    // The pair's removal's result is published, a tombstone like any removal's.
-    let applied = topology::applied_subject_for(&main).expect("a desired subject");
-    let results = js.get_stream(topology::APPLIED.name).await?;
-    demo::wait_expiring(&results, &applied, DEADLINE)
-        .await
-        .map_err(|e| fail(&stack, e))?;
-    Ok(())
+    result_expires(&stack, &main).await
 }
 
 /// A set's end expires too: when a cluster is deleted while the reporter is away for longer
@@ -747,15 +766,11 @@ async fn an_applier_away_longer_than_a_pairs_removal_lives_removes_the_pair() ->
 /// wrote for that set; a report someone else wrote stays (ADR 0041).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reporter_away_longer_than_a_sets_end_lives_deletes_its_report() -> anyhow::Result<()> {
-    use sluice_bus::topology;
-    const REPORT: &str = "sveltos--sveltos-service--cluster-a";
     const OTHERS: &str = "sveltos--sveltos-service--cluster-z";
     let mut stack = running_seed().await?;
-    wait_for("the EventReport", DEADLINE, || async {
-        stack.event_report(REPORT).await.ok().flatten()
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    demo::wait_report(&stack, REPORT_A, DEADLINE, |_| true)
+        .await
+        .map_err(|e| fail(&stack, e))?;
     let labels = sluice_domain::naming::event_report_labels(
         &sluice_domain::cluster::ClusterId::sveltos("default", "cluster-z"),
         "sveltos-service",
@@ -770,33 +785,15 @@ async fn a_reporter_away_longer_than_a_sets_end_lives_deletes_its_report() -> an
         )
         .await?;
     stack.stop_service("sluice-reporter")?;
-    stack
-        .delete(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "SveltosCluster",
-            "default",
-            "cluster-a",
-        )
-        .await?;
-    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
-    let head = topology::match_subject(&tokens, "sveltos-service");
-    let ttl = demo::expire_unseen(&stack, topology::MATCH, &head, DEADLINE)
-        .await
-        .map_err(|e| fail(&stack, e))?;
-    assert_eq!(ttl, topology::TOMBSTONE_TTL.as_secs().to_string());
+    delete_cluster_a(&stack).await?;
+    let head = topology::match_subject(&tokens_a(), "sveltos-service");
+    expired_unseen(&stack, topology::MATCH, &head, topology::TOMBSTONE_TTL).await?;
     assert!(
-        stack.event_report(REPORT).await?.is_some(),
+        stack.event_report(REPORT_A).await?.is_some(),
         "the report stays while the reporter is away"
     );
     stack.start_service("sluice-reporter")?;
-    wait_for(
-        "the report of the set that went deleted",
-        DEADLINE,
-        || async { matches!(stack.event_report(REPORT).await, Ok(None)).then_some(()) },
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    report_deleted(&stack, REPORT_A).await?;
     assert!(
         stack.event_report(OTHERS).await?.is_some(),
         "a report someone else wrote stays"
@@ -810,39 +807,23 @@ async fn a_reporter_away_longer_than_a_sets_end_lives_deletes_its_report() -> an
 /// SLUICE_DESIRED holds (ADR 0041).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renderer_away_longer_than_a_sets_end_lives_removes_the_pair() -> anyhow::Result<()> {
-    use sluice_bus::topology;
     let mut stack = running_seed().await?;
     stack.stop_service("sluice-renderer")?;
-    stack
-        .delete(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "SveltosCluster",
-            "default",
-            "cluster-a",
-        )
-        .await?;
-    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
-    let head = topology::match_subject(&tokens, "sveltos-service");
+    delete_cluster_a(&stack).await?;
     // The set's end and the cluster's deletion both expire unseen.
-    let config = topology::config_subject("SveltosCluster", "default", "cluster-a");
-    for (stream, subject, ttl) in [
-        (topology::MATCH, head, topology::TOMBSTONE_TTL),
-        (topology::CONFIG, config, topology::CONFIG_TOMBSTONE_TTL),
-    ] {
-        let expired = demo::expire_unseen(&stack, stream, &subject, DEADLINE)
-            .await
-            .map_err(|e| fail(&stack, e))?;
-        assert_eq!(expired, ttl.as_secs().to_string(), "{subject}");
-    }
-    assert_eq!(
-        owned_by(&stack, TRIGGER, "cluster-a").await?.len(),
-        2,
-        "nothing removed while the renderer is away"
-    );
+    let head = topology::match_subject(&tokens_a(), "sveltos-service");
+    expired_unseen(&stack, topology::MATCH, &head, topology::TOMBSTONE_TTL).await?;
+    let config = topology::config_subject(CLUSTER.1, "default", "cluster-a");
+    expired_unseen(
+        &stack,
+        topology::CONFIG,
+        &config,
+        topology::CONFIG_TOMBSTONE_TTL,
+    )
+    .await?;
+    held_while_away(&stack, "the renderer").await?;
     stack.start_service("sluice-renderer")?;
-    cleaned(&stack).await?;
-    Ok(())
+    cleaned(&stack).await
 }
 
 /// An evaluator away while a cluster is deleted still ends the cluster's set when it starts:
@@ -850,45 +831,29 @@ async fn a_renderer_away_longer_than_a_sets_end_lives_removes_the_pair() -> anyh
 /// still on SLUICE_CONFIG, and the set's EventReport goes with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evaluator_away_while_a_cluster_is_deleted_ends_its_set() -> anyhow::Result<()> {
-    use sluice_bus::topology;
-    const REPORT: &str = "sveltos--sveltos-service--cluster-a";
     let mut stack = running_seed().await?;
-    wait_for("the EventReport", DEADLINE, || async {
-        stack.event_report(REPORT).await.ok().flatten()
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
-    stack.stop_service("sluice-evaluator")?;
-    stack
-        .delete(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "SveltosCluster",
-            "default",
-            "cluster-a",
-        )
-        .await?;
-    let config = topology::config_subject("SveltosCluster", "default", "cluster-a");
-    demo::expire_unseen(&stack, topology::CONFIG, &config, DEADLINE)
+    demo::wait_report(&stack, REPORT_A, DEADLINE, |_| true)
         .await
         .map_err(|e| fail(&stack, e))?;
+    stack.stop_service("sluice-evaluator")?;
+    delete_cluster_a(&stack).await?;
+    let config = topology::config_subject(CLUSTER.1, "default", "cluster-a");
+    expired_unseen(
+        &stack,
+        topology::CONFIG,
+        &config,
+        topology::CONFIG_TOMBSTONE_TTL,
+    )
+    .await?;
     stack.start_service("sluice-evaluator")?;
     cleaned(&stack).await?;
-    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
-    let head = topology::match_subject(&tokens, "sveltos-service");
+    let head = topology::match_subject(&tokens_a(), "sveltos-service");
     let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
     let matches = js.get_stream(topology::MATCH.name).await?;
     demo::wait_expiring(&matches, &head, DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
-    wait_for(
-        "the report of the cluster that went deleted",
-        DEADLINE,
-        || async { matches!(stack.event_report(REPORT).await, Ok(None)).then_some(()) },
-    )
-    .await
-    .map_err(|e| fail(&stack, e))?;
-    Ok(())
+    report_deleted(&stack, REPORT_A).await
 }
 
 /// A cluster deleted and registered again under the same name starts afresh: what was deleted
@@ -897,24 +862,10 @@ async fn an_evaluator_away_while_a_cluster_is_deleted_ends_its_set() -> anyhow::
 async fn a_cluster_registered_again_shows_only_what_it_holds_now() -> anyhow::Result<()> {
     let stack = running_seed().await?;
     let registered = stack
-        .get(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "SveltosCluster",
-            "default",
-            "cluster-a",
-        )
+        .get(MANAGEMENT, CLUSTER.0, CLUSTER.1, "default", "cluster-a")
         .await?
         .expect("cluster-a is registered");
-    stack
-        .delete(
-            MANAGEMENT,
-            "lib.projectsveltos.io/v1beta1",
-            "SveltosCluster",
-            "default",
-            "cluster-a",
-        )
-        .await?;
+    delete_cluster_a(&stack).await?;
     cleaned(&stack).await?;
     // While the cluster is not registered, its Service goes and another comes.
     stack
@@ -975,22 +926,17 @@ async fn a_deleted_triggers_failure_leaves_the_report_it_showed_on() -> anyhow::
             "front-{{ .Resource.metadata.name | nosuchfunction }}",
         );
     stack.apply_yaml(MANAGEMENT, &broken).await?;
-    let report = || async {
-        stack
-            .event_report("sveltos--sveltos-service--cluster-a")
-            .await
-            .ok()
-            .flatten()
+    let failure = |report: Value| {
+        report["status"]["failureMessage"]
+            .as_str()
+            .map(str::to_string)
     };
     wait_for(
         "the broken trigger's failure on the EventReport",
         DEADLINE,
         || async {
-            report().await.filter(|r| {
-                r["status"]["failureMessage"]
-                    .as_str()
-                    .is_some_and(|m| m.contains(BROKEN) && m.contains("nosuchfunction"))
-            })
+            let report = stack.event_report(REPORT_A).await.ok().flatten()?;
+            failure(report).filter(|m| m.contains(BROKEN) && m.contains("nosuchfunction"))
         },
     )
     .await
@@ -999,9 +945,8 @@ async fn a_deleted_triggers_failure_leaves_the_report_it_showed_on() -> anyhow::
         .delete(MANAGEMENT, ADDON.0, ADDON.1, "", BROKEN)
         .await?;
     wait_for("the EventReport clear again", DEADLINE, || async {
-        report()
-            .await
-            .filter(|r| r["status"]["failureMessage"].is_null())
+        let report = stack.event_report(REPORT_A).await.ok().flatten()?;
+        failure(report).is_none().then_some(())
     })
     .await
     .map_err(|e| fail(&stack, e))?;
