@@ -224,39 +224,45 @@ pub fn watch_object(
     level_watch(api, config, HashMap::new())
 }
 
-/// The kube-rs watcher with backoff, turned into level changes against `known`.
-fn level_watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    known: HashMap<ObjectKey, String>,
-) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send
-where
+/// What a level watch can watch: whole objects (`DynamicObject`) or their metadata
+/// (`PartialObjectMeta`), each turned into JSON.
+trait Watched:
+    kube::Resource
+    + Clone
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+    + Send
+    + 'static
+{
+}
+
+impl<K> Watched for K where
     K: kube::Resource
         + Clone
         + serde::de::DeserializeOwned
         + serde::Serialize
         + std::fmt::Debug
         + Send
-        + 'static,
+        + 'static
 {
+}
+
+/// The kube-rs watcher with backoff, turned into level changes against `known`.
+fn level_watch<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    known: HashMap<ObjectKey, String>,
+) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
     level_watch_listing(api, config, known).map(|listing| listing.map(|l| l.changes))
 }
 
 /// [`level_watch`], saying which batch completes a list.
-fn level_watch_listing<K>(
+fn level_watch_listing<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     known: HashMap<ObjectKey, String>,
-) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send
-where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
+) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send {
     let mut state = LevelState::with_known(known);
     watcher::watcher(api, config.any_semantic())
         .default_backoff()

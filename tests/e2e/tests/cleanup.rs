@@ -675,6 +675,18 @@ async fn expired_unseen(
     Ok(())
 }
 
+/// cluster-a's deletion on SLUICE_CONFIG expires unseen.
+async fn cluster_a_deletion_expired(stack: &Stack) -> anyhow::Result<()> {
+    let config = topology::config_subject(CLUSTER.1, "default", "cluster-a");
+    expired_unseen(
+        stack,
+        topology::CONFIG,
+        &config,
+        topology::CONFIG_TOMBSTONE_TTL,
+    )
+    .await
+}
+
 /// The unit's two objects still stand while `service` is away.
 async fn held_while_away(stack: &Stack, service: &str) -> anyhow::Result<()> {
     assert_eq!(
@@ -813,14 +825,7 @@ async fn a_renderer_away_longer_than_a_sets_end_lives_removes_the_pair() -> anyh
     // The set's end and the cluster's deletion both expire unseen.
     let head = topology::match_subject(&tokens_a(), "sveltos-service");
     expired_unseen(&stack, topology::MATCH, &head, topology::TOMBSTONE_TTL).await?;
-    let config = topology::config_subject(CLUSTER.1, "default", "cluster-a");
-    expired_unseen(
-        &stack,
-        topology::CONFIG,
-        &config,
-        topology::CONFIG_TOMBSTONE_TTL,
-    )
-    .await?;
+    cluster_a_deletion_expired(&stack).await?;
     held_while_away(&stack, "the renderer").await?;
     stack.start_service("sluice-renderer")?;
     cleaned(&stack).await
@@ -837,14 +842,7 @@ async fn an_evaluator_away_while_a_cluster_is_deleted_ends_its_set() -> anyhow::
         .map_err(|e| fail(&stack, e))?;
     stack.stop_service("sluice-evaluator")?;
     delete_cluster_a(&stack).await?;
-    let config = topology::config_subject(CLUSTER.1, "default", "cluster-a");
-    expired_unseen(
-        &stack,
-        topology::CONFIG,
-        &config,
-        topology::CONFIG_TOMBSTONE_TTL,
-    )
-    .await?;
+    cluster_a_deletion_expired(&stack).await?;
     stack.start_service("sluice-evaluator")?;
     cleaned(&stack).await?;
     let head = topology::match_subject(&tokens_a(), "sveltos-service");
