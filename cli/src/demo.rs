@@ -129,6 +129,18 @@ pub async fn wait_cleaned(
     .await
 }
 
+/// The value of an unlabelled counter on a service's `/metrics` (0 before its first count).
+pub async fn counter(stack: &Stack, service: &str, name: &str) -> anyhow::Result<u64> {
+    let url = stack
+        .health_url(service, "/metrics")
+        .ok_or_else(|| anyhow::anyhow!("{service} serves no metrics"))?;
+    let (_, body) = crate::setup::http("GET", &url, Duration::from_secs(10)).await?;
+    Ok(String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0))
+}
+
 /// Waits until the last message on `subject` of `stream` is a tombstone that expires, and
 /// returns its time to live (its `Nats-TTL` header).
 pub async fn wait_expiring(

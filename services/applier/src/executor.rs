@@ -304,8 +304,9 @@ impl Applier {
     }
 
     /// Writes a trigger's status and holds or releases its finalizer. Failures are logged:
-    /// the next change of the trigger writes again.
-    pub(crate) async fn write_status(&self, statuses: &status::Statuses, trigger: &str) {
+    /// the next change of the trigger writes again. True when the trigger is gone and sluice
+    /// owns nothing for it: there is nothing of it left to write.
+    pub(crate) async fn write_status(&self, statuses: &status::Statuses, trigger: &str) -> bool {
         let kind_name = statuses.kind(trigger).to_string();
         let outcome = async {
             let kind = self
@@ -316,7 +317,7 @@ impl Applier {
                 && !apply::set_finalizer(&self.client, &kind, "", trigger, status::FINALIZER, true)
                     .await?
             {
-                return Ok(()); // the trigger is gone
+                return Ok(false); // the trigger is gone, and what sluice owns for it goes next
             }
             let written = apply::apply_status(
                 &self.client,
@@ -327,21 +328,22 @@ impl Applier {
                 STATUS_FIELD_MANAGER,
             )
             .await;
-            if let Err(error) = written {
-                if !error.is_not_found() {
-                    return Err(error);
-                }
-            }
-            if !owns {
+            let gone = match written {
+                Ok(()) => false,
+                Err(error) if error.is_not_found() => true,
+                Err(error) => return Err(error),
+            };
+            if !owns && !gone {
                 apply::set_finalizer(&self.client, &kind, "", trigger, status::FINALIZER, false)
                     .await?;
             }
-            Ok::<(), sluice_kube::Error>(())
+            Ok::<bool, sluice_kube::Error>(gone && !owns)
         }
         .await;
-        if let Err(error) = outcome {
+        outcome.unwrap_or_else(|error| {
             tracing::warn!(event_trigger = %trigger, error = %error, "failed to write EventTrigger status");
-        }
+            false
+        })
     }
 
     /// Removes the finalizer from a trigger that is being deleted and for which sluice owns

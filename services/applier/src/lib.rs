@@ -78,6 +78,7 @@ pub async fn run(
             .map(|(_, kind)| (kind.to_string(), Written::default()))
             .collect(),
         key,
+        forgotten: health.counter("sluice_applier_triggers_forgotten_total"),
     };
     // The statuses as the last results left them, so a restart writes from the whole picture;
     // and what the units held, so that what was deleted meanwhile is found (ADR 0039).

@@ -116,6 +116,8 @@ pub(crate) struct ApplierStage {
     pub(crate) written: BTreeMap<String, Written>,
     /// Opens the Secrets of desired states (ADR 0023).
     pub(crate) key: Option<BusKey>,
+    /// Triggers forgotten once gone (`sluice_applier_triggers_forgotten_total`).
+    pub(crate) forgotten: sluice_runtime::Counter,
 }
 
 /// What the applier follows besides its consumer.
@@ -347,7 +349,7 @@ impl ApplierStage {
     /// Writes the statuses that are due.
     async fn write_due_statuses(&mut self, now: tokio::time::Instant) {
         for trigger in self.status_writes.schedule.take_due(now) {
-            self.applier.write_status(&self.statuses, &trigger).await;
+            self.write_status(&trigger).await;
         }
     }
 
@@ -355,9 +357,36 @@ impl ApplierStage {
     pub(crate) async fn write_pending_statuses(&mut self) {
         let now = tokio::time::Instant::now();
         for trigger in self.status_writes.schedule.take_all(now) {
-            self.applier.write_status(&self.statuses, &trigger).await;
+            self.write_status(&trigger).await;
         }
     }
+
+    /// Writes one trigger's status; a trigger the write finds gone is forgotten.
+    async fn write_status(&mut self, trigger: &str) {
+        if self.applier.write_status(&self.statuses, trigger).await {
+            self.forget_trigger(trigger);
+        }
+    }
+
+    /// Forgets a trigger that is gone once nothing is recorded for it (no cluster, no unit):
+    /// triggers come and go under new names. One for which sluice still owns something is
+    /// forgotten after its removal, when its status write finds it gone.
+    fn forget_trigger(&mut self, trigger: &str) {
+        if !self.statuses.knows(trigger) {
+            return;
+        }
+        self.statuses.forget(trigger);
+        if !self.statuses.knows(trigger) {
+            self.status_writes.forget(trigger);
+            self.forgotten.inc();
+        }
+    }
+}
+
+/// The name of the trigger a configuration message says is deleted, if it says so.
+fn deleted_trigger(delivered: &Delivered) -> Option<String> {
+    let config = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered).ok()?;
+    config.deleted.then_some(config.name)
 }
 
 /// The paced status writes: a trigger's status is written as soon as it changes, then at most
@@ -384,6 +413,12 @@ impl StatusWrites {
 
     pub(crate) fn next_due(&self) -> Option<tokio::time::Instant> {
         self.schedule.next_due()
+    }
+
+    /// Forgets a trigger that is gone: its next status, if it comes back, is written at once.
+    pub(crate) fn forget(&mut self, trigger: &str) {
+        self.owned.remove(trigger);
+        self.schedule.forget(&trigger.to_string());
     }
 }
 
@@ -440,6 +475,9 @@ impl Stage for ApplierStage {
                 self.applier
                     .report_invalid(&delivered, &mut self.reported)
                     .await;
+                if let Some(trigger) = deleted_trigger(&delivered) {
+                    self.forget_trigger(&trigger);
+                }
             }
             Side::Config(Err(error)) => {
                 tracing::warn!(error = %error, "skipping a configuration message")
@@ -579,6 +617,8 @@ mod tests {
             Some(start + INTERVAL),
             "one write for the burst"
         );
+        statuses.forget("t");
+        assert!(statuses.knows("t"), "a trigger that owns something stays");
         let now = start + std::time::Duration::from_millis(40);
         assert!(
             statuses.record(&result("", true)),
@@ -590,6 +630,14 @@ mod tests {
             ["t"],
             "owning nothing any more releases the finalizer at once"
         );
+        // The trigger is gone: nothing of it is kept, and one of the same name that comes
+        // later is written at once.
+        statuses.forget("t");
+        assert!(!statuses.knows("t"));
+        writes.forget("t");
+        let later = now + std::time::Duration::from_millis(10);
+        writes.mark(&statuses, "t", later);
+        assert_eq!(writes.schedule.take_due(later), ["t"]);
     }
 
     #[test]

@@ -166,6 +166,23 @@ impl Statuses {
         }
     }
 
+    /// Forgets a trigger for which nothing is recorded any more (no cluster, no resource
+    /// unit): one that is gone. A trigger with anything recorded is kept.
+    pub fn forget(&mut self, trigger: &str) {
+        if self
+            .triggers
+            .get(trigger)
+            .is_some_and(|t| t.clusters.is_empty() && t.units.is_empty())
+        {
+            self.triggers.remove(trigger);
+        }
+    }
+
+    /// Whether anything is recorded for the trigger.
+    pub fn knows(&self, trigger: &str) -> bool {
+        self.triggers.contains_key(trigger)
+    }
+
     /// Whether sluice may own objects for the trigger (some cluster still applies).
     pub fn owns_anything(&self, trigger: &str) -> bool {
         self.triggers

@@ -18,6 +18,8 @@ const TRIGGER: &str = "service-network-policy";
 const DEADLINE: Duration = Duration::from_secs(30);
 const ADDON: (&str, &str) = ("lib.projectsveltos.io/v1alpha1", "EventBasedAddOn");
 const CLUSTER: (&str, &str) = ("lib.projectsveltos.io/v1beta1", "SveltosCluster");
+/// The applier's count of triggers it forgot once they were gone.
+const FORGOTTEN: &str = "sluice_applier_triggers_forgotten_total";
 
 fn fail(stack: &Stack, error: anyhow::Error) -> anyhow::Error {
     anyhow::anyhow!("{error}\n{}", stack.logs())
@@ -193,6 +195,13 @@ async fn trigger_status_shows_clusters_and_failures_and_the_finalizer_waits_for_
             Ok(None) => Some(()),
             _ => None,
         }
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    // And the applier keeps nothing of it.
+    wait_for("the trigger forgotten", DEADLINE, || async {
+        let forgotten = demo::counter(&stack, "sluice-applier", FORGOTTEN).await;
+        (forgotten.ok()? == 1).then_some(())
     })
     .await
     .map_err(|e| fail(&stack, e))?;

@@ -342,18 +342,6 @@ async fn removing_units_lists_nothing_per_unit() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The value of an unlabelled counter on a service's `/metrics` (0 before its first count).
-async fn counter(stack: &Stack, service: &str, name: &str) -> anyhow::Result<u64> {
-    let url = stack
-        .health_url(service, "/metrics")
-        .ok_or_else(|| anyhow::anyhow!("{service} serves no metrics"))?;
-    let (_, body) = sluice_cli::setup::http("GET", &url, DEADLINE).await?;
-    Ok(String::from_utf8_lossy(&body)
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0))
-}
-
 /// A unit whose execution failed lists only its own objects when it runs again, not every unit
 /// of its pair (issue 20: what one resource costs does not grow with the other matches).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,13 +351,13 @@ async fn a_failed_unit_lists_its_own_objects_not_its_pairs() -> anyhow::Result<(
     let mut stack = seed_stack(&["cluster-a"], "").await?;
     create_services(&stack, 0..UNITS).await?;
     provisioned_with(&stack, UNITS).await?;
-    let errors = counter(&stack, "sluice-applier", ERRORS).await?;
+    let errors = demo::counter(&stack, "sluice-applier", ERRORS).await?;
     let mark = stack.server.audit(MANAGEMENT).len();
     let faults = stack.server.faults(MANAGEMENT);
     faults.set_error_rate(1.0, 500);
     create_services(&stack, UNITS..UNITS + 1).await?;
     let failed = wait_for("the new unit's apply failed", DEADLINE, || async {
-        let now = counter(&stack, "sluice-applier", ERRORS).await.ok()?;
+        let now = demo::counter(&stack, "sluice-applier", ERRORS).await.ok()?;
         (now > errors).then_some(())
     })
     .await;
