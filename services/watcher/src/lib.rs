@@ -125,6 +125,7 @@ pub async fn run(
         key,
         tasks.clone(),
         token.clone(),
+        &state,
     );
     let mut listeners =
         cloudevents::Listeners::new(bus.clone(), health.clone(), tasks.clone(), token.clone());

@@ -85,6 +85,8 @@ pub struct Watches {
     bus: Bus,
     health: Health,
     running: HashMap<(ClusterId, Gvk), Running>,
+    /// The registered clusters as last reconciled: one that leaves them has what was published
+    /// of it purged.
     clusters: BTreeSet<ClusterId>,
     /// Seals the Secrets the watches publish.
     key: Option<BusKey>,
@@ -95,19 +97,22 @@ pub struct Watches {
 }
 
 impl Watches {
+    /// `registered`: the clusters an earlier run knew (what `SLUICE_CONFIG` holds at start), so
+    /// that one deleted while no watcher ran has what was published of it purged too.
     pub fn new(
         bus: Bus,
         health: Health,
         key: Option<BusKey>,
         tasks: TaskTracker,
         token: CancellationToken,
+        registered: &ConfigState,
     ) -> Watches {
         Watches {
             bus,
             health,
             key,
             running: HashMap::new(),
-            clusters: BTreeSet::new(),
+            clusters: registered.clusters.keys().cloned().collect(),
             tasks,
             token,
         }

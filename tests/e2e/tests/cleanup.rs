@@ -959,3 +959,29 @@ async fn a_deleted_triggers_failure_leaves_the_report_it_showed_on() -> anyhow::
     .map_err(|e| fail(&stack, e))?;
     Ok(())
 }
+
+/// A watcher away while a cluster is deleted forgets what it published of the cluster when it
+/// starts, as it does when it sees the deletion: nothing of the cluster stays on SLUICE_CHANGES
+/// to come back if a cluster of that name is registered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_away_while_a_cluster_is_deleted_forgets_its_changes() -> anyhow::Result<()> {
+    let mut stack = running_seed().await?;
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let changes = js.get_stream(topology::CHANGES.name).await?;
+    let service = topology::change_subject(&tokens_a(), "", "Service", "default", "my-service");
+    changes.get_last_raw_message_by_subject(&service).await?;
+    stack.stop_service("sluice-watcher")?;
+    delete_cluster_a(&stack).await?;
+    stack.start_service("sluice-watcher")?;
+    cleaned(&stack).await?;
+    wait_for("cluster-a's changes purged", DEADLINE, || async {
+        changes
+            .get_last_raw_message_by_subject(&service)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
