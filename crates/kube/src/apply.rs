@@ -241,7 +241,7 @@ fn labelled(
 }
 
 /// The label selector of objects carrying all of `labels`.
-fn selector_of(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn selector_of(labels: &BTreeMap<String, String>) -> String {
     labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))

@@ -152,7 +152,7 @@ pub fn watch_kind(
     known: HashMap<ObjectKey, String>,
 ) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
     let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
-    level_watch(api, watcher::Config::default(), known)
+    changes_of(level_watch_listing(api, watcher::Config::default(), known))
 }
 
 /// One batch of [`watch_kind_listing`]: the state changes, and whether a complete list of the
@@ -199,16 +199,8 @@ pub fn watch_labelled(
     labels: &std::collections::BTreeMap<String, String>,
 ) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &kind.resource);
-    let selector = labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    level_watch(
-        api,
-        watcher::Config::default().labels(&selector),
-        HashMap::new(),
-    )
+    let config = watcher::Config::default().labels(&crate::apply::selector_of(labels));
+    changes_of(level_watch_listing(api, config, HashMap::new()))
 }
 
 /// [`watch_kind`] of the one object `namespace`/`name` (a namespaced list and watch with a
@@ -221,48 +213,33 @@ pub fn watch_object(
 ) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
     let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &kind.resource);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    level_watch(api, config, HashMap::new())
+    changes_of(level_watch_listing(api, config, HashMap::new()))
 }
 
-/// What a level watch can watch: whole objects (`DynamicObject`) or their metadata
+/// The changes of a [`level_watch_listing`], without saying which batch completes a list.
+fn changes_of(
+    listing: impl Stream<Item = Result<Listing, watcher::Error>> + Send,
+) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
+    listing.map(|listing| listing.map(|l| l.changes))
+}
+
+/// The kube-rs watcher with backoff, turned into level changes against `known`, saying which
+/// batch completes a list: of whole objects (`DynamicObject`) or of their metadata
 /// (`PartialObjectMeta`), each turned into JSON.
-trait Watched:
-    kube::Resource
-    + Clone
-    + serde::de::DeserializeOwned
-    + serde::Serialize
-    + std::fmt::Debug
-    + Send
-    + 'static
-{
-}
-
-impl<K> Watched for K where
+fn level_watch_listing<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    known: HashMap<ObjectKey, String>,
+) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send
+where
     K: kube::Resource
         + Clone
         + serde::de::DeserializeOwned
         + serde::Serialize
         + std::fmt::Debug
         + Send
-        + 'static
+        + 'static,
 {
-}
-
-/// The kube-rs watcher with backoff, turned into level changes against `known`.
-fn level_watch<K: Watched>(
-    api: Api<K>,
-    config: watcher::Config,
-    known: HashMap<ObjectKey, String>,
-) -> impl Stream<Item = Result<Vec<Change>, watcher::Error>> + Send {
-    level_watch_listing(api, config, known).map(|listing| listing.map(|l| l.changes))
-}
-
-/// [`level_watch`], saying which batch completes a list.
-fn level_watch_listing<K: Watched>(
-    api: Api<K>,
-    config: watcher::Config,
-    known: HashMap<ObjectKey, String>,
-) -> impl Stream<Item = Result<Listing, watcher::Error>> + Send {
     let mut state = LevelState::with_known(known);
     watcher::watcher(api, config.any_semantic())
         .default_backoff()

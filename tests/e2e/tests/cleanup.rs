@@ -718,6 +718,23 @@ async fn result_expires(stack: &Stack, desired: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits until `subject` of `stream` holds no message (purged).
+async fn purged(
+    stack: &Stack,
+    stream: &async_nats::jetstream::stream::Stream,
+    subject: &str,
+) -> anyhow::Result<()> {
+    wait_for(&format!("{subject} purged"), DEADLINE, || async {
+        stream
+            .get_last_raw_message_by_subject(subject)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(stack, e))
+}
+
 /// Waits until the EventReport `name` is gone.
 async fn report_deleted(stack: &Stack, name: &str) -> anyhow::Result<()> {
     wait_for(
@@ -770,15 +787,7 @@ async fn an_applier_away_longer_than_a_pairs_removal_lives_removes_the_pair() ->
     held_while_away(&stack, "the applier").await?;
     stack.start_service("sluice-applier")?;
     cleaned(&stack).await?;
-    wait_for("the resource unit's state purged", DEADLINE, || async {
-        desired
-            .get_last_raw_message_by_subject(&resource)
-            .await
-            .is_err()
-            .then_some(())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    purged(&stack, &desired, &resource).await?;
     result_expires(&stack, &main).await
 }
 
@@ -974,14 +983,6 @@ async fn a_watcher_away_while_a_cluster_is_deleted_forgets_its_changes() -> anyh
     delete_cluster_a(&stack).await?;
     stack.start_service("sluice-watcher")?;
     cleaned(&stack).await?;
-    wait_for("cluster-a's changes purged", DEADLINE, || async {
-        changes
-            .get_last_raw_message_by_subject(&service)
-            .await
-            .is_err()
-            .then_some(())
-    })
-    .await
-    .map_err(|e| fail(&stack, e))?;
+    purged(&stack, &changes, &service).await?;
     Ok(())
 }
