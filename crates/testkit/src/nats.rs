@@ -249,18 +249,32 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::{check_binary, parse_version};
-    use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
+    /// Writes the fake server from a child process: a file this process held open for writing
+    /// would be inherited by any child another test thread forks meanwhile, and exec of it
+    /// would fail with ETXTBSY until that child execs.
     fn fake_server(dir: &tempfile::TempDir, version_line: &str) -> PathBuf {
         let path = dir.path().join("nats-server");
-        std::fs::write(&path, format!("#!/bin/sh\necho '{version_line}'\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = format!("#!/bin/sh\necho '{version_line}'\n");
+        let status = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "printf '%s' \"$1\" > \"$2\" && chmod 755 \"$2\"",
+                "sh",
+            ])
+            .arg(&script)
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "writing {} failed: {status}",
+            path.display()
+        );
         path
     }
 
-    // One test, so that no other thread of this binary forks while a fake server file is open
-    // for writing (exec would then fail with ETXTBSY).
     #[test]
     fn missing_or_old_servers_are_refused_pointing_at_the_install_script() {
         let error = check_binary(PathBuf::from("/no/such/nats-server")).unwrap_err();
