@@ -381,6 +381,27 @@ impl Stack {
         applied.into_iter().next().context("nothing applied")
     }
 
+    /// Runs `kubectl` with `args` against `cluster` (its context in the stack's
+    /// `kubeconfig.yaml`), as a user would; returns its standard output, or an error with its
+    /// standard error when it fails.
+    pub async fn kubectl(&self, cluster: &str, args: &[&str]) -> anyhow::Result<String> {
+        let out = tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.dir.join("kubeconfig.yaml"))
+            .args(["--context", cluster])
+            .args(args)
+            .env("HOME", &self.dir)
+            .output()
+            .await
+            .context("failed to run kubectl")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
     /// Server-side applies an object's `status` (the status subresource), as a controller would.
     pub async fn apply_status(&self, cluster: &str, object: &Value) -> anyhow::Result<()> {
         let client = self.client(cluster)?;

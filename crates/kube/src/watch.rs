@@ -253,7 +253,7 @@ where
         })
 }
 
-/// An object a deletion watch saw go: its key and what the caller kept of it.
+/// An object an owned-objects watch saw go or edited: its key and what the caller kept of it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gone {
     pub namespace: String,
@@ -262,7 +262,7 @@ pub struct Gone {
     pub kept: String,
 }
 
-/// What a writer tells its [`watch_deletions`] it wrote, or expects to exist, with what `keep`
+/// What a writer tells its [`watch_owned`] it wrote, or expects to exist, with what `keep`
 /// would take from each: their deletions are found also when the watch never saw them, as
 /// when they came and went while it had fallen behind and the server made it re-list (a 410
 /// Gone). Shared between the writer and the watch; the watch takes the notes as its events
@@ -289,32 +289,114 @@ impl Written {
     }
 }
 
-/// The pure part of a deletion watch: per object it has seen or been told of, what `keep`
-/// takes from it, so that a deletion is told with it also when a re-list (after a dropped
-/// stream or a 410 Gone) is what finds it. Objects `keep` takes nothing from are not
-/// remembered.
+/// What an object's `managedFields` say of one field manager's hold on its main resource (not
+/// its status): how many fields (nodes of its `fieldsV1`) the manager owns, and whether any
+/// other manager owns some.
+///
+/// Someone else's change of a field the manager owns takes the field from it, whether made by
+/// an update (`kubectl edit`, `patch`, `replace`, a client-side `apply`) or a forced apply:
+/// between two of its own writes the manager's count can only shrink, and only with another
+/// manager present.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub owned: usize,
+    pub others: bool,
+}
+
+impl Hold {
+    pub fn of(object: &Value, manager: &str) -> Hold {
+        let mut hold = Hold {
+            owned: 0,
+            others: false,
+        };
+        let entries = object
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array);
+        for entry in entries.into_iter().flatten() {
+            if entry
+                .get("subresource")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+            {
+                continue;
+            }
+            let fields = entry.get("fieldsV1").map_or(0, nodes);
+            if entry.get("manager").and_then(Value::as_str) == Some(manager) {
+                hold.owned += fields;
+            } else if fields > 0 {
+                hold.others = true;
+            }
+        }
+        hold
+    }
+}
+
+/// The nodes of a `fieldsV1` tree.
+fn nodes(fields: &Value) -> usize {
+    fields
+        .as_object()
+        .map_or(0, |map| map.values().map(|child| 1 + nodes(child)).sum())
+}
+
+/// What a watch of owned objects remembers of one: what `keep` took from it, and how many of
+/// its fields the writer held when last seen (`None`: only told of, not seen since).
+#[derive(Clone, Debug)]
+struct Kept {
+    kept: String,
+    owned: Option<usize>,
+}
+
+/// The pure part of a watch of the objects a writer owns: per object it has seen or been told
+/// of, what `keep` takes from it, so that a deletion is told with it also when a re-list
+/// (after a dropped stream or a 410 Gone) is what finds it; and how many of its fields the
+/// writer (`manager`) held, so that someone else's edit of one of them is told (as [`Hold`]
+/// explains). Objects `keep` takes nothing from are not remembered.
 #[derive(Debug)]
-pub struct DeletionState {
+pub struct OwnedState {
     keep: fn(&Value) -> Option<String>,
-    seen: HashMap<ObjectKey, String>,
-    /// A re-list under way: every object listed, with what `keep` took from it.
-    relist: Option<HashMap<ObjectKey, Option<String>>>,
+    manager: &'static str,
+    seen: HashMap<ObjectKey, Kept>,
+    /// A re-list under way: every object listed, with what `keep` took from it and the hold.
+    relist: Option<HashMap<ObjectKey, (Option<String>, Hold)>>,
     /// Objects told of while a re-list is under way: written after its list was taken, so
     /// its lack of them says nothing; remembered once it completes.
     told_meanwhile: HashMap<ObjectKey, String>,
 }
 
-impl DeletionState {
+/// One batch of [`watch_owned`]: objects gone, objects someone else edited, or a list
+/// complete.
+#[derive(Debug, Default, PartialEq)]
+pub struct OwnedChanges {
+    pub gone: Vec<Gone>,
+    /// Objects some of whose fields the writer owned someone else changed or removed.
+    pub edited: Vec<Gone>,
+    /// When a list (the first one or a re-list) completes with this batch: how many objects
+    /// the watch remembers, every one it can tell the deletion of from now on.
+    pub listed: Option<usize>,
+}
+
+impl OwnedChanges {
+    fn is_empty(&self) -> bool {
+        self.gone.is_empty() && self.edited.is_empty() && self.listed.is_none()
+    }
+}
+
+impl OwnedState {
     /// Starts from `seen`, what is expected to exist (with what `keep` would take from each),
     /// so that the first complete list tells those missing as gone: deleted while nothing
-    /// watched.
+    /// watched. `manager` is the writer's field manager.
     pub fn new(
         keep: fn(&Value) -> Option<String>,
+        manager: &'static str,
         seen: HashMap<ObjectKey, String>,
-    ) -> DeletionState {
-        DeletionState {
+    ) -> OwnedState {
+        OwnedState {
             keep,
-            seen,
+            manager,
+            seen: seen
+                .into_iter()
+                .map(|(key, kept)| (key, Kept { kept, owned: None }))
+                .collect(),
             relist: None,
             told_meanwhile: HashMap::new(),
         }
@@ -326,7 +408,18 @@ impl DeletionState {
     pub fn remember(&mut self, told: HashMap<ObjectKey, String>) {
         match self.relist {
             Some(_) => self.told_meanwhile.extend(told),
-            None => self.seen.extend(told),
+            None => self.learn(told),
+        }
+    }
+
+    fn learn(&mut self, told: HashMap<ObjectKey, String>) {
+        for (key, kept) in told {
+            match self.seen.get_mut(&key) {
+                Some(seen) => seen.kept = kept,
+                None => {
+                    self.seen.insert(key, Kept { kept, owned: None });
+                }
+            }
         }
     }
 
@@ -339,53 +432,104 @@ impl DeletionState {
         self.seen.is_empty()
     }
 
-    /// Feeds one watch event and returns the objects it shows gone.
-    pub fn on_event(&mut self, event: Event<Value>) -> Vec<Gone> {
+    /// Feeds one watch event and returns what it shows gone or edited.
+    pub fn on_event(&mut self, event: Event<Value>) -> OwnedChanges {
+        let mut changes = OwnedChanges::default();
         match event {
             Event::Apply(object) => {
                 let (key, _) = key_of(&object);
-                match (self.keep)(&object) {
-                    Some(kept) => self.seen.insert(key, kept),
-                    None => self.seen.remove(&key),
-                };
-                Vec::new()
+                let hold = Hold::of(&object, self.manager);
+                let kept = (self.keep)(&object);
+                let edited = self
+                    .seen
+                    .get(&key)
+                    .filter(|seen| was_edited(seen, hold))
+                    .map(|seen| seen.kept.clone());
+                match (edited, kept) {
+                    (Some(was), kept) => {
+                        // Told with what was kept before the edit, which may have taken it.
+                        changes.edited.push(gone(key.clone(), was.clone()));
+                        let kept = kept.unwrap_or(was);
+                        self.seen.insert(
+                            key,
+                            Kept {
+                                kept,
+                                owned: Some(hold.owned),
+                            },
+                        );
+                    }
+                    (None, Some(kept)) => {
+                        self.seen.insert(
+                            key,
+                            Kept {
+                                kept,
+                                owned: Some(hold.owned),
+                            },
+                        );
+                    }
+                    (None, None) => {
+                        self.seen.remove(&key);
+                    }
+                }
             }
             Event::Delete(object) => {
                 let (key, _) = key_of(&object);
-                let kept = (self.keep)(&object).or_else(|| self.seen.get(&key).cloned());
+                let kept = (self.keep)(&object)
+                    .or_else(|| self.seen.get(&key).map(|seen| seen.kept.clone()));
                 self.seen.remove(&key);
-                kept.map(|kept| gone(key, kept)).into_iter().collect()
+                changes.gone.extend(kept.map(|kept| gone(key, kept)));
             }
             Event::Init => {
                 self.relist = Some(HashMap::new());
-                Vec::new()
             }
             Event::InitApply(object) => {
                 let (key, _) = key_of(&object);
-                let kept = (self.keep)(&object);
+                let listed = ((self.keep)(&object), Hold::of(&object, self.manager));
                 self.relist
                     .get_or_insert_with(HashMap::new)
-                    .insert(key, kept);
-                Vec::new()
+                    .insert(key, listed);
             }
             Event::InitDone => {
                 let listed = self.relist.take().unwrap_or_default();
-                let mut gone_now: Vec<Gone> = self
-                    .seen
-                    .drain()
-                    .filter(|(key, _)| !listed.contains_key(key))
-                    .map(|(key, kept)| gone(key, kept))
-                    .collect();
-                gone_now.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-                self.seen = listed
+                let mut seen = HashMap::with_capacity(listed.len());
+                for (key, (kept, hold)) in listed {
+                    let before = self.seen.remove(&key);
+                    let edited = before.as_ref().filter(|before| was_edited(before, hold));
+                    if let Some(before) = edited {
+                        changes.edited.push(gone(key.clone(), before.kept.clone()));
+                    }
+                    let kept = kept.or_else(|| edited.map(|before| before.kept.clone()));
+                    if let Some(kept) = kept {
+                        seen.insert(
+                            key,
+                            Kept {
+                                kept,
+                                owned: Some(hold.owned),
+                            },
+                        );
+                    }
+                }
+                changes.gone = std::mem::replace(&mut self.seen, seen)
                     .into_iter()
-                    .filter_map(|(key, kept)| Some((key, kept?)))
+                    .map(|(key, before)| gone(key, before.kept))
                     .collect();
-                self.seen.extend(self.told_meanwhile.drain());
-                gone_now
+                let by_key =
+                    |a: &Gone, b: &Gone| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name));
+                changes.gone.sort_by(by_key);
+                changes.edited.sort_by(by_key);
+                let told = std::mem::take(&mut self.told_meanwhile);
+                self.learn(told);
+                changes.listed = Some(self.seen.len());
             }
         }
+        changes
     }
+}
+
+/// Whether an object the writer held `before` as last seen, and holds `now`, was edited by
+/// someone else: fewer of its fields are the writer's, and someone else owns some.
+fn was_edited(before: &Kept, now: Hold) -> bool {
+    now.others && before.owned.is_some_and(|owned| now.owned < owned)
 }
 
 fn gone((namespace, name): ObjectKey, kept: String) -> Gone {
@@ -396,37 +540,29 @@ fn gone((namespace, name): ObjectKey, kept: String) -> Gone {
     }
 }
 
-/// One batch of [`watch_deletions`]: objects gone, or a list complete.
-#[derive(Debug, PartialEq)]
-pub struct Deletions {
-    pub gone: Vec<Gone>,
-    /// When a list (the first one or a re-list) completes with this batch: how many objects
-    /// the watch remembers, every one it can tell the deletion of from now on.
-    pub listed: Option<usize>,
-}
-
 /// Watches the objects of `kind` that `labels` selects (in `namespace`, or everywhere when
-/// `None`) and yields batches of those gone, each with what `keep` took from it when it was
-/// last seen, and each completed list. What `written` is told is remembered as if seen
-/// ([`DeletionState::remember`]): the objects expected at start, whose deletion before the
-/// first list completes is found by it, and those the writer writes, whose deletion is found
-/// also when the watch missed them. Errors from the API server are yielded and the watch goes
-/// on with backoff.
-pub fn watch_deletions(
+/// `None`) and the writer `manager` wrote, and yields batches of those gone and those someone
+/// else edited, each with what `keep` took from it when it was last seen, and each completed
+/// list. What `written` is told is remembered as if seen ([`OwnedState::remember`]): the
+/// objects expected at start, whose deletion before the first list completes is found by it,
+/// and those the writer writes, whose deletion is found also when the watch missed them. An
+/// edit is told once the watch has seen the object since the writer wrote it or it started.
+/// Errors from the API server are yielded and the watch goes on with backoff.
+pub fn watch_owned(
     client: Client,
     kind: Kind,
     namespace: Option<&str>,
     labels: &str,
-    keep: fn(&Value) -> Option<String>,
+    (keep, manager): (fn(&Value) -> Option<String>, &'static str),
     written: Written,
-) -> impl Stream<Item = Result<Deletions, watcher::Error>> + Send {
-    // Metadata only: what `keep` reads is there, and the objects' contents (a Secret's data)
-    // never travel.
+) -> impl Stream<Item = Result<OwnedChanges, watcher::Error>> + Send {
+    // Metadata only: what `keep` reads and the field managers are there, and the objects'
+    // contents (a Secret's data) never travel.
     let api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
         Some(namespace) => Api::namespaced_with(client, namespace, &kind.resource),
         None => Api::all_with(client, &kind.resource),
     };
-    let mut state = DeletionState::new(keep, HashMap::new());
+    let mut state = OwnedState::new(keep, manager, HashMap::new());
     watcher::watcher(
         api,
         watcher::Config::default().labels(labels).any_semantic(),
@@ -434,18 +570,8 @@ pub fn watch_deletions(
     .default_backoff()
     .filter_map(move |event| {
         state.remember(written.take());
-        let batch = event.map(|event| {
-            let listed = matches!(event, Event::InitDone);
-            let gone = state.on_event(to_json_event(event));
-            Deletions {
-                gone,
-                listed: listed.then(|| state.len()),
-            }
-        });
-        let told = match &batch {
-            Ok(batch) => !batch.gone.is_empty() || batch.listed.is_some(),
-            Err(_) => true,
-        };
+        let batch = event.map(|event| state.on_event(to_json_event(event)));
+        let told = batch.as_ref().map_or(true, |batch| !batch.is_empty());
         futures::future::ready(told.then_some(batch))
     })
 }
@@ -535,14 +661,14 @@ mod tests {
 
     #[test]
     fn a_deletion_is_told_with_what_was_kept_of_the_object() {
-        let mut s = DeletionState::new(kept, HashMap::new());
+        let mut s = OwnedState::new(kept, ME, HashMap::new());
         assert!(s
             .on_event(Event::Apply(annotated("a", Some("u1"))))
             .is_empty());
         assert!(s.on_event(Event::Apply(annotated("b", None))).is_empty());
         // the deleted object is told with its own annotation
         assert_eq!(
-            s.on_event(Event::Delete(annotated("a", Some("u1")))),
+            s.on_event(Event::Delete(annotated("a", Some("u1")))).gone,
             [gone(("default".into(), "a".into()), "u1".into())]
         );
         // an object nothing was kept of is not told
@@ -556,18 +682,18 @@ mod tests {
             (("default".to_string(), "a".to_string()), "u1".to_string()),
             (("default".to_string(), "b".to_string()), "u2".to_string()),
         ]);
-        let mut s = DeletionState::new(kept, expected);
+        let mut s = OwnedState::new(kept, ME, expected);
         s.on_event(Event::Init);
         s.on_event(Event::InitApply(annotated("b", Some("u2"))));
         assert_eq!(
-            s.on_event(Event::InitDone),
+            s.on_event(Event::InitDone).gone,
             [gone(("default".into(), "a".into()), "u1".into())]
         );
     }
 
     #[test]
     fn a_deletion_found_by_a_relist_is_told_with_what_was_kept() {
-        let mut s = DeletionState::new(kept, HashMap::new());
+        let mut s = OwnedState::new(kept, ME, HashMap::new());
         s.on_event(Event::Apply(annotated("a", Some("u1"))));
         s.on_event(Event::Apply(annotated("b", Some("u2"))));
         s.on_event(Event::Apply(annotated("c", Some("u3"))));
@@ -577,7 +703,7 @@ mod tests {
         s.on_event(Event::InitApply(annotated("b", None)));
         s.on_event(Event::InitApply(annotated("d", Some("u4"))));
         assert_eq!(
-            s.on_event(Event::InitDone),
+            s.on_event(Event::InitDone).gone,
             [
                 gone(("default".into(), "a".into()), "u1".into()),
                 gone(("default".into(), "c".into()), "u3".into()),
@@ -586,7 +712,7 @@ mod tests {
         assert_eq!(s.len(), 1);
         // a deletion event without the annotation is told with what was kept
         assert_eq!(
-            s.on_event(Event::Delete(annotated("d", None))),
+            s.on_event(Event::Delete(annotated("d", None))).gone,
             [gone(("default".into(), "d".into()), "u4".into())]
         );
     }
@@ -594,7 +720,7 @@ mod tests {
     #[test]
     fn what_the_writer_wrote_and_the_watch_missed_is_told_gone_by_the_next_list() {
         let key = |name: &str| ("default".to_string(), name.to_string());
-        let mut s = DeletionState::new(kept, HashMap::new());
+        let mut s = OwnedState::new(kept, ME, HashMap::new());
         s.on_event(Event::Apply(annotated("a", Some("u1"))));
         // the watch has fallen behind: b is written and deleted without it seeing either
         s.remember(HashMap::from([(key("b"), "u2".to_string())]));
@@ -602,12 +728,131 @@ mod tests {
         // c is written while the re-list is under way, after its list was taken
         s.remember(HashMap::from([(key("c"), "u3".to_string())]));
         s.on_event(Event::InitApply(annotated("a", Some("u1"))));
-        assert_eq!(s.on_event(Event::InitDone), [gone(key("b"), "u2".into())]);
+        assert_eq!(
+            s.on_event(Event::InitDone).gone,
+            [gone(key("b"), "u2".into())]
+        );
         // c is remembered once the list is complete: its deletion is told
         assert_eq!(s.len(), 2);
         assert_eq!(
-            s.on_event(Event::Delete(annotated("c", None))),
+            s.on_event(Event::Delete(annotated("c", None))).gone,
             [gone(key("c"), "u3".into())]
+        );
+    }
+
+    const ME: &str = "writer";
+
+    /// An object of unit `u1` whose main resource `ME` owns `mine` of (data keys) and each
+    /// `(manager, subresource)` of `others` owns one field of.
+    fn held(mine: &[&str], others: &[(&str, &str)]) -> Value {
+        let mut object = annotated("a", Some("u1"));
+        let data: serde_json::Map<String, Value> = mine
+            .iter()
+            .map(|key| (format!("f:{key}"), json!({})))
+            .collect();
+        let mut entries = vec![json!({"manager": ME, "operation": "Apply",
+            "fieldsV1": {"f:data": data, "f:metadata": {"f:annotations": {"f:unit": {}}}}})];
+        for (manager, subresource) in others {
+            let mut entry = json!({"manager": manager, "operation": "Update",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:team": {}}}}});
+            if !subresource.is_empty() {
+                entry["subresource"] = json!(subresource);
+            }
+            entries.push(entry);
+        }
+        object["metadata"]["managedFields"] = json!(entries);
+        object
+    }
+
+    fn edited(s: &mut OwnedState, object: Value) -> Vec<String> {
+        s.on_event(Event::Apply(object))
+            .edited
+            .into_iter()
+            .map(|e| format!("{}/{}", e.name, e.kept))
+            .collect()
+    }
+
+    #[test]
+    fn a_hold_counts_the_managers_fields_of_the_main_resource_and_sees_others() {
+        let object = held(&["x", "y"], &[("ctl", "status")]);
+        // f:data, f:x, f:y, f:metadata, f:annotations, f:unit
+        assert_eq!(
+            Hold::of(&object, ME),
+            Hold {
+                owned: 6,
+                others: false
+            }
+        );
+        let object = held(&["x"], &[("ctl", "")]);
+        assert_eq!(
+            Hold::of(&object, ME),
+            Hold {
+                owned: 5,
+                others: true
+            }
+        );
+        assert_eq!(
+            Hold::of(&annotated("b", None), ME),
+            Hold {
+                owned: 0,
+                others: false
+            }
+        );
+    }
+
+    #[test]
+    fn someone_elses_edit_of_a_field_the_writer_owns_is_told_with_what_was_kept() {
+        let mut s = OwnedState::new(kept, ME, HashMap::new());
+        assert!(edited(&mut s, held(&["x", "y"], &[])).is_empty());
+        // another manager adds a field of its own, or writes the status: not an edit
+        assert!(edited(&mut s, held(&["x", "y"], &[("label", "")])).is_empty());
+        assert!(edited(
+            &mut s,
+            held(&["x", "y"], &[("label", ""), ("ctl", "status")])
+        )
+        .is_empty());
+        // `kubectl edit` changes y: the field is taken from the writer
+        assert_eq!(
+            edited(&mut s, held(&["x"], &[("kubectl-edit", "")])),
+            ["a/u1"]
+        );
+        // the writer writes it again: its hold grows back, which is no edit
+        assert!(edited(&mut s, held(&["x", "y"], &[("label", "")])).is_empty());
+        // the writer itself drops a field: alone, no edit
+        assert!(edited(&mut s, held(&["x"], &[])).is_empty());
+    }
+
+    #[test]
+    fn an_edit_that_takes_the_annotation_is_told_with_what_was_kept_before() {
+        let mut s = OwnedState::new(kept, ME, HashMap::new());
+        assert!(edited(&mut s, held(&["x"], &[])).is_empty());
+        let mut object = held(&["x"], &[("kubectl-edit", "")]);
+        object["metadata"]["annotations"] = json!({});
+        object["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"] = json!({});
+        assert_eq!(edited(&mut s, object), ["a/u1"]);
+        // still remembered: its deletion is told
+        assert_eq!(
+            s.on_event(Event::Delete(annotated("a", None))).gone,
+            [gone(("default".into(), "a".into()), "u1".into())]
+        );
+    }
+
+    #[test]
+    fn an_edit_is_told_by_a_relist_but_not_of_an_object_only_told_of() {
+        let key = |name: &str| ("default".to_string(), name.to_string());
+        let mut s = OwnedState::new(kept, ME, HashMap::from([(key("a"), "u1".to_string())]));
+        // at start the hold is unknown: what the first list shows is the reference
+        s.on_event(Event::Init);
+        s.on_event(Event::InitApply(held(&["x"], &[("kubectl-edit", "")])));
+        let first = s.on_event(Event::InitDone);
+        assert!(first.edited.is_empty() && first.gone.is_empty());
+        assert_eq!(first.listed, Some(1));
+        // edited while the stream was down: the re-list tells it
+        s.on_event(Event::Init);
+        s.on_event(Event::InitApply(held(&[], &[("kubectl-edit", "")])));
+        assert_eq!(
+            s.on_event(Event::InitDone).edited,
+            [gone(key("a"), "u1".into())]
         );
     }
 

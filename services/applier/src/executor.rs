@@ -16,7 +16,7 @@ use crate::index::{Listing, Pairs, UnitLabels};
 use crate::plan::{self, Known, ObjectId, OWNED};
 use crate::{adopt, status};
 use sluice_wire::unit::Unit;
-const FIELD_MANAGER: &str = "sluice-applier";
+pub(crate) const FIELD_MANAGER: &str = "sluice-applier";
 const STATUS_FIELD_MANAGER: &str = "sluice-applier-status";
 /// Writes of one desired state in flight at once (per phase).
 const WRITE_CONCURRENCY: usize = 16;

@@ -193,12 +193,12 @@ fn owned_deletions(
                 .filter_map(futures::future::ready)
                 .flat_map(move |(client, resolved)| {
                     let namespace = resolved.namespaced.then_some(namespace.as_str());
-                    sluice_kube::watch::watch_deletions(
+                    sluice_kube::watch::watch_owned(
                         client,
                         resolved,
                         namespace,
                         OWNED_SELECTOR,
-                        plan::desired_subject_of,
+                        (plan::desired_subject_of, executor::FIELD_MANAGER),
                         written.clone(),
                     )
                 })

@@ -1,7 +1,7 @@
-//! Objects the applier wrote and someone else deleted (a `kubectl delete`, a script), to be
-//! written again from their unit's latest desired state (ADR 0039): which units are due, the
-//! objects each lost, and a growing delay for a unit whose repair failed. Pure bookkeeping; the
-//! stage does the IO.
+//! Objects the applier wrote and someone else deleted or edited (a `kubectl delete`, `edit`, a
+//! script), to be written again from their unit's latest desired state (ADR 0039): which units
+//! are due, the objects each lost, and a growing delay for a unit whose repair failed. Pure
+//! bookkeeping; the stage does the IO.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -41,7 +41,7 @@ pub(crate) struct Repairs {
 }
 
 impl Repairs {
-    /// `id`, an object of the unit on `subject`, was deleted by someone else.
+    /// `id`, an object of the unit on `subject`, was deleted or edited by someone else.
     pub(crate) fn note(&mut self, subject: &str, id: ObjectId, now: Instant) {
         if let Some(pending) = self.units.get_mut(subject) {
             pending.gone.insert(id);

@@ -126,7 +126,7 @@ pub(crate) enum Side {
     Config(sluice_bus::Result<Delivered>),
     /// Objects of an owned kind that its watch saw go, each with the desired-state subject it
     /// named (`plan::desired_subject_of`), or the watch's list complete.
-    Gone(&'static str, sluice_kube::watch::Deletions),
+    Gone(&'static str, sluice_kube::watch::OwnedChanges),
     /// The watch of an owned kind failed; it goes on with backoff.
     WatchFailed(&'static str, String),
 }
@@ -213,14 +213,25 @@ impl ApplierStage {
         }
     }
 
-    /// Objects someone else deleted: each one the applier did not delete itself is noted for
-    /// its unit's repair.
-    fn on_gone(&mut self, kind: &str, deletions: sluice_kube::watch::Deletions) {
+    /// Objects someone else deleted or edited: each one deleted the applier did not delete
+    /// itself, and each one edited, is noted for its unit's repair.
+    fn on_gone(&mut self, kind: &str, changes: sluice_kube::watch::OwnedChanges) {
         let now = tokio::time::Instant::now();
-        if let Some(watched) = deletions.listed {
-            tracing::info!(%kind, watched, "the objects sluice wrote of this kind are listed: one someone else deletes is written again");
+        if let Some(watched) = changes.listed {
+            tracing::info!(%kind, watched, "the objects sluice wrote of this kind are listed: one someone else deletes or edits is written again");
         }
-        for object in deletions.gone {
+        for object in changes.edited {
+            let id = (kind.to_string(), object.namespace, object.name);
+            tracing::info!(
+                kind = %id.0,
+                namespace = %id.1,
+                name = %id.2,
+                desired = %object.kept,
+                "someone else changed fields sluice wrote: the object is written again from its desired state"
+            );
+            self.repairs.note(&object.kept, id, now);
+        }
+        for object in changes.gone {
             let id = (kind.to_string(), object.namespace, object.name);
             if self.applier.own_deletion(&id) {
                 continue;
@@ -237,10 +248,10 @@ impl ApplierStage {
     }
 
     /// Repairs the units that are due: each unit's latest desired state is read from the
-    /// stream and executed with its deleted objects no longer counted as held, so that what
-    /// it still wants is written again. A unit its stream no longer holds, or whose state
-    /// wants nothing (removed, or failed: what exists is kept), is left as it is. A repair
-    /// that fails is due again later.
+    /// stream and executed with its deleted or edited objects no longer counted as held, so
+    /// that what it still wants is written again. A unit its stream no longer holds, or whose
+    /// state wants nothing (removed, or failed: what exists is kept), is left as it is. A
+    /// repair that fails is due again later.
     async fn repair_due(&mut self, now: tokio::time::Instant) -> Vec<Output> {
         let due = self.repairs.take_due(now, crate::repair::MOST_AT_ONCE);
         if due.is_empty() {

@@ -372,13 +372,13 @@ pub async fn run(
             forgotten: std::sync::Arc::new(move |n| forgotten.add(n)),
             ..Default::default()
         });
-    // A report someone else deletes is written again: one watch of the EventReports.
-    let gone = sluice_kube::watch::watch_deletions(
+    // A report someone else deletes or edits is written again: one watch of the EventReports.
+    let gone = sluice_kube::watch::watch_owned(
         stage.client.clone(),
         stage.kind.clone(),
         None,
         sluice_domain::naming::REPORT_LABEL_EVENT_SOURCE,
-        remember_every_report,
+        (remember_every_report, FIELD_MANAGER),
         stage.watched.clone(),
     )
     .map(|batch| match batch {

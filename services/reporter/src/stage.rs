@@ -67,7 +67,7 @@ pub enum Side {
     /// The apply results (rendering failures for the reports' statuses).
     Applied(sluice_bus::Result<Delivered>),
     /// EventReports its watch saw go (or the watch's list complete).
-    Gone(sluice_kube::watch::Deletions),
+    Gone(sluice_kube::watch::OwnedChanges),
     /// The watch of EventReports failed; it goes on with backoff.
     WatchFailed(String),
 }
@@ -159,25 +159,31 @@ impl Stage for ReporterStage {
 }
 
 impl ReporterStage {
-    /// EventReports deleted: one of a set the reporter holds (its head read, so its report was
-    /// written) was deleted by someone else, as the reporter deletes a report only once its set
-    /// is removed. It is written again from the set, as any change of it would be.
-    fn on_gone(&mut self, deletions: sluice_kube::watch::Deletions) {
-        if let Some(watched) = deletions.listed {
+    /// EventReports deleted or edited: one of a set the reporter holds (its head read, so its
+    /// report was written) was deleted by someone else, as the reporter deletes a report only
+    /// once its set is removed, or someone else changed fields the reporter wrote. It is
+    /// written again from the set, as any change of it would be.
+    fn on_gone(&mut self, changes: sluice_kube::watch::OwnedChanges) {
+        if let Some(watched) = changes.listed {
             tracing::info!(
                 watched,
-                "the EventReports are listed: one someone else deletes is written again"
+                "the EventReports are listed: one someone else deletes or edits is written again"
             );
         }
         let now = Instant::now();
-        for gone in deletions.gone {
-            for key in sluice_domain::naming::event_report_keys(&gone.namespace, &gone.name) {
+        let lost = changes
+            .gone
+            .iter()
+            .map(|report| (report, "deleted"))
+            .chain(changes.edited.iter().map(|report| (report, "edited")));
+        for (report, how) in lost {
+            for key in sluice_domain::naming::event_report_keys(&report.namespace, &report.name) {
                 if self
                     .sets
                     .get(&key)
                     .is_some_and(|view| view.head().is_some())
                 {
-                    tracing::info!(namespace = %gone.namespace, name = %gone.name, "an EventReport was deleted by someone else: it is written again");
+                    tracing::info!(namespace = %report.namespace, name = %report.name, "an EventReport was {how} by someone else: it is written again");
                     self.schedule.mark(&key, now);
                 }
             }

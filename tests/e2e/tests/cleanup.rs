@@ -655,6 +655,172 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
     Ok(())
 }
 
+/// A field sluice wrote and someone else changes (`kubectl patch`, `kubectl edit`) is written
+/// back from its unit's desired state, as a controller restores what it owns and as Sveltos's
+/// event-manager rewrites its profiles at its next collection; what someone else adds of their
+/// own (a label) stays, as server-side apply keeps what it does not own. The EventReport, a view
+/// the reporter keeps, likewise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::Result<()> {
+    const EDITED: &str = "someone else changed fields sluice wrote";
+    let stack = running_seed().await?;
+    applier_watching(&stack).await?;
+    let before = owned_by(&stack, TRIGGER, "cluster-a").await?;
+    let of_kind = |objects: &[Value], kind: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no {kind} owned"))
+    };
+    let (profile, config_map) = (
+        of_kind(&before, "ClusterProfile")?,
+        of_kind(&before, "ConfigMap")?,
+    );
+    let text = |o: &Value, pointer: &str| {
+        o.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let profile_name = text(&profile, "/metadata/name");
+    let (map_name, map_namespace) = (
+        text(&config_map, "/metadata/name"),
+        text(&config_map, "/metadata/namespace"),
+    );
+    let key = config_map["data"]
+        .as_object()
+        .and_then(|data| data.keys().next().cloned())
+        .ok_or_else(|| anyhow::anyhow!("the ConfigMap has no data: {config_map}"))?;
+
+    // Someone else's label: a field of theirs, not an edit of sluice's.
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &["label", "clusterprofile", &profile_name, "team=payments"],
+        )
+        .await?;
+    // The profile's policies and the ConfigMap's policy edited.
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &[
+                "patch",
+                "clusterprofile",
+                &profile_name,
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"policyRefs":[]}}"#,
+            ],
+        )
+        .await?;
+    let edit = json!({"data": {key.as_str(): "edited"}}).to_string();
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &[
+                "patch",
+                "configmap",
+                &map_name,
+                "-n",
+                &map_namespace,
+                "--type",
+                "merge",
+                "-p",
+                &edit,
+            ],
+        )
+        .await?;
+
+    let after = wait_for(
+        "the fields edited by hand written back",
+        DEADLINE,
+        || async {
+            let after = owned_by(&stack, TRIGGER, "cluster-a").await.ok()?;
+            let profile_now = of_kind(&after, "ClusterProfile").ok()?;
+            let map_now = of_kind(&after, "ConfigMap").ok()?;
+            (profile_now["spec"] == profile["spec"]
+                && map_now["data"] == config_map["data"]
+                && profile_now["metadata"]["labels"]["team"] == "payments")
+                .then_some(after)
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    // Written back in place, not created anew; sluice holds its fields again.
+    assert_eq!(owned_uids(&stack).await?.len(), 2);
+    for object in &after {
+        let was = of_kind(&before, text(object, "/kind").as_str())?;
+        assert_eq!(object["metadata"]["uid"], was["metadata"]["uid"]);
+        let managers: Vec<String> = object["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|entry| text(entry, "/manager"))
+            .collect();
+        assert!(
+            !managers.iter().any(|m| m == "kubectl-patch"),
+            "{managers:?}"
+        );
+    }
+    assert_eq!(
+        stack.service_log("sluice-applier").matches(EDITED).count(),
+        2,
+        "one repair per object edited"
+    );
+    let metrics = stack
+        .health_url("sluice-applier", "/metrics")
+        .ok_or_else(|| anyhow::anyhow!("the applier serves no metrics"))?;
+    let (_, body) = sluice_cli::setup::http("GET", &metrics, DEADLINE).await?;
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.lines()
+            .any(|line| line == "sluice_applier_objects_written_again_total 2"),
+        "{body}"
+    );
+
+    // The EventReport's list of what matches, emptied by hand.
+    let lists_the_service = |r: &Value| r["spec"]["matchingResources"][0]["name"] == "my-service";
+    let report = demo::wait_report(&stack, REPORT_A, DEADLINE, lists_the_service)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &[
+                "patch",
+                "eventreport",
+                REPORT_A,
+                "-n",
+                "default",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"matchingResources":[]}}"#,
+            ],
+        )
+        .await?;
+    let again = demo::wait_report(&stack, REPORT_A, DEADLINE, |r| {
+        r["metadata"]["resourceVersion"] != report["metadata"]["resourceVersion"]
+            && lists_the_service(r)
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    assert_eq!(again["metadata"]["uid"], report["metadata"]["uid"]);
+    assert!(stack
+        .service_log("sluice-reporter")
+        .contains("an EventReport was edited by someone else: it is written again"));
+
+    // Nothing more is written back once all is as sluice wrote it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        stack.service_log("sluice-applier").matches(EDITED).count(),
+        2
+    );
+    Ok(())
+}
+
 /// cluster-a's EventReport of seed 000's EventSource.
 const REPORT_A: &str = "sveltos--sveltos-service--cluster-a";
 

@@ -20,21 +20,10 @@ fn example(file: &str) -> PathBuf {
 }
 
 async fn kubectl(stack: &Stack, args: &[&str]) -> anyhow::Result<String> {
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(stack.dir.join("kubeconfig.yaml"))
-        .args(["--context", MANAGEMENT])
-        .args(args)
-        .env("HOME", &stack.dir)
-        .output()
-        .await?;
-    anyhow::ensure!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        stack.logs()
-    );
-    Ok(String::from_utf8(out.stdout)?)
+    stack
+        .kubectl(MANAGEMENT, args)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e:#}\n{}", stack.logs()))
 }
 
 async fn get_yaml(stack: &Stack, resource: &str, name: &str) -> anyhow::Result<Value> {
