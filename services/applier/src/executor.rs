@@ -294,13 +294,21 @@ impl Applier {
         if whole {
             // Every other unit of this trigger and cluster is gone with it.
             lock(&self.pairs).forget(&key);
-            lock(&self.listing).remove(&key);
-            lock(&self.adoptable).remove(&key);
+            self.forget_pair(&key);
         } else {
             result.held = plan::object_refs(known.keys());
-            lock(&self.pairs).record(&key, unit_labels, known);
+            if lock(&self.pairs).record(&key, unit_labels, known) {
+                self.forget_pair(&key);
+            }
         }
         Ok(result)
+    }
+
+    /// Forgets what is kept beside a pair's index (its LIST's gate, its adoption snapshot) once
+    /// the index is forgotten for holding nothing.
+    fn forget_pair(&self, key: &str) {
+        lock(&self.listing).remove(key);
+        lock(&self.adoptable).remove(key);
     }
 
     /// Writes a trigger's status and holds or releases its finalizer. Failures are logged:

@@ -245,13 +245,23 @@ impl Pairs {
         known
     }
 
-    /// A unit of the pair now holds exactly `known` (after its applies and deletes).
-    pub(crate) fn record(&mut self, pair: &str, unit: UnitLabels, known: Known) {
+    /// A unit of the pair now holds exactly `known` (after its applies and deletes). True when
+    /// the indexed pair then holds nothing: it is forgotten, and listed again on next need, so
+    /// that a pair whose last unit went (its trigger or cluster gone, or a unit that came
+    /// after its main unit's removal) leaves nothing behind.
+    pub(crate) fn record(&mut self, pair: &str, unit: UnitLabels, known: Known) -> bool {
         match self.slots.get_mut(pair) {
-            Some(Slot::Ready(index)) => index.set(&unit, &known),
+            Some(Slot::Ready(index)) => {
+                index.set(&unit, &known);
+                if index.units.is_empty() && index.stale.is_empty() {
+                    self.slots.remove(pair);
+                    return true;
+                }
+            }
             Some(Slot::Listing { journal, .. }) => journal.push((unit, known)),
             None => {}
         }
+        false
     }
 
     /// Objects of a unit of an indexed pair are gone (deleted by someone else): the unit no
@@ -463,9 +473,16 @@ mod tests {
         assert_eq!(pairs.install("p", generation, index, &db, false).len(), 1);
         assert_eq!(pairs.known("p", &web, false), Some(written));
         // db's unit is removed: its group goes
-        pairs.record("p", db.clone(), Known::new());
+        assert!(!pairs.record("p", db.clone(), Known::new()));
         assert_eq!(pairs.known("p", &db, false), Some(Known::new()));
         assert_eq!(pairs.known("p", &web, true).map(|k| k.len()), Some(1));
+        // web's too: the pair holds nothing and is forgotten, to be listed on next need
+        assert!(pairs.record("p", web.clone(), Known::new()));
+        assert_eq!(pairs.known("p", &web, false), None);
+        assert!(pairs.slots.is_empty());
+        // a unit recorded while the pair is not indexed leaves nothing either
+        assert!(!pairs.record("p", db.clone(), Known::new()));
+        assert!(pairs.slots.is_empty());
     }
 
     #[test]
