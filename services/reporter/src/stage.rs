@@ -248,6 +248,10 @@ impl ReporterStage {
                 self.errors.inc();
                 let reason = sluice_runtime::error_chain(&error);
                 tracing::warn!(cluster = %key.0, event_source = %key.1, error = %reason, "EventReport refused by the API server");
+                if removed {
+                    // Nothing more is written for a set that went (until it comes back).
+                    self.schedule.forget(key);
+                }
                 self.dead_letter(key, &reason).await;
             }
         }
