@@ -821,6 +821,49 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
     Ok(())
 }
 
+/// A trigger deleted while sluice still owned something for it (its finalizer taken off by
+/// hand), whose configuration's deletion the applier never saw (away longer than it lives): the
+/// pair's removal deletes what it held, and the status write that then finds the trigger gone
+/// makes the applier forget it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_the_applier_finds_gone_is_forgotten() -> anyhow::Result<()> {
+    let mut stack = running_seed().await?;
+    stack.stop_service("sluice-applier")?;
+    let resource = ADDON.1.to_lowercase();
+    let unblock = r#"{"metadata":{"finalizers":null}}"#;
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &[
+                "patch", &resource, TRIGGER, "--type", "merge", "-p", unblock,
+            ],
+        )
+        .await?;
+    stack
+        .kubectl(MANAGEMENT, &["delete", &resource, TRIGGER])
+        .await?;
+    assert!(trigger_object(&stack).await?.is_none(), "deleted at once");
+    let config = topology::config_subject(ADDON.1, "", TRIGGER);
+    expired_unseen(
+        &stack,
+        topology::CONFIG,
+        &config,
+        topology::CONFIG_TOMBSTONE_TTL,
+    )
+    .await?;
+    held_while_away(&stack, "sluice-applier").await?;
+
+    stack.start_service("sluice-applier")?;
+    cleaned(&stack).await?;
+    wait_for("the trigger forgotten", DEADLINE, || async {
+        let forgotten = demo::counter(&stack, "sluice-applier", FORGOTTEN).await;
+        (forgotten.ok()? == 1).then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    Ok(())
+}
+
 /// cluster-a's EventReport of seed 000's EventSource.
 const REPORT_A: &str = "sveltos--sveltos-service--cluster-a";
 
