@@ -445,29 +445,16 @@ impl OwnedState {
                     .get(&key)
                     .filter(|seen| was_edited(seen, hold))
                     .map(|seen| seen.kept.clone());
-                match (edited, kept) {
-                    (Some(was), kept) => {
-                        // Told with what was kept before the edit, which may have taken it.
-                        changes.edited.push(gone(key.clone(), was.clone()));
-                        let kept = kept.unwrap_or(was);
-                        self.seen.insert(
-                            key,
-                            Kept {
-                                kept,
-                                owned: Some(hold.owned),
-                            },
-                        );
+                // An edit is told with what was kept before it, which the edit may have taken.
+                if let Some(was) = &edited {
+                    changes.edited.push(gone(key.clone(), was.clone()));
+                }
+                match kept.or(edited) {
+                    Some(kept) => {
+                        let owned = Some(hold.owned);
+                        self.seen.insert(key, Kept { kept, owned });
                     }
-                    (None, Some(kept)) => {
-                        self.seen.insert(
-                            key,
-                            Kept {
-                                kept,
-                                owned: Some(hold.owned),
-                            },
-                        );
-                    }
-                    (None, None) => {
+                    None => {
                         self.seen.remove(&key);
                     }
                 }
@@ -500,13 +487,8 @@ impl OwnedState {
                     }
                     let kept = kept.or_else(|| edited.map(|before| before.kept.clone()));
                     if let Some(kept) = kept {
-                        seen.insert(
-                            key,
-                            Kept {
-                                kept,
-                                owned: Some(hold.owned),
-                            },
-                        );
+                        let owned = Some(hold.owned);
+                        seen.insert(key, Kept { kept, owned });
                     }
                 }
                 changes.gone = std::mem::replace(&mut self.seen, seen)
