@@ -4,7 +4,7 @@
 //! gone), cluster stops matching, cluster deleted, a broken template (status and report show
 //! it, what exists stays), the applier restarted in the middle of a change, and a profile wanted
 //! again while Sveltos's addon-controller still holds the old one with its finalizer. And the
-//! other way round: what sluice wrote and someone else deletes is written again.
+//! other way round: what sluice wrote and someone else deletes or edits is written again.
 
 use std::time::Duration;
 
