@@ -1,7 +1,14 @@
 //! Field ownership (`metadata.managedFields`) and server-side apply. Ownership is tracked per leaf
-//! field path: objects are walked, lists and scalars are leaves (lists are atomic, as for CRDs
-//! without list-type markers). An apply conflicts when another manager owns a field the applied
-//! configuration sets to a different value; `force` takes the field over.
+//! field path, as `fieldsV1` writes it: objects are walked field by field (`f:<name>`); a list
+//! whose schema says `x-kubernetes-list-type: map` is walked item by item, each item named by
+//! its key fields (`k:{...}`), and one that says `set` value by value (`v:<value>`), each item or
+//! value itself owned too (`.`); every other list is atomic, a leaf, as for CRDs without
+//! list-type markers. Built-in kinds' lists follow their strategic merge keys (containers by
+//! `name`, ...), and every kind's `metadata.finalizers` is a set and `ownerReferences` a map by
+//! `uid`, as kube-apiserver's schemas say. An apply conflicts when another manager owns a field
+//! the applied configuration sets to a different value; `force` takes the field over. An apply
+//! merges a map list item by item and a set value by value, and drops the items and values its
+//! manager stops applying that no other manager owns.
 
 use std::collections::BTreeSet;
 
@@ -9,8 +16,10 @@ use serde_json::{json, Map, Value};
 
 use crate::cluster::Subresource;
 use crate::object::{now, set_meta};
+use crate::resources::ResourceInfo;
 
-/// A field path: object keys from the root.
+/// A field path: the `fieldsV1` step to each level from the root (`f:spec`, `k:{"name":"a"}`,
+/// `v:"x"`).
 pub type Path = Vec<String>;
 
 /// A field another manager owns that an apply would change.
@@ -21,8 +30,152 @@ pub struct Conflict {
 }
 
 impl Conflict {
+    /// The field as kube-apiserver names it in a conflict: `.spec.containers[name="app"].image`.
     pub fn field(&self) -> String {
-        self.path.iter().map(|p| format!(".{p}")).collect()
+        self.path
+            .iter()
+            .map(|step| match step.split_at(2.min(step.len())) {
+                ("f:", name) => format!(".{name}"),
+                ("k:", key) => {
+                    let key: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
+                    let parts: Vec<String> = key.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    format!("[{}]", parts.join(","))
+                }
+                ("v:", value) => format!("[={value}]"),
+                _ => format!(".{step}"),
+            })
+            .collect()
+    }
+}
+
+/// The schema of `info`'s objects at `api_version` that says how their lists merge: a CRD
+/// version's `openAPIV3Schema`, or a built-in kind's.
+pub fn schema_of<'a>(info: &'a ResourceInfo, api_version: &str) -> Option<&'a Value> {
+    if info.crd.is_some() {
+        let version = api_version.rsplit('/').next().unwrap_or(api_version);
+        return info
+            .schemas
+            .iter()
+            .find(|s| s.version == version)
+            .map(|s| &*s.schema);
+    }
+    crate::schema::builtin::schema(&info.group, &info.kind)
+}
+
+/// How a list merges and is owned.
+#[derive(Clone, Debug, PartialEq)]
+enum ListKind {
+    Atomic,
+    /// Items are told apart by these fields.
+    Map(Vec<String>),
+    Set,
+}
+
+fn list_kind(schema: Option<&Value>) -> ListKind {
+    let Some(schema) = schema else {
+        return ListKind::Atomic;
+    };
+    let text = |k: &str| schema.get(k).and_then(Value::as_str);
+    match text("x-kubernetes-list-type") {
+        Some("map") => {
+            let keys: Vec<String> = schema
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            return if keys.is_empty() {
+                ListKind::Atomic
+            } else {
+                ListKind::Map(keys)
+            };
+        }
+        Some("set") => return ListKind::Set,
+        Some(_) => return ListKind::Atomic,
+        None => {}
+    }
+    match (
+        text("x-kubernetes-patch-merge-key"),
+        text("x-kubernetes-patch-strategy"),
+    ) {
+        (Some(key), _) => ListKind::Map(vec![key.to_string()]),
+        (None, Some(strategy)) if strategy.split(',').any(|s| s == "merge") => ListKind::Set,
+        _ => ListKind::Atomic,
+    }
+}
+
+/// The schema of field `name` of an object of `schema`: a declared property, or the schema of
+/// every value of a map.
+fn field_schema<'a>(schema: Option<&'a Value>, name: &str) -> Option<&'a Value> {
+    let schema = schema?;
+    schema
+        .get("properties")
+        .and_then(|p| p.get(name))
+        .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
+}
+
+fn items_schema(schema: Option<&Value>) -> Option<&Value> {
+    schema?.get("items")
+}
+
+/// The schema of the field at `path` of an object of `schema`.
+fn schema_at<'a>(schema: Option<&'a Value>, path: &[String]) -> Option<&'a Value> {
+    let mut steps = path.iter();
+    let mut current = match steps.next().map(String::as_str) {
+        Some("f:metadata") => Some(metadata_schema()),
+        Some(step) => field_schema(schema, step.strip_prefix("f:")?),
+        None => return schema,
+    };
+    for step in steps {
+        current = match step.strip_prefix("f:") {
+            Some(name) => field_schema(current, name),
+            None => items_schema(current),
+        };
+    }
+    current
+}
+
+/// `metadata`'s lists, the same for every kind (a CRD's schema declares no `metadata`).
+fn metadata_schema() -> &'static Value {
+    static META: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    META.get_or_init(|| {
+        json!({"properties": {
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+            "finalizers": {"type": "array", "x-kubernetes-list-type": "set"},
+            "ownerReferences": {"type": "array", "x-kubernetes-list-type": "map",
+                                "x-kubernetes-list-map-keys": ["uid"]},
+        }})
+    })
+}
+
+/// The step that names `item` of a list of `kind`, if it can be named (a map item with every
+/// key field, a scalar set value).
+fn item_step(kind: &ListKind, item: &Value) -> Option<String> {
+    match kind {
+        ListKind::Atomic => None,
+        ListKind::Map(keys) => {
+            let mut key = Map::new();
+            for k in keys {
+                key.insert(k.clone(), item.get(k)?.clone());
+            }
+            Some(format!("k:{}", Value::Object(key)))
+        }
+        ListKind::Set => (!item.is_object() && !item.is_array()).then(|| format!("v:{item}")),
+    }
+}
+
+/// The list's kind, unless one of its items cannot be named by it (then it is atomic).
+fn kind_of_list(schema: Option<&Value>, items: &[Value]) -> ListKind {
+    let kind = list_kind(schema);
+    if items.iter().all(|item| item_step(&kind, item).is_some()) {
+        kind
+    } else {
+        ListKind::Atomic
     }
 }
 
@@ -98,37 +251,56 @@ fn to_fields_v1(paths: &BTreeSet<Path>) -> Value {
     let mut root = Map::new();
     for path in paths {
         let mut node = &mut root;
-        for seg in path {
-            let child = node.entry(format!("f:{seg}")).or_insert_with(|| json!({}));
-            if !child.is_object() {
-                *child = json!({});
-            }
-            node = child.as_object_mut().expect("made an object above");
+        for step in path {
+            let child = node.entry(step.clone()).or_insert_with(|| json!({}));
+            node = child.as_object_mut().expect("every node is an object");
         }
+        // Marked as owned itself; the mark stays only where the node has fields of its own.
+        node.insert(".".into(), json!({}));
     }
+    unmark_leaves(&mut root);
     Value::Object(root)
 }
 
-fn from_fields_v1(v: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
-    let children: Vec<(&String, &Value)> = v
-        .as_object()
-        .map(|m| m.iter().filter(|(k, _)| k.starts_with("f:")).collect())
-        .unwrap_or_default();
-    if children.is_empty() {
-        if !prefix.is_empty() {
-            out.insert(prefix.clone());
-        }
+fn unmark_leaves(node: &mut Map<String, Value>) {
+    if node.len() == 1 && node.contains_key(".") {
+        node.clear();
         return;
     }
-    for (k, child) in children {
-        prefix.push(k[2..].to_string());
+    for (step, child) in node.iter_mut() {
+        if step != "." {
+            if let Some(child) = child.as_object_mut() {
+                unmark_leaves(child);
+            }
+        }
+    }
+}
+
+fn from_fields_v1(v: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
+    let Some(node) = v.as_object() else {
+        return;
+    };
+    if (node.is_empty() || node.contains_key(".")) && !prefix.is_empty() {
+        out.insert(prefix.clone());
+    }
+    for (step, child) in node {
+        if step == "." {
+            continue;
+        }
+        prefix.push(step.clone());
         from_fields_v1(child, prefix, out);
         prefix.pop();
     }
 }
 
-/// Leaf paths of `obj` a manager can own for a write to `sub`.
-pub fn leaf_paths(obj: &Value, status_kind: bool, sub: Subresource) -> BTreeSet<Path> {
+/// Leaf paths of `obj` a manager can own for a write to `sub`; `schema` (the kind's, see
+/// [`schema_of`]) says how its lists are owned.
+pub fn leaf_paths(
+    obj: &Value,
+    schema: Option<&Value>,
+    status_kind: bool,
+    sub: Subresource,
+) -> BTreeSet<Path> {
     let mut out = BTreeSet::new();
     let Some(map) = obj.as_object() else {
         return out;
@@ -144,24 +316,53 @@ pub fn leaf_paths(obj: &Value, status_kind: bool, sub: Subresource) -> BTreeSet<
             continue;
         }
         if k == "metadata" {
+            let meta = Some(metadata_schema());
             for mk in ["labels", "annotations", "finalizers", "ownerReferences"] {
                 if let Some(mv) = v.get(mk) {
-                    walk(mv, &mut vec![k.clone(), mk.to_string()], &mut out);
+                    let mut path = vec![format!("f:{k}"), format!("f:{mk}")];
+                    walk(mv, field_schema(meta, mk), &mut path, &mut out);
                 }
             }
         } else {
-            walk(v, &mut vec![k.clone()], &mut out);
+            walk(
+                v,
+                field_schema(schema, k),
+                &mut vec![format!("f:{k}")],
+                &mut out,
+            );
         }
     }
     out
 }
 
-fn walk(v: &Value, path: &mut Path, out: &mut BTreeSet<Path>) {
-    match v.as_object() {
-        Some(m) if !m.is_empty() => {
+fn walk(v: &Value, schema: Option<&Value>, path: &mut Path, out: &mut BTreeSet<Path>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
             for (k, child) in m {
-                path.push(k.clone());
-                walk(child, path, out);
+                path.push(format!("f:{k}"));
+                walk(child, field_schema(schema, k), path, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            let kind = kind_of_list(schema, items);
+            if kind == ListKind::Atomic {
+                out.insert(path.clone());
+                return;
+            }
+            for item in items {
+                let Some(step) = item_step(&kind, item) else {
+                    continue;
+                };
+                path.push(step);
+                out.insert(path.clone());
+                if let Value::Object(fields) = item {
+                    for (k, child) in fields {
+                        path.push(format!("f:{k}"));
+                        walk(child, field_schema(items_schema(schema), k), path, out);
+                        path.pop();
+                    }
+                }
                 path.pop();
             }
         }
@@ -171,8 +372,26 @@ fn walk(v: &Value, path: &mut Path, out: &mut BTreeSet<Path>) {
     }
 }
 
+/// Whether the list item or set value `item` is the one `step` names.
+fn names(step: &str, item: &Value) -> bool {
+    match step.split_at(2.min(step.len())) {
+        ("k:", key) => serde_json::from_str::<Map<String, Value>>(key)
+            .is_ok_and(|key| key.iter().all(|(k, v)| item.get(k) == Some(v))),
+        ("v:", value) => serde_json::from_str::<Value>(value).is_ok_and(|value| &value == item),
+        _ => false,
+    }
+}
+
+fn is_item(step: &str) -> bool {
+    step.starts_with("k:") || step.starts_with("v:")
+}
+
 fn value_at<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |cur, seg| cur.get(seg))
+    path.iter()
+        .try_fold(v, |cur, step| match step.strip_prefix("f:") {
+            Some(name) => cur.get(name),
+            None => cur.as_array()?.iter().find(|item| names(step, item)),
+        })
 }
 
 fn remove_at(v: &mut Value, path: &[String]) {
@@ -180,14 +399,85 @@ fn remove_at(v: &mut Value, path: &[String]) {
         return;
     };
     let mut cur = v;
-    for seg in parents {
-        match cur.get_mut(seg) {
+    for step in parents {
+        let next = match step.strip_prefix("f:") {
+            Some(name) => cur.get_mut(name),
+            None => cur
+                .as_array_mut()
+                .and_then(|items| items.iter_mut().find(|item| names(step, item))),
+        };
+        match next {
             Some(next) => cur = next,
             None => return,
         }
     }
-    if let Some(m) = cur.as_object_mut() {
-        m.remove(last);
+    match last.strip_prefix("f:") {
+        Some(name) => {
+            if let Some(m) = cur.as_object_mut() {
+                m.remove(name);
+            }
+        }
+        None => {
+            if let Some(items) = cur.as_array_mut() {
+                items.retain(|item| !names(last, item));
+            }
+        }
+    }
+}
+
+/// Merges an applied configuration into `base` as server-side apply does: objects field by
+/// field, `null` deletes, a map list item by item (by its keys) and a set value by value, every
+/// other list and scalar replaced.
+fn merge_applied(base: &mut Value, config: &Value, schema: Option<&Value>) {
+    match (base, config) {
+        (Value::Object(b), Value::Object(c)) => {
+            for (k, v) in c {
+                if v.is_null() {
+                    b.remove(k);
+                    continue;
+                }
+                let child = field_schema(schema, k);
+                match b.get_mut(k) {
+                    Some(existing) => merge_applied(existing, v, child),
+                    None => {
+                        let mut fresh = if v.is_object() {
+                            json!({})
+                        } else {
+                            Value::Null
+                        };
+                        merge_applied(&mut fresh, v, child);
+                        b.insert(k.clone(), fresh);
+                    }
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(c)) => {
+            let kind = kind_of_list(schema, c);
+            if kind == ListKind::Atomic || kind_of_list(schema, b) == ListKind::Atomic {
+                *b = c.clone();
+                return;
+            }
+            for item in c {
+                let Some(step) = item_step(&kind, item) else {
+                    continue;
+                };
+                match b.iter_mut().find(|existing| names(&step, existing)) {
+                    Some(existing) if kind != ListKind::Set => {
+                        merge_applied(existing, item, items_schema(schema));
+                    }
+                    Some(_) => {}
+                    None => b.push(item.clone()),
+                }
+            }
+        }
+        (base, config) => {
+            if config.is_object() {
+                *base = json!({});
+                merge_applied(base, config, schema);
+            } else {
+                *base = config.clone();
+            }
+        }
     }
 }
 
@@ -218,21 +508,31 @@ pub fn merge(base: &mut Value, patch: &Value) {
 }
 
 /// Records a create/update by `manager`: it takes the fields whose value it changed.
+/// A list item or set value counts as changed only when it is added; its fields count
+/// themselves.
 pub fn record_update(
     old: Option<&Value>,
     new: &mut Value,
     manager: &str,
     api_version: &str,
+    schema: Option<&Value>,
     status_kind: bool,
     sub: Subresource,
 ) {
-    let new_paths = leaf_paths(new, status_kind, sub);
+    let new_paths = leaf_paths(new, schema, status_kind, sub);
     let old_paths = old
-        .map(|o| leaf_paths(o, status_kind, sub))
+        .map(|o| leaf_paths(o, schema, status_kind, sub))
         .unwrap_or_default();
     let changed: BTreeSet<Path> = new_paths
         .iter()
-        .filter(|p| old.and_then(|o| value_at(o, p)) != value_at(new, p))
+        .filter(|p| {
+            let before = old.and_then(|o| value_at(o, p));
+            if p.last().is_some_and(|step| is_item(step)) {
+                before.is_none()
+            } else {
+                before != value_at(new, p)
+            }
+        })
         .cloned()
         .collect();
     let removed: BTreeSet<Path> = old_paths.difference(&new_paths).cloned().collect();
@@ -276,6 +576,7 @@ pub fn apply(
     config: &Value,
     manager: &str,
     force: bool,
+    schema: Option<&Value>,
     status_kind: bool,
     sub: Subresource,
 ) -> Result<Value, Vec<Conflict>> {
@@ -284,7 +585,7 @@ pub fn apply(
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    let config_paths = leaf_paths(config, status_kind, sub);
+    let config_paths = leaf_paths(config, schema, status_kind, sub);
     let mut base = live.cloned().unwrap_or_else(|| {
         let mut skeleton = json!({"apiVersion": config.get("apiVersion"), "kind": config.get("kind"), "metadata": {}});
         for k in ["name", "namespace", "generateName"] {
@@ -302,6 +603,14 @@ pub fn apply(
         .filter(|e| e.manager != manager && e.subresource == subname)
     {
         for p in e.fields.intersection(&config_paths) {
+            // An item both set is shared, whatever its fields: those conflict themselves; so is
+            // a merged list applied empty, whose items do.
+            if p.last().is_some_and(|step| is_item(step))
+                || value_at(config, p).is_some_and(|v| v.as_array().is_some_and(Vec::is_empty))
+                    && list_kind(schema_at(schema, p)) != ListKind::Atomic
+            {
+                continue;
+            }
             if value_at(&base, p) != value_at(config, p) {
                 conflicts.push(Conflict {
                     manager: e.manager.clone(),
@@ -324,9 +633,11 @@ pub fn apply(
         .position(|e| e.manager == manager && e.operation == "Apply" && e.subresource == subname);
     let previous = mine.map(|i| list[i].fields.clone()).unwrap_or_default();
     for p in previous.difference(&config_paths) {
-        let shared = list
-            .iter()
-            .any(|e| !(e.manager == manager && e.operation == "Apply") && e.fields.contains(p));
+        // Kept while another manager owns it or anything within it (an item's field).
+        let shared = list.iter().any(|e| {
+            !(e.manager == manager && e.operation == "Apply")
+                && e.fields.iter().any(|q| q.starts_with(p))
+        });
         if !shared {
             remove_at(&mut base, p);
         }
@@ -336,7 +647,7 @@ pub fn apply(
         m.remove("managedFields");
         m.remove("resourceVersion");
     }
-    merge(&mut base, &cfg);
+    merge_applied(&mut base, &cfg, schema);
     let changed = previous != config_paths;
     match mine {
         Some(i) => {

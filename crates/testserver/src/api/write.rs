@@ -364,7 +364,8 @@ fn apply(call: &Call, target: &Target, name: &str, dry: bool) -> Result<Response
         crate::cluster::no_resource_version_on_create(rv_in)?;
     }
     let live = live.map(|l| target.present(l)).transpose()?;
-    let merged = fields::apply(live.as_ref(), &config, &manager, force, target.info.status, sub).map_err(|conflicts| {
+    let schema = fields::schema_of(&target.info, &target.version);
+    let merged = fields::apply(live.as_ref(), &config, &manager, force, schema, target.info.status, sub).map_err(|conflicts| {
         let causes: Vec<Value> = conflicts
             .iter()
             .map(|c| json!({"type": "FieldManagerConflict", "message": format!("conflict with {:?}", c.manager), "field": c.field()}))

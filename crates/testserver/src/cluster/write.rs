@@ -281,6 +281,7 @@ impl State {
                 &mut sent,
                 manager,
                 &api_version,
+                fields::schema_of(info, &api_version),
                 info.status,
                 Subresource::Main,
             );
@@ -473,6 +474,7 @@ impl State {
                 &mut stored,
                 manager,
                 &api_version,
+                fields::schema_of(info, &api_version),
                 info.status,
                 sub,
             );

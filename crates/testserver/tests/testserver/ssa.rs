@@ -148,3 +148,212 @@ async fn apply_to_status_changes_only_status() {
     assert_eq!(ip, Some(Some("10.0.0.1".to_string())));
     server.shutdown().await;
 }
+
+/// The fieldsV1 of `manager`'s entry in `object`'s managedFields.
+fn fields_of(object: &serde_json::Value, manager: &str) -> serde_json::Value {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["manager"] == manager)
+        .map(|e| e["fieldsV1"].clone())
+        .unwrap_or_default()
+}
+
+/// Lists that are maps or sets are owned item by item, as kube-apiserver owns them: two managers
+/// each apply their own item without a conflict, an item's fields conflict on their own, and an
+/// item its manager stops applying goes unless another owns it.
+#[tokio::test]
+async fn list_items_are_owned_by_their_keys_and_set_values_each() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let server = server(&["mgmt"]).await;
+    let c = client(&server, "mgmt").await;
+    let apply = |manager: &str| PatchParams::apply(manager);
+
+    // metadata.finalizers: a set, on every kind.
+    let maps: Api<DynamicObject> =
+        Api::namespaced_with(c.clone(), "default", &ApiResource::erase::<ConfigMap>(&()));
+    let cm = |finalizers: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "held", "finalizers": finalizers}})
+    };
+    maps.patch(
+        "held",
+        &apply("alice"),
+        &Patch::Apply(cm(json!(["a.io/one"]))),
+    )
+    .await
+    .expect("alice's finalizer");
+    let both = maps
+        .patch(
+            "held",
+            &apply("bob"),
+            &Patch::Apply(cm(json!(["b.io/two"]))),
+        )
+        .await
+        .expect("bob's finalizer: no conflict");
+    let both = serde_json::to_value(&both).expect("json");
+    assert_eq!(
+        both["metadata"]["finalizers"],
+        json!(["a.io/one", "b.io/two"])
+    );
+    assert_eq!(
+        fields_of(&both, "bob"),
+        json!({"f:metadata": {"f:finalizers": {"v:\"b.io/two\"": {}}}})
+    );
+    let left = maps
+        .patch("held", &apply("alice"), &Patch::Apply(cm(json!([]))))
+        .await
+        .expect("alice lets hers go");
+    assert_eq!(left.metadata.finalizers, Some(vec!["b.io/two".to_string()]));
+    // An item added beside a set applied empty is no conflict: the set's values are owned each.
+    let more = maps
+        .patch(
+            "held",
+            &apply("bob"),
+            &Patch::Apply(cm(json!(["b.io/two", "b.io/three"]))),
+        )
+        .await
+        .expect("bob adds one");
+    assert_eq!(more.metadata.finalizers.map(|f| f.len()), Some(2));
+    // Nor is a set applied empty beside another applied empty: neither takes the other's values.
+    let none = maps
+        .patch("held", &apply("carol"), &Patch::Apply(cm(json!([]))))
+        .await
+        .expect("carol applies none");
+    assert_eq!(none.metadata.finalizers.map(|f| f.len()), Some(2));
+
+    // A Deployment's containers: a map by name.
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        c.clone(),
+        "default",
+        &ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+    );
+    let deployment = |containers: serde_json::Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": containers}}}})
+    };
+    deployments
+        .patch(
+            "web",
+            &apply("alice"),
+            &Patch::Apply(deployment(json!([{"name": "app", "image": "app:1"}]))),
+        )
+        .await
+        .expect("alice's container");
+    let sidecar = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"template": {"spec": {"containers": [{"name": "proxy", "image": "proxy:1"}]}}}});
+    let both = deployments
+        .patch("web", &apply("bob"), &Patch::Apply(sidecar))
+        .await
+        .expect("bob's container beside alice's: no conflict");
+    let both = serde_json::to_value(&both).expect("json");
+    let names: Vec<&str> = both["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["app", "proxy"]);
+    let bobs = &fields_of(&both, "bob")["f:spec"]["f:template"]["f:spec"]["f:containers"];
+    assert_eq!(
+        bobs,
+        &json!({"k:{\"name\":\"proxy\"}": {".": {}, "f:image": {}, "f:name": {}}})
+    );
+    let takeover = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:2"}]}}}});
+    match deployments
+        .patch("web", &apply("bob"), &Patch::Apply(takeover))
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 409);
+            assert!(
+                s.message.contains(
+                    r#"conflict with "alice": .spec.template.spec.containers[name="app"].image"#
+                ),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected a conflict on alice's image, got {other:?}"),
+    }
+    let renamed = deployments
+        .patch(
+            "web",
+            &apply("alice"),
+            &Patch::Apply(deployment(json!([{"name": "main", "image": "app:1"}]))),
+        )
+        .await
+        .expect("alice renames hers");
+    let renamed = serde_json::to_value(&renamed).expect("json");
+    let names: Vec<&str> = renamed["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["proxy", "main"],
+        "alice's old item goes, bob's stays"
+    );
+
+    // A CRD's list-type map: a ClusterProfile's templateResourceRefs, by identifier.
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(c.clone());
+    let mut def = sluice_testserver::sveltos_crds()
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "clusterprofiles.config.projectsveltos.io")
+        .expect("the ClusterProfile CRD");
+    def["spec"]["conversion"] = json!({"strategy": "None"});
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(def).expect("crd"),
+    )
+    .await
+    .expect("create the CRD");
+    let gvk = GroupVersionKind::gvk("config.projectsveltos.io", "v1beta1", "ClusterProfile");
+    let profiles: Api<DynamicObject> = Api::all_with(
+        c.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "clusterprofiles"),
+    );
+    let profile = |id: &str| {
+        json!({"apiVersion": "config.projectsveltos.io/v1beta1", "kind": "ClusterProfile",
+        "metadata": {"name": "p"},
+        "spec": {"templateResourceRefs": [{"identifier": id,
+            "resource": {"apiVersion": "v1", "kind": "ConfigMap", "name": id}}]}})
+    };
+    let created = super::support::eventually(10, "the ClusterProfile kind served", || {
+        let profiles = profiles.clone();
+        let first = profile("one");
+        async move {
+            profiles
+                .patch("p", &PatchParams::apply("alice"), &Patch::Apply(first))
+                .await
+                .ok()
+        }
+    })
+    .await;
+    assert_eq!(
+        created.data["spec"]["templateResourceRefs"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let both = profiles
+        .patch("p", &apply("bob"), &Patch::Apply(profile("two")))
+        .await
+        .expect("bob's reference beside alice's: no conflict");
+    let ids: Vec<&str> = both.data["spec"]["templateResourceRefs"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|r| r["identifier"].as_str())
+        .collect();
+    assert_eq!(ids, ["one", "two"]);
+    server.shutdown().await;
+}
