@@ -493,7 +493,7 @@ impl Lane {
         Ok((world, counts))
     }
 
-    /// Applies (or deletes) one object, retrying through injected faults; returns the attempts
+    /// Writes (or deletes) one object, retrying through injected faults; returns the attempts
     /// and whether it was written inside the cluster while cut off.
     async fn write(
         &self,
@@ -519,23 +519,45 @@ impl Lane {
                 .map_err(anyhow::Error::from);
             }
             let written: anyhow::Result<()> = match (state, self.kinds.get(&kind)) {
-                (Some(state), _) => sluice_kube::manifest::apply_documents(
-                    &self.client,
-                    &[state.object(name)],
-                    "chaos-load",
-                )
-                .await
-                .map(drop)
-                .map_err(Into::into),
+                (Some(state), Some(resolved)) => {
+                    self.replace(resolved, name, state.object(name)).await
+                }
                 (None, Some(resolved)) => apply::delete(&self.client, resolved, NS, name)
                     .await
                     .map_err(Into::into),
-                (None, None) => Err(anyhow::anyhow!("{kind:?} not resolved")),
+                (_, None) => Err(anyhow::anyhow!("{kind:?} not resolved")),
             };
             written
         })
         .await?;
         Ok((attempts.into_inner(), inside.into_inner()))
+    }
+}
+
+impl Lane {
+    /// Writes `object` whole, as `kubectl replace` would: what it does not say is not kept. The
+    /// truth here is the last state written, and a server-side apply would merge a Service's
+    /// ports (a list owned item by item) with those written inside meanwhile by another
+    /// manager. A JSON merge patch of the whole state, or a create when there is none.
+    async fn replace(&self, kind: &apply::Kind, name: &str, object: Value) -> anyhow::Result<()> {
+        use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &kind.resource);
+        let patch = PatchParams {
+            field_manager: Some("chaos-load".into()),
+            ..PatchParams::default()
+        };
+        match api.patch(name, &patch, &Patch::Merge(&object)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                let post = PostParams {
+                    field_manager: Some("chaos-load".into()),
+                    ..PostParams::default()
+                };
+                api.create(&post, &serde_json::from_value(object)?).await?;
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 }
 
@@ -1292,11 +1314,24 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
 
     // The truth is computed from what the managed clusters hold (which must be what was written).
     let listed = list_world(&stack).await?;
+    let differences: Vec<String> = listed
+        .iter()
+        .filter(|(key, state)| world.get(*key) != Some(*state))
+        .map(|(key, state)| format!("{key:?} holds {state:?}, written {:?}", world.get(key)))
+        .chain(
+            world
+                .iter()
+                .filter(|(key, _)| !listed.contains_key(*key))
+                .map(|(key, state)| format!("{key:?} missing, written {state:?}")),
+        )
+        .take(10)
+        .collect();
     anyhow::ensure!(
-        listed == world,
-        "the managed clusters do not hold what the load wrote ({} objects listed, {} written)",
+        differences.is_empty(),
+        "the managed clusters do not hold what the load wrote ({} objects listed, {} written): {}",
         listed.len(),
-        world.len()
+        world.len(),
+        differences.join("; ")
     );
     let truth = truth(&listed, &users);
     let converged = wait_for(
