@@ -220,20 +220,11 @@ impl ApplierStage {
         if let Some(watched) = changes.listed {
             tracing::info!(%kind, watched, "the objects sluice wrote of this kind are listed: one someone else deletes or edits is written again");
         }
-        for object in changes.edited {
+        let edited = changes.edited.into_iter().map(|object| (object, "edited"));
+        let gone = changes.gone.into_iter().map(|object| (object, "deleted"));
+        for (object, how) in edited.chain(gone) {
             let id = (kind.to_string(), object.namespace, object.name);
-            tracing::info!(
-                kind = %id.0,
-                namespace = %id.1,
-                name = %id.2,
-                desired = %object.kept,
-                "someone else changed fields sluice wrote: the object is written again from its desired state"
-            );
-            self.repairs.note(&object.kept, id, now);
-        }
-        for object in changes.gone {
-            let id = (kind.to_string(), object.namespace, object.name);
-            if self.applier.own_deletion(&id) {
+            if how == "deleted" && self.applier.own_deletion(&id) {
                 continue;
             }
             tracing::info!(
@@ -241,7 +232,7 @@ impl ApplierStage {
                 namespace = %id.1,
                 name = %id.2,
                 desired = %object.kept,
-                "an object sluice wrote was deleted by someone else: it is written again from its desired state"
+                "an object sluice wrote was {how} by someone else: it is written again from its desired state"
             );
             self.repairs.note(&object.kept, id, now);
         }

@@ -577,22 +577,13 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
         2,
         "one line per object deleted by hand"
     );
-    let metrics = stack
-        .health_url("sluice-applier", "/metrics")
-        .ok_or_else(|| anyhow::anyhow!("the applier serves no metrics"))?;
-    let (_, body) = sluice_cli::setup::http("GET", &metrics, DEADLINE).await?;
-    let body = String::from_utf8_lossy(&body);
-    assert!(
-        body.lines()
-            .any(|line| line == "sluice_applier_objects_written_again_total 2"),
-        "{body}"
+    assert_eq!(
+        demo::counter(&stack, "sluice-applier", WRITTEN_AGAIN).await?,
+        2
     );
 
     // The EventReport, a view the reporter keeps, likewise.
-    let lists_the_service = |r: &Value| r["spec"]["matchingResources"][0]["name"] == "my-service";
-    let report = demo::wait_report(&stack, REPORT_A, DEADLINE, lists_the_service)
-        .await
-        .map_err(|e| fail(&stack, e))?;
+    let report = report_listing_the_service(&stack).await?;
     stack
         .delete(
             MANAGEMENT,
@@ -662,7 +653,7 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
 /// the reporter keeps, likewise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::Result<()> {
-    const EDITED: &str = "someone else changed fields sluice wrote";
+    const EDITED: &str = "edited by someone else: it is written again";
     let stack = running_seed().await?;
     applier_watching(&stack).await?;
     let before = owned_by(&stack, TRIGGER, "cluster-a").await?;
@@ -769,22 +760,13 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
         2,
         "one repair per object edited"
     );
-    let metrics = stack
-        .health_url("sluice-applier", "/metrics")
-        .ok_or_else(|| anyhow::anyhow!("the applier serves no metrics"))?;
-    let (_, body) = sluice_cli::setup::http("GET", &metrics, DEADLINE).await?;
-    let body = String::from_utf8_lossy(&body);
-    assert!(
-        body.lines()
-            .any(|line| line == "sluice_applier_objects_written_again_total 2"),
-        "{body}"
+    assert_eq!(
+        demo::counter(&stack, "sluice-applier", WRITTEN_AGAIN).await?,
+        2
     );
 
     // The EventReport's list of what matches, emptied by hand.
-    let lists_the_service = |r: &Value| r["spec"]["matchingResources"][0]["name"] == "my-service";
-    let report = demo::wait_report(&stack, REPORT_A, DEADLINE, lists_the_service)
-        .await
-        .map_err(|e| fail(&stack, e))?;
+    let report = report_listing_the_service(&stack).await?;
     stack
         .kubectl(
             MANAGEMENT,
@@ -862,6 +844,21 @@ async fn a_trigger_the_applier_finds_gone_is_forgotten() -> anyhow::Result<()> {
     .await
     .map_err(|e| fail(&stack, e))?;
     Ok(())
+}
+
+/// The applier's count of objects it wrote again after someone else deleted or edited them.
+const WRITTEN_AGAIN: &str = "sluice_applier_objects_written_again_total";
+
+/// Whether cluster-a's EventReport lists the seed's Service.
+fn lists_the_service(report: &Value) -> bool {
+    report["spec"]["matchingResources"][0]["name"] == "my-service"
+}
+
+/// cluster-a's EventReport once it lists the seed's Service.
+async fn report_listing_the_service(stack: &Stack) -> anyhow::Result<Value> {
+    demo::wait_report(stack, REPORT_A, DEADLINE, lists_the_service)
+        .await
+        .map_err(|e| fail(stack, e))
 }
 
 /// cluster-a's EventReport of seed 000's EventSource.

@@ -160,6 +160,16 @@ fn fields_of(object: &serde_json::Value, manager: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
+/// The names of a Deployment's containers, in order.
+fn container_names(deployment: &serde_json::Value) -> Vec<&str> {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect()
+}
+
 /// Lists that are maps or sets are owned item by item, as kube-apiserver owns them: two managers
 /// each apply their own item without a conflict, an item's fields conflict on their own, and an
 /// item its manager stops applying goes unless another owns it.
@@ -251,13 +261,7 @@ async fn list_items_are_owned_by_their_keys_and_set_values_each() {
         .await
         .expect("bob's container beside alice's: no conflict");
     let both = serde_json::to_value(&both).expect("json");
-    let names: Vec<&str> = both["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .expect("containers")
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    assert_eq!(names, ["app", "proxy"]);
+    assert_eq!(container_names(&both), ["app", "proxy"]);
     let bobs = &fields_of(&both, "bob")["f:spec"]["f:template"]["f:spec"]["f:containers"];
     assert_eq!(
         bobs,
@@ -290,14 +294,8 @@ async fn list_items_are_owned_by_their_keys_and_set_values_each() {
         .await
         .expect("alice renames hers");
     let renamed = serde_json::to_value(&renamed).expect("json");
-    let names: Vec<&str> = renamed["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .expect("containers")
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
     assert_eq!(
-        names,
+        container_names(&renamed),
         ["proxy", "main"],
         "alice's old item goes, bob's stays"
     );
