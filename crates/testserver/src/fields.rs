@@ -169,14 +169,22 @@ fn item_step(kind: &ListKind, item: &Value) -> Option<String> {
     }
 }
 
-/// The list's kind, unless one of its items cannot be named by it (then it is atomic).
+/// The list's kind, unless one of its items cannot be named by it, or two items have one name
+/// (then it is atomic). Two items of one name are what a built-in list keyed here by its merge
+/// key alone holds where kube-apiserver keys it by more (a Service's port 53 over TCP and UDP):
+/// owned whole, neither is lost.
 fn kind_of_list(schema: Option<&Value>, items: &[Value]) -> ListKind {
     let kind = list_kind(schema);
-    if items.iter().all(|item| item_step(&kind, item).is_some()) {
-        kind
-    } else {
-        ListKind::Atomic
+    let mut steps = BTreeSet::new();
+    for item in items {
+        let Some(step) = item_step(&kind, item) else {
+            return ListKind::Atomic;
+        };
+        if !steps.insert(step) {
+            return ListKind::Atomic;
+        }
     }
+    kind
 }
 
 #[derive(Clone, Debug)]

@@ -300,6 +300,29 @@ async fn list_items_are_owned_by_their_keys_and_set_values_each() {
         "alice's old item goes, bob's stays"
     );
 
+    // A Service's ports keyed here by port alone: two of one port (DNS over UDP and TCP) keep
+    // the list whole rather than merge into one.
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.clone(), "default");
+    let dns = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns"},
+        "spec": {"selector": {"app": "dns"}, "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}});
+    for _ in 0..2 {
+        let applied = services
+            .patch("dns", &apply("alice"), &Patch::Apply(dns.clone()))
+            .await
+            .expect("both ports of 53");
+        let ports: Vec<(Option<String>, Option<String>)> = applied
+            .spec
+            .and_then(|s| s.ports)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| (p.name, p.protocol))
+            .collect();
+        let written = |name: &str, protocol: &str| (Some(name.into()), Some(protocol.into()));
+        assert_eq!(ports, [written("dns", "UDP"), written("dns-tcp", "TCP")]);
+    }
+
     // A CRD's list-type map: a ClusterProfile's templateResourceRefs, by identifier.
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(c.clone());
