@@ -380,13 +380,27 @@ fn walk(v: &Value, schema: Option<&Value>, path: &mut Path, out: &mut BTreeSet<P
     }
 }
 
-/// Whether the list item or set value `item` is the one `step` names.
-fn names(step: &str, item: &Value) -> bool {
-    match step.split_at(2.min(step.len())) {
-        ("k:", key) => serde_json::from_str::<Map<String, Value>>(key)
-            .is_ok_and(|key| key.iter().all(|(k, v)| item.get(k) == Some(v))),
-        ("v:", value) => serde_json::from_str::<Value>(value).is_ok_and(|value| &value == item),
-        _ => false,
+/// What a list step names, read once: a map item's key fields, or a set value.
+enum Named {
+    Key(Map<String, Value>),
+    Value(Value),
+}
+
+impl Named {
+    fn parse(step: &str) -> Option<Named> {
+        match step.split_at(2.min(step.len())) {
+            ("k:", key) => serde_json::from_str(key).ok().map(Named::Key),
+            ("v:", value) => serde_json::from_str(value).ok().map(Named::Value),
+            _ => None,
+        }
+    }
+
+    /// Whether the list item or set value `item` is the one named.
+    fn is(&self, item: &Value) -> bool {
+        match self {
+            Named::Key(key) => key.iter().all(|(k, v)| item.get(k) == Some(v)),
+            Named::Value(value) => value == item,
+        }
     }
 }
 
@@ -398,7 +412,10 @@ fn value_at<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter()
         .try_fold(v, |cur, step| match step.strip_prefix("f:") {
             Some(name) => cur.get(name),
-            None => cur.as_array()?.iter().find(|item| names(step, item)),
+            None => {
+                let named = Named::parse(step)?;
+                cur.as_array()?.iter().find(|item| named.is(item))
+            }
         })
 }
 
@@ -410,9 +427,10 @@ fn remove_at(v: &mut Value, path: &[String]) {
     for step in parents {
         let next = match step.strip_prefix("f:") {
             Some(name) => cur.get_mut(name),
-            None => cur
-                .as_array_mut()
-                .and_then(|items| items.iter_mut().find(|item| names(step, item))),
+            None => Named::parse(step).and_then(|named| {
+                cur.as_array_mut()
+                    .and_then(|items| items.iter_mut().find(|item| named.is(item)))
+            }),
         };
         match next {
             Some(next) => cur = next,
@@ -427,7 +445,9 @@ fn remove_at(v: &mut Value, path: &[String]) {
         }
         None => {
             if let Some(items) = cur.as_array_mut() {
-                items.retain(|item| !names(last, item));
+                if let Some(named) = Named::parse(last) {
+                    items.retain(|item| !named.is(item));
+                }
             }
         }
     }
@@ -465,16 +485,25 @@ fn merge_applied(base: &mut Value, config: &Value, schema: Option<&Value>) {
                 *b = c.clone();
                 return;
             }
+            // Every item of both has a name, each once (`kind_of_list`).
+            let mut at: std::collections::HashMap<String, usize> = b
+                .iter()
+                .enumerate()
+                .filter_map(|(i, existing)| Some((item_step(&kind, existing)?, i)))
+                .collect();
             for item in c {
                 let Some(step) = item_step(&kind, item) else {
                     continue;
                 };
-                match b.iter_mut().find(|existing| names(&step, existing)) {
-                    Some(existing) if kind != ListKind::Set => {
-                        merge_applied(existing, item, items_schema(schema));
+                match at.get(&step) {
+                    Some(&i) if kind != ListKind::Set => {
+                        merge_applied(&mut b[i], item, items_schema(schema));
                     }
                     Some(_) => {}
-                    None => b.push(item.clone()),
+                    None => {
+                        at.insert(step, b.len());
+                        b.push(item.clone());
+                    }
                 }
             }
         }

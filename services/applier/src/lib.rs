@@ -130,7 +130,7 @@ pub async fn run(
         feeds.push(live.map(stage::Side::Config).boxed());
     }
     // What sluice wrote and someone else deletes is written again (ADR 0039).
-    feeds.extend(owned_deletions(
+    feeds.extend(owned_changes(
         stage.applier.client.clone(),
         &common.sveltos_namespace,
         &stage.written,
@@ -159,10 +159,10 @@ const RESOLVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// One watch per owned kind (ClusterProfiles everywhere, ConfigMaps and Secrets in Sveltos's
 /// namespace, where the applier writes them) of the objects sluice wrote, yielding those that
-/// go with the desired-state subject each named. Each watch is told what the applier writes
+/// go or someone else edits, with the desired-state subject each named. Each watch is told what the applier writes
 /// of its kind (`written`), from the start what the replayed results say the units hold, whose
 /// lack in the first list says they went while the applier was away.
-fn owned_deletions(
+fn owned_changes(
     client: kube::Client,
     namespace: &str,
     written: &std::collections::BTreeMap<String, Written>,
@@ -203,7 +203,7 @@ fn owned_deletions(
                     )
                 })
                 .map(move |batch| match batch {
-                    Ok(gone) => stage::Side::Gone(kind, gone),
+                    Ok(changes) => stage::Side::Owned(kind, changes),
                     Err(error) => stage::Side::WatchFailed(kind, error.to_string()),
                 })
                 .boxed()

@@ -124,9 +124,9 @@ pub(crate) struct ApplierStage {
 pub(crate) enum Side {
     /// The configuration feed of EventTriggers and EventBasedAddOns.
     Config(sluice_bus::Result<Delivered>),
-    /// Objects of an owned kind that its watch saw go, each with the desired-state subject it
-    /// named (`plan::desired_subject_of`), or the watch's list complete.
-    Gone(&'static str, sluice_kube::watch::OwnedChanges),
+    /// Objects of an owned kind that its watch saw go or someone else edit, each with the
+    /// desired-state subject it named (`plan::desired_subject_of`), or the watch's list complete.
+    Owned(&'static str, sluice_kube::watch::OwnedChanges),
     /// The watch of an owned kind failed; it goes on with backoff.
     WatchFailed(&'static str, String),
 }
@@ -215,7 +215,7 @@ impl ApplierStage {
 
     /// Objects someone else deleted or edited: each one deleted the applier did not delete
     /// itself, and each one edited, is noted for its unit's repair.
-    fn on_gone(&mut self, kind: &str, changes: sluice_kube::watch::OwnedChanges) {
+    fn on_owned(&mut self, kind: &str, changes: sluice_kube::watch::OwnedChanges) {
         let now = tokio::time::Instant::now();
         if let Some(watched) = changes.listed {
             tracing::info!(%kind, watched, "the objects sluice wrote of this kind are listed: one someone else deletes or edits is written again");
@@ -484,7 +484,7 @@ impl Stage for ApplierStage {
             Side::Config(Err(error)) => {
                 tracing::warn!(error = %error, "skipping a configuration message")
             }
-            Side::Gone(kind, deletions) => self.on_gone(kind, deletions),
+            Side::Owned(kind, changes) => self.on_owned(kind, changes),
             Side::WatchFailed(kind, error) => {
                 tracing::warn!(%kind, %error, "the watch of the objects sluice wrote failed: it goes on")
             }

@@ -382,7 +382,7 @@ pub async fn run(
         stage.watched.clone(),
     )
     .map(|batch| match batch {
-        Ok(deletions) => stage::Side::Gone(deletions),
+        Ok(changes) => stage::Side::Owned(changes),
         Err(error) => stage::Side::WatchFailed(error.to_string()),
     });
     let side = futures::stream::select(applied_feed.map(stage::Side::Applied), gone);

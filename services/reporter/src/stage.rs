@@ -66,8 +66,8 @@ impl Failure for ReportError {
 pub enum Side {
     /// The apply results (rendering failures for the reports' statuses).
     Applied(sluice_bus::Result<Delivered>),
-    /// EventReports its watch saw go (or the watch's list complete).
-    Gone(sluice_kube::watch::OwnedChanges),
+    /// EventReports its watch saw go or someone else edit (or the watch's list complete).
+    Owned(sluice_kube::watch::OwnedChanges),
     /// The watch of EventReports failed; it goes on with backoff.
     WatchFailed(String),
 }
@@ -119,8 +119,8 @@ impl Stage for ReporterStage {
         let delivered = match side {
             Side::Applied(Ok(delivered)) => delivered,
             Side::Applied(Err(_)) => return Vec::new(),
-            Side::Gone(deletions) => {
-                self.on_gone(deletions);
+            Side::Owned(changes) => {
+                self.on_owned(changes);
                 return Vec::new();
             }
             Side::WatchFailed(error) => {
@@ -163,7 +163,7 @@ impl ReporterStage {
     /// report was written) was deleted by someone else, as the reporter deletes a report only
     /// once its set is removed, or someone else changed fields the reporter wrote. It is
     /// written again from the set, as any change of it would be.
-    fn on_gone(&mut self, changes: sluice_kube::watch::OwnedChanges) {
+    fn on_owned(&mut self, changes: sluice_kube::watch::OwnedChanges) {
         if let Some(watched) = changes.listed {
             tracing::info!(
                 watched,

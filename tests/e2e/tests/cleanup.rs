@@ -489,10 +489,7 @@ async fn see_them_back(stack: &Stack, before: &[(String, String)]) -> anyhow::Re
 /// from then on it sees every deletion.
 async fn applier_watching(stack: &Stack) -> anyhow::Result<()> {
     wait_for("the applier watching what it wrote", DEADLINE, || async {
-        let log = stack.service_log("sluice-applier");
-        (log.matches("the objects sluice wrote of this kind are listed")
-            .count()
-            == 3)
+        (applier_lines(stack, "the objects sluice wrote of this kind are listed") == 3)
             .then_some(())
     })
     .await
@@ -526,10 +523,8 @@ async fn a_watch_that_falls_behind_a_bulk_deletion_still_finds_what_went() -> an
     faults.drop_watches();
     faults.stall_watches(false);
     see_them_back(&stack, &before).await?;
-    let log = stack.service_log("sluice-applier");
     assert_eq!(
-        log.matches("deleted by someone else: it is written again")
-            .count(),
+        applier_lines(&stack, "deleted by someone else: it is written again"),
         all,
         "one repair per object deleted by hand"
     );
@@ -570,17 +565,11 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
     assert_eq!(profile["spec"], first["spec"]);
     assert_eq!(profile["metadata"]["name"], first["metadata"]["name"]);
     assert_eq!(
-        stack
-            .service_log("sluice-applier")
-            .matches(REPAIRING)
-            .count(),
+        applier_lines(&stack, REPAIRING),
         2,
         "one line per object deleted by hand"
     );
-    assert_eq!(
-        demo::counter(&stack, "sluice-applier", WRITTEN_AGAIN).await?,
-        2
-    );
+    assert_eq!(written_again(&stack).await?, 2);
 
     // The EventReport, a view the reporter keeps, likewise.
     let report = report_listing_the_service(&stack).await?;
@@ -609,13 +598,7 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
     let before = delete_by_hand(&stack).await?;
     stack.start_service("sluice-applier")?;
     see_them_back(&stack, &before).await?;
-    assert_eq!(
-        stack
-            .service_log("sluice-applier")
-            .matches(REPAIRING)
-            .count(),
-        2
-    );
+    assert_eq!(applier_lines(&stack, REPAIRING), 2);
 
     // A restarted applier knows nothing of the pair until it is deleted from: the
     // annotation names the unit.
@@ -626,23 +609,14 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
 
     // The event goes: what the applier deletes itself stays deleted, and is not taken for
     // someone else's deletion.
-    let repairs = stack
-        .service_log("sluice-applier")
-        .matches(REPAIRING)
-        .count();
+    let repairs = applier_lines(&stack, REPAIRING);
     stack
         .delete("cluster-a", "v1", "Service", "default", "my-service")
         .await?;
     cleaned(&stack).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(owned_by(&stack, TRIGGER, "cluster-a").await?.is_empty());
-    assert_eq!(
-        stack
-            .service_log("sluice-applier")
-            .matches(REPAIRING)
-            .count(),
-        repairs
-    );
+    assert_eq!(applier_lines(&stack, REPAIRING), repairs);
     Ok(())
 }
 
@@ -756,14 +730,11 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
         );
     }
     assert_eq!(
-        stack.service_log("sluice-applier").matches(EDITED).count(),
+        applier_lines(&stack, EDITED),
         2,
         "one repair per object edited"
     );
-    assert_eq!(
-        demo::counter(&stack, "sluice-applier", WRITTEN_AGAIN).await?,
-        2
-    );
+    assert_eq!(written_again(&stack).await?, 2);
 
     // The EventReport's list of what matches, emptied by hand.
     let report = report_listing_the_service(&stack).await?;
@@ -796,10 +767,7 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
 
     // Nothing more is written back once all is as sluice wrote it.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        stack.service_log("sluice-applier").matches(EDITED).count(),
-        2
-    );
+    assert_eq!(applier_lines(&stack, EDITED), 2);
     Ok(())
 }
 
@@ -848,6 +816,16 @@ async fn a_trigger_the_applier_finds_gone_is_forgotten() -> anyhow::Result<()> {
 
 /// The applier's count of objects it wrote again after someone else deleted or edited them.
 const WRITTEN_AGAIN: &str = "sluice_applier_objects_written_again_total";
+
+/// How many lines of the (last started) applier's log say `line`.
+fn applier_lines(stack: &Stack, line: &str) -> usize {
+    stack.service_log("sluice-applier").matches(line).count()
+}
+
+/// The applier's count of objects it wrote again.
+async fn written_again(stack: &Stack) -> anyhow::Result<u64> {
+    demo::counter(stack, "sluice-applier", WRITTEN_AGAIN).await
+}
 
 /// Whether cluster-a's EventReport lists the seed's Service.
 fn lists_the_service(report: &Value) -> bool {
