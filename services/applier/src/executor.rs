@@ -297,7 +297,7 @@ impl Applier {
             self.forget_pair(&key);
         } else {
             result.held = plan::object_refs(known.keys());
-            if lock(&self.pairs).record(&key, unit_labels, known) {
+            if lock(&self.pairs).record(&key, unit_labels, known, state.removed) {
                 self.forget_pair(&key);
             }
         }

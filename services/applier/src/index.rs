@@ -245,15 +245,23 @@ impl Pairs {
         known
     }
 
-    /// A unit of the pair now holds exactly `known` (after its applies and deletes). True when
-    /// the indexed pair then holds nothing: it is forgotten, and listed again on next need, so
-    /// that a pair whose last unit went (its trigger or cluster gone, or a unit that came
-    /// after its main unit's removal) leaves nothing behind.
-    pub(crate) fn record(&mut self, pair: &str, unit: UnitLabels, known: Known) -> bool {
+    /// A unit of the pair now holds exactly `known` (after its applies and deletes; `removed`
+    /// when the unit itself went). True when a removal left the indexed pair holding nothing:
+    /// it is forgotten, and listed again on next need, so that a pair whose last unit went
+    /// (its trigger or cluster gone, or a unit removed after its main unit's removal) leaves
+    /// nothing behind. A unit that merely holds nothing yet (a main unit whose outputs are all
+    /// per resource, recorded before the first resource unit) keeps the pair indexed.
+    pub(crate) fn record(
+        &mut self,
+        pair: &str,
+        unit: UnitLabels,
+        known: Known,
+        removed: bool,
+    ) -> bool {
         match self.slots.get_mut(pair) {
             Some(Slot::Ready(index)) => {
                 index.set(&unit, &known);
-                if index.units.is_empty() && index.stale.is_empty() {
+                if removed && index.units.is_empty() && index.stale.is_empty() {
                     self.slots.remove(pair);
                     return true;
                 }
@@ -463,25 +471,28 @@ mod tests {
         let db = naming::resource_labels("default", "db");
         let mut pairs = Pairs::default();
         assert_eq!(pairs.known("p", &web, false), None, "not listed yet");
-        pairs.record("p", web.clone(), Known::new());
+        pairs.record("p", web.clone(), Known::new(), false);
         let generation = pairs.begin_listing("p");
         // web's unit is written while the LIST runs, which saw db only
         let written = Known::from([(id("ConfigMap", "w"), "hash".to_string())]);
-        pairs.record("p", web.clone(), written.clone());
+        pairs.record("p", web.clone(), written.clone(), false);
         let listed = [object("ConfigMap", "d", &db)];
         let index = PairIndex::of(listed.iter().map(|o| ("ConfigMap", o)));
         assert_eq!(pairs.install("p", generation, index, &db, false).len(), 1);
         assert_eq!(pairs.known("p", &web, false), Some(written));
         // db's unit is removed: its group goes
-        assert!(!pairs.record("p", db.clone(), Known::new()));
+        assert!(!pairs.record("p", db.clone(), Known::new(), true));
         assert_eq!(pairs.known("p", &db, false), Some(Known::new()));
         assert_eq!(pairs.known("p", &web, true).map(|k| k.len()), Some(1));
-        // web's too: the pair holds nothing and is forgotten, to be listed on next need
-        assert!(pairs.record("p", web.clone(), Known::new()));
+        // web's unit holding nothing yet keeps the pair indexed: it is not listed again
+        assert!(!pairs.record("p", web.clone(), Known::new(), false));
+        assert_eq!(pairs.known("p", &web, false), Some(Known::new()));
+        // web's removal leaves the pair holding nothing: it is forgotten, listed on next need
+        assert!(pairs.record("p", web.clone(), Known::new(), true));
         assert_eq!(pairs.known("p", &web, false), None);
         assert!(pairs.slots.is_empty());
         // a unit recorded while the pair is not indexed leaves nothing either
-        assert!(!pairs.record("p", db.clone(), Known::new()));
+        assert!(!pairs.record("p", db.clone(), Known::new(), true));
         assert!(pairs.slots.is_empty());
     }
 
@@ -593,7 +604,7 @@ mod tests {
 
         // A unit that failed then succeeded is exact again without a LIST.
         pairs.unknown("p", &db);
-        pairs.record("p", db.clone(), Known::new());
+        pairs.record("p", db.clone(), Known::new(), false);
         assert!(!pairs.is_stale("p", &db));
         assert_eq!(pairs.known("p", &db, false), Some(Known::new()));
 
