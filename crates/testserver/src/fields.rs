@@ -3,9 +3,11 @@
 //! whose schema says `x-kubernetes-list-type: map` is walked item by item, each item named by
 //! its key fields (`k:{...}`), and one that says `set` value by value (`v:<value>`), each item or
 //! value itself owned too (`.`); every other list is atomic, a leaf, as for CRDs without
-//! list-type markers. Built-in kinds' lists follow their strategic merge keys (containers by
-//! `name`, ...), and every kind's `metadata.finalizers` is a set and `ownerReferences` a map by
-//! `uid`, as kube-apiserver's schemas say. An apply conflicts when another manager owns a field
+//! list-type markers. Built-in kinds' lists follow their list map keys where their Go types
+//! have `+listMapKey` markers (a Service's ports by `port` and `protocol`, a key field left out
+//! named by its default) and else their strategic merge keys (containers by `name`, ...), and
+//! every kind's `metadata.finalizers` is a set and `ownerReferences` a map by `uid`, as
+//! kube-apiserver's schemas say. An apply conflicts when another manager owns a field
 //! the applied configuration sets to a different value; `force` takes the field over. An apply
 //! merges a map list item by item and a set value by value, and drops the items and values its
 //! manager stops applying that no other manager owns.
@@ -67,8 +69,33 @@ pub fn schema_of<'a>(info: &'a ResourceInfo, api_version: &str) -> Option<&'a Va
 enum ListKind {
     Atomic,
     /// Items are told apart by these fields.
-    Map(Vec<String>),
+    Map(Vec<Key>),
     Set,
+}
+
+/// A key field of a map list, with the default its schema gives it: an item that leaves the
+/// field out is named by the default (a port without `protocol` is the TCP one).
+#[derive(Clone, Debug, PartialEq)]
+struct Key {
+    field: String,
+    default: Option<Value>,
+}
+
+impl ListKind {
+    /// Whether a list step `named` names `item` of a list of this kind.
+    fn names(&self, named: &Named, item: &Value) -> bool {
+        match (named, self) {
+            (Named::Key(key), ListKind::Map(keys)) => key.iter().all(|(field, v)| {
+                let default = keys
+                    .iter()
+                    .find(|k| &k.field == field)
+                    .and_then(|k| k.default.as_ref());
+                item.get(field).or(default) == Some(v)
+            }),
+            (Named::Key(key), _) => key.iter().all(|(k, v)| item.get(k) == Some(v)),
+            (Named::Value(value), _) => value == item,
+        }
+    }
 }
 
 fn list_kind(schema: Option<&Value>) -> ListKind {
@@ -78,13 +105,13 @@ fn list_kind(schema: Option<&Value>) -> ListKind {
     let text = |k: &str| schema.get(k).and_then(Value::as_str);
     match text("x-kubernetes-list-type") {
         Some("map") => {
-            let keys: Vec<String> = schema
+            let keys: Vec<Key> = schema
                 .get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
                 .map(|keys| {
                     keys.iter()
                         .filter_map(Value::as_str)
-                        .map(str::to_string)
+                        .map(|field| key(schema, field))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -102,9 +129,19 @@ fn list_kind(schema: Option<&Value>) -> ListKind {
         text("x-kubernetes-patch-merge-key"),
         text("x-kubernetes-patch-strategy"),
     ) {
-        (Some(key), _) => ListKind::Map(vec![key.to_string()]),
+        (Some(field), _) => ListKind::Map(vec![key(schema, field)]),
         (None, Some(strategy)) if strategy.split(',').any(|s| s == "merge") => ListKind::Set,
         _ => ListKind::Atomic,
+    }
+}
+
+/// Key field `field` of the items of a map list of `schema`.
+fn key(schema: &Value, field: &str) -> Key {
+    Key {
+        field: field.to_string(),
+        default: field_schema(items_schema(Some(schema)), field)
+            .and_then(|f| f.get("default"))
+            .cloned(),
     }
 }
 
@@ -161,7 +198,8 @@ fn item_step(kind: &ListKind, item: &Value) -> Option<String> {
         ListKind::Map(keys) => {
             let mut key = Map::new();
             for k in keys {
-                key.insert(k.clone(), item.get(k)?.clone());
+                let value = item.get(&k.field).or(k.default.as_ref())?;
+                key.insert(k.field.clone(), value.clone());
             }
             Some(format!("k:{}", Value::Object(key)))
         }
@@ -170,9 +208,8 @@ fn item_step(kind: &ListKind, item: &Value) -> Option<String> {
 }
 
 /// The list's kind, unless one of its items cannot be named by it, or two items have one name
-/// (then it is atomic). Two items of one name are what a built-in list keyed here by its merge
-/// key alone holds where kube-apiserver keys it by more (a Service's port 53 over TCP and UDP):
-/// owned whole, neither is lost.
+/// (then it is atomic, as structured-merge-diff treats a list holding duplicates): owned
+/// whole, neither is lost.
 fn kind_of_list(schema: Option<&Value>, items: &[Value]) -> ListKind {
     let kind = list_kind(schema);
     let mut steps = BTreeSet::new();
@@ -394,42 +431,62 @@ impl Named {
             _ => None,
         }
     }
-
-    /// Whether the list item or set value `item` is the one named.
-    fn is(&self, item: &Value) -> bool {
-        match self {
-            Named::Key(key) => key.iter().all(|(k, v)| item.get(k) == Some(v)),
-            Named::Value(value) => value == item,
-        }
-    }
 }
 
 fn is_item(step: &str) -> bool {
     step.starts_with("k:") || step.starts_with("v:")
 }
 
-fn value_at<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter()
-        .try_fold(v, |cur, step| match step.strip_prefix("f:") {
-            Some(name) => cur.get(name),
+/// The value at `path` of `v`, an object of `schema` (whose lists' key defaults name items).
+fn value_at<'a>(v: &'a Value, path: &[String], schema: Option<&Value>) -> Option<&'a Value> {
+    let mut cur = v;
+    let mut schema = schema;
+    for (i, step) in path.iter().enumerate() {
+        match step.strip_prefix("f:") {
+            Some(name) => {
+                cur = cur.get(name)?;
+                schema = step_schema(schema, i, name);
+            }
             None => {
                 let named = Named::parse(step)?;
-                cur.as_array()?.iter().find(|item| named.is(item))
+                let kind = list_kind(schema);
+                cur = cur
+                    .as_array()?
+                    .iter()
+                    .find(|item| kind.names(&named, item))?;
+                schema = items_schema(schema);
             }
-        })
+        }
+    }
+    Some(cur)
 }
 
-fn remove_at(v: &mut Value, path: &[String]) {
+/// The schema of field `name` at depth `depth` below `schema` (`metadata` is every kind's).
+fn step_schema<'a>(schema: Option<&'a Value>, depth: usize, name: &str) -> Option<&'a Value> {
+    if depth == 0 && name == "metadata" {
+        Some(metadata_schema())
+    } else {
+        field_schema(schema, name)
+    }
+}
+
+fn remove_at(v: &mut Value, path: &[String], schema: Option<&Value>) {
     let Some((last, parents)) = path.split_last() else {
         return;
     };
     let mut cur = v;
-    for step in parents {
+    let mut schema = schema;
+    for (i, step) in parents.iter().enumerate() {
         let next = match step.strip_prefix("f:") {
-            Some(name) => cur.get_mut(name),
+            Some(name) => {
+                schema = step_schema(schema, i, name);
+                cur.get_mut(name)
+            }
             None => Named::parse(step).and_then(|named| {
+                let kind = list_kind(schema);
+                schema = items_schema(schema);
                 cur.as_array_mut()
-                    .and_then(|items| items.iter_mut().find(|item| named.is(item)))
+                    .and_then(|items| items.iter_mut().find(|item| kind.names(&named, item)))
             }),
         };
         match next {
@@ -446,7 +503,8 @@ fn remove_at(v: &mut Value, path: &[String]) {
         None => {
             if let Some(items) = cur.as_array_mut() {
                 if let Some(named) = Named::parse(last) {
-                    items.retain(|item| !named.is(item));
+                    let kind = list_kind(schema);
+                    items.retain(|item| !kind.names(&named, item));
                 }
             }
         }
@@ -563,11 +621,11 @@ pub fn record_update(
     let changed: BTreeSet<Path> = new_paths
         .iter()
         .filter(|p| {
-            let before = old.and_then(|o| value_at(o, p));
+            let before = old.and_then(|o| value_at(o, p, schema));
             if p.last().is_some_and(|step| is_item(step)) {
                 before.is_none()
             } else {
-                before != value_at(new, p)
+                before != value_at(new, p, schema)
             }
         })
         .cloned()
@@ -643,12 +701,13 @@ pub fn apply(
             // An item both set is shared, whatever its fields: those conflict themselves; so is
             // a merged list applied empty, whose items do.
             if p.last().is_some_and(|step| is_item(step))
-                || value_at(config, p).is_some_and(|v| v.as_array().is_some_and(Vec::is_empty))
+                || value_at(config, p, schema)
+                    .is_some_and(|v| v.as_array().is_some_and(Vec::is_empty))
                     && list_kind(schema_at(schema, p)) != ListKind::Atomic
             {
                 continue;
             }
-            if value_at(&base, p) != value_at(config, p) {
+            if value_at(&base, p, schema) != value_at(config, p, schema) {
                 conflicts.push(Conflict {
                     manager: e.manager.clone(),
                     path: p.clone(),
@@ -676,7 +735,7 @@ pub fn apply(
                 && e.fields.iter().any(|q| q.starts_with(p))
         });
         if !shared {
-            remove_at(&mut base, p);
+            remove_at(&mut base, p, schema);
         }
     }
     let mut cfg = config.clone();

@@ -1,6 +1,7 @@
 //! The schemas of the built-in kinds the test server serves, from the Kubernetes OpenAPI that
 //! `k8s-openapi` carries (its `schemars` feature), with the strategic merge patch strategies of
-//! Kubernetes' types ([`PATCH_STRATEGIES`]). Each kind's schema is kept in two
+//! Kubernetes' types ([`PATCH_STRATEGIES`]) and the list map keys that server-side apply names
+//! their items by ([`LIST_MAPS`], [`KEY_DEFAULTS`]). Each kind's schema is kept in two
 //! forms: structural ([`schema`]: every subschema inline, no descriptions), which says which
 //! fields each kind declares at any depth, so that an unknown field of a Deployment or a Service
 //! is found where apiserver's typed decoding finds it (`spec.template.spec.containers[0].portz`)
@@ -184,12 +185,7 @@ fn generate<T: JsonSchema>() -> Generated {
     };
     let name = T::schema_name().to_string();
     for (definition, field, strategy, key) in PATCH_STRATEGIES {
-        let holder = if *definition == name {
-            Some(&mut root)
-        } else {
-            definitions.get_mut(*definition)
-        };
-        let Some(property) = holder
+        let Some(property) = holder(&mut root, &mut definitions, &name, definition)
             .and_then(|d| d.pointer_mut(&format!("/properties/{field}")))
             .and_then(Value::as_object_mut)
         else {
@@ -200,10 +196,41 @@ fn generate<T: JsonSchema>() -> Generated {
             property.insert("x-kubernetes-patch-merge-key".into(), (*key).into());
         }
     }
+    for (definition, field, keys) in LIST_MAPS {
+        if let Some(property) = holder(&mut root, &mut definitions, &name, definition)
+            .and_then(|d| d.pointer_mut(&format!("/properties/{field}")))
+            .and_then(Value::as_object_mut)
+        {
+            property.insert("x-kubernetes-list-type".into(), "map".into());
+            property.insert("x-kubernetes-list-map-keys".into(), json!(keys));
+        }
+    }
+    for (definition, field, default) in KEY_DEFAULTS {
+        if let Some(property) = holder(&mut root, &mut definitions, &name, definition)
+            .and_then(|d| d.pointer_mut(&format!("/properties/{field}")))
+            .and_then(Value::as_object_mut)
+        {
+            property.insert("default".into(), (*default).into());
+        }
+    }
     Generated {
         name,
         root,
         definitions,
+    }
+}
+
+/// The schema named `definition`: the generated root's, or one of its definitions.
+fn holder<'a>(
+    root: &'a mut Value,
+    definitions: &'a mut Map<String, Value>,
+    name: &str,
+    definition: &str,
+) -> Option<&'a mut Value> {
+    if definition == name {
+        Some(root)
+    } else {
+        definitions.get_mut(definition)
     }
 }
 
@@ -342,6 +369,26 @@ const PATCH_STRATEGIES: &[(&str, &str, &str, Option<&str>)] = &[
     ("io.k8s.api.policy.v1.PodDisruptionBudgetStatus", "conditions", "merge", Some("type")),
 ];
 
+/// The lists whose items server-side apply tells apart by more than their strategic merge key:
+/// the `+listType=map` and `+listMapKey` markers of Kubernetes' Go types, which its OpenAPI
+/// publishes as `x-kubernetes-list-type` and `x-kubernetes-list-map-keys` (a Service's port 53
+/// over TCP and over UDP are two items; a strategic merge patch still merges them by `port`).
+#[rustfmt::skip]
+const LIST_MAPS: &[(&str, &str, &[&str])] = &[
+    ("io.k8s.api.core.v1.Container", "ports", &["containerPort", "protocol"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "ports", &["containerPort", "protocol"]),
+    ("io.k8s.api.core.v1.ServiceSpec", "ports", &["port", "protocol"]),
+    ("io.k8s.api.core.v1.PodSpec", "topologySpreadConstraints", &["topologyKey", "whenUnsatisfiable"]),
+];
+
+/// The defaults of the key fields of [`LIST_MAPS`], which kube-apiserver's OpenAPI v3 publishes
+/// and server-side apply names an item by when it leaves the field out.
+#[rustfmt::skip]
+const KEY_DEFAULTS: &[(&str, &str, &str)] = &[
+    ("io.k8s.api.core.v1.ContainerPort", "protocol", "TCP"),
+    ("io.k8s.api.core.v1.ServicePort", "protocol", "TCP"),
+];
+
 const META_V1_OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 /// Removes the `description`s and the meta-schema: only the structure is used.
@@ -476,6 +523,42 @@ mod tests {
             service.pointer("/properties/spec/properties/ports/x-kubernetes-patch-merge-key"),
             Some(&Value::from("port"))
         );
+    }
+
+    #[test]
+    fn every_list_map_and_key_default_lands_on_its_field() {
+        fn found(s: &Value, field: &str, test: &dyn Fn(&Value) -> bool) -> bool {
+            s.pointer(&format!("/properties/{field}")).is_some_and(test)
+                || match s {
+                    Value::Object(m) => m.values().any(|v| found(v, field, test)),
+                    Value::Array(l) => l.iter().any(|v| found(v, field, test)),
+                    _ => false,
+                }
+        }
+        let schemas = all();
+        let anywhere = |field: &str, test: &dyn Fn(&Value) -> bool| {
+            schemas
+                .values()
+                .flat_map(HashMap::values)
+                .any(|s| found(s, field, test))
+        };
+        for (definition, field, keys) in LIST_MAPS {
+            let is_map = |p: &Value| {
+                p["x-kubernetes-list-type"] == "map"
+                    && p["x-kubernetes-list-map-keys"] == json!(keys)
+            };
+            assert!(
+                anywhere(field, &is_map),
+                "{definition}.{field} is in no schema"
+            );
+        }
+        for (definition, field, default) in KEY_DEFAULTS {
+            let defaults = |p: &Value| p["default"] == *default;
+            assert!(
+                anywhere(field, &defaults),
+                "{definition}.{field} is in no schema"
+            );
+        }
     }
 
     #[test]

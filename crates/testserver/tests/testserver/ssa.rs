@@ -300,28 +300,99 @@ async fn list_items_are_owned_by_their_keys_and_set_values_each() {
         "alice's old item goes, bob's stays"
     );
 
-    // A Service's ports keyed here by port alone: two of one port (DNS over UDP and TCP) keep
-    // the list whole rather than merge into one.
+    // A Service's ports: a map by port and protocol, a port without protocol being the TCP one
+    // (its default). DNS's port 53 over UDP and over TCP are two items, applied twice alike.
     let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.clone(), "default");
-    let dns = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns"},
-        "spec": {"selector": {"app": "dns"}, "ports": [
-            {"name": "dns", "port": 53, "protocol": "UDP"},
-            {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}});
-    for _ in 0..2 {
-        let applied = services
-            .patch("dns", &apply("alice"), &Patch::Apply(dns.clone()))
-            .await
-            .expect("both ports of 53");
-        let ports: Vec<(Option<String>, Option<String>)> = applied
+    let dns = |ports: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns"},
+        "spec": {"selector": {"app": "dns"}, "ports": ports}})
+    };
+    let ports_of = |service: &k8s_openapi::api::core::v1::Service| -> Vec<(String, String)> {
+        service
             .spec
-            .and_then(|s| s.ports)
+            .as_ref()
+            .and_then(|s| s.ports.clone())
             .unwrap_or_default()
             .into_iter()
-            .map(|p| (p.name, p.protocol))
+            .map(|p| (p.name.unwrap_or_default(), p.protocol.unwrap_or_default()))
+            .collect()
+    };
+    let port = |name: &str, protocol: &str| (name.to_string(), protocol.to_string());
+    let alices = json!([{"name": "dns", "port": 53, "protocol": "UDP"},
+                        {"name": "dns-tcp", "port": 53}]);
+    for _ in 0..2 {
+        let applied = services
+            .patch("dns", &apply("alice"), &Patch::Apply(dns(alices.clone())))
+            .await
+            .expect("both ports of 53");
+        assert_eq!(
+            ports_of(&applied),
+            [port("dns", "UDP"), port("dns-tcp", "TCP")]
+        );
+        let owned = serde_json::to_value(&applied).expect("json");
+        let keys: Vec<String> = fields_of(&owned, "alice")["f:spec"]["f:ports"]
+            .as_object()
+            .expect("alice's ports")
+            .keys()
+            .cloned()
             .collect();
-        let written = |name: &str, protocol: &str| (Some(name.into()), Some(protocol.into()));
-        assert_eq!(ports, [written("dns", "UDP"), written("dns-tcp", "TCP")]);
+        assert_eq!(
+            keys,
+            [
+                r#"k:{"port":53,"protocol":"TCP"}"#,
+                r#"k:{"port":53,"protocol":"UDP"}"#
+            ]
+        );
     }
+    // Another protocol of one port is another item: bob's SCTP port is no conflict.
+    let sctp = json!([{"name": "dns-sctp", "port": 53, "protocol": "SCTP"}]);
+    let three = services
+        .patch("dns", &apply("bob"), &Patch::Apply(dns(sctp)))
+        .await
+        .expect("bob's SCTP port beside alice's: no conflict");
+    assert_eq!(
+        ports_of(&three),
+        [
+            port("dns", "UDP"),
+            port("dns-tcp", "TCP"),
+            port("dns-sctp", "SCTP")
+        ]
+    );
+    // The TCP one, named without its protocol, is alice's: applying it alike shares it, and
+    // renaming it conflicts.
+    let same = json!([{"name": "dns-sctp", "port": 53, "protocol": "SCTP"},
+                      {"name": "dns-tcp", "port": 53}]);
+    services
+        .patch("dns", &apply("bob"), &Patch::Apply(dns(same)))
+        .await
+        .expect("bob applies alice's TCP port as it is: no conflict");
+    let renamed = json!([{"name": "dns-sctp", "port": 53, "protocol": "SCTP"},
+                         {"name": "other", "port": 53}]);
+    match services
+        .patch("dns", &apply("bob"), &Patch::Apply(dns(renamed)))
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 409);
+            assert!(
+                s.message
+                    .contains(r#"conflict with "alice": .spec.ports[port=53,protocol="TCP"].name"#),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected a conflict on alice's TCP port's name, got {other:?}"),
+    }
+    // Alice stops applying her UDP port: it alone goes.
+    let tcp_only = json!([{"name": "dns-tcp", "port": 53, "protocol": "TCP"}]);
+    let left = services
+        .patch("dns", &apply("alice"), &Patch::Apply(dns(tcp_only)))
+        .await
+        .expect("alice drops UDP");
+    assert_eq!(
+        ports_of(&left),
+        [port("dns-tcp", "TCP"), port("dns-sctp", "SCTP")]
+    );
 
     // A CRD's list-type map: a ClusterProfile's templateResourceRefs, by identifier.
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
