@@ -290,17 +290,20 @@ impl Written {
 }
 
 /// What an object's `managedFields` say of one field manager's hold on its main resource (not
-/// its status): how many fields (nodes of its `fieldsV1`) the manager owns, and whether any
-/// other manager owns some.
+/// its status): how many fields (nodes of its `fieldsV1`) the manager owns, whether any other
+/// manager owns some, and whether another owns some of its contents (beyond `metadata`).
 ///
 /// Someone else's change of a field the manager owns takes the field from it, whether made by
 /// an update (`kubectl edit`, `patch`, `replace`, a client-side `apply`) or a forced apply:
 /// between two of its own writes the manager's count can only shrink, and only with another
-/// manager present.
+/// manager present. An object seen for the first time has no count to compare with: there,
+/// another manager owning some of its contents is what tells an edit (its labels, a finalizer,
+/// the status are someone else's own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hold {
     pub owned: usize,
     pub others: bool,
+    pub foreign: bool,
 }
 
 impl Hold {
@@ -308,6 +311,7 @@ impl Hold {
         let mut hold = Hold {
             owned: 0,
             others: false,
+            foreign: false,
         };
         let entries = object
             .pointer("/metadata/managedFields")
@@ -325,6 +329,10 @@ impl Hold {
                 hold.owned += fields;
             } else if fields > 0 {
                 hold.others = true;
+                hold.foreign |= entry
+                    .get("fieldsV1")
+                    .and_then(Value::as_object)
+                    .is_some_and(|f| f.keys().any(|k| k != "f:metadata"));
             }
         }
         hold
@@ -481,11 +489,19 @@ impl OwnedState {
                 let mut seen = HashMap::with_capacity(listed.len());
                 for (key, (kept, hold)) in listed {
                     let before = self.seen.remove(&key);
-                    let edited = before.as_ref().filter(|before| was_edited(before, hold));
-                    if let Some(before) = edited {
-                        changes.edited.push(gone(key.clone(), before.kept.clone()));
+                    let first = before.as_ref().is_none_or(|before| before.owned.is_none());
+                    let edited = match &before {
+                        Some(before) if was_edited(before, hold) => Some(before.kept.clone()),
+                        // First seen by this list: edited while nothing watched.
+                        _ if first && hold.foreign => kept
+                            .clone()
+                            .or_else(|| before.as_ref().map(|before| before.kept.clone())),
+                        _ => None,
+                    };
+                    if let Some(was) = &edited {
+                        changes.edited.push(gone(key.clone(), was.clone()));
                     }
-                    let kept = kept.or_else(|| edited.map(|before| before.kept.clone()));
+                    let kept = kept.or(edited);
                     if let Some(kept) = kept {
                         let owned = Some(hold.owned);
                         seen.insert(key, Kept { kept, owned });
@@ -528,7 +544,9 @@ fn gone((namespace, name): ObjectKey, kept: String) -> Gone {
 /// list. What `written` is told is remembered as if seen ([`OwnedState::remember`]): the
 /// objects expected at start, whose deletion before the first list completes is found by it,
 /// and those the writer writes, whose deletion is found also when the watch missed them. An
-/// edit is told once the watch has seen the object since the writer wrote it or it started.
+/// edit is told once the watch has seen the object since the writer wrote it or it started;
+/// one made before a list first shows the object is told by that list when someone else owns
+/// some of its contents ([`Hold`]).
 /// Errors from the API server are yielded and the watch goes on with backoff.
 pub fn watch_owned(
     client: Client,
@@ -762,7 +780,8 @@ mod tests {
             Hold::of(&object, ME),
             Hold {
                 owned: 6,
-                others: false
+                others: false,
+                foreign: false
             }
         );
         let object = held(&["x"], &[("ctl", "")]);
@@ -770,14 +789,27 @@ mod tests {
             Hold::of(&object, ME),
             Hold {
                 owned: 5,
-                others: true
+                others: true,
+                foreign: false
             }
+        );
+        let mut object = held(&["x"], &[("ctl", "")]);
+        object["metadata"]["managedFields"][1]["fieldsV1"]["f:data"] = json!({"f:y": {}});
+        assert_eq!(
+            Hold::of(&object, ME),
+            Hold {
+                owned: 5,
+                others: true,
+                foreign: true
+            },
+            "another manager owns a data key"
         );
         assert_eq!(
             Hold::of(&annotated("b", None), ME),
             Hold {
                 owned: 0,
-                others: false
+                others: false,
+                foreign: false
             }
         );
     }
@@ -836,6 +868,32 @@ mod tests {
             s.on_event(Event::InitDone).edited,
             [gone(key("a"), "u1".into())]
         );
+    }
+
+    #[test]
+    fn an_edit_made_before_the_first_list_is_told_by_it_when_someone_else_owns_contents() {
+        let key = |name: &str| ("default".to_string(), name.to_string());
+        let mut s = OwnedState::new(kept, ME, HashMap::new());
+        // a's data key y was taken by `kubectl edit` while nothing watched; b carries only
+        // someone else's label
+        let mut a = held(&["x"], &[("kubectl-edit", "")]);
+        a["metadata"]["managedFields"][1]["fieldsV1"]["f:data"] = json!({"f:y": {}});
+        let mut b = held(&["x", "y"], &[("label", "")]);
+        b["metadata"]["name"] = json!("b");
+        s.on_event(Event::Init);
+        s.on_event(Event::InitApply(a.clone()));
+        s.on_event(Event::InitApply(b.clone()));
+        let first = s.on_event(Event::InitDone);
+        assert_eq!(first.edited, [gone(key("a"), "u1".into())]);
+        assert_eq!(first.listed, Some(2));
+        // written again, a's hold is the reference from then on: no edit told again
+        let mut rewritten = held(&["x", "y"], &[("kubectl-edit", "")]);
+        rewritten["metadata"]["managedFields"][1]["fieldsV1"]["f:data"] = json!({"f:z": {}});
+        assert!(edited(&mut s, rewritten.clone()).is_empty());
+        s.on_event(Event::Init);
+        s.on_event(Event::InitApply(rewritten));
+        s.on_event(Event::InitApply(b));
+        assert!(s.on_event(Event::InitDone).edited.is_empty());
     }
 
     #[test]

@@ -39,6 +39,14 @@ pub(crate) fn units_at_once(units: usize, most: usize) -> usize {
     (units / 2).clamp(KEEPING_UP_CONCURRENCY.min(most), most)
 }
 
+/// One unit to execute: its desired state, from subject `subject`, and the objects of it that
+/// someone else deleted or edited (`lost`), which it writes again.
+pub(crate) struct Run<'a> {
+    pub subject: &'a str,
+    pub state: &'a pb::DesiredState,
+    pub lost: &'a [ObjectId],
+}
+
 pub(crate) struct Applier {
     pub(crate) client: kube::Client,
     kinds: Mutex<HashMap<(String, String), Kind>>,
@@ -93,15 +101,6 @@ impl Applier {
         lock(&self.deleted).remove(id)
     }
 
-    /// Objects of the unit of `state` were deleted by someone else: the unit no longer holds
-    /// them, so that executing `state` writes them again.
-    pub(crate) fn lose(&self, state: &pb::DesiredState, gone: &[ObjectId]) {
-        if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
-            let pair = naming::owner_labels(&state.event_trigger, &cluster);
-            lock(&self.pairs).lose(&pair_key(&pair), &Unit::of(state).labels(), gone);
-        }
-    }
-
     /// Forgets resolved kinds (a CRD may have been re-created): resolved again on next use.
     pub(crate) fn forget_kinds(&self) {
         lock(&self.kinds).clear();
@@ -123,7 +122,7 @@ impl Applier {
     /// given order. Results come back in the order of `states`.
     pub(crate) async fn execute_all(
         &self,
-        states: &[(&str, &pb::DesiredState)],
+        states: &[Run<'_>],
     ) -> Vec<sluice_kube::Result<pb::ApplyResult>> {
         type Pair<'a> = (&'a str, Option<&'a pb::ClusterRef>);
         fn pair(state: &pb::DesiredState) -> Pair<'_> {
@@ -131,14 +130,14 @@ impl Applier {
         }
         let removing: std::collections::HashSet<Pair<'_>> = states
             .iter()
-            .filter(|(_, state)| state.removed && Unit::of(state) == Unit::Main)
-            .map(|(_, state)| pair(state))
+            .filter(|run| run.state.removed && Unit::of(run.state) == Unit::Main)
+            .map(|run| pair(run.state))
             .collect();
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut group_of: HashMap<(Pair<'_>, Option<&str>), usize> = HashMap::new();
-        for (index, (subject, state)) in states.iter().enumerate() {
-            let serial = removing.contains(&pair(state));
-            let key = (pair(state), (!serial).then_some(*subject));
+        for (index, run) in states.iter().enumerate() {
+            let serial = removing.contains(&pair(run.state));
+            let key = (pair(run.state), (!serial).then_some(run.subject));
             let group = *group_of.entry(key).or_insert_with(|| {
                 groups.push(Vec::new());
                 groups.len() - 1
@@ -151,7 +150,8 @@ impl Applier {
                 .map(|group| async move {
                     let mut out = Vec::with_capacity(group.len());
                     for index in group {
-                        out.push((index, self.execute(states[index].1).await));
+                        let run = &states[index];
+                        out.push((index, self.execute(run.state, run.lost).await));
                     }
                     out
                 })
@@ -163,9 +163,14 @@ impl Applier {
         done.into_iter().map(|(_, result)| result).collect()
     }
 
-    /// Executes one desired state. Errors are transient (the input is retried).
-    async fn execute(&self, state: &pb::DesiredState) -> sluice_kube::Result<pb::ApplyResult> {
-        let outcome = self.execute_inner(state).await;
+    /// Executes one desired state, its `lost` objects not counted as held. Errors are transient
+    /// (the input is retried).
+    async fn execute(
+        &self,
+        state: &pb::DesiredState,
+        lost: &[ObjectId],
+    ) -> sluice_kube::Result<pb::ApplyResult> {
+        let outcome = self.execute_inner(state, lost).await;
         if outcome.is_err() {
             // The server may hold anything of the unit now: list it again next time.
             if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
@@ -179,6 +184,7 @@ impl Applier {
     async fn execute_inner(
         &self,
         state: &pb::DesiredState,
+        lost: &[ObjectId],
     ) -> sluice_kube::Result<pb::ApplyResult> {
         let cluster = match sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
             Ok(cluster) => cluster,
@@ -226,6 +232,11 @@ impl Applier {
         // The removal of the main unit takes everything of the pair.
         let whole = state.removed && unit == Unit::Main;
         let mut known = self.known(&key, &pair, &unit_labels, whole).await?;
+        // What someone else deleted or edited is written again, whether the pair's index
+        // already knew of it or a LIST just found it (edited, it is still there).
+        for id in lost {
+            known.remove(id);
+        }
         let desired = self.adopt(&pair, desired).await?;
         let steps = plan::plan(&desired, &known);
         // Referenced objects before the profiles that point at them, profiles deleted before

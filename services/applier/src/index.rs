@@ -122,18 +122,6 @@ impl PairIndex {
             self.units.insert(key, compact(known));
         }
     }
-
-    /// Objects of a unit are no longer held.
-    fn lose(&mut self, unit: &UnitLabels, gone: &[ObjectId]) {
-        let Some(held) = self.units.get_mut(&unit_key(unit)) else {
-            return;
-        };
-        let mut known = expand(held.iter());
-        for id in gone {
-            known.remove(id);
-        }
-        *held = compact(&known);
-    }
 }
 
 enum Slot {
@@ -270,14 +258,6 @@ impl Pairs {
             None => {}
         }
         false
-    }
-
-    /// Objects of a unit of an indexed pair are gone (deleted by someone else): the unit no
-    /// longer holds them, so that its desired state writes them again.
-    pub(crate) fn lose(&mut self, pair: &str, unit: &UnitLabels, gone: &[ObjectId]) {
-        if let Some(Slot::Ready(index)) = self.slots.get_mut(pair) {
-            index.lose(unit, gone);
-        }
     }
 
     /// Forgets a pair (after an error: the server may hold anything; or after its removal).
@@ -494,30 +474,6 @@ mod tests {
         // a unit recorded while the pair is not indexed leaves nothing either
         assert!(!pairs.record("p", db.clone(), Known::new(), true));
         assert!(pairs.slots.is_empty());
-    }
-
-    #[test]
-    fn an_object_lost_is_no_longer_held_by_its_unit() {
-        let web = naming::resource_labels("default", "web");
-        let mut pairs = Pairs::default();
-        let generation = pairs.begin_listing("p");
-        let listed = [
-            object("ConfigMap", "a", &web),
-            object("ClusterProfile", "b", &web),
-        ];
-        let index = PairIndex::of(listed.iter().map(|o| ("ConfigMap", o)));
-        pairs.install("p", generation, index, &web, false);
-        pairs.lose("p", &web, &[id("ClusterProfile", "b"), id("Secret", "x")]);
-        let held = pairs
-            .known("p", &web, false)
-            .map(|k| k.into_keys().collect::<Vec<_>>());
-        assert_eq!(held, Some(vec![id("ConfigMap", "a")]));
-        pairs.lose("q", &web, &[id("ConfigMap", "a")]);
-        assert_eq!(
-            pairs.known("q", &web, false),
-            None,
-            "a pair not indexed stays so"
-        );
     }
 
     #[test]

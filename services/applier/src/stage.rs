@@ -18,7 +18,7 @@ use sluice_wire::BusKey;
 
 use futures::StreamExt as _;
 
-use crate::executor::Applier;
+use crate::executor::{Applier, Run};
 use crate::repair::{Due, Repairs};
 use crate::status::Statuses;
 use sluice_wire::unit::{Unit, UnitKey};
@@ -278,12 +278,15 @@ impl ApplierStage {
             if desired.state.removed || !desired.state.failure_message.is_empty() {
                 continue;
             }
-            self.applier.lose(&desired.state, &due.gone);
             units.push((due, desired));
         }
-        let states: Vec<(&str, &pb::DesiredState)> = units
+        let states: Vec<Run<'_>> = units
             .iter()
-            .map(|(due, desired)| (due.subject.as_str(), &desired.state))
+            .map(|(due, desired)| Run {
+                subject: &due.subject,
+                state: &desired.state,
+                lost: &due.gone,
+            })
             .collect();
         let results = self.applier.execute_all(&states).await;
         let mut touched = BTreeSet::new();
@@ -326,9 +329,13 @@ impl ApplierStage {
             units = removals.len(),
             "units whose removal expired unseen: what they hold is removed"
         );
-        let states: Vec<(&str, &pb::DesiredState)> = removals
+        let states: Vec<Run<'_>> = removals
             .iter()
-            .map(|(subject, desired)| (subject.as_str(), &desired.state))
+            .map(|(subject, desired)| Run {
+                subject,
+                state: &desired.state,
+                lost: &[],
+            })
             .collect();
         let results = self.applier.execute_all(&states).await;
         let mut touched = BTreeSet::new();
@@ -434,9 +441,13 @@ impl Stage for ApplierStage {
     }
 
     async fn handle(&mut self, inputs: &[Input<Desired>]) -> Vec<Outcome<ApplyError>> {
-        let units: Vec<(&str, &pb::DesiredState)> = inputs
+        let units: Vec<Run<'_>> = inputs
             .iter()
-            .map(|input| (input.delivered.subject.as_str(), &input.value.state))
+            .map(|input| Run {
+                subject: &input.delivered.subject,
+                state: &input.value.state,
+                lost: &[],
+            })
             .collect();
         let results = self.applier.execute_all(&units).await;
         // Each trigger's status is written once per batch.

@@ -628,7 +628,7 @@ async fn what_sluice_wrote_and_someone_else_deletes_is_written_again() -> anyhow
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::Result<()> {
     const EDITED: &str = "edited by someone else: it is written again";
-    let stack = running_seed().await?;
+    let mut stack = running_seed().await?;
     applier_watching(&stack).await?;
     let before = owned_by(&stack, TRIGGER, "cluster-a").await?;
     let of_kind = |objects: &[Value], kind: &str| {
@@ -768,6 +768,65 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
     // Nothing more is written back once all is as sluice wrote it.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(applier_lines(&stack, EDITED), 2);
+
+    // Edited while the applier and the reporter are away: the applier finds the ConfigMap by
+    // its watch's first list (someone else owns a field of its contents) and writes it back,
+    // though it has not listed the pair yet; the reporter writes its reports at its start.
+    stack.stop_service("sluice-applier")?;
+    stack.stop_service("sluice-reporter")?;
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &[
+                "patch",
+                "configmap",
+                &map_name,
+                "-n",
+                &map_namespace,
+                "--type",
+                "merge",
+                "-p",
+                &edit,
+            ],
+        )
+        .await?;
+    let report = report_listing_the_service(&stack).await?;
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &[
+                "patch",
+                "eventreport",
+                REPORT_A,
+                "-n",
+                "default",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"matchingResources":[]}}"#,
+            ],
+        )
+        .await?;
+    stack.start_service("sluice-applier")?;
+    stack.start_service("sluice-reporter")?;
+    wait_for(
+        "the ConfigMap edited while away written back",
+        DEADLINE,
+        || async {
+            let after = owned_by(&stack, TRIGGER, "cluster-a").await.ok()?;
+            (of_kind(&after, "ConfigMap").ok()?["data"] == config_map["data"]).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    demo::wait_report(&stack, REPORT_A, DEADLINE, |r| {
+        r["metadata"]["resourceVersion"] != report["metadata"]["resourceVersion"]
+            && lists_the_service(r)
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    // The profile, whose only other manager holds a label, is not taken for edited.
+    assert_eq!(applier_lines(&stack, EDITED), 1);
     Ok(())
 }
 
