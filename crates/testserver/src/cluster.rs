@@ -362,6 +362,11 @@ impl State {
         self.latest.clone()
     }
 
+    /// Whether the write under way is a dry run's ([`State::dry_run`]).
+    pub fn is_dry_run(&self) -> bool {
+        self.muted
+    }
+
     /// Runs a write as `?dryRun=All` does: every step (admission, validation, conflicts) as for
     /// a real write, then nothing of it is kept. Objects, registry and resourceVersion are
     /// restored and no watch sees a change.

@@ -360,7 +360,7 @@ fn apply(call: &Call, target: &Target, name: &str, dry: bool) -> Result<Response
     {
         return Err(ApiError::conflict(&target.info, name));
     }
-    if live.is_none() {
+    if live.is_none() && !dry {
         crate::cluster::no_resource_version_on_create(rv_in)?;
     }
     let live = live.map(|l| target.present(l)).transpose()?;

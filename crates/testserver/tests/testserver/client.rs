@@ -513,7 +513,8 @@ async fn later_pages_show_the_first_pages_snapshot_until_it_is_compacted() {
 
 /// The storage refuses to create an object that names a resourceVersion (etcd3's
 /// `ErrResourceVersionSetOnCreate`: what `kubectl create -f` of a `kubectl get -o yaml` output
-/// meets), by POST or by a server-side apply that creates, and ignores one it cannot read.
+/// meets), by POST or by a server-side apply that creates, unless it is a dry run, and ignores
+/// one it cannot read.
 #[tokio::test]
 async fn a_create_that_names_a_resource_version_is_refused() {
     let server = server(&["mgmt"]).await;
@@ -544,6 +545,25 @@ async fn a_create_that_names_a_resource_version_is_refused() {
         ),
         expected
     );
+    // A dry run never reaches the storage's create (kube-apiserver's `DryRunnableStorage`):
+    // it is not refused, and creates nothing.
+    let dry = api
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &exported,
+        )
+        .await
+        .expect("a dry run is not refused");
+    assert_eq!(dry.metadata.name.as_deref(), Some("exported"));
+    let mut dry_apply = PatchParams::apply("test");
+    dry_apply.dry_run = true;
+    api.patch("exported", &dry_apply, &Patch::Apply(&exported))
+        .await
+        .expect("a dry-run apply is not refused");
+    assert!(api.get_opt("exported").await.expect("get").is_none());
     let mut unreadable = cm("unreadable", &[]);
     unreadable.metadata.resource_version = Some("-1".into());
     let created = api
