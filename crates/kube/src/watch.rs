@@ -547,7 +547,8 @@ fn gone((namespace, name): ObjectKey, kept: String) -> Gone {
 /// edit is told once the watch has seen the object since the writer wrote it or it started;
 /// one made before a list first shows the object is told by that list when someone else owns
 /// some of its contents ([`Hold`]).
-/// Errors from the API server are yielded and the watch goes on with backoff.
+/// Errors from the API server are yielded and the watch goes on with backoff. The watch is read
+/// in a task of its own ([`drained`]), whenever the consumer reads what it yields.
 pub fn watch_owned(
     client: Client,
     kind: Kind,
@@ -563,17 +564,54 @@ pub fn watch_owned(
         None => Api::all_with(client, &kind.resource),
     };
     let mut state = OwnedState::new(keep, manager, HashMap::new());
-    watcher::watcher(
-        api,
-        watcher::Config::default().labels(labels).any_semantic(),
+    drained(
+        watcher::watcher(
+            api,
+            watcher::Config::default().labels(labels).any_semantic(),
+        )
+        .default_backoff()
+        .filter_map(move |event| {
+            state.remember(written.take());
+            let batch = event.map(|event| state.on_event(to_json_event(event)));
+            let told = batch.as_ref().map_or(true, |batch| !batch.is_empty());
+            futures::future::ready(told.then_some(batch))
+        }),
     )
-    .default_backoff()
-    .filter_map(move |event| {
-        state.remember(written.take());
-        let batch = event.map(|event| state.on_event(to_json_event(event)));
-        let told = batch.as_ref().map_or(true, |batch| !batch.is_empty());
-        futures::future::ready(told.then_some(batch))
+}
+
+/// Reads `stream` in a task of its own, started on the first poll, and yields its items: the
+/// source is read as fast as it yields, whenever the consumer reads. A watch must be: a
+/// consumer that reads it only between batches of other work (a stage's side feed) falls
+/// behind under load, and the API server then closes the watch, whose client lists every
+/// object again. Items wait in an unbounded queue (a watch of what sluice wrote yields only
+/// what someone else deleted or edited, and its lists' completions); the task ends with the
+/// source, or once the returned stream is dropped.
+pub fn drained<S>(stream: S) -> impl Stream<Item = S::Item> + Send
+where
+    S: Stream + Send + 'static,
+    S::Item: Send + 'static,
+{
+    futures::stream::once(async move {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                tokio::select! {
+                    () = tx.closed() => break,
+                    item = stream.next() => {
+                        let Some(item) = item else { break };
+                        if tx.send(item).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })
     })
+    .flatten()
 }
 
 fn to_json_event<K: serde::Serialize>(event: Event<K>) -> Event<Value> {
