@@ -1,24 +1,13 @@
 //! `apply::visit_labelled_metadata_in` against the API test server: metadata only, a page at a
 //! time, every labelled object once, and a listing whose continue token expired starts again.
 
+mod support;
+
 use std::collections::BTreeMap;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use sluice_kube::apply::{self, Listed, METADATA_PAGE};
 use sluice_testserver::{Config, TestServer};
-
-async fn client(server: &TestServer, cluster: &str) -> kube::Client {
-    let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig_yaml()).expect("kubeconfig parses");
-    let options = KubeConfigOptions {
-        context: Some(cluster.to_string()),
-        ..KubeConfigOptions::default()
-    };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-        .await
-        .expect("kubeconfig context loads");
-    kube::Client::try_from(config).expect("client builds")
-}
 
 fn config_map(name: &str, labelled: bool) -> serde_json::Value {
     let labels = if labelled {
@@ -50,7 +39,7 @@ async fn every_labelled_objects_metadata_once_a_page_at_a_time_and_again_after_a
             .create_object("mgmt", config_map(&format!("other-{i}"), false))
             .expect("create");
     }
-    let client = client(&server, "mgmt").await;
+    let client = support::client(&server, "mgmt").await;
     let kind = apply::resolve(&client, "v1", "ConfigMap")
         .await
         .expect("ConfigMaps are served");

@@ -3,26 +3,15 @@
 //! (the applier between batches) never makes the server close the watch and the watch list
 //! every object again.
 
+mod support;
+
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{json, Value};
 use sluice_kube::apply;
 use sluice_kube::watch::{self, OwnedChanges, Written};
 use sluice_testserver::{Config, TestServer};
-
-async fn client(server: &TestServer, cluster: &str) -> kube::Client {
-    let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig_yaml()).expect("kubeconfig parses");
-    let options = KubeConfigOptions {
-        context: Some(cluster.to_string()),
-        ..KubeConfigOptions::default()
-    };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-        .await
-        .expect("kubeconfig context loads");
-    kube::Client::try_from(config).expect("client builds")
-}
 
 /// A labelled ConfigMap whose metadata alone is large (a 10 kB annotation): thousands of them
 /// are more than the sockets between the server and the client buffer.
@@ -51,7 +40,7 @@ async fn a_watch_whose_consumer_is_busy_keeps_up_and_lists_nothing_again() {
     })
     .await
     .expect("test server starts");
-    let client = client(&server, "mgmt").await;
+    let client = support::client(&server, "mgmt").await;
     let kind = apply::resolve(&client, "v1", "ConfigMap")
         .await
         .expect("ConfigMaps are served");

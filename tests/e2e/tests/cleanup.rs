@@ -681,22 +681,7 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
         )
         .await?;
     let edit = json!({"data": {key.as_str(): "edited"}}).to_string();
-    stack
-        .kubectl(
-            MANAGEMENT,
-            &[
-                "patch",
-                "configmap",
-                &map_name,
-                "-n",
-                &map_namespace,
-                "--type",
-                "merge",
-                "-p",
-                &edit,
-            ],
-        )
-        .await?;
+    patch_by_hand(&stack, "configmap", &map_name, &map_namespace, &edit).await?;
 
     let after = wait_for(
         "the fields edited by hand written back",
@@ -738,22 +723,7 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
 
     // The EventReport's list of what matches, emptied by hand.
     let report = report_listing_the_service(&stack).await?;
-    stack
-        .kubectl(
-            MANAGEMENT,
-            &[
-                "patch",
-                "eventreport",
-                REPORT_A,
-                "-n",
-                "default",
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec":{"matchingResources":[]}}"#,
-            ],
-        )
-        .await?;
+    patch_by_hand(&stack, "eventreport", REPORT_A, "default", EMPTY_REPORT).await?;
     let again = demo::wait_report(&stack, REPORT_A, DEADLINE, |r| {
         r["metadata"]["resourceVersion"] != report["metadata"]["resourceVersion"]
             && lists_the_service(r)
@@ -774,39 +744,9 @@ async fn what_sluice_wrote_and_someone_else_edits_is_written_back() -> anyhow::R
     // though it has not listed the pair yet; the reporter writes its reports at its start.
     stack.stop_service("sluice-applier")?;
     stack.stop_service("sluice-reporter")?;
-    stack
-        .kubectl(
-            MANAGEMENT,
-            &[
-                "patch",
-                "configmap",
-                &map_name,
-                "-n",
-                &map_namespace,
-                "--type",
-                "merge",
-                "-p",
-                &edit,
-            ],
-        )
-        .await?;
+    patch_by_hand(&stack, "configmap", &map_name, &map_namespace, &edit).await?;
     let report = report_listing_the_service(&stack).await?;
-    stack
-        .kubectl(
-            MANAGEMENT,
-            &[
-                "patch",
-                "eventreport",
-                REPORT_A,
-                "-n",
-                "default",
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec":{"matchingResources":[]}}"#,
-            ],
-        )
-        .await?;
+    patch_by_hand(&stack, "eventreport", REPORT_A, "default", EMPTY_REPORT).await?;
     stack.start_service("sluice-applier")?;
     stack.start_service("sluice-reporter")?;
     wait_for(
@@ -871,6 +811,23 @@ async fn a_trigger_the_applier_finds_gone_is_forgotten() -> anyhow::Result<()> {
     .await
     .map_err(|e| fail(&stack, e))?;
     Ok(())
+}
+
+/// A merge patch that empties an EventReport's list of what matches.
+const EMPTY_REPORT: &str = r#"{"spec":{"matchingResources":[]}}"#;
+
+/// Edits an object of the management cluster with `kubectl patch --type merge`.
+async fn patch_by_hand(
+    stack: &Stack,
+    resource: &str,
+    name: &str,
+    namespace: &str,
+    patch: &str,
+) -> anyhow::Result<()> {
+    let args = [
+        "patch", resource, name, "-n", namespace, "--type", "merge", "-p", patch,
+    ];
+    stack.kubectl(MANAGEMENT, &args).await.map(drop)
 }
 
 /// The applier's count of objects it wrote again after someone else deleted or edited them.
