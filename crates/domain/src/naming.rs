@@ -101,6 +101,15 @@ pub fn base_labels(
     labels
 }
 
+/// The keys of [`owner_labels`]: what every object sluice writes for a (trigger, cluster)
+/// carries, and what a LIST of the pair selects by.
+pub const OWNER_LABEL_KEYS: [&str; 4] = [
+    LABEL_EVENT_TRIGGER,
+    LABEL_CLUSTER_NAMESPACE,
+    LABEL_CLUSTER_NAME,
+    LABEL_CLUSTER_TYPE,
+];
+
 /// The labels that say "owned by this EventTrigger for this cluster": the cleanup selector.
 pub fn owner_labels(event_trigger: &str, cluster: &ClusterId) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -210,6 +219,22 @@ pub fn is_valid_label_value(value: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_owner_label_keys_are_the_owner_labels() {
+        let cluster = super::ClusterId {
+            namespace: "ns".into(),
+            name: "c".into(),
+            cluster_type: super::ClusterType::Sveltos,
+        };
+        let keys: Vec<String> = super::owner_labels("t", &cluster).into_keys().collect();
+        let mut expected: Vec<String> = super::OWNER_LABEL_KEYS
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        expected.sort();
+        assert_eq!(keys, expected);
+    }
+
     #[test]
     fn a_report_name_is_read_back_into_every_cluster_and_event_source_it_can_be() {
         use crate::cluster::{ClusterId, ClusterType};

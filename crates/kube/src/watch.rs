@@ -548,7 +548,9 @@ fn gone((namespace, name): ObjectKey, kept: String) -> Gone {
 /// one made before a list first shows the object is told by that list when someone else owns
 /// some of its contents ([`Hold`]).
 /// Errors from the API server are yielded and the watch goes on with backoff. The watch is read
-/// in a task of its own ([`drained`]), whenever the consumer reads what it yields.
+/// in a task of its own ([`drained`]), whenever the consumer reads what it yields. `first_list`,
+/// if given, is shown the objects of the first list as they come (a consistent list of the most
+/// recent state), and told when it restarts and when it is complete.
 pub fn watch_owned(
     client: Client,
     kind: Kind,
@@ -556,6 +558,7 @@ pub fn watch_owned(
     labels: &str,
     (keep, manager): (fn(&Value) -> Option<String>, &'static str),
     written: Written,
+    mut first_list: Option<FirstListObserver>,
 ) -> impl Stream<Item = Result<OwnedChanges, watcher::Error>> + Send {
     // Metadata only: what `keep` reads and the field managers are there, and the objects'
     // contents (a Secret's data) never travel.
@@ -564,24 +567,47 @@ pub fn watch_owned(
         None => Api::all_with(client, &kind.resource),
     };
     let mut state = OwnedState::new(keep, manager, HashMap::new());
+    let watched = (kind.resource.api_version, kind.resource.kind);
     drained(
-        watcher::watcher(
-            api,
-            watcher::Config::default().labels(labels).any_semantic(),
-        )
-        .default_backoff()
-        .filter_map(move |event| {
-            state.remember(written.take());
-            let batch = event.map(|event| state.on_event(to_json_event(event)));
-            let told = batch.as_ref().map_or(true, |batch| !batch.is_empty());
-            futures::future::ready(told.then_some(batch))
-        }),
+        watcher::watcher(api, watcher::Config::default().labels(labels))
+            .default_backoff()
+            .filter_map(move |event| {
+                state.remember(written.take());
+                let batch = event.map(|event| {
+                    let event = of_kind(to_json_event(event), &watched);
+                    if let Some(observe) = first_list.as_mut() {
+                        match &event {
+                            Event::Init => observe(FirstList::Restarted),
+                            Event::InitApply(object) => observe(FirstList::Object(object)),
+                            Event::InitDone => {
+                                observe(FirstList::Done);
+                                first_list = None;
+                            }
+                            Event::Apply(_) | Event::Delete(_) => {}
+                        }
+                    }
+                    state.on_event(event)
+                });
+                let told = batch.as_ref().map_or(true, |batch| !batch.is_empty());
+                futures::future::ready(told.then_some(batch))
+            }),
     )
 }
 
-/// Reads `stream` in a task of its own, started on the first poll, and yields its items: the
-/// source is read as fast as it yields, whenever the consumer reads. A watch must be: a
-/// consumer that reads it only between batches of other work (a stage's side feed) falls
+/// What [`watch_owned`] shows of its first list.
+pub enum FirstList<'a> {
+    /// The list starts (again, after an error): what it showed before is void.
+    Restarted,
+    Object(&'a Value),
+    Done,
+}
+
+/// Sees the first list of a [`watch_owned`], in the watch's task.
+pub type FirstListObserver = Box<dyn FnMut(FirstList<'_>) + Send>;
+
+/// Reads `stream` in a task of its own, started at once (within a Tokio runtime), and yields
+/// its items: the source is read as fast as it yields, whenever the consumer reads. A watch must
+/// be: a consumer that reads it only between batches of other work (a stage's side feed) falls
 /// behind under load, and the API server then closes the watch, whose client lists every
 /// object again. Items wait in an unbounded queue (a watch of what sluice wrote yields only
 /// what someone else deleted or edited, and its lists' completions); the task ends with the
@@ -591,27 +617,36 @@ where
     S: Stream + Send + 'static,
     S::Item: Send + 'static,
 {
-    futures::stream::once(async move {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                tokio::select! {
-                    () = tx.closed() => break,
-                    item = stream.next() => {
-                        let Some(item) = item else { break };
-                        if tx.send(item).is_err() {
-                            break;
-                        }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                () = tx.closed() => break,
+                item = stream.next() => {
+                    let Some(item) = item else { break };
+                    if tx.send(item).is_err() {
+                        break;
                     }
                 }
             }
-        });
-        futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        })
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
     })
-    .flatten()
+}
+
+/// A metadata-only watch's object names itself `PartialObjectMetadata`: it is of the watched
+/// kind (`apiVersion`, `kind`), as a metadata-only list's items are named.
+fn of_kind(mut event: Event<Value>, (api_version, kind): &(String, String)) -> Event<Value> {
+    if let Event::Apply(object) | Event::Delete(object) | Event::InitApply(object) = &mut event {
+        if let Some(object) = object.as_object_mut() {
+            object.insert("kind".into(), Value::from(kind.as_str()));
+            object.insert("apiVersion".into(), Value::from(api_version.as_str()));
+        }
+    }
+    event
 }
 
 fn to_json_event<K: serde::Serialize>(event: Event<K>) -> Event<Value> {

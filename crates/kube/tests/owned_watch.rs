@@ -51,6 +51,7 @@ async fn a_watch_whose_consumer_is_busy_keeps_up_and_lists_nothing_again() {
         "app",
         (name_of, "writer"),
         Written::default(),
+        None,
     );
     let mut changes = std::pin::pin!(changes);
     let first = tokio::time::timeout(Duration::from_secs(10), changes.next())

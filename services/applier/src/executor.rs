@@ -53,8 +53,11 @@ pub(crate) struct Applier {
     /// Per (trigger, cluster), by its owner labels: what each of its units holds, with the
     /// content hashes this process applied (`index`). An unchanged object is not applied again,
     /// and neither applying nor removing a unit needs a LIST: the pair is listed once, the
-    /// first time it is needed and again after an error.
+    /// first time it is needed and again after an error; at start every pair at once from the
+    /// watches' first lists when they complete in time (`seed`).
     pairs: Mutex<Pairs>,
+    /// The pairs' indexes from the watches' first lists, which the first units wait for.
+    seed: Option<Arc<crate::seed::Seed>>,
     /// One LIST of a pair at a time: the units that need it wait for it.
     listing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Per (trigger, cluster), by its owner labels: what the server held when the pair was
@@ -89,10 +92,44 @@ impl Applier {
             concurrency: concurrency.max(1),
             kinds: Mutex::new(HashMap::new()),
             pairs: Mutex::new(Pairs::default()),
+            seed: None,
             listing: Mutex::new(HashMap::new()),
             adoptable: Mutex::new(HashMap::new()),
             deleted: Mutex::new(std::collections::HashSet::new()),
         }
+    }
+
+    /// From now on takes each pair's index and adoption snapshot from `seed` once it is
+    /// complete, waiting for it before any pair is listed. Set before the watches whose first
+    /// lists make it start, after any write at start: the lists show every write before them.
+    pub(crate) fn seed_from(&mut self, seed: Arc<crate::seed::Seed>) {
+        self.seed = Some(seed);
+    }
+
+    /// Waits for the seed (if any) and installs it once.
+    async fn seeded(&self) {
+        let Some(seed) = &self.seed else {
+            return;
+        };
+        seed.settle(|pairs| {
+            let mut adoptable = lock(&self.adoptable);
+            let count = pairs.len();
+            let indexes: Vec<(String, crate::index::PairIndex)> = pairs
+                .into_iter()
+                .map(|(pair, seeded)| {
+                    adoptable
+                        .entry(pair.clone())
+                        .or_insert_with(|| Arc::new(seeded.adoptable));
+                    (pair, seeded.listing.index())
+                })
+                .collect();
+            lock(&self.pairs).seed(indexes);
+            tracing::info!(
+                pairs = count,
+                "every pair's index taken from the first lists of what sluice wrote"
+            );
+        })
+        .await;
     }
 
     /// Whether the deletion of `id` that the watch saw is one this applier made (each one
@@ -577,6 +614,20 @@ impl Applier {
         if let Some(known) = lock(&self.pairs).known(key, unit, whole) {
             return Ok(known);
         }
+        self.seeded().await;
+        {
+            let mut pairs = lock(&self.pairs);
+            if let Some(known) = pairs.known(key, unit, whole) {
+                return Ok(known);
+            }
+            if pairs.is_empty_by_seed(key) {
+                // Known to hold nothing: indexed empty, with nothing to adopt.
+                let generation = pairs.begin_listing(key);
+                let known = pairs.install(key, generation, Default::default(), unit, whole);
+                lock(&self.adoptable).entry(key.to_string()).or_default();
+                return Ok(known);
+            }
+        }
         if !whole && lock(&self.pairs).is_stale(key, unit) {
             // Only this unit failed: it alone is listed, not every unit of the pair (only the
             // unit's own objects are kept: a selector of fewer labels may select more).
@@ -630,7 +681,7 @@ async fn delete_one(
 }
 
 /// A (trigger, cluster) pair's owner labels as one map key.
-fn pair_key(pair: &BTreeMap<String, String>) -> String {
+pub(crate) fn pair_key(pair: &BTreeMap<String, String>) -> String {
     pair.iter().map(|(k, v)| format!("{k}={v},")).collect()
 }
 

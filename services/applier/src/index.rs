@@ -133,11 +133,16 @@ enum Slot {
     Ready(PairIndex),
 }
 
-/// Every pair's index, by the pair's key. A pair without one is listed on next need.
+/// Every pair's index, by the pair's key. A pair without one is listed on next need, unless
+/// the pairs were seeded ([`Pairs::seed`]): then a pair without one holds nothing, unless it
+/// was forgotten after an error since.
 #[derive(Default)]
 pub(crate) struct Pairs {
     slots: HashMap<String, Slot>,
     generations: u64,
+    seeded: bool,
+    /// Pairs forgotten after an error since the seed: listed on next need.
+    unknown: HashSet<String>,
 }
 
 impl Pairs {
@@ -189,9 +194,25 @@ impl Pairs {
                 index.set(&recorded, &known);
             }
         }
+        self.unknown.remove(pair);
         let known = index.known(unit, whole);
         self.slots.insert(pair.to_string(), Slot::Ready(index));
         known
+    }
+
+    /// Takes the indexes of every pair that holds anything, from one listing of everything
+    /// sluice wrote; a pair already indexed or being listed keeps its own.
+    pub(crate) fn seed(&mut self, indexes: impl IntoIterator<Item = (String, PairIndex)>) {
+        for (pair, index) in indexes {
+            self.slots.entry(pair).or_insert(Slot::Ready(index));
+        }
+        self.seeded = true;
+    }
+
+    /// Whether the pair holds nothing, known without a LIST: the pairs were seeded, it has no
+    /// index, and it was not forgotten after an error since.
+    pub(crate) fn is_empty_by_seed(&self, pair: &str) -> bool {
+        self.seeded && !self.slots.contains_key(pair) && !self.unknown.contains(pair)
     }
 
     /// Whether `unit` of the pair is to be listed alone: the pair is indexed, but an execution
@@ -218,6 +239,9 @@ impl Pairs {
             }
         }
         self.slots.remove(pair);
+        if self.seeded {
+            self.unknown.insert(pair.to_string());
+        }
     }
 
     /// What a stale unit holds by a LIST of its own objects (`listed`: the pair's objects that
@@ -332,6 +356,45 @@ mod tests {
 
     fn id(kind: &str, name: &str) -> ObjectId {
         (kind.to_string(), "ns".to_string(), name.to_string())
+    }
+
+    #[test]
+    fn seeded_pairs_are_indexed_and_the_others_hold_nothing_until_an_error() {
+        let web = naming::resource_labels("default", "web");
+        let mut pairs = Pairs::default();
+        assert!(!pairs.is_empty_by_seed("q"), "not seeded: listed on need");
+        // p was listed before the seed: it keeps its own index
+        let generation = pairs.begin_listing("p");
+        pairs.install("p", generation, PairIndex::default(), &web, false);
+        let listed = [object("ConfigMap", "a", &web)];
+        let seeded = PairIndex::of(listed.iter().map(|o| ("ConfigMap", o)));
+        pairs.seed([
+            ("p".to_string(), PairIndex::default()),
+            ("s".to_string(), seeded),
+        ]);
+        assert_eq!(pairs.known("p", &web, false), Some(Known::new()));
+        assert_eq!(
+            pairs
+                .known("s", &web, false)
+                .map(|k| k.into_keys().collect::<Vec<_>>()),
+            Some(vec![id("ConfigMap", "a")])
+        );
+        assert!(!pairs.is_empty_by_seed("s"), "indexed");
+        assert!(pairs.is_empty_by_seed("q"), "in no list: holds nothing");
+        // an error forgets s: the server may hold anything of it, it is listed again
+        for unit in 0..9 {
+            pairs.unknown(
+                "s",
+                &naming::resource_labels("default", &format!("u{unit}")),
+            );
+        }
+        assert_eq!(pairs.known("s", &web, false), None);
+        assert!(!pairs.is_empty_by_seed("s"));
+        let generation = pairs.begin_listing("s");
+        pairs.install("s", generation, PairIndex::default(), &web, false);
+        // its removal leaves it holding nothing, known without a LIST
+        assert!(pairs.record("s", web.clone(), Known::new(), true));
+        assert!(pairs.is_empty_by_seed("s"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod orphans;
 pub mod plan;
 pub mod problems;
 mod repair;
+mod seed;
 pub mod stage;
 pub mod status;
 
@@ -60,6 +61,7 @@ pub async fn run(
     let client = sluice_kube::client::for_service(&common, &health, &token)
         .await
         .context("failed to build the management cluster client")?;
+    let seed = std::sync::Arc::new(seed::Seed::new(plan::OWNED.len()));
     let mut stage = stage::ApplierStage {
         bus: bus.clone(),
         applier: Applier::new(
@@ -130,12 +132,20 @@ pub async fn run(
         feeds.push(live.map(stage::Side::Config).boxed());
     }
     // What sluice wrote and someone else deletes is written again (ADR 0039).
-    feeds.extend(owned_changes(
-        stage.applier.client.clone(),
-        &common.sveltos_namespace,
-        &stage.written,
-        &token,
-    ));
+    // Started now, not on the runner's first poll of its side feed: the first units wait for
+    // their first lists (the seed), which start after the removals above, so they show them.
+    stage.applier.seed_from(seed.clone());
+    feeds.extend(
+        owned_changes(
+            stage.applier.client.clone(),
+            &common.sveltos_namespace,
+            &stage.written,
+            &seed,
+            &token,
+        )
+        .into_iter()
+        .map(|feed| sluice_kube::watch::drained(feed).boxed()),
+    );
     let runner = Runner::bind(&bus, topology::APPLIER_DESIRED)
         .await?
         .with_hooks(hooks(&health))
@@ -161,11 +171,13 @@ const RESOLVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 /// namespace, where the applier writes them) of the objects sluice wrote, yielding those that
 /// go or someone else edits, with the desired-state subject each named. Each watch is told what the applier writes
 /// of its kind (`written`), from the start what the replayed results say the units hold, whose
-/// lack in the first list says they went while the applier was away.
+/// lack in the first list says they went while the applier was away. Their first lists are the
+/// pairs' `seed`, abandoned when a kind is not served.
 fn owned_changes(
     client: kube::Client,
     namespace: &str,
     written: &std::collections::BTreeMap<String, Written>,
+    seed: &std::sync::Arc<seed::Seed>,
     token: &CancellationToken,
 ) -> Vec<futures::stream::BoxStream<'static, stage::Side>> {
     plan::OWNED
@@ -175,11 +187,15 @@ fn owned_changes(
             let namespace = namespace.to_string();
             let written = written.get(kind).cloned().unwrap_or_default();
             let token = token.clone();
+            let seed = seed.clone();
+            // The watch starts once (a stream of one resolution): its first list is the seed's.
+            let mut observer = Some(seed.observer(kind));
             let resolved = async move {
                 loop {
                     match sluice_kube::apply::resolve(&client, api_version, kind).await {
                         Ok(resolved) => return Some((client, resolved)),
                         Err(error) => {
+                            seed.abandon();
                             tracing::warn!(%kind, error = %sluice_runtime::error_chain(&error), "cannot watch the objects sluice wrote of this kind yet");
                             tokio::select! {
                                 () = tokio::time::sleep(RESOLVE_RETRY) => {}
@@ -200,6 +216,7 @@ fn owned_changes(
                         OWNED_SELECTOR,
                         (plan::desired_subject_of, executor::FIELD_MANAGER),
                         written.clone(),
+                        observer.take(),
                     )
                 })
                 .map(move |batch| match batch {

@@ -380,6 +380,7 @@ pub async fn run(
         sluice_domain::naming::REPORT_LABEL_EVENT_SOURCE,
         (remember_every_report, FIELD_MANAGER),
         stage.watched.clone(),
+        None,
     )
     .map(|batch| match batch {
         Ok(changes) => stage::Side::Owned(changes),

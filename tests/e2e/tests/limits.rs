@@ -344,6 +344,37 @@ async fn removing_units_lists_nothing_per_unit() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A restarted applier takes every pair's index from its watches' first lists of what sluice
+/// wrote (issue 20: one listing of everything at start, not a second one by the first unit of
+/// each pair): new units after the restart, and the removal of every unit, list no pair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_applier_lists_no_pair_its_watches_listed() -> anyhow::Result<()> {
+    const UNITS: usize = 100;
+    let mut stack = seed_stack(&["cluster-a"], "").await?;
+    create_services(&stack, 0..UNITS).await?;
+    provisioned_with(&stack, UNITS).await?;
+    let mark = stack.server.audit(MANAGEMENT).len();
+    stack.stop_service("sluice-applier")?;
+    stack.start_service("sluice-applier")?;
+    create_services(&stack, UNITS..UNITS + 10).await?;
+    provisioned_with(&stack, UNITS + 10).await?;
+    assert!(stack
+        .service_log("sluice-applier")
+        .contains("every pair's index taken from the first lists of what sluice wrote"));
+    delete_services(&stack, 0..UNITS + 10).await?;
+    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    let listed = owned_lists(&stack, mark);
+    assert!(
+        listed.is_empty(),
+        "the restarted applier listed its pair {} times: {listed:?}",
+        listed.len()
+    );
+    assert_all_running(&mut stack);
+    Ok(())
+}
+
 /// A unit whose execution failed lists only its own objects when it runs again, not every unit
 /// of its pair (issue 20: what one resource costs does not grow with the other matches).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
