@@ -314,9 +314,9 @@ fn owned_lists(stack: &Stack, mark: usize) -> Vec<String> {
 }
 
 /// Creating and removing units needs no LIST per unit (issue 20): two hundred Services, each
-/// its own resource unit, list the pair's owned kinds once when created (the main unit, which
-/// holds nothing of a per-resource trigger, keeps the pair indexed) and at most once more when
-/// all are deleted.
+/// its own resource unit, list the pair's owned kinds at most once when created (none when the
+/// applier's seed knew the pair empty; the main unit, which holds nothing of a per-resource
+/// trigger, keeps the pair indexed) and at most once more when all are deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_units_lists_nothing_per_unit() -> anyhow::Result<()> {
     const UNITS: usize = 200;
