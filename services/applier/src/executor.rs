@@ -112,17 +112,18 @@ impl Applier {
             return;
         };
         seed.settle(|pairs| {
-            let mut adoptable = lock(&self.adoptable);
             let count = pairs.len();
-            let indexes: Vec<(String, crate::index::PairIndex)> = pairs
-                .into_iter()
-                .map(|(pair, seeded)| {
+            let mut indexes = Vec::with_capacity(count);
+            {
+                // One lock at a time: `known` takes the pairs' before the snapshots'.
+                let mut adoptable = lock(&self.adoptable);
+                for (pair, seeded) in pairs {
                     adoptable
                         .entry(pair.clone())
                         .or_insert_with(|| Arc::new(seeded.adoptable));
-                    (pair, seeded.listing.index())
-                })
-                .collect();
+                    indexes.push((pair, seeded.listing.index()));
+                }
+            }
             lock(&self.pairs).seed(indexes);
             tracing::info!(
                 pairs = count,
@@ -615,18 +616,21 @@ impl Applier {
             return Ok(known);
         }
         self.seeded().await;
-        {
+        let empty = {
             let mut pairs = lock(&self.pairs);
             if let Some(known) = pairs.known(key, unit, whole) {
                 return Ok(known);
             }
-            if pairs.is_empty_by_seed(key) {
-                // Known to hold nothing: indexed empty, with nothing to adopt.
+            // Known to hold nothing: indexed empty.
+            pairs.is_empty_by_seed(key).then(|| {
                 let generation = pairs.begin_listing(key);
-                let known = pairs.install(key, generation, Default::default(), unit, whole);
-                lock(&self.adoptable).entry(key.to_string()).or_default();
-                return Ok(known);
-            }
+                pairs.install(key, generation, Default::default(), unit, whole)
+            })
+        };
+        if let Some(known) = empty {
+            // With nothing to adopt.
+            lock(&self.adoptable).entry(key.to_string()).or_default();
+            return Ok(known);
         }
         if !whole && lock(&self.pairs).is_stale(key, unit) {
             // Only this unit failed: it alone is listed, not every unit of the pair (only the
