@@ -547,8 +547,9 @@ fn gone((namespace, name): ObjectKey, kept: String) -> Gone {
 /// edit is told once the watch has seen the object since the writer wrote it or it started;
 /// one made before a list first shows the object is told by that list when someone else owns
 /// some of its contents ([`Hold`]).
-/// Errors from the API server are yielded and the watch goes on with backoff. The watch is read
-/// in a task of its own ([`drained`]), whenever the consumer reads what it yields. `first_list`,
+/// Errors from the API server are yielded and the watch goes on with backoff. It must be read as
+/// fast as it yields: a consumer that reads it between batches of other work reads it through
+/// [`drained`]. `first_list`,
 /// if given, is shown the objects of the first list as they come (a consistent list of the most
 /// recent state), and told when it restarts and when it is complete.
 pub fn watch_owned(
@@ -568,30 +569,28 @@ pub fn watch_owned(
     };
     let mut state = OwnedState::new(keep, manager, HashMap::new());
     let watched = (kind.resource.api_version, kind.resource.kind);
-    drained(
-        watcher::watcher(api, watcher::Config::default().labels(labels))
-            .default_backoff()
-            .filter_map(move |event| {
-                state.remember(written.take());
-                let batch = event.map(|event| {
-                    let event = of_kind(to_json_event(event), &watched);
-                    if let Some(observe) = first_list.as_mut() {
-                        match &event {
-                            Event::Init => observe(FirstList::Restarted),
-                            Event::InitApply(object) => observe(FirstList::Object(object)),
-                            Event::InitDone => {
-                                observe(FirstList::Done);
-                                first_list = None;
-                            }
-                            Event::Apply(_) | Event::Delete(_) => {}
+    watcher::watcher(api, watcher::Config::default().labels(labels))
+        .default_backoff()
+        .filter_map(move |event| {
+            state.remember(written.take());
+            let batch = event.map(|event| {
+                let event = of_kind(to_json_event(event), &watched);
+                if let Some(observe) = first_list.as_mut() {
+                    match &event {
+                        Event::Init => observe(FirstList::Restarted),
+                        Event::InitApply(object) => observe(FirstList::Object(object)),
+                        Event::InitDone => {
+                            observe(FirstList::Done);
+                            first_list = None;
                         }
+                        Event::Apply(_) | Event::Delete(_) => {}
                     }
-                    state.on_event(event)
-                });
-                let told = batch.as_ref().map_or(true, |batch| !batch.is_empty());
-                futures::future::ready(told.then_some(batch))
-            }),
-    )
+                }
+                state.on_event(event)
+            });
+            let told = batch.as_ref().map_or(true, |batch| !batch.is_empty());
+            futures::future::ready(told.then_some(batch))
+        })
 }
 
 /// What [`watch_owned`] shows of its first list.

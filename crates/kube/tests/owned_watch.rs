@@ -1,7 +1,7 @@
-//! `watch::watch_owned` against the API test server: the watch is read as fast as the server
-//! sends, whenever its consumer reads what it yields, so that a consumer busy with other work
-//! (the applier between batches) never makes the server close the watch and the watch list
-//! every object again.
+//! `watch::watch_owned` read through `watch::drained` against the API test server: the watch is
+//! read as fast as the server sends, whenever its consumer reads what it yields, so that a
+//! consumer busy with other work (the applier between batches) never makes the server close the
+//! watch and the watch list every object again.
 
 mod support;
 
@@ -44,7 +44,7 @@ async fn a_watch_whose_consumer_is_busy_keeps_up_and_lists_nothing_again() {
     let kind = apply::resolve(&client, "v1", "ConfigMap")
         .await
         .expect("ConfigMaps are served");
-    let changes = watch::watch_owned(
+    let changes = watch::drained(watch::watch_owned(
         client,
         kind,
         Some("default"),
@@ -52,7 +52,7 @@ async fn a_watch_whose_consumer_is_busy_keeps_up_and_lists_nothing_again() {
         (name_of, "writer"),
         Written::default(),
         None,
-    );
+    ));
     let mut changes = std::pin::pin!(changes);
     let first = tokio::time::timeout(Duration::from_secs(10), changes.next())
         .await

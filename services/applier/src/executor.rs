@@ -12,8 +12,9 @@ use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
 
-use crate::index::{Listing, Pairs, UnitLabels};
+use crate::index::{Pairs, UnitLabels};
 use crate::plan::{self, Known, ObjectId, OWNED};
+use crate::seed::PairSeed;
 use crate::{adopt, status};
 use sluice_wire::unit::Unit;
 pub(crate) const FIELD_MANAGER: &str = "sluice-applier";
@@ -559,8 +560,7 @@ impl Applier {
         let existing = match found {
             Some(existing) => existing,
             None => {
-                let (_, adoptable) = self.list_owned(pair).await?;
-                let adoptable = Arc::new(adoptable);
+                let adoptable = Arc::new(self.list_owned(pair).await?.adoptable);
                 lock(&self.adoptable).insert(key, adoptable.clone());
                 adoptable
             }
@@ -572,33 +572,25 @@ impl Applier {
     /// snapshot, from one listing of the metadata of the objects of each owned kind (in
     /// Sveltos's namespace for a namespaced kind), a page at a time: a pair of many units is
     /// never held whole.
-    async fn list_owned(
-        &self,
-        labels: &BTreeMap<String, String>,
-    ) -> sluice_kube::Result<(Listing, adopt::Adoptable)> {
-        let mut listing = Listing::default();
-        let mut adoptable = adopt::Adoptable::default();
+    async fn list_owned(&self, labels: &BTreeMap<String, String>) -> sluice_kube::Result<PairSeed> {
+        let mut listed = PairSeed::default();
         for (api_version, kind_name) in OWNED {
             let kind = self.kind(api_version, kind_name).await?;
-            let mut of_kind = (Listing::default(), adopt::Adoptable::default());
+            let mut of_kind = PairSeed::default();
             apply::visit_labelled_metadata_in(
                 &self.client,
                 &kind,
                 Some(&self.namespace),
                 labels,
-                |listed| match listed {
-                    apply::Listed::Object(object) => {
-                        of_kind.0.add(kind_name, &object);
-                        of_kind.1.add(adopt::Owned::of(kind_name, &object));
-                    }
-                    apply::Listed::Restarted => of_kind = Default::default(),
+                |seen| match seen {
+                    apply::Listed::Object(object) => of_kind.add(kind_name, &object),
+                    apply::Listed::Restarted => of_kind = PairSeed::default(),
                 },
             )
             .await?;
-            listing.extend(of_kind.0);
-            adoptable.extend(of_kind.1);
+            listed.extend(of_kind);
         }
-        Ok((listing, adoptable))
+        Ok(listed)
     }
 
     /// What a unit of the pair holds (the whole pair's objects when `whole`), from the pair's
@@ -637,7 +629,7 @@ impl Applier {
             // unit's own objects are kept: a selector of fewer labels may select more).
             let mut labels = pair.clone();
             labels.extend(unit.iter().map(|(k, v)| (k.clone(), v.clone())));
-            let (listed, _) = self.list_owned(&labels).await?;
+            let listed = self.list_owned(&labels).await?.listing;
             return Ok(lock(&self.pairs).relearn(key, unit, listed));
         }
         let gate = lock(&self.listing)
@@ -649,8 +641,8 @@ impl Applier {
             return Ok(known);
         }
         let generation = lock(&self.pairs).begin_listing(key);
-        let (listed, adoptable) = self.list_owned(pair).await?;
-        let index = listed.index();
+        let PairSeed { listing, adoptable } = self.list_owned(pair).await?;
+        let index = listing.index();
         lock(&self.adoptable)
             .entry(key.to_string())
             .or_insert_with(|| Arc::new(adoptable));

@@ -22,11 +22,26 @@ use crate::index::Listing;
 /// How long units wait at start for the seed before each pair is listed as without one.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
-/// What one pair's objects of the first lists say: its index and its adoption snapshot.
+/// What one pair's listed objects say: its index and its adoption snapshot, built a listed
+/// object at a time (by a pair's LIST or from the watches' first lists).
 #[derive(Default)]
 pub(crate) struct PairSeed {
     pub listing: Listing,
     pub adoptable: Adoptable,
+}
+
+impl PairSeed {
+    /// Takes one listed object (its metadata is enough) of the listed `kind`.
+    pub(crate) fn add(&mut self, kind: &str, object: &Value) {
+        self.listing.add(kind, object);
+        self.adoptable.add(Owned::of(kind, object));
+    }
+
+    /// Takes what another listing (of another kind) found.
+    pub(crate) fn extend(&mut self, other: PairSeed) {
+        self.listing.extend(other.listing);
+        self.adoptable.extend(other.adoptable);
+    }
 }
 
 /// The seed being gathered from the watches' first lists, one per owned kind.
@@ -75,22 +90,19 @@ impl Seed {
             }
             FirstList::Object(object) => {
                 if let Some(pair) = pair_of(object) {
-                    let seed = state
+                    state
                         .listing
                         .entry(kind)
                         .or_default()
                         .entry(pair)
-                        .or_default();
-                    seed.listing.add(kind, object);
-                    seed.adoptable.add(Owned::of(kind, object));
+                        .or_default()
+                        .add(kind, object);
                 }
             }
             FirstList::Done => {
                 let listed = state.listing.remove(kind).unwrap_or_default();
                 for (pair, seed) in listed {
-                    let whole = state.pairs.entry(pair).or_default();
-                    whole.listing.extend(seed.listing);
-                    whole.adoptable.extend(seed.adoptable);
+                    state.pairs.entry(pair).or_default().extend(seed);
                 }
                 state.kinds_left = state.kinds_left.saturating_sub(1);
                 if state.kinds_left == 0 {

@@ -373,7 +373,7 @@ pub async fn run(
             ..Default::default()
         });
     // A report someone else deletes or edits is written again: one watch of the EventReports.
-    let gone = sluice_kube::watch::watch_owned(
+    let gone = sluice_kube::watch::drained(sluice_kube::watch::watch_owned(
         stage.client.clone(),
         stage.kind.clone(),
         None,
@@ -381,7 +381,7 @@ pub async fn run(
         (remember_every_report, FIELD_MANAGER),
         stage.watched.clone(),
         None,
-    )
+    ))
     .map(|batch| match batch {
         Ok(changes) => stage::Side::Owned(changes),
         Err(error) => stage::Side::WatchFailed(error.to_string()),
