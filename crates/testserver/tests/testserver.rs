@@ -10,6 +10,7 @@ mod testserver {
     pub mod explain;
     pub mod faults;
     pub mod gc;
+    pub mod http2;
     pub mod kubectl;
     pub mod kubectl_typed;
     pub mod patch;

@@ -1,6 +1,7 @@
 //! HTTPS for the test server: a certificate authority generated at start, a serving certificate
 //! it signs (localhost, the loopback addresses and any extra names), and a listener that serves
-//! TLS and plain HTTP on the same port. kubectl sends credentials only over TLS
+//! TLS and plain HTTP on the same port. TLS offers HTTP/2 and HTTP/1.1 by ALPN, as kube-apiserver
+//! does, so client-go (kubectl) speaks HTTP/2 here as it does to a real cluster. kubectl sends credentials only over TLS
 //! (client-go drops a kubeconfig's user on an `http://` server), so the generated kubeconfigs
 //! use `https://` with the authority as `certificate-authority-data`; plain HTTP remains for the
 //! `/admin` endpoints and raw test requests.
@@ -87,7 +88,9 @@ impl Tls {
         .with_no_client_auth()
         .with_single_cert(vec![cert.der().clone()], key_der)
         .map_err(|e| fail("configure the serving certificate", &e))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 to the clients that offer it (client-go, kubectl), as kube-apiserver does;
+        // HTTP/1.1 to the others.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Tls {
             ca_pem: ca_cert.pem(),
             acceptor: TlsAcceptor::from(Arc::new(config)),
