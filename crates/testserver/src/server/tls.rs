@@ -1,10 +1,11 @@
 //! HTTPS for the test server: a certificate authority generated at start, a serving certificate
 //! it signs (localhost, the loopback addresses and any extra names), and a listener that serves
-//! TLS and plain HTTP on the same port. TLS offers HTTP/2 and HTTP/1.1 by ALPN, as kube-apiserver
-//! does, so client-go (kubectl) speaks HTTP/2 here as it does to a real cluster. kubectl sends credentials only over TLS
-//! (client-go drops a kubeconfig's user on an `http://` server), so the generated kubeconfigs
-//! use `https://` with the authority as `certificate-authority-data`; plain HTTP remains for the
-//! `/admin` endpoints and raw test requests.
+//! TLS and plain HTTP on the same port. TLS offers HTTP/2 and HTTP/1.1 by ALPN, as
+//! kube-apiserver does, so client-go (kubectl) speaks HTTP/2 here as it does to a real cluster.
+//! kubectl sends credentials only over TLS (client-go drops a kubeconfig's user on an `http://`
+//! server), so the generated kubeconfigs use `https://` with the authority as
+//! `certificate-authority-data`; plain HTTP remains for the `/admin` endpoints and raw test
+//! requests.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
