@@ -2,9 +2,12 @@
 //! clusters from the kubeconfig text held in their Secret.
 
 use std::path::Path;
+use std::time::Duration;
 
+use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 
 use crate::error::{Error, Result};
 
@@ -22,9 +25,7 @@ pub async fn from_kubeconfig_text(text: &str, context: Option<&str>) -> Result<C
         .map_err(|e| Error::Kubeconfig {
             source: Box::new(e),
         })?;
-    Client::try_from(config).map_err(|e| Error::Kubeconfig {
-        source: Box::new(e),
-    })
+    client_of(config)
 }
 
 /// The management cluster: the given kubeconfig file, else in-cluster config, else `KUBECONFIG`.
@@ -44,9 +45,7 @@ pub async fn management(path: Option<&Path>, context: Option<&str>) -> Result<Cl
             let config = Config::infer().await.map_err(|e| Error::Kubeconfig {
                 source: Box::new(e),
             })?;
-            Client::try_from(config).map_err(|e| Error::Kubeconfig {
-                source: Box::new(e),
-            })
+            client_of(config)
         }
     }
 }
@@ -62,4 +61,79 @@ pub async fn for_service(
     let client = management(common.kubeconfig.as_deref(), common.kube_context.as_deref()).await?;
     health.require("kubernetes", crate::reachability::api_check(&client, token));
     Ok(client)
+}
+
+/// The HTTP/2 window of one stream: what one watch may hold unread (Go's transport: 4 MiB).
+const STREAM_WINDOW: u32 = 4 << 20;
+
+/// The HTTP/2 window of a connection, shared by its streams (Go's transport: 1 GiB).
+const CONNECTION_WINDOW: u32 = 1 << 30;
+
+/// A client of `config` that offers HTTP/2 by ALPN beside HTTP/1.1, as client-go does: where the
+/// API server takes it, every request and watch of the client is a stream of one connection.
+/// Otherwise the client is kube-rs's own: its TLS, timeouts, authentication, extra headers and
+/// retry of transient failures.
+pub fn client_of(config: Config) -> Result<Client> {
+    let kubeconfig = |e: kube::Error| Error::Kubeconfig {
+        source: Box::new(e),
+    };
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    // HTTP/2 writes each stream's frames as they come: without TCP_NODELAY a small write waits
+    // for the acknowledgement of the one before it.
+    http.set_nodelay(true);
+    let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config().map_err(kubeconfig)?)
+        .https_or_http();
+    if let Some(name) = config.tls_server_name.as_ref() {
+        let name =
+            name.clone()
+                .try_into()
+                .map_err(
+                    |e: rustls::pki_types::InvalidDnsNameError| Error::Kubeconfig {
+                        source: Box::new(e),
+                    },
+                )?;
+        tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let mut connector = hyper_timeout::TimeoutConnector::new(
+        tls.enable_http1().enable_http2().wrap_connector(http),
+    );
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    // Flow control as Go's HTTP/2 transport sets it for client-go: a stream's window bounds what
+    // one unread watch holds, and the connection's window is so large that unread watches never
+    // hold up the other streams of the connection.
+    let http: hyper_util::client::legacy::Client<_, Body> =
+        hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_initial_stream_window_size(STREAM_WINDOW)
+            .http2_initial_connection_window_size(CONNECTION_WINDOW)
+            // client-go's health check of a connection: a ping after 30 s without a frame,
+            // answered within 15 s or the connection and every stream on it are closed.
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .http2_keep_alive_timeout(Duration::from_secs(15))
+            .build(connector);
+    let retry = config
+        .default_retry
+        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer().map_err(kubeconfig)?)
+        .layer(config.extra_headers_layer().map_err(kubeconfig)?)
+        .map_err(BoxError::from)
+        .service(http)
+        .map_response(|response| {
+            response.map(|body| {
+                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
+            })
+        });
+    Ok(ClientBuilder::new(
+        tower::util::BoxService::new(service),
+        config.default_namespace,
+    )
+    .build())
 }

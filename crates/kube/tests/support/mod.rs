@@ -1,17 +1,11 @@
 //! What the tests against the API test server share.
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use sluice_testserver::TestServer;
 
-/// A client of `cluster` of `server`, from the server's kubeconfig.
+/// A client of `cluster` of `server`, from the server's kubeconfig, built as the services build
+/// theirs.
 pub async fn client(server: &TestServer, cluster: &str) -> kube::Client {
-    let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig_yaml()).expect("kubeconfig parses");
-    let options = KubeConfigOptions {
-        context: Some(cluster.to_string()),
-        ..KubeConfigOptions::default()
-    };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+    sluice_kube::client::from_kubeconfig_text(&server.kubeconfig_yaml(), Some(cluster))
         .await
-        .expect("kubeconfig context loads");
-    kube::Client::try_from(config).expect("client builds")
+        .expect("client builds")
 }
