@@ -463,7 +463,8 @@ impl State {
         object
     }
 
-    fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Value> {
+    /// Takes an object out of the store; the history of changes may still share it.
+    fn take(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Arc<Value>> {
         self.touched(gr);
         let taken = self.objects.get_mut(gr)?.remove(key)?;
         self.dependents.replace(gr, key, Some(&taken), None);
@@ -471,6 +472,6 @@ impl State {
             self.service_ips.release(&taken);
             self.node_ports.release(&taken);
         }
-        Some(Arc::unwrap_or_clone(taken))
+        Some(taken)
     }
 }

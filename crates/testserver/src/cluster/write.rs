@@ -559,7 +559,8 @@ impl State {
                     .map(|(k, _)| k.clone())
                     .collect();
                 for key in keys {
-                    if let Some(mut obj) = self.take(&rgr, &key) {
+                    if let Some(obj) = self.take(&rgr, &key) {
+                        let mut obj = Arc::unwrap_or_clone(obj);
                         let rv = self.next_rv();
                         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
                         self.emit(&rgr, ChangeKind::Deleted, Arc::new(obj), None);
@@ -636,7 +637,8 @@ impl State {
             .all(|m| !m.keys().any(|k| k.0 == name));
         if empty {
             let key = (String::new(), name.to_string());
-            if let Some(mut obj) = self.take(&gr, &key) {
+            if let Some(obj) = self.take(&gr, &key) {
+                let mut obj = Arc::unwrap_or_clone(obj);
                 let rv = self.next_rv();
                 set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
                 self.emit(&gr, ChangeKind::Deleted, Arc::new(obj), None);
