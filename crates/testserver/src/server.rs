@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -617,23 +618,45 @@ fn app(shared: Arc<Shared>) -> axum::Router {
         .with_state(shared)
 }
 
-/// Serves `app` on `listener`, TLS and plain HTTP alike, until `stop` is cancelled.
+/// The streams one HTTP/2 connection may have open at once, as kube-apiserver allows since it
+/// guards against rapid resets (Go's HTTP/2 client's own default).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+
+/// Serves `app` on `listener`, TLS and plain HTTP alike, HTTP/1.1 or HTTP/2, until `stop` is
+/// cancelled; then every connection is closed once its requests in flight are answered.
 fn serve(
     listener: tokio::net::TcpListener,
     tls: &tls::Tls,
     app: axum::Router,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let listener = tls::DualListener::start(listener, tls, stop.clone());
+    let mut listener = tls::DualListener::start(listener, tls, stop.clone());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     tokio::spawn(async move {
-        let serve = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await });
-        if let Err(error) = serve.await {
-            tracing::error!(
-                error = &error as &dyn std::error::Error,
-                "test server stopped"
-            );
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        loop {
+            let io = tokio::select! {
+                () = stop.cancelled() => break,
+                (io, _) = listener.next() => io,
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
+                .into_owned();
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(
+                        error = &*error as &dyn std::error::Error,
+                        "connection ended"
+                    );
+                }
+            });
         }
+        graceful.shutdown().await;
     })
 }
 

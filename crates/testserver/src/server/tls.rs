@@ -102,19 +102,15 @@ impl Tls {
 /// One accepted connection, TLS or plain.
 pub type Connection = Either<TlsStream<TcpStream>, TcpStream>;
 
-/// An `axum` listener fed by a task that accepts TCP connections and finishes each TLS
+/// A listener fed by a task that accepts TCP connections and finishes each TLS
 /// handshake in a task of its own, so that a slow client never holds up the others.
 pub struct DualListener {
-    addr: SocketAddr,
     accepted: mpsc::Receiver<(Connection, SocketAddr)>,
 }
 
 impl DualListener {
     /// Starts accepting on `listener` until `shutdown` is cancelled.
     pub fn start(listener: TcpListener, tls: &Tls, shutdown: CancellationToken) -> DualListener {
-        let addr = listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
         let (sender, accepted) = mpsc::channel(64);
         let acceptor = tls.acceptor.clone();
         tokio::spawn(async move {
@@ -156,23 +152,17 @@ impl DualListener {
                 });
             }
         });
-        DualListener { addr, accepted }
+        DualListener { accepted }
     }
 }
 
-impl axum::serve::Listener for DualListener {
-    type Io = Connection;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+impl DualListener {
+    /// The next accepted connection, TLS handshake done.
+    pub async fn next(&mut self) -> (Connection, SocketAddr) {
         match self.accepted.recv().await {
             Some(accepted) => accepted,
             // The accept task ended (shutdown): wait for the server's own shutdown to finish.
             None => std::future::pending().await,
         }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.addr)
     }
 }

@@ -38,6 +38,31 @@ async fn connect(
         .expect("TLS handshake")
 }
 
+type Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
+/// An HTTP/2 client over `tls`, its connection driven by a task of its own.
+async fn handshake(tls: tokio_rustls::client::TlsStream<TcpStream>) -> Sender {
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// A request of cluster `mgmt` with its admin `token`.
+fn request(token: &str, method: &str, path: &str, body: String) -> hyper::Request<Full<Bytes>> {
+    hyper::Request::builder()
+        .method(method)
+        .uri(format!("https://localhost/clusters/mgmt{path}"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a request")
+}
+
 /// The next line of a watch's body, as JSON.
 async fn next_event(body: &mut Incoming, pending: &mut Vec<u8>) -> Value {
     loop {
@@ -64,23 +89,9 @@ async fn clients_that_offer_http2_get_it_and_carry_a_watch_and_writes_on_one_con
     let h2 = connect(&server, &[b"h2", b"http/1.1"]).await;
     assert_eq!(h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
 
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(h2),
-    )
-    .await
-    .expect("HTTP/2 handshake");
-    tokio::spawn(connection);
+    let mut sender = handshake(h2).await;
     let token = server.admin_token("mgmt").expect("the admin token");
-    let request = |method: &str, path: &str, body: String| {
-        hyper::Request::builder()
-            .method(method)
-            .uri(format!("https://localhost/clusters/mgmt{path}"))
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .expect("a request")
-    };
+    let request = |method: &str, path: &str, body: String| request(&token, method, path, body);
     let configmaps = "/api/v1/namespaces/default/configmaps";
     let watch = sender
         .send_request(request(
@@ -138,5 +149,52 @@ async fn kubectl_talks_http2_to_the_server() {
         stderr.contains("http2: Transport creating client conn"),
         "kubectl did not use HTTP/2: {stderr}"
     );
+    server.shutdown().await;
+}
+
+/// kube-apiserver lets a connection have 100 streams open at once: a client with 100 watches
+/// open on one connection has its next request wait until one of them ends.
+#[tokio::test]
+async fn one_connection_has_at_most_100_streams_open_at_once() {
+    let server = support::server(&["mgmt"]).await;
+    let mut sender = handshake(connect(&server, &[b"h2"]).await).await;
+    let token = server.admin_token("mgmt").expect("the admin token");
+    let watch = "/api/v1/namespaces/default/configmaps?watch=true";
+    let version = || request(&token, "GET", "/version", String::new());
+    let mut watches = Vec::new();
+    for _ in 0..99 {
+        let watch = sender
+            .send_request(request(&token, "GET", watch, String::new()))
+            .await
+            .expect("a watch is answered");
+        assert_eq!(watch.status(), 200);
+        watches.push(watch);
+    }
+    // A 100th stream beside 99 watches is served.
+    let answered = tokio::time::timeout(Duration::from_secs(5), sender.send_request(version()))
+        .await
+        .expect("a request beside 99 watches is answered")
+        .expect("GET /version");
+    assert_eq!(answered.status(), 200);
+    watches.push(
+        sender
+            .send_request(request(&token, "GET", watch, String::new()))
+            .await
+            .expect("the 100th watch is answered"),
+    );
+    // A 101st waits for a stream to end.
+    let waiting = tokio::spawn(sender.send_request(version()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a 101st stream was served beside 100 watches"
+    );
+    drop(watches.pop());
+    let answered = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the request is answered once a watch ends")
+        .expect("the request's task")
+        .expect("GET /version");
+    assert_eq!(answered.status(), 200);
     server.shutdown().await;
 }
