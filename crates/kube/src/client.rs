@@ -86,14 +86,10 @@ pub fn client_of(config: Config) -> Result<Client> {
         .with_tls_config(config.rustls_client_config().map_err(kubeconfig)?)
         .https_or_http();
     if let Some(name) = config.tls_server_name.as_ref() {
-        let name =
-            name.clone()
-                .try_into()
-                .map_err(
-                    |e: rustls::pki_types::InvalidDnsNameError| Error::Kubeconfig {
-                        source: Box::new(e),
-                    },
-                )?;
+        let invalid = |e: rustls::pki_types::InvalidDnsNameError| Error::Kubeconfig {
+            source: Box::new(e),
+        };
+        let name = name.clone().try_into().map_err(invalid)?;
         tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
     let mut connector = hyper_timeout::TimeoutConnector::new(
@@ -111,10 +107,11 @@ pub fn client_of(config: Config) -> Result<Client> {
             .timer(hyper_util::rt::TokioTimer::new())
             .http2_initial_stream_window_size(STREAM_WINDOW)
             .http2_initial_connection_window_size(CONNECTION_WINDOW)
-            // client-go's health check of a connection: a ping after 30 s without a frame,
-            // answered within 15 s or the connection and every stream on it are closed.
+            // client-go's health check of a connection, idle or not: a ping after 30 s without
+            // a frame, answered within 15 s or the connection and every stream on it are closed.
             .http2_keep_alive_interval(Duration::from_secs(30))
             .http2_keep_alive_timeout(Duration::from_secs(15))
+            .http2_keep_alive_while_idle(true)
             .build(connector);
     let retry = config
         .default_retry
