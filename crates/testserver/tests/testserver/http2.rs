@@ -1,6 +1,7 @@
-//! HTTP/2: the server offers it by ALPN beside HTTP/1.1, as kube-apiserver does. client-go
-//! (kubectl) takes it and carries its watches and requests as streams of one connection;
-//! kube-rs offers HTTP/1.1 alone and keeps it.
+//! HTTP/2: the server offers it by ALPN beside HTTP/1.1, as kube-apiserver does, with at most
+//! 100 streams open at once on a connection. client-go (kubectl) takes it and carries its
+//! watches and requests as streams of one connection; kube-rs's own client offers HTTP/1.1
+//! alone and keeps it.
 
 use std::sync::Arc;
 use std::time::Duration;
