@@ -21,7 +21,10 @@
 //! its own time to live ([`Output::ttl`]) or be a purge of a subject filter
 //! ([`Output::purge`]), which the runner carries out only once every earlier output is
 //! stored. A stage with a [`Stage::decoder`] has its batches taken, kept fresh and decoded by
-//! a task of their own, up to two batches ahead of the stage.
+//! a task of their own, up to two batches ahead of the stage. A stage whose batches wait on IO
+//! may let them overlap ([`Stage::IN_FLIGHT`], ADR 0043): the runner takes the next batch while
+//! earlier ones still run ([`Stage::begin`]), as long as none of its inputs claims what one in
+//! flight holds ([`Stage::claim`]).
 //!
 //! It does not know what the payloads mean, and it holds no Kubernetes or process concerns: the
 //! counters and the trace context come in as [`Hooks`] from the service.
@@ -32,14 +35,16 @@
 
 pub mod publish;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt as _, Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -158,6 +163,33 @@ pub type Decoder<T, E> = Arc<dyn Fn(&Delivered) -> std::result::Result<T, E> + S
 /// The outcome of one input: its outputs, or an error that says retry or reject.
 pub type Outcome<E> = std::result::Result<Vec<Output>, E>;
 
+/// What an input of an overlapping stage ([`Stage::IN_FLIGHT`]) holds while its batch is in
+/// flight, besides its subject, which it always holds alone: a group it shares with the
+/// group's other inputs, or one it holds whole.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Claim {
+    Shared(String),
+    Whole(String),
+}
+
+/// The end of a batch's work that ran beside later batches ([`Stage::begin`]): given the
+/// stage back, it returns the batch's outcomes, one per input in order.
+pub type Ending<S> =
+    Box<dyn for<'a> FnOnce(&'a mut S) -> BoxFuture<'a, Vec<Outcome<<S as Stage>::Error>>> + Send>;
+
+/// The work of a batch that runs beside later batches ([`Stage::begin`]): it owns what it
+/// needs and ends with the stage ([`Ending`]).
+pub type Work<S> = BoxFuture<'static, Ending<S>>;
+
+/// An [`Ending`] from a closure (which gives the closure its higher-ranked signature).
+pub fn ending<S, F>(end: F) -> Ending<S>
+where
+    S: Stage,
+    F: for<'a> FnOnce(&'a mut S) -> BoxFuture<'a, Vec<Outcome<S::Error>>> + Send + 'static,
+{
+    Box::new(end)
+}
+
 /// A pipeline stage as the runner drives it.
 pub trait Stage: Send {
     /// A decoded input.
@@ -181,6 +213,29 @@ pub trait Stage: Send {
     /// latest `max_age` after the first was held, before a side message and before draining;
     /// the held inputs are acked once their outputs and the flush's are stored.
     const HOLD: Option<Hold> = None;
+
+    /// How many batches may be in flight at once (ADR 0043). Above one, the runner starts each
+    /// batch with [`Stage::begin`] and takes the next while earlier ones still wait (on an API
+    /// server, say), as long as none of its inputs claims what one in flight holds: its
+    /// subject, and its [`Stage::claim`]. Batches are settled (published, acked) in the order
+    /// they end. A holding or joint stage, or one whose consumer has covering acks, runs one
+    /// batch at a time whatever this says.
+    const IN_FLIGHT: usize = 1;
+
+    /// What `input` holds besides its subject while its batch is in flight
+    /// ([`Stage::IN_FLIGHT`]); `None` for nothing more.
+    fn claim(&self, _input: &Self::Input) -> Option<Claim> {
+        None
+    }
+
+    /// Starts a batch whose work runs beside later batches ([`Stage::IN_FLIGHT`]); `None` has
+    /// the batch handled ([`Stage::handle`]) before the next is taken.
+    fn begin(&mut self, _inputs: Arc<[Input<Self::Input>]>) -> Option<Work<Self>>
+    where
+        Self: Sized + 'static,
+    {
+        None
+    }
 
     /// Decodes one delivered message; an error is handled as any other (a payload that does
     /// not decode is a [`Action::Reject`]).
@@ -327,6 +382,135 @@ struct Held {
     outs: Vec<Out>,
     parents: HashMap<u64, String>,
     since: Option<tokio::time::Instant>,
+}
+
+/// What the batches in flight of an overlapping stage hold ([`Stage::IN_FLIGHT`]): subjects
+/// alone, groups shared or whole.
+#[derive(Debug, Default)]
+struct Holds {
+    subjects: HashSet<String>,
+    groups: HashMap<String, Group>,
+}
+
+/// How a group is held: by how many inputs in common, or by one whole.
+#[derive(Debug, Default)]
+struct Group {
+    shared: usize,
+    whole: bool,
+}
+
+/// One input's claims: its subject and what its stage says it holds besides.
+type Claims = (String, Option<Claim>);
+
+impl Holds {
+    /// Whether a batch with `claims` may start beside what is held: none of its subjects is
+    /// held, none of its groups is held whole, and none it claims whole is held at all.
+    fn admit(&self, claims: &[Claims]) -> bool {
+        claims.iter().all(|(subject, claim)| {
+            !self.subjects.contains(subject)
+                && match claim {
+                    None => true,
+                    Some(Claim::Shared(group)) => {
+                        self.groups.get(group).is_none_or(|held| !held.whole)
+                    }
+                    Some(Claim::Whole(group)) => !self.groups.contains_key(group),
+                }
+        })
+    }
+
+    fn take(&mut self, claims: &[Claims]) {
+        for (subject, claim) in claims {
+            self.subjects.insert(subject.clone());
+            match claim {
+                None => {}
+                Some(Claim::Shared(group)) => {
+                    self.groups.entry(group.clone()).or_default().shared += 1
+                }
+                Some(Claim::Whole(group)) => {
+                    self.groups.entry(group.clone()).or_default().whole = true
+                }
+            }
+        }
+    }
+
+    fn give_back(&mut self, claims: &[Claims]) {
+        for (subject, claim) in claims {
+            self.subjects.remove(subject);
+            let (group, whole) = match claim {
+                None => continue,
+                Some(Claim::Shared(group)) => (group, false),
+                Some(Claim::Whole(group)) => (group, true),
+            };
+            if let Some(held) = self.groups.get_mut(group) {
+                if whole {
+                    held.whole = false;
+                } else {
+                    held.shared = held.shared.saturating_sub(1);
+                }
+                if !held.whole && held.shared == 0 {
+                    self.groups.remove(group);
+                }
+            }
+        }
+    }
+}
+
+/// A batch in flight: its inputs, their messages and what they hold.
+struct Flight<T> {
+    inputs: Arc<[Input<T>]>,
+    messages: Vec<Message>,
+    claims: Vec<Claims>,
+}
+
+/// The batches of an overlapping stage in flight ([`Stage::IN_FLIGHT`]): their work, in the
+/// order it ends, and what each holds.
+struct Flights<S: Stage + 'static> {
+    running: FuturesUnordered<BoxFuture<'static, (u64, Ending<S>)>>,
+    batches: HashMap<u64, Flight<S::Input>>,
+    holds: Holds,
+    next: u64,
+}
+
+impl<S: Stage + 'static> Flights<S> {
+    fn new() -> Flights<S> {
+        Flights {
+            running: FuturesUnordered::new(),
+            batches: HashMap::new(),
+            holds: Holds::default(),
+            next: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    fn start(&mut self, work: Work<S>, flight: Flight<S::Input>) {
+        let id = self.next;
+        self.next += 1;
+        self.holds.take(&flight.claims);
+        self.batches.insert(id, flight);
+        self.running
+            .push(work.map(move |ending| (id, ending)).boxed());
+    }
+
+    /// The batch whose work ended, its claims given back.
+    fn ended(&mut self, id: u64) -> Option<Flight<S::Input>> {
+        let flight = self.batches.remove(&id)?;
+        self.holds.give_back(&flight.claims);
+        Some(flight)
+    }
+
+    /// Stops the work of every batch in flight and gives their inputs back at once.
+    async fn abandon(&mut self) {
+        self.running.clear();
+        self.holds = Holds::default();
+        for (_, flight) in self.batches.drain() {
+            for message in &flight.messages {
+                nack(message, Duration::ZERO).await;
+            }
+        }
+    }
 }
 
 /// Where a runner's batches come from: its consumer, or the task that decodes them ahead.
@@ -484,7 +668,7 @@ impl Runner {
     /// ([`Acks::Covering`]) an input to retry is one too, since a later ack would cover it.
     pub async fn run<S, F>(self, stage: &mut S, side: F, token: CancellationToken) -> Result<()>
     where
-        S: Stage,
+        S: Stage + 'static,
         F: Stream<Item = S::Side> + Send,
     {
         let Runner {
@@ -507,6 +691,9 @@ impl Runner {
             Some(decoder) => core.spawn_reader(consumer, decoder, reader_token.clone()),
         };
         core.unprompted(first).await?;
+        let overlapping =
+            S::IN_FLIGHT > 1 && S::HOLD.is_none() && !S::JOINT && core.spec.acks != Acks::Covering;
+        let mut flights = Flights::<S>::new();
         let mut cut = Vec::new();
         loop {
             let tick = stage.next_tick();
@@ -517,6 +704,14 @@ impl Runner {
                 settled = core.window.next(), if !core.window.is_empty() => {
                     if let Some(settled) = settled {
                         core.settled(settled)?;
+                    }
+                }
+                ended = flights.running.next(), if !flights.running.is_empty() => {
+                    if let Some((id, ending)) = ended {
+                        if let Err(error) = core.end(stage, &mut flights, id, ending).await {
+                            flights.abandon().await;
+                            return Err(error);
+                        }
                     }
                 }
                 item = side.next() => {
@@ -533,7 +728,7 @@ impl Runner {
                     core.unprompted(outputs).await?;
                 }
                 () = sleep_until(flush_at), if flush_at.is_some() => core.flush(stage).await?,
-                next = source.next(), if !core.window.is_full() => {
+                next = source.next(), if !core.window.is_full() && flights.len() < S::IN_FLIGHT => {
                     let Some(next) = next else {
                         // A reader also ends when cancelled.
                         if token.is_cancelled() {
@@ -551,7 +746,19 @@ impl Runner {
                         Next::Decoded(decoded) => decoded,
                     };
                     let behind = decoded.behind;
-                    if let Flow::Cut(messages) = core.process(stage, decoded, &token).await? {
+                    let flow = if overlapping {
+                        core.begin(stage, decoded, &mut flights, &token).await
+                    } else {
+                        core.process(stage, decoded, &token).await
+                    };
+                    let flow = match flow {
+                        Ok(flow) => flow,
+                        Err(error) => {
+                            flights.abandon().await;
+                            return Err(error);
+                        }
+                    };
+                    if let Flow::Cut(messages) = flow {
                         cut = messages;
                         break;
                     }
@@ -560,6 +767,8 @@ impl Runner {
                 }
             }
         }
+        // The batches in flight end within the drain deadline, or come back.
+        core.land(stage, &mut flights).await;
         // What is held goes out before the drain: its inputs are acked once it is stored.
         core.flush(stage).await?;
         // Stop pulling first: the server must not hand what is nacked below to a pull
@@ -745,8 +954,19 @@ impl Core {
                 return Ok(Flow::Cut(messages));
             }
         };
+        self.checked::<S>(&inputs, messages, outcomes).await
+    }
+
+    /// Settles a handled batch ([`Core::settle`]) unless its stage returned a different number
+    /// of outcomes than inputs (a stage bug): then the inputs come back rather than being
+    /// acked unhandled.
+    async fn checked<S: Stage>(
+        &mut self,
+        inputs: &[Input<S::Input>],
+        messages: Vec<Message>,
+        outcomes: Vec<Outcome<S::Error>>,
+    ) -> Result<Flow> {
         if outcomes.len() != inputs.len() {
-            // A stage bug; the inputs come back rather than being acked unhandled.
             tracing::error!(
                 consumer = self.spec.durable,
                 inputs = inputs.len(),
@@ -758,8 +978,19 @@ impl Core {
             }
             return Ok(Flow::Continue);
         }
+        self.settle::<S>(inputs, messages, outcomes).await?;
+        Ok(Flow::Continue)
+    }
+
+    /// Publishes, holds or fails each input of a handled batch as its outcome says.
+    async fn settle<S: Stage>(
+        &mut self,
+        inputs: &[Input<S::Input>],
+        messages: Vec<Message>,
+        outcomes: Vec<Outcome<S::Error>>,
+    ) -> Result<()> {
         let mut joint = (Vec::new(), Vec::new());
-        let mut rest = inputs.into_iter().zip(messages).zip(outcomes);
+        let mut rest = inputs.iter().zip(messages).zip(outcomes);
         while let Some(((input, message), outcome)) = rest.next() {
             match outcome {
                 Ok(outputs) => {
@@ -796,7 +1027,100 @@ impl Core {
         if !joint.1.is_empty() {
             self.publish(joint.0, joint.1).await?;
         }
-        Ok(Flow::Continue)
+        Ok(())
+    }
+
+    /// Starts a batch of an overlapping stage ([`Stage::IN_FLIGHT`]) once nothing in flight
+    /// holds what it claims, ending earlier batches until then.
+    async fn begin<S: Stage + 'static>(
+        &mut self,
+        stage: &mut S,
+        decoded: Decoded<S::Input>,
+        flights: &mut Flights<S>,
+        token: &CancellationToken,
+    ) -> Result<Flow> {
+        let Decoded {
+            inputs, messages, ..
+        } = decoded;
+        if inputs.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let claims: Vec<Claims> = inputs
+            .iter()
+            .map(|input| (input.delivered.subject.clone(), stage.claim(&input.value)))
+            .collect();
+        while !flights.holds.admit(&claims) {
+            tokio::select! {
+                ended = flights.running.next() => {
+                    let Some((id, ending)) = ended else { break };
+                    self.end(stage, flights, id, ending).await?;
+                }
+                () = token.cancelled() => return Ok(Flow::Cut(messages)),
+            }
+        }
+        // Fresh from now on: an older state of these subjects that comes while they are in
+        // flight is superseded.
+        for input in &inputs {
+            self.record_fresh(&input.delivered);
+        }
+        let inputs: Arc<[Input<S::Input>]> = inputs.into();
+        let span = tracing::debug_span!("batch", consumer = self.spec.durable, size = inputs.len());
+        match stage.begin(inputs.clone()) {
+            Some(work) => {
+                flights.start(
+                    work.instrument(span).boxed(),
+                    Flight {
+                        inputs,
+                        messages,
+                        claims,
+                    },
+                );
+                Ok(Flow::Continue)
+            }
+            None => {
+                let outcomes = stage.handle(&inputs).instrument(span).await;
+                self.checked::<S>(&inputs, messages, outcomes).await
+            }
+        }
+    }
+
+    /// Settles a batch whose work ended ([`Stage::begin`]).
+    async fn end<S: Stage>(
+        &mut self,
+        stage: &mut S,
+        flights: &mut Flights<S>,
+        id: u64,
+        ending: Ending<S>,
+    ) -> Result<()> {
+        let outcomes = ending(stage).await;
+        let Some(flight) = flights.ended(id) else {
+            return Ok(());
+        };
+        self.checked::<S>(&flight.inputs, flight.messages, outcomes)
+            .await
+            .map(|_| ())
+    }
+
+    /// Ends the batches in flight within the drain deadline; the inputs of those that do not
+    /// end in time are given back.
+    async fn land<S: Stage>(&mut self, stage: &mut S, flights: &mut Flights<S>) {
+        let deadline = tokio::time::Instant::now() + self.drain_deadline;
+        while !flights.running.is_empty() {
+            let ended = tokio::time::timeout_at(deadline, flights.running.next()).await;
+            let Ok(Some((id, ending))) = ended else {
+                tracing::warn!(
+                    consumer = self.spec.durable,
+                    batches = flights.len(),
+                    "drain deadline passed with batches in flight, their inputs will be redelivered"
+                );
+                break;
+            };
+            if let Err(error) = self.end(stage, flights, id, ending).await {
+                tracing::warn!(consumer = self.spec.durable, error = %chain(&error), "a batch in flight failed while draining");
+                break;
+            }
+        }
+        flights.abandon().await;
     }
 
     /// Flushes a holding stage once enough inputs are held or nothing more waits for it
@@ -1204,6 +1528,51 @@ mod tests {
         assert_eq!(retry_delay(4), FIRST_RETRY_DELAY * 8);
         assert_eq!(retry_delay(50), MAX_RETRY_DELAY);
         assert_eq!(retry_delay(i64::MAX), MAX_RETRY_DELAY);
+    }
+
+    fn claims(of: &[(&str, Option<Claim>)]) -> Vec<Claims> {
+        of.iter()
+            .map(|(subject, claim)| (subject.to_string(), claim.clone()))
+            .collect()
+    }
+
+    fn shared(group: &str) -> Option<Claim> {
+        Some(Claim::Shared(group.to_string()))
+    }
+
+    fn whole(group: &str) -> Option<Claim> {
+        Some(Claim::Whole(group.to_string()))
+    }
+
+    #[test]
+    fn a_batch_is_admitted_beside_what_is_in_flight_unless_it_claims_what_that_holds() {
+        let mut holds = Holds::default();
+        let first = claims(&[("a", shared("g")), ("b", None)]);
+        assert!(holds.admit(&first));
+        holds.take(&first);
+        // A subject in flight is held alone, whatever else is claimed.
+        assert!(!holds.admit(&claims(&[("a", None)])));
+        assert!(!holds.admit(&claims(&[("c", None), ("b", shared("h"))])));
+        // A group shared is shared further, and kept from one taking it whole.
+        assert!(holds.admit(&claims(&[("c", shared("g"))])));
+        assert!(!holds.admit(&claims(&[("c", whole("g"))])));
+        assert!(holds.admit(&claims(&[("c", whole("h"))])));
+        let second = claims(&[("c", shared("g"))]);
+        holds.take(&second);
+        holds.give_back(&first);
+        assert!(
+            !holds.admit(&claims(&[("d", whole("g"))])),
+            "c still shares g"
+        );
+        holds.give_back(&second);
+        assert!(holds.admit(&claims(&[("a", whole("g"))])));
+        // A group held whole admits nothing of it.
+        let removal = claims(&[("a", whole("g"))]);
+        holds.take(&removal);
+        assert!(!holds.admit(&claims(&[("c", shared("g"))])));
+        assert!(holds.admit(&claims(&[("c", shared("h"))])));
+        holds.give_back(&removal);
+        assert!(holds.subjects.is_empty() && holds.groups.is_empty());
     }
 
     #[test]

@@ -14,9 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::FutureExt as _;
 use sluice_bus::gather::Linger;
 use sluice_bus::runner::{
-    Action, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner, Stage,
+    ending, Action, Claim, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner, Stage,
+    Work,
 };
 use sluice_bus::topology::{self, Acks, ConsumerSpec};
 use sluice_bus::{Bus, Delivered, Outgoing};
@@ -1145,4 +1147,249 @@ async fn forgets_at_the_ack_floor<const AHEAD: bool>(
     )
     .await?;
     stop(token, task).await
+}
+
+/// A stage whose batches overlap (`Stage::IN_FLIGHT`): an input `slow …` waits for the gate
+/// to open, anything else ends at once; an input `… shared <g>` or `… whole <g>` claims group
+/// `<g>` so. Records which inputs started, in order; each ends publishing `done <body>`.
+#[derive(Clone)]
+struct Overlapping {
+    gate: tokio::sync::watch::Receiver<bool>,
+    started: Arc<Mutex<Vec<String>>>,
+}
+
+impl Overlapping {
+    fn new() -> (tokio::sync::watch::Sender<bool>, Overlapping) {
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let stage = Overlapping {
+            gate,
+            started: Arc::default(),
+        };
+        (open, stage)
+    }
+
+    fn started(&self) -> Vec<String> {
+        self.started.lock().expect("lock").clone()
+    }
+
+    /// The work of a batch: what each input's body says.
+    async fn work(
+        mut gate: tokio::sync::watch::Receiver<bool>,
+        started: Arc<Mutex<Vec<String>>>,
+        inputs: &[Input<String>],
+    ) -> Vec<Outcome<ProbeError>> {
+        let mut outcomes = Vec::new();
+        for input in inputs {
+            started.lock().expect("lock").push(input.value.clone());
+            if input.value.starts_with("slow") {
+                let _ = gate.wait_for(|open| *open).await;
+            }
+            outcomes.push(Ok(vec![applied_output_of(input)]));
+        }
+        outcomes
+    }
+}
+
+fn applied_output_of(input: &Input<String>) -> Output {
+    Output {
+        subject: topology::applied_subject_for(&input.delivered.subject)
+            .expect("a desired subject"),
+        payload: Bytes::from(format!("done {}", input.value)),
+        ..Output::default()
+    }
+}
+
+impl Stage for Overlapping {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    const IN_FLIGHT: usize = 4;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    fn claim(&self, input: &String) -> Option<Claim> {
+        let mut words = input.split(' ').skip(1);
+        match (words.next(), words.next()) {
+            (Some("shared"), Some(group)) => Some(Claim::Shared(group.to_string())),
+            (Some("whole"), Some(group)) => Some(Claim::Whole(group.to_string())),
+            _ => None,
+        }
+    }
+
+    fn begin(&mut self, inputs: Arc<[Input<String>]>) -> Option<Work<Self>> {
+        let (gate, started) = (self.gate.clone(), self.started.clone());
+        Some(Box::pin(async move {
+            let outcomes = Overlapping::work(gate, started, &inputs).await;
+            ending(move |_: &mut Overlapping| async move { outcomes }.boxed())
+        }))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        Overlapping::work(self.gate.clone(), self.started.clone(), inputs).await
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+/// Whether `body` has not started after a while in which it would have.
+async fn not_started(stage: &Overlapping, body: &str) -> bool {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    !stage.started().iter().any(|started| started == body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlapping_stage_takes_the_next_batch_while_an_earlier_one_waits() -> anyhow::Result<()>
+{
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let (open, stage) = Overlapping::new();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, stage.clone());
+    send(&bus, "a", "slow").await?;
+    wait_for("the slow input started", DEADLINE, || async {
+        (stage.started() == ["slow"]).then_some(())
+    })
+    .await?;
+    send(&bus, "b", "fast").await?;
+    assert_eq!(
+        wait_for("the later input's output", DEADLINE, || output(&bus, "b")).await?,
+        "done fast"
+    );
+    assert_eq!(output(&bus, "a").await, None, "the slow input still waits");
+    open.send(true)?;
+    assert_eq!(
+        wait_for("the slow input's output", DEADLINE, || output(&bus, "a")).await?,
+        "done slow"
+    );
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_waits_while_its_subject_or_its_group_is_held_by_a_batch_in_flight(
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let (open, stage) = Overlapping::new();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, stage.clone());
+    send(&bus, "a", "slow shared g").await?;
+    wait_for("the slow input started", DEADLINE, || async {
+        (stage.started() == ["slow shared g"]).then_some(())
+    })
+    .await?;
+    // A newer state of the same subject waits for the one in flight.
+    send(&bus, "a", "fast newer").await?;
+    assert!(
+        not_started(&stage, "fast newer").await,
+        "{:?}",
+        stage.started()
+    );
+    open.send(false)?;
+    open.send(true)?;
+    assert_eq!(
+        wait_for("the newer state's output", DEADLINE, || async {
+            output(&bus, "a")
+                .await
+                .filter(|body| body == "done fast newer")
+        })
+        .await?,
+        "done fast newer"
+    );
+    assert_eq!(stage.started(), ["slow shared g", "fast newer"]);
+    every_input_acked(&bus).await?;
+    stop(token, task).await?;
+
+    // A group held in common admits others sharing it and keeps out one taking it whole; an
+    // input of another group goes ahead.
+    let (open, stage) = Overlapping::new();
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, stage.clone());
+    send(&bus, "x", "slow shared h").await?;
+    wait_for("the slow input started", DEADLINE, || async {
+        (stage.started() == ["slow shared h"]).then_some(())
+    })
+    .await?;
+    send(&bus, "w", "fast whole k").await?;
+    assert_eq!(
+        wait_for("another group's input", DEADLINE, || output(&bus, "w")).await?,
+        "done fast whole k"
+    );
+    send(&bus, "z", "fast shared h").await?;
+    assert_eq!(
+        wait_for("an input sharing the group", DEADLINE, || output(&bus, "z")).await?,
+        "done fast shared h"
+    );
+    send(&bus, "y", "fast whole h").await?;
+    assert!(
+        not_started(&stage, "fast whole h").await,
+        "{:?}",
+        stage.started()
+    );
+    open.send(true)?;
+    for (name, body) in [
+        ("x", "done slow shared h"),
+        ("y", "done fast whole h"),
+        ("z", "done fast shared h"),
+    ] {
+        assert_eq!(
+            wait_for("every output", DEADLINE, || output(&bus, name)).await?,
+            body
+        );
+    }
+    let started = stage.started();
+    let at = |body: &str| started.iter().position(|s| s == body);
+    assert!(
+        at("fast whole h") > at("slow shared h"),
+        "the whole claim started after the shared one it waited for: {started:?}"
+    );
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_ends_the_batches_in_flight_or_gives_their_inputs_back() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let first = Bus::connect(&nats.url()).await?;
+    let deadline = Duration::from_millis(300);
+    let (open, stage) = Overlapping::new();
+    let runner = Runner::bind(&first, SPEC)
+        .await?
+        .with_drain_deadline(deadline);
+    let (token, task) = spawn(runner, stage.clone());
+    send(&first, "a", "slow").await?;
+    send(&first, "b", "fast").await?;
+    assert_eq!(
+        wait_for("the fast input's output", DEADLINE, || output(&first, "b")).await?,
+        "done fast"
+    );
+    let cancelled = Instant::now();
+    token.cancel();
+    tokio::time::timeout(DEADLINE, task).await???;
+    let took = cancelled.elapsed();
+    assert!(
+        took >= deadline && took < deadline + Duration::from_secs(2),
+        "drain took {took:?}"
+    );
+    assert_eq!(output(&first, "a").await, None);
+    first.close().await;
+
+    // The slow input was given back: a new runner takes it at once, and a drain while it is
+    // in flight ends it once it is done.
+    let second = Bus::connect(&nats.url()).await?;
+    let (token, task) = spawn(Runner::bind(&second, SPEC).await?, stage.clone());
+    wait_for(
+        "the slow input taken again",
+        Duration::from_secs(5),
+        || async { (stage.started().iter().filter(|s| *s == "slow").count() == 2).then_some(()) },
+    )
+    .await?;
+    token.cancel();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    open.send(true)?;
+    tokio::time::timeout(DEADLINE, task).await???;
+    assert_eq!(output(&second, "a").await.as_deref(), Some("done slow"));
+    every_input_acked(&second).await
 }

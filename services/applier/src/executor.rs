@@ -58,7 +58,7 @@ pub(crate) struct Applier {
     /// watches' first lists when they complete in time (`seed`).
     pairs: Mutex<Pairs>,
     /// The pairs' indexes from the watches' first lists, which the first units wait for.
-    seed: Option<Arc<crate::seed::Seed>>,
+    seed: std::sync::OnceLock<Arc<crate::seed::Seed>>,
     /// One LIST of a pair at a time: the units that need it wait for it.
     listing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Per (trigger, cluster), by its owner labels: what the server held when the pair was
@@ -67,7 +67,8 @@ pub(crate) struct Applier {
     /// Where it writes the ConfigMaps and Secrets it owns (Sveltos's namespace), so their lists
     /// stay there too: it may neither read nor list them anywhere else.
     namespace: String,
-    /// The most desired states (units) applied at once (`--apply-concurrency`; `units_at_once`).
+    /// The most desired states (units) of a batch applied at once (`--apply-concurrency`;
+    /// `units_at_once`); two batches may be in flight (ADR 0043).
     concurrency: usize,
     /// What this applier deleted and its watch of owned objects has not seen go yet: those
     /// deletions are its own, not someone else's to repair (ADR 0039).
@@ -93,7 +94,7 @@ impl Applier {
             concurrency: concurrency.max(1),
             kinds: Mutex::new(HashMap::new()),
             pairs: Mutex::new(Pairs::default()),
-            seed: None,
+            seed: std::sync::OnceLock::new(),
             listing: Mutex::new(HashMap::new()),
             adoptable: Mutex::new(HashMap::new()),
             deleted: Mutex::new(std::collections::HashSet::new()),
@@ -103,13 +104,16 @@ impl Applier {
     /// From now on takes each pair's index and adoption snapshot from `seed` once it is
     /// complete, waiting for it before any pair is listed. Set before the watches whose first
     /// lists make it start, after any write at start: the lists show every write before them.
-    pub(crate) fn seed_from(&mut self, seed: Arc<crate::seed::Seed>) {
-        self.seed = Some(seed);
+    /// Set once: a second seed is ignored.
+    pub(crate) fn seed_from(&self, seed: Arc<crate::seed::Seed>) {
+        if self.seed.set(seed).is_err() {
+            tracing::warn!("the applier was seeded twice; the first seed stays");
+        }
     }
 
     /// Waits for the seed (if any) and installs it once.
     async fn seeded(&self) {
-        let Some(seed) = &self.seed else {
+        let Some(seed) = self.seed.get() else {
             return;
         };
         seed.settle(|pairs| {
@@ -321,24 +325,37 @@ impl Applier {
             for r in phase {
                 deletes.push((r.clone(), self.kind(&r.api_version, &r.kind).await?));
             }
+            // Known as this applier's own before they are made: the watch may tell of a
+            // deletion before its answer comes, and the stage reads the watch meanwhile.
+            {
+                let mut deleted = lock(&self.deleted);
+                if deleted.len() + deletes.len() > OWN_DELETIONS_AT_MOST {
+                    deleted.clear();
+                }
+                deleted.extend(deletes.iter().map(|(r, _)| plan::ref_id(r)));
+            }
             let client = &self.client;
             let outcomes: Vec<_> = futures::stream::iter(deletes)
                 .map(move |(r, kind)| delete_one(client, r, kind))
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .collect()
                 .await;
-            for outcome in outcomes {
-                let r = outcome?;
+            let mut failure = None;
+            for (r, outcome) in outcomes {
                 let id = plan::ref_id(&r);
-                known.remove(&id);
-                {
-                    let mut deleted = lock(&self.deleted);
-                    if deleted.len() >= OWN_DELETIONS_AT_MOST {
-                        deleted.clear();
+                match outcome {
+                    Ok(()) => {
+                        known.remove(&id);
+                        result.deleted.push(r);
                     }
-                    deleted.insert(id);
+                    Err(error) => {
+                        lock(&self.deleted).remove(&id);
+                        failure = Some(error);
+                    }
                 }
-                result.deleted.push(r);
+            }
+            if let Some(error) = failure {
+                return Err(error);
             }
         }
         if whole {
@@ -665,15 +682,14 @@ async fn apply_one(
         .map(|()| (r, hash))
 }
 
-/// Deletes one object (owned, as [`apply_one`]).
+/// Deletes one object (owned, as [`apply_one`]); returns its reference with what became of it.
 async fn delete_one(
     client: &kube::Client,
     r: pb::ObjectRef,
     kind: Kind,
-) -> sluice_kube::Result<pb::ObjectRef> {
-    apply::delete(client, &kind, &r.namespace, &r.name)
-        .await
-        .map(|()| r)
+) -> (pb::ObjectRef, sluice_kube::Result<()>) {
+    let outcome = apply::delete(client, &kind, &r.namespace, &r.name).await;
+    (r, outcome)
 }
 
 /// A (trigger, cluster) pair's owner labels as one map key.

@@ -64,11 +64,11 @@ pub async fn run(
     let seed = std::sync::Arc::new(seed::Seed::new(plan::OWNED.len()));
     let mut stage = stage::ApplierStage {
         bus: bus.clone(),
-        applier: Applier::new(
+        applier: std::sync::Arc::new(Applier::new(
             client,
             &common.sveltos_namespace,
             usize::from(own.apply_concurrency),
-        ),
+        )),
         statuses: status::Statuses::default(),
         status_writes: stage::StatusWrites::default(),
         reported: std::collections::BTreeMap::new(),
@@ -81,6 +81,7 @@ pub async fn run(
             .collect(),
         key,
         forgotten: health.counter("sluice_applier_triggers_forgotten_total"),
+        in_flight: stage::InFlight::default(),
     };
     // The statuses as the last results left them, so a restart writes from the whole picture;
     // and what the units held, so that what was deleted meanwhile is found (ADR 0039).

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sluice_bus::runner::{Action, Failure, Input, Outcome, Output, Stage};
+use std::sync::Arc;
+
+use sluice_bus::runner::{ending, Action, Claim, Failure, Input, Outcome, Output, Stage, Work};
 use sluice_bus::topology::{self, StreamSpec};
 use sluice_bus::{Bus, Delivered};
 use sluice_domain::cluster::ClusterId;
@@ -16,7 +18,7 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::schedule::Schedule;
 use sluice_wire::BusKey;
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 
 use crate::executor::{Applier, Run};
 use crate::repair::{Due, Repairs};
@@ -97,7 +99,7 @@ pub fn followups(state: &pb::DesiredState, cluster: &ClusterId) -> Followups {
 /// The applier's stage: the executor, the statuses it keeps and the problems it reported.
 pub(crate) struct ApplierStage {
     pub(crate) bus: Bus,
-    pub(crate) applier: Applier,
+    pub(crate) applier: Arc<Applier>,
     pub(crate) statuses: Statuses,
     /// When each trigger's status is written next (at most once per second while its units
     /// keep changing: every write is a watch event the whole configuration feed carries).
@@ -118,6 +120,8 @@ pub(crate) struct ApplierStage {
     pub(crate) key: Option<BusKey>,
     /// Triggers forgotten once gone (`sluice_applier_triggers_forgotten_total`).
     pub(crate) forgotten: sluice_runtime::Counter,
+    /// The triggers with units in flight.
+    pub(crate) in_flight: InFlight,
 }
 
 /// What the applier follows besides its consumer.
@@ -131,7 +135,45 @@ pub(crate) enum Side {
     WatchFailed(&'static str, String),
 }
 
+/// The units of a batch of desired states.
+fn runs(inputs: &[Input<Desired>]) -> Vec<Run<'_>> {
+    inputs
+        .iter()
+        .map(|input| Run {
+            subject: &input.delivered.subject,
+            state: &input.value.state,
+            lost: &[],
+        })
+        .collect()
+}
+
 impl ApplierStage {
+    /// The outcomes of a batch's executed units ([`ApplierStage::settle`]); each trigger's
+    /// status is written once per batch.
+    async fn settle_batch(
+        &mut self,
+        inputs: &[Input<Desired>],
+        results: Vec<sluice_kube::Result<pb::ApplyResult>>,
+    ) -> Vec<Outcome<ApplyError>> {
+        let mut touched = BTreeSet::new();
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        for (input, result) in inputs.iter().zip(results) {
+            let settled = self.settle(&input.value, result, &mut touched).await;
+            outcomes.push(settled.map(|output| vec![output]));
+        }
+        let now = tokio::time::Instant::now();
+        for trigger in touched {
+            self.status_writes.mark(&self.statuses, &trigger, now);
+        }
+        for deferred in self.in_flight.settled(inputs) {
+            self.applier
+                .release_if_done(&self.statuses, &deferred)
+                .await;
+        }
+        self.write_due_statuses(now).await;
+        outcomes
+    }
+
     /// What follows from one executed unit: the wait for a deletion told, the purge of its
     /// pair's other units, its trigger's status marked (in `touched`); the `ApplyResult` to
     /// publish, or the error the unit fails with.
@@ -392,6 +434,56 @@ impl ApplierStage {
     }
 }
 
+/// The triggers with units in flight (batches overlap, ADR 0043), and the configuration of
+/// those being deleted whose release waits for them.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    units: BTreeMap<String, usize>,
+    deferred: BTreeMap<String, Delivered>,
+}
+
+impl InFlight {
+    fn add(&mut self, inputs: &[Input<Desired>]) {
+        for input in inputs {
+            *self
+                .units
+                .entry(input.value.state.event_trigger.clone())
+                .or_default() += 1;
+        }
+    }
+
+    fn has(&self, trigger: &str) -> bool {
+        self.units.contains_key(trigger)
+    }
+
+    fn defer(&mut self, trigger: String, config: Delivered) {
+        self.deferred.insert(trigger, config);
+    }
+
+    /// Counts `inputs` settled; returns the deferred configuration of each trigger that has
+    /// no unit in flight any more.
+    fn settled(&mut self, inputs: &[Input<Desired>]) -> Vec<Delivered> {
+        let mut done = Vec::new();
+        for input in inputs {
+            let trigger = &input.value.state.event_trigger;
+            if let Some(count) = self.units.get_mut(trigger) {
+                *count -= 1;
+                if *count == 0 {
+                    self.units.remove(trigger);
+                    done.extend(self.deferred.remove(trigger));
+                }
+            }
+        }
+        done
+    }
+}
+
+/// The name of the object a configuration message is of.
+fn config_name(delivered: &Delivered) -> Option<String> {
+    let config = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered).ok()?;
+    Some(config.name)
+}
+
 /// The name of the trigger a configuration message says is deleted, if it says so.
 fn deleted_trigger(delivered: &Delivered) -> Option<String> {
     let config = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered).ok()?;
@@ -440,29 +532,38 @@ impl Stage for ApplierStage {
         decode(delivered, self.key.as_ref())
     }
 
-    async fn handle(&mut self, inputs: &[Input<Desired>]) -> Vec<Outcome<ApplyError>> {
-        let units: Vec<Run<'_>> = inputs
-            .iter()
-            .map(|input| Run {
-                subject: &input.delivered.subject,
-                state: &input.value.state,
-                lost: &[],
+    /// Batches overlap: the next starts while an earlier one's units still wait for the API
+    /// server (ADR 0043).
+    const IN_FLIGHT: usize = 2;
+
+    /// A unit shares its (trigger, cluster) pair with the pair's other units, except the
+    /// removal of the pair's main unit, which takes everything of the pair and holds it whole.
+    fn claim(&self, input: &Desired) -> Option<Claim> {
+        let pair = format!("{}\u{0}{}", input.state.event_trigger, input.cluster);
+        Some(
+            if input.state.removed && Unit::of(&input.state) == Unit::Main {
+                Claim::Whole(pair)
+            } else {
+                Claim::Shared(pair)
+            },
+        )
+    }
+
+    fn begin(&mut self, inputs: Arc<[Input<Desired>]>) -> Option<Work<Self>> {
+        self.in_flight.add(&inputs);
+        let applier = self.applier.clone();
+        Some(Box::pin(async move {
+            let results = applier.execute_all(&runs(&inputs)).await;
+            ending(move |stage: &mut ApplierStage| {
+                async move { stage.settle_batch(&inputs, results).await }.boxed()
             })
-            .collect();
-        let results = self.applier.execute_all(&units).await;
-        // Each trigger's status is written once per batch.
-        let mut touched = BTreeSet::new();
-        let mut outcomes = Vec::with_capacity(inputs.len());
-        for (input, result) in inputs.iter().zip(results) {
-            let settled = self.settle(&input.value, result, &mut touched).await;
-            outcomes.push(settled.map(|output| vec![output]));
-        }
-        let now = tokio::time::Instant::now();
-        for trigger in touched {
-            self.status_writes.mark(&self.statuses, &trigger, now);
-        }
-        self.write_due_statuses(now).await;
-        outcomes
+        }))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<Desired>]) -> Vec<Outcome<ApplyError>> {
+        self.in_flight.add(inputs);
+        let results = self.applier.execute_all(&runs(inputs)).await;
+        self.settle_batch(inputs, results).await
     }
 
     fn next_tick(&self) -> Option<tokio::time::Instant> {
@@ -482,9 +583,18 @@ impl Stage for ApplierStage {
     async fn on_side(&mut self, side: Side) -> Vec<Output> {
         match side {
             Side::Config(Ok(delivered)) => {
-                self.applier
-                    .release_if_done(&self.statuses, &delivered)
-                    .await;
+                match config_name(&delivered) {
+                    // What a unit in flight wrote is not recorded yet: whether the trigger is
+                    // done is asked again once its units have settled.
+                    Some(name) if self.in_flight.has(&name) => {
+                        self.in_flight.defer(name, delivered.clone());
+                    }
+                    _ => {
+                        self.applier
+                            .release_if_done(&self.statuses, &delivered)
+                            .await
+                    }
+                }
                 self.applier
                     .report_invalid(&delivered, &mut self.reported)
                     .await;
@@ -567,6 +677,48 @@ mod tests {
             ok.applied_subject,
             topology::applied_subject("t", &sluice_wire::cluster_tokens(&cluster()))
         );
+    }
+
+    /// A trigger being deleted is released only once none of its units is in flight: what one
+    /// wrote is recorded when it settles.
+    #[test]
+    fn a_release_waits_for_the_triggers_units_in_flight() {
+        let input = |trigger: &str| Input {
+            delivered: delivered(&subject(), &state(false)),
+            value: Desired {
+                state: pb::DesiredState {
+                    event_trigger: trigger.into(),
+                    ..state(false)
+                },
+                cluster: cluster(),
+                applied_subject: String::new(),
+            },
+        };
+        let config = |name: &str| Delivered {
+            subject: format!("sluice.v1.config.EventTrigger._.{name}"),
+            ..delivered(&subject(), &state(false))
+        };
+        let mut in_flight = InFlight::default();
+        let first = [input("t"), input("u")];
+        let second = [input("t")];
+        in_flight.add(&first);
+        in_flight.add(&second);
+        assert!(in_flight.has("t") && in_flight.has("u") && !in_flight.has("v"));
+        in_flight.defer("t".into(), config("old"));
+        in_flight.defer("t".into(), config("new"));
+        assert!(
+            in_flight.settled(&first).is_empty(),
+            "one unit of t still in flight"
+        );
+        assert!(!in_flight.has("u"));
+        let released = in_flight.settled(&second);
+        assert_eq!(released.len(), 1);
+        assert!(
+            released[0].subject.ends_with("new"),
+            "the newest configuration"
+        );
+        assert!(!in_flight.has("t"));
+        assert!(in_flight.settled(&second).is_empty());
     }
 
     #[test]
