@@ -1,6 +1,7 @@
 //! Watches in managed clusters: which (cluster, kind) pairs are needed, given the
-//! configuration, and the tasks that watch them. A rotated kubeconfig restarts the cluster's
-//! watches; a cluster that is gone has its published state purged. On shutdown a watch stops
+//! configuration, and the tasks that watch them. A cluster's watches share one client, so one
+//! connection to its API server. A rotated kubeconfig restarts the cluster's watches on a new
+//! client; a cluster that is gone has its published state purged. On shutdown a watch stops
 //! reading and finishes storing the batch in hand; what the drain deadline cuts off is found
 //! again at the next start, which diffs the listed cluster against what the stream holds.
 
@@ -73,6 +74,33 @@ pub fn desired_watches(state: &ConfigState) -> BTreeMap<ClusterId, ClusterWatch>
     out
 }
 
+/// The client of one managed cluster under one kubeconfig, shared by the cluster's watches: one
+/// connection to its API server (HTTP/2, ADR 0042), built when the first watch needs it.
+pub(crate) struct ClusterClient {
+    kubeconfig: String,
+    hash: String,
+    client: tokio::sync::OnceCell<kube::Client>,
+}
+
+impl ClusterClient {
+    fn new(kubeconfig: String, hash: String) -> ClusterClient {
+        ClusterClient {
+            kubeconfig,
+            hash,
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The client, built from the kubeconfig the first time; an invalid kubeconfig is an error
+    /// each time it is asked.
+    async fn get(&self) -> sluice_kube::Result<kube::Client> {
+        self.client
+            .get_or_try_init(|| sluice_kube::client::from_kubeconfig_text(&self.kubeconfig, None))
+            .await
+            .cloned()
+    }
+}
+
 struct Running {
     kubeconfig_hash: String,
     task: JoinHandle<()>,
@@ -85,6 +113,8 @@ pub struct Watches {
     bus: Bus,
     health: Health,
     running: HashMap<(ClusterId, Gvk), Running>,
+    /// Per cluster, the client its running watches share.
+    clients: HashMap<ClusterId, std::sync::Arc<ClusterClient>>,
     /// The registered clusters as last reconciled: one that leaves them has what was published
     /// of it purged.
     clusters: BTreeSet<ClusterId>,
@@ -112,6 +142,7 @@ impl Watches {
             health,
             key,
             running: HashMap::new(),
+            clients: HashMap::new(),
             clusters: registered.clusters.keys().cloned().collect(),
             tasks,
             token,
@@ -146,10 +177,23 @@ impl Watches {
             }
             keep
         });
+        // A cluster's watches share its client while its kubeconfig stays the same.
+        self.clients.retain(|cluster, client| {
+            wanted
+                .iter()
+                .any(|((c, _), (hash, _))| c == cluster && *hash == client.hash)
+        });
         for (key, (hash, kubeconfig)) in wanted {
             if self.running.contains_key(&key) {
                 continue;
             }
+            let client = self
+                .clients
+                .entry(key.0.clone())
+                .or_insert_with(|| {
+                    std::sync::Arc::new(ClusterClient::new(kubeconfig, hash.clone()))
+                })
+                .clone();
             tracing::info!(cluster = %key.0, kind = %key.1 .2, "starting watch");
             // Not a child of the shutdown token: shutdown lets a watch store what it read.
             let token = CancellationToken::new();
@@ -158,7 +202,7 @@ impl Watches {
                 self.health.clone(),
                 key.0.clone(),
                 key.1.clone(),
-                kubeconfig,
+                client,
                 self.key.clone(),
                 token.clone(),
                 self.token.clone(),
@@ -202,7 +246,7 @@ async fn watch_managed(
     health: Health,
     cluster: ClusterId,
     gvk: Gvk,
-    kubeconfig: String,
+    client: std::sync::Arc<ClusterClient>,
     key: Option<BusKey>,
     stop: CancellationToken,
     shutdown: CancellationToken,
@@ -216,7 +260,7 @@ async fn watch_managed(
         format!("{}/{}", gvk.0, gvk.1)
     };
     loop {
-        let client = match sluice_kube::client::from_kubeconfig_text(&kubeconfig, None).await {
+        let client = match client.get().await {
             Ok(client) => client,
             Err(error) => {
                 errors.inc();

@@ -1,6 +1,7 @@
 //! How sluice reaches managed clusters (spec §13), on seed 000's NetworkPolicy example: a Cluster
 //! API `Cluster` through its `<name>-kubeconfig` Secret (key `value`), and a kubeconfig Secret
-//! rotated while sluice runs, which takes effect without a restart.
+//! rotated while sluice runs, which takes effect without a restart; and a cluster's watches of
+//! several kinds over one connection.
 
 use std::time::Duration;
 
@@ -166,5 +167,149 @@ async fn event_source_name_is_rendered_with_each_clusters_data() -> anyhow::Resu
     assert!(demo::owned_by(&stack, TRIGGER, "cluster-b")
         .await?
         .is_empty());
+    Ok(())
+}
+
+/// The TCP connections process `pid` holds established to `port` on this machine, from
+/// `/proc/<pid>/fd` (its sockets) and `/proc/<pid>/net/tcp{,6}` (their peers and states).
+fn connections_to(pid: u32, port: u16) -> anyhow::Result<usize> {
+    let mut sockets = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let Ok(target) = std::fs::read_link(entry?.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy();
+        if let Some(inode) = target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+        {
+            sockets.insert(inode.to_string());
+        }
+    }
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))?;
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) =
+                (fields.get(2), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let remote_port = remote
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            // 01: ESTABLISHED.
+            if remote_port == Some(port) && *state == "01" && sockets.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_watches_share_one_connection() -> anyhow::Result<()> {
+    // Three kinds watched in cluster-a: one client, so one HTTP/2 connection, not one a kind.
+    let stack = Stack::start(&["cluster-a"], None).await?;
+    let watcher = stack
+        .processes()
+        .into_iter()
+        .find(|(name, _)| name == "sluice-watcher")
+        .map(|(_, pid)| pid)
+        .ok_or_else(|| anyhow::anyhow!("no watcher process"))?;
+    let port = stack.server.addr().port();
+    stack
+        .register_cluster("cluster-a", &[("env", "fv")])
+        .await?;
+    // Only the management cluster is watched yet: once the watcher is ready, its connections
+    // are those of its management client.
+    let ready = stack
+        .health_url("sluice-watcher", "/readyz")
+        .ok_or_else(|| anyhow::anyhow!("no watcher health address"))?;
+    wait_for("the watcher ready", DEADLINE, || async {
+        sluice_cli::setup::probe(&ready).await.ok()
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    let before = connections_to(watcher, port)?;
+    assert!(before >= 1, "the watcher's management client is connected");
+    stack
+        .apply_yaml(
+            MANAGEMENT,
+            r#"
+apiVersion: lib.projectsveltos.io/v1beta1
+kind: EventSource
+metadata:
+  name: three-kinds
+spec:
+  collectResources: true
+  resourceSelectors:
+  - {group: "", version: v1, kind: Service, labelFilters: [{key: sveltos, operation: Equal, value: fv}]}
+  - {group: "", version: v1, kind: ConfigMap, labelFilters: [{key: sveltos, operation: Equal, value: fv}]}
+  - {group: apps, version: v1, kind: Deployment, labelFilters: [{key: sveltos, operation: Equal, value: fv}]}
+"#,
+        )
+        .await?;
+    stack
+        .apply_yaml(
+            MANAGEMENT,
+            r#"
+apiVersion: lib.projectsveltos.io/v1alpha1
+kind: EventBasedAddOn
+metadata:
+  name: service-network-policy
+spec:
+  clusterSelector: env=fv
+  eventSourceName: three-kinds
+  oneForEvent: true
+  policyRefs:
+  - {name: seen, namespace: default, kind: ConfigMap}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: seen
+  namespace: default
+data:
+  seen.yaml: |
+    kind: ConfigMap
+    apiVersion: v1
+    metadata:
+      name: seen-{{ .Resource.metadata.name }}
+      namespace: default
+"#,
+        )
+        .await?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    stack
+        .apply(
+            "cluster-a",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "my-config", "namespace": "default", "labels": {"sveltos": "fv"}}}),
+        )
+        .await?;
+    stack
+        .apply(
+            "cluster-a",
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "my-deployment", "namespace": "default", "labels": {"sveltos": "fv"}},
+                    "spec": {"selector": {"matchLabels": {"app": "x"}},
+                             "template": {"metadata": {"labels": {"app": "x"}},
+                                          "spec": {"containers": [{"name": "x", "image": "x"}]}}}}),
+        )
+        .await?;
+    for resource in ["my-service", "my-config", "my-deployment"] {
+        wait_profile(&stack, TRIGGER, "cluster-a", resource, DEADLINE)
+            .await
+            .map_err(|e| fail(&stack, e))?;
+    }
+    let after = connections_to(watcher, port)?;
+    assert_eq!(
+        after,
+        before + 1,
+        "the watcher's connections to the API server: {before} before cluster-a was watched, {after} with its three kinds"
+    );
     Ok(())
 }
