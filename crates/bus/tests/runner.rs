@@ -1242,18 +1242,33 @@ async fn not_started(stage: &Overlapping, body: &str) -> bool {
     !stage.started().iter().any(|started| started == body)
 }
 
+/// A runner of an overlapping stage on `bus`, with `body` (a slow input) on `name` in flight.
+async fn slow_in_flight(
+    bus: &Bus,
+    name: &str,
+    body: &str,
+) -> anyhow::Result<(
+    tokio::sync::watch::Sender<bool>,
+    Overlapping,
+    CancellationToken,
+    tokio::task::JoinHandle<sluice_bus::Result<()>>,
+)> {
+    let (open, stage) = Overlapping::new();
+    let (token, task) = spawn(Runner::bind(bus, SPEC).await?, stage.clone());
+    send(bus, name, body).await?;
+    wait_for("the slow input started", DEADLINE, || async {
+        (stage.started() == [body]).then_some(())
+    })
+    .await?;
+    Ok((open, stage, token, task))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overlapping_stage_takes_the_next_batch_while_an_earlier_one_waits() -> anyhow::Result<()>
 {
     let nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
-    let (open, stage) = Overlapping::new();
-    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, stage.clone());
-    send(&bus, "a", "slow").await?;
-    wait_for("the slow input started", DEADLINE, || async {
-        (stage.started() == ["slow"]).then_some(())
-    })
-    .await?;
+    let (open, stage, token, task) = slow_in_flight(&bus, "a", "slow").await?;
     send(&bus, "b", "fast").await?;
     assert_eq!(
         wait_for("the later input's output", DEADLINE, || output(&bus, "b")).await?,
@@ -1274,13 +1289,7 @@ async fn an_input_waits_while_its_subject_or_its_group_is_held_by_a_batch_in_fli
 ) -> anyhow::Result<()> {
     let nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
-    let (open, stage) = Overlapping::new();
-    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, stage.clone());
-    send(&bus, "a", "slow shared g").await?;
-    wait_for("the slow input started", DEADLINE, || async {
-        (stage.started() == ["slow shared g"]).then_some(())
-    })
-    .await?;
+    let (open, stage, token, task) = slow_in_flight(&bus, "a", "slow shared g").await?;
     // A newer state of the same subject waits for the one in flight.
     send(&bus, "a", "fast newer").await?;
     assert!(
@@ -1288,7 +1297,6 @@ async fn an_input_waits_while_its_subject_or_its_group_is_held_by_a_batch_in_fli
         "{:?}",
         stage.started()
     );
-    open.send(false)?;
     open.send(true)?;
     assert_eq!(
         wait_for("the newer state's output", DEADLINE, || async {
@@ -1305,13 +1313,7 @@ async fn an_input_waits_while_its_subject_or_its_group_is_held_by_a_batch_in_fli
 
     // A group held in common admits others sharing it and keeps out one taking it whole; an
     // input of another group goes ahead.
-    let (open, stage) = Overlapping::new();
-    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, stage.clone());
-    send(&bus, "x", "slow shared h").await?;
-    wait_for("the slow input started", DEADLINE, || async {
-        (stage.started() == ["slow shared h"]).then_some(())
-    })
-    .await?;
+    let (open, stage, token, task) = slow_in_flight(&bus, "x", "slow shared h").await?;
     send(&bus, "w", "fast whole k").await?;
     assert_eq!(
         wait_for("another group's input", DEADLINE, || output(&bus, "w")).await?,
