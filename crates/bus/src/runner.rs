@@ -1053,7 +1053,13 @@ impl Core {
             tokio::select! {
                 ended = flights.running.next() => {
                     let Some((id, ending)) = ended else { break };
-                    self.end(stage, flights, id, ending).await?;
+                    if let Err(error) = self.end(stage, flights, id, ending).await {
+                        // The runner ends: this batch comes back at once too.
+                        for message in &messages {
+                            nack(message, Duration::ZERO).await;
+                        }
+                        return Err(error);
+                    }
                 }
                 () = token.cancelled() => return Ok(Flow::Cut(messages)),
             }
