@@ -1268,7 +1268,7 @@ async fn an_overlapping_stage_takes_the_next_batch_while_an_earlier_one_waits() 
 {
     let nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
-    let (open, stage, token, task) = slow_in_flight(&bus, "a", "slow").await?;
+    let (open, _stage, token, task) = slow_in_flight(&bus, "a", "slow").await?;
     send(&bus, "b", "fast").await?;
     assert_eq!(
         wait_for("the later input's output", DEADLINE, || output(&bus, "b")).await?,
