@@ -1242,9 +1242,11 @@ async fn not_started(stage: &Overlapping, body: &str) -> bool {
     !stage.started().iter().any(|started| started == body)
 }
 
-/// A runner of an overlapping stage on `bus`, with `body` (a slow input) on `name` in flight.
+/// `runner` running an overlapping stage, with `body` (a slow input) sent on `name` to `bus`
+/// and in flight: a batch of its own, whatever is sent next.
 async fn slow_in_flight(
     bus: &Bus,
+    runner: Runner,
     name: &str,
     body: &str,
 ) -> anyhow::Result<(
@@ -1254,7 +1256,7 @@ async fn slow_in_flight(
     tokio::task::JoinHandle<sluice_bus::Result<()>>,
 )> {
     let (open, stage) = Overlapping::new();
-    let (token, task) = spawn(Runner::bind(bus, SPEC).await?, stage.clone());
+    let (token, task) = spawn(runner, stage.clone());
     send(bus, name, body).await?;
     wait_for("the slow input started", DEADLINE, || async {
         (stage.started() == [body]).then_some(())
@@ -1268,7 +1270,8 @@ async fn an_overlapping_stage_takes_the_next_batch_while_an_earlier_one_waits() 
 {
     let nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
-    let (open, _stage, token, task) = slow_in_flight(&bus, "a", "slow").await?;
+    let (open, _stage, token, task) =
+        slow_in_flight(&bus, Runner::bind(&bus, SPEC).await?, "a", "slow").await?;
     send(&bus, "b", "fast").await?;
     assert_eq!(
         wait_for("the later input's output", DEADLINE, || output(&bus, "b")).await?,
@@ -1289,7 +1292,8 @@ async fn an_input_waits_while_its_subject_or_its_group_is_held_by_a_batch_in_fli
 ) -> anyhow::Result<()> {
     let nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
-    let (open, stage, token, task) = slow_in_flight(&bus, "a", "slow shared g").await?;
+    let (open, stage, token, task) =
+        slow_in_flight(&bus, Runner::bind(&bus, SPEC).await?, "a", "slow shared g").await?;
     // A newer state of the same subject waits for the one in flight.
     send(&bus, "a", "fast newer").await?;
     assert!(
@@ -1313,7 +1317,8 @@ async fn an_input_waits_while_its_subject_or_its_group_is_held_by_a_batch_in_fli
 
     // A group held in common admits others sharing it and keeps out one taking it whole; an
     // input of another group goes ahead.
-    let (open, stage, token, task) = slow_in_flight(&bus, "x", "slow shared h").await?;
+    let (open, stage, token, task) =
+        slow_in_flight(&bus, Runner::bind(&bus, SPEC).await?, "x", "slow shared h").await?;
     send(&bus, "w", "fast whole k").await?;
     assert_eq!(
         wait_for("another group's input", DEADLINE, || output(&bus, "w")).await?,
@@ -1356,12 +1361,10 @@ async fn a_drain_ends_the_batches_in_flight_or_gives_their_inputs_back() -> anyh
     let nats = NatsServer::start().await?;
     let first = Bus::connect(&nats.url()).await?;
     let deadline = Duration::from_millis(300);
-    let (open, stage) = Overlapping::new();
     let runner = Runner::bind(&first, SPEC)
         .await?
         .with_drain_deadline(deadline);
-    let (token, task) = spawn(runner, stage.clone());
-    send(&first, "a", "slow").await?;
+    let (open, stage, token, task) = slow_in_flight(&first, runner, "a", "slow").await?;
     send(&first, "b", "fast").await?;
     assert_eq!(
         wait_for("the fast input's output", DEADLINE, || output(&first, "b")).await?,
