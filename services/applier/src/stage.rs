@@ -478,16 +478,10 @@ impl InFlight {
     }
 }
 
-/// The name of the object a configuration message is of.
-fn config_name(delivered: &Delivered) -> Option<String> {
+/// The name of the trigger a configuration message is of, and whether it says it is deleted.
+fn trigger_of(delivered: &Delivered) -> Option<(String, bool)> {
     let config = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered).ok()?;
-    Some(config.name)
-}
-
-/// The name of the trigger a configuration message says is deleted, if it says so.
-fn deleted_trigger(delivered: &Delivered) -> Option<String> {
-    let config = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered).ok()?;
-    config.deleted.then_some(config.name)
+    Some((config.name, config.deleted))
 }
 
 /// The paced status writes: a trigger's status is written as soon as it changes, then at most
@@ -583,11 +577,12 @@ impl Stage for ApplierStage {
     async fn on_side(&mut self, side: Side) -> Vec<Output> {
         match side {
             Side::Config(Ok(delivered)) => {
-                match config_name(&delivered) {
+                let trigger = trigger_of(&delivered);
+                match &trigger {
                     // What a unit in flight wrote is not recorded yet: whether the trigger is
                     // done is asked again once its units have settled.
-                    Some(name) if self.in_flight.has(&name) => {
-                        self.in_flight.defer(name, delivered.clone());
+                    Some((name, _)) if self.in_flight.has(name) => {
+                        self.in_flight.defer(name.clone(), delivered.clone());
                     }
                     _ => {
                         self.applier
@@ -598,8 +593,8 @@ impl Stage for ApplierStage {
                 self.applier
                     .report_invalid(&delivered, &mut self.reported)
                     .await;
-                if let Some(trigger) = deleted_trigger(&delivered) {
-                    self.forget_trigger(&trigger);
+                if let Some((name, true)) = trigger {
+                    self.forget_trigger(&name);
                 }
             }
             Side::Config(Err(error)) => {
