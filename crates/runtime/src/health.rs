@@ -1,10 +1,11 @@
-//! Liveness, readiness and Prometheus counters, served over HTTP on `/healthz`, `/readyz` and
-//! `/metrics`. Counters only: the pipeline's numbers are event counts; latency lives in traces.
+//! Liveness, readiness and Prometheus metrics, served over HTTP on `/healthz`, `/readyz` and
+//! `/metrics`: counters of what a service did, and histograms of how long it took (the stage
+//! runner's, `sluice_bus::runner::timings`). The registry and its text encoding are
+//! `prometheus-client`'s.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -12,6 +13,11 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter as Count;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram as Distribution;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 
 /// Shared process health: a readiness flag, the conditions readiness also depends on (NATS
-/// connected, the Kubernetes API reachable), and a registry of counters. Cheap to clone; all
+/// connected, the Kubernetes API reachable), and a registry of metrics. Cheap to clone; all
 /// clones share state.
 #[derive(Clone, Debug, Default)]
 pub struct Health {
@@ -28,9 +34,48 @@ pub struct Health {
 
 /// A monotonically increasing counter registered in a [`Health`].
 #[derive(Clone, Debug)]
-pub struct Counter(Arc<AtomicU64>);
+pub struct Counter(Count);
+
+/// A histogram registered in a [`Health`]: each observation falls in the first of its
+/// [`Buckets`] that holds it.
+#[derive(Clone, Debug)]
+pub struct Histogram(Distribution);
+
+/// The bucket bounds of a histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buckets {
+    /// Seconds from 0.5 ms to 30 s, for latencies (a batch's handling, an event's age).
+    Seconds,
+    /// Counts from 1 to 4,096 by powers of two (the inputs of a batch).
+    Sizes,
+}
+
+impl Buckets {
+    /// The upper bounds; `+Inf` is implied.
+    pub const fn bounds(self) -> &'static [f64] {
+        match self {
+            Buckets::Seconds => &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0,
+            ],
+            Buckets::Sizes => &[
+                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+            ],
+        }
+    }
+}
 
 type Labels = Vec<(&'static str, &'static str)>;
+
+fn seconds() -> Distribution {
+    Distribution::new(Buckets::Seconds.bounds().iter().copied())
+}
+
+fn sizes() -> Distribution {
+    Distribution::new(Buckets::Sizes.bounds().iter().copied())
+}
+
+type Histograms = Family<Labels, Distribution, fn() -> Distribution>;
 
 /// A condition readiness depends on, asked on every `/readyz`: it must be cheap (read a flag
 /// or a connection state, never do IO).
@@ -40,7 +85,15 @@ type Probe = Arc<dyn Fn() -> bool + Send + Sync>;
 struct Inner {
     ready: AtomicBool,
     probes: Mutex<Vec<(&'static str, Probe)>>,
-    counters: Mutex<BTreeMap<&'static str, BTreeMap<Labels, Arc<AtomicU64>>>>,
+    metrics: Mutex<Metrics>,
+}
+
+/// The registry and its families by name, so that a name asked for again is the same family.
+#[derive(Default)]
+struct Metrics {
+    registry: Registry,
+    counters: HashMap<&'static str, Family<Labels, Count>>,
+    histograms: HashMap<&'static str, Histograms>,
 }
 
 impl Health {
@@ -96,40 +149,58 @@ impl Health {
             name.starts_with("sluice_") && name.ends_with("_total"),
             "counter {name} does not follow sluice_<area>_<noun>_<unit>_total"
         );
-        let mut labels = labels.to_vec();
-        labels.sort_unstable();
-        let mut counters = self.lock_counters();
-        let value = counters.entry(name).or_default().entry(labels).or_default();
-        Counter(Arc::clone(value))
+        let mut metrics = self.lock(&self.inner.metrics);
+        let Metrics {
+            registry, counters, ..
+        } = &mut *metrics;
+        let family = counters.entry(name).or_insert_with(|| {
+            let family = Family::default();
+            // The encoder adds the suffix of a counter itself.
+            registry.register(name.trim_end_matches("_total"), "", family.clone());
+            family
+        });
+        Counter(family.get_or_create_owned(&sorted(labels)))
     }
 
-    /// All counters in the Prometheus text exposition format (version 0.0.4).
-    pub fn render_metrics(&self) -> String {
-        let counters = self.lock_counters();
-        let mut out = String::new();
-        for (name, series) in counters.iter() {
-            // writing to a String cannot fail
-            let _ = writeln!(out, "# TYPE {name} counter");
-            for (labels, value) in series {
-                let value = value.load(Ordering::Relaxed);
-                if labels.is_empty() {
-                    let _ = writeln!(out, "{name} {value}");
-                } else {
-                    let rendered: Vec<String> = labels
-                        .iter()
-                        .map(|(key, val)| format!("{key}=\"{}\"", escape_label(val)))
-                        .collect();
-                    let _ = writeln!(out, "{name}{{{}}} {value}", rendered.join(","));
-                }
-            }
-        }
-        out
-    }
-
-    fn lock_counters(
+    /// The histogram `name` with `labels`, and with `help` and `buckets` as its first use says
+    /// (a name keeps one set of buckets). Names follow `sluice_<area>_<noun>_<unit>`, e.g.
+    /// `sluice_stage_batch_seconds`.
+    pub fn histogram_with(
         &self,
-    ) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, BTreeMap<Labels, Arc<AtomicU64>>>> {
-        self.lock(&self.inner.counters)
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &'static str)],
+        buckets: Buckets,
+    ) -> Histogram {
+        debug_assert!(
+            name.starts_with("sluice_") && !name.ends_with("_total"),
+            "histogram {name} does not follow sluice_<area>_<noun>_<unit>"
+        );
+        let mut metrics = self.lock(&self.inner.metrics);
+        let Metrics {
+            registry,
+            histograms,
+            ..
+        } = &mut *metrics;
+        let family = histograms.entry(name).or_insert_with(|| {
+            let make: fn() -> Distribution = match buckets {
+                Buckets::Seconds => seconds,
+                Buckets::Sizes => sizes,
+            };
+            let family = Family::new_with_constructor(make);
+            registry.register(name, help, family.clone());
+            family
+        });
+        Histogram(family.get_or_create_owned(&sorted(labels)))
+    }
+
+    /// Every metric in the Prometheus text exposition format (version 0.0.4).
+    pub fn render_metrics(&self) -> String {
+        let metrics = self.lock(&self.inner.metrics);
+        let mut out = String::new();
+        // Writing to a String cannot fail, and neither can encoding what the registry holds.
+        let _ = prometheus_text::encode(&mut out, &metrics.registry);
+        out
     }
 
     fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> std::sync::MutexGuard<'a, T> {
@@ -157,12 +228,30 @@ impl Counter {
     }
 
     pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        self.0.inc_by(n);
     }
 
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.get()
     }
+}
+
+impl Histogram {
+    pub fn observe(&self, value: f64) {
+        self.0.observe(value);
+    }
+
+    /// An observation of `elapsed` in seconds.
+    pub fn observe_duration(&self, elapsed: std::time::Duration) {
+        self.0.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Labels in one order, so that the same labels given in any order are one series.
+fn sorted(labels: &[(&'static str, &'static str)]) -> Labels {
+    let mut labels = labels.to_vec();
+    labels.sort_unstable();
+    labels
 }
 
 /// Binds `addr` and serves the health endpoints until `token` is cancelled. Binding happens
@@ -218,19 +307,9 @@ async fn readyz(State(health): State<Health>) -> impl IntoResponse {
 
 async fn metrics(State(health): State<Health>) -> impl IntoResponse {
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)],
         health.render_metrics(),
     )
-}
-
-fn escape_label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -261,14 +340,67 @@ mod tests {
             )
             .inc();
         assert_eq!(ok.get(), 2);
+        let rendered = health.render_metrics();
+        let lines: Vec<&str> = rendered.lines().collect();
+        for expected in [
+            "# TYPE sluice_watcher_events_observed_total counter",
+            "sluice_watcher_events_observed_total 3",
+            "# TYPE sluice_applier_plans_applied_total counter",
+            "sluice_applier_plans_applied_total{cluster_type=\"capi\",result=\"failed\"} 0",
+            "sluice_applier_plans_applied_total{cluster_type=\"capi\",result=\"ok\"} 2",
+        ] {
+            assert!(lines.contains(&expected), "{expected} not in\n{rendered}");
+        }
+        // One TYPE line per name, and a line per series: no more.
         assert_eq!(
-            health.render_metrics(),
-            "# TYPE sluice_applier_plans_applied_total counter\n\
-             sluice_applier_plans_applied_total{cluster_type=\"capi\",result=\"failed\"} 0\n\
-             sluice_applier_plans_applied_total{cluster_type=\"capi\",result=\"ok\"} 2\n\
-             # TYPE sluice_watcher_events_observed_total counter\n\
-             sluice_watcher_events_observed_total 3\n"
+            lines.iter().filter(|l| !l.starts_with('#')).count(),
+            3,
+            "{rendered}"
         );
+    }
+
+    #[test]
+    fn renders_histograms_with_cumulative_buckets_sum_and_count() {
+        let health = Health::new();
+        let batch = health.histogram_with(
+            "sluice_stage_batch_seconds",
+            "How long a batch took.",
+            &[("consumer", "applier")],
+            Buckets::Seconds,
+        );
+        batch.observe(0.0007);
+        batch.observe_duration(std::time::Duration::from_millis(20));
+        batch.observe(100.0);
+        // The same name and labels is the same histogram, whatever buckets a later use names.
+        health
+            .histogram_with(
+                "sluice_stage_batch_seconds",
+                "Another help.",
+                &[("consumer", "applier")],
+                Buckets::Sizes,
+            )
+            .observe(0.0007);
+        let rendered = health.render_metrics();
+        let lines: Vec<&str> = rendered.lines().collect();
+        for expected in [
+            "# HELP sluice_stage_batch_seconds How long a batch took.",
+            "# TYPE sluice_stage_batch_seconds histogram",
+            "sluice_stage_batch_seconds_bucket{consumer=\"applier\",le=\"0.0005\"} 0",
+            "sluice_stage_batch_seconds_bucket{consumer=\"applier\",le=\"0.001\"} 2",
+            "sluice_stage_batch_seconds_bucket{consumer=\"applier\",le=\"0.01\"} 2",
+            "sluice_stage_batch_seconds_bucket{consumer=\"applier\",le=\"0.025\"} 3",
+            "sluice_stage_batch_seconds_bucket{consumer=\"applier\",le=\"30\"} 3",
+            "sluice_stage_batch_seconds_bucket{consumer=\"applier\",le=\"+Inf\"} 4",
+            "sluice_stage_batch_seconds_count{consumer=\"applier\"} 4",
+        ] {
+            assert!(lines.contains(&expected), "{expected} not in\n{rendered}");
+        }
+        let sum: f64 = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("sluice_stage_batch_seconds_sum{consumer=\"applier\"} "))
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert!((sum - 100.0214).abs() < 1e-9, "{sum}");
     }
 
     #[test]
@@ -290,6 +422,16 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let health = Health::new();
+        health
+            .counter_with("sluice_test_things_total", &[("kind", "a\"b\\c\nd")])
+            .inc();
+        assert!(
+            health
+                .render_metrics()
+                .contains("sluice_test_things_total{kind=\"a\\\"b\\\\c\\nd\"} 1\n"),
+            "{}",
+            health.render_metrics()
+        );
     }
 }

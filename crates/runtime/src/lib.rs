@@ -28,14 +28,14 @@ pub use config::{
     MAX_STREAM_REPLICAS, MAX_WORKER_THREADS,
 };
 pub use error::{Error, Result};
-pub use health::{serve_health, serve_health_on, Counter, Health};
+pub use health::{serve_health, serve_health_on, Buckets, Counter, Health, Histogram};
 pub use pages::{huge_pages_disabled, without_huge_pages};
 pub use service::NoArgs;
 pub use shutdown::{drain, shutdown_token, EXIT_SECOND_SIGNAL};
 pub use telemetry::{error_chain, init_telemetry};
 pub use trace::{
-    child_traceparent, new_traceparent, parse_traceparent, InvalidTraceparent, TraceContext,
-    TRACEPARENT_HEADER,
+    child_traceparent, event_age, new_traceparent, parse_traceparent, InvalidTraceparent,
+    TraceContext, TRACEPARENT_HEADER,
 };
 
 /// Re-exported so services name one version of the lifecycle types.

@@ -2,9 +2,21 @@
 //!
 //! Only the header format lives here; there is no exporter. Services read the header from the
 //! incoming NATS message, log the trace id, and put a child traceparent on what they publish.
+//!
+//! A trace sluice starts has a UUIDv7 as its trace id (RFC 9562: the first 48 bits are the
+//! Unix time in milliseconds, the rest random), so every message of an event carries when its
+//! trace began, and a stage tells an event's age from its input's context alone
+//! ([`event_age`]), without a header of its own.
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The oldest an event may be for [`event_age`] to tell its age: a trace id that would make it
+/// older came from elsewhere (a random id looks like a UUIDv7 one time in 64).
+pub const OLDEST_EVENT: Duration = Duration::from_secs(24 * 3600);
+/// How far the clock of the host that began a trace may be ahead of this one's.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
 /// The header that carries the trace context, in NATS headers as in HTTP.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
@@ -18,10 +30,10 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
-    /// A new trace (random trace and span ids), sampled.
+    /// A new trace, sampled: its trace id a UUIDv7 of now, its span id random.
     pub fn new_root() -> TraceContext {
         TraceContext {
-            trace_id: *uuid::Uuid::new_v4().as_bytes(),
+            trace_id: *uuid::Uuid::now_v7().as_bytes(),
             span_id: new_span_id(),
             flags: 0x01,
         }
@@ -33,6 +45,19 @@ impl TraceContext {
             span_id: new_span_id(),
             ..*self
         }
+    }
+
+    /// When the trace began, if its trace id is a UUIDv7 (its version and variant bits say so):
+    /// the time the id carries, to the millisecond.
+    pub fn started(&self) -> Option<SystemTime> {
+        let id = &self.trace_id;
+        if id[6] >> 4 != 7 || id[8] >> 6 != 0b10 {
+            return None;
+        }
+        let millis = id[..6]
+            .iter()
+            .fold(0u64, |at, byte| (at << 8) | u64::from(*byte));
+        UNIX_EPOCH.checked_add(Duration::from_millis(millis))
     }
 
     pub fn is_sampled(&self) -> bool {
@@ -117,6 +142,18 @@ pub fn child_traceparent(incoming: Option<&str>) -> String {
         .to_string()
 }
 
+/// How long before `now` the trace of `traceparent` began: for a trace sluice's watcher began,
+/// when it saw the change. `None` when the value does not parse, its trace id carries no time,
+/// or the time is not plausible (over [`OLDEST_EVENT`] before `now`, or over [`CLOCK_SKEW`]
+/// after it; less than that after it is taken as no time at all).
+pub fn event_age(traceparent: &str, now: SystemTime) -> Option<Duration> {
+    let started = parse_traceparent(traceparent)?.started()?;
+    match now.duration_since(started) {
+        Ok(age) => (age <= OLDEST_EVENT).then_some(age),
+        Err(ahead) => (ahead.duration() <= CLOCK_SKEW).then_some(Duration::ZERO),
+    }
+}
+
 fn new_span_id() -> [u8; 8] {
     loop {
         let bytes = uuid::Uuid::new_v4().into_bytes();
@@ -169,6 +206,52 @@ mod tests {
         assert!(context.is_sampled());
         assert_eq!(context.to_string(), SAMPLE);
         assert_eq!(SAMPLE.parse::<TraceContext>().unwrap(), context);
+    }
+
+    #[test]
+    fn a_new_trace_tells_when_it_began_and_a_foreign_one_does_not() {
+        let before = SystemTime::now();
+        let value = new_traceparent();
+        let context = parse_traceparent(&value).unwrap();
+        let started = context.started().unwrap();
+        // The id holds milliseconds: it may read up to 1 ms before `before`.
+        let early = before.duration_since(started).unwrap_or_default();
+        assert!(early < Duration::from_millis(1), "{early:?}");
+        assert!(started <= SystemTime::now());
+        // A child keeps the trace id, so every later stage reads the same time.
+        let child = child_traceparent(Some(&value));
+        assert_eq!(parse_traceparent(&child).unwrap().started(), Some(started));
+        let later = started + Duration::from_millis(250);
+        assert_eq!(event_age(&child, later), Some(Duration::from_millis(250)));
+        // The spec's example is no UUIDv7 (its version nibble is 3): no age.
+        assert_eq!(parse_traceparent(SAMPLE).unwrap().started(), None);
+        assert_eq!(event_age(SAMPLE, later), None);
+        assert_eq!(event_age("garbage", later), None);
+    }
+
+    #[test]
+    fn an_implausible_age_is_none_and_a_slightly_early_clock_reads_zero() {
+        // A UUIDv7 id of 2026-01-01T00:00:00Z (1767225600000 ms).
+        let id = format!("{:012x}70008000000000000001", 1_767_225_600_000u64);
+        let value = format!("00-{id}-00f067aa0ba902b7-01");
+        let began = UNIX_EPOCH + Duration::from_millis(1_767_225_600_000);
+        assert_eq!(parse_traceparent(&value).unwrap().started(), Some(began));
+        assert_eq!(
+            event_age(&value, began + Duration::from_secs(3)),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            event_age(&value, began + OLDEST_EVENT + Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(
+            event_age(&value, began - Duration::from_secs(2)),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            event_age(&value, began - CLOCK_SKEW - Duration::from_secs(1)),
+            None
+        );
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Test support: real nats-server processes, spawned workspace binaries, polling with deadlines,
-//! a throwaway certificate authority.
+//! a throwaway certificate authority, reading a process's metrics.
 //!
 //! Everything here starts real processes; nothing is mocked. It deliberately holds no sluice
 //! domain knowledge (streams, subjects, resources): tests build that on top.
 
+mod metrics;
 mod nats;
 mod orphans;
 mod paths;
@@ -11,6 +12,7 @@ mod process;
 mod tls;
 mod wait;
 
+pub use metrics::series;
 pub use nats::{NatsServer, NATS_SERVER_ENV};
 pub use orphans::die_with_parent;
 pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};
