@@ -131,14 +131,21 @@ pub async fn wait_cleaned(
 
 /// The value of an unlabelled counter on a service's `/metrics` (0 before its first count).
 pub async fn counter(stack: &Stack, service: &str, name: &str) -> anyhow::Result<u64> {
+    let value = metrics(stack, service).await?.get(name).copied();
+    Ok(value.map_or(0, |v| v as u64))
+}
+
+/// A service's metrics from its `/metrics`, by series: the name and labels as rendered
+/// (`sluice_event_age_seconds_count{consumer="applier",stream="SLUICE_DESIRED"}`).
+pub async fn metrics(
+    stack: &Stack,
+    service: &str,
+) -> anyhow::Result<std::collections::HashMap<String, f64>> {
     let url = stack
         .health_url(service, "/metrics")
         .ok_or_else(|| anyhow::anyhow!("{service} serves no metrics"))?;
     let (_, body) = crate::setup::http("GET", &url, Duration::from_secs(10)).await?;
-    Ok(String::from_utf8_lossy(&body)
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0))
+    Ok(sluice_testkit::series(&String::from_utf8_lossy(&body)))
 }
 
 /// Waits until the last message on `subject` of `stream` is a tombstone that expires, and

@@ -34,6 +34,7 @@
 //! partition and nothing else.
 
 pub mod publish;
+pub mod timings;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -55,6 +56,7 @@ use crate::feed::{Delivered, Freshness};
 use crate::gather::Gather;
 use crate::topology::{self, Acks, ConsumerSpec, StreamSpec};
 use crate::window::{AckWindow, Settled};
+use timings::Timings;
 
 /// What should happen to an input a stage could not handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,6 +295,8 @@ pub struct Hooks {
     /// Subjects whose freshness was forgotten at the consumer's ack floor
     /// ([`Freshness::forget_through`]).
     pub forgotten: Count,
+    /// Where the runner's histograms of its batches go ([`Timings`]); `None`: not measured.
+    pub health: Option<sluice_runtime::Health>,
 }
 
 impl Default for Hooks {
@@ -304,6 +308,7 @@ impl Default for Hooks {
             rejected: none.clone(),
             trace: None,
             forgotten: none,
+            health: None,
         }
     }
 }
@@ -344,6 +349,8 @@ struct Core {
     spec: ConsumerSpec,
     freshness: Freshness,
     hooks: Hooks,
+    /// The histograms of the consumer's batches, from [`Hooks::health`].
+    timings: Option<Timings>,
     drain_deadline: Duration,
     window: AckWindow,
     held: Held,
@@ -455,11 +462,13 @@ impl Holds {
     }
 }
 
-/// A batch in flight: its inputs, their messages and what they hold.
+/// A batch in flight: its inputs, their messages, what they hold and when it began (when
+/// measured).
 struct Flight<T> {
     inputs: Arc<[Input<T>]>,
     messages: Vec<Message>,
     claims: Vec<Claims>,
+    began: Option<tokio::time::Instant>,
 }
 
 /// The batches of an overlapping stage in flight ([`Stage::IN_FLIGHT`]): their work, in the
@@ -626,6 +635,7 @@ impl Runner {
                 spec,
                 freshness: Freshness::default(),
                 hooks: Hooks::default(),
+                timings: None,
                 drain_deadline: DRAIN_DEADLINE,
                 window: AckWindow::new(topology::PUBLISH_WINDOW).acking(spec.acks),
                 held: Held::default(),
@@ -643,6 +653,10 @@ impl Runner {
     }
 
     pub fn with_hooks(mut self, hooks: Hooks) -> Runner {
+        self.core.timings = hooks
+            .health
+            .as_ref()
+            .map(|health| Timings::new(health, &self.core.spec));
         self.core.hooks = hooks;
         self
     }
@@ -814,6 +828,7 @@ impl Core {
             spec: self.spec,
             freshness: std::mem::take(&mut self.freshness),
             hooks: self.hooks.clone(),
+            timings: None,
             drain_deadline: self.drain_deadline,
             window: AckWindow::new(topology::PUBLISH_WINDOW).acking(self.spec.acks),
             held: Held::default(),
@@ -917,6 +932,18 @@ impl Core {
         (decoded, undecoded)
     }
 
+    /// A batch of `messages` begins: measured when the runner measures.
+    fn began(&self, messages: &[Message]) -> Option<tokio::time::Instant> {
+        self.timings.as_ref().map(|timings| timings.begin(messages))
+    }
+
+    /// The stage is done with the batch that `began`.
+    fn ended(&self, began: Option<tokio::time::Instant>) {
+        if let (Some(timings), Some(at)) = (&self.timings, began) {
+            timings.end(at);
+        }
+    }
+
     /// Retries or rejects the inputs that did not decode, as their errors say.
     async fn undecoded<E: Failure>(
         &mut self,
@@ -947,6 +974,7 @@ impl Core {
             token.cancelled().await;
             tokio::time::sleep(deadline).await;
         };
+        let began = self.began(&messages);
         let outcomes = tokio::select! {
             outcomes = stage.handle(&inputs).instrument(span) => outcomes,
             () = cut => {
@@ -954,6 +982,7 @@ impl Core {
                 return Ok(Flow::Cut(messages));
             }
         };
+        self.ended(began);
         self.checked::<S>(&inputs, messages, outcomes).await
     }
 
@@ -1005,6 +1034,9 @@ impl Core {
                     }
                     self.record_fresh(&input.delivered);
                     (self.hooks.handled)(1);
+                    if let Some(timings) = &self.timings {
+                        timings.handled(input.delivered.traceparent.as_deref());
+                    }
                 }
                 Err(error) => {
                     if let Err(stopped) = self.failed(&input.delivered, message, &error).await {
@@ -1071,6 +1103,7 @@ impl Core {
         }
         let inputs: Arc<[Input<S::Input>]> = inputs.into();
         let span = tracing::debug_span!("batch", consumer = self.spec.durable, size = inputs.len());
+        let began = self.began(&messages);
         match stage.begin(inputs.clone()) {
             Some(work) => {
                 flights.start(
@@ -1079,12 +1112,14 @@ impl Core {
                         inputs,
                         messages,
                         claims,
+                        began,
                     },
                 );
                 Ok(Flow::Continue)
             }
             None => {
                 let outcomes = stage.handle(&inputs).instrument(span).await;
+                self.ended(began);
                 self.checked::<S>(&inputs, messages, outcomes).await
             }
         }
@@ -1102,6 +1137,7 @@ impl Core {
         let Some(flight) = flights.ended(id) else {
             return Ok(());
         };
+        self.ended(flight.began);
         self.checked::<S>(&flight.inputs, flight.messages, outcomes)
             .await
             .map(|_| ())

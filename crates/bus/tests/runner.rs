@@ -234,15 +234,26 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
     let (handled, handled_hook) = counter();
     let (retried, retried_hook) = counter();
     let (rejected, rejected_hook) = counter();
+    let health = sluice_runtime::Health::new();
     let runner = Runner::bind(&bus, SPEC).await?.with_hooks(Hooks {
         handled: handled_hook,
         retried: retried_hook,
         rejected: rejected_hook,
         trace: None,
         forgotten: Hooks::default().forgotten,
+        health: Some(health.clone()),
     });
     let (token, task) = spawn(runner, probe.clone());
-    send(&bus, "ok", "fine").await?;
+    // The good input carries a trace sluice began, which tells its age.
+    let sent = std::time::Instant::now();
+    bus.publish_durably(Outgoing {
+        ttl: None,
+        subject: subject("ok"),
+        msg_id: "ok-fine".to_string(),
+        payload: Bytes::from("fine"),
+        traceparent: Some(sluice_runtime::new_traceparent()),
+    })
+    .await?;
     send(&bus, "flaky", "retry-once").await?;
     send(&bus, "bad", "reject").await?;
 
@@ -284,6 +295,33 @@ async fn transient_errors_come_back_and_permanent_ones_are_dead_lettered_with_th
     assert_eq!(handled.load(Ordering::Relaxed), 2);
     assert_eq!(retried.load(Ordering::Relaxed), 1);
     assert_eq!(rejected.load(Ordering::Relaxed), 1);
+    // The runner measured every batch and input it handed the stage, and the traced input's age.
+    let handed = ["fine", "retry-once", "reject"]
+        .iter()
+        .map(|body| probe.attempts(body))
+        .sum::<usize>() as f64;
+    let metrics = sluice_testkit::series(&health.render_metrics());
+    let labels = format!(
+        "consumer=\"{}\",stream=\"{}\"",
+        SPEC.durable, SPEC.stream.name
+    );
+    let get = |name: &str| metrics.get(&format!("{name}{{{labels}}}")).copied();
+    assert_eq!(
+        get("sluice_stage_batch_inputs_sum"),
+        Some(handed),
+        "{metrics:#?}"
+    );
+    assert_eq!(get("sluice_stage_input_wait_seconds_count"), Some(handed));
+    let batches = get("sluice_stage_batch_seconds_count").unwrap_or(0.0);
+    assert!(batches >= 1.0 && batches <= handed, "{batches} batches");
+    assert_eq!(get("sluice_stage_batch_inputs_count"), Some(batches));
+    assert_eq!(get("sluice_event_age_seconds_count"), Some(1.0));
+    let age = get("sluice_event_age_seconds_sum").unwrap_or(-1.0);
+    // The trace id holds milliseconds: the age may read up to 1 ms more than the time since.
+    assert!(
+        (0.0..=sent.elapsed().as_secs_f64() + 0.001).contains(&age),
+        "{age}"
+    );
     stop(token, task).await
 }
 

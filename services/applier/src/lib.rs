@@ -241,6 +241,7 @@ fn hooks(health: &Health) -> Hooks {
         rejected: std::sync::Arc::new(move |n| rejected.add(n)),
         trace: Some(sluice_runtime::child_traceparent),
         forgotten: std::sync::Arc::new(move |n| forgotten.add(n)),
+        health: Some(health.clone()),
     }
 }
 

@@ -37,6 +37,7 @@ pub async fn run(
         .with_hooks(Hooks {
             rejected: Arc::new(move |n| rejected.add(n)),
             trace: Some(sluice_runtime::child_traceparent),
+            health: Some(health.clone()),
             ..Hooks::default()
         });
     // The evaluator may have stopped waiting (it is shutting down): nothing to tell then.

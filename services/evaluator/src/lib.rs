@@ -83,6 +83,7 @@ pub async fn run(
                 let forgotten = health.counter("sluice_evaluator_subjects_forgotten_total");
                 Arc::new(move |n| forgotten.add(n))
             },
+            health: Some(health.clone()),
             ..Hooks::default()
         })
         .publishing_first(boot);

@@ -85,6 +85,7 @@ pub async fn run(
 
     let hooks = Hooks {
         trace: Some(sluice_runtime::child_traceparent),
+        health: Some(health.clone()),
         ..Hooks::default()
     };
     let forgotten = health.counter("sluice_renderer_subjects_forgotten_total");

@@ -370,6 +370,7 @@ pub async fn run(
         .with_freshness(last_seen)
         .with_hooks(sluice_bus::runner::Hooks {
             forgotten: std::sync::Arc::new(move |n| forgotten.add(n)),
+            health: Some(health.clone()),
             ..Default::default()
         });
     // A report someone else deletes or edits is written again: one watch of the EventReports.

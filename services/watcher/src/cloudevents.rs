@@ -106,6 +106,7 @@ impl Listeners {
                 forwarded: health.counter("sluice_watcher_cloudevents_forwarded_total"),
                 rejected: health.counter("sluice_watcher_cloudevents_rejected_total"),
                 errors: health.counter("sluice_watcher_cloudevent_errors_total"),
+                health: health.clone(),
             },
             running: HashMap::new(),
         }

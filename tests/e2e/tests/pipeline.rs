@@ -4,7 +4,7 @@
 //! becomes an EventReport, an instantiated ConfigMap with the NetworkPolicy and a ClusterProfile;
 //! deleting it removes them. Nothing is mocked.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice_bus::topology;
@@ -195,5 +195,83 @@ async fn restarted_services_converge_on_the_right_end_state() -> anyhow::Result<
     // Exactly one profile and its ConfigMap remain.
     let owned = demo::owned_by(&stack, TRIGGER, "cluster-a").await?;
     assert_eq!(owned.len(), 2, "{owned:#?}");
+    Ok(())
+}
+
+/// Every stage's runner measures its batches (size, each input's wait in its stream, the
+/// handling), and how old each event is once handled: from the watcher's sight of the change,
+/// which the trace id carries. At the applier that is the event's whole way to its objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_stage_measures_its_batches_and_the_age_of_its_events() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let stack = stack_with_seed().await?;
+    let created = Instant::now();
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    let seen = created.elapsed();
+    let since_start = started.elapsed().as_secs_f64();
+
+    for (service, consumer, stream) in [
+        ("sluice-evaluator", "evaluator", "SLUICE_CHANGES"),
+        ("sluice-reporter", "reporter", "SLUICE_MATCH"),
+        ("sluice-renderer", "renderer", "SLUICE_MATCH"),
+        ("sluice-applier", "applier", "SLUICE_DESIRED"),
+    ] {
+        let all = demo::metrics(&stack, service).await?;
+        let labels = format!("consumer=\"{consumer}\",stream=\"{stream}\"");
+        let get = |name: &str| all.get(&format!("{name}{{{labels}}}")).copied();
+        let batches = get("sluice_stage_batch_seconds_count").unwrap_or(0.0);
+        assert!(batches >= 1.0, "{service}: no batch measured: {all:#?}");
+        assert_eq!(
+            get("sluice_stage_batch_inputs_count"),
+            Some(batches),
+            "{service}: a size per batch"
+        );
+        let inputs = get("sluice_stage_batch_inputs_sum").unwrap_or(0.0);
+        assert!(
+            inputs >= batches,
+            "{service}: {inputs} inputs in {batches} batches"
+        );
+        assert_eq!(
+            get("sluice_stage_input_wait_seconds_count"),
+            Some(inputs),
+            "{service}: a wait per input"
+        );
+        // The trace of every input began once the stack was up: no age is older than it.
+        let aged = get("sluice_event_age_seconds_count").unwrap_or(0.0);
+        assert!(aged >= 1.0, "{service}: no event's age measured: {all:#?}");
+        let bound = sluice_runtime::Buckets::Seconds
+            .bounds()
+            .iter()
+            .find(|b| **b >= since_start)
+            .map_or("+Inf".to_string(), |b| b.to_string());
+        let within = all
+            .get(&format!(
+                "sluice_event_age_seconds_bucket{{{labels},le=\"{bound}\"}}"
+            ))
+            .copied();
+        assert_eq!(within, Some(aged), "{service}: an age over {since_start} s");
+        assert!(get("sluice_event_age_seconds_sum").unwrap_or(0.0) > 0.0);
+    }
+    // The Service's own event reached the applier no later than the profile was seen.
+    let applier = demo::metrics(&stack, "sluice-applier").await?;
+    let labels = "consumer=\"applier\",stream=\"SLUICE_DESIRED\"";
+    let bound = sluice_runtime::Buckets::Seconds
+        .bounds()
+        .iter()
+        .find(|b| **b >= seen.as_secs_f64())
+        .map_or("+Inf".to_string(), |b| b.to_string());
+    let young = applier
+        .get(&format!(
+            "sluice_event_age_seconds_bucket{{{labels},le=\"{bound}\"}}"
+        ))
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        young >= 1.0,
+        "no age within {seen:?} at the applier: {applier:#?}"
+    );
     Ok(())
 }

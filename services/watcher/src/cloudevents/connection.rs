@@ -17,7 +17,7 @@ use sluice_bus::runner::{Hooks, Runner};
 use sluice_bus::{topology, Bus};
 use sluice_domain::cluster::ClusterId;
 use sluice_domain::natsconfig::{Authorization, JetStreamConnection, NatsConnection, NatsSettings};
-use sluice_runtime::{CancellationToken, Counter};
+use sluice_runtime::{CancellationToken, Counter, Health};
 use tempfile::TempDir;
 
 use super::forward::{self, Delivery};
@@ -40,6 +40,8 @@ pub struct Counters {
     pub forwarded: Counter,
     pub rejected: Counter,
     pub errors: Counter,
+    /// Where the forwarders' runners put their histograms.
+    pub health: Health,
 }
 
 impl Counters {
@@ -55,6 +57,7 @@ impl Counters {
             retried: std::sync::Arc::new(move |n| errors.add(n)),
             rejected: std::sync::Arc::new(move |n| rejected.add(n)),
             trace: Some(sluice_runtime::child_traceparent),
+            health: Some(self.health.clone()),
             ..Hooks::default()
         }
     }

@@ -1,0 +1,113 @@
+//! What the runner measures of every stage's batches, as Prometheus histograms labelled with
+//! the durable consumer and its stream (ADR 0044): how many inputs a batch has, how long each input waited in its
+//! stream before its batch began, how long the stage took over the batch, and how old each
+//! event was when the stage had handled it (from its trace context,
+//! [`sluice_runtime::event_age`]): at the applier, from the watcher's sight of a change to the
+//! objects it makes being written.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::Message;
+use sluice_runtime::{Buckets, Health, Histogram};
+
+use crate::topology::ConsumerSpec;
+
+/// The runner's histograms of one consumer.
+#[derive(Clone, Debug)]
+pub struct Timings {
+    inputs: Histogram,
+    waited: Histogram,
+    handling: Histogram,
+    age: Histogram,
+}
+
+/// Inputs per batch.
+pub const BATCH_INPUTS: &str = "sluice_stage_batch_inputs";
+/// Seconds from an input's storing in its stream to its batch's beginning.
+pub const INPUT_WAIT: &str = "sluice_stage_input_wait_seconds";
+/// Seconds a stage took over a batch.
+pub const BATCH_SECONDS: &str = "sluice_stage_batch_seconds";
+/// Seconds from the beginning of an event's trace to its handling by the stage.
+pub const EVENT_AGE: &str = "sluice_event_age_seconds";
+
+impl Timings {
+    pub fn new(health: &Health, spec: &ConsumerSpec) -> Timings {
+        let labels = [("consumer", spec.durable), ("stream", spec.stream.name)];
+        Timings {
+            inputs: health.histogram_with(
+                BATCH_INPUTS,
+                "Inputs per batch the stage runner handed the stage.",
+                &labels,
+                Buckets::Sizes,
+            ),
+            waited: health.histogram_with(
+                INPUT_WAIT,
+                "Seconds from an input's storing in its stream to its batch's beginning.",
+                &labels,
+                Buckets::Seconds,
+            ),
+            handling: health.histogram_with(
+                BATCH_SECONDS,
+                "Seconds the stage took over a batch.",
+                &labels,
+                Buckets::Seconds,
+            ),
+            age: health.histogram_with(
+                EVENT_AGE,
+                "Seconds from the beginning of an event's trace (the watcher's sight of a change) to the stage's handling of it.",
+                &labels,
+                Buckets::Seconds,
+            ),
+        }
+    }
+
+    /// A batch of `messages` begins now: its size, and how long each of its inputs waited.
+    pub(crate) fn begin(&self, messages: &[Message]) -> tokio::time::Instant {
+        self.inputs.observe(messages.len() as f64);
+        let now = SystemTime::now();
+        for message in messages {
+            if let Ok(info) = message.info() {
+                let stored = info.published.unix_timestamp_nanos();
+                self.waited.observe_duration(waited(stored, now));
+            }
+        }
+        tokio::time::Instant::now()
+    }
+
+    /// The stage is done with the batch that began `at`.
+    pub(crate) fn end(&self, at: tokio::time::Instant) {
+        self.handling.observe_duration(at.elapsed());
+    }
+
+    /// The stage has handled an input of trace context `traceparent`.
+    pub(crate) fn handled(&self, traceparent: Option<&str>) {
+        if let Some(age) = traceparent.and_then(|t| sluice_runtime::event_age(t, SystemTime::now()))
+        {
+            self.age.observe_duration(age);
+        }
+    }
+}
+
+/// How long before `now` a message stored at `stored` (Unix nanoseconds, as the server's clock
+/// says) was; nothing when the server's clock is ahead of this host's.
+fn waited(stored: i128, now: SystemTime) -> Duration {
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as i128);
+    let nanos = (now - stored).clamp(0, i128::from(u64::MAX));
+    Duration::from_nanos(nanos as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inputs_wait_is_from_its_storing_and_never_negative() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000);
+        let stored = Duration::from_millis(999_250).as_nanos() as i128;
+        assert_eq!(waited(stored, now), Duration::from_millis(750));
+        let ahead = Duration::from_secs(1_001).as_nanos() as i128;
+        assert_eq!(waited(ahead, now), Duration::ZERO);
+    }
+}
