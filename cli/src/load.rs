@@ -20,7 +20,7 @@ use sluice_bus::topology;
 use sluice_domain::naming;
 use sluice_kube::{apply, watch};
 
-use crate::demo::{CLUSTER_PROFILE, EVENT_BASED_ADDON, EVENT_SOURCE};
+use crate::demo::{self, CLUSTER_PROFILE, EVENT_BASED_ADDON, EVENT_SOURCE};
 use crate::stack::{Stack, MANAGEMENT, SERVICES};
 
 const TRIGGER: &str = "service-network-policy";
@@ -73,6 +73,59 @@ pub struct LoadReport {
     pub repair_elapsed: Option<Duration>,
     /// With `restart`: from starting the service again until its `/readyz` answered ready.
     pub restart_elapsed: Option<Duration>,
+    /// The applier's own `sluice_event_age_seconds` over the create phase: how old the events
+    /// of the inputs it handled then were once it had written their objects.
+    pub applier_ages: Ages,
+}
+
+/// Of one histogram's observations over a phase: per bucket bound (seconds, ascending, the last
+/// `+Inf`), how many were at most that, cumulatively.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ages {
+    pub buckets: Vec<(f64, f64)>,
+}
+
+/// The series of the applier's event ages (ADR 0044).
+const APPLIER_AGES: &str =
+    "sluice_event_age_seconds_bucket{consumer=\"applier\",stream=\"SLUICE_DESIRED\",le=\"";
+
+impl Ages {
+    /// The applier's ages observed between two readings of its metrics.
+    pub fn between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> Ages {
+        let mut buckets: Vec<(f64, f64)> = after
+            .iter()
+            .filter_map(|(series, value)| {
+                let bound = series.strip_prefix(APPLIER_AGES)?.strip_suffix("\"}")?;
+                let bound = match bound {
+                    "+Inf" => f64::INFINITY,
+                    bound => bound.parse().ok()?,
+                };
+                Some((bound, value - before.get(series).copied().unwrap_or(0.0)))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Ages { buckets }
+    }
+
+    /// How many observations there were.
+    pub fn count(&self) -> f64 {
+        self.buckets.last().map_or(0.0, |(_, n)| *n)
+    }
+
+    /// The share of observations at most `seconds` old, when `seconds` is a bucket bound.
+    pub fn share_within(&self, seconds: f64) -> Option<f64> {
+        let (_, within) = self.buckets.iter().find(|(b, _)| *b == seconds)?;
+        (self.count() > 0.0).then(|| within / self.count())
+    }
+
+    /// The smallest bucket bound that a `q` share of the observations are at most.
+    pub fn quantile_bound(&self, q: f64) -> Option<f64> {
+        let wanted = q * self.count();
+        (self.count() > 0.0)
+            .then(|| self.buckets.iter().find(|(_, n)| *n >= wanted))
+            .flatten()
+            .map(|(b, _)| *b)
+    }
 }
 
 impl LoadReport {
@@ -299,6 +352,7 @@ pub async fn measure(
     let answered = listener.as_ref().map(|_| &*arrivals);
     let cpu_before = cpu_seconds(&stack);
     let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
+    let ages_before = demo::metrics(&stack, "sluice-applier").await?;
     writeln!(out, "# creating {count} Services at {rate}/s")?;
     let scheduled = open_loop(&services, &names, rate, Phase::Create, answered).await?;
     wait_until(&seen, GRACE, |s| {
@@ -309,6 +363,10 @@ pub async fn measure(
     let create = latencies(&seen, &names, &scheduled, |s| &s.appeared);
     let created = scheduled;
     let cpu_created = cpu_seconds(&stack);
+    let applier_ages = Ages::between(
+        &ages_before,
+        &demo::metrics(&stack, "sluice-applier").await?,
+    );
     writeln!(out, "# deleting them at {rate}/s")?;
     let scheduled = open_loop(&services, &names, rate, Phase::Delete, answered).await?;
     wait_until(&seen, GRACE, |s| {
@@ -351,6 +409,7 @@ pub async fn measure(
         hops,
         repair_elapsed,
         restart_elapsed,
+        applier_ages,
     })
 }
 
@@ -743,6 +802,46 @@ fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_applier_ages_of_a_phase_are_the_difference_of_two_readings() {
+        let reading = |pairs: &[(&str, f64)]| -> HashMap<String, f64> {
+            pairs
+                .iter()
+                .map(|(le, n)| (format!("{APPLIER_AGES}{le}\"}}"), *n))
+                .chain([("sluice_other_total".to_string(), 9.0)])
+                .collect()
+        };
+        let before = reading(&[
+            ("0.01", 5.0),
+            ("0.025", 8.0),
+            ("0.05", 10.0),
+            ("+Inf", 10.0),
+        ]);
+        let after = reading(&[
+            ("0.01", 55.0),
+            ("0.025", 107.0),
+            ("0.05", 109.0),
+            ("+Inf", 110.0),
+        ]);
+        let ages = Ages::between(&before, &after);
+        assert_eq!(
+            ages.buckets,
+            [
+                (0.01, 50.0),
+                (0.025, 99.0),
+                (0.05, 99.0),
+                (f64::INFINITY, 100.0)
+            ]
+        );
+        assert_eq!(ages.count(), 100.0);
+        assert_eq!(ages.share_within(0.025), Some(0.99));
+        assert_eq!(ages.share_within(0.02), None);
+        assert_eq!(ages.quantile_bound(0.5), Some(0.01));
+        assert_eq!(ages.quantile_bound(0.99), Some(0.025));
+        assert_eq!(ages.quantile_bound(1.0), Some(f64::INFINITY));
+        assert_eq!(Ages::default().quantile_bound(0.5), None);
+    }
 
     #[test]
     fn a_hops_resource_is_the_load_service_its_subject_ends_in() {

@@ -204,6 +204,19 @@ async fn main() -> anyhow::Result<()> {
                     "    of the sluice process's CPU, the API test server's threads: {:.2} s",
                     report.api_server_cpu
                 );
+                let ages = &report.applier_ages;
+                let bound = |q| match ages.quantile_bound(q) {
+                    None => "-".to_string(),
+                    Some(b) if b.is_infinite() => "over 30 s".to_string(),
+                    Some(b) => format!("{} ms", b * 1000.0),
+                };
+                println!(
+                    "  the applier's own sluice_event_age_seconds over the creates: {} inputs, {:.1} % within 25 ms, p50 <= {}, p99 <= {}",
+                    ages.count(),
+                    100.0 * ages.share_within(0.025).unwrap_or(0.0),
+                    bound(0.5),
+                    bound(0.99)
+                );
                 for (phase, hops) in ["create", "delete"]
                     .iter()
                     .zip(report.hops.iter().flatten())
