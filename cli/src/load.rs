@@ -27,6 +27,8 @@ const TRIGGER: &str = "service-network-policy";
 const CLUSTER: &str = "cluster-a";
 /// How long one phase may take past its last scheduled event.
 const GRACE: Duration = Duration::from_secs(120);
+/// How long after the last ClusterProfile is gone the objects deleted after it may take.
+const LAST_DELETIONS: Duration = Duration::from_secs(30);
 
 /// What one load run does.
 #[derive(Clone, Debug, Default)]
@@ -523,11 +525,23 @@ async fn clean_up(
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
-    let left = crate::demo::owned_by(stack, TRIGGER, CLUSTER).await?.len();
-    anyhow::ensure!(
-        left == 0,
-        "{left} objects of the trigger left after every Service was deleted"
-    );
+    // A unit's ConfigMap goes after its ClusterProfile, so the last ones may still be on their
+    // way when the last profile's deletion is seen.
+    if demo::wait_cleaned(stack, TRIGGER, CLUSTER, LAST_DELETIONS)
+        .await
+        .is_err()
+    {
+        let left: Vec<String> = demo::owned_by(stack, TRIGGER, CLUSTER)
+            .await?
+            .iter()
+            .map(|o| format!("{} {}", o["kind"], o["metadata"]["name"]))
+            .collect();
+        anyhow::bail!(
+            "{} objects of the trigger left {LAST_DELETIONS:?} after every Service's profile was gone: {}",
+            left.len(),
+            left.join(", ")
+        );
+    }
     writeln!(
         out,
         "# {preload} preloaded Services deleted, nothing of the trigger left, after {:?}",
