@@ -156,15 +156,18 @@ impl Health {
         } = &mut *metrics;
         let family = counters.entry(name).or_insert_with(|| {
             let family = Family::default();
-            // The encoder adds the suffix of a counter itself.
-            registry.register(name.trim_end_matches("_total"), "", family.clone());
+            // The encoder adds the suffix of a counter itself; the help is the name in words.
+            let name = name.trim_end_matches("_total");
+            let help = name.trim_start_matches("sluice_").replace('_', " ");
+            registry.register(name, help, family.clone());
             family
         });
         Counter(family.get_or_create_owned(&sorted(labels)))
     }
 
-    /// The histogram `name` with `labels`, and with `help` and `buckets` as its first use says
-    /// (a name keeps one set of buckets). Names follow `sluice_<area>_<noun>_<unit>`, e.g.
+    /// The histogram `name` with `labels`, and with `help` (a sentence without its full stop,
+    /// which the encoder adds) and `buckets` as its first use says (a name keeps one set of
+    /// buckets). Names follow `sluice_<area>_<noun>_<unit>`, e.g.
     /// `sluice_stage_batch_seconds`.
     pub fn histogram_with(
         &self,
@@ -344,6 +347,7 @@ mod tests {
         let rendered = health.render_metrics();
         let lines: Vec<&str> = rendered.lines().collect();
         for expected in [
+            "# HELP sluice_watcher_events_observed_total watcher events observed.",
             "# TYPE sluice_watcher_events_observed_total counter",
             "sluice_watcher_events_observed_total 3",
             "# TYPE sluice_applier_plans_applied_total counter",
@@ -365,7 +369,7 @@ mod tests {
         let health = Health::new();
         let batch = health.histogram_with(
             "sluice_stage_batch_seconds",
-            "How long a batch took.",
+            "How long a batch took",
             &[("consumer", "applier")],
             Buckets::Seconds,
         );
@@ -376,7 +380,7 @@ mod tests {
         health
             .histogram_with(
                 "sluice_stage_batch_seconds",
-                "Another help.",
+                "Another help",
                 &[("consumer", "applier")],
                 Buckets::Sizes,
             )

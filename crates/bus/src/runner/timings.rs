@@ -36,25 +36,25 @@ impl Timings {
         Timings {
             inputs: health.histogram_with(
                 BATCH_INPUTS,
-                "Inputs per batch the stage runner handed the stage.",
+                "Inputs per batch the stage runner handed the stage",
                 &labels,
                 Buckets::Sizes,
             ),
             waited: health.histogram_with(
                 INPUT_WAIT,
-                "Seconds from an input's storing in its stream to its batch's beginning.",
+                "Seconds from an input's storing in its stream to its batch's beginning",
                 &labels,
                 Buckets::Seconds,
             ),
             handling: health.histogram_with(
                 BATCH_SECONDS,
-                "Seconds the stage took over a batch.",
+                "Seconds the stage took over a batch",
                 &labels,
                 Buckets::Seconds,
             ),
             age: health.histogram_with(
                 EVENT_AGE,
-                "Seconds from the beginning of an event's trace (the watcher's sight of a change) to the stage's handling of it.",
+                "Seconds from the beginning of an event's trace (the watcher's sight of a change) to the stage's handling of it",
                 &labels,
                 Buckets::Seconds,
             ),
