@@ -75,29 +75,77 @@ pub struct LoadReport {
     pub repair_elapsed: Option<Duration>,
     /// With `restart`: from starting the service again until its `/readyz` answered ready.
     pub restart_elapsed: Option<Duration>,
-    /// The applier's own `sluice_event_age_seconds` over the create phase: how old the events
-    /// of the inputs it handled then were once it had written their objects.
-    pub applier_ages: Ages,
+    /// What each stage's runner measured of itself over the create phase (ADR 0044), in the
+    /// order of [`STAGES`].
+    pub inside: Vec<Inside>,
 }
 
-/// Of one histogram's observations over a phase: per bucket bound (seconds, ascending, the last
-/// `+Inf`), how many were at most that, cumulatively.
+/// The stages whose runners' histograms a load run reads: service, consumer and stream.
+pub const STAGES: [(&str, &str, &str); 4] = [
+    ("sluice-evaluator", "evaluator", "SLUICE_CHANGES"),
+    ("sluice-renderer", "renderer", "SLUICE_MATCH"),
+    ("sluice-reporter", "reporter", "SLUICE_MATCH"),
+    ("sluice-applier", "applier", "SLUICE_DESIRED"),
+];
+
+/// What one stage's runner measured over a phase (`sluice_bus::runner::timings`).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Ages {
+pub struct Inside {
+    pub consumer: &'static str,
+    pub stream: &'static str,
+    /// Inputs per batch.
+    pub inputs: Observed,
+    /// Seconds from an input's storing to its batch's beginning.
+    pub wait: Observed,
+    /// Seconds a batch took.
+    pub batch: Observed,
+    /// Seconds from an event's trace's beginning to its handling; at the applier, once it has
+    /// written the event's objects.
+    pub age: Observed,
+}
+
+impl Inside {
+    /// The stage's histograms between two readings of its service's metrics.
+    pub fn between(
+        (consumer, stream): (&'static str, &'static str),
+        before: &HashMap<String, f64>,
+        after: &HashMap<String, f64>,
+    ) -> Inside {
+        let of = |name: &str| {
+            let prefix =
+                format!("{name}_bucket{{consumer=\"{consumer}\",stream=\"{stream}\",le=\"");
+            Observed::between(&prefix, before, after)
+        };
+        Inside {
+            consumer,
+            stream,
+            inputs: of("sluice_stage_batch_inputs"),
+            wait: of("sluice_stage_input_wait_seconds"),
+            batch: of("sluice_stage_batch_seconds"),
+            age: of("sluice_event_age_seconds"),
+        }
+    }
+}
+
+/// Of one histogram's observations over a phase: per bucket bound (ascending, the last `+Inf`),
+/// how many were at most that, cumulatively.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
     pub buckets: Vec<(f64, f64)>,
 }
 
-/// The series of the applier's event ages (ADR 0044).
-const APPLIER_AGES: &str =
-    "sluice_event_age_seconds_bucket{consumer=\"applier\",stream=\"SLUICE_DESIRED\",le=\"";
-
-impl Ages {
-    /// The applier's ages observed between two readings of its metrics.
-    pub fn between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> Ages {
+impl Observed {
+    /// The observations between two readings of the bucket series that start with `prefix`
+    /// (the name, its labels and `le="`).
+    pub fn between(
+        prefix: &str,
+        before: &HashMap<String, f64>,
+        after: &HashMap<String, f64>,
+    ) -> Observed {
         let mut buckets: Vec<(f64, f64)> = after
             .iter()
             .filter_map(|(series, value)| {
-                let bound = series.strip_prefix(APPLIER_AGES)?.strip_suffix("\"}")?;
+                let bound = series.strip_prefix(prefix)?.strip_suffix("\"}")?;
                 let bound = match bound {
                     "+Inf" => f64::INFINITY,
                     bound => bound.parse().ok()?,
@@ -106,7 +154,7 @@ impl Ages {
             })
             .collect();
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        Ages { buckets }
+        Observed { buckets }
     }
 
     /// How many observations there were.
@@ -354,7 +402,7 @@ pub async fn measure(
     let answered = listener.as_ref().map(|_| &*arrivals);
     let cpu_before = cpu_seconds(&stack);
     let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
-    let ages_before = demo::metrics(&stack, "sluice-applier").await?;
+    let inside_before = stage_metrics(&stack).await?;
     writeln!(out, "# creating {count} Services at {rate}/s")?;
     let scheduled = open_loop(&services, &names, rate, Phase::Create, answered).await?;
     wait_until(&seen, GRACE, |s| {
@@ -365,10 +413,13 @@ pub async fn measure(
     let create = latencies(&seen, &names, &scheduled, |s| &s.appeared);
     let created = scheduled;
     let cpu_created = cpu_seconds(&stack);
-    let applier_ages = Ages::between(
-        &ages_before,
-        &demo::metrics(&stack, "sluice-applier").await?,
-    );
+    let inside = STAGES
+        .iter()
+        .zip(inside_before.iter().zip(stage_metrics(&stack).await?))
+        .map(|((_, consumer, stream), (before, after))| {
+            Inside::between((consumer, stream), before, &after)
+        })
+        .collect();
     writeln!(out, "# deleting them at {rate}/s")?;
     let scheduled = open_loop(&services, &names, rate, Phase::Delete, answered).await?;
     wait_until(&seen, GRACE, |s| {
@@ -411,8 +462,17 @@ pub async fn measure(
         hops,
         repair_elapsed,
         restart_elapsed,
-        applier_ages,
+        inside,
     })
+}
+
+/// The metrics of the services of [`STAGES`], in that order.
+async fn stage_metrics(stack: &Stack) -> anyhow::Result<Vec<HashMap<String, f64>>> {
+    let mut all = Vec::new();
+    for (service, _, _) in STAGES {
+        all.push(demo::metrics(stack, service).await?);
+    }
+    Ok(all)
 }
 
 /// Stops `service` (it drains), starts it again and returns how long it took from the start
@@ -818,11 +878,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_applier_ages_of_a_phase_are_the_difference_of_two_readings() {
+    fn a_stages_histograms_over_a_phase_are_the_difference_of_two_readings() {
+        const AGES: &str =
+            "sluice_event_age_seconds_bucket{consumer=\"applier\",stream=\"SLUICE_DESIRED\",le=\"";
         let reading = |pairs: &[(&str, f64)]| -> HashMap<String, f64> {
             pairs
                 .iter()
-                .map(|(le, n)| (format!("{APPLIER_AGES}{le}\"}}"), *n))
+                .map(|(le, n)| (format!("{AGES}{le}\"}}"), *n))
                 .chain([("sluice_other_total".to_string(), 9.0)])
                 .collect()
         };
@@ -838,7 +900,9 @@ mod tests {
             ("0.05", 109.0),
             ("+Inf", 110.0),
         ]);
-        let ages = Ages::between(&before, &after);
+        let inside = Inside::between(("applier", "SLUICE_DESIRED"), &before, &after);
+        assert_eq!(inside.wait, Observed::default());
+        let ages = inside.age;
         assert_eq!(
             ages.buckets,
             [
@@ -854,7 +918,7 @@ mod tests {
         assert_eq!(ages.quantile_bound(0.5), Some(0.01));
         assert_eq!(ages.quantile_bound(0.99), Some(0.025));
         assert_eq!(ages.quantile_bound(1.0), Some(f64::INFINITY));
-        assert_eq!(Ages::default().quantile_bound(0.5), None);
+        assert_eq!(Observed::default().quantile_bound(0.5), None);
     }
 
     #[test]

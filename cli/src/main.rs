@@ -204,19 +204,42 @@ async fn main() -> anyhow::Result<()> {
                     "    of the sluice process's CPU, the API test server's threads: {:.2} s",
                     report.api_server_cpu
                 );
-                let ages = &report.applier_ages;
-                let bound = |q| match ages.quantile_bound(q) {
+                let ms = |observed: &sluice_cli::load::Observed, q| match observed.quantile_bound(q)
+                {
                     None => "-".to_string(),
                     Some(b) if b.is_infinite() => "over 30 s".to_string(),
                     Some(b) => format!("{} ms", b * 1000.0),
                 };
-                println!(
-                    "  the applier's own sluice_event_age_seconds over the creates: {} inputs, {:.1} % within 25 ms, p50 <= {}, p99 <= {}",
-                    ages.count(),
-                    100.0 * ages.share_within(0.025).unwrap_or(0.0),
-                    bound(0.5),
-                    bound(0.99)
-                );
+                if let Some(applier) = report.inside.iter().find(|i| i.consumer == "applier") {
+                    let ages = &applier.age;
+                    println!(
+                        "  the applier's own sluice_event_age_seconds over the creates: {} inputs, {:.1} % within 25 ms, p50 <= {}, p99 <= {}",
+                        ages.count(),
+                        100.0 * ages.share_within(0.025).unwrap_or(0.0),
+                        ms(ages, 0.5),
+                        ms(ages, 0.99)
+                    );
+                }
+                for inside in &report.inside {
+                    let count = |observed: &sluice_cli::load::Observed, q| {
+                        observed
+                            .quantile_bound(q)
+                            .map_or("-".to_string(), |b| b.to_string())
+                    };
+                    println!(
+                        "    {}/{} over the creates, p50/p99 at most: input wait {}/{}, batch {}/{}, inputs per batch {}/{}, event age {}/{}",
+                        inside.consumer,
+                        inside.stream,
+                        ms(&inside.wait, 0.5),
+                        ms(&inside.wait, 0.99),
+                        ms(&inside.batch, 0.5),
+                        ms(&inside.batch, 0.99),
+                        count(&inside.inputs, 0.5),
+                        count(&inside.inputs, 0.99),
+                        ms(&inside.age, 0.5),
+                        ms(&inside.age, 0.99),
+                    );
+                }
                 for (phase, hops) in ["create", "delete"]
                     .iter()
                     .zip(report.hops.iter().flatten())
