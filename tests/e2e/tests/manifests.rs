@@ -56,14 +56,43 @@ fn workspace_binaries() -> BTreeSet<String> {
 
 /// Every object of `kubectl kustomize <dir>`.
 fn kustomize(dir: &str) -> Vec<Value> {
+    render(&repo_root().join(dir), &[])
+}
+
+/// Every object of the base with `k8s/components/<component>`, as an overlay of the operator's
+/// would add it: a kustomization in a directory of its own that names both by relative paths.
+fn kustomize_with_component(component: &str) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let k8s = format!(
+        "{up}{}",
+        repo_root()
+            .join("k8s")
+            .display()
+            .to_string()
+            .trim_start_matches('/')
+    );
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources: [{k8s}/base]\ncomponents: [{k8s}/components/{component}]\n"
+        ),
+    )
+    .unwrap();
+    render(dir.path(), &["--load-restrictor", "LoadRestrictionsNone"])
+}
+
+fn render(dir: &Path, args: &[&str]) -> Vec<Value> {
     let output = Command::new("kubectl")
         .arg("kustomize")
-        .arg(repo_root().join(dir))
+        .args(args)
+        .arg(dir)
         .output()
-        .unwrap_or_else(|error| panic!("failed to run kubectl kustomize {dir}: {error}"));
+        .unwrap_or_else(|error| panic!("failed to run kubectl kustomize {dir:?}: {error}"));
     assert!(
         output.status.success(),
-        "kubectl kustomize {dir} failed: {}",
+        "kubectl kustomize {dir:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).unwrap();
@@ -252,6 +281,83 @@ fn base_runs_each_service_binary_with_probes_and_common_env() {
     find(&objects, "Namespace", NAMESPACE);
     for (service, (config, _, _)) in &configs {
         assert_eq!(config.sveltos_namespace, "projectsveltos", "{service}");
+    }
+}
+
+/// The Prometheus Operator component scrapes the health port of each of the five services and
+/// nothing else, and carries alerts with a severity.
+#[test]
+fn the_monitoring_component_scrapes_every_service_on_its_health_port() {
+    let objects = kustomize_with_component("monitoring");
+    let monitor = find(&objects, "PodMonitor", "sluice");
+    assert_eq!(monitor["metadata"]["namespace"], NAMESPACE);
+    let selector = &monitor["spec"]["selector"];
+    let selects = |labels: &Value| {
+        let wanted = selector["matchLabels"].as_object().unwrap();
+        wanted.iter().all(|(key, value)| &labels[key] == value)
+            && selector["matchExpressions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|expression| {
+                    assert_eq!(expression["operator"], "In", "{expression}");
+                    expression["values"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&labels[expression["key"].as_str().unwrap()])
+                })
+    };
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    let mut scraped = BTreeSet::new();
+    for workload in objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment" || o["kind"] == "StatefulSet")
+    {
+        let template = &workload["spec"]["template"];
+        if !selects(&template["metadata"]["labels"]) {
+            continue;
+        }
+        let ports = template["spec"]["containers"][0]["ports"]
+            .as_array()
+            .unwrap();
+        let port = ports
+            .iter()
+            .find(|p| p["name"] == endpoint["port"])
+            .unwrap_or_else(|| {
+                panic!(
+                    "no port {} in {}",
+                    endpoint["port"], workload["metadata"]["name"]
+                )
+            });
+        assert_eq!(port["containerPort"], HEALTH_PORT);
+        scraped.insert(
+            template["metadata"]["labels"]["app.kubernetes.io/component"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let services: BTreeSet<String> = SERVICES.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        scraped, services,
+        "the PodMonitor scrapes exactly the five services"
+    );
+    let rules = find(&objects, "PrometheusRule", "sluice");
+    assert_eq!(rules["metadata"]["namespace"], NAMESPACE);
+    let alerts: Vec<&Value> = rules["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert!(!alerts.is_empty());
+    for alert in alerts {
+        assert!(
+            alert["alert"].is_string() && alert["expr"].is_string(),
+            "{alert}"
+        );
+        assert!(alert["labels"]["severity"].is_string(), "{alert}");
     }
 }
 

@@ -273,5 +273,56 @@ async fn every_stage_measures_its_batches_and_the_age_of_its_events() -> anyhow:
         young >= 1.0,
         "no age within {seen:?} at the applier: {applier:#?}"
     );
+
+    Ok(())
+}
+
+/// The monitoring component's alerts (k8s/components/monitoring) name metrics the services
+/// serve once an event has passed: every plain name a series of some service, every name
+/// pattern the name of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitoring_alerts_name_metrics_the_services_serve() -> anyhow::Result<()> {
+    let stack = stack_with_seed().await?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for service in sluice_cli::stack::SERVICES {
+        for series in demo::metrics(&stack, service).await?.keys() {
+            names.insert(series.split('{').next().unwrap_or_default().to_string());
+        }
+    }
+    let rules = std::fs::read_to_string(
+        sluice_testkit::repo_root().join("k8s/components/monitoring/prometheusrule.yaml"),
+    )?;
+    let rules: Value = serde_yaml::from_str(&rules)?;
+    let exprs: Vec<&str> = rules["spec"]["groups"][0]["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|rule| rule["expr"].as_str())
+        .collect();
+    assert!(!exprs.is_empty());
+    let pattern = regex::Regex::new(r#"__name__=~"([^"]+)""#)?;
+    let plain = regex::Regex::new(r"\bsluice_[a-z0-9_]+\b")?;
+    for expr in exprs {
+        for named in pattern.captures_iter(expr) {
+            let names_it = regex::Regex::new(&format!("^(?:{})$", &named[1]))?;
+            assert!(
+                names.iter().any(|n| names_it.is_match(n)),
+                "{} names no metric the services serve: {names:#?}",
+                &named[1]
+            );
+        }
+        let without_patterns = pattern.replace_all(expr, "");
+        for name in plain.find_iter(&without_patterns) {
+            assert!(
+                names.contains(name.as_str()),
+                "{} in {expr} is no metric the services serve: {names:#?}",
+                name.as_str()
+            );
+        }
+    }
     Ok(())
 }
