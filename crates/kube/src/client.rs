@@ -69,11 +69,35 @@ const STREAM_WINDOW: u32 = 4 << 20;
 /// The HTTP/2 window of a connection, shared by its streams (Go's transport: 1 GiB).
 const CONNECTION_WINDOW: u32 = 1 << 30;
 
+/// How a client tells that an HTTP/2 connection stopped answering: a ping once `interval`
+/// passes without a frame from the server, with streams open or not; no answer within
+/// `timeout` closes the connection and every stream on it (a watch's ends, and is watched
+/// again on a new connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl HealthCheck {
+    /// client-go's: 30 s, then 15 s.
+    pub const CLIENT_GO: HealthCheck = HealthCheck {
+        interval: Duration::from_secs(30),
+        timeout: Duration::from_secs(15),
+    };
+}
+
 /// A client of `config` that offers HTTP/2 by ALPN beside HTTP/1.1, as client-go does: where the
-/// API server takes it, every request and watch of the client is a stream of one connection.
-/// Otherwise the client is kube-rs's own: its TLS, timeouts, authentication, extra headers and
-/// retry of transient failures.
+/// API server takes it, every request and watch of the client is a stream of one connection,
+/// checked as client-go checks it ([`HealthCheck::CLIENT_GO`]). Otherwise the client is
+/// kube-rs's own: its TLS, timeouts, authentication, extra headers and retry of transient
+/// failures.
 pub fn client_of(config: Config) -> Result<Client> {
+    client_with(config, HealthCheck::CLIENT_GO)
+}
+
+/// [`client_of`] with its connections' health checked by `check`.
+pub fn client_with(config: Config, check: HealthCheck) -> Result<Client> {
     let kubeconfig = |e: kube::Error| Error::Kubeconfig {
         source: Box::new(e),
     };
@@ -107,10 +131,8 @@ pub fn client_of(config: Config) -> Result<Client> {
             .timer(hyper_util::rt::TokioTimer::new())
             .http2_initial_stream_window_size(STREAM_WINDOW)
             .http2_initial_connection_window_size(CONNECTION_WINDOW)
-            // client-go's health check of a connection, idle or not: a ping after 30 s without
-            // a frame, answered within 15 s or the connection and every stream on it are closed.
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .http2_keep_alive_timeout(Duration::from_secs(15))
+            .http2_keep_alive_interval(check.interval)
+            .http2_keep_alive_timeout(check.timeout)
             .http2_keep_alive_while_idle(true)
             .build(connector);
     let retry = config

@@ -82,3 +82,150 @@ async fn unread_watches_never_hold_up_the_requests_beside_them() {
     );
     drop(unread);
 }
+
+/// A TCP proxy to `upstream` that forwards until told to go silent: then it forwards nothing
+/// more either way and keeps every connection open, as a network that drops packets does.
+struct SilentProxy {
+    port: u16,
+    silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SilentProxy {
+    async fn start(upstream: std::net::SocketAddr) -> SilentProxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("proxy binds");
+        let port = listener.local_addr().expect("proxy address").port();
+        let silent = std::sync::Arc::new(AtomicBool::new(false));
+        let quiet = silent.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                for (mut from, mut to) in [(client_read, server_write), (server_read, client_write)]
+                {
+                    let quiet = quiet.clone();
+                    tokio::spawn(async move {
+                        let mut buffer = vec![0; 64 * 1024];
+                        loop {
+                            let Ok(read) = from.read(&mut buffer).await else {
+                                break;
+                            };
+                            if quiet.load(Ordering::SeqCst) {
+                                // Hold both ends open and answer nothing, ever.
+                                std::future::pending::<()>().await;
+                            }
+                            if read == 0 || to.write_all(&buffer[..read]).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        SilentProxy { port, silent }
+    }
+
+    fn go_silent(&self) {
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// An API server that stops answering without closing the connection (a partition, a dead
+/// node) is told by the connection's health check: its watch ends within the check's interval
+/// and timeout instead of waiting for events forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_on_a_connection_that_stops_answering_ends_after_the_health_check() {
+    use futures::StreamExt as _;
+    let server = server().await;
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).expect("kubeconfig");
+    let options = kube::config::KubeConfigOptions {
+        context: Some("mgmt".into()),
+        ..Default::default()
+    };
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .expect("config");
+    let host = config.cluster_url.host().expect("a host").to_string();
+    let port = config.cluster_url.port_u16().expect("a port");
+    let upstream = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .expect("the server resolves")
+        .next()
+        .expect("an address");
+    let proxy = SilentProxy::start(upstream).await;
+    let mut url = config.cluster_url.clone().into_parts();
+    url.authority = Some(
+        format!(
+            "{}:{}",
+            config.cluster_url.host().expect("a host"),
+            proxy.port
+        )
+        .parse()
+        .expect("authority"),
+    );
+    config.cluster_url = http::Uri::from_parts(url).expect("url");
+    let check = sluice_kube::client::HealthCheck {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+    };
+    let client = sluice_kube::client::client_with(config, check).expect("client builds");
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut events = api
+        .watch(&WatchParams::default(), "0")
+        .await
+        .expect("a watch starts")
+        .boxed();
+    api.create(
+        &PostParams::default(),
+        &ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("seen".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        },
+    )
+    .await
+    .expect("create through the proxy");
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if let Ok(kube::api::WatchEvent::Added(object)) = event {
+                if object.metadata.name.as_deref() == Some("seen") {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(seen, Ok(true), "the watch tells the creation");
+
+    proxy.go_silent();
+    let silent_since = std::time::Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match events.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    let after = silent_since.elapsed();
+    assert!(
+        ended.is_ok(),
+        "the watch still waits {after:?} after the server went silent"
+    );
+    // A ping goes out once a second passes without a frame and has a second to be answered.
+    assert!(
+        after < Duration::from_secs(5),
+        "the watch ended only after {after:?}"
+    );
+}
