@@ -112,10 +112,7 @@ impl SilentProxy {
                     let quiet = quiet.clone();
                     tokio::spawn(async move {
                         let mut buffer = vec![0; 64 * 1024];
-                        loop {
-                            let Ok(read) = from.read(&mut buffer).await else {
-                                break;
-                            };
+                        while let Ok(read) = from.read(&mut buffer).await {
                             if quiet.load(Ordering::SeqCst) {
                                 // Hold both ends open and answer nothing, ever.
                                 std::future::pending::<()>().await;
