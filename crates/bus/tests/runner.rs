@@ -1013,6 +1013,47 @@ async fn drained_mid_stream<const AHEAD: bool>(first: Counting<100, AHEAD>) -> a
     stop(token, task).await
 }
 
+/// The runner's gauge of its stage's backlog: while a backlog is worked off, what waited behind
+/// the last batch; once it is gone, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_gauge_says_what_waits_behind_the_last_batch() -> anyhow::Result<()> {
+    const INPUTS: usize = 1500;
+    let (_nats, bus) = backlog("in", INPUTS).await?;
+    let health = sluice_runtime::Health::new();
+    let stage = Counting::<100, false>::default();
+    let runner = Runner::bind(&bus, SPEC).await?.with_hooks(Hooks {
+        health: Some(health.clone()),
+        ..Hooks::default()
+    });
+    let (token, task) = spawn(runner, stage.clone());
+    let labels = format!(
+        "consumer=\"{}\",stream=\"{}\"",
+        SPEC.durable, SPEC.stream.name
+    );
+    let pending = || {
+        sluice_testkit::series(&health.render_metrics())
+            .get(&format!("sluice_stage_pending_inputs{{{labels}}}"))
+            .copied()
+    };
+    wait_for("a first batch handled", DEADLINE, || async {
+        (!stage.handled.lock().expect("lock").is_empty()).then_some(())
+    })
+    .await?;
+    let behind_first = pending().unwrap_or(0.0);
+    let first = stage.handled.lock().expect("lock").len();
+    assert!(
+        behind_first > 0.0 && behind_first <= (INPUTS - first) as f64,
+        "{behind_first} said waiting behind a first batch of {first} of {INPUTS}"
+    );
+    wait_for("every input handled", DEADLINE, || async {
+        (stage.handled.lock().expect("lock").len() == INPUTS).then_some(())
+    })
+    .await?;
+    assert_eq!(pending(), Some(0.0));
+    every_input_acked(&bus).await?;
+    stop(token, task).await
+}
+
 /// Records the size of every batch it handles and the bodies (no outputs).
 #[derive(Clone, Default)]
 struct Sizes {

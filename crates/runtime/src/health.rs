@@ -16,6 +16,7 @@ use axum::Router;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter as Count;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge as Level;
 use prometheus_client::metrics::histogram::Histogram as Distribution;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -35,6 +36,10 @@ pub struct Health {
 /// A monotonically increasing counter registered in a [`Health`].
 #[derive(Clone, Debug)]
 pub struct Counter(Count);
+
+/// A value that goes up and down, registered in a [`Health`].
+#[derive(Clone, Debug)]
+pub struct Gauge(Level);
 
 /// A histogram registered in a [`Health`]: each observation falls in the first of its
 /// [`Buckets`] that holds it.
@@ -94,6 +99,7 @@ struct Inner {
 struct Metrics {
     registry: Registry,
     counters: HashMap<&'static str, Family<Labels, Count>>,
+    gauges: HashMap<&'static str, Family<Labels, Level>>,
     histograms: HashMap<&'static str, Histograms>,
 }
 
@@ -163,6 +169,30 @@ impl Health {
             family
         });
         Counter(family.get_or_create_owned(&sorted(labels)))
+    }
+
+    /// The gauge `name` with `labels`, and with `help` (a sentence without its full stop) as its
+    /// first use says.
+    pub fn gauge_with(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &'static str)],
+    ) -> Gauge {
+        debug_assert!(
+            name.starts_with("sluice_") && !name.ends_with("_total"),
+            "gauge {name} does not follow sluice_<area>_<noun>_<unit>"
+        );
+        let mut metrics = self.lock(&self.inner.metrics);
+        let Metrics {
+            registry, gauges, ..
+        } = &mut *metrics;
+        let family = gauges.entry(name).or_insert_with(|| {
+            let family = Family::default();
+            registry.register(name, help, family.clone());
+            family
+        });
+        Gauge(family.get_or_create_owned(&sorted(labels)))
     }
 
     /// The histogram `name` with `labels`, and with `help` (a sentence without its full stop,
@@ -236,6 +266,16 @@ impl Counter {
     }
 
     pub fn get(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl Gauge {
+    pub fn set(&self, value: i64) {
+        self.0.set(value);
+    }
+
+    pub fn get(&self) -> i64 {
         self.0.get()
     }
 }
@@ -425,6 +465,25 @@ mod tests {
         assert!(!health.is_ready());
         nats.store(true, Ordering::SeqCst);
         assert!(health.is_ready());
+    }
+
+    #[test]
+    fn renders_gauges_at_their_last_value() {
+        let health = Health::new();
+        let pending =
+            health.gauge_with("sluice_test_pending_inputs", "Inputs", &[("consumer", "a")]);
+        pending.set(7);
+        pending.set(3);
+        assert_eq!(pending.get(), 3);
+        let rendered = health.render_metrics();
+        assert!(
+            rendered.contains("# TYPE sluice_test_pending_inputs gauge\n"),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains("sluice_test_pending_inputs{consumer=\"a\"} 3\n"),
+            "{rendered}"
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub use config::{
     MAX_STREAM_REPLICAS, MAX_WORKER_THREADS,
 };
 pub use error::{Error, Result};
-pub use health::{serve_health, serve_health_on, Buckets, Counter, Health, Histogram};
+pub use health::{serve_health, serve_health_on, Buckets, Counter, Gauge, Health, Histogram};
 pub use pages::{huge_pages_disabled, without_huge_pages};
 pub use service::NoArgs;
 pub use shutdown::{drain, shutdown_token, EXIT_SECOND_SIGNAL};

@@ -1,14 +1,15 @@
-//! What the runner measures of every stage's batches, as Prometheus histograms labelled with
-//! the durable consumer and its stream (ADR 0044): how many inputs a batch has, how long each input waited in its
-//! stream before its batch began, how long the stage took over the batch, and how old each
-//! event was when the stage had handled it (from its trace context,
-//! [`sluice_runtime::event_age`]): at the applier, from the watcher's sight of a change to the
-//! objects it makes being written.
+//! What the runner measures of every stage's batches, as Prometheus metrics labelled with the
+//! durable consumer and its stream (ADR 0044): how many inputs a batch has, how many more were
+//! waiting for the consumer when its last one was delivered (a gauge: the stage's backlog), how
+//! long each input waited in its stream before its batch began, how long the stage took over
+//! the batch, and how old each event was when the stage had handled it (from its trace
+//! context, [`sluice_runtime::event_age`]): at the applier, from the watcher's sight of a change
+//! to the objects it makes being written.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::Message;
-use sluice_runtime::{Buckets, Health, Histogram};
+use sluice_runtime::{Buckets, Gauge, Health, Histogram};
 
 use crate::topology::ConsumerSpec;
 
@@ -16,6 +17,7 @@ use crate::topology::ConsumerSpec;
 #[derive(Clone, Debug)]
 pub struct Timings {
     inputs: Histogram,
+    pending: Gauge,
     waited: Histogram,
     handling: Histogram,
     age: Histogram,
@@ -23,6 +25,8 @@ pub struct Timings {
 
 /// Inputs per batch.
 pub const BATCH_INPUTS: &str = "sluice_stage_batch_inputs";
+/// Inputs waiting for the consumer when the last batch's last input was delivered.
+pub const PENDING: &str = "sluice_stage_pending_inputs";
 /// Seconds from an input's storing in its stream to its batch's beginning.
 pub const INPUT_WAIT: &str = "sluice_stage_input_wait_seconds";
 /// Seconds a stage took over a batch.
@@ -39,6 +43,11 @@ impl Timings {
                 "Inputs per batch the stage runner handed the stage",
                 &labels,
                 Buckets::Sizes,
+            ),
+            pending: health.gauge_with(
+                PENDING,
+                "Inputs waiting for the consumer when the last batch's last input was delivered",
+                &labels,
             ),
             waited: health.histogram_with(
                 INPUT_WAIT,
@@ -61,15 +70,21 @@ impl Timings {
         }
     }
 
-    /// A batch of `messages` begins now: its size, and how long each of its inputs waited.
+    /// A batch of `messages` begins now: its size, the backlog behind it, and how long each of
+    /// its inputs waited.
     pub(crate) fn begin(&self, messages: &[Message]) -> tokio::time::Instant {
         self.inputs.observe(messages.len() as f64);
         let now = SystemTime::now();
+        let mut behind = None;
         for message in messages {
             if let Ok(info) = message.info() {
                 let stored = info.published.unix_timestamp_nanos();
                 self.waited.observe_duration(waited(stored, now));
+                behind = Some(info.pending);
             }
+        }
+        if let Some(pending) = behind {
+            self.pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
         }
         tokio::time::Instant::now()
     }
