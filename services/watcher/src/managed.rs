@@ -253,6 +253,9 @@ async fn watch_managed(
 ) {
     let errors = health.counter("sluice_watcher_managed_errors_total");
     let published = health.counter("sluice_watcher_changes_published_total");
+    // How old each change is once stored: the first link of an event's age (ADR 0044).
+    let stored_age =
+        sluice_bus::runner::timings::Timings::stored_age(&health, "watcher", topology::CHANGES);
     let tokens = sluice_wire::cluster_tokens(&cluster);
     let api_version = if gvk.0.is_empty() {
         gvk.1.clone()
@@ -326,9 +329,18 @@ async fn watch_managed(
                     resource_change(&cluster, &tokens, &gvk, &api_version, change, key.as_ref())
                 })
                 .collect();
+            let traces: Vec<Option<String>> =
+                outputs.iter().map(|out| out.traceparent.clone()).collect();
             let Ok(report) = publish_stored(&bus, outputs, &stop).await else {
                 return;
             };
+            let now = std::time::SystemTime::now();
+            for age in traces
+                .iter()
+                .filter_map(|trace| sluice_runtime::event_age(trace.as_deref()?, now))
+            {
+                stored_age.observe_duration(age);
+            }
             published.add(report.stored as u64);
             errors.add(report.retries as u64);
             for (out, error) in report.refused {

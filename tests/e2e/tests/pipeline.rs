@@ -255,6 +255,28 @@ async fn every_stage_measures_its_batches_and_the_age_of_its_events() -> anyhow:
         assert_eq!(within, Some(aged), "{service}: an age over {since_start} s");
         assert!(get("sluice_event_age_seconds_sum").unwrap_or(0.0) > 0.0);
     }
+    // The watcher measures how old each change is once stored: the first link of the age.
+    let watcher = demo::metrics(&stack, "sluice-watcher").await?;
+    let labels = "consumer=\"watcher\",stream=\"SLUICE_CHANGES\"";
+    let stored = watcher
+        .get(&format!("sluice_event_age_seconds_count{{{labels}}}"))
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        stored >= 1.0,
+        "the watcher measured no change stored: {watcher:#?}"
+    );
+    let bound = sluice_runtime::Buckets::Seconds
+        .bounds()
+        .iter()
+        .find(|b| **b >= since_start)
+        .map_or("+Inf".to_string(), |b| b.to_string());
+    let stored_within = watcher
+        .get(&format!(
+            "sluice_event_age_seconds_bucket{{{labels},le=\"{bound}\"}}"
+        ))
+        .copied();
+    assert_eq!(stored_within, Some(stored), "a change older than the stack");
     // The Service's own event reached the applier no later than the profile was seen.
     let applier = demo::metrics(&stack, "sluice-applier").await?;
     let labels = "consumer=\"applier\",stream=\"SLUICE_DESIRED\"";

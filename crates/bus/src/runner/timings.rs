@@ -33,6 +33,7 @@ pub const INPUT_WAIT: &str = "sluice_stage_input_wait_seconds";
 pub const BATCH_SECONDS: &str = "sluice_stage_batch_seconds";
 /// Seconds from the beginning of an event's trace to its handling by the stage.
 pub const EVENT_AGE: &str = "sluice_event_age_seconds";
+const EVENT_AGE_HELP: &str = "Seconds from the beginning of an event's trace (the watcher's message of a change) to the stage's handling of it, or to the producer's storing of it";
 
 impl Timings {
     pub fn new(health: &Health, spec: &ConsumerSpec) -> Timings {
@@ -61,13 +62,24 @@ impl Timings {
                 &labels,
                 Buckets::Seconds,
             ),
-            age: health.histogram_with(
-                EVENT_AGE,
-                "Seconds from the beginning of an event's trace (the watcher's sight of a change) to the stage's handling of it",
-                &labels,
-                Buckets::Seconds,
-            ),
+            age: health.histogram_with(EVENT_AGE, EVENT_AGE_HELP, &labels, Buckets::Seconds),
         }
+    }
+
+    /// The event-age histogram of a producer that stores what it makes without a runner (the
+    /// watcher), observed once stored: labelled with the producer's name as the consumer, and
+    /// the stream it stores to.
+    pub fn stored_age(
+        health: &Health,
+        producer: &'static str,
+        stream: crate::topology::StreamSpec,
+    ) -> Histogram {
+        health.histogram_with(
+            EVENT_AGE,
+            EVENT_AGE_HELP,
+            &[("consumer", producer), ("stream", stream.name)],
+            Buckets::Seconds,
+        )
     }
 
     /// A batch of `messages` begins now: its size, the backlog behind it, and how long each of
