@@ -18,7 +18,7 @@ use prometheus_client::metrics::counter::Counter as Count;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge as Level;
 use prometheus_client::metrics::histogram::Histogram as Distribution;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -160,14 +160,10 @@ impl Health {
         let Metrics {
             registry, counters, ..
         } = &mut *metrics;
-        let family = counters.entry(name).or_insert_with(|| {
-            let family = Family::default();
-            // The encoder adds the suffix of a counter itself; the help is the name in words.
-            let name = name.trim_end_matches("_total");
-            let help = name.trim_start_matches("sluice_").replace('_', " ");
-            registry.register(name, help, family.clone());
-            family
-        });
+        // The encoder adds the suffix of a counter itself; the help is the name in words.
+        let bare = name.trim_end_matches("_total");
+        let help = bare.trim_start_matches("sluice_").replace('_', " ");
+        let family = family(registry, counters, (name, bare), help, Family::default);
         Counter(family.get_or_create_owned(&sorted(labels)))
     }
 
@@ -187,11 +183,7 @@ impl Health {
         let Metrics {
             registry, gauges, ..
         } = &mut *metrics;
-        let family = gauges.entry(name).or_insert_with(|| {
-            let family = Family::default();
-            registry.register(name, help, family.clone());
-            family
-        });
+        let family = family(registry, gauges, (name, name), help, Family::default);
         Gauge(family.get_or_create_owned(&sorted(labels)))
     }
 
@@ -216,14 +208,12 @@ impl Health {
             histograms,
             ..
         } = &mut *metrics;
-        let family = histograms.entry(name).or_insert_with(|| {
-            let make: fn() -> Distribution = match buckets {
-                Buckets::Seconds => seconds,
-                Buckets::Sizes => sizes,
-            };
-            let family = Family::new_with_constructor(make);
-            registry.register(name, help, family.clone());
-            family
+        let make: fn() -> Distribution = match buckets {
+            Buckets::Seconds => seconds,
+            Buckets::Sizes => sizes,
+        };
+        let family = family(registry, histograms, (name, name), help, || {
+            Family::new_with_constructor(make)
         });
         Histogram(family.get_or_create_owned(&sorted(labels)))
     }
@@ -289,6 +279,25 @@ impl Histogram {
     pub fn observe_duration(&self, elapsed: std::time::Duration) {
         self.0.observe(elapsed.as_secs_f64());
     }
+}
+
+/// The family `name` of `families`, made by `make` and registered as `registered` with `help`
+/// on first use; the same family (its series shared) on every later one.
+fn family<F: Metric + Clone>(
+    registry: &mut Registry,
+    families: &mut HashMap<&'static str, F>,
+    (name, registered): (&'static str, &str),
+    help: impl Into<String>,
+    make: impl FnOnce() -> F,
+) -> F {
+    families
+        .entry(name)
+        .or_insert_with(|| {
+            let family = make();
+            registry.register(registered, help, family.clone());
+            family
+        })
+        .clone()
 }
 
 /// Labels in one order, so that the same labels given in any order are one series.
