@@ -198,6 +198,25 @@ async fn restarted_services_converge_on_the_right_end_state() -> anyhow::Result<
     Ok(())
 }
 
+/// Of the event ages with `labels` in `metrics`, how many fall in the first bucket that holds
+/// `seconds` (so at most that bucket's bound old).
+fn ages_within(
+    metrics: &std::collections::HashMap<String, f64>,
+    labels: &str,
+    seconds: f64,
+) -> Option<f64> {
+    let bound = sluice_runtime::Buckets::Seconds
+        .bounds()
+        .iter()
+        .find(|b| **b >= seconds)
+        .map_or("+Inf".to_string(), |b| b.to_string());
+    metrics
+        .get(&format!(
+            "sluice_event_age_seconds_bucket{{{labels},le=\"{bound}\"}}"
+        ))
+        .copied()
+}
+
 /// Every stage's runner measures its batches (size, each input's wait in its stream, the
 /// handling), and how old each event is once handled: from the watcher's sight of the change,
 /// which the trace id carries. At the applier that is the event's whole way to its objects.
@@ -242,16 +261,7 @@ async fn every_stage_measures_its_batches_and_the_age_of_its_events() -> anyhow:
         // The trace of every input began once the stack was up: no age is older than it.
         let aged = get("sluice_event_age_seconds_count").unwrap_or(0.0);
         assert!(aged >= 1.0, "{service}: no event's age measured: {all:#?}");
-        let bound = sluice_runtime::Buckets::Seconds
-            .bounds()
-            .iter()
-            .find(|b| **b >= since_start)
-            .map_or("+Inf".to_string(), |b| b.to_string());
-        let within = all
-            .get(&format!(
-                "sluice_event_age_seconds_bucket{{{labels},le=\"{bound}\"}}"
-            ))
-            .copied();
+        let within = ages_within(&all, &labels, since_start);
         assert_eq!(within, Some(aged), "{service}: an age over {since_start} s");
         assert!(get("sluice_event_age_seconds_sum").unwrap_or(0.0) > 0.0);
     }
@@ -266,31 +276,12 @@ async fn every_stage_measures_its_batches_and_the_age_of_its_events() -> anyhow:
         stored >= 1.0,
         "the watcher measured no change stored: {watcher:#?}"
     );
-    let bound = sluice_runtime::Buckets::Seconds
-        .bounds()
-        .iter()
-        .find(|b| **b >= since_start)
-        .map_or("+Inf".to_string(), |b| b.to_string());
-    let stored_within = watcher
-        .get(&format!(
-            "sluice_event_age_seconds_bucket{{{labels},le=\"{bound}\"}}"
-        ))
-        .copied();
+    let stored_within = ages_within(&watcher, labels, since_start);
     assert_eq!(stored_within, Some(stored), "a change older than the stack");
     // The Service's own event reached the applier no later than the profile was seen.
     let applier = demo::metrics(&stack, "sluice-applier").await?;
     let labels = "consumer=\"applier\",stream=\"SLUICE_DESIRED\"";
-    let bound = sluice_runtime::Buckets::Seconds
-        .bounds()
-        .iter()
-        .find(|b| **b >= seen.as_secs_f64())
-        .map_or("+Inf".to_string(), |b| b.to_string());
-    let young = applier
-        .get(&format!(
-            "sluice_event_age_seconds_bucket{{{labels},le=\"{bound}\"}}"
-        ))
-        .copied()
-        .unwrap_or(0.0);
+    let young = ages_within(&applier, labels, seen.as_secs_f64()).unwrap_or(0.0);
     assert!(
         young >= 1.0,
         "no age within {seen:?} at the applier: {applier:#?}"
