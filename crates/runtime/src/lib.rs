@@ -19,6 +19,7 @@ mod pages;
 pub mod schedule;
 pub mod service;
 mod shutdown;
+pub mod spans;
 mod telemetry;
 mod trace;
 
@@ -62,7 +63,11 @@ where
     if let Err(error) = init_telemetry(service, common.log_format) {
         exit_on_bad_config(error);
     }
-    tracing::info!(service, version = env!("CARGO_PKG_VERSION"), config = %common.redacted(), "starting");
+    let spans = match spans::init_spans(service) {
+        Ok(spans) => spans,
+        Err(error) => exit_on_bad_config(error),
+    };
+    tracing::info!(service, version = env!("CARGO_PKG_VERSION"), config = %common.redacted(), spans_exported = spans.export, "starting");
     let token = shutdown_token()?;
     let health = Health::new();
     let server = serve_health(common.health_addr, health.clone(), token.clone()).await?;
@@ -70,5 +75,7 @@ where
     health.set_ready(false);
     token.cancel();
     server.await?;
+    // Waits for the exporter's batch thread to send what it holds, off the runtime's workers.
+    tokio::task::spawn_blocking(spans::shutdown_spans).await?;
     outcome
 }

@@ -1,7 +1,8 @@
 //! W3C trace context (`traceparent`, version 00): ids for one event's trace across services.
 //!
-//! Only the header format lives here; there is no exporter. Services read the header from the
-//! incoming NATS message, log the trace id, and put a child traceparent on what they publish.
+//! Only the header format lives here; spans are exported by [`crate::spans`]. Services read the
+//! header from the incoming NATS message, log the trace id, and put a child traceparent on what
+//! they publish.
 //!
 //! A trace sluice starts has a UUIDv7 as its trace id (RFC 9562: the first 48 bits are the
 //! Unix time in milliseconds, the rest random), so every message of an event carries when its
@@ -10,6 +11,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The oldest an event may be for [`event_age`] to tell its age: a trace id that would make it
@@ -17,6 +19,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const OLDEST_EVENT: Duration = Duration::from_secs(24 * 3600);
 /// How far the clock of the host that began a trace may be ahead of this one's.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
+/// The share of new traces sampled ([`crate::spans::init_spans`] sets it), as `f64` bits.
+static SAMPLING_RATIO: AtomicU64 = AtomicU64::new(0x3ff0_0000_0000_0000); // 1.0
+
+/// Sets the share of the traces this process begins from now on that are sampled.
+pub(crate) fn set_sampling_ratio(ratio: f64) {
+    SAMPLING_RATIO.store(ratio.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+}
 
 /// The header that carries the trace context, in NATS headers as in HTTP.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
@@ -30,12 +40,15 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
-    /// A new trace, sampled: its trace id a UUIDv7 of now, its span id random.
+    /// A new trace: its trace id a UUIDv7 of now, its span id random, sampled as the
+    /// process's sampler says ([`crate::spans::sampled`]; all of them unless told otherwise).
     pub fn new_root() -> TraceContext {
+        let trace_id = *uuid::Uuid::now_v7().as_bytes();
+        let ratio = f64::from_bits(SAMPLING_RATIO.load(Ordering::Relaxed));
         TraceContext {
-            trace_id: *uuid::Uuid::now_v7().as_bytes(),
+            trace_id,
             span_id: new_span_id(),
-            flags: 0x01,
+            flags: u8::from(crate::spans::sampled(&trace_id, ratio)),
         }
     }
 

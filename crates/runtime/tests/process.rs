@@ -195,3 +195,34 @@ async fn json_logs_are_one_object_per_line_filtered_by_rust_log() {
     assert_eq!(hello["level"], "WARN");
     assert!(!log.contains("debug line filtered out"), "{log}");
 }
+
+#[tokio::test]
+async fn a_span_export_sluice_cannot_follow_is_a_config_error() {
+    if is_child() {
+        let cli = Cli::try_parse_from(["svc"]).unwrap();
+        let served = sluice_runtime::serve("probe", cli.common, |_, _, _| async {
+            println!("served unexpectedly");
+            Ok(())
+        })
+        .await;
+        println!("serve returned unexpectedly: {served:?}");
+        return;
+    }
+    let mut child = spawn_child(
+        "a_span_export_sluice_cannot_follow_is_a_config_error",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+    );
+    let status = child.wait_exit(DEADLINE).unwrap();
+    assert_eq!(status.code(), Some(EXIT_BAD_CONFIG), "{}", child.log());
+    assert!(
+        child.log().contains(
+            "invalid configuration: OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\": sluice exports spans \
+             over OTLP/HTTP with protobuf only: http/protobuf\n"
+        ),
+        "{}",
+        child.log()
+    );
+}

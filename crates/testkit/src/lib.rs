@@ -1,5 +1,5 @@
 //! Test support: real nats-server processes, spawned workspace binaries, polling with deadlines,
-//! a throwaway certificate authority, reading a process's metrics.
+//! a throwaway certificate authority, reading a process's metrics, an OTLP trace receiver.
 //!
 //! Everything here starts real processes; nothing is mocked. It deliberately holds no sluice
 //! domain knowledge (streams, subjects, resources): tests build that on top.
@@ -7,6 +7,7 @@
 mod metrics;
 mod nats;
 mod orphans;
+mod otlp;
 mod paths;
 mod process;
 mod tls;
@@ -15,6 +16,7 @@ mod wait;
 pub use metrics::series;
 pub use nats::{NatsServer, NATS_SERVER_ENV};
 pub use orphans::die_with_parent;
+pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};
 pub use process::{ServiceProcess, TERMINATE_GRACE};
 pub use tls::{Issued, TestCa};
