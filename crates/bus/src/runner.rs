@@ -39,13 +39,15 @@ pub mod timings;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{AckKind, Message};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt as _, Stream, StreamExt};
+use sluice_runtime::spans::{Attribute, Kind, Span};
+use sluice_runtime::{parse_traceparent, TraceContext};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -69,6 +71,15 @@ pub enum Action {
     /// the input is nacked and the runner returns an error, so that the process restarts and
     /// rebuilds its state from the streams.
     Stop,
+}
+
+/// An action's name, as a failed input's span says it (`error.type`).
+fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Retry => "retry",
+        Action::Reject => "reject",
+        Action::Stop => "stop",
+    }
 }
 
 /// An error of a stage: its type says what becomes of the input.
@@ -462,13 +473,20 @@ impl Holds {
     }
 }
 
+/// When a batch began: on the runtime's clock for its histograms (when measured), and on the
+/// wall clock for its spans.
+struct Began {
+    timed: Option<tokio::time::Instant>,
+    at: SystemTime,
+}
+
 /// A batch in flight: its inputs, their messages, what they hold and when it began (when
 /// measured).
 struct Flight<T> {
     inputs: Arc<[Input<T>]>,
     messages: Vec<Message>,
     claims: Vec<Claims>,
-    began: Option<tokio::time::Instant>,
+    began: Began,
 }
 
 /// The batches of an overlapping stage in flight ([`Stage::IN_FLIGHT`]): their work, in the
@@ -933,13 +951,16 @@ impl Core {
     }
 
     /// A batch of `messages` begins: measured when the runner measures.
-    fn began(&self, messages: &[Message]) -> Option<tokio::time::Instant> {
-        self.timings.as_ref().map(|timings| timings.begin(messages))
+    fn began(&self, messages: &[Message]) -> Began {
+        Began {
+            timed: self.timings.as_ref().map(|timings| timings.begin(messages)),
+            at: SystemTime::now(),
+        }
     }
 
     /// The stage is done with the batch that `began`.
-    fn ended(&self, began: Option<tokio::time::Instant>) {
-        if let (Some(timings), Some(at)) = (&self.timings, began) {
+    fn ended(&self, began: &Began) {
+        if let (Some(timings), Some(at)) = (&self.timings, began.timed) {
             timings.end(at);
         }
     }
@@ -982,8 +1003,9 @@ impl Core {
                 return Ok(Flow::Cut(messages));
             }
         };
-        self.ended(began);
-        self.checked::<S>(&inputs, messages, outcomes).await
+        self.ended(&began);
+        self.checked::<S>(&inputs, messages, outcomes, began.at)
+            .await
     }
 
     /// Settles a handled batch ([`Core::settle`]) unless its stage returned a different number
@@ -994,6 +1016,7 @@ impl Core {
         inputs: &[Input<S::Input>],
         messages: Vec<Message>,
         outcomes: Vec<Outcome<S::Error>>,
+        began: SystemTime,
     ) -> Result<Flow> {
         if outcomes.len() != inputs.len() {
             tracing::error!(
@@ -1007,25 +1030,50 @@ impl Core {
             }
             return Ok(Flow::Continue);
         }
-        self.settle::<S>(inputs, messages, outcomes).await?;
+        self.settle::<S>(inputs, messages, outcomes, began).await?;
         Ok(Flow::Continue)
     }
 
-    /// Publishes, holds or fails each input of a handled batch as its outcome says.
+    /// Publishes, holds or fails each input of a handled batch (begun at `began`) as its
+    /// outcome says, and records each input's span when spans are exported.
     async fn settle<S: Stage>(
         &mut self,
         inputs: &[Input<S::Input>],
         messages: Vec<Message>,
         outcomes: Vec<Outcome<S::Error>>,
+        began: SystemTime,
     ) -> Result<()> {
         let mut joint = (Vec::new(), Vec::new());
+        let batch = inputs.len();
         let mut rest = inputs.iter().zip(messages).zip(outcomes);
+        let spans = sluice_runtime::spans::spans_enabled();
         while let Some(((input, message), outcome)) = rest.next() {
+            // What outputs of the input carry, now or (held) at the flush, and its span's ids.
+            let carried = spans
+                || S::HOLD.is_some()
+                || outcome.as_ref().is_ok_and(|outputs| !outputs.is_empty());
+            let traceparent = carried
+                .then(|| self.traceparent(&input.delivered))
+                .flatten();
+            if spans {
+                let failure = outcome
+                    .as_ref()
+                    .err()
+                    .map(|error| (action_name(error.action()), chain(error)));
+                self.record_span(
+                    &input.delivered,
+                    traceparent.as_deref(),
+                    began,
+                    batch,
+                    failure,
+                );
+            }
             match outcome {
                 Ok(outputs) => {
-                    let outgoing = self.outgoing(&input.delivered, outputs);
+                    let outgoing = self.outgoing(&input.delivered, outputs, traceparent.clone());
                     if S::HOLD.is_some() {
-                        self.held.add(&input.delivered, message, outgoing);
+                        self.held
+                            .add(&input.delivered, message, outgoing, traceparent);
                     } else if S::JOINT {
                         joint.0.extend(outgoing);
                         joint.1.push(message);
@@ -1119,8 +1167,9 @@ impl Core {
             }
             None => {
                 let outcomes = stage.handle(&inputs).instrument(span).await;
-                self.ended(began);
-                self.checked::<S>(&inputs, messages, outcomes).await
+                self.ended(&began);
+                self.checked::<S>(&inputs, messages, outcomes, began.at)
+                    .await
             }
         }
     }
@@ -1137,8 +1186,8 @@ impl Core {
         let Some(flight) = flights.ended(id) else {
             return Ok(());
         };
-        self.ended(flight.began);
-        self.checked::<S>(&flight.inputs, flight.messages, outcomes)
+        self.ended(&flight.began);
+        self.checked::<S>(&flight.inputs, flight.messages, outcomes, flight.began.at)
             .await
             .map(|_| ())
     }
@@ -1274,6 +1323,13 @@ impl Core {
         error: &E,
     ) -> Result<()> {
         let reason = chain(error);
+        // So that the logs of a failed input are found from its trace (ADR 0045).
+        let trace_id = delivered
+            .traceparent
+            .as_deref()
+            .and_then(parse_traceparent)
+            .map(|context| context.trace_id_hex())
+            .unwrap_or_default();
         match error.action() {
             Action::Retry => {
                 (self.hooks.retried)(1);
@@ -1285,7 +1341,7 @@ impl Core {
                 }
                 let delivered_count = message.info().map_or(1, |info| info.delivered);
                 let delay = retry_delay(delivered_count);
-                tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, error = %reason, delay_ms = delay.as_millis() as u64, "input failed, will retry");
+                tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, trace_id, error = %reason, delay_ms = delay.as_millis() as u64, "input failed, will retry");
                 nack(&message, delay).await;
             }
             Action::Stop => {
@@ -1298,7 +1354,7 @@ impl Core {
             }
             Action::Reject => {
                 (self.hooks.rejected)(1);
-                tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, error = %reason, "rejecting input to the dead letters");
+                tracing::warn!(consumer = self.spec.durable, subject = %delivered.subject, trace_id, error = %reason, "rejecting input to the dead letters");
                 let headers = error.dead_letter_headers();
                 let headers: Vec<(&str, &str)> = headers
                     .iter()
@@ -1349,16 +1405,68 @@ impl Core {
         Ok(())
     }
 
-    /// The messages of `outputs`, with ids and trace context derived from the input.
-    fn outgoing(&self, input: &Delivered, outputs: Vec<Output>) -> Vec<Out> {
+    /// The trace context an input's outputs carry, derived from the input's: the context of
+    /// the stage's span of it.
+    fn traceparent(&self, input: &Delivered) -> Option<String> {
+        match self.hooks.trace {
+            Some(trace) => Some(trace(input.traceparent.as_deref())),
+            None => input.traceparent.clone(),
+        }
+    }
+
+    /// Exports the stage's span of an input (ADR 0045): its ids are those its outputs carry
+    /// (`traceparent`), its parent the input's span, from the batch's beginning to now. A
+    /// stage that passes its inputs' context on as is gets a span of its own under it.
+    fn record_span(
+        &self,
+        input: &Delivered,
+        traceparent: Option<&str>,
+        began: SystemTime,
+        batch: usize,
+        failure: Option<(&'static str, String)>,
+    ) {
+        let parent = input.traceparent.as_deref().and_then(parse_traceparent);
+        let context = match (self.hooks.trace, traceparent.and_then(parse_traceparent)) {
+            (Some(_), Some(context)) => context,
+            _ => parent.map_or_else(TraceContext::new_root, |parent| parent.child()),
+        };
+        let mut attributes = vec![
+            Attribute::new("messaging.system", "nats"),
+            Attribute::new("messaging.operation.type", "process"),
+            Attribute::new("messaging.destination.name", input.subject.clone()),
+            Attribute::new("messaging.consumer.group.name", self.spec.durable),
+            Attribute::new("messaging.batch.message_count", batch as i64),
+            Attribute::new("sluice.stream", self.spec.stream.name),
+            Attribute::new("sluice.stream.sequence", input.sequence as i64),
+        ];
+        let error = failure.map(|(action, reason)| {
+            attributes.push(Attribute::new("error.type", action));
+            reason
+        });
+        sluice_runtime::spans::record(Span {
+            context,
+            parent: parent.map(|parent| parent.span_id),
+            name: format!("process {}", self.spec.stream.name).into(),
+            kind: Kind::Consumer,
+            start: began,
+            end: SystemTime::now(),
+            attributes,
+            error,
+        });
+    }
+
+    /// The messages of `outputs`, with ids derived from the input and the trace context
+    /// `traceparent`.
+    fn outgoing(
+        &self,
+        input: &Delivered,
+        outputs: Vec<Output>,
+        traceparent: Option<String>,
+    ) -> Vec<Out> {
         if outputs.is_empty() {
             return Vec::new();
         }
         let sequence = input.sequence.to_string();
-        let traceparent = match self.hooks.trace {
-            Some(trace) => Some(trace(input.traceparent.as_deref())),
-            None => input.traceparent.clone(),
-        };
         outputs
             .into_iter()
             .enumerate()
@@ -1378,8 +1486,9 @@ impl Core {
     }
 
     /// The messages of outputs of no single input (of the side feed, a tick or a flush):
-    /// named by subject and payload unless the stage named them, each continuing the trace of
-    /// the held input it names (`parents`, by stream sequence) or a new one.
+    /// named by subject and payload unless the stage named them, each carrying the trace
+    /// context of the held input it names (`parents`, by stream sequence: the context its own
+    /// outputs carry) or a new trace's.
     fn unprompted_outs(&self, outputs: Vec<Output>, parents: &HashMap<u64, String>) -> Vec<Out> {
         let fresh = self.hooks.trace.map(|trace| trace(None));
         let derived = |subject: &str, payload: &Bytes| {
@@ -1389,11 +1498,7 @@ impl Core {
             .into_iter()
             .map(|output| {
                 let parent = output.source.and_then(|sequence| parents.get(&sequence));
-                let traceparent = match (parent, self.hooks.trace) {
-                    (Some(parent), Some(trace)) => Some(trace(Some(parent))),
-                    (Some(parent), None) => Some(parent.clone()),
-                    (None, _) => fresh.clone(),
-                };
+                let traceparent = parent.cloned().or_else(|| fresh.clone());
                 out(output, derived, traceparent)
             })
             .collect()
@@ -1434,13 +1539,20 @@ impl Core {
 }
 
 impl Held {
-    /// Holds a handled input with the messages of its outcome.
-    fn add(&mut self, delivered: &Delivered, message: Message, outs: Vec<Out>) {
+    /// Holds a handled input with the messages of its outcome and the trace context that
+    /// outputs of it carry (`traceparent`).
+    fn add(
+        &mut self,
+        delivered: &Delivered,
+        message: Message,
+        outs: Vec<Out>,
+        traceparent: Option<String>,
+    ) {
         self.since.get_or_insert_with(tokio::time::Instant::now);
         self.messages.push(message);
         self.outs.extend(outs);
-        if let Some(parent) = &delivered.traceparent {
-            self.parents.insert(delivered.sequence, parent.clone());
+        if let Some(traceparent) = traceparent {
+            self.parents.insert(delivered.sequence, traceparent);
         }
     }
 }

@@ -308,6 +308,7 @@ async fn watch_managed(
                 () = shutdown.cancelled() => return,
             };
             let Some(batch) = batch else { break };
+            let seen = std::time::SystemTime::now();
             let mut changes = Vec::new();
             for item in batch {
                 match item {
@@ -331,6 +332,11 @@ async fn watch_managed(
                 .collect();
             let traces: Vec<Option<String>> =
                 outputs.iter().map(|out| out.traceparent.clone()).collect();
+            let subjects: Vec<String> = if sluice_runtime::spans::spans_enabled() {
+                outputs.iter().map(|out| out.subject.clone()).collect()
+            } else {
+                Vec::new()
+            };
             let Ok(report) = publish_stored(&bus, outputs, &stop).await else {
                 return;
             };
@@ -340,6 +346,11 @@ async fn watch_managed(
                 .filter_map(|trace| sluice_runtime::event_age(trace.as_deref()?, now))
             {
                 stored_age.observe_duration(age);
+            }
+            for (trace, subject) in traces.iter().zip(subjects) {
+                if !report.refused.iter().any(|(out, _)| out.subject == subject) {
+                    record_change_span(trace.as_deref(), subject, &cluster, seen, now);
+                }
             }
             published.add(report.stored as u64);
             errors.add(report.retries as u64);
@@ -412,6 +423,37 @@ fn resource_change(
         payload: sluice_wire::encode(&sluice_wire::seal_change(message, key)),
         traceparent: Some(sluice_runtime::new_traceparent()),
     }
+}
+
+/// Exports the root span of a change's trace (ADR 0045): from the watch's delivery of it to
+/// its storing on `SLUICE_CHANGES`, with the ids its message carries.
+fn record_change_span(
+    traceparent: Option<&str>,
+    subject: String,
+    cluster: &ClusterId,
+    seen: std::time::SystemTime,
+    stored: std::time::SystemTime,
+) {
+    use sluice_runtime::spans::{Attribute, Kind, Span};
+    let Some(context) = traceparent.and_then(sluice_runtime::parse_traceparent) else {
+        return;
+    };
+    sluice_runtime::spans::record(Span {
+        context,
+        parent: None,
+        name: format!("send {}", topology::CHANGES.name).into(),
+        kind: Kind::Producer,
+        start: seen,
+        end: stored,
+        attributes: vec![
+            Attribute::new("messaging.system", "nats"),
+            Attribute::new("messaging.operation.type", "send"),
+            Attribute::new("messaging.destination.name", subject),
+            Attribute::new("sluice.stream", topology::CHANGES.name),
+            Attribute::new("sluice.cluster", cluster.to_string()),
+        ],
+        error: None,
+    });
 }
 
 async fn seed(

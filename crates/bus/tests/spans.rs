@@ -1,0 +1,169 @@
+//! The stage runner's spans against a real nats-server and an OTLP receiver (ADR 0045): each
+//! input a stage handles is one span whose ids are the ones its outputs carry, whose parent is
+//! the input's span, and a failed input's span is an error naming what became of it. One test
+//! in a binary of its own: span export is set once per process.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_bus::runner::{Action, Failure, Hooks, Input, Outcome, Output, Runner, Stage};
+use sluice_bus::topology::{self, Acks, ConsumerSpec};
+use sluice_bus::{Bus, Delivered, Outgoing};
+use sluice_runtime::{parse_traceparent, TraceContext};
+use sluice_testkit::{wait_for, NatsServer, OtlpReceiver};
+use tokio_util::sync::CancellationToken;
+
+const DEADLINE: Duration = Duration::from_secs(15);
+
+const SPEC: ConsumerSpec = ConsumerSpec {
+    stream: topology::DESIRED,
+    durable: "spans-test",
+    acks: Acks::Each,
+};
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot be handled: {0}")]
+struct Broken(String);
+
+impl Failure for Broken {
+    fn action(&self) -> Action {
+        Action::Reject
+    }
+}
+
+/// Echoes a body to the applied subject of its input; `reject` is rejected.
+struct Echo;
+
+impl Stage for Echo {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = Broken;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, Broken> {
+        String::from_utf8(delivered.payload.to_vec()).map_err(|e| Broken(e.to_string()))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<Broken>> {
+        inputs
+            .iter()
+            .map(|input| match input.value.as_str() {
+                "reject" => Err(Broken("no template".into())),
+                body => Ok(vec![Output {
+                    subject: topology::applied_subject_for(&input.delivered.subject)
+                        .expect("a desired subject"),
+                    payload: Bytes::from(format!("done {body}")),
+                    ..Output::default()
+                }]),
+            })
+            .collect()
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+}
+
+fn subject(name: &str) -> String {
+    topology::desired_subject(name, &topology::cluster_tokens("sveltos", "default", "a"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await?;
+    sluice_runtime::spans::init_spans_to("spans-test", &receiver.endpoint())
+        .map_err(anyhow::Error::msg)?;
+    assert!(sluice_runtime::spans::spans_enabled());
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let runner = Runner::bind(&bus, SPEC).await?.with_hooks(Hooks {
+        trace: Some(sluice_runtime::child_traceparent),
+        ..Hooks::default()
+    });
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let token = token.clone();
+        async move {
+            runner
+                .run(&mut Echo, futures::stream::pending(), token)
+                .await
+        }
+    });
+    let sent_at = std::time::SystemTime::now();
+    let mut parents = Vec::new();
+    for (name, body) in [("ok", "fine"), ("bad", "reject")] {
+        let parent = TraceContext::new_root();
+        parents.push(parent);
+        bus.publish_durably(Outgoing {
+            ttl: None,
+            subject: subject(name),
+            msg_id: format!("{name}-{body}"),
+            payload: Bytes::from(body),
+            traceparent: Some(parent.to_string()),
+        })
+        .await?;
+    }
+    // The output's trace context.
+    let applied = topology::applied_subject_for(&subject("ok")).expect("applied subject");
+    let output = wait_for("the good input's output", DEADLINE, || async {
+        bus.jetstream()
+            .get_stream(topology::APPLIED.name)
+            .await
+            .ok()?
+            .get_last_raw_message_by_subject(&applied)
+            .await
+            .ok()
+    })
+    .await?;
+    let carried = output
+        .headers
+        .get(sluice_runtime::TRACEPARENT_HEADER)
+        .and_then(|value| parse_traceparent(value.as_str()))
+        .expect("the output carries a traceparent");
+    wait_for("the rejected input's dead letter", DEADLINE, || {
+        bus.last_dead_letter(SPEC.durable)
+    })
+    .await?;
+    token.cancel();
+    task.await??;
+    tokio::task::spawn_blocking(sluice_runtime::spans::flush_spans).await?;
+
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    let spans = wait_for("two spans received", DEADLINE, || async {
+        let spans = receiver.spans();
+        (spans.len() >= 2).then_some(spans)
+    })
+    .await?;
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    let good = spans
+        .iter()
+        .find(|span| span.trace_id == hex(&parents[0].trace_id))
+        .expect("the good input's span");
+    // The span is the one the output continues, under the input's.
+    assert_eq!(carried.trace_id, parents[0].trace_id);
+    assert_eq!(good.span_id, hex(&carried.span_id));
+    assert_eq!(good.parent_span_id, hex(&parents[0].span_id));
+    assert_eq!(good.service, "sluice-spans-test");
+    assert_eq!(good.name, "process SLUICE_DESIRED");
+    assert_eq!(good.kind, 5, "a consumer span");
+    assert_eq!(good.attributes["messaging.system"], "nats");
+    assert_eq!(good.attributes["messaging.destination.name"], subject("ok"));
+    assert_eq!(
+        good.attributes["messaging.consumer.group.name"],
+        SPEC.durable
+    );
+    assert_eq!(good.error, None);
+    let sent = sent_at.duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
+    assert!(
+        sent <= good.start_unix_nanos && good.start_unix_nanos <= good.end_unix_nanos,
+        "{good:?}"
+    );
+    // The rejected input's span says so.
+    let bad = spans
+        .iter()
+        .find(|span| span.trace_id == hex(&parents[1].trace_id))
+        .expect("the rejected input's span");
+    assert_eq!(bad.parent_span_id, hex(&parents[1].span_id));
+    assert_eq!(bad.error.as_deref(), Some("cannot be handled: no template"));
+    assert_eq!(bad.attributes["error.type"], "reject");
+    Ok(())
+}
