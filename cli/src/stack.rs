@@ -242,6 +242,9 @@ impl Stack {
                 env.push((tuning.into(), value));
             }
         }
+        // So does the OpenTelemetry configuration: with an OTLP endpoint set, the stack's
+        // services export their spans there (ADR 0045).
+        env.extend(std::env::vars().filter(|(name, _)| name.starts_with("OTEL_")));
         env
     }
 
@@ -256,8 +259,32 @@ impl Stack {
         service: &'static str,
         unset: &[&str],
     ) -> anyhow::Result<()> {
+        self.start_service_changed(service, unset, &[])
+    }
+
+    /// Stops a service (it drains) and starts it again with `extra` added to its environment.
+    pub fn restart_service_with(
+        &mut self,
+        service: &'static str,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        self.stop_service(service)?;
+        self.start_service_changed(service, &[], extra)
+    }
+
+    fn start_service_changed(
+        &mut self,
+        service: &'static str,
+        unset: &[&str],
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
         let mut env = self.service_env(service);
         env.retain(|(name, _)| !unset.contains(&name.as_str()));
+        env.extend(
+            extra
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+        );
         if service == "sluice-watcher" {
             env.extend(self.webhook.env());
         }

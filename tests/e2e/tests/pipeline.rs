@@ -339,3 +339,95 @@ async fn the_monitoring_alerts_name_metrics_the_services_serve() -> anyhow::Resu
     }
     Ok(())
 }
+
+/// With an OTLP endpoint set (ADR 0045), a Service's event is one trace across the services:
+/// the watcher's span of the change is its root, the evaluator's span is under it, the
+/// renderer's and the reporter's under the evaluator's, and the applier's under the
+/// renderer's; each a span of its own service, in time order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<()> {
+    let receiver = sluice_testkit::OtlpReceiver::start().await?;
+    let mut stack = stack_with_seed().await?;
+    let endpoint = receiver.endpoint();
+    for service in sluice_cli::stack::SERVICES {
+        stack.restart_service_with(
+            service,
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                // sent every 100 ms, not every 5 s
+                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ],
+        )?;
+    }
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    let chain = [
+        ("sluice-watcher", "send SLUICE_CHANGES", 4),
+        ("sluice-evaluator", "process SLUICE_CHANGES", 5),
+        ("sluice-renderer", "process SLUICE_MATCH", 5),
+        ("sluice-applier", "process SLUICE_DESIRED", 5),
+    ];
+    let found = wait_for("the Service's spans in every service", DEADLINE, || async {
+        let spans = receiver.spans();
+        // The trace of the Service's change: its root names the Service in its subject.
+        let root = spans.iter().find(|span| {
+            span.service == "sluice-watcher"
+                && span.attributes["messaging.destination.name"].ends_with(".my-service")
+                && span.attributes["messaging.destination.name"].contains(".cluster-a.")
+        })?;
+        let trace: Vec<_> = spans
+            .iter()
+            .filter(|span| span.trace_id == root.trace_id)
+            .cloned()
+            .collect();
+        let reporter = trace.iter().any(|span| span.service == "sluice-reporter");
+        let complete = chain
+            .iter()
+            .all(|(service, _, _)| trace.iter().any(|span| span.service == *service));
+        (complete && reporter).then_some(trace)
+    })
+    .await;
+    let trace = match found {
+        Ok(trace) => trace,
+        Err(e) => anyhow::bail!("{e}: {:#?}\n{}", receiver.spans(), stack.logs()),
+    };
+    // From the applier's span up, each link's parent is a span of the service before it (the
+    // renderer's of the set's head; the evaluator's, whose outputs both the renderer and the
+    // reporter read), up to the watcher's root span.
+    let mut child = None::<&sluice_testkit::ReceivedSpan>;
+    for (service, name, kind) in chain.iter().rev() {
+        let span = trace
+            .iter()
+            .find(|span| {
+                span.service == *service
+                    && child.is_none_or(|child| child.parent_span_id == span.span_id)
+            })
+            .unwrap_or_else(|| panic!("no span of {service} above {child:?}: {trace:#?}"));
+        assert_eq!(span.name, *name);
+        assert_eq!(span.kind, *kind, "{span:?}");
+        assert_eq!(span.error, None, "{span:?}");
+        assert!(span.start_unix_nanos <= span.end_unix_nanos, "{span:?}");
+        if let Some(child) = child {
+            assert!(
+                child.end_unix_nanos >= span.start_unix_nanos,
+                "{child:?} ended before {span:?} began"
+            );
+        }
+        child = Some(span);
+    }
+    let root = child.expect("the watcher's span");
+    assert_eq!(root.parent_span_id, "", "the watcher's span is the root");
+    let evaluator = trace
+        .iter()
+        .find(|span| span.service == "sluice-evaluator")
+        .expect("the evaluator's span");
+    let reporter = trace
+        .iter()
+        .find(|span| span.service == "sluice-reporter")
+        .expect("the reporter's span");
+    assert_eq!(reporter.parent_span_id, evaluator.span_id, "{trace:#?}");
+    assert_eq!(reporter.name, "process SLUICE_MATCH");
+    Ok(())
+}
