@@ -98,6 +98,10 @@ pub trait Failure: std::error::Error + Send + Sync + 'static {
 pub struct Input<T> {
     pub delivered: Delivered,
     pub value: T,
+    /// The trace context of the stage's span of this input, when spans are exported (ADR
+    /// 0045): the context its outputs carry, and the parent of any span the stage records
+    /// while handling it (the applier's API requests).
+    pub span: Option<TraceContext>,
 }
 
 /// A decoded value that `handle` takes by value out of its batch, which the runner lends it by
@@ -935,13 +939,19 @@ impl Core {
             behind,
         };
         let mut undecoded = Vec::new();
+        let spans = sluice_runtime::spans::spans_enabled();
         for (value, delivered, message) in results {
             match value {
                 Ok(value) => {
                     if ahead {
                         self.record_fresh(&delivered);
                     }
-                    decoded.inputs.push(Input { delivered, value });
+                    let span = spans.then(|| self.span_context(&delivered));
+                    decoded.inputs.push(Input {
+                        delivered,
+                        value,
+                        span,
+                    });
                     decoded.messages.push(message);
                 }
                 Err(error) => undecoded.push((delivered, message, error)),
@@ -1046,27 +1056,21 @@ impl Core {
         let mut joint = (Vec::new(), Vec::new());
         let batch = inputs.len();
         let mut rest = inputs.iter().zip(messages).zip(outcomes);
-        let spans = sluice_runtime::spans::spans_enabled();
         while let Some(((input, message), outcome)) = rest.next() {
-            // What outputs of the input carry, now or (held) at the flush, and its span's ids.
-            let carried = spans
-                || S::HOLD.is_some()
-                || outcome.as_ref().is_ok_and(|outputs| !outputs.is_empty());
-            let traceparent = carried
+            // What outputs of the input carry, now or (held) at the flush: its span's context.
+            let traceparent = match (input.span, self.hooks.trace) {
+                (Some(span), Some(_)) => Some(span.to_string()),
+                _ => (S::HOLD.is_some()
+                    || outcome.as_ref().is_ok_and(|outputs| !outputs.is_empty()))
                 .then(|| self.traceparent(&input.delivered))
-                .flatten();
-            if spans {
+                .flatten(),
+            };
+            if let Some(span) = input.span {
                 let failure = outcome
                     .as_ref()
                     .err()
                     .map(|error| (action_name(error.action()), chain(error)));
-                self.record_span(
-                    &input.delivered,
-                    traceparent.as_deref(),
-                    began,
-                    batch,
-                    failure,
-                );
+                self.record_span(&input.delivered, span, began, batch, failure);
             }
             match outcome {
                 Ok(outputs) => {
@@ -1414,22 +1418,30 @@ impl Core {
         }
     }
 
-    /// Exports the stage's span of an input (ADR 0045): its ids are those its outputs carry
-    /// (`traceparent`), its parent the input's span, from the batch's beginning to now. A
-    /// stage that passes its inputs' context on as is gets a span of its own under it.
+    /// The context of the stage's span of an input: the one its outputs carry (derived from
+    /// the input's by [`Hooks::trace`]); for a stage that passes its inputs' context on as is,
+    /// a child of the input's, so that it still has a span of its own.
+    fn span_context(&self, input: &Delivered) -> TraceContext {
+        let parent = input.traceparent.as_deref().and_then(parse_traceparent);
+        let derived = self
+            .hooks
+            .trace
+            .and_then(|trace| parse_traceparent(&trace(input.traceparent.as_deref())));
+        derived
+            .unwrap_or_else(|| parent.map_or_else(TraceContext::new_root, |parent| parent.child()))
+    }
+
+    /// Exports the stage's span of an input (ADR 0045): its ids `context`, its parent the
+    /// input's span, from the batch's beginning to now.
     fn record_span(
         &self,
         input: &Delivered,
-        traceparent: Option<&str>,
+        context: TraceContext,
         began: SystemTime,
         batch: usize,
         failure: Option<(&'static str, String)>,
     ) {
         let parent = input.traceparent.as_deref().and_then(parse_traceparent);
-        let context = match (self.hooks.trace, traceparent.and_then(parse_traceparent)) {
-            (Some(_), Some(context)) => context,
-            _ => parent.map_or_else(TraceContext::new_root, |parent| parent.child()),
-        };
         let mut attributes = vec![
             Attribute::new("messaging.system", "nats"),
             Attribute::new("messaging.operation.type", "process"),

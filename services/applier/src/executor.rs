@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use futures::StreamExt;
 use serde_json::Value;
@@ -11,6 +12,7 @@ use sha2::{Digest as _, Sha256};
 use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
+use sluice_runtime::TraceContext;
 
 use crate::index::{Pairs, UnitLabels};
 use crate::plan::{self, Known, ObjectId, OWNED};
@@ -41,11 +43,13 @@ pub(crate) fn units_at_once(units: usize, most: usize) -> usize {
 }
 
 /// One unit to execute: its desired state, from subject `subject`, and the objects of it that
-/// someone else deleted or edited (`lost`), which it writes again.
+/// someone else deleted or edited (`lost`), which it writes again; `span`, when spans are
+/// exported, the unit's span, under which each API request is a span of its own.
 pub(crate) struct Run<'a> {
     pub subject: &'a str,
     pub state: &'a pb::DesiredState,
     pub lost: &'a [ObjectId],
+    pub span: Option<TraceContext>,
 }
 
 pub(crate) struct Applier {
@@ -194,7 +198,7 @@ impl Applier {
                     let mut out = Vec::with_capacity(group.len());
                     for index in group {
                         let run = &states[index];
-                        out.push((index, self.execute(run.state, run.lost).await));
+                        out.push((index, self.execute(run.state, run.lost, run.span).await));
                     }
                     out
                 })
@@ -212,8 +216,9 @@ impl Applier {
         &self,
         state: &pb::DesiredState,
         lost: &[ObjectId],
+        span: Option<TraceContext>,
     ) -> sluice_kube::Result<pb::ApplyResult> {
-        let outcome = self.execute_inner(state, lost).await;
+        let outcome = self.execute_inner(state, lost, span).await;
         if outcome.is_err() {
             // The server may hold anything of the unit now: list it again next time.
             if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
@@ -228,6 +233,7 @@ impl Applier {
         &self,
         state: &pb::DesiredState,
         lost: &[ObjectId],
+        span: Option<TraceContext>,
     ) -> sluice_kube::Result<pb::ApplyResult> {
         let cluster = match sluice_wire::cluster_id(state.cluster.as_ref(), "desired state") {
             Ok(cluster) => cluster,
@@ -298,7 +304,7 @@ impl Applier {
             }
             let client = &self.client;
             let outcomes: Vec<_> = futures::stream::iter(writes)
-                .map(move |(object, r, kind, hash)| apply_one(client, object, r, kind, hash))
+                .map(move |(object, r, kind, hash)| apply_one(client, object, r, kind, hash, span))
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .collect()
                 .await;
@@ -336,7 +342,7 @@ impl Applier {
             }
             let client = &self.client;
             let outcomes: Vec<_> = futures::stream::iter(deletes)
-                .map(move |(r, kind)| delete_one(client, r, kind))
+                .map(move |(r, kind)| delete_one(client, r, kind, span))
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .collect()
                 .await;
@@ -676,10 +682,12 @@ async fn apply_one(
     r: pb::ObjectRef,
     kind: Kind,
     hash: String,
+    span: Option<TraceContext>,
 ) -> sluice_kube::Result<(pb::ObjectRef, String)> {
-    apply::apply_unread(client, &kind, &object, FIELD_MANAGER)
-        .await
-        .map(|()| (r, hash))
+    let start = SystemTime::now();
+    let outcome = apply::apply_unread(client, &kind, &object, FIELD_MANAGER).await;
+    record_request(span, "PATCH", &r, start, outcome.as_ref().err());
+    outcome.map(|()| (r, hash))
 }
 
 /// Deletes one object (owned, as [`apply_one`]); returns its reference with what became of it.
@@ -687,9 +695,46 @@ async fn delete_one(
     client: &kube::Client,
     r: pb::ObjectRef,
     kind: Kind,
+    span: Option<TraceContext>,
 ) -> (pb::ObjectRef, sluice_kube::Result<()>) {
+    let start = SystemTime::now();
     let outcome = apply::delete(client, &kind, &r.namespace, &r.name).await;
+    record_request(span, "DELETE", &r, start, outcome.as_ref().err());
     (r, outcome)
+}
+
+/// Exports an API request of a unit as a client span under the unit's span (ADR 0045):
+/// `PATCH ClusterProfile`, say, from `start` to now.
+fn record_request(
+    unit: Option<TraceContext>,
+    method: &'static str,
+    r: &pb::ObjectRef,
+    start: SystemTime,
+    error: Option<&sluice_kube::Error>,
+) {
+    use sluice_runtime::spans::{Attribute, Kind, Span};
+    let Some(unit) = unit else {
+        return;
+    };
+    let mut attributes = vec![
+        Attribute::new("http.request.method", method),
+        Attribute::new("k8s.resource.api_version", r.api_version.clone()),
+        Attribute::new("k8s.resource.kind", r.kind.clone()),
+        Attribute::new("k8s.object.name", r.name.clone()),
+    ];
+    if !r.namespace.is_empty() {
+        attributes.push(Attribute::new("k8s.namespace.name", r.namespace.clone()));
+    }
+    sluice_runtime::spans::record(Span {
+        context: unit.child(),
+        parent: Some(unit.span_id),
+        name: format!("{method} {}", r.kind).into(),
+        kind: Kind::Client,
+        start,
+        end: SystemTime::now(),
+        attributes,
+        error: error.map(|error| sluice_runtime::error_chain(error)),
+    });
 }
 
 /// A (trigger, cluster) pair's owner labels as one map key.

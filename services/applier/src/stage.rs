@@ -143,6 +143,7 @@ fn runs(inputs: &[Input<Desired>]) -> Vec<Run<'_>> {
             subject: &input.delivered.subject,
             state: &input.value.state,
             lost: &[],
+            span: input.span,
         })
         .collect()
 }
@@ -328,6 +329,7 @@ impl ApplierStage {
                 subject: &due.subject,
                 state: &desired.state,
                 lost: &due.gone,
+                span: None,
             })
             .collect();
         let results = self.applier.execute_all(&states).await;
@@ -377,6 +379,7 @@ impl ApplierStage {
                 subject,
                 state: &desired.state,
                 lost: &[],
+                span: None,
             })
             .collect();
         let results = self.applier.execute_all(&states).await;
@@ -679,6 +682,7 @@ mod tests {
     #[test]
     fn a_release_waits_for_the_triggers_units_in_flight() {
         let input = |trigger: &str| Input {
+            span: None,
             delivered: delivered(&subject(), &state(false)),
             value: Desired {
                 state: pb::DesiredState {

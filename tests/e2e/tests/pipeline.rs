@@ -343,7 +343,7 @@ async fn the_monitoring_alerts_name_metrics_the_services_serve() -> anyhow::Resu
 /// With an OTLP endpoint set (ADR 0045), a Service's event is one trace across the services:
 /// the watcher's span of the change is its root, the evaluator's span is under it, the
 /// renderer's and the reporter's under the evaluator's, and the applier's under the
-/// renderer's; each a span of its own service, in time order.
+/// renderer's, with its API requests under it; each a span of its own service, in time order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<()> {
     let receiver = sluice_testkit::OtlpReceiver::start().await?;
@@ -402,6 +402,7 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             .iter()
             .find(|span| {
                 span.service == *service
+                    && span.name == *name
                     && child.is_none_or(|child| child.parent_span_id == span.span_id)
             })
             .unwrap_or_else(|| panic!("no span of {service} above {child:?}: {trace:#?}"));
@@ -417,6 +418,39 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
         }
         child = Some(span);
     }
+    // The applier's API requests are client spans under its span: the instantiated ConfigMap
+    // written before the ClusterProfile that references it.
+    let applier = trace
+        .iter()
+        .find(|span| span.service == "sluice-applier" && span.kind == 5)
+        .expect("the applier's span");
+    let request = |kind: &str| {
+        trace
+            .iter()
+            .find(|span| {
+                span.parent_span_id == applier.span_id && span.name == format!("PATCH {kind}")
+            })
+            .unwrap_or_else(|| panic!("no PATCH {kind} under the applier's span: {trace:#?}"))
+    };
+    let (config_map, profile) = (request("ConfigMap"), request("ClusterProfile"));
+    for span in [config_map, profile] {
+        assert_eq!(span.kind, 3, "a client span: {span:?}");
+        assert_eq!(span.service, "sluice-applier");
+        assert_eq!(span.error, None, "{span:?}");
+        assert!(
+            applier.start_unix_nanos <= span.start_unix_nanos
+                && span.end_unix_nanos <= applier.end_unix_nanos,
+            "{span:?} not within {applier:?}"
+        );
+    }
+    assert_eq!(
+        config_map.attributes["k8s.namespace.name"],
+        "projectsveltos"
+    );
+    assert!(
+        config_map.end_unix_nanos <= profile.start_unix_nanos,
+        "the ClusterProfile was written before its ConfigMap: {config_map:?} {profile:?}"
+    );
     let root = child.expect("the watcher's span");
     assert_eq!(root.parent_span_id, "", "the watcher's span is the root");
     let evaluator = trace
