@@ -38,19 +38,7 @@ use opentelemetry_sdk::Resource;
 use crate::trace::TraceContext;
 
 pub use opentelemetry::trace::SpanKind as Kind;
-pub use opentelemetry::{KeyValue as Attribute, Value};
-
-/// The variables that say whether and how spans are exported, read by [`SpanConfig::from_env`].
-pub const SPAN_ENV_VARS: &[&str] = &[
-    "OTEL_SDK_DISABLED",
-    "OTEL_TRACES_EXPORTER",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_TRACES_SAMPLER",
-    "OTEL_TRACES_SAMPLER_ARG",
-];
+pub use opentelemetry::KeyValue as Attribute;
 
 /// How long the batch processor may take to send what it holds when the service stops.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(5);
@@ -87,11 +75,6 @@ impl SpanConfig {
         ] {
             if let Some(protocol) = set(name) {
                 if protocol.trim() != "http/protobuf" {
-                    let name = if name.contains("TRACES") {
-                        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-                    } else {
-                        "OTEL_EXPORTER_OTLP_PROTOCOL"
-                    };
                     return Err(bad(
                         name,
                         &protocol,
