@@ -383,9 +383,15 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             .cloned()
             .collect();
         let reporter = trace.iter().any(|span| span.service == "sluice-reporter");
-        let complete = chain
+        // Every span named, not only one per service: the applier's requests are exported
+        // before the span of its unit, which ends after them.
+        let complete = chain.iter().all(|(service, name, _)| {
+            trace
+                .iter()
+                .any(|span| span.service == *service && span.name == *name)
+        }) && ["PATCH ConfigMap", "PATCH ClusterProfile"]
             .iter()
-            .all(|(service, _, _)| trace.iter().any(|span| span.service == *service));
+            .all(|name| trace.iter().any(|span| span.name == *name));
         (complete && reporter).then_some(trace)
     })
     .await;
