@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "sluice/v1/resource.proto",
         "sluice/v1/match.proto",
         "sluice/v1/desired.proto",
+        "sluice/v1/lease.proto",
     ];
     println!("cargo:rerun-if-changed=sluice");
     let fds = protox::compile(files, ["."])?;

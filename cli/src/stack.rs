@@ -272,9 +272,34 @@ impl Stack {
         self.start_service_changed(service, &[], extra)
     }
 
+    /// Starts one more process of `service` under the name `replica` (its own health address,
+    /// log and pid; [`Stack::stop_service`], [`Stack::kill_service`] and
+    /// [`Stack::health_url`] take that name), with `extra` added to its environment: a second
+    /// replica beside the first, as a Deployment with two replicas runs (ADR 0046). Only the
+    /// process named `sluice-watcher` serves the conversion webhook, whose address the API test
+    /// server calls.
+    pub fn start_replica(
+        &mut self,
+        service: &'static str,
+        replica: &'static str,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        self.spawn_service(service, replica, &[], extra)
+    }
+
     fn start_service_changed(
         &mut self,
         service: &'static str,
+        unset: &[&str],
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        self.spawn_service(service, service, unset, extra)
+    }
+
+    fn spawn_service(
+        &mut self,
+        service: &'static str,
+        name: &'static str,
         unset: &[&str],
         extra: &[(&str, &str)],
     ) -> anyhow::Result<()> {
@@ -285,16 +310,17 @@ impl Stack {
                 .iter()
                 .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
         );
-        if service == "sluice-watcher" {
+        // The API test server calls one webhook address: a replica of the watcher serves none.
+        if name == "sluice-watcher" {
             env.extend(self.webhook.env());
         }
         if let Some((_, addr)) = env.iter().find(|(var, _)| var == "SLUICE_HEALTH_ADDR") {
-            self.health_addrs.insert(service, addr.clone());
+            self.health_addrs.insert(name, addr.clone());
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let process = ServiceProcess::spawn(service, &[], &env)
-            .with_context(|| format!("failed to start {service}"))?;
-        self.services.insert(service, process);
+            .with_context(|| format!("failed to start {name}"))?;
+        self.services.insert(name, process);
         Ok(())
     }
 
@@ -341,6 +367,13 @@ impl Stack {
                 (!matches!(process.try_status(), Ok(None))).then_some(*name)
             })
             .collect()
+    }
+
+    /// The exit code of a process of the stack that has exited; `None` while it runs (or if a
+    /// signal ended it).
+    pub fn exit_code(&mut self, name: &str) -> Option<i32> {
+        let process = self.services.get_mut(name)?;
+        process.try_status().ok().flatten()?.code()
     }
 
     pub fn service_log(&self, service: &str) -> String {

@@ -105,6 +105,12 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
                    "error": m.error, "failureMessage": m.failure_message,
                    "sourceSequence": m.source_sequence})
         }
+        "lease" => {
+            let m = pb::Lease::decode(payload)?;
+            json!({"holder": m.holder, "leaseDurationMs": m.lease_duration_ms,
+                   "acquireTimeUnixMs": m.acquire_time_unix_ms,
+                   "renewTimeUnixMs": m.renew_time_unix_ms, "released": m.released})
+        }
         _ => json!({"raw": String::from_utf8_lossy(payload)}),
     })
 }
@@ -210,6 +216,17 @@ mod tests {
         assert_eq!(v["head"]["members"], 1);
         assert_eq!(v["head"]["digest"], "ab01");
         assert!(decode("sluice.v1.desired.t.x", b"\xff\xff").is_err());
+        let lease = pb::Lease {
+            holder: "renderer-7d9f_1a2b".into(),
+            lease_duration_ms: 15_000,
+            acquire_time_unix_ms: 1,
+            renew_time_unix_ms: 2,
+            released: false,
+        };
+        let v =
+            decode("sluice.v1.lease.renderer", &lease.encode_to_vec()).expect("a lease decodes");
+        assert_eq!(v["holder"], "renderer-7d9f_1a2b");
+        assert_eq!(v["leaseDurationMs"], 15_000);
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct Bus {
     refusals: Refusals,
     /// How long a stage's batch may wait for more inputs ([`crate::gather`]).
     linger: crate::gather::Linger,
+    /// The service's lease while this process holds it ([`Bus::hold_lease`]), released by
+    /// [`Bus::close`].
+    lease: std::sync::Arc<std::sync::Mutex<Option<crate::lease::Leadership>>>,
 }
 
 /// One message a stage wants published.
@@ -69,6 +72,7 @@ impl Bus {
             identity: options.identity_name(),
             refusals,
             linger: options.linger,
+            lease: Default::default(),
         };
         let streams = options
             .identity
@@ -87,7 +91,14 @@ impl Bus {
     ///
     /// Call it once the stage's consumers are dropped; messages already delivered to them and
     /// not acked are redelivered after the ack wait as always.
+    ///
+    /// A lease the connection holds ([`Bus::hold_lease`]) is released first, so that a standby
+    /// takes over once this process has finished its work.
     pub async fn close(self) {
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
         // A flush is answered once the server has read everything sent before it, the
         // unsubscriptions of dropped consumers included; a drain then unsubscribes whatever
         // is still subscribed and closes the connection.
@@ -105,6 +116,11 @@ impl Bus {
         if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
             tracing::warn!(timeout = ?CLOSE_TIMEOUT, "NATS connection not closed in time, dropping it");
         }
+    }
+
+    /// Keeps `leadership` until [`Bus::close`] releases it.
+    pub fn hold_lease(&self, leadership: crate::lease::Leadership) {
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = Some(leadership);
     }
 
     /// The name of the identity this connection acts as (its dead-letter stage).

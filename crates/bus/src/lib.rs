@@ -9,6 +9,7 @@
 pub mod coalesce;
 pub mod feed;
 pub mod gather;
+pub mod lease;
 pub mod permissions;
 pub mod runner;
 pub mod topology;

@@ -49,6 +49,8 @@ pub fn inbox_prefix(name: &str) -> String {
 /// - its durables: create (with or without a filter token), info, next and the acks
 ///   (`$JS.ACK.<stream>.<durable>.>`), and delete only where the stage recreates its consumer
 ///   ([`Acks::Covering`]);
+/// - its lease, if it [`Identity::leads`]: publishing to its own lease subject and reading the
+///   last record of a lease subject;
 /// - the streams it follows: ordered consumers, whose names the server or the client picks at
 ///   random, so a follower may manage any consumer of those streams by name (`<stream>.*`)
 ///   except the durables other identities declare on them, which are denied to it by name
@@ -98,6 +100,11 @@ pub fn permissions(identity: &Identity) -> Permissions {
         }
         // One subject's last message (`Bus::last_state`).
         publish.push(format!("{JS_API}.STREAM.MSG.GET.{name}"));
+    }
+    if identity.leads {
+        // Its own lease only: no service can take another's (ADR 0046).
+        publish.push(topology::lease_subject(identity.name));
+        publish.push(format!("{JS_API}.STREAM.MSG.GET.{}", topology::LEASES.name));
     }
     let mut deny_publish = others_durables(identity);
     let mut subscribe = vec![format!("{}.>", inbox_prefix(identity.name))];
@@ -294,6 +301,23 @@ mod tests {
         // The evaluator purges the members of a removed set (ADR 0018).
         assert_eq!(purges(&EVALUATOR), ["$JS.API.STREAM.PURGE.SLUICE_MATCH"]);
         assert!(purges(&REPORTER).is_empty());
+    }
+
+    #[test]
+    fn each_service_may_write_its_own_lease_only() {
+        for identity in IDENTITIES {
+            let allowed = permissions(&identity).publish;
+            for other in IDENTITIES {
+                let lease = topology::lease_subject(other.name);
+                assert_eq!(
+                    allowed.contains(&lease),
+                    identity.leads && other.name == identity.name,
+                    "{} writing {lease}",
+                    identity.name
+                );
+            }
+            assert!(!allowed.iter().any(|s| s == "sluice.v1.lease.>"));
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! MATCH + APPLIED ──► reporter (EventReport objects)
 //! MATCH + CEMATCH + CONFIG ──► renderer ──DesiredState──► sluice.v1.desired.>      (DESIRED)
 //! DESIRED ──► applier (ClusterProfiles, ConfigMaps, Secrets) ──ApplyResult──► sluice.v1.applied.> (APPLIED)
+//! each service's replicas ──Lease──► sluice.v1.lease.<service>                      (LEASES)
 //! ```
 //!
 //! Every state stream keeps only the last message per subject: a subject is a key (one object,
@@ -127,6 +128,15 @@ pub const APPLIED: StreamSpec = StreamSpec {
     // A removed unit's result expires ([`TOMBSTONE_TTL`]).
     message_ttl: true,
 };
+/// Each service's lease: which of its processes does its work (ADR 0046). The last record per
+/// subject, expiring ([`crate::lease`]) unless its holder renews it.
+pub const LEASES: StreamSpec = StreamSpec {
+    name: "SLUICE_LEASES",
+    subjects: "sluice.v1.lease.>",
+    max_per_subject: Some(1),
+    max_age: None,
+    message_ttl: true,
+};
 /// Messages a stage rejected for good, with the reason in the `Sluice-Error` header.
 pub const DEAD: StreamSpec = StreamSpec {
     name: "SLUICE_DEAD",
@@ -136,7 +146,7 @@ pub const DEAD: StreamSpec = StreamSpec {
     message_ttl: false,
 };
 
-pub const ALL_STREAMS: [StreamSpec; 8] = [
+pub const ALL_STREAMS: [StreamSpec; 9] = [
     CONFIG,
     CHANGES,
     CLOUDEVENTS,
@@ -145,6 +155,7 @@ pub const ALL_STREAMS: [StreamSpec; 8] = [
     DESIRED,
     APPLIED,
     DEAD,
+    LEASES,
 ];
 
 /// A durable consumer: which stage reads which stream, and how it acks.
@@ -223,6 +234,9 @@ pub struct Identity {
     pub purges: &'static [StreamSpec],
     /// Core NATS subscriptions outside JetStream (`sluice tap`).
     pub taps: &'static [&'static str],
+    /// Whether its processes take its lease (`sluice.v1.lease.<name>`, ADR 0046) and may read
+    /// who holds it; it may write no other service's lease.
+    pub leads: bool,
 }
 
 impl Identity {
@@ -237,6 +251,7 @@ impl Identity {
                     || self.consumes.iter().any(|c| c.stream == *spec)
                     || self.follows.contains(spec)
                     || self.purges.contains(spec)
+                    || (self.leads && *spec == LEASES)
             })
             .collect()
     }
@@ -252,6 +267,7 @@ pub const WATCHER: Identity = Identity {
     follows: &[CONFIG, CHANGES],
     purges: &[CHANGES],
     taps: &[],
+    leads: true,
 };
 pub const EVALUATOR: Identity = Identity {
     name: "evaluator",
@@ -262,6 +278,7 @@ pub const EVALUATOR: Identity = Identity {
     // the members of a removed set (ADR 0018)
     purges: &[MATCH],
     taps: &[],
+    leads: true,
 };
 pub const REPORTER: Identity = Identity {
     name: "reporter",
@@ -272,6 +289,7 @@ pub const REPORTER: Identity = Identity {
     follows: &[MATCH, APPLIED],
     purges: &[],
     taps: &[],
+    leads: true,
 };
 pub const RENDERER: Identity = Identity {
     name: "renderer",
@@ -281,6 +299,7 @@ pub const RENDERER: Identity = Identity {
     follows: &[CONFIG, MATCH, DESIRED],
     purges: &[],
     taps: &[],
+    leads: true,
 };
 /// Applies desired states and records the results; purges the units it withdrew.
 pub const APPLIER: Identity = Identity {
@@ -291,6 +310,7 @@ pub const APPLIER: Identity = Identity {
     follows: &[CONFIG, DESIRED, APPLIED],
     purges: &[DESIRED, APPLIED],
     taps: &[],
+    leads: true,
 };
 /// `sluice tap`: reads every pipeline subject as it is published, writes nothing.
 pub const TAP: Identity = Identity {
@@ -301,6 +321,7 @@ pub const TAP: Identity = Identity {
     follows: &[],
     purges: &[],
     taps: &[ALL],
+    leads: false,
 };
 
 /// Every identity of the pipeline: the five services and the CLI's tap.
@@ -506,6 +527,11 @@ pub fn desired_subject_for(applied_subject: &str) -> Option<String> {
     Some(format!("{PREFIX}.desired.{rest}"))
 }
 
+/// The subject of `service`'s lease (ADR 0046).
+pub fn lease_subject(service: &str) -> String {
+    format!("{PREFIX}.lease.{}", encode_token(service))
+}
+
 pub fn dead_subject(stage: &str) -> String {
     format!("{PREFIX}.dead.{}", encode_token(stage))
 }
@@ -662,6 +688,8 @@ mod tests {
                     writers.is_empty(),
                     "each stage writes only its own dead letters"
                 );
+            } else if stream == LEASES {
+                assert!(writers.is_empty(), "each service writes only its own lease");
             } else {
                 assert_eq!(writers.len(), 1, "{}: {writers:?}", stream.name);
             }
@@ -688,7 +716,7 @@ mod tests {
         }
         assert_eq!(
             APPLIER.streams(),
-            [CONFIG, DESIRED, APPLIED, DEAD],
+            [CONFIG, DESIRED, APPLIED, DEAD, LEASES],
             "each stream once, in topology order"
         );
         assert!(TAP.streams().is_empty());

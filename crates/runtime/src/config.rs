@@ -4,6 +4,7 @@
 use std::fmt::{self, Display};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, ValueEnum};
 
@@ -69,6 +70,111 @@ pub struct CommonArgs {
     /// the bus and the API calls going (ADR 0037). Replicas, not threads, scale a service out
     #[arg(long, env = "SLUICE_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
     pub worker_threads: usize,
+
+    /// Do the service's work only while holding its lease on the bus, so that of several
+    /// replicas one works and the others stand by to take over (ADR 0046)
+    #[arg(
+        long,
+        env = "SLUICE_LEADER_ELECT",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
+    pub leader_elect: bool,
+
+    /// How long the lease stands after its holder last renewed it (whole seconds)
+    #[arg(long, env = "SLUICE_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the holder goes on without renewing before it stops (the process exits 75)
+    #[arg(long, env = "SLUICE_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often the holder renews the lease and a standby looks at it
+    #[arg(long, env = "SLUICE_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+}
+
+/// How long a service's lease lasts and how often it is renewed (ADR 0046): Kubernetes's leader
+/// election's parameters and defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// How long a lease record stands after it is written (whole seconds: NATS message TTLs are).
+    pub duration: Duration,
+    /// How long a holder acts without a successful renewal before it counts the lease as lost.
+    pub renew_deadline: Duration,
+    /// How often a holder renews and a standby looks again.
+    pub retry_period: Duration,
+}
+
+impl LeaseTiming {
+    /// 15 s, 10 s, 2 s.
+    pub const DEFAULT: LeaseTiming = LeaseTiming {
+        duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+
+    /// Why these cannot keep one holder at a time, if they cannot: the duration must be whole
+    /// seconds, the deadline shorter than it (the holder stops before its record expires), and
+    /// the period shorter than the deadline (a holder renews before it gives up).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.duration < Duration::from_secs(1) || self.duration.subsec_nanos() != 0 {
+            return Err(format!(
+                "the lease duration must be whole seconds, at least 1s (got {:?})",
+                self.duration
+            ));
+        }
+        if self.renew_deadline >= self.duration {
+            return Err(format!(
+                "the renew deadline ({:?}) must be shorter than the lease duration ({:?})",
+                self.renew_deadline, self.duration
+            ));
+        }
+        if self.retry_period.is_zero() || self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "the retry period ({:?}) must be above zero and shorter than the renew deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A duration as Go and Kubernetes write them: numbers with units, `ms`, `s`, `m` or `h`
+/// (`15s`, `500ms`, `1m30s`); `0` alone for none.
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration such as 15s, 500ms or 1m30s");
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let part = match &rest[..unit] {
+            "ms" => Duration::from_millis(number),
+            "s" => Duration::from_secs(number),
+            "m" => Duration::from_secs(number.checked_mul(60).ok_or_else(bad)?),
+            "h" => Duration::from_secs(number.checked_mul(3600).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &rest[unit..];
+    }
+    Ok(total)
 }
 
 /// The default of `--linger-us` (ADR 0036).
@@ -141,7 +247,19 @@ impl CommonArgs {
                 threads: self.worker_threads,
             });
         }
+        self.lease_timing()
+            .check()
+            .map_err(|reason| Error::InvalidLeaseTiming { reason })?;
         self.nats_auth.validate()
+    }
+
+    /// The lease's timing from the `--leader-elect-*` flags.
+    pub fn lease_timing(&self) -> LeaseTiming {
+        LeaseTiming {
+            duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }
     }
 
     /// One line for the startup log with credentials in the NATS URL masked.
@@ -152,7 +270,8 @@ impl CommonArgs {
         );
         format!(
             "nats_url={} {} stream_replicas={} linger_us={} worker_threads={} kubeconfig={} \
-             kube_context={} health_addr={} log_format={} sveltos_namespace={} bus_key_file={}",
+             kube_context={} health_addr={} log_format={} sveltos_namespace={} bus_key_file={} \
+             leader_elect={} lease={:?}/{:?}/{:?}",
             redact_url(&self.nats_url),
             self.nats_auth.redacted(),
             self.stream_replicas,
@@ -166,6 +285,10 @@ impl CommonArgs {
             self.bus_key_file
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |path| path.display().to_string()),
+            self.leader_elect,
+            self.leader_elect_lease_duration,
+            self.leader_elect_renew_deadline,
+            self.leader_elect_retry_period,
         )
     }
 }
@@ -319,7 +442,74 @@ mod tests {
         assert_eq!(common.stream_replicas, 1);
         assert_eq!(common.linger_us, DEFAULT_LINGER_US);
         assert_eq!(common.worker_threads, 1);
+        assert!(!common.leader_elect);
+        assert_eq!(common.lease_timing(), LeaseTiming::DEFAULT);
         common.validate().unwrap();
+    }
+
+    #[test]
+    fn leader_election_is_turned_on_and_timed_by_flags() {
+        let common = parse(&[
+            "--leader-elect",
+            "--leader-elect-lease-duration=4s",
+            "--leader-elect-renew-deadline=2500ms",
+            "--leader-elect-retry-period=500ms",
+        ])
+        .unwrap();
+        assert!(common.leader_elect);
+        // As Kubernetes components take it: with a value too.
+        assert!(parse(&["--leader-elect=true"]).unwrap().leader_elect);
+        assert!(!parse(&["--leader-elect=false"]).unwrap().leader_elect);
+        assert_eq!(
+            common.lease_timing(),
+            LeaseTiming {
+                duration: Duration::from_secs(4),
+                renew_deadline: Duration::from_millis(2_500),
+                retry_period: Duration::from_millis(500),
+            }
+        );
+        common.validate().unwrap();
+        let unsafe_timing = parse(&["--leader-elect-renew-deadline=20s"]).unwrap();
+        let error = unsafe_timing.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("--leader-elect-") && error.contains("shorter than the lease duration"),
+            "{error}"
+        );
+        let error = parse(&["--leader-elect-retry-period=2"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("not a duration"), "{error}");
+    }
+
+    #[test]
+    fn durations_are_read_as_go_writes_them() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7_200)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "15", "s", "1.5s", "15sec", "-1s", "1s2"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn timings_that_cannot_keep_one_holder_are_refused() {
+        assert_eq!(LeaseTiming::DEFAULT.check(), Ok(()));
+        let bad = |duration_ms: u64, deadline_ms: u64, period_ms: u64| {
+            LeaseTiming {
+                duration: Duration::from_millis(duration_ms),
+                renew_deadline: Duration::from_millis(deadline_ms),
+                retry_period: Duration::from_millis(period_ms),
+            }
+            .check()
+            .unwrap_err()
+        };
+        assert!(bad(1_500, 1_000, 100).contains("whole seconds"));
+        assert!(bad(500, 100, 10).contains("at least 1s"));
+        assert!(bad(2_000, 2_000, 100).contains("shorter than the lease duration"));
+        assert!(bad(2_000, 1_000, 1_000).contains("shorter than the renew deadline"));
+        assert!(bad(2_000, 1_000, 0).contains("above zero"));
     }
 
     #[test]
@@ -363,6 +553,10 @@ mod tests {
                 "SLUICE_STREAM_REPLICAS",
                 "SLUICE_LINGER_US",
                 "SLUICE_WORKER_THREADS",
+                "SLUICE_LEADER_ELECT",
+                "SLUICE_LEADER_ELECT_LEASE_DURATION",
+                "SLUICE_LEADER_ELECT_RENEW_DEADLINE",
+                "SLUICE_LEADER_ELECT_RETRY_PERIOD",
             ]
         );
     }

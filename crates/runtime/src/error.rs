@@ -17,6 +17,8 @@ pub enum Error {
     InvalidWorkerThreads { threads: usize },
     #[error("incomplete nats client certificate: set both the certificate and the key file")]
     IncompleteClientCertificate,
+    #[error("invalid --leader-elect-* timing: {reason}")]
+    InvalidLeaseTiming { reason: String },
     #[error("invalid sveltos namespace {namespace:?}: expected a DNS label")]
     InvalidNamespace { namespace: String },
     #[error("invalid RUST_LOG filter {directives:?}")]

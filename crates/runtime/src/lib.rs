@@ -24,9 +24,9 @@ mod telemetry;
 mod trace;
 
 pub use config::{
-    common_env_vars, exit_on_bad_config, parse_config, CommonArgs, LogFormat, NatsAuth,
-    DEFAULT_LINGER_US, DEFAULT_WORKER_THREADS, EXIT_BAD_CONFIG, LOG_FILTER_ENV,
-    MAX_STREAM_REPLICAS, MAX_WORKER_THREADS,
+    common_env_vars, exit_on_bad_config, parse_config, parse_duration, CommonArgs, LeaseTiming,
+    LogFormat, NatsAuth, DEFAULT_LINGER_US, DEFAULT_WORKER_THREADS, EXIT_BAD_CONFIG,
+    LOG_FILTER_ENV, MAX_STREAM_REPLICAS, MAX_WORKER_THREADS,
 };
 pub use error::{Error, Result};
 pub use health::{serve_health, serve_health_on, Buckets, Counter, Gauge, Health, Histogram};

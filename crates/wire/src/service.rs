@@ -1,10 +1,15 @@
 //! What every service connects before it starts: the bus, as the service's identity (its
-//! readiness then requires the connection), and the bus key that seals Secret contents.
+//! readiness then requires the connection), the bus key that seals Secret contents, and, with
+//! `--leader-elect`, the service's lease (ADR 0046).
 
-use sluice_bus::{topology::Identity, Bus, BusOptions};
-use sluice_runtime::{CommonArgs, Health};
+use sluice_bus::{lease, topology::Identity, Bus, BusOptions};
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
 use crate::seal::{BusKey, SealError};
+
+/// The exit code of a service that lost its lease (`EX_TEMPFAIL` from sysexits.h): it stops at
+/// once, without draining, since another process may already be taking over.
+pub const EXIT_LEASE_LOST: i32 = 75;
 
 /// Why a service could not start on the bus.
 #[derive(Debug, thiserror::Error)]
@@ -16,15 +21,54 @@ pub enum StartError {
 }
 
 /// Loads the bus key (`--bus-key-file`; `None` without one), then connects as `identity`.
+/// With `--leader-elect` it then waits until this process holds the service's lease: `None`
+/// if `token` is cancelled first (the process stops while standing by). The lease is renewed
+/// from then on and released by [`Bus::close`]; if it is lost the process exits
+/// [`EXIT_LEASE_LOST`] at once. `sluice_leader` on `/metrics` is 1 while this process holds
+/// it, 0 while it stands by.
 pub async fn connect(
     common: &CommonArgs,
     identity: Identity,
     health: &Health,
-) -> Result<(Bus, Option<BusKey>), StartError> {
+    token: &CancellationToken,
+) -> Result<Option<(Bus, Option<BusKey>)>, StartError> {
     let key = BusKey::load(common.bus_key_file.as_deref()).map_err(StartError::Key)?;
     let bus = Bus::connect(BusOptions::service(common, identity))
         .await
         .map_err(StartError::Connect)?;
     health.require("nats", bus.connection_probe());
-    Ok((bus, key))
+    if common.leader_elect {
+        let leader = health.gauge_with(
+            "sluice_leader",
+            "Whether this process holds its service's lease and does its work (1) or stands by (0)",
+            &[("service", identity.name)],
+        );
+        leader.set(0);
+        // A standby is ready: it serves what needs no lease (the watcher's conversion webhook),
+        // and a rolling update waits for it before it stops the holder.
+        health.set_ready(true);
+        let holder = lease::holder_name();
+        let timing = common.lease_timing();
+        let Some(leadership) = bus
+            .acquire_lease(identity.name, &holder, timing, token)
+            .await
+        else {
+            return Ok(None);
+        };
+        health.set_ready(false);
+        leader.set(1);
+        let lost = leadership.lost();
+        let service = identity.name;
+        tokio::spawn(async move {
+            lost.await;
+            tracing::error!(
+                service,
+                holder = %holder,
+                "stopping at once: the lease is lost and another process may take over"
+            );
+            std::process::exit(EXIT_LEASE_LOST);
+        });
+        bus.hold_lease(leadership);
+    }
+    Ok(Some((bus, key)))
 }

@@ -57,7 +57,12 @@ pub async fn run(
         "applier settings"
     );
     // Opens the Secrets of desired states (ADR 0023).
-    let (bus, key) = sluice_wire::service::connect(&common, topology::APPLIER, &health).await?;
+    let Some((bus, key)) =
+        sluice_wire::service::connect(&common, topology::APPLIER, &health, &token).await?
+    else {
+        // Stopped while standing by: another process holds the lease.
+        return Ok(());
+    };
     let client = sluice_kube::client::for_service(&common, &health, &token)
         .await
         .context("failed to build the management cluster client")?;

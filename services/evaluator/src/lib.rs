@@ -31,7 +31,12 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     // The key opens the managed clusters' Secrets an EventSource selects and seals the ones it
     // collects; the evaluator reads no configuration Secret: it follows that without the key.
-    let (bus, key) = sluice_wire::service::connect(&common, topology::EVALUATOR, &health).await?;
+    let Some((bus, key)) =
+        sluice_wire::service::connect(&common, topology::EVALUATOR, &health, &token).await?
+    else {
+        // Stopped while standing by: another process holds the lease.
+        return Ok(());
+    };
     let published = health.counter("sluice_evaluator_match_units_published_total");
     let rejected = health.counter("sluice_evaluator_messages_rejected_total");
     if key.is_none() {

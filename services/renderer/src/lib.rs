@@ -33,8 +33,12 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let (bus, bus_key) =
-        sluice_wire::service::connect(&common, topology::RENDERER, &health).await?;
+    let Some((bus, bus_key)) =
+        sluice_wire::service::connect(&common, topology::RENDERER, &health, &token).await?
+    else {
+        // Stopped while standing by: another process holds the lease.
+        return Ok(());
+    };
     let (config, config_feed) = sluice_wire::follow_config(&bus, bus_key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
     for delivered in bus

@@ -310,8 +310,12 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     // The key opens the managed clusters' Secrets an EventSource collects (the report shows
     // them, as Sveltos's does).
-    let (bus, bus_key) =
-        sluice_wire::service::connect(&common, topology::REPORTER, &health).await?;
+    let Some((bus, bus_key)) =
+        sluice_wire::service::connect(&common, topology::REPORTER, &health, &token).await?
+    else {
+        // Stopped while standing by: another process holds the lease.
+        return Ok(());
+    };
     let client = sluice_kube::client::for_service(&common, &health, &token)
         .await
         .context("failed to build the management cluster client")?;

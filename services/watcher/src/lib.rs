@@ -76,7 +76,12 @@ pub async fn run(
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let (bus, key) = sluice_wire::service::connect(&common, topology::WATCHER, &health).await?;
+    let Some((bus, key)) =
+        sluice_wire::service::connect(&common, topology::WATCHER, &health, &token).await?
+    else {
+        // Stopped while standing by: another process holds the lease.
+        return Ok(());
+    };
     if key.is_none() {
         tracing::warn!(
             "no bus key (--bus-key-file): referenced Secrets and managed clusters' Secrets go on the bus without their contents"

@@ -279,8 +279,24 @@ fn base_runs_each_service_binary_with_probes_and_common_env() {
     let configs = check_deployments(&objects);
     check_nats(&objects, &configs);
     find(&objects, "Namespace", NAMESPACE);
-    for (service, (config, _, _)) in &configs {
+    for (service, (config, replicas, _)) in &configs {
         assert_eq!(config.sveltos_namespace, "projectsveltos", "{service}");
+        // Two processes, one at work: the other stands by to take the lease over (ADR 0046).
+        assert_eq!(*replicas, 2, "{service}");
+        assert!(
+            config.leader_elect,
+            "{service}: two replicas need --leader-elect"
+        );
+        let budget = find(
+            &objects,
+            "PodDisruptionBudget",
+            &format!("sluice-{service}"),
+        );
+        assert_eq!(budget["spec"]["maxUnavailable"], 1, "{service}");
+        assert_eq!(
+            budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+            format!("sluice-{service}")
+        );
     }
 }
 
@@ -1470,11 +1486,26 @@ fn only_the_services_reach_nats_and_every_container_is_read_only() {
             }
         }
         for deployment in of_kind(&objects, "Deployment") {
-            // an upgrade never runs two replicas of a service side by side
+            let name = deployment["metadata"]["name"].as_str().unwrap();
+            let replicas = deployment["spec"]["replicas"].as_u64().unwrap();
+            let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+            let leader_elect = env
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|var| var["name"] == "SLUICE_LEADER_ELECT" && var["value"] == "true");
+            // Two processes of a service run side by side (a replica, an update's new pod) only
+            // with the lease deciding which one works (ADR 0046).
+            if replicas > 1 || deployment["spec"]["strategy"]["type"] != "Recreate" {
+                assert!(
+                    leader_elect,
+                    "{dir}: {name} overlaps without --leader-elect"
+                );
+            }
+            // An update starts the new pod first: it stands by until the old one releases.
             assert_eq!(
-                deployment["spec"]["strategy"]["type"], "Recreate",
-                "{dir}: {}",
-                deployment["metadata"]["name"]
+                deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0,
+                "{dir}: {name}"
             );
         }
         let watcher = find(&objects, "Deployment", "sluice-watcher");

@@ -70,6 +70,10 @@ pub fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Resu
         stream_replicas: 1,
         linger_us: sluice_runtime::DEFAULT_LINGER_US,
         worker_threads: sluice_runtime::DEFAULT_WORKER_THREADS,
+        leader_elect: false,
+        leader_elect_lease_duration: sluice_runtime::LeaseTiming::DEFAULT.duration,
+        leader_elect_renew_deadline: sluice_runtime::LeaseTiming::DEFAULT.renew_deadline,
+        leader_elect_retry_period: sluice_runtime::LeaseTiming::DEFAULT.retry_period,
     };
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));
