@@ -46,6 +46,9 @@ pub struct LoadOptions {
     /// A service (`sluice-applier`, say) stopped and started again once the preload
     /// converged, timed until it is ready with every preloaded unit standing.
     pub restart: Option<String>,
+    /// A service run as two processes with `--leader-elect` (ADR 0046) whose lease holder is
+    /// killed (SIGKILL) halfway through the creates: the standby takes over.
+    pub failover: Option<String>,
 }
 
 /// What one load run measured.
@@ -75,6 +78,8 @@ pub struct LoadReport {
     pub repair_elapsed: Option<Duration>,
     /// With `restart`: from starting the service again until its `/readyz` answered ready.
     pub restart_elapsed: Option<Duration>,
+    /// With `failover`: from killing the lease holder until the standby held the lease.
+    pub failover_elapsed: Option<Duration>,
     /// What each stage's runner measured of itself over the create phase (ADR 0044), in the
     /// order of [`STAGES`].
     pub inside: Vec<Inside>,
@@ -348,6 +353,7 @@ pub async fn measure(
         hops,
         repair,
         ref restart,
+        ref failover,
     } = *options;
     anyhow::ensure!(rate > 0.0, "the rate must be positive");
     if let Some(service) = restart {
@@ -356,6 +362,10 @@ pub async fn measure(
             "--restart {service}: not one of {SERVICES:?}"
         );
     }
+    let failover = match failover {
+        Some(service) => Some(failover_pair(service)?),
+        None => None,
+    };
     let mut stack = Stack::start(&[CLUSTER], None).await?;
     stack.register_cluster(CLUSTER, &[("env", "fv")]).await?;
     stack.apply_yaml(MANAGEMENT, EVENT_SOURCE).await?;
@@ -392,6 +402,11 @@ pub async fn measure(
         Some(service) => Some(restarted(&mut stack, service, out).await?),
         None => None,
     };
+    if let Some((service, standby)) = failover {
+        stack.start_replica(service, standby, &[])?;
+        wait_leading(&stack, service, standby, false).await?;
+        writeln!(out, "# {standby} stands by beside {service}")?;
+    }
 
     let names: Vec<String> = (preload..preload + count).map(service_name).collect();
     let arrivals: Arc<Mutex<Arrivals>> = Arc::new(Mutex::new(HashMap::new()));
@@ -402,9 +417,45 @@ pub async fn measure(
     let answered = listener.as_ref().map(|_| &*arrivals);
     let cpu_before = cpu_seconds(&stack);
     let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
-    let inside_before = stage_metrics(&stack).await?;
+    let inside_before = stage_metrics(&stack, failover).await?;
     writeln!(out, "# creating {count} Services at {rate}/s")?;
-    let scheduled = open_loop(&services, &names, rate, Phase::Create, answered).await?;
+    let failing_over = failover.map(|(service, standby)| {
+        let pid = stack
+            .processes()
+            .into_iter()
+            .find(|(name, _)| name == service)
+            .map(|(_, pid)| pid);
+        let halfway = Duration::from_secs_f64(count as f64 / rate / 2.0);
+        (service, standby, pid, halfway)
+    });
+    let (scheduled, failover_elapsed) = match failing_over {
+        None => (
+            open_loop(&services, &names, rate, Phase::Create, answered).await?,
+            None,
+        ),
+        Some((service, standby, pid, halfway)) => {
+            let pid = pid.ok_or_else(|| anyhow::anyhow!("{service} is not running"))?;
+            let stack = &stack;
+            let kill = async move {
+                tokio::time::sleep(halfway).await;
+                // A crash: the holder cannot release its lease; the standby takes it over
+                // once the holder's record expires.
+                let killed = Instant::now();
+                signal(pid, "KILL")?;
+                wait_leading(stack, service, standby, true).await?;
+                anyhow::Ok(killed.elapsed())
+            };
+            let (scheduled, took) = tokio::try_join!(
+                open_loop(&services, &names, rate, Phase::Create, answered),
+                kill
+            )?;
+            writeln!(
+                out,
+                "# killed {service} halfway through the creates; {standby} held the lease after {took:?}"
+            )?;
+            (scheduled, Some(took))
+        }
+    };
     wait_until(&seen, GRACE, |s| {
         names.iter().all(|n| s.appeared.contains_key(n))
     })
@@ -415,7 +466,11 @@ pub async fn measure(
     let cpu_created = cpu_seconds(&stack);
     let inside = STAGES
         .iter()
-        .zip(inside_before.iter().zip(stage_metrics(&stack).await?))
+        .zip(
+            inside_before
+                .iter()
+                .zip(stage_metrics(&stack, failover).await?),
+        )
         .map(|((_, consumer, stream), (before, after))| {
             Inside::between((consumer, stream), before, &after)
         })
@@ -462,15 +517,89 @@ pub async fn measure(
         hops,
         repair_elapsed,
         restart_elapsed,
+        failover_elapsed,
         inside,
     })
 }
 
-/// The metrics of the services of [`STAGES`], in that order.
-async fn stage_metrics(stack: &Stack) -> anyhow::Result<Vec<HashMap<String, f64>>> {
+/// Sends `kill -<name>` to `pid`.
+fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{name} {pid} failed");
+    Ok(())
+}
+
+/// The service `--failover` names and the name of its standby process.
+fn failover_pair(service: &str) -> anyhow::Result<(&'static str, &'static str)> {
+    let pair = match service {
+        "sluice-watcher" => ("sluice-watcher", "sluice-watcher-standby"),
+        "sluice-evaluator" => ("sluice-evaluator", "sluice-evaluator-standby"),
+        "sluice-reporter" => ("sluice-reporter", "sluice-reporter-standby"),
+        "sluice-renderer" => ("sluice-renderer", "sluice-renderer-standby"),
+        "sluice-applier" => ("sluice-applier", "sluice-applier-standby"),
+        other => anyhow::bail!("--failover {other}: not one of {SERVICES:?}"),
+    };
+    anyhow::ensure!(
+        std::env::var("SLUICE_LEADER_ELECT").is_ok_and(|v| v == "true"),
+        "--failover runs two processes of {service}: set SLUICE_LEADER_ELECT=true (and the \
+         SLUICE_LEADER_ELECT_* timing) so that the stack's services take their leases"
+    );
+    Ok(pair)
+}
+
+/// Waits until `standby` holds `service`'s lease (`holding`) or stands by while the first
+/// process holds it; `sluice_leader` on each process's `/metrics`.
+async fn wait_leading(
+    stack: &Stack,
+    service: &str,
+    standby: &str,
+    holding: bool,
+) -> anyhow::Result<()> {
+    let key = format!(
+        "sluice_leader{{service=\"{}\"}}",
+        service.trim_start_matches("sluice-")
+    );
+    let leads = |process: &str| {
+        let key = key.clone();
+        let process = process.to_string();
+        async move {
+            demo::metrics(stack, &process)
+                .await
+                .ok()
+                .and_then(|m| m.get(&key).copied())
+        }
+    };
+    let what = match holding {
+        true => format!("{standby} to take over {service}'s lease"),
+        false => format!("{standby} to stand by beside {service}"),
+    };
+    sluice_testkit::wait_for(&what, GRACE, || async {
+        let standby_leads = leads(standby).await;
+        match holding {
+            true => (standby_leads == Some(1.0)).then_some(()),
+            false => {
+                (standby_leads == Some(0.0) && leads(service).await == Some(1.0)).then_some(())
+            }
+        }
+    })
+    .await
+}
+
+/// The metrics of the services of [`STAGES`], in that order; with `--failover`, that
+/// service's from its standby (which measures only what it did after taking over).
+async fn stage_metrics(
+    stack: &Stack,
+    failover: Option<(&str, &str)>,
+) -> anyhow::Result<Vec<HashMap<String, f64>>> {
     let mut all = Vec::new();
     for (service, _, _) in STAGES {
-        all.push(demo::metrics(stack, service).await?);
+        let process = match failover {
+            Some((failed, standby)) if failed == service => standby,
+            _ => service,
+        };
+        all.push(demo::metrics(stack, process).await?);
     }
     Ok(all)
 }

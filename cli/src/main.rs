@@ -63,6 +63,11 @@ enum Command {
         /// service (e.g. `sluice-applier`), start it again and time until it is ready.
         #[arg(long, value_name = "SERVICE")]
         restart: Option<String>,
+        /// With `--load`: run this service as two processes with leader election (set
+        /// `SLUICE_LEADER_ELECT=true`) and kill the lease holder halfway through the creates;
+        /// the standby takes over and nothing may be lost.
+        #[arg(long, value_name = "SERVICE")]
+        failover: Option<String>,
     },
     /// Kubernetes API test server for tests and demos only, never production.
     Testserver(sluice_testserver::CliArgs),
@@ -165,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
             hops,
             repair,
             restart,
+            failover,
         } => {
             tracing_subscriber::fmt().with_env_filter("warn").init();
             if let Some((rate, count)) = load {
@@ -175,6 +181,7 @@ async fn main() -> anyhow::Result<()> {
                     hops,
                     repair,
                     restart,
+                    failover,
                 };
                 let report = sluice_cli::load::measure(&options, &mut std::io::stdout()).await?;
                 let (p50, p99, max) = sluice_cli::demo::percentiles(&report.create);

@@ -44,10 +44,14 @@ pub const MANAGEMENT: &str = "mgmt";
 
 /// The services' tuning variables the stack passes on from its own environment (its services
 /// inherit no other `SLUICE_*` variable), so a measurement can set them.
-const TUNING_ENV: [&str; 3] = [
+const TUNING_ENV: [&str; 7] = [
     "SLUICE_LINGER_US",
     "SLUICE_WORKER_THREADS",
     "SLUICE_APPLY_CONCURRENCY",
+    "SLUICE_LEADER_ELECT",
+    "SLUICE_LEADER_ELECT_LEASE_DURATION",
+    "SLUICE_LEADER_ELECT_RENEW_DEADLINE",
+    "SLUICE_LEADER_ELECT_RETRY_PERIOD",
 ];
 
 /// The namespaces and RBAC of the deployment (`k8s/base`): the services' ServiceAccounts, Roles,

@@ -399,6 +399,43 @@ impl Bus {
         Ok((initial, Box::pin(live)))
     }
 
+    /// Resets the delivery state of `spec`'s durable to its ack floor (`CONSUMER.RESET`,
+    /// nats-server 2.14): what an earlier process of the stage received and never settled (it
+    /// was killed, or it lost its lease) is delivered again now instead of after the ack wait.
+    /// Only the process that is to read the consumer calls it, as it binds: the one process of
+    /// the stage, or the holder of its lease (ADR 0046).
+    async fn reset_delivery(&self, spec: ConsumerSpec) -> Result<()> {
+        let subject = format!(
+            "$JS.API.CONSUMER.RESET.{}.{}",
+            spec.stream.name, spec.durable
+        );
+        let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
+            stream: spec.stream.name.to_string(),
+            consumer: spec.durable.to_string(),
+            source,
+        };
+        let reply = match self.client().request(subject, bytes::Bytes::new()).await {
+            Ok(reply) => reply,
+            Err(error) if error.kind() == async_nats::RequestErrorKind::NoResponders => {
+                tracing::warn!(
+                    stream = spec.stream.name,
+                    consumer = spec.durable,
+                    "nats-server older than 2.14 (no CONSUMER.RESET): what an earlier process left unsettled comes back after the ack wait"
+                );
+                return Ok(());
+            }
+            Err(error) => return Err(consumer_err(Box::new(error))),
+        };
+        let answer: serde_json::Value =
+            serde_json::from_slice(&reply.payload).map_err(|e| consumer_err(Box::new(e)))?;
+        if let Some(error) = answer.get("error") {
+            return Err(consumer_err(
+                format!("resetting its delivery state failed: {error}").into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The durable consumer of a stage. Created on first use to start from the last message of
     /// every subject of a state stream (the current state), or from the first stored message of
     /// a log (every event is still to process); afterwards it resumes where the acks left it.
@@ -460,6 +497,7 @@ impl Bus {
                 .await
                 .map_err(|e| consumer_err(Box::new(e)))?;
         }
+        self.reset_delivery(spec).await?;
         consumer
             .stream()
             .max_messages_per_batch(500)

@@ -46,7 +46,7 @@ pub fn inbox_prefix(name: &str) -> String {
 /// - `$JS.API.INFO`, and `STREAM.INFO`/`CREATE`/`UPDATE` of each stream it uses (every service
 ///   creates the streams it touches, so the start order does not matter; ADR 0022);
 ///   `STREAM.PURGE` of the streams it purges; no identity may delete a stream;
-/// - its durables: create (with or without a filter token), info, next and the acks
+/// - its durables: create (with or without a filter token), info, next, reset and the acks
 ///   (`$JS.ACK.<stream>.<durable>.>`), and delete only where the stage recreates its consumer
 ///   ([`Acks::Covering`]);
 /// - its lease, if it [`Identity::leads`]: publishing to its own lease subject and reading the
@@ -84,6 +84,8 @@ pub fn permissions(identity: &Identity) -> Permissions {
         publish.push(format!("{JS_API}.CONSUMER.CREATE.{target}.>"));
         publish.push(format!("{JS_API}.CONSUMER.INFO.{target}"));
         publish.push(format!("{JS_API}.CONSUMER.MSG.NEXT.{target}"));
+        // Deliveries an earlier process never settled come back at once (`Bus::durable`).
+        publish.push(format!("{JS_API}.CONSUMER.RESET.{target}"));
         if consumer.acks == Acks::Covering {
             publish.push(format!("{JS_API}.CONSUMER.DELETE.{target}"));
         }
@@ -130,7 +132,7 @@ fn others_durables(identity: &Identity) -> Vec<String> {
             continue;
         }
         let target = format!("{}.{}", consumer.stream.name, consumer.durable);
-        for action in ["CREATE", "INFO", "MSG.NEXT", "DELETE"] {
+        for action in ["CREATE", "INFO", "MSG.NEXT", "DELETE", "RESET"] {
             deny.push(format!("{JS_API}.CONSUMER.{action}.{target}"));
         }
         deny.push(format!("{JS_API}.CONSUMER.CREATE.{target}.>"));

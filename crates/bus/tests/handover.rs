@@ -83,3 +83,51 @@ async fn publish(bus: &Bus, subject: &str, body: &str) -> anyhow::Result<()> {
     .await?;
     Ok(())
 }
+
+/// A process that received deliveries and died without settling them: its successor gets them
+/// at once when it binds the consumer (its delivery state reset to the ack floor), not after
+/// the consumer's ack wait (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_a_dead_process_never_settled_come_back_at_once() -> anyhow::Result<()> {
+    const UNSETTLED: usize = 20;
+    let nats = NatsServer::start().await?;
+    let publisher = Bus::connect(&nats.url()).await?;
+    let subject = topology::cloudevent_subject("default.c1");
+    for i in 0..UNSETTLED {
+        publish(&publisher, &subject, &format!("event-{i}")).await?;
+    }
+    let dead = Bus::connect(&nats.url()).await?;
+    let mut messages = dead.durable(topology::EVALUATOR_CLOUDEVENTS, None).await?;
+    for _ in 0..UNSETTLED {
+        tokio::time::timeout(Duration::from_secs(5), messages.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("consumer ended"))??;
+    }
+    // Dies holding all of them: no ack, no nak, no close.
+    drop(messages);
+    drop(dead);
+
+    let start = Instant::now();
+    let next = Bus::connect(&nats.url()).await?;
+    let mut messages = next.durable(topology::EVALUATOR_CLOUDEVENTS, None).await?;
+    let mut received = std::collections::BTreeSet::new();
+    while received.len() < UNSETTLED {
+        let message = tokio::time::timeout(Duration::from_secs(5), messages.next())
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "{} of {UNSETTLED} redelivered after {:?}: the rest wait for the ack wait",
+                    received.len(),
+                    start.elapsed()
+                )
+            })?
+            .ok_or_else(|| anyhow::anyhow!("consumer ended"))??;
+        received.insert(String::from_utf8_lossy(&message.payload).into_owned());
+        message.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    eprintln!(
+        "{UNSETTLED} unsettled deliveries back after {:?}",
+        start.elapsed()
+    );
+    Ok(())
+}
