@@ -70,6 +70,7 @@ where
     tracing::info!(service, version = env!("CARGO_PKG_VERSION"), config = %common.redacted(), spans_exported = spans.export, "starting");
     let token = shutdown_token()?;
     let health = Health::new();
+    spans::count_spans(&health);
     let server = serve_health(common.health_addr, health.clone(), token.clone()).await?;
     let outcome = app(common, health.clone(), token.clone()).await;
     health.set_ready(false);

@@ -30,8 +30,9 @@ use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SpanData, SpanEvents, SpanLinks, SpanProcessor,
+    BatchSpanProcessor, SpanData, SpanEvents, SpanExporter, SpanLinks, SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
 
@@ -170,6 +171,62 @@ struct Export {
 
 static EXPORT: OnceLock<Export> = OnceLock::new();
 
+/// What becomes of the spans, on `/metrics` ([`count_spans`]): those handed to the batch
+/// processor, those its exporter sent, and those in batches the receiver did not take. The
+/// processor drops spans when its queue is full without saying so anywhere else: recorded less
+/// exported and failed, beyond the queue (2,048), were dropped.
+struct SpanCounters {
+    recorded: crate::Counter,
+    exported: crate::Counter,
+    failed: crate::Counter,
+}
+
+static COUNTERS: OnceLock<SpanCounters> = OnceLock::new();
+
+/// Counts the process's spans on `health`'s `/metrics`: `sluice_spans_recorded_total`,
+/// `sluice_spans_exported_total` and `sluice_spans_export_failed_total`. Once per process; only
+/// when spans are exported.
+pub fn count_spans(health: &crate::Health) {
+    if !spans_enabled() {
+        return;
+    }
+    let _ = COUNTERS.set(SpanCounters {
+        recorded: health.counter("sluice_spans_recorded_total"),
+        exported: health.counter("sluice_spans_exported_total"),
+        failed: health.counter("sluice_spans_export_failed_total"),
+    });
+}
+
+/// The OTLP exporter, counting what it sends and what fails.
+#[derive(Debug)]
+struct Counted<E>(E);
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let spans = batch.len() as u64;
+        let sent = self.0.export(batch).await;
+        if let Some(counters) = COUNTERS.get() {
+            match &sent {
+                Ok(()) => counters.exported.add(spans),
+                Err(_) => counters.failed.add(spans),
+            }
+        }
+        sent
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.0.set_resource(resource);
+    }
+}
+
 /// Whether this process exports spans: callers skip building a [`Span`] when it does not.
 pub fn spans_enabled() -> bool {
     EXPORT.get().is_some()
@@ -183,6 +240,9 @@ pub fn record(span: Span) {
     };
     if !span.context.is_sampled() {
         return;
+    }
+    if let Some(counters) = COUNTERS.get() {
+        counters.recorded.inc();
     }
     export.processor.on_end(span_data(span, &export.scope));
 }
@@ -260,7 +320,7 @@ fn start_export(service: &'static str, endpoint: Option<String>) -> Result<(), S
     let exporter = builder
         .build()
         .map_err(|error| format!("OTLP span exporter: {error}"))?;
-    let mut processor = BatchSpanProcessor::builder(exporter).build();
+    let mut processor = BatchSpanProcessor::builder(Counted(exporter)).build();
     let mut resource = Resource::builder();
     let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|name| !name.trim().is_empty())
         || std::env::var("OTEL_RESOURCE_ATTRIBUTES")

@@ -469,5 +469,59 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
         .expect("the reporter's span");
     assert_eq!(reporter.parent_span_id, evaluator.span_id, "{trace:#?}");
     assert_eq!(reporter.name, "process SLUICE_MATCH");
+    // Each service counts what it recorded and what its exporter sent, on /metrics.
+    for service in sluice_cli::stack::SERVICES {
+        let received = receiver
+            .spans()
+            .iter()
+            .filter(|span| span.service == service)
+            .count() as f64;
+        let metrics = demo::metrics(&stack, service).await?;
+        let count = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
+        let counted: Vec<(&String, &f64)> = metrics
+            .iter()
+            .filter(|(name, _)| name.starts_with("sluice_spans_"))
+            .collect();
+        assert!(
+            count("sluice_spans_exported_total") >= received.min(1.0),
+            "{service}: {received} spans received, {counted:?}"
+        );
+        assert!(count("sluice_spans_recorded_total") >= count("sluice_spans_exported_total"));
+        assert_eq!(count("sluice_spans_export_failed_total"), 0.0, "{service}");
+    }
+    Ok(())
+}
+
+/// Spans a receiver does not take are counted as failed on `/metrics`, beside those recorded,
+/// so that a trace backend that is down shows there, not only as missing traces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spans_no_receiver_takes_are_counted_as_failed() -> anyhow::Result<()> {
+    let mut stack = stack_with_seed().await?;
+    // A port nothing listens on.
+    let endpoint = format!("http://127.0.0.1:{}", sluice_testkit::free_port());
+    stack.restart_service_with(
+        "sluice-watcher",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )?;
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    let counted = wait_for("the watcher's failed spans counted", DEADLINE, || async {
+        let metrics = demo::metrics(&stack, "sluice-watcher").await.ok()?;
+        let count = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
+        (count("sluice_spans_export_failed_total") >= 1.0).then_some(metrics)
+    })
+    .await;
+    let metrics = match counted {
+        Ok(metrics) => metrics,
+        Err(e) => anyhow::bail!("{e}\n{}", stack.logs()),
+    };
+    let count = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
+    assert!(count("sluice_spans_recorded_total") >= count("sluice_spans_export_failed_total"));
+    assert_eq!(count("sluice_spans_exported_total"), 0.0);
     Ok(())
 }
