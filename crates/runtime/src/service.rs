@@ -23,6 +23,18 @@ struct ServiceConfig<E: Args> {
     own: E,
 }
 
+/// What `--help` says of the span export's variables ([`crate::spans::ENV_VARS`], ADR 0045),
+/// marked as clap marks the flags' variables.
+const SPANS_HELP: &str = "\
+Span export (OpenTelemetry, OTLP/HTTP with protobuf; ADR 0045), from the standard variables:
+      The receiver's base URL; unset or empty: no spans exported [env: OTEL_EXPORTER_OTLP_ENDPOINT]
+      The receiver's URL for spans, instead [env: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT]
+      http/protobuf only [env: OTEL_EXPORTER_OTLP_PROTOCOL] [env: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL]
+      otlp or none [env: OTEL_TRACES_EXPORTER]
+      always_on, always_off, traceidratio or their parentbased_ forms [env: OTEL_TRACES_SAMPLER]
+      The share of traces sampled, 0 to 1 [env: OTEL_TRACES_SAMPLER_ARG]
+      true: no spans exported [env: OTEL_SDK_DISABLED]";
+
 /// Turns transparent huge pages off ([`crate::without_huge_pages`]), parses the flags of
 /// `binary` (the common ones and `E`; bad ones exit 64) and runs `app` through
 /// [`crate::serve`] on the service's [`runtime`].
@@ -38,7 +50,10 @@ where
     Fut: Future<Output = anyhow::Result<()>>,
 {
     crate::without_huge_pages();
-    let command = ServiceConfig::<E>::command().name(binary).about(about);
+    let command = ServiceConfig::<E>::command()
+        .name(binary)
+        .about(about)
+        .after_help(SPANS_HELP);
     let config: ServiceConfig<E> = crate::config::parse_command(command, std::env::args_os());
     let own = config.own;
     runtime(&config.common)?.block_on(crate::serve(
@@ -142,5 +157,17 @@ mod tests {
         };
         assert_eq!(workers(&[]), 1);
         assert_eq!(workers(&["--worker-threads=3"]), 3);
+    }
+
+    #[test]
+    fn the_help_names_every_span_variable_read() {
+        let named: std::collections::BTreeSet<&str> = SPANS_HELP
+            .split("[env: ")
+            .skip(1)
+            .filter_map(|rest| rest.split(']').next())
+            .collect();
+        let read: std::collections::BTreeSet<&str> =
+            crate::spans::ENV_VARS.iter().copied().collect();
+        assert_eq!(named, read);
     }
 }

@@ -61,6 +61,19 @@ pub struct BadSpanConfig {
     pub reason: &'static str,
 }
 
+/// The variables [`SpanConfig::from_env`] reads: what a deployment may set for span export
+/// beside the flags (the SDK reads more of its own, such as `OTEL_EXPORTER_OTLP_HEADERS`).
+pub const ENV_VARS: [&str; 8] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_SDK_DISABLED",
+];
+
 impl SpanConfig {
     /// Reads the span export's variables through `var` (the environment, in a service).
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<SpanConfig, BadSpanConfig> {
@@ -367,6 +380,25 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         SpanConfig::from_env(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn the_variables_read_are_the_listed_ones() {
+        let asked = std::cell::RefCell::new(std::collections::BTreeSet::new());
+        let everything = |name: &str| {
+            asked.borrow_mut().insert(name.to_owned());
+            // A value that makes every branch read on: the sampler asks for its argument.
+            match name {
+                "OTEL_TRACES_SAMPLER" => Some("traceidratio".to_owned()),
+                "OTEL_TRACES_SAMPLER_ARG" => Some("0.5".to_owned()),
+                "OTEL_TRACES_EXPORTER" => Some("otlp".to_owned()),
+                _ => None,
+            }
+        };
+        SpanConfig::from_env(everything).unwrap();
+        let listed: std::collections::BTreeSet<String> =
+            ENV_VARS.iter().map(|name| (*name).to_owned()).collect();
+        assert_eq!(*asked.borrow(), listed);
     }
 
     #[test]

@@ -114,15 +114,22 @@ fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
 }
 
 /// Parses `env` (name -> value) with the clap definition of [`CommonArgs`], as a service would
-/// at startup: unknown names and unparsable values fail here. `RUST_LOG` is the one extra name.
+/// at startup: unknown names and unparsable values fail here. `RUST_LOG` and the span export's
+/// variables (`sluice_runtime::spans::ENV_VARS`) are the extra names a service reads.
 fn parse_common_env(env: &BTreeMap<String, String>, context: &str) -> CommonArgs {
     let known: BTreeSet<String> = common_env_vars().into_iter().collect();
     for name in env.keys() {
         assert!(
-            known.contains(name) || name == LOG_FILTER_ENV,
+            known.contains(name)
+                || name == LOG_FILTER_ENV
+                || sluice_runtime::spans::ENV_VARS.contains(&name.as_str()),
             "{context}: {name} is not an option of CommonArgs (known: {known:?})"
         );
     }
+    // With none of them set on the host, compose passes them empty: no span export.
+    let spans = sluice_runtime::spans::SpanConfig::from_env(|name| env.get(name).cloned())
+        .unwrap_or_else(|error| panic!("{context}: {error:?}"));
+    assert!(!spans.export, "{context}: spans exported by default");
     let command = CommonArgs::augment_args(clap::Command::new("service"));
     let mut argv = vec!["service".to_owned()];
     for arg in command.get_arguments() {
