@@ -90,7 +90,8 @@ impl Bus {
     /// stage restarted in the same process (tests, `sluice demo`) would wait that long.
     ///
     /// Call it once the stage's consumers are dropped; messages already delivered to them and
-    /// not acked are redelivered after the ack wait as always.
+    /// not acked are delivered again when the next process binds the consumer
+    /// ([`Bus::durable`] resets its delivery state), or after the ack wait.
     ///
     /// A lease the connection holds ([`Bus::hold_lease`]) is released first, so that a standby
     /// takes over once this process has finished its work.
