@@ -27,6 +27,19 @@ async fn holder_of(bus: &Bus) -> anyhow::Result<Option<String>> {
         .map(|r| r.lease.holder))
 }
 
+/// A bus on `nats` whose process, "first", holds the lease.
+async fn held_by_first(
+    nats: &NatsServer,
+    token: &CancellationToken,
+) -> anyhow::Result<(Bus, sluice_bus::lease::Leadership)> {
+    let bus = Bus::connect(&nats.url()).await?;
+    let leadership = bus
+        .acquire_lease(SERVICE, "first", TIMING, token)
+        .await
+        .expect("the lease is free");
+    Ok((bus, leadership))
+}
+
 /// Contenders that all read an empty lease at once and write: only one write is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_contenders_racing_for_a_free_lease_exactly_one_takes_it() -> anyhow::Result<()> {
@@ -78,11 +91,7 @@ async fn one_holder_renews_while_others_wait_and_a_release_hands_over_at_the_nex
 ) -> anyhow::Result<()> {
     let nats = NatsServer::start().await?;
     let token = CancellationToken::new();
-    let first_bus = Bus::connect(&nats.url()).await?;
-    let leadership = first_bus
-        .acquire_lease(SERVICE, "first", TIMING, &token)
-        .await
-        .expect("the lease is free");
+    let (first_bus, leadership) = held_by_first(&nats, &token).await?;
     let (won_tx, mut won) = tokio::sync::mpsc::unbounded_channel();
     for name in ["second", "third"] {
         let bus = Bus::connect(&nats.url()).await?;
@@ -119,11 +128,7 @@ async fn one_holder_renews_while_others_wait_and_a_release_hands_over_at_the_nex
 async fn a_holder_that_dies_is_followed_once_its_record_expires() -> anyhow::Result<()> {
     let nats = NatsServer::start().await?;
     let token = CancellationToken::new();
-    let first = Bus::connect(&nats.url()).await?;
-    let leadership = first
-        .acquire_lease(SERVICE, "first", TIMING, &token)
-        .await
-        .expect("the lease is free");
+    let (_first, leadership) = held_by_first(&nats, &token).await?;
     let second = Bus::connect(&nats.url()).await?;
     let standby = {
         let (second, token) = (second.clone(), token.clone());
@@ -160,11 +165,7 @@ async fn a_holder_cut_off_from_the_server_gives_up_before_anyone_else_can_take_o
 ) -> anyhow::Result<()> {
     let mut nats = NatsServer::start().await?;
     let token = CancellationToken::new();
-    let first = Bus::connect(&nats.url()).await?;
-    let leadership = first
-        .acquire_lease(SERVICE, "first", TIMING, &token)
-        .await
-        .expect("the lease is free");
+    let (_first, leadership) = held_by_first(&nats, &token).await?;
     let lost = leadership.lost();
     tokio::time::sleep(TIMING.retry_period * 3).await;
     nats.stop();
@@ -196,12 +197,8 @@ async fn a_holder_cut_off_from_the_server_gives_up_before_anyone_else_can_take_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_stops_waiting_when_its_process_stops() -> anyhow::Result<()> {
     let nats = NatsServer::start().await?;
-    let bus = Bus::connect(&nats.url()).await?;
     let token = CancellationToken::new();
-    let _held = bus
-        .acquire_lease(SERVICE, "first", TIMING, &token)
-        .await
-        .expect("the lease is free");
+    let (bus, _held) = held_by_first(&nats, &token).await?;
     let standby_token = CancellationToken::new();
     let standby = {
         let (bus, token) = (bus.clone(), standby_token.clone());
