@@ -31,6 +31,8 @@ pub struct Bus {
     /// The service's lease while this process holds it ([`Bus::hold_lease`]), released by
     /// [`Bus::close`].
     lease: std::sync::Arc<std::sync::Mutex<Option<crate::lease::Leadership>>>,
+    /// Replays reading at once ([`topology::REPLAYS_AT_ONCE`]).
+    replays: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// One message a stage wants published.
@@ -73,6 +75,7 @@ impl Bus {
             refusals,
             linger: options.linger,
             lease: Default::default(),
+            replays: std::sync::Arc::new(tokio::sync::Semaphore::new(topology::REPLAYS_AT_ONCE)),
         };
         let streams = options
             .identity
@@ -117,6 +120,12 @@ impl Bus {
         if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
             tracing::warn!(timeout = ?CLOSE_TIMEOUT, "NATS connection not closed in time, dropping it");
         }
+    }
+
+    /// A turn to replay a stream: at most [`topology::REPLAYS_AT_ONCE`] at once per connection.
+    pub(crate) async fn replay_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // The semaphore is never closed: `None` cannot happen, and would only mean no bound.
+        self.replays.acquire().await.ok()
     }
 
     /// Keeps `leadership` until [`Bus::close`] releases it.

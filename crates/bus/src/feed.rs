@@ -288,12 +288,16 @@ impl Bus {
         filter: &str,
         headers_only: bool,
     ) -> Result<Vec<Delivered>> {
+        // Each replay is a consumer on the stream while it reads, and nats-server 2.15 allows
+        // a stream 1,000 consumers: a watcher starting on a fleet replays per cluster and kind
+        // at once, so this process holds at most `REPLAYS_AT_ONCE` of them.
+        let _permit = self.replay_permit().await;
         let stream = self.stream(spec).await?;
         let read_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Read {
             stream: spec.name.to_string(),
             source,
         };
-        let consumer = stream
+        let mut consumer = stream
             .create_consumer(pull::OrderedConfig {
                 filter_subject: filter.to_string(),
                 deliver_policy: DeliverPolicy::LastPerSubject,
@@ -302,36 +306,45 @@ impl Bus {
             })
             .await
             .map_err(|e| read_err(Box::new(e)))?;
-        let mut consumer = consumer;
-        let pending = consumer
-            .info()
-            .await
-            .map_err(|e| read_err(Box::new(e)))?
-            .num_pending;
-        let mut out = Vec::with_capacity(pending as usize);
-        if pending == 0 {
-            return Ok(out);
-        }
-        let mut messages = consumer
-            .messages()
-            .await
-            .map_err(|e| read_err(Box::new(e)))?;
-        loop {
-            let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
-            let message = match next {
-                Ok(Some(Ok(message))) => message,
-                Ok(Some(Err(e))) => return Err(read_err(Box::new(e))),
-                Ok(None) => break,
-                Err(elapsed) => return Err(read_err(Box::new(elapsed))),
-            };
-            let delivered = Delivered::from_message(spec.name, &message)?;
-            let remaining = message.info().map(|i| i.pending).unwrap_or(0);
-            out.push(delivered);
-            if remaining == 0 {
-                break;
+        let name = consumer.cached_info().name.clone();
+        let read = async {
+            let pending = consumer
+                .info()
+                .await
+                .map_err(|e| read_err(Box::new(e)))?
+                .num_pending;
+            let mut out = Vec::with_capacity(pending as usize);
+            if pending == 0 {
+                return Ok(out);
             }
+            let mut messages = consumer
+                .messages()
+                .await
+                .map_err(|e| read_err(Box::new(e)))?;
+            loop {
+                let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
+                let message = match next {
+                    Ok(Some(Ok(message))) => message,
+                    Ok(Some(Err(e))) => return Err(read_err(Box::new(e))),
+                    Ok(None) => break,
+                    Err(elapsed) => return Err(read_err(Box::new(elapsed))),
+                };
+                let delivered = Delivered::from_message(spec.name, &message)?;
+                let remaining = message.info().map(|i| i.pending).unwrap_or(0);
+                out.push(delivered);
+                if remaining == 0 {
+                    break;
+                }
+            }
+            Ok(out)
+        };
+        let out = read.await;
+        // Done with it: deleted now rather than left for the server to drop after 30 s idle,
+        // when it would still count against the stream's limit. A failure leaves it to expire.
+        if let Err(error) = stream.delete_consumer(&name).await {
+            tracing::debug!(stream = spec.name, consumer = %name, error = %error, "replay consumer not deleted; it expires");
         }
-        Ok(out)
+        out
     }
 
     /// Follows a state stream: returns the last message of every subject matching `filter` as

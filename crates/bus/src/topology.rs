@@ -42,6 +42,13 @@ pub const PUBLISH_WINDOW: usize = 256;
 /// re-renders a fleet) settles older acks before it publishes more.
 pub const ACKS_IN_FLIGHT: usize = 4_096;
 
+/// Replays (`Bus::replay_state`) one connection reads at once. Each is a consumer on its stream
+/// while it reads, and nats-server 2.15 allows a stream 1,000 consumers unless it says
+/// otherwise: a watcher starting on a fleet of thousands of clusters replays per cluster and
+/// kind, and would otherwise be refused (`maximum consumers limit reached`) until consumers
+/// expire.
+pub const REPLAYS_AT_ONCE: usize = 64;
+
 /// How long a deletion stays on `SLUICE_CONFIG` (its `Nats-TTL`): a deleted object's (a
 /// SveltosCluster, an EventTrigger), or a withdrawn ConfigMap's or Secret's. Long enough for
 /// every follower to read it, after which the subject is gone: a follower that starts later

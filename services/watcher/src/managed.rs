@@ -289,7 +289,7 @@ async fn watch_managed(
             Ok(known) => known,
             Err(error) => {
                 errors.inc();
-                tracing::warn!(cluster = %cluster, error = %error, "failed to read published state");
+                tracing::warn!(cluster = %cluster, error = %sluice_runtime::error_chain(&error), "failed to read published state");
                 if crate::pause(RETRY, &shutdown).await {
                     return;
                 }
