@@ -115,6 +115,21 @@ impl ConfigState {
         out
     }
 
+    /// Whether `id` is one of [`ConfigState::source_clusters`] of `trigger`, without listing
+    /// them: a change in one cluster asks this once per trigger, whatever the fleet's size.
+    pub fn is_source_cluster(&self, trigger: &EventTrigger, id: &ClusterId) -> bool {
+        let Some(cluster) = self.clusters.get(id) else {
+            return false;
+        };
+        cluster.is_usable()
+            && (trigger.source_cluster_selector.matches(&cluster.labels)
+                || trigger.cluster_set_refs.iter().any(|set| {
+                    self.cluster_sets
+                        .get(set)
+                        .is_some_and(|members| members.contains(id))
+                }))
+    }
+
     /// Every (cluster, EventSource name) some trigger asks to watch, with the triggers asking.
     /// `event_source_name` renders the trigger's (possibly templated) eventSourceName for a cluster.
     pub fn deployments<F>(
@@ -311,5 +326,45 @@ mod tests {
         );
         let d = s.deployments(|t, _| Some(t.event_source_name.clone()));
         assert!(d.keys().any(|(c, es)| c.name == "b" && es == "es2"));
+    }
+
+    /// Asked of one cluster, a trigger's source clusters answer as the whole list does: by
+    /// selector, by cluster set, never for an unusable cluster or one that does not exist.
+    #[test]
+    fn one_cluster_is_a_source_exactly_when_the_list_holds_it() {
+        let mut s = state();
+        s.apply("ClusterSet", "", "set", Some(&json!({"status": {"selectedClusterRefs": [{"kind": "SveltosCluster", "namespace": "default", "name": "b"}, {"kind": "SveltosCluster", "namespace": "default", "name": "c"}]}})));
+        s.apply(
+            "SveltosCluster",
+            "default",
+            "c",
+            Some(&json!({"kind": "SveltosCluster", "metadata": {"name": "c", "namespace": "default", "labels": {"env": "fv"}}, "status": {"ready": false}})),
+        );
+        s.apply(
+            "EventTrigger",
+            "",
+            "t2",
+            Some(&json!({"kind": "EventTrigger", "metadata": {"name": "t2"}, "spec": {"clusterSetRefs": ["set"], "eventSourceName": "es2"}})),
+        );
+        let mut ids: Vec<ClusterId> = s.clusters.keys().cloned().collect();
+        let mut missing = ids[0].clone();
+        missing.name = "missing".into();
+        ids.push(missing);
+        let mut seen = 0;
+        for trigger in s.valid_event_triggers() {
+            let listed = s.source_clusters(trigger);
+            for id in &ids {
+                assert_eq!(
+                    s.is_source_cluster(trigger, id),
+                    listed.contains(id),
+                    "{} {}",
+                    trigger.name,
+                    id.name
+                );
+                seen += usize::from(listed.contains(id));
+            }
+        }
+        // t: a (env=fv; c is not ready); t2: b through the set (c is not ready).
+        assert_eq!(seen, 2);
     }
 }

@@ -129,7 +129,16 @@ impl Stage {
         let mut out = Vec::new();
         let config = &self.config;
         for trigger in config.valid_event_triggers() {
-            for cluster_id in config.source_clusters(trigger) {
+            // A set change concerns its own cluster only: asked of it alone, not of every
+            // cluster of the fleet (a fleet's first sets would otherwise cost clusters²).
+            let clusters: Vec<ClusterId> = match scope {
+                Some(change) if config.is_source_cluster(trigger, &change.cluster) => {
+                    vec![change.cluster.clone()]
+                }
+                Some(_) => Vec::new(),
+                None => config.source_clusters(trigger).into_iter().collect(),
+            };
+            for cluster_id in clusters {
                 current.insert((trigger.name.clone(), cluster_id.clone()));
                 let Some(cluster) = config.clusters.get(&cluster_id) else {
                     continue;
@@ -137,9 +146,7 @@ impl Stage {
                 let event_source =
                     sluice_wire::names::event_source_name(trigger, cluster, &self.templates);
                 if let Some(change) = scope {
-                    if change.cluster != cluster_id
-                        || event_source.as_ref() != Ok(&change.event_source)
-                    {
+                    if event_source.as_ref() != Ok(&change.event_source) {
                         continue;
                     }
                 }
@@ -328,7 +335,7 @@ impl Stage {
         for trigger in self.config.valid_event_triggers() {
             if sluice_wire::names::event_source_name(trigger, cluster, &self.templates).as_ref()
                 != Ok(&matched.event_source)
-                || !self.config.source_clusters(trigger).contains(&cluster_id)
+                || !self.config.is_source_cluster(trigger, &cluster_id)
             {
                 continue;
             }
