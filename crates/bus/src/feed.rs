@@ -169,6 +169,38 @@ where
     }
 }
 
+/// Reads what a new consumer's stream held when it was made: `pending` messages, or fewer if
+/// one says that none is pending after it, each within 30 s.
+async fn read_to_end<S, E>(
+    messages: &mut S,
+    stream: &'static str,
+    pending: u64,
+) -> Result<Vec<Delivered>>
+where
+    S: futures::Stream<Item = std::result::Result<async_nats::jetstream::Message, E>> + Unpin,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let read_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Read {
+        stream: stream.to_string(),
+        source,
+    };
+    let mut out = Vec::with_capacity(pending as usize);
+    while out.len() < pending as usize {
+        let message = match tokio::time::timeout(Duration::from_secs(30), messages.next()).await {
+            Ok(Some(Ok(message))) => message,
+            Ok(Some(Err(e))) => return Err(read_err(Box::new(e))),
+            Ok(None) => break,
+            Err(elapsed) => return Err(read_err(Box::new(elapsed))),
+        };
+        let remaining = message.info().map(|i| i.pending).unwrap_or(0);
+        out.push(Delivered::from_message(stream, &message)?);
+        if remaining == 0 {
+            break;
+        }
+    }
+    Ok(out)
+}
+
 /// The live part of a followed state stream.
 pub type LiveFeed = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Delivered>> + Send>>;
 
@@ -313,30 +345,14 @@ impl Bus {
                 .await
                 .map_err(|e| read_err(Box::new(e)))?
                 .num_pending;
-            let mut out = Vec::with_capacity(pending as usize);
             if pending == 0 {
-                return Ok(out);
+                return Ok(Vec::new());
             }
             let mut messages = consumer
                 .messages()
                 .await
                 .map_err(|e| read_err(Box::new(e)))?;
-            loop {
-                let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
-                let message = match next {
-                    Ok(Some(Ok(message))) => message,
-                    Ok(Some(Err(e))) => return Err(read_err(Box::new(e))),
-                    Ok(None) => break,
-                    Err(elapsed) => return Err(read_err(Box::new(elapsed))),
-                };
-                let delivered = Delivered::from_message(spec.name, &message)?;
-                let remaining = message.info().map(|i| i.pending).unwrap_or(0);
-                out.push(delivered);
-                if remaining == 0 {
-                    break;
-                }
-            }
-            Ok(out)
+            read_to_end(&mut messages, spec.name, pending).await
         };
         let out = read.await;
         // Done with it: deleted now rather than left for the server to drop after 30 s idle,
@@ -386,21 +402,7 @@ impl Bus {
             .messages()
             .await
             .map_err(|e| read_err(Box::new(e)))?;
-        let mut initial = Vec::with_capacity(pending as usize);
-        while initial.len() < pending as usize {
-            let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
-            let message = match next {
-                Ok(Some(Ok(message))) => message,
-                Ok(Some(Err(e))) => return Err(read_err(Box::new(e))),
-                Ok(None) => break,
-                Err(elapsed) => return Err(read_err(Box::new(elapsed))),
-            };
-            let remaining = message.info().map(|i| i.pending).unwrap_or(0);
-            initial.push(Delivered::from_message(spec.name, &message)?);
-            if remaining == 0 {
-                break;
-            }
-        }
+        let initial = read_to_end(&mut messages, spec.name, pending).await?;
         let name = spec.name;
         let live = messages.map(move |m| {
             let message = m.map_err(|e| Error::Read {

@@ -340,6 +340,26 @@ async fn the_monitoring_alerts_name_metrics_the_services_serve() -> anyhow::Resu
     Ok(())
 }
 
+/// Restarts `service` exporting its spans to `endpoint`, every 100 ms rather than every 5 s.
+fn export_spans(stack: &mut Stack, service: &'static str, endpoint: &str) -> anyhow::Result<()> {
+    stack.restart_service_with(
+        service,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )
+}
+
+/// Seed 000's Service in cluster-a, and its ClusterProfile.
+async fn seed_service_profile(stack: &Stack) -> anyhow::Result<()> {
+    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
+    if let Err(e) = wait_profile(stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
+    Ok(())
+}
+
 /// With an OTLP endpoint set (ADR 0045), a Service's event is one trace across the services:
 /// the watcher's span of the change is its root, the evaluator's span is under it, the
 /// renderer's and the reporter's under the evaluator's, and the applier's under the
@@ -350,19 +370,9 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
     let mut stack = stack_with_seed().await?;
     let endpoint = receiver.endpoint();
     for service in sluice_cli::stack::SERVICES {
-        stack.restart_service_with(
-            service,
-            &[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-                // sent every 100 ms, not every 5 s
-                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ],
-        )?;
+        export_spans(&mut stack, service, &endpoint)?;
     }
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
-        anyhow::bail!("{e}\n{}", stack.logs());
-    }
+    seed_service_profile(&stack).await?;
     let chain = [
         ("sluice-watcher", "send SLUICE_CHANGES", 4),
         ("sluice-evaluator", "process SLUICE_CHANGES", 5),
@@ -499,17 +509,8 @@ async fn spans_no_receiver_takes_are_counted_as_failed() -> anyhow::Result<()> {
     let mut stack = stack_with_seed().await?;
     // A port nothing listens on.
     let endpoint = format!("http://127.0.0.1:{}", sluice_testkit::free_port());
-    stack.restart_service_with(
-        "sluice-watcher",
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
-    )?;
-    stack.apply_yaml("cluster-a", demo::SERVICE).await?;
-    if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
-        anyhow::bail!("{e}\n{}", stack.logs());
-    }
+    export_spans(&mut stack, "sluice-watcher", &endpoint)?;
+    seed_service_profile(&stack).await?;
     let counted = wait_for("the watcher's failed spans counted", DEADLINE, || async {
         let metrics = demo::metrics(&stack, "sluice-watcher").await.ok()?;
         let count = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
