@@ -292,10 +292,13 @@ async fn every_stage_measures_its_batches_and_the_age_of_its_events() -> anyhow:
 
 /// The monitoring component's alerts (k8s/components/monitoring) name metrics the services
 /// serve once an event has passed: every plain name a series of some service, every name
-/// pattern the name of one.
+/// pattern the name of one. The services run as `k8s/base` runs them, with `--leader-elect`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_monitoring_alerts_name_metrics_the_services_serve() -> anyhow::Result<()> {
-    let stack = stack_with_seed().await?;
+    let mut stack = stack_with_seed().await?;
+    for service in sluice_cli::stack::SERVICES {
+        stack.restart_service_with(service, &[("SLUICE_LEADER_ELECT", "true")])?;
+    }
     stack.apply_yaml("cluster-a", demo::SERVICE).await?;
     if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "my-service", DEADLINE).await {
         anyhow::bail!("{e}\n{}", stack.logs());
