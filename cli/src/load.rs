@@ -420,28 +420,22 @@ pub async fn measure(
     let inside_before = stage_metrics(&stack, failover).await?;
     writeln!(out, "# creating {count} Services at {rate}/s")?;
     let failing_over = failover.map(|(service, standby)| {
-        let pid = stack
-            .processes()
-            .into_iter()
-            .find(|(name, _)| name == service)
-            .map(|(_, pid)| pid);
         let halfway = Duration::from_secs_f64(count as f64 / rate / 2.0);
-        (service, standby, pid, halfway)
+        (service, standby, halfway)
     });
     let (scheduled, failover_elapsed) = match failing_over {
         None => (
             open_loop(&services, &names, rate, Phase::Create, answered).await?,
             None,
         ),
-        Some((service, standby, pid, halfway)) => {
-            let pid = pid.ok_or_else(|| anyhow::anyhow!("{service} is not running"))?;
+        Some((service, standby, halfway)) => {
             let stack = &stack;
             let kill = async move {
                 tokio::time::sleep(halfway).await;
                 // A crash: the holder cannot release its lease; the standby takes it over
                 // once the holder's record expires.
                 let killed = Instant::now();
-                signal(pid, "KILL")?;
+                stack.signal(service, crate::stack::Signal::Kill)?;
                 wait_leading(stack, service, standby, true).await?;
                 anyhow::Ok(killed.elapsed())
             };
@@ -522,31 +516,20 @@ pub async fn measure(
     })
 }
 
-/// Sends `kill -<name>` to `pid`.
-fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
-    let status = std::process::Command::new("kill")
-        .args([format!("-{name}"), pid.to_string()])
-        .status()?;
-    anyhow::ensure!(status.success(), "kill -{name} {pid} failed");
-    Ok(())
-}
-
 /// The service `--failover` names and the name of its standby process.
 fn failover_pair(service: &str) -> anyhow::Result<(&'static str, &'static str)> {
-    let pair = match service {
-        "sluice-watcher" => ("sluice-watcher", "sluice-watcher-standby"),
-        "sluice-evaluator" => ("sluice-evaluator", "sluice-evaluator-standby"),
-        "sluice-reporter" => ("sluice-reporter", "sluice-reporter-standby"),
-        "sluice-renderer" => ("sluice-renderer", "sluice-renderer-standby"),
-        "sluice-applier" => ("sluice-applier", "sluice-applier-standby"),
-        other => anyhow::bail!("--failover {other}: not one of {SERVICES:?}"),
-    };
+    let standby = crate::stack::replica_name(service)
+        .ok_or_else(|| anyhow::anyhow!("--failover {service}: not one of {SERVICES:?}"))?;
+    let service = SERVICES
+        .into_iter()
+        .find(|s| *s == service)
+        .expect("a service with a replica name is one of SERVICES");
     anyhow::ensure!(
         std::env::var("SLUICE_LEADER_ELECT").is_ok_and(|v| v == "true"),
         "--failover runs two processes of {service}: set SLUICE_LEADER_ELECT=true (and the \
          SLUICE_LEADER_ELECT_* timing) so that the stack's services take their leases"
     );
-    Ok(pair)
+    Ok((service, standby))
 }
 
 /// Waits until `standby` holds `service`'s lease (`holding`) or stands by while the first

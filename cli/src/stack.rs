@@ -39,6 +39,29 @@ pub const SVELTOS_NAMESPACE: &str = "projectsveltos";
 /// This process's name among the stack's [`Stack::processes`].
 pub const THIS_PROCESS: &str = "sluice (API test server)";
 
+/// The name of a service's second process ([`Stack::start_replica`]): `sluice-applier-b` beside
+/// `sluice-applier`.
+pub fn replica_name(service: &str) -> Option<&'static str> {
+    Some(match service {
+        "sluice-watcher" => "sluice-watcher-b",
+        "sluice-evaluator" => "sluice-evaluator-b",
+        "sluice-reporter" => "sluice-reporter-b",
+        "sluice-renderer" => "sluice-renderer-b",
+        "sluice-applier" => "sluice-applier-b",
+        _ => return None,
+    })
+}
+
+/// A signal [`Stack::signal`] sends to a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// A crash: the process cannot drain or release anything.
+    Kill,
+    /// A pause (a stopped VM, a long stall), until [`Signal::Cont`].
+    Stop,
+    Cont,
+}
+
 /// Name of the management cluster in the test server.
 pub const MANAGEMENT: &str = "mgmt";
 
@@ -361,6 +384,28 @@ impl Stack {
         out.push(("nats-server".to_string(), self.nats.pid()));
         out.push((THIS_PROCESS.to_string(), std::process::id()));
         out
+    }
+
+    /// Sends `signal` to the process of the stack named `name` (a service or a replica).
+    pub fn signal(&self, name: &str, signal: Signal) -> anyhow::Result<()> {
+        let process = self
+            .services
+            .get(name)
+            .with_context(|| format!("{name} is not running"))?;
+        let number = match signal {
+            Signal::Kill => libc::SIGKILL,
+            Signal::Stop => libc::SIGSTOP,
+            Signal::Cont => libc::SIGCONT,
+        };
+        let pid = libc::pid_t::try_from(process.pid()).context("pid out of range")?;
+        // SAFETY: kill(2) takes any pid and signal number; the worst a wrong one does is fail.
+        if unsafe { libc::kill(pid, number) } != 0 {
+            anyhow::bail!(
+                "{signal:?} to {name} ({pid}): {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(())
     }
 
     /// The services that have exited (none should, whatever their input).

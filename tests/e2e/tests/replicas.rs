@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sluice_cli::demo::{self, wait_profile};
-use sluice_cli::stack::{Stack, SERVICES};
+use sluice_cli::stack::{replica_name, Signal, Stack, SERVICES};
 use sluice_testkit::wait_for;
 
 const TRIGGER: &str = "service-network-policy";
@@ -23,14 +23,7 @@ const LEASE: [(&str, &str); 4] = [
 
 /// Each service's second process.
 fn replica(service: &str) -> &'static str {
-    match service {
-        "sluice-watcher" => "sluice-watcher-b",
-        "sluice-evaluator" => "sluice-evaluator-b",
-        "sluice-reporter" => "sluice-reporter-b",
-        "sluice-renderer" => "sluice-renderer-b",
-        "sluice-applier" => "sluice-applier-b",
-        other => panic!("no replica name for {other}"),
-    }
+    replica_name(service).expect("a service of the stack")
 }
 
 fn fail(stack: &mut Stack, error: anyhow::Error) -> anyhow::Error {
@@ -196,20 +189,14 @@ async fn of_two_replicas_one_works_and_the_other_takes_over_when_it_dies_or_stop
     if let Err(e) = wait_roles(&stack, "sluice-applier", "sluice-applier", standby).await {
         return Err(fail(&mut stack, e));
     }
-    let pid = stack
-        .processes()
-        .into_iter()
-        .find(|(name, _)| name == "sluice-applier")
-        .map(|(_, pid)| pid)
-        .expect("the applier runs");
-    signal(pid, "STOP")?;
+    stack.signal("sluice-applier", Signal::Stop)?;
     let taken = wait_for(
         "the standby to take over from the paused holder",
         DEADLINE,
         || async { (leads(&stack, "sluice-applier", standby).await == Some(true)).then_some(()) },
     )
     .await;
-    signal(pid, "CONT")?;
+    stack.signal("sluice-applier", Signal::Cont)?;
     taken?;
     let code = wait_for("the paused holder to exit", DEADLINE, || {
         let code = stack.exit_code("sluice-applier");
@@ -225,14 +212,6 @@ async fn of_two_replicas_one_works_and_the_other_takes_over_when_it_dies_or_stop
     if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "four", DEADLINE).await {
         return Err(fail(&mut stack, e));
     }
-    Ok(())
-}
-
-fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status()?;
-    anyhow::ensure!(status.success(), "kill -{name} {pid} failed");
     Ok(())
 }
 
