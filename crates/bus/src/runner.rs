@@ -142,6 +142,9 @@ pub struct Output {
     /// For an output of held inputs ([`Stage::flush`]): the stream sequence of the held input
     /// whose trace context it continues; `None` (or an input not held) starts a new trace.
     pub source: Option<u64>,
+    /// For an output of no input: the trace context it carries, when the stage began a trace
+    /// of its own for it (the span of an applier's repair, say); `None`: the runner's.
+    pub trace: Option<TraceContext>,
 }
 
 impl Output {
@@ -1510,7 +1513,11 @@ impl Core {
             .into_iter()
             .map(|output| {
                 let parent = output.source.and_then(|sequence| parents.get(&sequence));
-                let traceparent = parent.cloned().or_else(|| fresh.clone());
+                let traceparent = output
+                    .trace
+                    .map(|trace| trace.to_string())
+                    .or_else(|| parent.cloned())
+                    .or_else(|| fresh.clone());
                 out(output, derived, traceparent)
             })
             .collect()
@@ -1583,6 +1590,7 @@ fn out(
         ttl,
         purge,
         source: _,
+        trace: _,
     } = output;
     if let Some(stream) = purge {
         return Out::Purge(stream, subject);

@@ -260,6 +260,61 @@ pub fn record(span: Span) {
     export.processor.on_end(span_data(span, &export.scope));
 }
 
+/// One request to a Kubernetes API server that a step of an event makes: recorded as a client
+/// span under the step's span (ADR 0045), named `PATCH ClusterProfile`, say.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// `PATCH`, `DELETE`, `GET`...
+    pub method: &'static str,
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    /// Empty for a cluster-scoped object.
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// `status`, or empty for the object itself.
+    pub subresource: &'a str,
+}
+
+impl Request<'_> {
+    /// Records the request, made from `start` until now, under `step`'s span; `error` when it
+    /// failed. Nothing without a step span (spans not exported).
+    pub fn record(&self, step: Option<&TraceContext>, start: SystemTime, error: Option<String>) {
+        let Some(step) = step else {
+            return;
+        };
+        let mut attributes = vec![
+            Attribute::new("http.request.method", self.method),
+            Attribute::new("k8s.resource.api_version", self.api_version.to_owned()),
+            Attribute::new("k8s.resource.kind", self.kind.to_owned()),
+            Attribute::new("k8s.object.name", self.name.to_owned()),
+        ];
+        if !self.namespace.is_empty() {
+            attributes.push(Attribute::new(
+                "k8s.namespace.name",
+                self.namespace.to_owned(),
+            ));
+        }
+        let mut name = format!("{} {}", self.method, self.kind);
+        if !self.subresource.is_empty() {
+            attributes.push(Attribute::new(
+                "k8s.resource.subresource",
+                self.subresource.to_owned(),
+            ));
+            name = format!("{name}/{}", self.subresource);
+        }
+        record(Span {
+            context: step.child(),
+            parent: Some(step.span_id),
+            name: name.into(),
+            kind: Kind::Client,
+            start,
+            end: SystemTime::now(),
+            attributes,
+            error,
+        });
+    }
+}
+
 fn span_data(span: Span, scope: &InstrumentationScope) -> SpanData {
     let Span {
         context,

@@ -712,29 +712,19 @@ fn record_request(
     start: SystemTime,
     error: Option<&sluice_kube::Error>,
 ) {
-    use sluice_runtime::spans::{Attribute, Kind, Span};
-    let Some(unit) = unit else {
-        return;
-    };
-    let mut attributes = vec![
-        Attribute::new("http.request.method", method),
-        Attribute::new("k8s.resource.api_version", r.api_version.clone()),
-        Attribute::new("k8s.resource.kind", r.kind.clone()),
-        Attribute::new("k8s.object.name", r.name.clone()),
-    ];
-    if !r.namespace.is_empty() {
-        attributes.push(Attribute::new("k8s.namespace.name", r.namespace.clone()));
+    sluice_runtime::spans::Request {
+        method,
+        api_version: &r.api_version,
+        kind: &r.kind,
+        namespace: &r.namespace,
+        name: &r.name,
+        subresource: "",
     }
-    sluice_runtime::spans::record(Span {
-        context: unit.child(),
-        parent: Some(unit.span_id),
-        name: format!("{method} {}", r.kind).into(),
-        kind: Kind::Client,
+    .record(
+        unit.as_ref(),
         start,
-        end: SystemTime::now(),
-        attributes,
-        error: error.map(|error| sluice_runtime::error_chain(error)),
-    });
+        error.map(|e| sluice_runtime::error_chain(e)),
+    );
 }
 
 /// A (trigger, cluster) pair's owner labels as one map key.

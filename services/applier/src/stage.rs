@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use sluice_bus::runner::{ending, Action, Claim, Failure, Input, Outcome, Output, Stage, Work};
 use sluice_bus::topology::{self, StreamSpec};
@@ -16,6 +17,7 @@ use sluice_domain::cluster::ClusterId;
 use sluice_kube::watch::Written;
 use sluice_proto::v1 as pb;
 use sluice_runtime::schedule::Schedule;
+use sluice_runtime::TraceContext;
 use sluice_wire::BusKey;
 
 use futures::{FutureExt as _, StreamExt as _};
@@ -323,29 +325,38 @@ impl ApplierStage {
             }
             units.push((due, desired));
         }
+        // Each repair begins a trace of its own, when spans are exported.
+        let spans: Vec<Option<TraceContext>> = units.iter().map(|_| own_trace()).collect();
+        let began = SystemTime::now();
         let states: Vec<Run<'_>> = units
             .iter()
-            .map(|(due, desired)| Run {
+            .zip(&spans)
+            .map(|((due, desired), span)| Run {
                 subject: &due.subject,
                 state: &desired.state,
                 lost: &due.gone,
-                span: None,
+                span: *span,
             })
             .collect();
         let results = self.applier.execute_all(&states).await;
         let mut touched = BTreeSet::new();
         let mut outputs = Vec::with_capacity(units.len());
-        for ((due, desired), result) in units.into_iter().zip(results) {
+        for (((due, desired), result), span) in units.into_iter().zip(results).zip(spans) {
             let written = result.as_ref().map_or(0, |r| {
                 r.applied
                     .iter()
                     .filter(|a| due.gone.contains(&crate::plan::ref_id(a)))
                     .count()
             });
-            match self.settle(&desired, result, &mut touched).await {
+            let settled = self.settle(&desired, result, &mut touched).await;
+            record_own_step(span, "repair", &due.subject, began, settled.as_ref().err());
+            match settled {
                 Ok(output) => {
                     self.written_again.add(written as u64);
-                    outputs.push(output);
+                    outputs.push(Output {
+                        trace: span,
+                        ..output
+                    });
                 }
                 Err(error) if error.action() == Action::Retry => {
                     tracing::warn!(subject = %due.subject, error = %sluice_runtime::error_chain(&error), "failed to repair a unit: tried again later");
@@ -373,21 +384,30 @@ impl ApplierStage {
             units = removals.len(),
             "units whose removal expired unseen: what they hold is removed"
         );
+        // Each removal begins a trace of its own, when spans are exported.
+        let spans: Vec<Option<TraceContext>> = removals.iter().map(|_| own_trace()).collect();
+        let began = SystemTime::now();
         let states: Vec<Run<'_>> = removals
             .iter()
-            .map(|(subject, desired)| Run {
+            .zip(&spans)
+            .map(|((subject, desired), span)| Run {
                 subject,
                 state: &desired.state,
                 lost: &[],
-                span: None,
+                span: *span,
             })
             .collect();
         let results = self.applier.execute_all(&states).await;
         let mut touched = BTreeSet::new();
         let mut outputs = Vec::with_capacity(removals.len());
-        for ((_, desired), result) in removals.iter().zip(results) {
-            match self.settle(desired, result, &mut touched).await {
-                Ok(output) => outputs.push(output),
+        for (((subject, desired), result), span) in removals.iter().zip(results).zip(spans) {
+            let settled = self.settle(desired, result, &mut touched).await;
+            record_own_step(span, "remove", subject, began, settled.as_ref().err());
+            match settled {
+                Ok(output) => outputs.push(Output {
+                    trace: span,
+                    ..output
+                }),
                 Err(error) => {
                     tracing::warn!(subject = %desired.applied_subject, error = %sluice_runtime::error_chain(&error), "failed to remove a unit whose removal expired unseen");
                 }
@@ -610,6 +630,40 @@ impl Stage for ApplierStage {
         }
         Vec::new()
     }
+}
+
+/// A trace of the applier's own, for a step no input asked for (a repair, the removal of a unit
+/// whose removal expired unseen): `None` when spans are not exported.
+fn own_trace() -> Option<TraceContext> {
+    sluice_runtime::spans::spans_enabled().then(TraceContext::new_root)
+}
+
+/// Records a step of the applier's own (`what`: `repair`, `remove`) on the unit `subject` as
+/// the root span of its trace (`span`), from `began` until now; its API requests are under it.
+fn record_own_step(
+    span: Option<TraceContext>,
+    what: &'static str,
+    subject: &str,
+    began: SystemTime,
+    error: Option<&ApplyError>,
+) {
+    use sluice_runtime::spans::{Attribute, Kind, Span};
+    let Some(context) = span else {
+        return;
+    };
+    sluice_runtime::spans::record(Span {
+        context,
+        parent: None,
+        name: format!("{what} {}", topology::DESIRED.name).into(),
+        kind: Kind::Internal,
+        start: began,
+        end: SystemTime::now(),
+        attributes: vec![
+            Attribute::new("sluice.stream", topology::DESIRED.name),
+            Attribute::new("sluice.unit", subject.to_owned()),
+        ],
+        error: error.map(|error| sluice_runtime::error_chain(error)),
+    });
 }
 
 #[cfg(test)]

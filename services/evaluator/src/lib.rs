@@ -287,5 +287,6 @@ fn output(unit: MatchOutput, cause: &str, key: Option<&BusKey>) -> sluice_wire::
         ttl,
         purge: None,
         source: Some(sequence),
+        trace: None,
     })
 }

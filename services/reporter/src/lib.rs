@@ -9,7 +9,7 @@ pub mod failures;
 pub mod orphans;
 pub mod stage;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use base64::Engine as _;
@@ -22,6 +22,7 @@ use sluice_domain::naming;
 use sluice_domain::reference::{object_reference, object_reference_len};
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
+use sluice_runtime::TraceContext;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use sluice_wire::match_units::{self, Applied, MatchSets};
 
@@ -213,34 +214,90 @@ pub fn decide(cluster: &ClusterId, set: &pb::MatchSet, failure: Option<String>) 
     Write::Apply { report, failure }
 }
 
-/// Carries out `write` for the report of `cluster` and `event_source`.
+/// Carries out `write` for the report of `cluster` and `event_source`; each request is a
+/// client span under `span`, the span of the input that last changed the set, when spans are
+/// exported (ADR 0045).
 async fn execute(
     client: &kube::Client,
     kind: &Kind,
     cluster: &ClusterId,
     event_source: &str,
     write: &Write,
+    span: Option<&TraceContext>,
 ) -> sluice_kube::Result<()> {
+    let name = naming::event_report_name(cluster, event_source);
+    let request = |method| report_request(method, &cluster.namespace, &name, "");
     let failure = match write {
         Write::Delete { namespace, name } => {
-            return apply::delete(client, kind, namespace, name).await;
+            let start = SystemTime::now();
+            let outcome = apply::delete(client, kind, namespace, name).await;
+            return traced(
+                report_request("DELETE", namespace, name, ""),
+                span,
+                start,
+                outcome,
+            );
         }
         Write::Apply { report, failure } => {
-            apply::apply_unread(client, kind, report, FIELD_MANAGER).await?;
+            let start = SystemTime::now();
+            let outcome = apply::apply_unread(client, kind, report, FIELD_MANAGER).await;
+            traced(request("PATCH"), span, start, outcome)?;
             failure
         }
         Write::Failed { empty, failure } => {
-            let name = naming::event_report_name(cluster, event_source);
-            if apply::get(client, kind, &cluster.namespace, &name)
-                .await?
-                .is_none()
-            {
-                apply::apply_unread(client, kind, empty, FIELD_MANAGER).await?;
+            let start = SystemTime::now();
+            let outcome = apply::get(client, kind, &cluster.namespace, &name).await;
+            if traced(request("GET"), span, start, outcome)?.is_none() {
+                let start = SystemTime::now();
+                let outcome = apply::apply_unread(client, kind, empty, FIELD_MANAGER).await;
+                traced(request("PATCH"), span, start, outcome)?;
             }
             failure
         }
     };
-    write_status(client, kind, cluster, event_source, failure.as_deref()).await
+    let start = SystemTime::now();
+    let outcome = write_status(client, kind, cluster, event_source, failure.as_deref()).await;
+    traced(
+        report_request("PATCH", &cluster.namespace, &name, "status"),
+        span,
+        start,
+        outcome,
+    )
+}
+
+/// A request about the EventReport `namespace`/`name`, for its span.
+fn report_request<'a>(
+    method: &'static str,
+    namespace: &'a str,
+    name: &'a str,
+    subresource: &'a str,
+) -> sluice_runtime::spans::Request<'a> {
+    sluice_runtime::spans::Request {
+        method,
+        api_version: "lib.projectsveltos.io/v1beta1",
+        kind: "EventReport",
+        namespace,
+        name,
+        subresource,
+    }
+}
+
+/// Records `request`, made from `start`, under `span`, and returns its `outcome`.
+fn traced<T>(
+    request: sluice_runtime::spans::Request<'_>,
+    span: Option<&TraceContext>,
+    start: SystemTime,
+    outcome: sluice_kube::Result<T>,
+) -> sluice_kube::Result<T> {
+    request.record(
+        span,
+        start,
+        outcome
+            .as_ref()
+            .err()
+            .map(|error| sluice_runtime::error_chain(error)),
+    );
+    outcome
 }
 
 /// Writes an EventReport's status; a report that does not exist (yet) is left alone.
@@ -342,6 +399,7 @@ pub async fn run(
         written: health.counter("sluice_reporter_reports_written_total"),
         errors: health.counter("sluice_reporter_write_errors_total"),
         watched: sluice_kube::watch::Written::default(),
+        spans: std::collections::HashMap::new(),
     };
     // Rendering failures come back from the applier; the statuses start from what it recorded.
     let (applied, applied_feed) = bus

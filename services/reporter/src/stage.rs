@@ -11,6 +11,7 @@ use sluice_bus::{topology, Bus, Delivered};
 use sluice_kube::apply::Kind;
 use sluice_proto::v1 as pb;
 use sluice_runtime::Counter;
+use sluice_runtime::TraceContext;
 use sluice_wire::match_units::{self, Applied, HeadOutcome, MatchSets, SetKey, Unit};
 use tokio::time::Instant;
 
@@ -38,6 +39,9 @@ pub struct ReporterStage {
     /// What is told to the watch of the reports of each one written, so that a deletion the
     /// watch missed is found too (`sluice_kube::watch::Written`).
     pub watched: sluice_kube::watch::Written,
+    /// When spans are exported: per set whose report is due, the span of the input that last
+    /// changed it, under which the report's requests are recorded (ADR 0045).
+    pub spans: std::collections::HashMap<SetKey, TraceContext>,
 }
 
 /// Why a match unit was not read.
@@ -108,6 +112,9 @@ impl Stage for ReporterStage {
                     }
                 }
                 self.schedule.mark(&key, Instant::now());
+                if let Some(span) = &input.span {
+                    self.spans.insert(key, *span);
+                }
             }
             // Nothing is published for a unit: it is acked once read.
             outcomes.push(Ok(Vec::new()));
@@ -226,7 +233,17 @@ impl ReporterStage {
             .collect();
         let failure = (!failures.is_empty()).then(|| failures.join("; "));
         let write = decide(&key.0, &set, failure);
-        match execute(&self.client, &self.kind, &key.0, &key.1, &write).await {
+        let span = self.spans.remove(key);
+        let written = execute(
+            &self.client,
+            &self.kind,
+            &key.0,
+            &key.1,
+            &write,
+            span.as_ref(),
+        )
+        .await;
+        match written {
             Ok(()) => {
                 self.written.inc();
                 if removed {
@@ -241,6 +258,9 @@ impl ReporterStage {
                 self.errors.inc();
                 tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "failed to write EventReport, will retry");
                 self.schedule.retry(key, now, RETRY_DELAY);
+                if let Some(span) = span {
+                    self.spans.entry(key.clone()).or_insert(span);
+                }
             }
             Err(error) => {
                 // The API server will never take this report: say so on the dead-letter

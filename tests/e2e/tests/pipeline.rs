@@ -367,6 +367,8 @@ async fn seed_service_profile(stack: &Stack) -> anyhow::Result<()> {
 /// the watcher's span of the change is its root, the evaluator's span is under it, the
 /// renderer's and the reporter's under the evaluator's, and the applier's under the
 /// renderer's, with its API requests under it; each a span of its own service, in time order.
+/// The reporter's writes of the EventReport, paced and so made after its span ended, are under
+/// the span of the input that changed the set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<()> {
     let receiver = sluice_testkit::OtlpReceiver::start().await?;
@@ -402,9 +404,14 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             trace
                 .iter()
                 .any(|span| span.service == *service && span.name == *name)
-        }) && ["PATCH ConfigMap", "PATCH ClusterProfile"]
-            .iter()
-            .all(|name| trace.iter().any(|span| span.name == *name));
+        }) && [
+            "PATCH ConfigMap",
+            "PATCH ClusterProfile",
+            "PATCH EventReport",
+            "PATCH EventReport/status",
+        ]
+        .iter()
+        .all(|name| trace.iter().any(|span| span.name == *name));
         (complete && reporter).then_some(trace)
     })
     .await;
@@ -482,6 +489,42 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
         .expect("the reporter's span");
     assert_eq!(reporter.parent_span_id, evaluator.span_id, "{trace:#?}");
     assert_eq!(reporter.name, "process SLUICE_MATCH");
+    // The report's writes: client spans under a span of the reporter's inputs (the set's
+    // head's), each after it, the report before its status.
+    let report_writes: Vec<_> = ["PATCH EventReport", "PATCH EventReport/status"]
+        .iter()
+        .map(|name| {
+            let write = trace
+                .iter()
+                .find(|span| span.service == "sluice-reporter" && span.name == *name)
+                .expect("the report's write");
+            let input = trace
+                .iter()
+                .find(|span| {
+                    span.service == "sluice-reporter" && span.span_id == write.parent_span_id
+                })
+                .unwrap_or_else(|| {
+                    panic!("{write:?} not under a span of the reporter: {trace:#?}")
+                });
+            assert_eq!(input.name, "process SLUICE_MATCH", "{input:?}");
+            assert_eq!(input.parent_span_id, evaluator.span_id, "{input:?}");
+            assert_eq!(write.kind, 3, "a client span: {write:?}");
+            assert_eq!(write.error, None, "{write:?}");
+            assert_eq!(
+                write.attributes["k8s.namespace.name"], "default",
+                "{write:?}"
+            );
+            assert!(
+                input.start_unix_nanos <= write.start_unix_nanos,
+                "{write:?} began before {input:?}"
+            );
+            write
+        })
+        .collect();
+    assert!(
+        report_writes[0].end_unix_nanos <= report_writes[1].start_unix_nanos,
+        "the status before the report: {report_writes:?}"
+    );
     // Each service counts what it recorded and what its exporter sent, on /metrics.
     for service in sluice_cli::stack::SERVICES {
         let received = receiver
@@ -502,6 +545,72 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
         assert!(count("sluice_spans_recorded_total") >= count("sluice_spans_exported_total"));
         assert_eq!(count("sluice_spans_export_failed_total"), 0.0, "{service}");
     }
+
+    // A ClusterProfile deleted by hand is written again (ADR 0039): the repair, which no input
+    // asked for, is the root span of a trace of its own, its write under it.
+    let profiles = demo::profiles_for(&stack, TRIGGER, "cluster-a", "my-service").await?;
+    let name = profiles[0]["metadata"]["name"].as_str().expect("a name");
+    stack
+        .delete(
+            MANAGEMENT,
+            "config.projectsveltos.io/v1beta1",
+            "ClusterProfile",
+            "",
+            name,
+        )
+        .await?;
+    let repaired = wait_for("the repair's spans", DEADLINE, || async {
+        let spans = receiver.spans();
+        let repair = spans
+            .iter()
+            .find(|span| span.service == "sluice-applier" && span.name == "repair SLUICE_DESIRED")?
+            .clone();
+        let write = spans
+            .iter()
+            .find(|span| {
+                span.parent_span_id == repair.span_id && span.name == "PATCH ClusterProfile"
+            })?
+            .clone();
+        Some((repair, write))
+    })
+    .await;
+    let (repair, write) = match repaired {
+        Ok(found) => found,
+        Err(e) => anyhow::bail!("{e}: {:#?}\n{}", receiver.spans(), stack.logs()),
+    };
+    assert_eq!(
+        repair.parent_span_id, "",
+        "a repair begins its own trace: {repair:?}"
+    );
+    assert_ne!(repair.trace_id, trace[0].trace_id);
+    assert_eq!(repair.error, None, "{repair:?}");
+    assert_eq!(write.attributes["k8s.object.name"], name, "{write:?}");
+    assert_eq!(write.trace_id, repair.trace_id);
+    // The repair's result carries its trace on the bus.
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", "my-service");
+    assert_eq!(repair.attributes["sluice.unit"], desired);
+    let applied = topology::applied_subject_for(&desired).expect("a desired subject");
+    let result = js
+        .get_stream(topology::APPLIED.name)
+        .await?
+        .get_last_raw_message_by_subject(&applied)
+        .await?;
+    let traceparent = result
+        .headers
+        .get("traceparent")
+        .map(|v| v.as_str().to_string());
+    assert_eq!(
+        traceparent,
+        Some(format!("00-{}-{}-01", repair.trace_id, repair.span_id)),
+        "the repair's result on {applied}"
+    );
+    assert!(
+        repair.start_unix_nanos <= write.start_unix_nanos
+            && write.end_unix_nanos <= repair.end_unix_nanos,
+        "{write:?} not within {repair:?}"
+    );
     Ok(())
 }
 
