@@ -211,6 +211,46 @@ pub async fn seed_service_goes_through(
     Ok(())
 }
 
+/// Where each durable consumer stands (pending, unacked, waiting pull requests, its cluster
+/// leader on a JetStream cluster): for a failing test's message, to show which stage stalled.
+pub async fn consumer_states(stack: &Stack) -> String {
+    use sluice_bus::topology;
+    let Ok(bus) = sluice_bus::Bus::connect(stack.bus_options()).await else {
+        return "bus unreachable".to_string();
+    };
+    let mut out = String::new();
+    for spec in [
+        topology::EVALUATOR_CHANGES,
+        topology::REPORTER_MATCH,
+        topology::RENDERER_MATCH,
+        topology::APPLIER_DESIRED,
+    ] {
+        let info = async {
+            let stream = bus.jetstream().get_stream(spec.stream.name).await.ok()?;
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+                stream.get_consumer(spec.durable).await.ok()?;
+            let info = consumer.info().await.ok()?;
+            let leader = info
+                .cluster
+                .as_ref()
+                .and_then(|cluster| cluster.leader.clone())
+                .unwrap_or_default();
+            Some(format!(
+                "{}/{}: pending {} unacked {} waiting {} delivered {} leader {leader:?}\n",
+                spec.stream.name,
+                spec.durable,
+                info.num_pending,
+                info.num_ack_pending,
+                info.num_waiting,
+                info.delivered.stream_sequence
+            ))
+        }
+        .await;
+        out.push_str(&info.unwrap_or_else(|| format!("{}: no info\n", spec.durable)));
+    }
+    out
+}
+
 /// Installs seed 000 for `cluster` (registered with `env=fv`, so the trigger selects it): the
 /// EventSource and the EventBasedAddOn with its ConfigMap.
 pub async fn install_seed(stack: &Stack, cluster: &str) -> anyhow::Result<()> {

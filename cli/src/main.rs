@@ -323,7 +323,7 @@ async fn main() -> anyhow::Result<()> {
                         .map(|(var, value)| format!("{var}={value}"))
                         .collect::<Vec<_>>()
                         .join(" "),
-                    stack.nats.url(),
+                    stack.nats_url(),
                 );
                 tokio::signal::ctrl_c().await?;
             }

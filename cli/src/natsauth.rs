@@ -254,9 +254,13 @@ impl Credentials {
     }
 }
 
-/// A nats-server with JetStream, TLS (clients verified) and the generated authorization.
+/// A nats-server with JetStream, TLS (clients verified) and the generated authorization; or
+/// several forming one JetStream cluster, each so configured.
 pub struct SecureNats {
+    /// The server, or a cluster's first node.
     pub server: NatsServer,
+    /// A cluster's other nodes.
+    pub peers: Vec<NatsServer>,
     pub credentials: Credentials,
 }
 
@@ -264,22 +268,51 @@ impl SecureNats {
     /// Issues the credentials into `dir`, writes `dir/nats.conf` (TLS, authorization, then
     /// `extra_config`, e.g. limits) and starts the server with it.
     pub async fn start(dir: &Path, extra_config: &str) -> anyhow::Result<SecureNats> {
+        SecureNats::start_nodes(dir, extra_config, 1).await
+    }
+
+    /// [`SecureNats::start`] with `nodes` servers: one alone, or several forming one
+    /// JetStream cluster (`sluice_testkit::NatsCluster`), each with the same configuration.
+    pub async fn start_nodes(
+        dir: &Path,
+        extra_config: &str,
+        nodes: usize,
+    ) -> anyhow::Result<SecureNats> {
         let credentials = Credentials::issue(dir)?;
         let config = dir.join("nats.conf");
         let text = format!("{}{extra_config}", credentials.server_config());
         std::fs::write(&config, text)
             .with_context(|| format!("failed to write {}", config.display()))?;
         let config = config.display().to_string();
-        let server = NatsServer::start_with_args(&["-c", config.as_str()]).await?;
+        let args = ["-c", config.as_str()];
+        let (server, peers) = if nodes > 1 {
+            let mut nodes = sluice_testkit::NatsCluster::start(nodes, &args)
+                .await?
+                .nodes;
+            let first = nodes.remove(0);
+            (first, nodes)
+        } else {
+            (NatsServer::start_with_args(&args).await?, Vec::new())
+        };
         Ok(SecureNats {
             server,
+            peers,
             credentials,
         })
     }
 
+    /// Every server's URL, comma-separated (`SLUICE_NATS_URL`).
+    pub fn url(&self) -> String {
+        let urls: Vec<String> = std::iter::once(&self.server)
+            .chain(&self.peers)
+            .map(NatsServer::url)
+            .collect();
+        urls.join(",")
+    }
+
     /// Connection options as `identity`, or as the administrator when `None`.
     pub fn bus_options(&self, identity: Option<Identity>) -> BusOptions {
-        self.credentials.bus_options(&self.server.url(), identity)
+        self.credentials.bus_options(&self.url(), identity)
     }
 }
 

@@ -108,7 +108,10 @@ pub async fn install_deployment_rbac(
 
 /// A running stack. Dropping it stops every process.
 pub struct Stack {
+    /// The bus's server, or its first node when it is a cluster ([`Stack::start_on_nats_cluster`]).
     pub nats: NatsServer,
+    /// The other nodes of a bus that is a JetStream cluster; none for one server.
+    pub nats_peers: Vec<NatsServer>,
     /// The bus's CA, server certificate and every identity's nkey and client certificate.
     pub nats_credentials: crate::natsauth::Credentials,
     pub server: TestServer,
@@ -147,6 +150,22 @@ impl Stack {
         dir: Option<&Path>,
         nats_config: &str,
     ) -> anyhow::Result<Stack> {
+        Stack::start_with_nats(managed, dir, nats_config, 1).await
+    }
+
+    /// [`Stack::start`] on a bus of `nodes` nats-servers forming one JetStream cluster, as
+    /// production runs NATS: the services get every node's URL and create their streams with
+    /// that many replicas (`SLUICE_STREAM_REPLICAS`).
+    pub async fn start_on_nats_cluster(managed: &[&str], nodes: usize) -> anyhow::Result<Stack> {
+        Stack::start_with_nats(managed, None, "", nodes).await
+    }
+
+    async fn start_with_nats(
+        managed: &[&str],
+        dir: Option<&Path>,
+        nats_config: &str,
+        nodes: usize,
+    ) -> anyhow::Result<Stack> {
         let (dir, temp) = match dir {
             Some(d) => {
                 std::fs::create_dir_all(d)?;
@@ -159,8 +178,9 @@ impl Stack {
         };
         let crate::natsauth::SecureNats {
             server: nats,
+            peers: nats_peers,
             credentials: nats_credentials,
-        } = crate::natsauth::SecureNats::start(&dir, nats_config)
+        } = crate::natsauth::SecureNats::start_nodes(&dir, nats_config, nodes)
             .await
             .context("failed to start nats-server")?;
         let mut clusters = vec![MANAGEMENT.to_string()];
@@ -190,6 +210,7 @@ impl Stack {
         }
         let mut stack = Stack {
             nats,
+            nats_peers,
             nats_credentials,
             server,
             dir,
@@ -232,9 +253,28 @@ impl Stack {
         self.dir.join(format!("{service}.kubeconfig"))
     }
 
-    /// Connection options for the stack's bus as its administrator (tests, the demo).
+    /// Connection options for the stack's bus as its administrator (tests, the demo), with the
+    /// services' stream replicas (a client that sets streams up with fewer would scale them
+    /// down).
     pub fn bus_options(&self) -> sluice_bus::BusOptions {
-        self.nats_credentials.bus_options(&self.nats.url(), None)
+        let mut options = self.nats_credentials.bus_options(&self.nats_url(), None);
+        options.stream_replicas = self.stream_replicas();
+        options
+    }
+
+    /// Every server of the bus, comma-separated, as `SLUICE_NATS_URL` takes them.
+    pub fn nats_url(&self) -> String {
+        let urls: Vec<String> = std::iter::once(&self.nats)
+            .chain(&self.nats_peers)
+            .map(NatsServer::url)
+            .collect();
+        urls.join(",")
+    }
+
+    /// How many replicas the services give their streams: one per node of the bus, up to
+    /// JetStream's usual three.
+    fn stream_replicas(&self) -> usize {
+        (1 + self.nats_peers.len()).min(3)
     }
 
     /// The environment every service gets (as in docker-compose.yml, but with the service's own
@@ -242,7 +282,11 @@ impl Stack {
     pub fn service_env(&self, service: &str) -> Vec<(String, String)> {
         let identity = service.strip_prefix("sluice-").unwrap_or(service);
         let mut env = vec![
-            ("SLUICE_NATS_URL".into(), self.nats.url()),
+            ("SLUICE_NATS_URL".into(), self.nats_url()),
+            (
+                "SLUICE_STREAM_REPLICAS".into(),
+                self.stream_replicas().to_string(),
+            ),
             (
                 "SLUICE_KUBECONFIG".into(),
                 self.service_kubeconfig(service).display().to_string(),
@@ -382,6 +426,9 @@ impl Stack {
             .map(|(name, p)| (name.to_string(), p.pid()))
             .collect();
         out.push(("nats-server".to_string(), self.nats.pid()));
+        for (index, peer) in self.nats_peers.iter().enumerate() {
+            out.push((format!("nats-server-{}", index + 1), peer.pid()));
+        }
         out.push((THIS_PROCESS.to_string(), std::process::id()));
         out
     }

@@ -182,15 +182,33 @@ impl Bus {
         &self.js
     }
 
+    /// Creates or updates `spec`'s stream. On a JetStream cluster a request can go unanswered
+    /// or be refused for a while (no meta leader yet, several services creating the same
+    /// stream at once, a node lost): such a setup is tried again, with a growing pause, until
+    /// [`STREAM_SETUP_DEADLINE`]; any other refusal ends it at once.
     async fn ensure_stream(&self, spec: StreamSpec, replicas: usize) -> Result<stream::Stream> {
         let config = stream_config(spec, replicas);
-        self.js
-            .create_or_update_stream(config)
-            .await
-            .map_err(|source| Error::Stream {
-                stream: spec.name.to_string(),
-                source: Box::new(source),
-            })?;
+        // A request left unanswered is sent again soon rather than waited for at length.
+        let js = jetstream::ContextBuilder::new()
+            .timeout(STREAM_SETUP_TIMEOUT)
+            .build(self.client.clone());
+        let began = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(250);
+        loop {
+            let error = match js.create_or_update_stream(config.clone()).await {
+                Ok(_) => break,
+                Err(error) => error,
+            };
+            if !setup_may_succeed_later(error.kind()) || began.elapsed() >= STREAM_SETUP_DEADLINE {
+                return Err(Error::Stream {
+                    stream: spec.name.to_string(),
+                    source: Box::new(error),
+                });
+            }
+            tracing::warn!(stream = spec.name, error = %error, retry_in = ?pause, "stream setup not answered or refused for now: trying again");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
         self.js
             .get_stream(spec.name)
             .await
@@ -339,7 +357,7 @@ impl Bus {
     }
 
     /// The server's refusal of a publish to `subject` by this connection, if it sent one.
-    fn refused(&self, subject: &str) -> Option<Error> {
+    pub(crate) fn refused(&self, subject: &str) -> Option<Error> {
         let refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
         let quoted = format!("\"{subject}\"");
         let reason = refusals
@@ -365,6 +383,34 @@ impl Bus {
                 source: Box::new(source),
             })?;
         Ok(response.purged)
+    }
+}
+
+/// How long a service tries to set up a stream before it gives up (and, deployed, restarts).
+pub const STREAM_SETUP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long one request to set up a stream is waited for. A JetStream cluster leaves some
+/// unanswered (two clients creating one stream at once: one of them hears nothing), and the
+/// request is idempotent.
+const STREAM_SETUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether a stream's setup that failed so may succeed when tried again: a request unanswered,
+/// JetStream unavailable or its cluster without a leader for now, or a stream of the name being
+/// created by another client at the same moment (tried again, it is updated).
+fn setup_may_succeed_later(kind: jetstream::context::CreateStreamErrorKind) -> bool {
+    use jetstream::context::CreateStreamErrorKind as Kind;
+    use jetstream::ErrorCode;
+    match kind {
+        Kind::TimedOut | Kind::JetStreamUnavailable => true,
+        Kind::JetStream(error) => [
+            ErrorCode::CLUSTER_NOT_AVAILABLE,
+            ErrorCode::CLUSTER_NOT_LEADER,
+            ErrorCode::CLUSTER_NOT_ACTIVE,
+            ErrorCode::CLUSTER_NOT_ASSIGNED,
+            ErrorCode::STREAM_NAME_EXIST,
+        ]
+        .contains(&error.error_code()),
+        _ => false,
     }
 }
 

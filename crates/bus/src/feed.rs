@@ -141,8 +141,9 @@ pub const START_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Runs `read` until it succeeds or fails for good. A failure is worth another try (after a
 /// pause growing from 250 ms to 4 s, while [`START_PATIENCE`] has not passed) when the
-/// connection dropped during the attempt or is down, or JetStream had no responder yet (a
-/// server back on its store recovers its streams first); any other failure (a refusal of this
+/// connection dropped during the attempt or is down, JetStream had no responder yet (a
+/// server back on its store recovers its streams first), or, on a JetStream cluster, the
+/// request went unanswered (a leader being elected); any other failure (a refusal of this
 /// identity's permissions, a consumer of the wrong kind) is returned at once.
 async fn patiently<T, F, Fut>(bus: &Bus, stream: &str, mut read: F) -> Result<T>
 where
@@ -157,9 +158,14 @@ where
             Ok(value) => return Ok(value),
             Err(error) => error,
         };
+        let reason = crate::runner::chain(&error);
+        // On a JetStream cluster a read also goes unanswered while the stream's or the
+        // consumer's leader is elected.
+        let clustered = bus.client().server_info().cluster.is_some();
         let transient = disconnects.has_changed().unwrap_or(true)
             || !bus.is_connected()
-            || crate::runner::chain(&error).contains("no responders");
+            || reason.contains("no responders")
+            || (clustered && reason.contains("timed out"));
         if !transient || tokio::time::Instant::now() + pause >= deadline {
             return Err(error);
         }
@@ -458,11 +464,19 @@ impl Bus {
     /// recreated when the spec's acks cover (the stage rebuilds its state from the stream
     /// anyway) and refused otherwise.
     /// Binding it is tried again as [`Bus::replay_state`]'s read.
-    pub async fn durable(&self, spec: ConsumerSpec, filter: Option<&str>) -> Result<pull::Stream> {
+    pub async fn durable(
+        &self,
+        spec: ConsumerSpec,
+        filter: Option<&str>,
+    ) -> Result<crate::runner::Consumer> {
         patiently(self, spec.stream.name, || self.durable_once(spec, filter)).await
     }
 
-    async fn durable_once(&self, spec: ConsumerSpec, filter: Option<&str>) -> Result<pull::Stream> {
+    async fn durable_once(
+        &self,
+        spec: ConsumerSpec,
+        filter: Option<&str>,
+    ) -> Result<crate::runner::Consumer> {
         let stream = self.stream(spec.stream).await?;
         let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
             stream: spec.stream.name.to_string(),
@@ -513,14 +527,77 @@ impl Bus {
                 .map_err(|e| consumer_err(Box::new(e)))?;
         }
         self.reset_delivery(spec).await?;
-        consumer
-            .stream()
-            .max_messages_per_batch(500)
-            .heartbeat(Duration::from_secs(5))
-            .expires(Duration::from_secs(30))
-            .messages()
+        let messages = pull_messages(&consumer)
             .await
-            .map_err(|e| consumer_err(Box::new(e)))
+            .map_err(|e| consumer_err(Box::new(e)))?;
+        Ok(recovering(self, consumer, messages))
+    }
+}
+
+/// The pull requests of a durable consumer: up to 500 messages each, expiring after 30 s, with
+/// an idle heartbeat every 2 s (a request the server lost shows within two of them).
+async fn pull_messages(
+    consumer: &consumer::Consumer<pull::Config>,
+) -> std::result::Result<pull::Stream, consumer::StreamError> {
+    consumer
+        .stream()
+        .max_messages_per_batch(500)
+        .heartbeat(Duration::from_secs(2))
+        .expires(Duration::from_secs(30))
+        .messages()
+        .await
+}
+
+/// `messages` of `consumer`, asked for anew when the connection drops and when a heartbeat is
+/// missed: the server that held the pull request may be gone (a node of a JetStream cluster
+/// lost, the consumer's leader moved), and async-nats, which goes on counting that request's
+/// messages as pending, would never ask again. The consumer keeps its place; what the lost
+/// request had delivered and nobody acked comes back after its ack wait.
+fn recovering(
+    bus: &Bus,
+    consumer: consumer::Consumer<pull::Config>,
+    messages: pull::Stream,
+) -> crate::runner::Consumer {
+    let lost = bus.disconnects();
+    futures::stream::unfold(
+        (consumer, messages, lost),
+        |(consumer, mut messages, mut lost)| async move {
+            loop {
+                tokio::select! {
+                    item = messages.next() => {
+                        let item = item?;
+                        if let Err(error) = &item {
+                            if error.kind() == pull::MessagesErrorKind::MissingHeartbeat {
+                                ask_again(&consumer, &mut messages, "a heartbeat was missed").await;
+                            }
+                        }
+                        return Some((item, (consumer, messages, lost)));
+                    }
+                    () = crate::window::connection_lost(&mut lost) => {
+                        ask_again(&consumer, &mut messages, "the connection dropped").await;
+                    }
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Replaces `messages` with new pull requests of `consumer`; when asking fails, the old ones
+/// stay and the next missed heartbeat asks again.
+async fn ask_again(
+    consumer: &consumer::Consumer<pull::Config>,
+    messages: &mut pull::Stream,
+    why: &str,
+) {
+    match pull_messages(consumer).await {
+        Ok(fresh) => {
+            tracing::info!(why, "pull requests may be lost: asking the consumer again");
+            *messages = fresh;
+        }
+        Err(error) => {
+            tracing::warn!(why, error = %error, "pull requests may be lost and asking again failed: trying at the next missed heartbeat");
+        }
     }
 }
 

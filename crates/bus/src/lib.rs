@@ -22,7 +22,7 @@ mod options;
 pub use bus::{content_id, hex16, message_id, Bus, Outgoing};
 pub use error::{Error, Result};
 pub use feed::{Delivered, Freshness, LiveFeed};
-pub use options::BusOptions;
+pub use options::{server_addrs, BusOptions};
 pub use window::AckWindow;
 
 /// The ack of one publish; keep many in flight and await them later.

@@ -123,14 +123,36 @@ impl BusOptions {
             readable(key)?;
             options = options.add_client_certificate(cert.clone(), key.clone());
         }
+        let servers = server_addrs(&self.url).map_err(|source| Error::Connect {
+            url: self.url.clone(),
+            source: source.into(),
+        })?;
         options
-            .connect(self.url.as_str())
+            .connect(servers.as_slice())
             .await
             .map_err(|source| Error::Connect {
                 url: self.url.clone(),
                 source,
             })
     }
+}
+
+/// The servers of `url`: one URL, or several of one cluster separated by commas
+/// (`nats://a:4222,nats://b:4222`), as the NATS command line tools and the Go client take them.
+/// The client starts from any of them, and learns the cluster's other servers from the one it
+/// reaches.
+pub fn server_addrs(url: &str) -> std::io::Result<Vec<async_nats::ServerAddr>> {
+    url.split(',')
+        .map(|one| {
+            let one = one.trim();
+            one.parse::<async_nats::ServerAddr>().map_err(|error| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{one:?} is not a nats server address: {error}"),
+                )
+            })
+        })
+        .collect()
 }
 
 impl From<&str> for BusOptions {

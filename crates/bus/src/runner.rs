@@ -638,7 +638,7 @@ impl Runner {
         filter: Option<&str>,
     ) -> Result<Runner> {
         let consumer = bus.durable(spec, filter).await?;
-        Ok(Runner::over(bus, consumer.boxed(), None, spec))
+        Ok(Runner::over(bus, consumer, None, spec))
     }
 
     /// A runner over `consumer`, the messages of a pull consumer on another server (a managed

@@ -5,11 +5,14 @@
 //! by settling the oldest entries before it publishes more: a stage never holds an unbounded
 //! number of acks, however many outputs one input or batch produces.
 
-use async_nats::jetstream::context::PublishAckFuture;
+use std::time::Duration;
+
+use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::Message;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
+use tokio::time::Instant;
 
 use crate::bus::{Bus, Outgoing};
 use crate::error::{Error, Result};
@@ -237,34 +240,118 @@ async fn await_all(acks: Vec<PublishAckFuture>) -> Option<Error> {
     failure
 }
 
+/// How long an output is published again while its stream cannot take it for now (a stream
+/// leader lost on a JetStream cluster, a server restarting) before it counts as not stored.
+pub const PUBLISH_RETRY_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long the ack of an output's first publish is waited for before the output is published
+/// again (same message id); it doubles with each attempt, up to the client's own ack timeout.
+/// An ack that never comes (its request reached a node that then died) costs this, not the
+/// client's timeout; a slow one costs a copy JetStream drops.
+const ACK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// The pause before an output refused for now is published again; it doubles up to 1 s.
+const REFUSED_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether a publish that failed so may be stored when sent again: the ack did not come in
+/// time, or the connection broke; and, on a JetStream cluster (`clustered`), nobody answered:
+/// "no stream found" is what no responders reads as, and a cluster has no responder for a
+/// stream while it elects the stream's leader. A lone server without a stream for the subject
+/// has none for good.
+fn may_store_later(kind: PublishErrorKind, clustered: bool) -> bool {
+    match kind {
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe => true,
+        PublishErrorKind::StreamNotFound => clustered,
+        _ => false,
+    }
+}
+
+/// One output waiting for its ack: when it was first published and how often so far.
+struct Waiting {
+    output: Outgoing,
+    ack: PublishAckFuture,
+    since: Instant,
+    attempt: u32,
+}
+
 /// Awaits the acks of `pending` (outputs published after `lost` was taken) and returns the
-/// outputs that were not stored, with why. When the connection drops, every output whose ack
-/// is still pending is published again at once (same message id: JetStream drops the copy of
-/// one that did land), since its ack may never come.
+/// outputs that were not stored, with why. An output is published again (same message id:
+/// JetStream drops the copy of one that did land) when the connection drops while its ack is
+/// pending, when its ack is late ([`ACK_PATIENCE`]) and when the stream cannot take it for now
+/// ([`may_store_later`]), until [`PUBLISH_RETRY_DEADLINE`]: so a stage rides through a stream
+/// leader's election on a JetStream cluster instead of failing its inputs.
 pub(crate) async fn await_stored(
     bus: Bus,
     mut lost: tokio::sync::watch::Receiver<u64>,
     pending: Vec<(Outgoing, PublishAckFuture)>,
 ) -> Vec<(Outgoing, Error)> {
+    let now = Instant::now();
     let mut failed = Vec::new();
-    let mut queue: std::collections::VecDeque<_> = pending.into();
-    while let Some((output, ack)) = queue.pop_front() {
+    let mut queue: std::collections::VecDeque<Waiting> = pending
+        .into_iter()
+        .map(|(output, ack)| Waiting {
+            output,
+            ack,
+            since: now,
+            attempt: 0,
+        })
+        .collect();
+    while let Some(waiting) = queue.pop_front() {
+        let Waiting {
+            output,
+            ack,
+            since,
+            attempt,
+        } = waiting;
+        let patience = ACK_PATIENCE * 2u32.pow(attempt.min(2));
         tokio::select! {
             biased;
-            stored = ack => {
-                if let Err(source) = stored {
+            stored = tokio::time::timeout(patience, ack) => {
+                let source = match stored {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(source)) => Some(source),
+                    Err(_late) => None,
+                };
+                // A publish the server refused this identity is never stored.
+                if let Some(refused) = bus.refused(&output.subject) {
+                    failed.push((output, refused));
+                    continue;
+                }
+                let clustered = bus.client().server_info().cluster.is_some();
+                let again = source
+                    .as_ref()
+                    .is_none_or(|source| may_store_later(source.kind(), clustered))
+                    && since.elapsed() < PUBLISH_RETRY_DEADLINE;
+                if !again {
                     let subject = output.subject.clone();
-                    failed.push((output, Error::Publish { subject, source: Box::new(source) }));
+                    let source: Box<dyn std::error::Error + Send + Sync> = match source {
+                        Some(source) => Box::new(source),
+                        None => format!("no ack within {PUBLISH_RETRY_DEADLINE:?}").into(),
+                    };
+                    failed.push((output, Error::Publish { subject, source }));
+                    continue;
+                }
+                if let Some(source) = &source {
+                    // Refused for now: a pause, or the same refusal comes back at once.
+                    let pause = (REFUSED_PAUSE * 2u32.pow(attempt.min(4))).min(Duration::from_secs(1));
+                    tracing::debug!(subject = %output.subject, error = %source, ?pause, "output not stored for now, publishing again");
+                    tokio::time::sleep(pause).await;
+                } else {
+                    tracing::debug!(subject = %output.subject, ?patience, "no ack in time, publishing again");
+                }
+                match bus.publish(output.clone()).await {
+                    Ok(ack) => queue.push_back(Waiting { output, ack, since, attempt: attempt + 1 }),
+                    Err(error) => failed.push((output, error)),
                 }
             }
             () = connection_lost(&mut lost) => {
-                let again: Vec<Outgoing> = std::iter::once(output)
-                    .chain(queue.drain(..).map(|(output, _)| output))
+                let again: Vec<(Outgoing, Instant, u32)> = std::iter::once((output, since, attempt))
+                    .chain(queue.drain(..).map(|w| (w.output, w.since, w.attempt)))
                     .collect();
                 tracing::debug!(outputs = again.len(), "connection dropped before the acks came, publishing again");
-                for output in again {
+                for (output, since, attempt) in again {
                     match bus.publish(output.clone()).await {
-                        Ok(ack) => queue.push_back((output, ack)),
+                        Ok(ack) => queue.push_back(Waiting { output, ack, since, attempt }),
                         Err(error) => failed.push((output, error)),
                     }
                 }
@@ -278,5 +365,29 @@ pub(crate) async fn await_stored(
 pub(crate) async fn connection_lost(lost: &mut tokio::sync::watch::Receiver<u64>) {
     if lost.changed().await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_cluster_may_answer_later_for_a_stream_it_has_no_responder_for() {
+        for clustered in [false, true] {
+            assert!(may_store_later(PublishErrorKind::TimedOut, clustered));
+            assert!(may_store_later(PublishErrorKind::BrokenPipe, clustered));
+            assert!(!may_store_later(
+                PublishErrorKind::MaxPayloadExceeded,
+                clustered
+            ));
+            assert!(!may_store_later(
+                PublishErrorKind::WrongLastSequence,
+                clustered
+            ));
+            assert!(!may_store_later(PublishErrorKind::Other, clustered));
+        }
+        assert!(may_store_later(PublishErrorKind::StreamNotFound, true));
+        assert!(!may_store_later(PublishErrorKind::StreamNotFound, false));
     }
 }

@@ -33,7 +33,7 @@ async fn inputs(
     cluster: &str,
     count: usize,
 ) -> anyhow::Result<(
-    async_nats::jetstream::consumer::pull::Stream,
+    sluice_bus::runner::Consumer,
     Vec<async_nats::jetstream::Message>,
 )> {
     inputs_for(bus, topology::RENDERER_CEMATCH, cluster, count).await
@@ -45,7 +45,7 @@ async fn inputs_for(
     cluster: &str,
     count: usize,
 ) -> anyhow::Result<(
-    async_nats::jetstream::consumer::pull::Stream,
+    sluice_bus::runner::Consumer,
     Vec<async_nats::jetstream::Message>,
 )> {
     for n in 0..count {
@@ -65,7 +65,7 @@ async fn inputs_for(
 }
 
 async fn take(
-    consumer: &mut async_nats::jetstream::consumer::pull::Stream,
+    consumer: &mut sluice_bus::runner::Consumer,
     want: usize,
 ) -> anyhow::Result<Vec<async_nats::jetstream::Message>> {
     let mut taken = Vec::new();

@@ -20,7 +20,8 @@ pub const LOG_FILTER_ENV: &str = "RUST_LOG";
 /// `#[command(flatten)] common: CommonArgs`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct CommonArgs {
-    /// NATS server URL
+    /// NATS server URL; several servers of one cluster separated by commas
+    /// (`nats://a:4222,nats://b:4222`), as NATS clients take them
     #[arg(long, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
 
@@ -219,13 +220,15 @@ pub enum LogFormat {
 impl CommonArgs {
     /// Checks what clap's types cannot: URL scheme, kubeconfig presence, namespace syntax.
     pub fn validate(&self) -> Result<()> {
-        let scheme_ok = ["nats://", "tls://", "ws://", "wss://"]
-            .iter()
-            .any(|scheme| self.nats_url.starts_with(scheme));
-        if !scheme_ok {
-            return Err(Error::InvalidNatsUrl {
-                url: redact_url(&self.nats_url),
-            });
+        for url in self.nats_url.split(',').map(str::trim) {
+            let scheme_ok = ["nats://", "tls://", "ws://", "wss://"]
+                .iter()
+                .any(|scheme| url.starts_with(scheme) && url.len() > scheme.len());
+            if !scheme_ok {
+                return Err(Error::InvalidNatsUrl {
+                    url: redact_url(url),
+                });
+            }
         }
         if let Some(path) = &self.kubeconfig {
             if !path.is_file() {
@@ -385,6 +388,10 @@ pub fn exit_on_bad_config(err: impl Display) -> ! {
 
 /// Masks the user-info part of a URL: `nats://user:pw@host` -> `nats://***@host`.
 fn redact_url(url: &str) -> String {
+    if url.contains(',') {
+        let urls: Vec<String> = url.split(',').map(redact_url).collect();
+        return urls.join(",");
+    }
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -571,6 +578,11 @@ mod tests {
         };
         check(&["--nats-url=http://x:4222"], "invalid nats url");
         check(
+            &["--nats-url=nats://a:4222,http://b:4222"],
+            "invalid nats url http://b:4222",
+        );
+        check(&["--nats-url=nats://a:4222,"], "invalid nats url");
+        check(
             &["--kubeconfig=/no/such/kubeconfig"],
             "/no/such/kubeconfig does not exist",
         );
@@ -626,5 +638,9 @@ mod tests {
         assert!(line.contains("nats_url=nats://***@nats:4222"), "{line}");
         assert!(line.contains("kubeconfig=in-cluster"), "{line}");
         assert_eq!(redact_url("nats://nats:4222/x@y"), "nats://nats:4222/x@y");
+        assert_eq!(
+            redact_url("nats://a:p@n1:4222,nats://n2:4222,tls://b:q@n3:4222"),
+            "nats://***@n1:4222,nats://n2:4222,tls://***@n3:4222"
+        );
     }
 }

@@ -186,6 +186,102 @@ impl NatsServer {
     }
 }
 
+/// Several nats-servers forming one JetStream cluster on 127.0.0.1, as production runs NATS
+/// (three nodes, streams with three replicas): each node with its own client port, store and
+/// monitoring port, joined by routes. A node can be killed and started again
+/// ([`NatsServer::stop`], [`NatsServer::start_again`] on [`NatsCluster::nodes`]).
+#[derive(Debug)]
+pub struct NatsCluster {
+    pub nodes: Vec<NatsServer>,
+    monitors: Vec<u16>,
+}
+
+impl NatsCluster {
+    /// Starts `size` nodes, each with `args` (e.g. `["-c", "<config>"]` for TLS and
+    /// authorization), and waits until JetStream is healthy on every one (a meta leader
+    /// elected and every node current).
+    pub async fn start(size: usize, args: &[&str]) -> anyhow::Result<NatsCluster> {
+        let routes: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let route_urls: Vec<String> = routes
+            .iter()
+            .map(|port| format!("nats-route://127.0.0.1:{port}"))
+            .collect();
+        let route_urls = route_urls.join(",");
+        let mut nodes = Vec::with_capacity(size);
+        let mut monitors = Vec::with_capacity(size);
+        for (index, route) in routes.iter().enumerate() {
+            let monitor = free_port();
+            let name = format!("n{index}");
+            let cluster = format!("nats://127.0.0.1:{route}");
+            let monitor_arg = monitor.to_string();
+            let mut node_args: Vec<&str> = args.to_vec();
+            node_args.extend([
+                "--server_name",
+                &name,
+                "--cluster_name",
+                "sluice",
+                "--cluster",
+                &cluster,
+                "--routes",
+                &route_urls,
+                "-m",
+                &monitor_arg,
+            ]);
+            nodes.push(NatsServer::start_with_args(&node_args).await?);
+            monitors.push(monitor);
+        }
+        let cluster = NatsCluster { nodes, monitors };
+        cluster.wait_healthy().await?;
+        Ok(cluster)
+    }
+
+    /// Every node's client URL, comma-separated, as NATS clients take a cluster's servers.
+    pub fn urls(&self) -> String {
+        let urls: Vec<String> = self.nodes.iter().map(NatsServer::url).collect();
+        urls.join(",")
+    }
+
+    /// Waits until every running node says JetStream is healthy (`/healthz`).
+    pub async fn wait_healthy(&self) -> anyhow::Result<()> {
+        let running: Vec<u16> = self
+            .nodes
+            .iter()
+            .zip(&self.monitors)
+            .filter(|(node, _)| node.pid() != 0)
+            .map(|(_, monitor)| *monitor)
+            .collect();
+        wait_for("every nats node healthy", START_DEADLINE, || {
+            let state = running
+                .iter()
+                .map(|port| healthz(*port).map_err(|e| format!("node on monitor port {port}: {e}")))
+                .collect::<Result<Vec<()>, String>>()
+                .map(drop);
+            async move { state }
+        })
+        .await
+    }
+}
+
+/// `Ok` when the monitoring endpoint on `port` answers `/healthz` with 200.
+fn healthz(port: u16) -> Result<(), String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| e.to_string())?;
+    match answer.split_whitespace().nth(1) {
+        Some("200") => Ok(()),
+        _ => Err(answer.lines().last().unwrap_or_default().to_owned()),
+    }
+}
+
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.stop();

@@ -164,3 +164,52 @@ fn missing_workspace_binary_is_a_clear_error() {
     );
     assert!(error.contains("cargo build"), "{error}");
 }
+
+/// Three nodes form one JetStream cluster: a stream of three replicas keeps taking messages
+/// while any one node is down, and the node that comes back catches up.
+#[tokio::test]
+async fn a_cluster_of_three_keeps_a_replicated_stream_through_a_node_loss() {
+    let mut cluster = sluice_testkit::NatsCluster::start(3, &[]).await.unwrap();
+    let urls = cluster.urls();
+    assert_eq!(urls.split(',').count(), 3, "{urls}");
+    // Connected to the node that goes down: the client moves to another.
+    let client = async_nats::connect(cluster.nodes[0].url()).await.unwrap();
+    let js = jetstream::new(client);
+    js.create_stream(jetstream::stream::Config {
+        name: "R3".into(),
+        subjects: vec!["r3.>".into()],
+        num_replicas: 3,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for n in 0..10 {
+        js.publish(format!("r3.{n}"), "x".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    cluster.nodes[0].stop();
+    let stored = wait_for(
+        "publishes with a node down",
+        Duration::from_secs(30),
+        || {
+            let js = js.clone();
+            async move {
+                let ack = js
+                    .publish("r3.more", "y".into())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                ack.await.map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(stored.sequence, 11);
+    cluster.nodes[0].start_again().await.unwrap();
+    cluster.wait_healthy().await.unwrap();
+    let mut stream = js.get_stream("R3").await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 11);
+}

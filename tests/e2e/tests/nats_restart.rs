@@ -20,41 +20,6 @@ const PACE: Duration = Duration::from_millis(10);
 /// How soon after the server's return a Service created then must have its profile.
 const RESUME: Duration = Duration::from_secs(5);
 
-/// Where each durable consumer stands (pending, unacked, waiting pull requests): printed when
-/// the test fails, to show which stage stalled.
-async fn consumers(stack: &Stack) -> String {
-    use sluice_bus::topology;
-    let Ok(bus) = sluice_bus::Bus::connect(stack.bus_options()).await else {
-        return "bus unreachable".to_string();
-    };
-    let mut out = String::new();
-    for spec in [
-        topology::EVALUATOR_CHANGES,
-        topology::REPORTER_MATCH,
-        topology::RENDERER_MATCH,
-        topology::APPLIER_DESIRED,
-    ] {
-        let info = async {
-            let stream = bus.jetstream().get_stream(spec.stream.name).await.ok()?;
-            let mut consumer: async_nats::jetstream::consumer::PullConsumer =
-                stream.get_consumer(spec.durable).await.ok()?;
-            let info = consumer.info().await.ok()?;
-            Some(format!(
-                "{}/{}: pending {} unacked {} waiting {} delivered {}\n",
-                spec.stream.name,
-                spec.durable,
-                info.num_pending,
-                info.num_ack_pending,
-                info.num_waiting,
-                info.delivered.stream_sequence
-            ))
-        }
-        .await;
-        out.push_str(&info.unwrap_or_else(|| format!("{}: no info\n", spec.durable)));
-    }
-    out
-}
-
 fn service(name: &str) -> String {
     demo::SERVICE.replace("name: my-service", &format!("name: {name}"))
 }
@@ -94,7 +59,7 @@ async fn a_nats_crash_during_a_stream_of_events_loses_none_and_resumes_quickly(
         anyhow::bail!(
             "the pipeline did not resume within {RESUME:?} ({:?} after the server's return): {e}\n{}\n{}",
             back.elapsed(),
-            consumers(&stack).await,
+            demo::consumer_states(&stack).await,
             stack.logs()
         );
     }
@@ -127,7 +92,7 @@ async fn a_nats_crash_during_a_stream_of_events_loses_none_and_resumes_quickly(
         }
         anyhow::bail!(
             "{e}: missing {lost:?}\n{}\n{}",
-            consumers(&stack).await,
+            demo::consumer_states(&stack).await,
             stack.logs()
         );
     }

@@ -315,8 +315,14 @@ async fn connect(
         }
         files = Some(dir);
     }
+    // Several servers of the managed cluster's NATS may be named, comma-separated, as the Go
+    // client Sveltos's agent uses takes them.
+    let servers = sluice_bus::server_addrs(url).map_err(|source| ListenError::Connect {
+        url: url.to_string(),
+        source: source.into(),
+    })?;
     let client = options
-        .connect(url)
+        .connect(servers.as_slice())
         .await
         .map_err(|source| ListenError::Connect {
             url: url.to_string(),
