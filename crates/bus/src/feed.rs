@@ -530,7 +530,7 @@ impl Bus {
         let messages = pull_messages(&consumer)
             .await
             .map_err(|e| consumer_err(Box::new(e)))?;
-        Ok(recovering(self, consumer, messages))
+        Ok(recovering(consumer, messages))
     }
 }
 
@@ -548,36 +548,25 @@ async fn pull_messages(
         .await
 }
 
-/// `messages` of `consumer`, asked for anew when the connection drops and when a heartbeat is
-/// missed: the server that held the pull request may be gone (a node of a JetStream cluster
-/// lost, the consumer's leader moved), and async-nats, which goes on counting that request's
-/// messages as pending, would never ask again. The consumer keeps its place; what the lost
-/// request had delivered and nobody acked comes back after its ack wait.
+/// `messages` of `consumer`, asked for anew when a heartbeat is missed: the server that held
+/// the pull request may be gone (a node of a JetStream cluster lost, the consumer's leader
+/// moved), and async-nats, which goes on counting that request's messages as pending, would
+/// never ask again. Nothing is buffered then (no heartbeat came for two of its periods), so
+/// nothing received is dropped with the old requests; the consumer keeps its place.
 fn recovering(
-    bus: &Bus,
     consumer: consumer::Consumer<pull::Config>,
     messages: pull::Stream,
 ) -> crate::runner::Consumer {
-    let lost = bus.disconnects();
     futures::stream::unfold(
-        (consumer, messages, lost),
-        |(consumer, mut messages, mut lost)| async move {
-            loop {
-                tokio::select! {
-                    item = messages.next() => {
-                        let item = item?;
-                        if let Err(error) = &item {
-                            if error.kind() == pull::MessagesErrorKind::MissingHeartbeat {
-                                ask_again(&consumer, &mut messages, "a heartbeat was missed").await;
-                            }
-                        }
-                        return Some((item, (consumer, messages, lost)));
-                    }
-                    () = crate::window::connection_lost(&mut lost) => {
-                        ask_again(&consumer, &mut messages, "the connection dropped").await;
-                    }
+        (consumer, messages),
+        |(consumer, mut messages)| async move {
+            let item = messages.next().await?;
+            if let Err(error) = &item {
+                if error.kind() == pull::MessagesErrorKind::MissingHeartbeat {
+                    ask_again(&consumer, &mut messages).await;
                 }
             }
+            Some((item, (consumer, messages)))
         },
     )
     .boxed()
@@ -585,18 +574,14 @@ fn recovering(
 
 /// Replaces `messages` with new pull requests of `consumer`; when asking fails, the old ones
 /// stay and the next missed heartbeat asks again.
-async fn ask_again(
-    consumer: &consumer::Consumer<pull::Config>,
-    messages: &mut pull::Stream,
-    why: &str,
-) {
+async fn ask_again(consumer: &consumer::Consumer<pull::Config>, messages: &mut pull::Stream) {
     match pull_messages(consumer).await {
         Ok(fresh) => {
-            tracing::info!(why, "pull requests may be lost: asking the consumer again");
+            tracing::info!("a heartbeat was missed: asking the consumer again");
             *messages = fresh;
         }
         Err(error) => {
-            tracing::warn!(why, error = %error, "pull requests may be lost and asking again failed: trying at the next missed heartbeat");
+            tracing::warn!(error = %error, "a heartbeat was missed and asking again failed: trying at the next one");
         }
     }
 }
