@@ -444,15 +444,7 @@ impl Stack {
             Signal::Stop => libc::SIGSTOP,
             Signal::Cont => libc::SIGCONT,
         };
-        let pid = libc::pid_t::try_from(process.pid()).context("pid out of range")?;
-        // SAFETY: kill(2) takes any pid and signal number; the worst a wrong one does is fail.
-        if unsafe { libc::kill(pid, number) } != 0 {
-            anyhow::bail!(
-                "{signal:?} to {name} ({pid}): {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(())
+        sluice_testkit::send_signal(name, process.pid(), number)
     }
 
     /// The services that have exited (none should, whatever their input).

@@ -18,6 +18,6 @@ pub use nats::{NatsCluster, NatsServer, NATS_SERVER_ENV};
 pub use orphans::die_with_parent;
 pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};
-pub use process::{ServiceProcess, TERMINATE_GRACE};
+pub use process::{send_signal, ServiceProcess, TERMINATE_GRACE};
 pub use tls::{Issued, TestCa};
 pub use wait::{wait_for, Probe};

@@ -110,17 +110,8 @@ impl ServiceProcess {
         if self.try_status()?.is_some() {
             bail!("{} (pid {}) has already exited", self.name, self.pid());
         }
-        let pid = libc::pid_t::try_from(self.pid()).context("pid does not fit pid_t")?;
-        // SAFETY: kill(2) has no memory-safety preconditions; the child is not reaped yet, so
-        // its pid cannot have been reused by another process.
-        if unsafe { libc::kill(pid, signal) } != 0 {
-            let error = std::io::Error::last_os_error();
-            bail!(
-                "failed to send signal {signal} to {} (pid {pid}): {error}",
-                self.name
-            );
-        }
-        Ok(())
+        // The child is not reaped yet, so its pid cannot have been reused by another process.
+        send_signal(&self.name, self.pid(), signal)
     }
 
     /// The exit status if the process has exited, without blocking.
@@ -169,6 +160,18 @@ impl ServiceProcess {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// Sends `signal` to the process `pid` (named `name` in the error). The caller makes sure the
+/// pid is still its child's (not reaped), or accepts that it may have been reused.
+pub fn send_signal(name: &str, pid: u32, signal: libc::c_int) -> anyhow::Result<()> {
+    let pid = libc::pid_t::try_from(pid).context("pid does not fit pid_t")?;
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, signal) } != 0 {
+        let error = std::io::Error::last_os_error();
+        bail!("failed to send signal {signal} to {name} (pid {pid}): {error}");
+    }
+    Ok(())
 }
 
 impl Drop for ServiceProcess {
