@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::Message;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
@@ -254,16 +255,26 @@ const ACK_PATIENCE: Duration = Duration::from_secs(2);
 const REFUSED_PAUSE: Duration = Duration::from_millis(100);
 
 /// Whether a publish that failed so may be stored when sent again: the ack did not come in
-/// time, or the connection broke; and, on a JetStream cluster (`clustered`), nobody answered:
+/// time, the connection broke, or the stream was still storing an earlier copy of the same
+/// message (`code` 10158, "duplicate message id is in process": a copy sent again while the
+/// first was being replicated); and, on a JetStream cluster (`clustered`), nobody answered:
 /// "no stream found" is what no responders reads as, and a cluster has no responder for a
 /// stream while it elects the stream's leader. A lone server without a stream for the subject
 /// has none for good.
-fn may_store_later(kind: PublishErrorKind, clustered: bool) -> bool {
+fn may_store_later(kind: PublishErrorKind, code: Option<ErrorCode>, clustered: bool) -> bool {
     match kind {
         PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe => true,
         PublishErrorKind::StreamNotFound => clustered,
+        PublishErrorKind::Other => code == Some(ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT),
         _ => false,
     }
+}
+
+/// The JetStream error code a refused publish carries, if the server sent one.
+fn error_code(error: &PublishError) -> Option<ErrorCode> {
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
+        .map(async_nats::jetstream::Error::error_code)
 }
 
 /// One output waiting for its ack: when it was first published and how often so far.
@@ -320,7 +331,7 @@ pub(crate) async fn await_stored(
                 let clustered = bus.client().server_info().cluster.is_some();
                 let again = source
                     .as_ref()
-                    .is_none_or(|source| may_store_later(source.kind(), clustered))
+                    .is_none_or(|source| may_store_later(source.kind(), error_code(source), clustered))
                     && since.elapsed() < PUBLISH_RETRY_DEADLINE;
                 if !again {
                     let subject = output.subject.clone();
@@ -374,20 +385,36 @@ mod tests {
 
     #[test]
     fn only_a_cluster_may_answer_later_for_a_stream_it_has_no_responder_for() {
+        let in_process = Some(ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT);
         for clustered in [false, true] {
-            assert!(may_store_later(PublishErrorKind::TimedOut, clustered));
-            assert!(may_store_later(PublishErrorKind::BrokenPipe, clustered));
-            assert!(!may_store_later(
-                PublishErrorKind::MaxPayloadExceeded,
+            assert!(may_store_later(PublishErrorKind::TimedOut, None, clustered));
+            assert!(may_store_later(
+                PublishErrorKind::BrokenPipe,
+                None,
                 clustered
             ));
-            assert!(!may_store_later(
-                PublishErrorKind::WrongLastSequence,
+            assert!(may_store_later(
+                PublishErrorKind::Other,
+                in_process,
                 clustered
             ));
-            assert!(!may_store_later(PublishErrorKind::Other, clustered));
+            let other = Some(ErrorCode::STREAM_NOT_FOUND);
+            assert!(!may_store_later(PublishErrorKind::Other, other, clustered));
+            assert!(!may_store_later(PublishErrorKind::Other, None, clustered));
+            let payload = PublishErrorKind::MaxPayloadExceeded;
+            assert!(!may_store_later(payload, None, clustered));
+            let sequence = PublishErrorKind::WrongLastSequence;
+            assert!(!may_store_later(sequence, None, clustered));
         }
-        assert!(may_store_later(PublishErrorKind::StreamNotFound, true));
-        assert!(!may_store_later(PublishErrorKind::StreamNotFound, false));
+        assert!(may_store_later(
+            PublishErrorKind::StreamNotFound,
+            None,
+            true
+        ));
+        assert!(!may_store_later(
+            PublishErrorKind::StreamNotFound,
+            None,
+            false
+        ));
     }
 }

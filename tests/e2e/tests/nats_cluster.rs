@@ -1,15 +1,18 @@
 //! On a bus that is a JetStream cluster of three nodes, as production runs NATS (every stream
 //! with three replicas, the services given every node's URL), losing a node loses nothing and
 //! stops nothing: seed 000 on the whole stack while Services are created one after another;
-//! each node in turn is killed (SIGKILL) and, after more Services, started again. A Service
-//! created just after a kill has its ClusterProfile within seconds while the node is still
-//! down, no service exits, and in the end every Service has exactly one profile.
+//! each node in turn is killed (SIGKILL) and, after more Services, started again. The services
+//! run as production runs them (`k8s/overlays/prod` over `k8s/base`): with leader election,
+//! whose leases live on the bus too, and the longer lease timing of a NATS cluster
+//! ([`LEASE_TIMING`]). A Service created just after a kill has its ClusterProfile within
+//! seconds while the node is still down, no service exits (a holder that could not renew its
+//! lease would), and in the end every Service has exactly one profile.
 
 use std::time::{Duration, Instant};
 
 use sluice_bus::topology;
 use sluice_cli::demo::{self, wait_profile};
-use sluice_cli::stack::Stack;
+use sluice_cli::stack::{Stack, SERVICES};
 use sluice_testkit::{wait_for, NatsServer};
 
 const TRIGGER: &str = "service-network-policy";
@@ -21,7 +24,16 @@ const PACE: Duration = Duration::from_millis(10);
 /// How soon a Service created just after a node's loss must have its profile: the streams'
 /// and consumers' leaders on the lost node are elected anew first (JetStream's elections take
 /// 4 to 9 s after the leader is missed).
-const RESUME: Duration = Duration::from_secs(20);
+const RESUME: Duration = Duration::from_secs(30);
+
+/// `k8s/overlays/prod`'s leader election: a lease renewal waits out JetStream's election of the
+/// lease stream's leader, which the default 10 s deadline does not always outlast.
+const LEASE_TIMING: [(&str, &str); 4] = [
+    ("SLUICE_LEADER_ELECT", "true"),
+    ("SLUICE_LEADER_ELECT_LEASE_DURATION", "30s"),
+    ("SLUICE_LEADER_ELECT_RENEW_DEADLINE", "20s"),
+    ("SLUICE_LEADER_ELECT_RETRY_PERIOD", "2s"),
+];
 
 fn service(name: &str) -> String {
     demo::SERVICE.replace("name: my-service", &format!("name: {name}"))
@@ -89,6 +101,9 @@ async fn wait_current(js: &async_nats::jetstream::Context) -> anyhow::Result<()>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_any_node_of_a_nats_cluster_loses_nothing_and_stops_nothing() -> anyhow::Result<()> {
     let mut stack = Stack::start_on_nats_cluster(&["cluster-a"], NODES).await?;
+    for service in SERVICES {
+        stack.restart_service_with(service, &LEASE_TIMING)?;
+    }
     demo::install_seed(&stack, "cluster-a").await?;
     stack.apply_yaml("cluster-a", &service("warm-up")).await?;
     if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "warm-up", RESUME * 3).await {
@@ -158,8 +173,18 @@ async fn losing_any_node_of_a_nats_cluster_loses_nothing_and_stops_nothing() -> 
     })
     .await;
     if let Err(e) = missing {
+        let mut lost = Vec::new();
+        for name in &names {
+            if demo::profiles_for(&stack, TRIGGER, "cluster-a", name)
+                .await?
+                .len()
+                != 1
+            {
+                lost.push(name.clone());
+            }
+        }
         anyhow::bail!(
-            "{e}\n{}\n{}",
+            "{e}: missing {lost:?}\n{}\n{}",
             demo::consumer_states(&stack).await,
             stack.logs()
         );
