@@ -303,11 +303,7 @@ impl SecureNats {
 
     /// Every server's URL, comma-separated (`SLUICE_NATS_URL`).
     pub fn url(&self) -> String {
-        let urls: Vec<String> = std::iter::once(&self.server)
-            .chain(&self.peers)
-            .map(NatsServer::url)
-            .collect();
-        urls.join(",")
+        sluice_testkit::nats_urls(std::iter::once(&self.server).chain(&self.peers))
     }
 
     /// Connection options as `identity`, or as the administrator when `None`.

@@ -264,11 +264,7 @@ impl Stack {
 
     /// Every server of the bus, comma-separated, as `SLUICE_NATS_URL` takes them.
     pub fn nats_url(&self) -> String {
-        let urls: Vec<String> = std::iter::once(&self.nats)
-            .chain(&self.nats_peers)
-            .map(NatsServer::url)
-            .collect();
-        urls.join(",")
+        sluice_testkit::nats_urls(std::iter::once(&self.nats).chain(&self.nats_peers))
     }
 
     /// How many replicas the services give their streams: one per node of the bus, up to

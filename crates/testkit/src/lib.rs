@@ -14,7 +14,7 @@ mod tls;
 mod wait;
 
 pub use metrics::series;
-pub use nats::{NatsCluster, NatsServer, NATS_SERVER_ENV};
+pub use nats::{urls as nats_urls, NatsCluster, NatsServer, NATS_SERVER_ENV};
 pub use orphans::die_with_parent;
 pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use paths::{bin_path, free_port, profile_dir, repo_root, try_bin_path};

@@ -237,8 +237,7 @@ impl NatsCluster {
 
     /// Every node's client URL, comma-separated, as NATS clients take a cluster's servers.
     pub fn urls(&self) -> String {
-        let urls: Vec<String> = self.nodes.iter().map(NatsServer::url).collect();
-        urls.join(",")
+        urls(&self.nodes)
     }
 
     /// Waits until every running node says JetStream is healthy (`/healthz`).
@@ -260,6 +259,12 @@ impl NatsCluster {
         })
         .await
     }
+}
+
+/// The client URLs of `servers`, comma-separated, as NATS clients take a cluster's servers.
+pub fn urls<'a>(servers: impl IntoIterator<Item = &'a NatsServer>) -> String {
+    let urls: Vec<String> = servers.into_iter().map(NatsServer::url).collect();
+    urls.join(",")
 }
 
 /// `Ok` when the monitoring endpoint on `port` answers `/healthz` with 200.
