@@ -11,6 +11,7 @@ use futures::StreamExt;
 use crate::bus::Bus;
 use crate::error::{Error, Result};
 use crate::topology::{Acks, ConsumerSpec, StreamSpec, TRACEPARENT};
+use crate::transit::{Arrival, Arrivals, Missed};
 
 /// Subjects a [`Freshness`] keeps before it asks to be pruned the first time.
 const PRUNE_FROM: usize = 4096;
@@ -424,8 +425,9 @@ impl Bus {
     /// nats-server 2.14): what an earlier process of the stage received and never settled (it
     /// was killed, or it lost its lease) is delivered again now instead of after the ack wait.
     /// Only the process that is to read the consumer calls it, as it binds: the one process of
-    /// the stage, or the holder of its lease (ADR 0046).
-    async fn reset_delivery(&self, spec: ConsumerSpec) -> Result<()> {
+    /// the stage, or the holder of its lease (ADR 0046). Whether it was reset (its deliveries
+    /// are numbered from 1 again).
+    async fn reset_delivery(&self, spec: ConsumerSpec) -> Result<bool> {
         let subject = format!(
             "$JS.API.CONSUMER.RESET.{}.{}",
             spec.stream.name, spec.durable
@@ -443,7 +445,7 @@ impl Bus {
                     consumer = spec.durable,
                     "nats-server older than 2.14 (no CONSUMER.RESET): what an earlier process left unsettled comes back after the ack wait"
                 );
-                return Ok(());
+                return Ok(false);
             }
             Err(error) => return Err(consumer_err(Box::new(error))),
         };
@@ -454,7 +456,7 @@ impl Bus {
                 format!("resetting its delivery state failed: {error}").into(),
             ));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The durable consumer of a stage. Created on first use to start from the last message of
@@ -469,6 +471,16 @@ impl Bus {
         spec: ConsumerSpec,
         filter: Option<&str>,
     ) -> Result<crate::runner::Consumer> {
+        Ok(self.durable_watched(spec, filter).await?.0)
+    }
+
+    /// [`Bus::durable`], and what marks its deliveries ended because one never arrived: only a
+    /// covering consumer's end so ([`crate::transit`]), for the runner to bind it again.
+    pub async fn durable_watched(
+        &self,
+        spec: ConsumerSpec,
+        filter: Option<&str>,
+    ) -> Result<(crate::runner::Consumer, Missed)> {
         patiently(self, spec.stream.name, || self.durable_once(spec, filter)).await
     }
 
@@ -476,7 +488,7 @@ impl Bus {
         &self,
         spec: ConsumerSpec,
         filter: Option<&str>,
-    ) -> Result<crate::runner::Consumer> {
+    ) -> Result<(crate::runner::Consumer, Missed)> {
         let stream = self.stream(spec.stream).await?;
         let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
             stream: spec.stream.name.to_string(),
@@ -526,11 +538,20 @@ impl Bus {
                 .await
                 .map_err(|e| consumer_err(Box::new(e)))?;
         }
-        self.reset_delivery(spec).await?;
+        let reset = self.reset_delivery(spec).await?;
         let messages = pull_messages(&consumer)
             .await
             .map_err(|e| consumer_err(Box::new(e)))?;
-        Ok(recovering(consumer, messages))
+        let missed = Missed::default();
+        let arrivals = (spec.acks == Acks::Covering).then(|| {
+            let arrivals = if reset {
+                Arrivals::after_reset()
+            } else {
+                Arrivals::default()
+            };
+            (arrivals, missed.clone())
+        });
+        Ok((recovering(consumer, messages, arrivals), missed))
     }
 }
 
@@ -553,22 +574,44 @@ async fn pull_messages(
 /// moved), and async-nats, which goes on counting that request's messages as pending, would
 /// never ask again. Nothing is buffered then (no heartbeat came for two of its periods), so
 /// nothing received is dropped with the old requests; the consumer keeps its place.
+/// With `arrivals` (a covering consumer) the deliveries end at the first one that never
+/// arrived, marked [`Missed`], before anything after it is taken ([`crate::transit`]).
 fn recovering(
     consumer: consumer::Consumer<pull::Config>,
     messages: pull::Stream,
+    arrivals: Option<(Arrivals, Missed)>,
 ) -> crate::runner::Consumer {
     futures::stream::unfold(
-        (consumer, messages),
-        |(consumer, mut messages)| async move {
+        (consumer, messages, arrivals),
+        |(consumer, mut messages, mut arrivals)| async move {
             let item = messages.next().await?;
-            if let Err(error) = &item {
-                if error.kind() == pull::MessagesErrorKind::MissingHeartbeat {
+            match &item {
+                Err(error) if error.kind() == pull::MessagesErrorKind::MissingHeartbeat => {
                     ask_again(&consumer, &mut messages).await;
                 }
+                Ok(message) => {
+                    if let (Some((arrivals, missed)), Ok(info)) = (&mut arrivals, message.info()) {
+                        if let Arrival::Missed { first, last } =
+                            arrivals.arrive(info.consumer_sequence)
+                        {
+                            tracing::warn!(
+                                stream = info.stream,
+                                consumer = info.consumer,
+                                first,
+                                last,
+                                "deliveries never arrived (their consumer sequences were skipped): binding the consumer again from its ack floor"
+                            );
+                            missed.set();
+                            return None;
+                        }
+                    }
+                }
+                Err(_) => {}
             }
-            Some((item, (consumer, messages)))
+            Some((item, (consumer, messages, arrivals)))
         },
     )
+    .fuse()
     .boxed()
 }
 

@@ -13,6 +13,7 @@ pub mod lease;
 pub mod permissions;
 pub mod runner;
 pub mod topology;
+pub mod transit;
 pub mod window;
 
 mod bus;

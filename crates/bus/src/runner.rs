@@ -57,6 +57,7 @@ use crate::error::{Error, Result};
 use crate::feed::{Delivered, Freshness};
 use crate::gather::Gather;
 use crate::topology::{self, Acks, ConsumerSpec, StreamSpec};
+use crate::transit::Missed;
 use crate::window::{AckWindow, Settled};
 use timings::Timings;
 
@@ -348,6 +349,9 @@ pub fn retry_delay(delivered: i64) -> Duration {
 /// One durable consumer bound and ready to run a [`Stage`].
 pub struct Runner {
     consumer: Consumer,
+    /// How to bind a bus durable again whose deliveries ended because one never arrived
+    /// ([`crate::transit`]); not for another server's consumer ([`Runner::over`]).
+    rebind: Option<Rebind>,
     /// The connection of a consumer on another server ([`Runner::over`]), flushed in the drain.
     upstream: Option<async_nats::Client>,
     core: Core,
@@ -360,6 +364,13 @@ pub type Consumer = futures::stream::BoxStream<
     'static,
     std::result::Result<Message, async_nats::jetstream::consumer::pull::MessagesError>,
 >;
+
+/// What a runner binds again when a delivery never arrived: its durable's filter, and the
+/// mark of its current deliveries.
+struct Rebind {
+    filter: Option<String>,
+    missed: Missed,
+}
 
 /// Everything of a runner but its consumer, which the drain drops first.
 struct Core {
@@ -552,7 +563,8 @@ enum Source<T> {
     Inline(Gather<Consumer>),
     Piped {
         decoded: tokio::sync::mpsc::Receiver<Decoded<T>>,
-        reader: tokio::task::JoinHandle<Result<()>>,
+        /// Gives back the freshness it kept once it ends.
+        reader: tokio::task::JoinHandle<Result<Freshness>>,
     },
 }
 
@@ -587,7 +599,7 @@ impl<T: Send + Sync + 'static> Source<T> {
             Source::Inline(_) => ended,
             Source::Piped { reader, .. } => match reader.await {
                 Ok(Err(error)) => error,
-                Ok(Ok(())) => ended,
+                Ok(Ok(_)) => ended,
                 Err(panicked) => Error::Ended {
                     what: format!("reader of {}: {panicked}", spec.durable),
                 },
@@ -612,7 +624,7 @@ impl<T: Send + Sync + 'static> Source<T> {
                     }
                 }
                 match reader.await {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(_)) => {}
                     Ok(Err(error)) => {
                         tracing::warn!(error = %chain(&error), "reader ended with an error")
                     }
@@ -637,8 +649,13 @@ impl Runner {
         spec: ConsumerSpec,
         filter: Option<&str>,
     ) -> Result<Runner> {
-        let consumer = bus.durable(spec, filter).await?;
-        Ok(Runner::over(bus, consumer, None, spec))
+        let (consumer, missed) = bus.durable_watched(spec, filter).await?;
+        let mut runner = Runner::over(bus, consumer, None, spec);
+        runner.rebind = Some(Rebind {
+            filter: filter.map(str::to_string),
+            missed,
+        });
+        Ok(runner)
     }
 
     /// A runner over `consumer`, the messages of a pull consumer on another server (a managed
@@ -654,6 +671,7 @@ impl Runner {
     ) -> Runner {
         Runner {
             consumer,
+            rebind: None,
             upstream,
             core: Core {
                 bus: bus.clone(),
@@ -712,6 +730,7 @@ impl Runner {
     {
         let Runner {
             consumer,
+            mut rebind,
             upstream,
             mut core,
             first,
@@ -773,7 +792,13 @@ impl Runner {
                         if token.is_cancelled() {
                             break;
                         }
-                        return Err(source.ended(&core.spec).await);
+                        match rebind.as_mut() {
+                            Some(rebind) if rebind.missed.is_set() => {
+                                source = core.bind_again(stage, source, rebind, &reader_token).await?;
+                                continue;
+                            }
+                            _ => return Err(source.ended(&core.spec).await),
+                        }
                     };
                     let decoded = match next {
                         Next::Raw(batch) => {
@@ -873,7 +898,7 @@ impl Core {
         decoder: Decoder<T, E>,
         batches: tokio::sync::mpsc::Sender<Decoded<T>>,
         token: CancellationToken,
-    ) -> Result<()>
+    ) -> Result<Freshness>
     where
         T: Send + Sync + 'static,
         E: Failure,
@@ -887,9 +912,8 @@ impl Core {
                     }
                 }
                 batch = coalesce::next_gathered(&mut consumer), if !self.window.is_full() => {
-                    let Some(batch) = batch else {
-                        return Err(Error::Ended { what: format!("consumer {} on {}", self.spec.durable, self.spec.stream.name) });
-                    };
+                    // The consumer ended: what was taken settles, and the runner sees the end.
+                    let Some(batch) = batch else { break };
                     self.prune_freshness().await;
                     let (decoded, undecoded) = self.decode(|d| decoder(d), batch, true);
                     self.undecoded(undecoded).await?;
@@ -907,7 +931,54 @@ impl Core {
         }
         release(consumer, self.drain_deadline.min(RELEASE_WITHIN)).await;
         self.drain().await;
-        Ok(())
+        Ok(self.freshness)
+    }
+
+    /// Binds the consumer again after a delivery never arrived ([`crate::transit`]): what
+    /// came before it is settled first (its outputs stored, its inputs acked, which covers
+    /// nothing after it), then the durable is reset to its ack floor, so that the lost delivery
+    /// and everything after it come again, to a source built as the first was.
+    async fn bind_again<S: Stage + 'static>(
+        &mut self,
+        stage: &mut S,
+        source: Source<S::Input>,
+        rebind: &mut Rebind,
+        reader_token: &CancellationToken,
+    ) -> Result<Source<S::Input>> {
+        if let Source::Piped { reader, .. } = source {
+            self.freshness = match reader.await {
+                Ok(result) => result?,
+                Err(panicked) => {
+                    return Err(Error::Ended {
+                        what: format!("reader of {}: {panicked}", self.spec.durable),
+                    })
+                }
+            };
+        }
+        self.flush(stage).await?;
+        while let Some(settled) = self.window.next().await {
+            self.settled(settled)?;
+        }
+        if let Err(error) = self.bus.client().flush().await {
+            tracing::debug!(error = %error, "flush before binding the consumer again failed");
+        }
+        let (consumer, missed) = self
+            .bus
+            .durable_watched(self.spec, rebind.filter.as_deref())
+            .await?;
+        rebind.missed = missed;
+        if let Some(timings) = &self.timings {
+            timings.rebound();
+        }
+        tracing::info!(
+            consumer = self.spec.durable,
+            stream = self.spec.stream.name,
+            "consumer bound again from its ack floor"
+        );
+        Ok(match stage.decoder() {
+            None => Source::Inline(gather(consumer, &self.bus)),
+            Some(decoder) => self.spawn_reader(consumer, decoder, reader_token.clone()),
+        })
     }
 
     /// Keeps a batch fresh and decodes it; returns it with what did not decode, for

@@ -1013,6 +1013,105 @@ async fn drained_mid_stream<const AHEAD: bool>(first: Counting<100, AHEAD>) -> a
     stop(token, task).await
 }
 
+/// A covering consumer's own, on the desired-state stream.
+const COVERING: ConsumerSpec = ConsumerSpec {
+    stream: topology::DESIRED,
+    durable: "runner-covering",
+    acks: Acks::Covering,
+};
+
+/// A delivery the server made that never reached the stage (sent into a connection that
+/// dropped, as when the node the stage was connected to is lost): with covering acks, the ack
+/// of a later input would settle it unread. The runner sees the skipped consumer sequence, and
+/// the delivery comes again well before its 30 s ack wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_never_arrived_comes_again_before_a_covering_ack_settles_it(
+) -> anyhow::Result<()> {
+    lost_in_transit(Counting::<0, false>::default()).await
+}
+
+/// The same with a reader task decoding ahead of the stage (the evaluator's way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_never_arrived_comes_again_to_a_stage_with_a_decoder() -> anyhow::Result<()>
+{
+    lost_in_transit(Counting::<0, true>::default()).await
+}
+
+/// Another client takes one delivery of the covering durable from under a running stage and
+/// drops it: to the server it was delivered, and the stage never sees it. Every input must
+/// still be handled within 10 s, the consumer bound again once, and nothing left unacked.
+async fn lost_in_transit<const AHEAD: bool>(stage: Counting<0, AHEAD>) -> anyhow::Result<()> {
+    const INPUTS: usize = 10;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let health = sluice_runtime::Health::new();
+    let runner = Runner::bind(&bus, COVERING).await?.with_hooks(Hooks {
+        health: Some(health.clone()),
+        ..Hooks::default()
+    });
+    let (token, task) = spawn(runner, stage.clone());
+    send(&bus, "in-0", "input 0").await?;
+    wait_for("the first input handled", DEADLINE, || async {
+        (!stage.handled.lock().expect("lock").is_empty()).then_some(())
+    })
+    .await?;
+    // The stage's pull request waits first, so the server hands the next input to it and the
+    // one after to this request of one, in turn.
+    let thief = async_nats::connect(nats.url()).await?;
+    let inbox = thief.new_inbox();
+    let mut taken = thief.subscribe(inbox.clone()).await?;
+    thief
+        .publish_with_reply(
+            format!(
+                "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
+                COVERING.stream.name, COVERING.durable
+            ),
+            inbox,
+            Bytes::from_static(br#"{"batch":1,"expires":60000000000}"#),
+        )
+        .await?;
+    thief.flush().await?;
+    for n in 1..INPUTS {
+        send(&bus, &format!("in-{n}"), &format!("input {n}")).await?;
+    }
+    let stolen = tokio::time::timeout(DEADLINE, futures::StreamExt::next(&mut taken))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the other client's subscription ended"))?;
+    let stolen = String::from_utf8_lossy(&stolen.payload).to_string();
+    let all: std::collections::HashSet<String> =
+        (0..INPUTS).map(|n| format!("input {n}")).collect();
+    let result = wait_for(
+        "every input handled, the one taken included",
+        Duration::from_secs(10),
+        || async { (*stage.handled.lock().expect("lock") == all).then_some(()) },
+    )
+    .await;
+    if let Err(error) = result {
+        let handled = stage.handled.lock().expect("lock").clone();
+        anyhow::bail!("{error}: {stolen:?} was taken, handled {handled:?}");
+    }
+    let rebinds = sluice_testkit::series(&health.render_metrics())
+        .get(&format!(
+            "sluice_stage_rebinds_total{{consumer=\"{}\",stream=\"{}\"}}",
+            COVERING.durable, COVERING.stream.name
+        ))
+        .copied();
+    assert_eq!(rebinds, Some(1.0), "{stolen:?} was taken");
+    wait_for("every input acked", DEADLINE, || async {
+        let stream = bus
+            .jetstream()
+            .get_stream(COVERING.stream.name)
+            .await
+            .ok()?;
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+            stream.get_consumer(COVERING.durable).await.ok()?;
+        let info = consumer.info().await.ok()?;
+        (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+    })
+    .await?;
+    stop(token, task).await
+}
+
 /// The runner's gauge of its stage's backlog: while a backlog is worked off, what waited behind
 /// the last batch; once it is gone, nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,12 +4,13 @@
 //! long each input waited in its stream before its batch began, how long the stage took over
 //! the batch, and how old each event was when the stage had handled it (from its trace
 //! context, [`sluice_runtime::event_age`]): at the applier, from the watcher's sight of a change
-//! to the objects it makes being written.
+//! to the objects it makes being written; and how often its consumer was bound again because a
+//! delivery never arrived.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::Message;
-use sluice_runtime::{Buckets, Gauge, Health, Histogram};
+use sluice_runtime::{Buckets, Counter, Gauge, Health, Histogram};
 
 use crate::topology::ConsumerSpec;
 
@@ -21,6 +22,7 @@ pub struct Timings {
     waited: Histogram,
     handling: Histogram,
     age: Histogram,
+    rebound: Counter,
 }
 
 /// Inputs per batch.
@@ -31,6 +33,8 @@ pub const PENDING: &str = "sluice_stage_pending_inputs";
 pub const INPUT_WAIT: &str = "sluice_stage_input_wait_seconds";
 /// Seconds a stage took over a batch.
 pub const BATCH_SECONDS: &str = "sluice_stage_batch_seconds";
+/// Times the consumer was bound again because a delivery never arrived ([`crate::transit`]).
+pub const REBOUND: &str = "sluice_stage_rebinds_total";
 /// Seconds from the beginning of an event's trace to its handling by the stage.
 pub const EVENT_AGE: &str = "sluice_event_age_seconds";
 const EVENT_AGE_HELP: &str = "Seconds from the beginning of an event's trace (the watcher's message of a change) to the stage's handling of it, or to the producer's storing of it";
@@ -63,6 +67,7 @@ impl Timings {
                 Buckets::Seconds,
             ),
             age: health.histogram_with(EVENT_AGE, EVENT_AGE_HELP, &labels, Buckets::Seconds),
+            rebound: health.counter_with(REBOUND, &labels),
         }
     }
 
@@ -104,6 +109,11 @@ impl Timings {
     /// The stage is done with the batch that began `at`.
     pub(crate) fn end(&self, at: tokio::time::Instant) {
         self.handling.observe_duration(at.elapsed());
+    }
+
+    /// The consumer was bound again after a delivery never arrived.
+    pub(crate) fn rebound(&self) {
+        self.rebound.add(1);
     }
 
     /// The stage has handled an input of trace context `traceparent`.
