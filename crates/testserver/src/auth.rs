@@ -1,8 +1,9 @@
 //! Authentication and authorization of API requests, as kube-apiserver does them with anonymous
 //! authentication off and the RBAC authorizer: a bearer token names the user (401 without one),
 //! `system:masters` may do anything, everyone else only what the cluster's RBAC objects grant
-//! (403 with the real message). Also the two API endpoints that exist only for identities:
-//! `TokenRequest` (`serviceaccounts/<name>/token`) and `SelfSubjectAccessReview`.
+//! (403 with the real message). Also the API endpoints that exist only for identities:
+//! `TokenRequest` (`serviceaccounts/<name>/token`), `SelfSubjectReview`,
+//! `SelfSubjectAccessReview` and `SelfSubjectRulesReview`.
 //!
 //! Deliberate simplifications: tokens are opaque random strings, not JWTs, and do not expire
 //! (a ServiceAccount token stops working when its ServiceAccount is deleted or recreated, as a
@@ -104,7 +105,10 @@ impl Tokens {
             .get(token)
             .cloned()?;
         (service_account_uid(state, &bound.namespace, &bound.name).as_ref() == Some(&bound.uid))
-            .then(|| UserInfo::service_account(&bound.namespace, &bound.name))
+            .then(|| UserInfo {
+                uid: bound.uid.clone(),
+                ..UserInfo::service_account(&bound.namespace, &bound.name)
+            })
     }
 }
 
@@ -265,6 +269,12 @@ pub(crate) fn serve(
         ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
             Some(self_subject_access_review(call, user))
         }
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectrulesreviews"] => {
+            Some(self_subject_rules_review(call, user))
+        }
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] => {
+            Some(Ok(self_subject_review(user)))
+        }
         _ => None,
     }
 }
@@ -303,6 +313,60 @@ fn token_request(call: &Call, namespace: &str, name: &str) -> Result<Response, A
         "status": {"token": token, "expirationTimestamp": expires},
     });
     Ok(json_response(StatusCode::CREATED, &response))
+}
+
+/// `POST selfsubjectreviews` (`kubectl auth whoami`): who the caller is.
+fn self_subject_review(user: &UserInfo) -> Response {
+    let mut info = json!({"username": user.name, "groups": user.groups});
+    if !user.uid.is_empty() {
+        info["uid"] = json!(user.uid);
+    }
+    let review = json!({
+        "kind": "SelfSubjectReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": null},
+        "status": {"userInfo": info},
+    });
+    json_response(StatusCode::CREATED, &review)
+}
+
+/// `POST selfsubjectrulesreviews` (`kubectl auth can-i --list`): every rule bound to the
+/// caller in `spec.namespace`, resource rules and URL rules apart. A member of
+/// `system:masters`, whom no rule is needed for, gets its bound rules like anyone, as from
+/// kube-apiserver.
+fn self_subject_rules_review(call: &Call, user: &UserInfo) -> Result<Response, ApiError> {
+    let mut review = crate::api::body_json(call)?;
+    let namespace = review
+        .pointer("/spec/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let policy = call.cluster.lock().policy();
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for rule in policy.rules_for(user, &namespace) {
+        if !rule.non_resource_urls.is_empty() {
+            non_resource_rules
+                .push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
+        }
+        if !rule.resources.is_empty() {
+            let mut out = json!({"verbs": rule.verbs, "apiGroups": rule.api_groups, "resources": rule.resources});
+            if !rule.resource_names.is_empty() {
+                out["resourceNames"] = json!(rule.resource_names);
+            }
+            resource_rules.push(out);
+        }
+    }
+    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectRulesReview");
+    review["metadata"] = json!({"creationTimestamp": null});
+    review["spec"] = json!({"namespace": namespace});
+    review["status"] = json!({
+        "resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules,
+        "incomplete": false,
+    });
+    Ok(json_response(StatusCode::CREATED, &review))
 }
 
 /// `POST selfsubjectaccessreviews`: whether the caller may do what the spec describes.

@@ -9,8 +9,9 @@
 //! kubectl's workload generators set for the others (`workloads`: Service, Deployment, Job,
 //! CronJob, HorizontalPodAutoscaler, PodDisruptionBudget, Ingress), and the two identity requests kubectl
 //! sends as protobuf
-//! (authorization.k8s.io/v1 SelfSubjectAccessReview for `auth can-i`, authentication.k8s.io/v1
-//! TokenRequest for `create token`); any other kind is refused with 415 naming it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
+//! (authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview for `auth can-i`
+//! and `auth can-i --list`, authentication.k8s.io/v1 TokenRequest for `create token` and
+//! SelfSubjectReview for `auth whoami`); any other kind is refused with 415 naming it. Responses are never protobuf: clients that offer JSON in `Accept` get JSON.
 //!
 //! Go's protobuf encoder writes every non-pointer field, empty strings and zero numbers included,
 //! while its JSON encoder omits them (`omitempty`); so empty strings, zero numbers, empty maps and
@@ -102,6 +103,19 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
             let r = authorization::SelfSubjectAccessReview::decode(raw.as_slice()).map_err(invalid)?;
             self_subject_access_review(r)
         }
+        (AUTHORIZATION, "SelfSubjectRulesReview") => {
+            let r = authorization::SelfSubjectRulesReview::decode(raw.as_slice()).map_err(invalid)?;
+            let spec = Obj::default()
+                .string("namespace", r.spec.unwrap_or_default().namespace)
+                .done();
+            let mut obj = with_meta(r.metadata);
+            obj.0.insert("spec".into(), spec);
+            into_map(obj.done())
+        }
+        (AUTHENTICATION, "SelfSubjectReview") => {
+            let r = authentication::SelfSubjectReview::decode(raw.as_slice()).map_err(invalid)?;
+            into_map(with_meta(r.metadata).done())
+        }
         ("apps/v1", "Deployment") => workloads::deployment(&raw, invalid)?,
         ("batch/v1", "Job") => workloads::job(&raw, invalid)?,
         ("batch/v1", "CronJob") => workloads::cron_job(&raw, invalid)?,
@@ -115,7 +129,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         }
         _ => {
             return Err(unsupported(format!(
-                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount, Service; apps/v1 Deployment; batch/v1 Job, CronJob; autoscaling/v2 HorizontalPodAutoscaler; policy/v1 PodDisruptionBudget; networking.k8s.io/v1 Ingress; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding; {AUTHORIZATION} SelfSubjectAccessReview; {AUTHENTICATION} TokenRequest); send application/json"
+                "protobuf bodies of {api_version} {kind} are not supported by this test server (supported: v1 Secret, ConfigMap, Namespace, ServiceAccount, Service; apps/v1 Deployment; batch/v1 Job, CronJob; autoscaling/v2 HorizontalPodAutoscaler; policy/v1 PodDisruptionBudget; networking.k8s.io/v1 Ingress; {RBAC} Role, ClusterRole, RoleBinding, ClusterRoleBinding; {AUTHORIZATION} SelfSubjectAccessReview, SelfSubjectRulesReview; {AUTHENTICATION} TokenRequest, SelfSubjectReview); send application/json"
             )))
         }
     };

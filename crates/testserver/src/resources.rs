@@ -390,9 +390,13 @@ impl Registry {
         Some(self.resources.remove(pos))
     }
 
-    /// Groups with their versions, in registration order (core group excluded).
+    /// Groups with their versions, in registration order (core group excluded), the groups of
+    /// the identity endpoints first.
     fn groups(&self) -> Vec<(String, Vec<String>)> {
-        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        let mut out: Vec<(String, Vec<String>)> = IDENTITY_GROUPS
+            .iter()
+            .map(|group| (group.to_string(), vec!["v1".to_string()]))
+            .collect();
         for r in self.resources.iter().filter(|r| !r.group.is_empty()) {
             let entry = match out.iter_mut().find(|(g, _)| *g == r.group) {
                 Some(e) => e,
@@ -454,6 +458,7 @@ impl Registry {
             .iter()
             .filter(|r| r.group == group && r.versions.iter().any(|v| v == version))
             .flat_map(ResourceInfo::discovery_entry)
+            .chain(identity_entries(group, version))
             .collect();
         if resources.is_empty() {
             return None;
@@ -466,6 +471,41 @@ impl Registry {
         Some(
             json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
         )
+    }
+}
+
+/// The groups of the identity endpoints, served in version v1 only.
+const IDENTITY_GROUPS: [&str; 2] = ["authentication.k8s.io", "authorization.k8s.io"];
+
+/// The discovery entries of `group/version`'s identity endpoints: resources that are only
+/// created, never stored (`auth::serve` answers them), as kube-apiserver lists them. Only
+/// those served here: no TokenReview, SubjectAccessReview or LocalSubjectAccessReview.
+fn identity_entries(group: &str, version: &str) -> Vec<Value> {
+    let review = |name: &str, kind: &str| {
+        json!({
+            "name": name,
+            "singularName": kind.to_lowercase(),
+            "namespaced": false,
+            "kind": kind,
+            "verbs": ["create"],
+        })
+    };
+    match (group, version) {
+        ("", "v1") => vec![json!({
+            "name": "serviceaccounts/token",
+            "singularName": "",
+            "namespaced": true,
+            "group": "authentication.k8s.io",
+            "version": "v1",
+            "kind": "TokenRequest",
+            "verbs": ["create"],
+        })],
+        ("authentication.k8s.io", "v1") => vec![review("selfsubjectreviews", "SelfSubjectReview")],
+        ("authorization.k8s.io", "v1") => vec![
+            review("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+            review("selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+        ],
+        _ => Vec::new(),
     }
 }
 

@@ -11,6 +11,9 @@ use serde_json::Value;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UserInfo {
     pub name: String,
+    /// The uid of the object the credential stands for (a ServiceAccount's); empty for a user
+    /// of no object, as kube-apiserver leaves it.
+    pub uid: String,
     pub groups: Vec<String>,
 }
 
@@ -22,6 +25,7 @@ impl UserInfo {
     pub fn admin() -> UserInfo {
         UserInfo {
             name: "kubernetes-admin".into(),
+            uid: String::new(),
             groups: vec![MASTERS.into(), "system:authenticated".into()],
         }
     }
@@ -30,6 +34,7 @@ impl UserInfo {
     pub fn service_account(namespace: &str, name: &str) -> UserInfo {
         UserInfo {
             name: format!("system:serviceaccount:{namespace}:{name}"),
+            uid: String::new(),
             groups: vec![
                 "system:serviceaccounts".into(),
                 format!("system:serviceaccounts:{namespace}"),
@@ -203,19 +208,31 @@ impl Policy {
 
     /// Whether any rule bound to `user` allows `action` (RBAC only grants; nothing denies).
     pub fn allows(&self, user: &UserInfo, action: &Action) -> bool {
-        let cluster_wide = self
-            .cluster_role_bindings
-            .iter()
-            .filter(|b| b.role_ref.kind == "ClusterRole" && binds(b, user))
-            .filter_map(|b| self.cluster_roles.get(&b.role_ref.name));
         let namespace = match action {
             Action::Resource { namespace, .. } => namespace.as_str(),
             Action::NonResource { .. } => "",
         };
+        self.rules_for(user, namespace)
+            .any(|rule| rule_allows(rule, action))
+    }
+
+    /// Every rule bound to `user` that applies in `namespace` (empty: cluster-wide only): its
+    /// ClusterRoleBindings' roles, then its RoleBindings' in `namespace`, in their order; what
+    /// a `SelfSubjectRulesReview` lists.
+    pub fn rules_for<'a>(
+        &'a self,
+        user: &'a UserInfo,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = &'a PolicyRule> + 'a {
+        let cluster_wide = self
+            .cluster_role_bindings
+            .iter()
+            .filter(move |b| b.role_ref.kind == "ClusterRole" && binds(b, user))
+            .filter_map(|b| self.cluster_roles.get(&b.role_ref.name));
         let in_namespace = self
             .role_bindings
             .iter()
-            .filter(|b| !namespace.is_empty() && b.namespace == namespace && binds(b, user))
+            .filter(move |b| !namespace.is_empty() && b.namespace == namespace && binds(b, user))
             .filter_map(|b| match b.role_ref.kind.as_str() {
                 "ClusterRole" => self.cluster_roles.get(&b.role_ref.name),
                 "Role" => self
@@ -223,10 +240,7 @@ impl Policy {
                     .get(&(b.namespace.clone(), b.role_ref.name.clone())),
                 _ => None,
             });
-        cluster_wide
-            .chain(in_namespace)
-            .flatten()
-            .any(|rule| rule_allows(rule, action))
+        cluster_wide.chain(in_namespace).flatten()
     }
 }
 
@@ -537,6 +551,7 @@ mod tests {
         let report = |ns: &str| resource("create", "lib.projectsveltos.io", "eventreports", ns, "");
         let group = |name: &str, group: &str| UserInfo {
             name: name.into(),
+            uid: String::new(),
             groups: vec![group.into(), "system:authenticated".into()],
         };
         let cases = [

@@ -560,5 +560,106 @@ async fn kubectl_create_role_binding_and_token_send_protobuf_the_server_reads() 
         ok && out.trim() == "configmap/kube-root-ca.crt",
         "{out} {err}"
     );
+
+    // `auth whoami` (a SelfSubjectReview): the ServiceAccount, its uid and its groups.
+    let uid = run(&[
+        "get",
+        "serviceaccount",
+        "robot",
+        "-n",
+        "team",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ])
+    .await;
+    let (ok, out, err) = kubectl(
+        &kubeconfig,
+        &["auth", "whoami", "-o", "json", "--token", &token],
+    )
+    .await;
+    assert!(ok, "kubectl auth whoami: {err}");
+    let review: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        (&review["apiVersion"], &review["kind"]),
+        (
+            &json!("authentication.k8s.io/v1"),
+            &json!("SelfSubjectReview")
+        )
+    );
+    assert_eq!(
+        review["status"]["userInfo"],
+        json!({
+            "username": "system:serviceaccount:team:robot",
+            "uid": uid,
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:team", "system:authenticated"],
+        })
+    );
+    // Discovery lists the identity endpoints as kube-apiserver does.
+    let listed = run(&["api-resources", "-o", "name"]).await;
+    assert_eq!(
+        listed
+            .lines()
+            .filter(|name| name.contains("review"))
+            .collect::<Vec<_>>(),
+        [
+            "selfsubjectreviews.authentication.k8s.io",
+            "selfsubjectaccessreviews.authorization.k8s.io",
+            "selfsubjectrulesreviews.authorization.k8s.io",
+        ]
+    );
+    let (ok, out, err) = kubectl(&kubeconfig, &["auth", "whoami"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines()
+            .map(str::split_whitespace)
+            .map(Iterator::collect::<Vec<_>>)
+            .collect::<Vec<_>>(),
+        [
+            vec!["ATTRIBUTE", "VALUE"],
+            vec!["Username", "kubernetes-admin"],
+            vec!["Groups", "[system:masters", "system:authenticated]"],
+        ],
+        "{out}"
+    );
+
+    // `auth can-i --list` (a SelfSubjectRulesReview): the Role bound in team is listed there
+    // and not in another namespace; what every authenticated user may, everywhere; URLs apart.
+    // (`view`, bound above, is not a role of this server: kube-controller-manager aggregates it.)
+    let rules = |namespace: &'static str| {
+        let kubeconfig = kubeconfig.clone();
+        let token = token.clone();
+        async move {
+            let (ok, out, err) = kubectl(
+                &kubeconfig,
+                &[
+                    "auth", "can-i", "--list", "-n", namespace, "--token", &token,
+                ],
+            )
+            .await;
+            assert!(ok, "kubectl auth can-i --list: {err}");
+            out.lines()
+                .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect::<Vec<_>>()
+        }
+    };
+    let in_team = rules("team").await;
+    let elsewhere = rules("default").await;
+    for rows in [&in_team, &elsewhere] {
+        for row in [
+            "Resources Non-Resource URLs Resource Names Verbs",
+            "selfsubjectreviews.authentication.k8s.io [] [] [create]",
+            "[/version] [] [get]",
+        ] {
+            assert!(rows.iter().any(|r| r == row), "{row:?} not in {rows:#?}");
+        }
+    }
+    assert!(
+        in_team.iter().any(|r| r == "configmaps [] [] [list]"),
+        "{in_team:#?}"
+    );
+    assert!(
+        !elsewhere.iter().any(|r| r == "configmaps [] [] [list]"),
+        "{elsewhere:#?}"
+    );
     server.shutdown().await;
 }
