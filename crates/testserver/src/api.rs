@@ -422,6 +422,8 @@ pub(crate) fn respond_object(
     };
     if table::wants_table(accept) {
         let t = table::table(
+            &target.info.group,
+            &target.info.kind,
             &[obj],
             json!({}),
             call.param("includeObject").unwrap_or("Metadata"),
@@ -518,6 +520,8 @@ fn list(call: &Call, target: &Target) -> Result<Response, ApiError> {
         return Ok(json_response(
             StatusCode::OK,
             &table::table(
+                &target.info.group,
+                &target.info.kind,
                 &items,
                 meta,
                 call.param("includeObject").unwrap_or("Metadata"),

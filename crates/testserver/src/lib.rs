@@ -49,6 +49,7 @@ mod fields;
 mod object;
 mod openapi;
 mod patch;
+mod printers;
 mod protobuf;
 mod query;
 mod resources;

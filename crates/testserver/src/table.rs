@@ -1,11 +1,11 @@
 //! The `meta.k8s.io/v1` forms a client may ask for in its `Accept` header instead of the objects:
-//! a Table, which kubectl asks for when printing (columns Name and Age), and the metadata only
+//! a Table, which kubectl asks for when printing (the columns of [`crate::printers`]), and the metadata only
 //! (`PartialObjectMetadata`, `PartialObjectMetadataList`), which client-go's metadata client and
 //! kube-rs's `Api<PartialObjectMeta<K>>` ask for.
 
 use serde_json::{json, Value};
 
-use crate::object::{meta_str, parse_time};
+use crate::printers;
 
 /// Whether the `Accept` header asks for a Table.
 pub fn wants_table(accept: &str) -> bool {
@@ -75,41 +75,29 @@ pub fn partial_not_acceptable(asked: Partial) -> crate::error::ApiError {
     crate::error::ApiError::new(406, "NotAcceptable", message)
 }
 
-/// A Table of `objects`; `include` is the `includeObject` parameter (None, Metadata or Object).
-pub fn table(objects: &[Value], list_meta: Value, include: &str) -> Value {
-    let rows: Vec<Value> = objects.iter().map(|o| row(o, include)).collect();
+/// A Table of `objects` of `group`'s `kind`, with the columns kube-apiserver prints for it
+/// ([`crate::printers`]); `include` is the `includeObject` parameter (None, Metadata or Object).
+pub fn table(group: &str, kind: &str, objects: &[Value], list_meta: Value, include: &str) -> Value {
+    let now = time::OffsetDateTime::now_utc();
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| row(printers::cells(group, kind, o, now), o, include))
+        .collect();
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta,
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "Time since the object was created.", "priority": 0},
-        ],
+        "columnDefinitions": printers::definitions(&printers::columns(group, kind)),
         "rows": rows,
     })
 }
 
-fn row(obj: &Value, include: &str) -> Value {
-    let mut r = json!({"cells": [meta_str(obj, "name"), age(meta_str(obj, "creationTimestamp"))]});
+fn row(cells: Vec<Value>, obj: &Value, include: &str) -> Value {
+    let mut r = json!({ "cells": cells });
     match include {
         "None" => {}
         "Object" => r["object"] = obj.clone(),
         _ => r["object"] = partial(obj),
     }
     r
-}
-
-/// Age as kubectl prints it: `45s`, `12m`, `5h`, `3d`.
-fn age(created: &str) -> String {
-    let Some(t) = parse_time(created) else {
-        return "<unknown>".into();
-    };
-    let secs = (time::OffsetDateTime::now_utc() - t).whole_seconds().max(0);
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
 }

@@ -173,7 +173,13 @@ impl Stream {
             }
         };
         if let Some(include) = &self.params.table {
-            object = table::table(&[object], json!({}), include);
+            object = table::table(
+                &self.info.group,
+                &self.info.kind,
+                &[object],
+                json!({}),
+                include,
+            );
         } else if self.params.partial {
             object = table::partial(&object);
         }

@@ -403,6 +403,143 @@ async fn kubectl_get_all_and_a_crds_category_list_their_kinds() {
     server.shutdown().await;
 }
 
+/// `kubectl get` prints the columns kube-apiserver's Table gives each built-in kind (`-o wide`
+/// adds the priority-1 ones), with the controllers' statuses in them; a custom resource
+/// without printer columns gets Name and Age.
+#[tokio::test]
+async fn kubectl_get_prints_each_kinds_columns() {
+    let server = server_with(Config::default()).await;
+    let k = Kubectl::new(&server);
+    k.run(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=2",
+        ],
+        None,
+    )
+    .await;
+    k.run(
+        &[
+            "expose",
+            "deployment",
+            "web",
+            "--port=80",
+            "--type=NodePort",
+        ],
+        None,
+    )
+    .await;
+    k.run(&["create", "configmap", "c1", "--from-literal=a=b"], None)
+        .await;
+    let rows = |out: String| -> Vec<Vec<String>> {
+        out.lines()
+            .map(|line| {
+                line.split("  ")
+                    .map(str::trim)
+                    .filter(|cell| !cell.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .collect()
+    };
+    // The Deployment's Pods are made and run by the server's controllers.
+    let mut pods = Vec::new();
+    for _ in 0..50 {
+        pods = rows(k.run(&["get", "pods", "-o", "wide"], None).await);
+        if pods.len() == 3 && pods[1..].iter().all(|row| row[2] == "Running") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        pods[0],
+        [
+            "NAME",
+            "READY",
+            "STATUS",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "NODE",
+            "NOMINATED NODE",
+            "READINESS GATES"
+        ],
+        "{pods:?}"
+    );
+    for pod in &pods[1..] {
+        assert!(pod[0].starts_with("web-"), "{pod:?}");
+        assert_eq!(
+            (pod[1].as_str(), pod[2].as_str(), pod[3].as_str()),
+            ("1/1", "Running", "0"),
+            "{pod:?}"
+        );
+        assert_eq!(pod[7..], ["<none>", "<none>"], "{pod:?}");
+    }
+    let deployments = rows(k.run(&["get", "deployments", "-o", "wide"], None).await);
+    assert_eq!(
+        deployments,
+        [
+            [
+                "NAME",
+                "READY",
+                "UP-TO-DATE",
+                "AVAILABLE",
+                "AGE",
+                "CONTAINERS",
+                "IMAGES",
+                "SELECTOR"
+            ]
+            .map(String::from)
+            .to_vec(),
+            vec![
+                "web".into(),
+                "2/2".into(),
+                "2".into(),
+                "2".into(),
+                deployments[1][4].clone(),
+                "nginx".into(),
+                "nginx:1.27".into(),
+                "app=web".into()
+            ],
+        ]
+    );
+    let services = rows(k.run(&["get", "service", "web"], None).await);
+    assert_eq!(
+        services[0],
+        [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE"
+        ]
+    );
+    assert_eq!(services[1][1], "NodePort");
+    assert_eq!(services[1][3], "<none>");
+    assert!(
+        services[1][4].starts_with("80:") && services[1][4].ends_with("/TCP"),
+        "{services:?}"
+    );
+    let config_maps = rows(k.run(&["get", "configmap", "c1"], None).await);
+    assert_eq!(config_maps[0], ["NAME", "DATA", "AGE"]);
+    assert_eq!(config_maps[1][..2], ["c1", "1"]);
+    let namespaces = rows(k.run(&["get", "namespace", "default"], None).await);
+    assert_eq!(namespaces[0], ["NAME", "STATUS", "AGE"]);
+    assert_eq!(namespaces[1][..2], ["default", "Active"]);
+
+    k.run(&["apply", "-f", "-"], Some(CATEGORIZED_CRD)).await;
+    let widget = "apiVersion: example.org/v1\nkind: Widget\nmetadata: {name: w1}\n";
+    let (server_ok, err) = eventually_created(&k, widget).await;
+    assert!(server_ok, "{err}");
+    let widgets = rows(k.run(&["get", "widgets"], None).await);
+    assert_eq!(widgets[0], ["NAME", "AGE"]);
+    server.shutdown().await;
+}
+
 /// Creates `manifest` once its CRD is served (kubectl's discovery may lag the CRD by a moment).
 async fn eventually_created(k: &Kubectl, manifest: &str) -> (bool, String) {
     let mut last = String::new();
