@@ -423,6 +423,18 @@ fn len(obj: &Value, pointer: &str) -> usize {
     }
 }
 
+/// `parts` joined with `,`, or `empty` when there are none.
+fn joined_or(parts: &[impl AsRef<str>], empty: &str) -> String {
+    if parts.is_empty() {
+        return empty.to_string();
+    }
+    parts
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn or_none(value: &str) -> String {
     if value.is_empty() {
         "<none>".into()
@@ -462,14 +474,8 @@ fn format_labels(labels: Option<&Value>) -> String {
         .flatten()
         .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("")))
         .collect();
-    if pairs.is_empty() {
-        return "<none>".into();
-    }
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    joined_or(&pairs, "<none>")
 }
 
 /// A label selector as kubectl prints it: its requirements in key order (`k=v`,
@@ -501,15 +507,9 @@ fn format_selector(selector: Option<&Value>) -> String {
         };
         requirements.push((key.to_string(), printed));
     }
-    if requirements.is_empty() {
-        return "<none>".into();
-    }
     requirements.sort_by(|a, b| a.0.cmp(&b.0));
-    requirements
-        .into_iter()
-        .map(|(_, printed)| printed)
-        .collect::<Vec<_>>()
-        .join(",")
+    let printed: Vec<String> = requirements.into_iter().map(|(_, p)| p).collect();
+    joined_or(&printed, "<none>")
 }
 
 fn service_type(obj: &Value) -> String {
@@ -570,11 +570,7 @@ fn service_ports(obj: &Value) -> String {
             }
         })
         .collect();
-    if ports.is_empty() {
-        "<none>".into()
-    } else {
-        ports.join(",")
-    }
+    joined_or(&ports, "<none>")
 }
 
 /// Up to three `ip:port` pairs of an Endpoints object, then how many more.
@@ -608,11 +604,7 @@ fn ingress_hosts(obj: &Value) -> String {
         .map(|r| text(r, "/host"))
         .filter(|h| !h.is_empty())
         .collect();
-    if hosts.is_empty() {
-        "*".into()
-    } else {
-        hosts.join(",")
-    }
+    joined_or(&hosts, "*")
 }
 
 fn node_status(obj: &Value) -> String {
@@ -647,11 +639,7 @@ fn node_roles(obj: &Value) -> String {
         .collect();
     roles.sort();
     roles.dedup();
-    if roles.is_empty() {
-        "<none>".into()
-    } else {
-        roles.join(",")
-    }
+    joined_or(&roles, "<none>")
 }
 
 fn readiness_gates(obj: &Value) -> String {
