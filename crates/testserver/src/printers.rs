@@ -1,8 +1,8 @@
 //! The columns kube-apiserver prints for its built-in kinds when a client asks for a Table
 //! (what `kubectl get` shows: `READY STATUS RESTARTS` for Pods, `TYPE CLUSTER-IP ...` for
 //! Services), and each object's cells. Priority-1 columns are those `-o wide` adds. A kind
-//! without columns here (a custom resource, or a built-in kind not listed below: Job, CronJob,
-//! HorizontalPodAutoscaler) gets Name and Age, as a CRD without printer columns does.
+//! without columns here (a custom resource, or HorizontalPodAutoscaler, the one built-in kind
+//! served without them) gets Name and Age, as a CRD without printer columns does.
 
 use std::collections::BTreeMap;
 
@@ -133,6 +133,32 @@ pub fn columns(group: &str, kind: &str) -> Vec<Column> {
             wide("Images"),
             wide("Selector"),
         ],
+        ("batch", "Job") => vec![
+            col("Name"),
+            col("Status"),
+            col("Completions"),
+            col("Duration"),
+            col("Age"),
+            wide("Containers"),
+            wide("Images"),
+            wide("Selector"),
+        ],
+        ("batch", "CronJob") => vec![
+            col("Name"),
+            col("Schedule"),
+            col("Timezone"),
+            Column {
+                name: "Suspend",
+                kind: "boolean",
+                priority: 0,
+            },
+            int("Active"),
+            col("Last Schedule"),
+            col("Age"),
+            wide("Containers"),
+            wide("Images"),
+            wide("Selector"),
+        ],
         ("policy", "PodDisruptionBudget") => vec![
             col("Name"),
             col("Min Available"),
@@ -199,7 +225,11 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
                 json!(pod.status),
                 json!(pod.restarts),
                 age,
-                json!(or_none(s("/status/podIP"))),
+                json!(or_none(
+                    obj.pointer("/status/podIPs/0/ip")
+                        .and_then(Value::as_str)
+                        .unwrap_or_else(|| s("/status/podIP"))
+                )),
                 json!(or_none(s("/spec/nodeName"))),
                 json!(or_none(s("/status/nominatedNodeName"))),
                 json!(readiness_gates(obj)),
@@ -208,7 +238,11 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
         ("", "Service") => vec![
             name,
             json!(service_type(obj)),
-            json!(or_none(s("/spec/clusterIP"))),
+            json!(or_none(
+                obj.pointer("/spec/clusterIPs/0")
+                    .and_then(Value::as_str)
+                    .unwrap_or_else(|| s("/spec/clusterIP"))
+            )),
             json!(external_ips(obj)),
             json!(service_ports(obj)),
             age,
@@ -285,6 +319,38 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
             json!(containers(obj, "image")),
             json!(format_selector(obj.pointer("/spec/selector"))),
         ],
+        ("batch", "Job") => vec![
+            name,
+            json!(job_status(obj)),
+            json!(job_completions(obj)),
+            json!(job_duration(obj, now)),
+            age,
+            json!(containers(obj, "name")),
+            json!(containers(obj, "image")),
+            json!(format_selector(obj.pointer("/spec/selector"))),
+        ],
+        ("batch", "CronJob") => {
+            let template = obj.pointer("/spec/jobTemplate").unwrap_or(&Value::Null);
+            vec![
+                name,
+                json!(s("/spec/schedule")),
+                json!(or_none(s("/spec/timeZone"))),
+                json!(match obj.pointer("/spec/suspend") {
+                    Some(Value::Bool(true)) => "True",
+                    Some(Value::Bool(false)) => "False",
+                    _ => "<unset>",
+                }),
+                json!(len(obj, "/status/active")),
+                json!(match s("/status/lastScheduleTime") {
+                    "" => "<none>".to_string(),
+                    at => age_of(at, now),
+                }),
+                age,
+                json!(containers(template, "name")),
+                json!(containers(template, "image")),
+                json!(format_selector(template.pointer("/spec/selector"))),
+            ]
+        }
         ("policy", "PodDisruptionBudget") => {
             let bound = |pointer: &str| match obj.pointer(pointer) {
                 Some(Value::String(v)) => v.clone(),
@@ -523,7 +589,7 @@ fn service_type(obj: &Value) -> String {
 
 /// The load balancer's ingress points of a Service's or Ingress's status.
 fn load_balancer(obj: &Value) -> Vec<String> {
-    items(obj, "/status/loadBalancer/ingress")
+    let points: std::collections::BTreeSet<String> = items(obj, "/status/loadBalancer/ingress")
         .filter_map(|i| {
             let ip = text(i, "/ip");
             let host = text(i, "/hostname");
@@ -531,7 +597,8 @@ fn load_balancer(obj: &Value) -> Vec<String> {
                 .then(|| ip.to_string())
                 .or_else(|| (!host.is_empty()).then(|| host.to_string()))
         })
-        .collect()
+        .collect();
+    points.into_iter().collect()
 }
 
 fn external_ips(obj: &Value) -> String {
@@ -599,12 +666,23 @@ fn endpoints(obj: &Value) -> String {
     }
 }
 
+/// The rules' hosts up to three, then how many rules more; `*` when none names a host.
 fn ingress_hosts(obj: &Value) -> String {
-    let hosts: Vec<&str> = items(obj, "/spec/rules")
-        .map(|r| text(r, "/host"))
-        .filter(|h| !h.is_empty())
-        .collect();
-    joined_or(&hosts, "*")
+    let rules: Vec<&Value> = items(obj, "/spec/rules").collect();
+    let mut hosts: Vec<&str> = Vec::new();
+    let mut more = false;
+    for rule in &rules {
+        more |= hosts.len() == 3;
+        let host = text(rule, "/host");
+        if !more && !host.is_empty() {
+            hosts.push(host);
+        }
+    }
+    match (hosts.is_empty(), more) {
+        (true, _) => "*".into(),
+        (false, true) => format!("{} + {} more...", hosts.join(","), rules.len() - 3),
+        (false, false) => hosts.join(","),
+    }
 }
 
 fn node_status(obj: &Value) -> String {
@@ -666,64 +744,98 @@ struct PodCells {
     restarts: String,
 }
 
+/// The most recent `lastState.terminated.finishedAt` of `statuses`, and their restarts.
+fn restarts_of<'a>(
+    statuses: impl Iterator<Item = &'a Value>,
+) -> (i64, Option<time::OffsetDateTime>) {
+    let mut count = 0;
+    let mut last: Option<time::OffsetDateTime> = None;
+    for status in statuses {
+        count += number(status, "/restartCount");
+        if let Some(at) = parse_time(text(status, "/lastState/terminated/finishedAt")) {
+            last = Some(last.map_or(at, |last| last.max(at)));
+        }
+    }
+    (count, last)
+}
+
+/// Why a container stopped: its reason, else its signal or exit code.
+fn terminated_reason(terminated: &Value) -> String {
+    match (text(terminated, "/reason"), number(terminated, "/signal")) {
+        ("", 0) => format!("ExitCode:{}", number(terminated, "/exitCode")),
+        ("", signal) => format!("Signal:{signal}"),
+        (why, _) => why.to_string(),
+    }
+}
+
+fn has_condition(obj: &Value, kind: &str) -> bool {
+    items(obj, "/status/conditions")
+        .any(|c| text(c, "/type") == kind && text(c, "/status") == "True")
+}
+
 /// What kubectl shows of a Pod's state: the reason of the first init container not done
 /// (`Init:1/2`, `Init:CrashLoopBackOff`), else the last container's waiting or terminated
-/// reason, else the phase; `Terminating` once it is being deleted. Restarts count every
-/// container's, with how long ago the last one ended.
+/// reason, else the phase; `Terminating` once it is being deleted and not yet finished.
+/// Sidecars (init containers that restart always) count among the containers once started.
+/// Restarts count the containers' (and the sidecars'), with how long ago the last one ended.
 fn pod_status(obj: &Value, now: time::OffsetDateTime) -> PodCells {
+    let phase = text(obj, "/status/phase");
     let mut reason = match text(obj, "/status/reason") {
-        "" => text(obj, "/status/phase").to_string(),
+        "" => phase.to_string(),
         reason => reason.to_string(),
     };
-    let total = len(obj, "/spec/containers");
-    let mut restarts = 0;
-    let mut last_restart: Option<time::OffsetDateTime> = None;
-    let mut note = |status: &Value, restarts: &mut i64| {
-        *restarts += number(status, "/restartCount");
-        if let Some(at) = parse_time(text(status, "/lastState/terminated/finishedAt")) {
-            last_restart = Some(last_restart.map_or(at, |last: time::OffsetDateTime| last.max(at)));
-        }
-    };
+    if items(obj, "/status/conditions")
+        .any(|c| text(c, "/type") == "PodScheduled" && text(c, "/reason") == "SchedulingGated")
+    {
+        reason = "SchedulingGated".into();
+    }
+    let sidecars: Vec<&str> = items(obj, "/spec/initContainers")
+        .filter(|c| text(c, "/restartPolicy") == "Always")
+        .map(|c| text(c, "/name"))
+        .collect();
+    let is_sidecar = |status: &Value| sidecars.contains(&text(status, "/name"));
+    let total = len(obj, "/spec/containers") + sidecars.len();
     let init_total = len(obj, "/spec/initContainers");
+    let init_statuses: Vec<&Value> = items(obj, "/status/initContainerStatuses").collect();
+    let mut ready = 0;
     let mut initializing = false;
-    for (index, status) in items(obj, "/status/initContainerStatuses").enumerate() {
-        note(status, &mut restarts);
-        let exit_code = number(status, "/state/terminated/exitCode");
-        if status.pointer("/state/terminated").is_some() && exit_code == 0 {
+    let (mut restarts, mut last_restart) = restarts_of(init_statuses.iter().copied());
+    for (index, status) in init_statuses.iter().enumerate() {
+        let terminated = status.pointer("/state/terminated");
+        if terminated.is_some_and(|t| number(t, "/exitCode") == 0) {
+            continue;
+        }
+        if is_sidecar(status) && status.pointer("/started") == Some(&Value::Bool(true)) {
+            if status.pointer("/ready") == Some(&Value::Bool(true)) {
+                ready += 1;
+            }
             continue;
         }
         initializing = true;
-        reason = if let Some(terminated) = status.pointer("/state/terminated") {
-            match (text(terminated, "/reason"), number(terminated, "/signal")) {
-                ("", 0) => format!("Init:ExitCode:{exit_code}"),
-                ("", signal) => format!("Init:Signal:{signal}"),
-                (why, _) => format!("Init:{why}"),
-            }
-        } else {
-            match text(status, "/state/waiting/reason") {
-                "" | "PodInitializing" => format!("Init:{index}/{init_total}"),
-                why => format!("Init:{why}"),
-            }
+        reason = match (terminated, text(status, "/state/waiting/reason")) {
+            (Some(terminated), _) => format!("Init:{}", terminated_reason(terminated)),
+            (None, "" | "PodInitializing") => format!("Init:{index}/{init_total}"),
+            (None, waiting) => format!("Init:{waiting}"),
         };
         break;
     }
-    let mut ready = 0;
-    if !initializing {
-        restarts = 0;
-        let mut running = false;
+    if !initializing || has_condition(obj, "Initialized") {
+        (restarts, last_restart) =
+            restarts_of(init_statuses.iter().copied().filter(|s| is_sidecar(s)));
         let statuses: Vec<&Value> = items(obj, "/status/containerStatuses").collect();
+        let (count, last) = restarts_of(statuses.iter().copied());
+        restarts += count;
+        last_restart = match (last_restart, last) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let mut running = false;
         for status in statuses.iter().rev() {
-            note(status, &mut restarts);
             let waiting = text(status, "/state/waiting/reason");
-            let terminated = status.pointer("/state/terminated");
             if !waiting.is_empty() {
                 reason = waiting.to_string();
-            } else if let Some(terminated) = terminated {
-                reason = match (text(terminated, "/reason"), number(terminated, "/signal")) {
-                    ("", 0) => format!("ExitCode:{}", number(terminated, "/exitCode")),
-                    ("", signal) => format!("Signal:{signal}"),
-                    (why, _) => why.to_string(),
-                };
+            } else if let Some(terminated) = status.pointer("/state/terminated") {
+                reason = terminated_reason(terminated);
             } else if status.pointer("/ready") == Some(&Value::Bool(true))
                 && status.pointer("/state/running").is_some()
             {
@@ -732,18 +844,20 @@ fn pod_status(obj: &Value, now: time::OffsetDateTime) -> PodCells {
             }
         }
         if reason == "Completed" && running {
-            let pod_ready = items(obj, "/status/conditions")
-                .any(|c| text(c, "/type") == "Ready" && text(c, "/status") == "True");
-            reason = if pod_ready { "Running" } else { "NotReady" }.to_string();
+            reason = if has_condition(obj, "Ready") {
+                "Running"
+            } else {
+                "NotReady"
+            }
+            .to_string();
         }
     }
     if !meta_str(obj, "deletionTimestamp").is_empty() {
-        reason = if text(obj, "/status/reason") == "NodeLost" {
-            "Unknown"
-        } else {
-            "Terminating"
+        if text(obj, "/status/reason") == "NodeLost" {
+            reason = "Unknown".into();
+        } else if phase != "Succeeded" && phase != "Failed" {
+            reason = "Terminating".into();
         }
-        .to_string();
     }
     let restarts = match last_restart {
         Some(at) if restarts > 0 => {
@@ -758,6 +872,53 @@ fn pod_status(obj: &Value, now: time::OffsetDateTime) -> PodCells {
         ready: format!("{ready}/{total}"),
         status: reason,
         restarts,
+    }
+}
+
+/// A Job's `STATUS`: its first true condition of Complete, Failed, (being deleted),
+/// Suspended, FailureTarget; else Running.
+fn job_status(obj: &Value) -> &'static str {
+    let condition = |kind: &str| {
+        items(obj, "/status/conditions")
+            .find(|c| text(c, "/type") == kind)
+            .is_some_and(|c| text(c, "/status") == "True")
+    };
+    if condition("Complete") {
+        "Complete"
+    } else if condition("Failed") {
+        "Failed"
+    } else if !meta_str(obj, "deletionTimestamp").is_empty() {
+        "Terminating"
+    } else if condition("Suspended") {
+        "Suspended"
+    } else if condition("FailureTarget") {
+        "FailureTarget"
+    } else {
+        "Running"
+    }
+}
+
+/// `succeeded/completions`, or `succeeded/1 of parallelism` for a work queue.
+fn job_completions(obj: &Value) -> String {
+    let succeeded = number(obj, "/status/succeeded");
+    match obj.pointer("/spec/completions").and_then(Value::as_i64) {
+        Some(completions) => format!("{succeeded}/{completions}"),
+        None => match number(obj, "/spec/parallelism") {
+            parallelism if parallelism > 1 => format!("{succeeded}/1 of {parallelism}"),
+            _ => format!("{succeeded}/1"),
+        },
+    }
+}
+
+/// How long a Job ran (until now while it runs); empty before it started.
+fn job_duration(obj: &Value, now: time::OffsetDateTime) -> String {
+    match (
+        parse_time(text(obj, "/status/startTime")),
+        parse_time(text(obj, "/status/completionTime")),
+    ) {
+        (None, _) => String::new(),
+        (Some(start), None) => human_duration((now - start).whole_seconds()),
+        (Some(start), Some(end)) => human_duration((end - start).whole_seconds()),
     }
 }
 
@@ -850,6 +1011,8 @@ mod tests {
             ("apps", "StatefulSet"),
             ("apps", "DaemonSet"),
             ("policy", "PodDisruptionBudget"),
+            ("batch", "Job"),
+            ("batch", "CronJob"),
             ("networking.k8s.io", "Ingress"),
             ("networking.k8s.io", "NetworkPolicy"),
             ("coordination.k8s.io", "Lease"),
@@ -904,6 +1067,60 @@ mod tests {
         let mut deleting = pod(json!({"phase": "Running"}));
         deleting["metadata"]["deletionTimestamp"] = json!("2026-11-28T11:59:00Z");
         assert_eq!(shown(&deleting).1, "Terminating");
+    }
+
+    #[test]
+    fn a_sidecar_counts_among_the_containers_once_started() {
+        let pod = json!({"metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "app"}],
+                     "initContainers": [{"name": "proxy", "restartPolicy": "Always"}]},
+            "status": {"phase": "Running",
+                "conditions": [{"type": "Initialized", "status": "True"}],
+                "initContainerStatuses": [{"name": "proxy", "started": true, "ready": true, "restartCount": 1,
+                    "state": {"running": {}},
+                    "lastState": {"terminated": {"exitCode": 137, "finishedAt": "2026-11-28T10:00:00Z"}}}],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]}});
+        let shown = pod_status(&pod, now());
+        assert_eq!(
+            (
+                shown.ready.as_str(),
+                shown.status.as_str(),
+                shown.restarts.as_str()
+            ),
+            ("2/2", "Running", "1 (120m ago)")
+        );
+    }
+
+    #[test]
+    fn jobs_print_status_completions_and_duration() {
+        let job = json!({"metadata": {"name": "j"},
+            "spec": {"completions": 3, "parallelism": 1},
+            "status": {"succeeded": 3, "startTime": "2026-11-28T11:00:00Z", "completionTime": "2026-11-28T11:04:30Z",
+                       "conditions": [{"type": "Complete", "status": "True"}]}});
+        let row = cells("batch", "Job", &job, now());
+        assert_eq!(
+            row[1..4].to_vec(),
+            [json!("Complete"), json!("3/3"), json!("4m30s")]
+        );
+        let queue = json!({"metadata": {"name": "q"}, "spec": {"parallelism": 4},
+            "status": {"startTime": "2026-11-28T11:59:00Z"}});
+        let row = cells("batch", "Job", &queue, now());
+        assert_eq!(
+            row[1..4].to_vec(),
+            [json!("Running"), json!("0/1 of 4"), json!("60s")]
+        );
+        let cron = json!({"metadata": {"name": "c"}, "spec": {"schedule": "*/5 * * * *", "suspend": false}});
+        let row = cells("batch", "CronJob", &cron, now());
+        assert_eq!(
+            row[1..6].to_vec(),
+            [
+                json!("*/5 * * * *"),
+                json!("<none>"),
+                json!("False"),
+                json!(0),
+                json!("<none>")
+            ]
+        );
     }
 
     #[test]
