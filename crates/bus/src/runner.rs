@@ -365,12 +365,18 @@ pub type Consumer = futures::stream::BoxStream<
     std::result::Result<Message, async_nats::jetstream::consumer::pull::MessagesError>,
 >;
 
-/// What a runner binds again when a delivery never arrived: its durable's filter, and the
-/// mark of its current deliveries.
+/// What a runner binds again when a delivery never arrived: its durable's filter, the mark of
+/// its current deliveries, and when it last bound them again.
 struct Rebind {
     filter: Option<String>,
     missed: Missed,
+    last: Option<tokio::time::Instant>,
 }
+
+/// The least time between two bindings again of one consumer: deliveries missed again at
+/// once (a server that numbers them otherwise than expected) cost a reset a second, not a
+/// busy loop of them.
+const REBIND_SPACING: Duration = Duration::from_secs(1);
 
 /// Everything of a runner but its consumer, which the drain drops first.
 struct Core {
@@ -654,6 +660,7 @@ impl Runner {
         runner.rebind = Some(Rebind {
             filter: filter.map(str::to_string),
             missed,
+            last: None,
         });
         Ok(runner)
     }
@@ -962,6 +969,10 @@ impl Core {
         if let Err(error) = self.bus.client().flush().await {
             tracing::debug!(error = %error, "flush before binding the consumer again failed");
         }
+        if let Some(last) = rebind.last {
+            tokio::time::sleep_until(last + REBIND_SPACING).await;
+        }
+        rebind.last = Some(tokio::time::Instant::now());
         let (consumer, missed) = self
             .bus
             .durable_watched(self.spec, rebind.filter.as_deref())

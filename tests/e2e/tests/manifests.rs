@@ -783,10 +783,12 @@ fn compose_runs_workspace_binaries_with_common_env_and_health_checks() {
             "{name} is not a binary of this workspace"
         );
 
+        // A variable without a value is passed from the host's environment when set there.
         let env: BTreeMap<String, String> = spec["environment"]
             .as_object()
             .unwrap()
             .iter()
+            .filter(|(_, v)| !v.is_null())
             .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
             .collect();
         let config = parse_common_env(&env, service);
