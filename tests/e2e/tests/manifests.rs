@@ -549,7 +549,8 @@ fn rbac_grants_each_service_exactly_what_it_uses() {
 
 /// Resolves compose variable interpolation as `docker compose config` does for an empty
 /// environment: `${VAR:-default}` and `${VAR-default}` become the default, `$$` a literal `$`.
-/// A variable without a default (`${VAR}`, `$VAR`) is an error: the file must work as written.
+/// A variable without a default (`${VAR}`, `$VAR`) or with an empty one (which podman-compose
+/// 1.0.3 does not substitute) is an error: the file must work as written.
 fn interpolate(text: &str) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -568,6 +569,11 @@ fn interpolate(text: &str) -> Result<String, String> {
                 .split_once(":-")
                 .or_else(|| expr.split_once('-'))
                 .ok_or_else(|| format!("variable ${{{expr}}} has no default"))?;
+            if default.is_empty() {
+                return Err(format!(
+                    "${{{expr}}} has an empty default, which podman-compose 1.0.3 leaves as written: give a default, or no value at all (compose then passes the host's)"
+                ));
+            }
             let valid = !name.is_empty()
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && !name.starts_with(|c: char| c.is_ascii_digit());
@@ -598,6 +604,9 @@ fn interpolation_resolves_defaults_and_refuses_unset_variables() {
         .contains("no default"));
     assert!(interpolate("image: $SLUICE_IMAGE").is_err());
     assert!(interpolate("image: ${A:-x").is_err());
+    assert!(interpolate("endpoint: \"${A:-}\"")
+        .unwrap_err()
+        .contains("empty default"));
 }
 
 /// `docker-compose.yml` as `docker compose config` sees it without environment: variables at
