@@ -543,15 +543,15 @@ impl Bus {
             .await
             .map_err(|e| consumer_err(Box::new(e)))?;
         let missed = Missed::default();
-        let arrivals = (spec.acks == Acks::Covering).then(|| {
-            let arrivals = if reset {
-                Arrivals::after_reset()
-            } else {
-                Arrivals::default()
-            };
-            (arrivals, missed.clone())
-        });
-        Ok((recovering(consumer, messages, arrivals), missed))
+        let arrivals = if reset {
+            Arrivals::after_reset()
+        } else {
+            Arrivals::default()
+        };
+        // Only a covering consumer's deliveries end at a missed one; an explicit one's come
+        // back by themselves after their ack wait, which is logged.
+        let ends = (spec.acks == Acks::Covering).then(|| missed.clone());
+        Ok((recovering(consumer, messages, arrivals, ends), missed))
     }
 }
 
@@ -574,41 +574,53 @@ async fn pull_messages(
 /// moved), and async-nats, which goes on counting that request's messages as pending, would
 /// never ask again. Nothing is buffered then (no heartbeat came for two of its periods), so
 /// nothing received is dropped with the old requests; the consumer keeps its place.
-/// With `arrivals` (a covering consumer) the deliveries end at the first one that never
-/// arrived, marked [`Missed`], before anything after it is taken ([`crate::transit`]).
+/// Deliveries that never arrived ([`crate::transit`]) are logged; with `ends` (a covering
+/// consumer) the deliveries end at the first of them, marked [`Missed`], before anything after
+/// it is taken.
 fn recovering(
     consumer: consumer::Consumer<pull::Config>,
     messages: pull::Stream,
-    arrivals: Option<(Arrivals, Missed)>,
+    arrivals: Arrivals,
+    ends: Option<Missed>,
 ) -> crate::runner::Consumer {
     futures::stream::unfold(
-        (consumer, messages, arrivals),
-        |(consumer, mut messages, mut arrivals)| async move {
+        (consumer, messages, arrivals, ends),
+        |(consumer, mut messages, mut arrivals, ends)| async move {
             let item = messages.next().await?;
             match &item {
                 Err(error) if error.kind() == pull::MessagesErrorKind::MissingHeartbeat => {
                     ask_again(&consumer, &mut messages).await;
                 }
                 Ok(message) => {
-                    if let (Some((arrivals, missed)), Ok(info)) = (&mut arrivals, message.info()) {
+                    if let Ok(info) = message.info() {
                         if let Arrival::Missed { first, last } =
                             arrivals.arrive(info.consumer_sequence)
                         {
+                            if let Some(missed) = &ends {
+                                tracing::warn!(
+                                    stream = info.stream,
+                                    consumer = info.consumer,
+                                    first,
+                                    last,
+                                    "deliveries never arrived (their consumer sequences were skipped): binding the consumer again from its ack floor"
+                                );
+                                missed.set();
+                                return None;
+                            }
                             tracing::warn!(
                                 stream = info.stream,
                                 consumer = info.consumer,
                                 first,
                                 last,
-                                "deliveries never arrived (their consumer sequences were skipped): binding the consumer again from its ack floor"
+                                "deliveries never arrived (their consumer sequences were skipped): they come again after their ack wait"
                             );
-                            missed.set();
-                            return None;
+                            arrivals.resume_at(info.consumer_sequence);
                         }
                     }
                 }
                 Err(_) => {}
             }
-            Some((item, (consumer, messages, arrivals)))
+            Some((item, (consumer, messages, arrivals, ends)))
         },
     )
     .fuse()

@@ -52,6 +52,14 @@ impl Arrivals {
     }
 }
 
+impl Arrivals {
+    /// Follows the numbers from `sequence` on, past a [`Arrival::Missed`] that the consumer
+    /// waits out (its deliveries come again after their ack wait).
+    pub fn resume_at(&mut self, sequence: u64) {
+        self.last = Some(sequence);
+    }
+}
+
 /// Set when a consumer's deliveries ended because one of them never arrived; shared by the
 /// consumer's stream and the runner that binds it again.
 #[derive(Clone, Debug, Default)]
@@ -83,6 +91,16 @@ mod tests {
             "it keeps the last number that arrived in order"
         );
         assert_eq!(arrivals.arrive(9), Arrival::Next);
+    }
+
+    #[test]
+    fn a_consumer_that_waits_out_a_missed_delivery_follows_on_from_the_next() {
+        let mut arrivals = Arrivals::default();
+        assert_eq!(arrivals.arrive(3), Arrival::Next);
+        assert_eq!(arrivals.arrive(6), Arrival::Missed { first: 4, last: 5 });
+        arrivals.resume_at(6);
+        assert_eq!(arrivals.arrive(7), Arrival::Next);
+        assert_eq!(arrivals.arrive(9), Arrival::Missed { first: 8, last: 8 });
     }
 
     #[test]
