@@ -161,6 +161,16 @@ pub fn watch_kind(
 pub struct Listing {
     pub changes: Vec<Change>,
     pub listed: bool,
+    /// When the list this batch completes began, and how many objects it listed.
+    pub list: Option<ListDone>,
+}
+
+/// A complete list of a kind: when it began (its first page asked for) and how many objects
+/// it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListDone {
+    pub began: std::time::SystemTime,
+    pub objects: usize,
 }
 
 /// [`watch_kind`] saying which batch completes a list (the first one and every re-list), so a
@@ -241,14 +251,32 @@ where
         + 'static,
 {
     let mut state = LevelState::with_known(known);
+    let mut list_began = None;
+    let mut list_objects = 0;
     watcher::watcher(api, config.any_semantic())
         .default_backoff()
         .map(move |event| {
             let event = to_json_event(event?);
+            match &event {
+                Event::Init => {
+                    list_began = Some(std::time::SystemTime::now());
+                    list_objects = 0;
+                }
+                Event::InitApply(_) => list_objects += 1,
+                _ => {}
+            }
             let listed = matches!(event, Event::InitDone);
+            let list = listed
+                .then(|| list_began.take())
+                .flatten()
+                .map(|began| ListDone {
+                    began,
+                    objects: list_objects,
+                });
             Ok(Listing {
                 changes: state.on_event(event),
                 listed,
+                list,
             })
         })
 }

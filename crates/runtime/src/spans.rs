@@ -275,6 +275,37 @@ pub struct Request<'a> {
     pub subresource: &'a str,
 }
 
+/// A list of a kind that no event asked for (the watcher's first list of a cluster's kind, and
+/// every list again after its watch was lost): the root span of a trace of its own, `LIST
+/// Service` (kind client), with the cluster, the kind and how many objects it found.
+pub fn record_list(
+    cluster: &str,
+    api_version: &str,
+    kind: &str,
+    objects: usize,
+    start: SystemTime,
+) {
+    if !spans_enabled() {
+        return;
+    }
+    record(Span {
+        context: TraceContext::new_root(),
+        parent: None,
+        name: format!("LIST {kind}").into(),
+        kind: Kind::Client,
+        start,
+        end: SystemTime::now(),
+        attributes: vec![
+            Attribute::new("http.request.method", "LIST"),
+            Attribute::new("sluice.cluster", cluster.to_owned()),
+            Attribute::new("k8s.resource.api_version", api_version.to_owned()),
+            Attribute::new("k8s.resource.kind", kind.to_owned()),
+            Attribute::new("k8s.list.objects", objects as i64),
+        ],
+        error: None,
+    });
+}
+
 impl Request<'_> {
     /// Records the request, made from `start` until now, under `step`'s span; `error` when it
     /// failed. Nothing without a step span (spans not exported).

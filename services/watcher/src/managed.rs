@@ -15,7 +15,7 @@ use sluice_bus::runner::publish::publish_stored;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::cluster::{kubeconfig_from_secret, ClusterId};
 use sluice_domain::config::ConfigState;
-use sluice_kube::watch::{watch_kind, Change, ObjectKey};
+use sluice_kube::watch::{watch_kind_listing, Change, ObjectKey};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, Health, TaskTracker};
 use sluice_wire::BusKey;
@@ -298,7 +298,7 @@ async fn watch_managed(
         };
         // Watch events that come densely are published together (ADR 0036).
         let mut stream = Gather::new(
-            Box::pin(watch_kind(client, kind, known)),
+            Box::pin(watch_kind_listing(client, kind, known)),
             WATCH_BATCH,
             bus.linger(),
         );
@@ -312,7 +312,19 @@ async fn watch_managed(
             let mut changes = Vec::new();
             for item in batch {
                 match item {
-                    Ok(more) => changes.extend(more),
+                    Ok(listing) => {
+                        // A complete list is a span of its own (ADR 0045).
+                        if let Some(list) = listing.list {
+                            sluice_runtime::spans::record_list(
+                                &cluster.to_string(),
+                                &api_version,
+                                &gvk.2,
+                                list.objects,
+                                list.began,
+                            );
+                        }
+                        changes.extend(listing.changes)
+                    }
                     Err(error) => {
                         errors.inc();
                         tracing::warn!(cluster = %cluster, kind = %gvk.2, error = %error, "watch error");

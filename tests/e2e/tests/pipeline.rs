@@ -368,7 +368,8 @@ async fn seed_service_profile(stack: &Stack) -> anyhow::Result<()> {
 /// renderer's and the reporter's under the evaluator's, and the applier's under the
 /// renderer's, with its API requests under it; each a span of its own service, in time order.
 /// The reporter's writes of the EventReport, paced and so made after its span ended, are under
-/// the span of the input that changed the set.
+/// the span of the input that changed the set. What no event asked for (a repair, the watcher's
+/// list of a cluster's kind) is a trace of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<()> {
     let receiver = sluice_testkit::OtlpReceiver::start().await?;
@@ -389,8 +390,10 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
         // The trace of the Service's change: its root names the Service in its subject.
         let root = spans.iter().find(|span| {
             span.service == "sluice-watcher"
-                && span.attributes["messaging.destination.name"].ends_with(".my-service")
-                && span.attributes["messaging.destination.name"].contains(".cluster-a.")
+                && span
+                    .attributes
+                    .get("messaging.destination.name")
+                    .is_some_and(|d| d.ends_with(".my-service") && d.contains(".cluster-a."))
         })?;
         let trace: Vec<_> = spans
             .iter()
@@ -611,6 +614,30 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             && write.end_unix_nanos <= repair.end_unix_nanos,
         "{write:?} not within {repair:?}"
     );
+    // The watcher's list of cluster-a's Services when it started is a trace of its own too.
+    let spans = receiver.spans();
+    let list = spans
+        .iter()
+        .find(|span| {
+            span.service == "sluice-watcher"
+                && span.name == "LIST Service"
+                && span
+                    .attributes
+                    .get("sluice.cluster")
+                    .is_some_and(|c| c.ends_with("/cluster-a"))
+        })
+        .unwrap_or_else(|| panic!("no LIST span of cluster-a's Services: {spans:#?}"));
+    assert_eq!(
+        (list.kind, list.parent_span_id.as_str()),
+        (3, ""),
+        "{list:?}"
+    );
+    assert_eq!(list.attributes["k8s.resource.api_version"], "v1");
+    assert!(
+        list.attributes["k8s.list.objects"].parse::<u64>().is_ok(),
+        "{list:?}"
+    );
+    assert!(list.start_unix_nanos <= list.end_unix_nanos);
     Ok(())
 }
 
