@@ -400,6 +400,7 @@ pub async fn run(
         errors: health.counter("sluice_reporter_write_errors_total"),
         watched: sluice_kube::watch::Written::default(),
         spans: std::collections::HashMap::new(),
+        repairs: std::collections::HashMap::new(),
     };
     // Rendering failures come back from the applier; the statuses start from what it recorded.
     let (applied, applied_feed) = bus

@@ -42,6 +42,10 @@ pub struct ReporterStage {
     /// When spans are exported: per set whose report is due, the span of the input that last
     /// changed it, under which the report's requests are recorded (ADR 0045).
     pub spans: std::collections::HashMap<SetKey, TraceContext>,
+    /// When spans are exported: per set whose report is to be written again because someone
+    /// else deleted or edited it (and no input changed it since), when that began; its span in
+    /// `spans` is then the root of a trace of its own (ADR 0045).
+    pub repairs: std::collections::HashMap<SetKey, std::time::SystemTime>,
 }
 
 /// Why a match unit was not read.
@@ -113,6 +117,8 @@ impl Stage for ReporterStage {
                 }
                 self.schedule.mark(&key, Instant::now());
                 if let Some(span) = &input.span {
+                    // The next write is this input's, no longer a repair.
+                    self.repairs.remove(&key);
                     self.spans.insert(key, *span);
                 }
             }
@@ -191,6 +197,11 @@ impl ReporterStage {
                     .is_some_and(|view| view.head().is_some())
                 {
                     tracing::info!(namespace = %report.namespace, name = %report.name, "an EventReport was {how} by someone else: it is written again");
+                    if sluice_runtime::spans::spans_enabled() && !self.spans.contains_key(&key) {
+                        self.spans.insert(key.clone(), TraceContext::new_root());
+                        self.repairs
+                            .insert(key.clone(), std::time::SystemTime::now());
+                    }
                     self.schedule.mark(&key, now);
                 }
             }
@@ -234,6 +245,7 @@ impl ReporterStage {
         let failure = (!failures.is_empty()).then(|| failures.join("; "));
         let write = decide(&key.0, &set, failure);
         let span = self.spans.remove(key);
+        let repair = self.repairs.remove(key);
         let written = execute(
             &self.client,
             &self.kind,
@@ -246,6 +258,7 @@ impl ReporterStage {
         match written {
             Ok(()) => {
                 self.written.inc();
+                record_repair(span.as_ref(), repair, key, None);
                 if removed {
                     self.schedule.forget(key);
                 } else {
@@ -260,6 +273,9 @@ impl ReporterStage {
                 self.schedule.retry(key, now, RETRY_DELAY);
                 if let Some(span) = span {
                     self.spans.entry(key.clone()).or_insert(span);
+                    if let Some(began) = repair {
+                        self.repairs.entry(key.clone()).or_insert(began);
+                    }
                 }
             }
             Err(error) => {
@@ -268,6 +284,7 @@ impl ReporterStage {
                 self.errors.inc();
                 let reason = sluice_runtime::error_chain(&error);
                 tracing::warn!(cluster = %key.0, event_source = %key.1, error = %reason, "EventReport refused by the API server");
+                record_repair(span.as_ref(), repair, key, Some(reason.clone()));
                 if removed {
                     // Nothing more is written for a set that went (until it comes back).
                     self.schedule.forget(key);
@@ -305,4 +322,32 @@ impl ReporterStage {
             tracing::warn!(cluster = %key.0, event_source = %key.1, error = %error, "dead letter of a refused EventReport not stored");
         }
     }
+}
+
+/// Records the root span of a repair of `key`'s report (`repair EventReport`, kind internal),
+/// from `began` until now, when the write just made was one (`began` set), under `span`, the
+/// trace it began.
+fn record_repair(
+    span: Option<&TraceContext>,
+    began: Option<std::time::SystemTime>,
+    key: &SetKey,
+    error: Option<String>,
+) {
+    use sluice_runtime::spans::{Attribute, Kind, Span};
+    let (Some(context), Some(began)) = (span, began) else {
+        return;
+    };
+    sluice_runtime::spans::record(Span {
+        context: *context,
+        parent: None,
+        name: "repair EventReport".into(),
+        kind: Kind::Internal,
+        start: began,
+        end: std::time::SystemTime::now(),
+        attributes: vec![
+            Attribute::new("sluice.cluster", key.0.to_string()),
+            Attribute::new("sluice.event_source", key.1.clone()),
+        ],
+        error,
+    });
 }

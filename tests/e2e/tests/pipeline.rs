@@ -614,6 +614,44 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             && write.end_unix_nanos <= repair.end_unix_nanos,
         "{write:?} not within {repair:?}"
     );
+    // So is writing again an EventReport someone deleted: its PATCH under the repair.
+    let report = report_writes[0].attributes["k8s.object.name"].clone();
+    stack
+        .delete(
+            MANAGEMENT,
+            "lib.projectsveltos.io/v1beta1",
+            "EventReport",
+            "default",
+            &report,
+        )
+        .await?;
+    let report_repaired = wait_for("the report repair's spans", DEADLINE, || async {
+        let spans = receiver.spans();
+        let repair = spans
+            .iter()
+            .find(|span| span.service == "sluice-reporter" && span.name == "repair EventReport")?
+            .clone();
+        let write = spans
+            .iter()
+            .find(|span| span.parent_span_id == repair.span_id && span.name == "PATCH EventReport")?
+            .clone();
+        Some((repair, write))
+    })
+    .await;
+    let (report_repair, report_write) = match report_repaired {
+        Ok(found) => found,
+        Err(e) => anyhow::bail!("{e}: {:#?}\n{}", receiver.spans(), stack.logs()),
+    };
+    assert_eq!(report_repair.parent_span_id, "", "{report_repair:?}");
+    assert_eq!(report_repair.error, None, "{report_repair:?}");
+    assert!(report_repair.attributes["sluice.cluster"].ends_with("/cluster-a"));
+    assert_eq!(report_write.attributes["k8s.object.name"], report);
+    assert_eq!(report_write.trace_id, report_repair.trace_id);
+    assert!(
+        report_repair.start_unix_nanos <= report_write.start_unix_nanos
+            && report_write.end_unix_nanos <= report_repair.end_unix_nanos,
+        "{report_write:?} not within {report_repair:?}"
+    );
     // The watcher's list of cluster-a's Services when it started is a trace of its own too.
     let spans = receiver.spans();
     let list = spans
