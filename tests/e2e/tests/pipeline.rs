@@ -562,25 +562,14 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             name,
         )
         .await?;
-    let repaired = wait_for("the repair's spans", DEADLINE, || async {
-        let spans = receiver.spans();
-        let repair = spans
-            .iter()
-            .find(|span| span.service == "sluice-applier" && span.name == "repair SLUICE_DESIRED")?
-            .clone();
-        let write = spans
-            .iter()
-            .find(|span| {
-                span.parent_span_id == repair.span_id && span.name == "PATCH ClusterProfile"
-            })?
-            .clone();
-        Some((repair, write))
-    })
-    .await;
-    let (repair, write) = match repaired {
-        Ok(found) => found,
-        Err(e) => anyhow::bail!("{e}: {:#?}\n{}", receiver.spans(), stack.logs()),
-    };
+    let (repair, write) = own_trace(
+        &receiver,
+        &stack,
+        "sluice-applier",
+        "repair SLUICE_DESIRED",
+        "PATCH ClusterProfile",
+    )
+    .await?;
     assert_eq!(
         repair.parent_span_id, "",
         "a repair begins its own trace: {repair:?}"
@@ -625,23 +614,14 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             &report,
         )
         .await?;
-    let report_repaired = wait_for("the report repair's spans", DEADLINE, || async {
-        let spans = receiver.spans();
-        let repair = spans
-            .iter()
-            .find(|span| span.service == "sluice-reporter" && span.name == "repair EventReport")?
-            .clone();
-        let write = spans
-            .iter()
-            .find(|span| span.parent_span_id == repair.span_id && span.name == "PATCH EventReport")?
-            .clone();
-        Some((repair, write))
-    })
-    .await;
-    let (report_repair, report_write) = match report_repaired {
-        Ok(found) => found,
-        Err(e) => anyhow::bail!("{e}: {:#?}\n{}", receiver.spans(), stack.logs()),
-    };
+    let (report_repair, report_write) = own_trace(
+        &receiver,
+        &stack,
+        "sluice-reporter",
+        "repair EventReport",
+        "PATCH EventReport",
+    )
+    .await?;
     assert_eq!(report_repair.parent_span_id, "", "{report_repair:?}");
     assert_eq!(report_repair.error, None, "{report_repair:?}");
     assert!(report_repair.attributes["sluice.cluster"].ends_with("/cluster-a"));
@@ -677,6 +657,33 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
     );
     assert!(list.start_unix_nanos <= list.end_unix_nanos);
     Ok(())
+}
+
+/// The span `root` of `service` and the span `child` under it, once both arrived.
+async fn own_trace(
+    receiver: &sluice_testkit::OtlpReceiver,
+    stack: &Stack,
+    service: &str,
+    root: &str,
+    child: &str,
+) -> anyhow::Result<(sluice_testkit::ReceivedSpan, sluice_testkit::ReceivedSpan)> {
+    let found = wait_for(&format!("{root} and its {child}"), DEADLINE, || async {
+        let spans = receiver.spans();
+        let parent = spans
+            .iter()
+            .find(|span| span.service == service && span.name == root)?
+            .clone();
+        let under = spans
+            .iter()
+            .find(|span| span.parent_span_id == parent.span_id && span.name == child)?
+            .clone();
+        Some((parent, under))
+    })
+    .await;
+    match found {
+        Ok(found) => Ok(found),
+        Err(e) => anyhow::bail!("{e}: {:#?}\n{}", receiver.spans(), stack.logs()),
+    }
 }
 
 /// Spans a receiver does not take are counted as failed on `/metrics`, beside those recorded,
