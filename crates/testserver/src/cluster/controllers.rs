@@ -4,7 +4,7 @@
 //!   strategy sets it on create and update);
 //! - every new namespace gets the `default` ServiceAccount (the ServiceAccount controller) and
 //!   the `kube-root-ca.crt` ConfigMap with the cluster's CA (the root CA publisher), made again
-//!   when deleted while the namespace stays;
+//!   when deleted while the namespace stays, and put back when edited (`rollout::Work::RootCa`);
 //! - `default` holds the `kubernetes` Service (`10.96.0.1`, port 443) and its Endpoints;
 //! - the cluster has one ready Node, `<cluster>-control-plane`, as a kind cluster has;
 //! - a Pod is admitted as the ServiceAccount, DefaultTolerationSeconds and Priority admission

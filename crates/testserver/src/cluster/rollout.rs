@@ -11,7 +11,9 @@
 //!   workloads or ServiceAccounts change;
 //! - the scheduler binds a pending Pod to the cluster's Node when its node selector fits
 //!   (`placement`), and the Node's kubelet starts it: `Running`, every container started and
-//!   ready, with a Pod IP.
+//!   ready, with a Pod IP;
+//! - the root CA publisher puts a namespace's `kube-root-ca.crt` back as it wrote it when
+//!   someone edits it.
 //!
 //! Decisions are pure functions of the objects; `State::settle` applies them.
 
@@ -28,6 +30,8 @@ pub const TEMPLATE_HASH: &str = "pod-template-hash";
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 /// The manager of what the controllers write.
 pub const MANAGER: &str = "kube-controller-manager";
+/// The ConfigMap the root CA publisher keeps in every namespace.
+const ROOT_CA: &str = "kube-root-ca.crt";
 
 const FNV_OFFSET: u32 = 0x811c_9dc5;
 
@@ -516,11 +520,16 @@ pub enum Work {
     /// Pods admission refused it.
     ReplicaSets(String),
     Deployment(String, String),
+    /// A namespace's `kube-root-ca.crt`, which the root CA publisher keeps as it wrote it.
+    RootCa(String),
 }
 
 /// What a change of `object` gives the controllers to look at: the object, and the one that
 /// controls it.
 pub fn work_for(resource: &GroupResource, object: &Value) -> Vec<Work> {
+    if is(resource, ("", "configmaps")) && meta_str(object, "name") == ROOT_CA {
+        return vec![Work::RootCa(meta_str(object, "namespace").to_string())];
+    }
     let watched = [DEPLOYMENTS, REPLICA_SETS, PODS, ("", "serviceaccounts")];
     if !watched.iter().any(|pair| is(resource, *pair)) {
         return Vec::new();
@@ -589,6 +598,7 @@ impl super::State {
                     Work::Deployment(namespace, name) => {
                         self.reconcile_deployment(&namespace, &name)
                     }
+                    Work::RootCa(namespace) => self.reconcile_root_ca(&namespace),
                 }
             }
         }
@@ -681,6 +691,44 @@ impl super::State {
         self.pod_ips = self.pod_ips.wrapping_add(1);
         let n = self.pod_ips % 65_000 + 2;
         format!("10.244.{}.{}", n / 256, n % 256)
+    }
+
+    /// The root CA publisher puts back what someone changed of a namespace's
+    /// `kube-root-ca.crt`: its data is the cluster's CA alone, with its description.
+    fn reconcile_root_ca(&mut self, namespace: &str) {
+        let key = (namespace.to_string(), ROOT_CA.to_string());
+        let Some(current) = self.live(("", "configmaps"), namespace, ROOT_CA) else {
+            return;
+        };
+        let Some((_, wanted)) = super::controllers::namespace_objects(namespace, &self.plane)
+            .into_iter()
+            .find(|(plural, obj)| *plural == "configmaps" && meta_str(obj, "name") == ROOT_CA)
+        else {
+            return;
+        };
+        let described = |obj: &Value| {
+            obj.pointer("/metadata/annotations/kubernetes.io~1description")
+                .cloned()
+        };
+        if current.get("data") == wanted.get("data")
+            && current.get("binaryData").is_none()
+            && described(&current).is_some()
+        {
+            return;
+        }
+        let mut next = current.clone();
+        next["data"] = wanted["data"].clone();
+        if let Some(map) = next.as_object_mut() {
+            map.remove("binaryData");
+        }
+        if described(&next).is_none() {
+            if !next["metadata"]["annotations"].is_object() {
+                next["metadata"]["annotations"] = json!({});
+            }
+            next["metadata"]["annotations"]["kubernetes.io/description"] =
+                described(&wanted).unwrap_or(Value::Null);
+        }
+        self.store_as_controller(&gr(("", "configmaps")), &key, next);
     }
 
     /// A ReplicaSet creates or deletes Pods until it has `spec.replicas`, and reports them.

@@ -344,6 +344,36 @@ async fn the_control_plane_fills_namespaces_and_admits_pods_as_a_real_cluster_do
         sa_again["metadata"]["uid"], sa["metadata"]["uid"],
         "{sa_again}"
     );
+    // Edited, the CA ConfigMap is put back as its publisher wrote it: its data the CA alone,
+    // with its description.
+    k.run(
+        &[
+            "patch",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            "team-a",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"ca.crt":"bogus","extra":"x"},"metadata":{"annotations":{"kubernetes.io/description":null}}}"#,
+        ],
+        None,
+    )
+    .await;
+    let reset = k
+        .get(&["configmap", "kube-root-ca.crt", "-n", "team-a"])
+        .await;
+    assert_eq!(
+        reset["data"],
+        serde_json::json!({"ca.crt": server.ca_pem()}),
+        "{reset}"
+    );
+    assert_eq!(
+        reset["metadata"]["annotations"]["kubernetes.io/description"],
+        again["metadata"]["annotations"]["kubernetes.io/description"],
+        "{reset}"
+    );
+    assert_eq!(reset["metadata"]["uid"], again["metadata"]["uid"]);
 
     k.run(&["run", "web", "--image=nginx:1.27", "-n", "team-a"], None)
         .await;
