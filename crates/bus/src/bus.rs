@@ -153,6 +153,12 @@ impl Bus {
             .saturating_sub(topology::HEADER_ROOM)
     }
 
+    /// Whether the server this connection reached is a node of a JetStream cluster (its INFO
+    /// names one): there, a request nobody answers may be answered once a leader is elected.
+    pub fn is_clustered(&self) -> bool {
+        self.client.server_info().cluster.is_some()
+    }
+
     /// Counts lost connections, seen as of now: it changes at the next drop of the connection,
     /// so that whoever awaits the acks of publishes made after this call knows when they are
     /// lost. Take it before publishing.

@@ -162,7 +162,7 @@ where
         let reason = crate::runner::chain(&error);
         // On a JetStream cluster a read also goes unanswered while the stream's or the
         // consumer's leader is elected.
-        let clustered = bus.client().server_info().cluster.is_some();
+        let clustered = bus.is_clustered();
         let transient = disconnects.has_changed().unwrap_or(true)
             || !bus.is_connected()
             || reason.contains("no responders")

@@ -328,7 +328,7 @@ pub(crate) async fn await_stored(
                     failed.push((output, refused));
                     continue;
                 }
-                let clustered = bus.client().server_info().cluster.is_some();
+                let clustered = bus.is_clustered();
                 let again = source
                     .as_ref()
                     .is_none_or(|source| may_store_later(source.kind(), error_code(source), clustered))
