@@ -155,13 +155,11 @@ pub fn watch_kind(
     changes_of(level_watch_listing(api, watcher::Config::default(), known))
 }
 
-/// One batch of [`watch_kind_listing`]: the state changes, and whether a complete list of the
-/// kind ends with it.
+/// One batch of [`watch_kind_listing`]: the state changes, and the complete list of the kind
+/// that ends with it, if one does.
 #[derive(Debug)]
 pub struct Listing {
     pub changes: Vec<Change>,
-    pub listed: bool,
-    /// When the list this batch completes began, and how many objects it listed.
     pub list: Option<ListDone>,
 }
 
@@ -265,17 +263,12 @@ where
                 Event::InitApply(_) => list_objects += 1,
                 _ => {}
             }
-            let listed = matches!(event, Event::InitDone);
-            let list = listed
-                .then(|| list_began.take())
-                .flatten()
-                .map(|began| ListDone {
-                    began,
-                    objects: list_objects,
-                });
+            let list = matches!(event, Event::InitDone).then(|| ListDone {
+                began: list_began.take().unwrap_or_else(std::time::SystemTime::now),
+                objects: list_objects,
+            });
             Ok(Listing {
                 changes: state.on_event(event),
-                listed,
                 list,
             })
         })

@@ -162,7 +162,7 @@ pub async fn watch(
                             }
                         }
                     }
-                    if let (Some(data_kind), true) = (data_kind, listing.listed) {
+                    if let (Some(data_kind), true) = (data_kind, listing.list.is_some()) {
                         if tx.send(Update::Listed(data_kind)).await.is_err() {
                             return;
                         }
