@@ -283,27 +283,28 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
             json!(n("/status/updatedReplicas")),
             json!(n("/status/availableReplicas")),
             age,
-            json!(containers(obj, "name")),
-            json!(containers(obj, "image")),
-            json!(format_selector(obj.pointer("/spec/selector"))),
-        ],
+        ]
+        .into_iter()
+        .chain(template_cells(obj))
+        .collect(),
         ("apps", "ReplicaSet") => vec![
             name,
             json!(replicas(obj)),
             json!(n("/status/replicas")),
             json!(n("/status/readyReplicas")),
             age,
-            json!(containers(obj, "name")),
-            json!(containers(obj, "image")),
-            json!(format_selector(obj.pointer("/spec/selector"))),
-        ],
+        ]
+        .into_iter()
+        .chain(template_cells(obj))
+        .collect(),
         ("apps", "StatefulSet") => vec![
             name,
             json!(format!("{}/{}", n("/status/readyReplicas"), replicas(obj))),
             age,
-            json!(containers(obj, "name")),
-            json!(containers(obj, "image")),
-        ],
+        ]
+        .into_iter()
+        .chain(template_cells(obj).into_iter().take(2))
+        .collect(),
         ("apps", "DaemonSet") => vec![
             name,
             json!(n("/status/desiredNumberScheduled")),
@@ -315,20 +316,20 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
                 obj.pointer("/spec/template/spec/nodeSelector")
             )),
             age,
-            json!(containers(obj, "name")),
-            json!(containers(obj, "image")),
-            json!(format_selector(obj.pointer("/spec/selector"))),
-        ],
+        ]
+        .into_iter()
+        .chain(template_cells(obj))
+        .collect(),
         ("batch", "Job") => vec![
             name,
             json!(job_status(obj)),
             json!(job_completions(obj)),
             json!(job_duration(obj, now)),
             age,
-            json!(containers(obj, "name")),
-            json!(containers(obj, "image")),
-            json!(format_selector(obj.pointer("/spec/selector"))),
-        ],
+        ]
+        .into_iter()
+        .chain(template_cells(obj))
+        .collect(),
         ("batch", "CronJob") => {
             let template = obj.pointer("/spec/jobTemplate").unwrap_or(&Value::Null);
             vec![
@@ -346,10 +347,10 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
                     at => age_of(at, now),
                 }),
                 age,
-                json!(containers(template, "name")),
-                json!(containers(template, "image")),
-                json!(format_selector(template.pointer("/spec/selector"))),
             ]
+            .into_iter()
+            .chain(template_cells(template))
+            .collect()
         }
         ("policy", "PodDisruptionBudget") => {
             let bound = |pointer: &str| match obj.pointer(pointer) {
@@ -522,6 +523,16 @@ fn replicas(obj: &Value) -> i64 {
     obj.pointer("/spec/replicas")
         .and_then(Value::as_i64)
         .unwrap_or(1)
+}
+
+/// The `-o wide` cells of a workload (or a CronJob's job template): its template's container
+/// names and images, comma-separated, and its selector.
+fn template_cells(workload: &Value) -> [Value; 3] {
+    [
+        json!(containers(workload, "name")),
+        json!(containers(workload, "image")),
+        json!(format_selector(workload.pointer("/spec/selector"))),
+    ]
 }
 
 /// The names (or images) of a workload template's containers, comma-separated.
