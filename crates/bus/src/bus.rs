@@ -31,6 +31,9 @@ pub struct Bus {
     /// The service's lease while this process holds it ([`Bus::hold_lease`]), released by
     /// [`Bus::close`].
     lease: std::sync::Arc<std::sync::Mutex<Option<crate::lease::Leadership>>>,
+    /// What every publish asks first: whether the process may still act as its lease's holder
+    /// (open without a lease).
+    fence: sluice_runtime::Fence,
     /// Replays reading at once ([`topology::REPLAYS_AT_ONCE`]).
     replays: std::sync::Arc<tokio::sync::Semaphore>,
 }
@@ -75,6 +78,7 @@ impl Bus {
             refusals,
             linger: options.linger,
             lease: Default::default(),
+            fence: sluice_runtime::Fence::open(),
             replays: std::sync::Arc::new(tokio::sync::Semaphore::new(topology::REPLAYS_AT_ONCE)),
         };
         let streams = options
@@ -131,6 +135,20 @@ impl Bus {
     /// Keeps `leadership` until [`Bus::close`] releases it.
     pub fn hold_lease(&self, leadership: crate::lease::Leadership) {
         *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = Some(leadership);
+    }
+
+    /// The process's fence: a lease this connection takes moves its deadline, and every publish
+    /// and every Kubernetes write of the process asks it first ([`sluice_runtime::fence`]).
+    pub fn fence(&self) -> &sluice_runtime::Fence {
+        &self.fence
+    }
+
+    /// Refuses a publish to `subject` once the process's lease is lost.
+    fn fenced(&self, subject: &str) -> Result<()> {
+        self.fence.check().map_err(|source| Error::Fenced {
+            subject: subject.to_string(),
+            source,
+        })
     }
 
     /// The name of the identity this connection acts as (its dead-letter stage).
@@ -247,6 +265,7 @@ impl Bus {
     }
 
     async fn send(&self, out: Outgoing, ttl: Option<Duration>) -> Result<PublishAckFuture> {
+        self.fenced(&out.subject)?;
         let mut headers = HeaderMap::new();
         if let Some(trace) = &out.traceparent {
             headers.insert(topology::TRACEPARENT, trace.as_str());
@@ -286,6 +305,7 @@ impl Bus {
             headers.insert(*name, *value);
         }
         let subject = topology::dead_subject(stage);
+        self.fenced(&subject)?;
         self.js
             .publish_with_headers(subject.clone(), headers, payload)
             .await

@@ -52,6 +52,14 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A publish refused by the process's fence ([`sluice_runtime::Fence`]): its lease is
+    /// lost, and another process may be doing its work.
+    #[error("failed to publish to {subject}")]
+    Fenced {
+        subject: String,
+        #[source]
+        source: sluice_runtime::Fenced,
+    },
     #[error("{what} ended")]
     Ended { what: String },
     #[error("consumer {consumer} acks cover earlier deliveries, so an input to retry stops the stage: {reason}")]

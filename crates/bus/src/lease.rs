@@ -12,6 +12,10 @@
 //!   measured from before it sent its last successful renewal) counts the lease as lost: its
 //!   process must stop acting before any other can take it over.
 //!
+//! - Every write of the holder's process asks its fence ([`Bus::fence`]), whose deadline is the
+//!   same renew deadline: a holder paused past it and woken writes nothing, whichever of its
+//!   tasks runs first.
+//!
 //! The decisions are the pure [`claim`] and [`holds`]; [`Bus::acquire_lease`] and the renewal
 //! task are their IO.
 
@@ -257,6 +261,7 @@ impl Leadership {
     ) -> Leadership {
         let stop = CancellationToken::new();
         let (lost_tx, lost) = watch::channel(false);
+        bus.fence().hold_until(sent + timing.renew_deadline);
         let task = tokio::spawn(renew(
             bus.clone(),
             service.to_string(),
@@ -292,6 +297,8 @@ impl Leadership {
     /// look instead of after the lease's duration.
     pub async fn release(mut self) {
         self.stop.cancel();
+        // Nothing this process writes after this may count as the holder's.
+        self.bus.fence().close();
         let Some(task) = self.task.take() else {
             return;
         };
@@ -333,6 +340,7 @@ async fn renew(
 ) -> Held {
     let give_up = |why: String| {
         tracing::error!(service = %service, reason = %why, "lost the lease");
+        bus.fence().close();
         let _ = lost.send(true);
         None
     };
@@ -357,6 +365,7 @@ async fn renew(
                 lease = next;
                 sequence = written;
                 renewed = sent;
+                bus.fence().hold_until(renewed + timing.renew_deadline);
             }
             Ok(Err(WriteError::Conflict)) => match bus.lease_record(&service).await {
                 // A renewal stored whose ack was lost: carry on from it.

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use sluice_bus::lease::{holder_name, Timing};
-use sluice_bus::Bus;
+use sluice_bus::{topology, Bus, Outgoing};
 use sluice_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -208,5 +208,70 @@ async fn a_standby_stops_waiting_when_its_process_stops() -> anyhow::Result<()> 
     standby_token.cancel();
     let waited = tokio::time::timeout(Duration::from_secs(1), standby).await??;
     assert!(waited.is_none());
+    Ok(())
+}
+
+fn output(subject: &str, id: &str) -> Outgoing {
+    Outgoing {
+        subject: subject.to_string(),
+        msg_id: id.to_string(),
+        payload: bytes::Bytes::from(id.to_string()),
+        traceparent: None,
+        ttl: None,
+    }
+}
+
+/// A holder whose process stalls past its renew deadline (here the runtime's one thread
+/// blocked, as under SIGSTOP) wakes with its tasks in any order. Its first write after the
+/// stall runs before its renewal task could notice the loss: the fence refuses it, and nothing
+/// reaches the stream. The renewal task then finds the lease lost.
+#[tokio::test]
+async fn a_holder_woken_past_its_renew_deadline_publishes_nothing() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let token = CancellationToken::new();
+    let (bus, leadership) = held_by_first(&nats, &token).await?;
+    let lost = leadership.lost();
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let before = topology::match_subject(&cluster, "before-the-stall");
+    let after = topology::match_subject(&cluster, "after-the-stall");
+    bus.publish_durably(output(&before, "1")).await?;
+
+    std::thread::sleep(TIMING.renew_deadline + Duration::from_millis(200));
+    let refused = bus.publish(output(&after, "2")).await;
+    assert!(
+        matches!(refused, Err(sluice_bus::Error::Fenced { .. })),
+        "a publish after the stall went out: {:?}",
+        refused.map(|_| ())
+    );
+    assert!(bus.fence().check().is_err());
+
+    tokio::time::timeout(Duration::from_secs(1), lost)
+        .await
+        .map_err(|_| anyhow::anyhow!("the renewal task did not find the lease lost"))?;
+    let reader = Bus::connect(&nats.url()).await?;
+    assert!(reader.last_state(topology::MATCH, &before).await?.is_some());
+    assert!(reader.last_state(topology::MATCH, &after).await?.is_none());
+    Ok(())
+}
+
+/// Each stored renewal moves the fence's deadline: a holder that keeps renewing keeps
+/// publishing long past its first renew deadline, and its fence closes when it releases.
+#[tokio::test]
+async fn a_renewing_holder_keeps_publishing_and_a_release_closes_its_fence() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let token = CancellationToken::new();
+    let (bus, leadership) = held_by_first(&nats, &token).await?;
+    let fence = bus.fence().clone();
+    let cluster = topology::cluster_tokens("sveltos", "default", "a");
+    let subject = topology::match_subject(&cluster, "renewing");
+    tokio::time::sleep(TIMING.renew_deadline * 2).await;
+    bus.publish_durably(output(&subject, "1")).await?;
+    assert!(fence.check().is_ok());
+    bus.hold_lease(leadership);
+    bus.close().await;
+    assert!(
+        fence.check().is_err(),
+        "a released lease's fence still admits writes"
+    );
     Ok(())
 }

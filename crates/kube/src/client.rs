@@ -7,12 +7,18 @@ use std::time::Duration;
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use sluice_runtime::Fence;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 
 use crate::error::{Error, Result};
 
 /// Client from kubeconfig text (a managed cluster's Secret), optionally for one context.
 pub async fn from_kubeconfig_text(text: &str, context: Option<&str>) -> Result<Client> {
+    client_of(config_of_text(text, context).await?)
+}
+
+/// The configuration of [`from_kubeconfig_text`].
+async fn config_of_text(text: &str, context: Option<&str>) -> Result<Config> {
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| Error::Kubeconfig {
         source: Box::new(e),
     })?;
@@ -20,16 +26,20 @@ pub async fn from_kubeconfig_text(text: &str, context: Option<&str>) -> Result<C
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+    Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(|e| Error::Kubeconfig {
             source: Box::new(e),
-        })?;
-    client_of(config)
+        })
 }
 
 /// The management cluster: the given kubeconfig file, else in-cluster config, else `KUBECONFIG`.
 pub async fn management(path: Option<&Path>, context: Option<&str>) -> Result<Client> {
+    client_of(management_config(path, context).await?)
+}
+
+/// The configuration of [`management`].
+async fn management_config(path: Option<&Path>, context: Option<&str>) -> Result<Config> {
     match path {
         Some(path) => {
             let text =
@@ -39,26 +49,26 @@ pub async fn management(path: Option<&Path>, context: Option<&str>) -> Result<Cl
                         path: path.display().to_string(),
                         source,
                     })?;
-            from_kubeconfig_text(&text, context).await
+            config_of_text(&text, context).await
         }
-        None => {
-            let config = Config::infer().await.map_err(|e| Error::Kubeconfig {
-                source: Box::new(e),
-            })?;
-            client_of(config)
-        }
+        None => Config::infer().await.map_err(|e| Error::Kubeconfig {
+            source: Box::new(e),
+        }),
     }
 }
 
-/// The management-cluster client of a service, from its common options; the service's
-/// readiness then requires the API server to answer ([`crate::reachability::api_check`], until
-/// `token` is cancelled).
+/// The management-cluster client of a service, from its common options, whose writes ask
+/// `fence` first (the process's, [`fenced`]); the service's readiness then requires the API
+/// server to answer ([`crate::reachability::api_check`], until `token` is cancelled).
 pub async fn for_service(
     common: &sluice_runtime::CommonArgs,
     health: &sluice_runtime::Health,
     token: &tokio_util::sync::CancellationToken,
+    fence: &Fence,
 ) -> Result<Client> {
-    let client = management(common.kubeconfig.as_deref(), common.kube_context.as_deref()).await?;
+    let config =
+        management_config(common.kubeconfig.as_deref(), common.kube_context.as_deref()).await?;
+    let client = fenced(config, fence.clone())?;
     health.require("kubernetes", crate::reachability::api_check(&client, token));
     Ok(client)
 }
@@ -98,6 +108,25 @@ pub fn client_of(config: Config) -> Result<Client> {
 
 /// [`client_of`] with its connections' health checked by `check`.
 pub fn client_with(config: Config, check: HealthCheck) -> Result<Client> {
+    build(config, check, Fence::open())
+}
+
+/// [`client_of`] whose every write (`POST`, `PUT`, `PATCH`, `DELETE`) asks `fence` first: a
+/// write it refuses fails with [`Fenced`](sluice_runtime::Fenced) as its source, without
+/// reaching the server. Reads and watches go on regardless.
+pub fn fenced(config: Config, fence: Fence) -> Result<Client> {
+    build(config, HealthCheck::CLIENT_GO, fence)
+}
+
+/// Whether a request of `method` changes something on the server.
+pub fn is_write(method: &http::Method) -> bool {
+    !matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
+fn build(config: Config, check: HealthCheck, fence: Fence) -> Result<Client> {
     let kubeconfig = |e: kube::Error| Error::Kubeconfig {
         source: Box::new(e),
     };
@@ -143,6 +172,12 @@ pub fn client_with(config: Config, check: HealthCheck) -> Result<Client> {
         .option_layer(retry)
         .option_layer(config.auth_layer().map_err(kubeconfig)?)
         .layer(config.extra_headers_layer().map_err(kubeconfig)?)
+        .filter(move |request: http::Request<Body>| {
+            if is_write(request.method()) {
+                fence.check()?;
+            }
+            Ok::<_, sluice_runtime::Fenced>(request)
+        })
         .map_err(BoxError::from)
         .service(http)
         .map_response(|response| {

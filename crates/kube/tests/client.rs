@@ -140,15 +140,7 @@ impl SilentProxy {
 async fn a_watch_on_a_connection_that_stops_answering_ends_after_the_health_check() {
     use futures::StreamExt as _;
     let server = server().await;
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).expect("kubeconfig");
-    let options = kube::config::KubeConfigOptions {
-        context: Some("mgmt".into()),
-        ..Default::default()
-    };
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-        .await
-        .expect("config");
+    let mut config = support::config(&server, "mgmt").await;
     let host = config.cluster_url.host().expect("a host").to_string();
     let port = config.cluster_url.port_u16().expect("a port");
     let upstream = tokio::net::lookup_host((host.as_str(), port))
@@ -225,4 +217,82 @@ async fn a_watch_on_a_connection_that_stops_answering_ends_after_the_health_chec
         after < Duration::from_secs(5),
         "the watch ended only after {after:?}"
     );
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+/// Whether `error` or any error under it is a refusal by the fence.
+fn is_fenced(error: &kube::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = next {
+        if error.downcast_ref::<sluice_runtime::Fenced>().is_some() {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// A service's client asks the process's fence before each write (ADR 0046): once the fence
+/// is closed (the lease lost) creates, patches and deletes fail without reaching the API
+/// server, while reads and watches go on.
+#[tokio::test]
+async fn a_closed_fence_refuses_the_clients_writes_and_lets_its_reads_through() {
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+    let server = server().await;
+    let fence = sluice_runtime::Fence::open();
+    let client = sluice_kube::client::fenced(support::config(&server, "mgmt").await, fence.clone())
+        .expect("client builds");
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &config_map("admitted"))
+        .await
+        .expect("an open fence admits a create");
+
+    fence.close();
+    let create = api
+        .create(&PostParams::default(), &config_map("refused"))
+        .await
+        .expect_err("a closed fence admitted a create");
+    assert!(is_fenced(&create), "not the fence's refusal: {create:?}");
+    let patch = api
+        .patch(
+            "admitted",
+            &PatchParams::apply("test"),
+            &Patch::Apply(
+                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}}),
+            ),
+        )
+        .await
+        .expect_err("a closed fence admitted a patch");
+    assert!(is_fenced(&patch), "not the fence's refusal: {patch:?}");
+    let delete = api
+        .delete("admitted", &DeleteParams::default())
+        .await
+        .expect_err("a closed fence admitted a delete");
+    assert!(is_fenced(&delete), "not the fence's refusal: {delete:?}");
+
+    let listed = api
+        .list(&ListParams::default())
+        .await
+        .expect("a read goes on");
+    let names: Vec<_> = listed
+        .items
+        .iter()
+        .filter_map(|cm| cm.metadata.name.clone())
+        .filter(|name| name != "kube-root-ca.crt")
+        .collect();
+    assert_eq!(names, ["admitted"]);
+    let unfenced: Api<ConfigMap> =
+        Api::namespaced(support::client(&server, "mgmt").await, "default");
+    let admitted = unfenced.get("admitted").await.expect("still there");
+    assert_eq!(admitted.data, None, "the refused patch reached the server");
+    assert!(unfenced.get_opt("refused").await.expect("get").is_none());
 }

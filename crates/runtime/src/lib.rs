@@ -14,6 +14,7 @@
 
 mod config;
 mod error;
+pub mod fence;
 mod health;
 mod pages;
 pub mod schedule;
@@ -29,6 +30,7 @@ pub use config::{
     LOG_FILTER_ENV, MAX_STREAM_REPLICAS, MAX_WORKER_THREADS,
 };
 pub use error::{Error, Result};
+pub use fence::{Fence, Fenced};
 pub use health::{serve_health, serve_health_on, Buckets, Counter, Gauge, Health, Histogram};
 pub use pages::{huge_pages_disabled, without_huge_pages};
 pub use service::NoArgs;

@@ -59,6 +59,17 @@ pub async fn connect(
         leader.set(1);
         let lost = leadership.lost();
         let service = identity.name;
+        // A write refused by the fence (the process woke past its renew deadline, before its
+        // renewal task ran) stops the process as the loss itself does.
+        let refused_by = holder.clone();
+        bus.fence().on_refusal(move || {
+            tracing::error!(
+                service,
+                holder = %refused_by,
+                "stopping at once: a write found the lease past its renew deadline"
+            );
+            std::process::exit(EXIT_LEASE_LOST);
+        });
         tokio::spawn(async move {
             lost.await;
             tracing::error!(

@@ -373,7 +373,7 @@ pub async fn run(
         // Stopped while standing by: another process holds the lease.
         return Ok(());
     };
-    let client = sluice_kube::client::for_service(&common, &health, &token)
+    let client = sluice_kube::client::for_service(&common, &health, &token, bus.fence())
         .await
         .context("failed to build the management cluster client")?;
     let kind = loop {

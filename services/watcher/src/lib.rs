@@ -87,7 +87,7 @@ pub async fn run(
             "no bus key (--bus-key-file): referenced Secrets and managed clusters' Secrets go on the bus without their contents"
         );
     }
-    let mgmt = sluice_kube::client::for_service(&common, &health, &token)
+    let mgmt = sluice_kube::client::for_service(&common, &health, &token, bus.fence())
         .await
         .context("failed to build the management cluster client")?;
 
