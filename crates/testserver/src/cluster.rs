@@ -8,6 +8,7 @@
 
 mod controllers;
 mod defaults;
+mod endpoints;
 mod gc;
 mod node_ports;
 mod rollout;
@@ -421,6 +422,8 @@ impl State {
             return;
         }
         self.unsettled.extend(rollout::work_for(gr, &object));
+        self.unsettled
+            .extend(endpoints::work_for(gr, kind, &object));
         let change = Arc::new(Change {
             rv: self.rv,
             gr: gr.clone(),

@@ -178,6 +178,13 @@ pub fn columns(group: &str, kind: &str) -> Vec<Column> {
             vec![col("Name"), col("Pod-Selector"), col("Age")]
         }
         ("coordination.k8s.io", "Lease") => vec![col("Name"), col("Holder"), col("Age")],
+        ("discovery.k8s.io", "EndpointSlice") => vec![
+            col("Name"),
+            col("AddressType"),
+            col("Ports"),
+            col("Endpoints"),
+            col("Age"),
+        ],
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole")
         | ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             vec![col("Name"), col("Created At")]
@@ -384,6 +391,13 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
             age,
         ],
         ("coordination.k8s.io", "Lease") => vec![name, json!(s("/spec/holderIdentity")), age],
+        ("discovery.k8s.io", "EndpointSlice") => vec![
+            name,
+            json!(s("/addressType")),
+            json!(slice_ports(obj)),
+            json!(slice_endpoints(obj)),
+            age,
+        ],
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole")
         | ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             vec![name, json!(meta_str(obj, "creationTimestamp"))]
@@ -675,6 +689,40 @@ fn endpoints(obj: &Value) -> String {
         1..=3 => all.join(","),
         n => format!("{} + {} more...", all[..3].join(","), n - 3),
     }
+}
+
+/// Up to three of `all` joined, then how many more; `<unset>` for none.
+fn up_to_three(all: &[String]) -> String {
+    match all.len() {
+        0 => "<unset>".into(),
+        1..=3 => all.join(","),
+        n => format!("{} + {} more...", all[..3].join(","), n - 3),
+    }
+}
+
+/// An EndpointSlice's ports: each number (its name when it has none, else `*`), up to three.
+fn slice_ports(obj: &Value) -> String {
+    let ports: Vec<String> = items(obj, "/ports")
+        .map(|p| match p.get("port").and_then(Value::as_i64) {
+            Some(port) => port.to_string(),
+            None => p
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("*")
+                .to_string(),
+        })
+        .collect();
+    up_to_three(&ports)
+}
+
+/// An EndpointSlice's addresses, up to three.
+fn slice_endpoints(obj: &Value) -> String {
+    let addresses: Vec<String> = items(obj, "/endpoints")
+        .flat_map(|e| items(e, "/addresses"))
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    up_to_three(&addresses)
 }
 
 /// The rules' hosts up to three, then how many rules more; `*` when none names a host.
@@ -1027,6 +1075,7 @@ mod tests {
             ("networking.k8s.io", "Ingress"),
             ("networking.k8s.io", "NetworkPolicy"),
             ("coordination.k8s.io", "Lease"),
+            ("discovery.k8s.io", "EndpointSlice"),
             ("rbac.authorization.k8s.io", "ClusterRole"),
             ("rbac.authorization.k8s.io", "RoleBinding"),
             ("apiextensions.k8s.io", "CustomResourceDefinition"),

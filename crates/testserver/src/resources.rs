@@ -262,6 +262,15 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
             &[],
         ),
+        builtin(
+            "discovery.k8s.io",
+            "v1",
+            "EndpointSlice",
+            "endpointslices",
+            true,
+            false,
+            &[],
+        ),
         builtin(RBAC, "v1", "ClusterRole", "clusterroles", false, false, &[]),
         builtin(
             RBAC,

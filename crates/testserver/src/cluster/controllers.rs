@@ -62,7 +62,8 @@ pub fn namespace_objects(namespace: &str, plane: &ControlPlane) -> Vec<(&'static
     ]
 }
 
-/// The `kubernetes` Service and Endpoints in `default`: (resource plural, object).
+/// The `kubernetes` Service, Endpoints and EndpointSlice in `default`, as the API server's own
+/// reconciler writes them: (resource plural, object).
 pub fn api_service(plane: &ControlPlane) -> Vec<(&'static str, Value)> {
     let mut objects = vec![(
         "services",
@@ -82,6 +83,16 @@ pub fn api_service(plane: &ControlPlane) -> Vec<(&'static str, Value)> {
                    "subsets": [{"addresses": [{"ip": address.ip().to_string()}],
                                 "ports": [{"name": "https", "port": address.port(),
                                            "protocol": "TCP"}]}]}),
+        ));
+        objects.push((
+            "endpointslices",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "kubernetes", "namespace": "default",
+                                "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                   "addressType": "IPv4",
+                   "endpoints": [{"addresses": [address.ip().to_string()],
+                                  "conditions": {"ready": true}}],
+                   "ports": [{"name": "https", "port": address.port(), "protocol": "TCP"}]}),
         ));
     }
     objects

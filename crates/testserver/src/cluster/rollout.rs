@@ -13,7 +13,8 @@
 //!   (`placement`), and the Node's kubelet starts it: `Running`, every container started and
 //!   ready, with a Pod IP;
 //! - the root CA publisher puts a namespace's `kube-root-ca.crt` back as it wrote it when
-//!   someone edits it.
+//!   someone edits it;
+//! - the endpoints and EndpointSlice controllers list a Service's Pods (`endpoints`).
 //!
 //! Decisions are pure functions of the objects; `State::settle` applies them.
 
@@ -522,6 +523,10 @@ pub enum Work {
     Deployment(String, String),
     /// A namespace's `kube-root-ca.crt`, which the root CA publisher keeps as it wrote it.
     RootCa(String),
+    /// A Service's Endpoints and EndpointSlices (`endpoints`).
+    Endpoints(String, String),
+    /// The Endpoints and slices of every Service that selects or lists a Pod (`endpoints`).
+    PodEndpoints(String, String),
 }
 
 /// What a change of `object` gives the controllers to look at: the object, and the one that
@@ -599,6 +604,10 @@ impl super::State {
                         self.reconcile_deployment(&namespace, &name)
                     }
                     Work::RootCa(namespace) => self.reconcile_root_ca(&namespace),
+                    Work::Endpoints(namespace, name) => self.reconcile_endpoints(&namespace, &name),
+                    Work::PodEndpoints(namespace, name) => {
+                        self.reconcile_pod_endpoints(&namespace, &name)
+                    }
                 }
             }
         }

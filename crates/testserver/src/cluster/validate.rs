@@ -78,6 +78,9 @@ pub fn object_errors(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> V
             _ => {}
         }
     }
+    if (info.group.as_str(), info.kind.as_str()) == ("discovery.k8s.io", "EndpointSlice") {
+        errors.extend(endpoint_slice_errors(obj, old));
+    }
     errors.extend(super::workloads::errors(info, obj));
     let version = obj
         .get("apiVersion")
@@ -410,6 +413,56 @@ fn immutable_errors(obj: &Value, old: Option<&Value>, fields: &[&str]) -> Vec<Fi
             "immutable",
             "field is immutable when `immutable` is set",
         ));
+    }
+    errors
+}
+
+/// An EndpointSlice's own rules (`ValidateEndpointSlice`): an address type of the three, which
+/// never changes, at most 1,000 endpoints of 1 to 100 addresses each, and at most 100 ports.
+fn endpoint_slice_errors(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    const TYPES: [&str; 3] = ["IPv4", "IPv6", "FQDN"];
+    let mut errors = Vec::new();
+    match obj.get("addressType") {
+        None | Some(Value::Null) => errors.push(FieldError::required("addressType", "")),
+        Some(kind) if !TYPES.iter().any(|t| kind == *t) => errors.push(FieldError::not_supported(
+            "addressType",
+            kind.clone(),
+            &TYPES.map(str::to_string),
+        )),
+        Some(kind) => {
+            if old.is_some_and(|old| old.get("addressType") != Some(kind)) {
+                errors.push(FieldError::invalid(
+                    "addressType",
+                    kind.clone(),
+                    "field is immutable",
+                ));
+            }
+        }
+    }
+    let count = |field: &str| obj.get(field).and_then(Value::as_array).map_or(0, Vec::len);
+    let count = |field: &str| i64::try_from(count(field)).unwrap_or(i64::MAX);
+    if count("endpoints") > 1_000 {
+        errors.push(FieldError::too_many("endpoints", count("endpoints"), 1_000));
+    }
+    if count("ports") > 100 {
+        errors.push(FieldError::too_many("ports", count("ports"), 100));
+    }
+    let endpoints = obj.get("endpoints").and_then(Value::as_array);
+    for (i, endpoint) in endpoints.into_iter().flatten().enumerate() {
+        let addresses = endpoint
+            .get("addresses")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        let field = format!("endpoints[{i}].addresses");
+        if addresses == 0 {
+            errors.push(FieldError::required(
+                field,
+                "must contain at least 1 address",
+            ));
+        } else if addresses > 100 {
+            let actual = i64::try_from(addresses).unwrap_or(i64::MAX);
+            errors.push(FieldError::too_many(field, actual, 100));
+        }
     }
     errors
 }

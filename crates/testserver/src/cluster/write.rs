@@ -56,7 +56,7 @@ pub(crate) fn is_crd(info: &ResourceInfo) -> bool {
 
 /// Whether the kind's registry strategy sets `metadata.generation` (to 1 on create, bumped when
 /// the desired state changes): custom resources, CRDs, and the built-ins whose `PrepareForCreate`
-/// does so (the apps workloads, Job, CronJob, Ingress, NetworkPolicy). ConfigMap, Secret,
+/// does so (the apps workloads, Job, CronJob, Ingress, NetworkPolicy, EndpointSlice). ConfigMap, Secret,
 /// Namespace, Service, Pod, Endpoints, ServiceAccount, Event, Lease and the RBAC kinds carry no
 /// generation.
 pub fn tracks_generation(info: &ResourceInfo) -> bool {
@@ -69,6 +69,7 @@ pub fn tracks_generation(info: &ResourceInfo) -> bool {
                 "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
             ) | ("batch", "Job" | "CronJob")
                 | ("networking.k8s.io", "Ingress" | "NetworkPolicy")
+                | ("discovery.k8s.io", "EndpointSlice")
         )
 }
 
@@ -331,7 +332,12 @@ impl State {
     /// exists already is left as it is).
     pub(crate) fn create_as_controller(&mut self, namespace: &str, objects: Vec<(&str, Value)>) {
         for (plural, obj) in objects {
-            let Some(info) = self.registry.lookup("", "v1", plural).cloned() else {
+            let group = obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .and_then(|v| v.rsplit_once('/'))
+                .map_or("", |(group, _)| group);
+            let Some(info) = self.registry.lookup(group, "v1", plural).cloned() else {
                 continue;
             };
             let owner = Owner::Update("kube-controller-manager".into());

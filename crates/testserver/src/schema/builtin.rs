@@ -13,7 +13,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, networking, policy, rbac};
+use k8s_openapi::api::{
+    apps, autoscaling, batch, coordination, core, discovery, networking, policy, rbac,
+};
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
@@ -105,6 +107,11 @@ const KINDS: &[Kind] = &[
         "coordination.k8s.io",
         "Lease",
         generate::<coordination::v1::Lease>,
+    ),
+    (
+        "discovery.k8s.io",
+        "EndpointSlice",
+        generate::<discovery::v1::EndpointSlice>,
     ),
     (RBAC, "ClusterRole", generate::<rbac::v1::ClusterRole>),
     (

@@ -241,3 +241,195 @@ spec:
     assert_eq!(answer["metadata"]["deletionGracePeriodSeconds"], 30);
     assert!(answer["metadata"]["deletionTimestamp"].is_string());
 }
+
+/// The addresses an Endpoints object lists ready, sorted.
+fn ready_ips(endpoints: &Value) -> Vec<String> {
+    let mut ips: Vec<String> = endpoints["subsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a["ip"].as_str().map(str::to_string))
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// The addresses of a Service's EndpointSlices, sorted.
+fn slice_ips(slices: &Value) -> Vec<String> {
+    let mut ips: Vec<String> = items(slices)
+        .iter()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// A Service with a selector gets Endpoints and an EndpointSlice listing the Pods it selects,
+/// kept as they come and go, with its named target port resolved; a Service without one keeps
+/// the Endpoints someone wrote; a deleted Service's go with it.
+#[tokio::test]
+async fn a_services_endpoints_and_slices_follow_the_pods_it_selects() {
+    let server = server(&["c"]).await;
+    let k = Kubectl::new(&server);
+    k.run(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=2",
+            "--port=8080",
+        ],
+        None,
+    )
+    .await;
+    rolled_out(&k, "web").await;
+    // A Service selecting nothing has empty Endpoints and one placeholder slice.
+    k.run(
+        &["create", "service", "clusterip", "idle", "--tcp=80:80"],
+        None,
+    )
+    .await;
+    let idle = k.get(&["endpoints", "idle"]).await;
+    assert!(idle.get("subsets").is_none(), "{idle}");
+    let placeholder = k
+        .get(&["endpointslices", "-l", "kubernetes.io/service-name=idle"])
+        .await;
+    let placeholder = items(&placeholder);
+    assert_eq!(placeholder.len(), 1, "{placeholder:?}");
+    assert_eq!(placeholder[0]["endpoints"], Value::Null);
+    assert_eq!(placeholder[0]["addressType"], "IPv4");
+
+    let service = r#"{"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "labels": {"tier": "front"}},
+        "spec": {"selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": "http-alt"}]}}"#;
+    // The Deployment's container port gets the name the Service targets.
+    k.run(
+        &[
+            "patch",
+            "deployment",
+            "web",
+            "--type=json",
+            "-p",
+            r#"[{"op": "add", "path": "/spec/template/spec/containers/0/ports/0/name", "value": "http-alt"}]"#,
+        ],
+        None,
+    )
+    .await;
+    rolled_out(&k, "web").await;
+    k.run(&["apply", "-f", "-"], Some(service)).await;
+    let pods = k.get(&["pods", "-l", "app=web"]).await;
+    let mut pod_ips: Vec<String> = items(&pods)
+        .iter()
+        .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_string))
+        .collect();
+    pod_ips.sort();
+    assert_eq!(pod_ips.len(), 2, "{pods}");
+
+    let endpoints = k.get(&["endpoints", "web"]).await;
+    assert_eq!(ready_ips(&endpoints), pod_ips, "{endpoints}");
+    assert_eq!(
+        endpoints["subsets"][0]["ports"],
+        serde_json::json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+    );
+    assert_eq!(endpoints["metadata"]["labels"]["tier"], "front");
+    let slices = k
+        .get(&["endpointslices", "-l", "kubernetes.io/service-name=web"])
+        .await;
+    assert_eq!(slice_ips(&slices), pod_ips, "{slices}");
+    let slice = &items(&slices)[0];
+    assert_eq!(
+        slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        "endpointslice-controller.k8s.io"
+    );
+    assert_eq!(slice["metadata"]["ownerReferences"][0]["kind"], "Service");
+    assert!(
+        slice["metadata"]["generation"].as_i64() >= Some(1),
+        "{slice}"
+    );
+    assert_eq!(slice["ports"][0]["port"], 8080);
+    assert_eq!(
+        slice["endpoints"][0]["conditions"],
+        serde_json::json!({"ready": true, "serving": true, "terminating": false})
+    );
+    let table = k
+        .run(
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web",
+            ],
+            None,
+        )
+        .await;
+    assert!(
+        table.starts_with("NAME") && table.contains("ADDRESSTYPE") && table.contains("IPv4"),
+        "{table}"
+    );
+
+    // Scaled up, the new Pod is listed; scaled down, the gone ones leave.
+    k.run(&["scale", "deployment/web", "--replicas=3"], None)
+        .await;
+    rolled_out(&k, "web").await;
+    assert_eq!(ready_ips(&k.get(&["endpoints", "web"]).await).len(), 3);
+    k.run(&["scale", "deployment/web", "--replicas=1"], None)
+        .await;
+    rolled_out(&k, "web").await;
+    assert_eq!(ready_ips(&k.get(&["endpoints", "web"]).await).len(), 1);
+    let slices = k
+        .get(&["endpointslices", "-l", "kubernetes.io/service-name=web"])
+        .await;
+    assert_eq!(slice_ips(&slices).len(), 1, "{slices}");
+
+    // A Pod relabelled out of the selector leaves at once.
+    let pods = k.get(&["pods", "-l", "app=web"]).await;
+    let pod = items(&pods)[0]["metadata"]["name"]
+        .as_str()
+        .expect("a pod")
+        .to_string();
+    k.run(
+        &["label", "pod", &pod, "app=elsewhere", "--overwrite"],
+        None,
+    )
+    .await;
+    let endpoints = k.get(&["endpoints", "web"]).await;
+    assert!(
+        !endpoints.to_string().contains(&format!("\"{pod}\"")),
+        "the relabelled Pod is still listed: {endpoints}"
+    );
+
+    // A Service without a selector keeps the Endpoints someone wrote.
+    let external = r#"{"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "external"}, "spec": {"ports": [{"port": 443}]}}"#;
+    let written = r#"{"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "external"},
+        "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "ports": [{"port": 443}]}]}"#;
+    k.run(&["apply", "-f", "-"], Some(external)).await;
+    k.run(&["apply", "-f", "-"], Some(written)).await;
+    assert_eq!(
+        ready_ips(&k.get(&["endpoints", "external"]).await),
+        ["192.0.2.10"]
+    );
+    let none = k
+        .get(&[
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=external",
+        ])
+        .await;
+    assert!(items(&none).is_empty(), "{none}");
+
+    // A deleted Service's Endpoints and slices go with it.
+    k.run(&["delete", "service", "web"], None).await;
+    let (found, _, _) = k.try_run(&["get", "endpoints", "web"], None).await;
+    assert!(!found, "the Endpoints of a deleted Service remain");
+    let gone = k
+        .get(&["endpointslices", "-l", "kubernetes.io/service-name=web"])
+        .await;
+    assert!(items(&gone).is_empty(), "{gone}");
+}
