@@ -6,7 +6,8 @@
 //!   (a rollout that completes at once), keeps `revisionHistoryLimit` old ones, numbers
 //!   revisions, and reports replicas and the `Available` and `Progressing` conditions;
 //! - the ReplicaSet controller creates and deletes Pods from its template until it has
-//!   `spec.replicas`, and reports them; a Pod that admission refuses (a missing ServiceAccount,
+//!   `spec.replicas`, and reports them; it releases the Pods it controls that its selector no
+//!   longer matches and adopts the orphans it matches (`claim`); a Pod that admission refuses (a missing ServiceAccount,
 //!   say) becomes its `ReplicaFailure` condition, and is tried again when the namespace's
 //!   workloads or ServiceAccounts change;
 //! - the scheduler binds a pending Pod to the cluster's Node when its node selector fits
@@ -19,6 +20,8 @@
 //! Decisions are pure functions of the objects; `State::settle` applies them.
 
 use serde_json::{json, Map, Value};
+
+use sluice_domain::selector::{LabelSelector, Selector};
 
 use crate::object::{is_deleting, meta_str, now};
 use crate::resources::{GroupResource, ResourceInfo};
@@ -503,6 +506,48 @@ const DEPLOYMENTS: (&str, &str) = ("apps", "deployments");
 const REPLICA_SETS: (&str, &str) = ("apps", "replicasets");
 const PODS: (&str, &str) = ("", "pods");
 
+/// What a ReplicaSet does about a Pod of its namespace (`ClaimPods`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// It controls the Pod and selects it: the Pod counts as one of its replicas.
+    Keep,
+    /// It controls the Pod but no longer selects it (relabelled): it lets go of it, and makes
+    /// another in its place.
+    Release,
+    /// An orphan it selects: it takes it as one of its replicas.
+    Adopt,
+    /// Another controller's, or not selected, or either of them is being deleted.
+    Ignore,
+}
+
+/// What `replica_set`, whose `spec.selector` is `selector`, does about `pod`, as
+/// kube-controller-manager's controller-ref manager decides: a ReplicaSet being deleted neither
+/// releases nor adopts, and a Pod being deleted is not adopted.
+pub fn claim(replica_set: &Value, selector: &Selector, pod: &Value) -> Claim {
+    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
+    let selected =
+        selector.matches_with(|key| labels.and_then(|l| l.get(key)).and_then(Value::as_str));
+    let ours = meta_str(replica_set, "uid");
+    match controller_uid(pod) {
+        Some(owner) if owner != ours => Claim::Ignore,
+        Some(_) if selected => Claim::Keep,
+        Some(_) if is_deleting(replica_set) => Claim::Ignore,
+        Some(_) => Claim::Release,
+        None if selected && !is_deleting(replica_set) && !is_deleting(pod) => Claim::Adopt,
+        None => Claim::Ignore,
+    }
+}
+
+/// A ReplicaSet's `spec.selector` as a selector; `None` when it has none or it does not parse
+/// (validation refuses both).
+fn selector_of(replica_set: &Value) -> Option<Selector> {
+    let selector: LabelSelector =
+        serde_json::from_value(replica_set.pointer("/spec/selector")?.clone()).ok()?;
+    let selector = Selector::from_label_selector(&selector).ok()?;
+    // An empty selector selects nothing here, as validation never lets one through.
+    (!selector.is_empty()).then_some(selector)
+}
+
 fn gr(pair: (&str, &str)) -> GroupResource {
     (pair.0.to_string(), pair.1.to_string())
 }
@@ -556,7 +601,12 @@ pub fn work_for(resource: &GroupResource, object: &Value) -> Vec<Work> {
     };
     if is(resource, PODS) {
         let mut work = vec![Work::Pod(namespace.clone(), name)];
-        work.extend(controller("ReplicaSet").map(|rs| Work::ReplicaSet(namespace, rs)));
+        if controller_uid(object).is_none() {
+            // An orphan: a ReplicaSet of its namespace that selects it adopts it.
+            work.push(Work::ReplicaSets(namespace));
+        } else {
+            work.extend(controller("ReplicaSet").map(|rs| Work::ReplicaSet(namespace, rs)));
+        }
         work
     } else if is(resource, REPLICA_SETS) {
         let mut work = vec![Work::ReplicaSet(namespace.clone(), name)];
@@ -749,6 +799,7 @@ impl super::State {
             return;
         };
         let controller = Owner::Update(MANAGER.into());
+        self.claim_pods(&rs, &pod_info, &controller);
         let mut pods = self.controlled(&rs, PODS);
         let wanted = usize::try_from(replicas(&rs)).unwrap_or(0);
         let mut refused = None;
@@ -784,6 +835,49 @@ impl super::State {
                 json!({"status": status}),
                 Subresource::Status,
                 &controller,
+            );
+        }
+    }
+
+    /// The ReplicaSet lets go of the Pods it controls and no longer selects, and adopts the
+    /// orphans of its namespace it selects ([`claim`]).
+    fn claim_pods(&mut self, rs: &Value, pod_info: &ResourceInfo, controller: &Owner) {
+        let Some(selector) = selector_of(rs) else {
+            return;
+        };
+        let namespace = meta_str(rs, "namespace");
+        let uid = meta_str(rs, "uid").to_string();
+        let claims: Vec<(Claim, Value)> = self
+            .list(&gr(PODS), Some(namespace), None)
+            .filter_map(|(_, pod)| match claim(rs, &selector, pod) {
+                Claim::Keep | Claim::Ignore => None,
+                claimed => Some((claimed, pod.clone())),
+            })
+            .collect();
+        for (claimed, mut pod) in claims {
+            let name = meta_str(&pod, "name").to_string();
+            let refs = pod["metadata"]
+                .as_object_mut()
+                .map(|m| m.entry("ownerReferences").or_insert_with(|| json!([])));
+            let Some(refs) = refs.and_then(Value::as_array_mut) else {
+                continue;
+            };
+            match claimed {
+                Claim::Release => refs.retain(|r| r.get("uid") != Some(&json!(uid))),
+                _ => refs.extend(controller_ref(rs).as_array().cloned().unwrap_or_default()),
+            }
+            if refs.is_empty() {
+                if let Some(meta) = pod["metadata"].as_object_mut() {
+                    meta.remove("ownerReferences");
+                }
+            }
+            let _ = self.update(
+                pod_info,
+                namespace,
+                &name,
+                pod,
+                Subresource::Main,
+                controller,
             );
         }
     }
@@ -1044,6 +1138,69 @@ mod tests {
         );
         let services: GroupResource = ("".into(), "services".into());
         assert!(work_for(&services, &sa).is_empty());
+        // An orphan Pod may be adopted by any ReplicaSet of its namespace.
+        let orphan = json!({"metadata": {"name": "stray", "namespace": "ns"}});
+        assert_eq!(
+            work_for(&pods, &orphan),
+            vec![
+                Work::Pod("ns".into(), "stray".into()),
+                Work::ReplicaSets("ns".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_replica_set_keeps_releases_and_adopts_pods_by_its_selector_and_controller_reference() {
+        let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "web-1", "namespace": "ns", "uid": "r"},
+            "spec": {"selector": {"matchLabels": {"app": "web"},
+                "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]}}});
+        let selector = selector_of(&rs).expect("a selector");
+        let pod = |labels: Value, controller: Option<&str>| {
+            let mut pod = json!({"metadata": {"name": "p", "namespace": "ns", "labels": labels}});
+            if let Some(uid) = controller {
+                pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1",
+                    "kind": "ReplicaSet", "name": "x", "uid": uid, "controller": true}]);
+            }
+            pod
+        };
+        let web = json!({"app": "web"});
+        assert_eq!(
+            claim(&rs, &selector, &pod(web.clone(), Some("r"))),
+            Claim::Keep
+        );
+        assert_eq!(
+            claim(
+                &rs,
+                &selector,
+                &pod(json!({"app": "web", "tier": "db"}), Some("r"))
+            ),
+            Claim::Release
+        );
+        assert_eq!(claim(&rs, &selector, &pod(web.clone(), None)), Claim::Adopt);
+        assert_eq!(
+            claim(&rs, &selector, &pod(web.clone(), Some("other"))),
+            Claim::Ignore
+        );
+        assert_eq!(
+            claim(&rs, &selector, &pod(json!({"app": "db"}), None)),
+            Claim::Ignore
+        );
+        let mut leaving = pod(web.clone(), None);
+        leaving["metadata"]["deletionTimestamp"] = json!("2026-11-28T00:00:00Z");
+        assert_eq!(claim(&rs, &selector, &leaving), Claim::Ignore);
+        // A ReplicaSet being deleted lets go of nothing and takes nothing.
+        let mut deleted = rs.clone();
+        deleted["metadata"]["deletionTimestamp"] = json!("2026-11-28T00:00:00Z");
+        assert_eq!(
+            claim(
+                &deleted,
+                &selector,
+                &pod(json!({"app": "other"}), Some("r"))
+            ),
+            Claim::Ignore
+        );
+        assert_eq!(claim(&deleted, &selector, &pod(web, None)), Claim::Ignore);
     }
 
     #[test]

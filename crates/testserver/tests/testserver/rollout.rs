@@ -321,7 +321,9 @@ async fn a_services_endpoints_and_slices_follow_the_pods_it_selects() {
     )
     .await;
     rolled_out(&k, "web").await;
-    k.run(&["apply", "-f", "-"], Some(service)).await;
+    // Applied server-side, as sluice and the load generator write.
+    k.run(&["apply", "--server-side", "-f", "-"], Some(service))
+        .await;
     let pods = k.get(&["pods", "-l", "app=web"]).await;
     let mut pod_ips: Vec<String> = items(&pods)
         .iter()
@@ -399,6 +401,17 @@ async fn a_services_endpoints_and_slices_follow_the_pods_it_selects() {
     )
     .await;
     let endpoints = k.get(&["endpoints", "web"]).await;
+    let replaced = k.get(&["pods", "-l", "app=web"]).await;
+    assert_eq!(
+        ready_ips(&endpoints).len(),
+        1,
+        "the ReplicaSet's new Pod is listed instead: {endpoints} {replaced}"
+    );
+    let released = k.get(&["pod", &pod]).await;
+    assert!(
+        released["metadata"].get("ownerReferences").is_none(),
+        "the ReplicaSet still controls the relabelled Pod: {released}"
+    );
     assert!(
         !endpoints.to_string().contains(&format!("\"{pod}\"")),
         "the relabelled Pod is still listed: {endpoints}"
