@@ -8,6 +8,11 @@
 //! seconds while the node is still down, no service exits (a holder that could not renew its
 //! lease would), and in the end every Service has exactly one profile: a delivery lost with
 //! the node on its way to a covering stage came again (the stage bound its consumer again).
+//!
+//! Losing two nodes at once loses the quorum of every stream for a while: nothing is stored and
+//! no lease renewed, every holder exits 75 once its renew deadline passes, and, started again
+//! as Kubernetes would, the services deliver every Service created before, during and after
+//! with exactly one profile.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +20,7 @@ use sluice_bus::topology;
 use sluice_cli::demo::{self, wait_profile};
 use sluice_cli::stack::{Stack, SERVICES};
 use sluice_testkit::{wait_for, NatsServer};
+use sluice_wire::service::EXIT_LEASE_LOST;
 
 const TRIGGER: &str = "service-network-policy";
 const NODES: usize = 3;
@@ -99,17 +105,146 @@ async fn wait_current(js: &async_nats::jetstream::Context) -> anyhow::Result<()>
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn losing_any_node_of_a_nats_cluster_loses_nothing_and_stops_nothing() -> anyhow::Result<()> {
+/// The stack on a three-node cluster, its services run as production runs them, seed 000
+/// installed and a first Service's profile there.
+async fn started() -> anyhow::Result<Stack> {
     let mut stack = Stack::start_on_nats_cluster(&["cluster-a"], NODES).await?;
     for service in SERVICES {
         stack.restart_service_with(service, &LEASE_TIMING)?;
     }
-    demo::install_seed(&stack, "cluster-a").await?;
+    // The restarted watcher serves the EventSource conversion webhook once it has started.
+    let installed = wait_for("the seed installed", RESUME, || async {
+        demo::install_seed(&stack, "cluster-a").await.ok()
+    })
+    .await;
+    if let Err(e) = installed {
+        anyhow::bail!("{e}\n{}", stack.logs());
+    }
     stack.apply_yaml("cluster-a", &service("warm-up")).await?;
     if let Err(e) = wait_profile(&stack, TRIGGER, "cluster-a", "warm-up", RESUME * 3).await {
         anyhow::bail!("{e}\n{}", stack.logs());
     }
+    Ok(stack)
+}
+
+/// The Services of `names` that do not have exactly one profile.
+async fn without_one_profile(stack: &Stack, names: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut missing = Vec::new();
+    for name in names {
+        if demo::profiles_for(stack, TRIGGER, "cluster-a", name)
+            .await?
+            .len()
+            != 1
+        {
+            missing.push(name.clone());
+        }
+    }
+    Ok(missing)
+}
+
+/// Where each of `lost`'s events stopped: the last message of its subject in each stream of
+/// the pipeline.
+async fn where_stopped(stack: &Stack, lost: &[String]) -> anyhow::Result<Vec<String>> {
+    let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
+    let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
+    let mut reached = Vec::new();
+    for name in lost {
+        let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", name);
+        let subjects = [
+            (
+                topology::CHANGES,
+                topology::change_subject(&tokens, "", "Service", "default", name),
+            ),
+            (
+                topology::MATCH,
+                topology::match_member_subject(
+                    &tokens,
+                    "sveltos-service",
+                    "",
+                    "Service",
+                    "default",
+                    name,
+                ),
+            ),
+            (topology::DESIRED, desired.clone()),
+            (
+                topology::APPLIED,
+                topology::applied_subject_for(&desired).unwrap_or_default(),
+            ),
+        ];
+        for (spec, subject) in subjects {
+            let found = match js.get_stream(spec.name).await {
+                Ok(stream) => stream
+                    .get_last_raw_message_by_subject(&subject)
+                    .await
+                    .map(|m| m.sequence)
+                    .ok(),
+                Err(_) => None,
+            };
+            reached.push(format!("{name}: {} {subject} -> {found:?}", spec.name));
+        }
+    }
+    Ok(reached)
+}
+
+/// Every Service of `names` (and the warm-up) gets exactly one profile and its ConfigMap
+/// within [`RESUME`] × 3; otherwise the error says where each missing one stopped. With
+/// `restart_lost_holders`, a service that stopped because it lost its lease (exit 75) is
+/// started again, as Kubernetes starts a Deployment's pod again; any other exit fails. Returns
+/// the services started again.
+async fn every_profile_once(
+    stack: &mut Stack,
+    names: &[String],
+    restart_lost_holders: bool,
+) -> anyhow::Result<Vec<&'static str>> {
+    let deadline = Instant::now() + RESUME * 3;
+    let mut restarted = Vec::new();
+    loop {
+        if restart_lost_holders {
+            for service in stack.exited_services() {
+                match stack.exit_code(service) {
+                    Some(EXIT_LEASE_LOST) => {
+                        stack.restart_service_with(service, &LEASE_TIMING)?;
+                        restarted.push(service);
+                    }
+                    code => anyhow::bail!("{service} exited {code:?}\n{}", stack.logs()),
+                }
+            }
+        }
+        let missing = without_one_profile(stack, names).await?;
+        if missing.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "no single ClusterProfile within {:?} for {missing:?}\n{:#?}\n{}\n{}",
+                RESUME * 3,
+                where_stopped(stack, &missing).await?,
+                demo::consumer_states(stack).await,
+                stack.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let owned = demo::owned_by(stack, TRIGGER, "cluster-a").await?;
+    // A profile and its instantiated ConfigMap per Service (the warm-up's too).
+    assert_eq!(
+        owned.len(),
+        2 * (names.len() + 1),
+        "duplicates or leftovers"
+    );
+    let exited = stack.exited_services();
+    assert!(
+        exited.is_empty(),
+        "services exited: {exited:?}\n{}",
+        stack.logs()
+    );
+    Ok(restarted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_any_node_of_a_nats_cluster_loses_nothing_and_stops_nothing() -> anyhow::Result<()> {
+    let mut stack = started().await?;
 
     // Every stream the services set up has a replica on every node.
     let js = async_nats::jetstream::new(stack.bus_options().connect_client().await?);
@@ -162,87 +297,7 @@ async fn losing_any_node_of_a_nats_cluster_loses_nothing_and_stops_nothing() -> 
     }
 
     // Every Service, including those in flight at each loss, has exactly one profile.
-    let missing = wait_for("a ClusterProfile for every Service", RESUME * 3, || async {
-        let mut missing = Vec::new();
-        for name in &names {
-            match demo::profiles_for(&stack, TRIGGER, "cluster-a", name).await {
-                Ok(found) if found.len() == 1 => {}
-                _ => missing.push(name.clone()),
-            }
-        }
-        missing.is_empty().then_some(())
-    })
-    .await;
-    if let Err(e) = missing {
-        let mut lost = Vec::new();
-        for name in &names {
-            if demo::profiles_for(&stack, TRIGGER, "cluster-a", name)
-                .await?
-                .len()
-                != 1
-            {
-                lost.push(name.clone());
-            }
-        }
-        // Where each lost Service's event stopped: the last message of its subject in each
-        // stream of the pipeline.
-        let tokens = topology::cluster_tokens("sveltos", "default", "cluster-a");
-        let mut reached = Vec::new();
-        for name in &lost {
-            let desired = topology::desired_resource_subject(TRIGGER, &tokens, "default", name);
-            let subjects = [
-                (
-                    topology::CHANGES,
-                    topology::change_subject(&tokens, "", "Service", "default", name),
-                ),
-                (
-                    topology::MATCH,
-                    topology::match_member_subject(
-                        &tokens,
-                        "sveltos-service",
-                        "",
-                        "Service",
-                        "default",
-                        name,
-                    ),
-                ),
-                (topology::DESIRED, desired.clone()),
-                (
-                    topology::APPLIED,
-                    topology::applied_subject_for(&desired).unwrap_or_default(),
-                ),
-            ];
-            for (spec, subject) in subjects {
-                let found = match js.get_stream(spec.name).await {
-                    Ok(stream) => stream
-                        .get_last_raw_message_by_subject(&subject)
-                        .await
-                        .map(|m| m.sequence)
-                        .ok(),
-                    Err(_) => None,
-                };
-                reached.push(format!("{name}: {} {subject} -> {found:?}", spec.name));
-            }
-        }
-        anyhow::bail!(
-            "{e}: missing {lost:?}\n{reached:#?}\n{}\n{}",
-            demo::consumer_states(&stack).await,
-            stack.logs()
-        );
-    }
-    let owned = demo::owned_by(&stack, TRIGGER, "cluster-a").await?;
-    // A profile and its instantiated ConfigMap per Service (the warm-up's too).
-    assert_eq!(
-        owned.len(),
-        2 * (names.len() + 1),
-        "duplicates or leftovers"
-    );
-    let exited = stack.exited_services();
-    assert!(
-        exited.is_empty(),
-        "services exited when a node was lost: {exited:?}\n{}",
-        stack.logs()
-    );
+    every_profile_once(&mut stack, &names, false).await?;
     // How often a covering stage found a delivery lost with a node (a skipped consumer
     // sequence) and bound its consumer again: not asserted, a node's loss need not lose one.
     let mut rebinds = Vec::new();
@@ -260,6 +315,45 @@ async fn losing_any_node_of_a_nats_cluster_loses_nothing_and_stops_nothing() -> 
          profiles present; consumers bound again: {}",
         names.len(),
         rebinds.join(", ")
+    );
+    Ok(())
+}
+
+/// How long two nodes stay down together: with the elections after their return, longer than
+/// the renew deadline of [`LEASE_TIMING`], whose renewals fail while the lease stream has no
+/// quorum.
+const QUORUM_LOST: Duration = Duration::from_secs(14);
+
+/// With two of the three nodes lost at once, no stream has a quorum: nothing can be stored, so
+/// nothing moves, and no lease can be renewed. The services wait rather than fail; a holder
+/// whose renewals fail for its renew deadline (the outage and the elections after it) exits
+/// 75, and is started again as Kubernetes would. Once the nodes are back, every Service
+/// created before, during and after has exactly one profile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_two_nodes_at_once_holds_the_pipeline_until_they_return_and_loses_nothing(
+) -> anyhow::Result<()> {
+    let mut stack = started().await?;
+    let before: Vec<String> = (0..BATCH).map(|i| format!("q-before-{i}")).collect();
+    create_paced(&stack, &before).await?;
+    node(&mut stack, 1).stop();
+    node(&mut stack, 2).stop();
+    let lost = Instant::now();
+    let during: Vec<String> = (0..BATCH).map(|i| format!("q-during-{i}")).collect();
+    create_paced(&stack, &during).await?;
+    tokio::time::sleep(QUORUM_LOST.saturating_sub(lost.elapsed())).await;
+    node(&mut stack, 1).start_again().await?;
+    node(&mut stack, 2).start_again().await?;
+    let returned = Instant::now();
+    let after: Vec<String> = (0..BATCH).map(|i| format!("q-after-{i}")).collect();
+    create_paced(&stack, &after).await?;
+    let names: Vec<String> = before.into_iter().chain(during).chain(after).collect();
+    let restarted = every_profile_once(&mut stack, &names, true).await?;
+    eprintln!(
+        "two nodes down for {:?}: all {} profiles present {:?} after they returned; \
+         started again after losing their lease: {restarted:?}",
+        returned.duration_since(lost),
+        names.len(),
+        returned.elapsed()
     );
     Ok(())
 }
