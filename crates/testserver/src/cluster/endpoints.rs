@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use crate::object::{is_deleting, meta_str, now};
 use crate::resources::GroupResource;
 
-use super::rollout::Work;
+use super::rollout::{is_ready, Work};
 use super::ChangeKind;
 
 pub const SERVICES: (&str, &str) = ("", "services");
@@ -84,15 +84,6 @@ pub fn selects(selector: &Map<String, Value>, object: &Value) -> bool {
     selector
         .iter()
         .all(|(key, value)| labels.and_then(|l| l.get(key)) == Some(value))
-}
-
-fn is_ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
 }
 
 fn pod_ip(pod: &Value) -> Option<&str> {
@@ -273,6 +264,17 @@ fn labels_of(service: &Value, reserved: &[&str]) -> Map<String, Value> {
     labels
 }
 
+/// Gives a controller's object its `labels` and the time of the change that moved it.
+fn stamp(object: &mut Value, labels: Map<String, Value>) {
+    object["metadata"]["labels"] = Value::Object(labels);
+    let annotations = object["metadata"]
+        .as_object_mut()
+        .map(|m| m.entry("annotations").or_insert_with(|| json!({})));
+    if let Some(annotations) = annotations.and_then(Value::as_object_mut) {
+        annotations.insert(TRIGGER_TIME.into(), json!(now()));
+    }
+}
+
 /// The Service's Endpoints as the controller writes them, from `current` (its uid, version and
 /// other metadata kept) if there is one; `None` when `current` already says all of it.
 pub fn endpoints(service: &Value, subsets: Vec<Value>, current: Option<&Value>) -> Option<Value> {
@@ -295,13 +297,7 @@ pub fn endpoints(service: &Value, subsets: Vec<Value>, current: Option<&Value>) 
                "metadata": {"name": meta_str(service, "name"),
                             "namespace": meta_str(service, "namespace")}})
     });
-    object["metadata"]["labels"] = Value::Object(labels);
-    let annotations = object["metadata"]
-        .as_object_mut()
-        .map(|m| m.entry("annotations").or_insert_with(|| json!({})));
-    if let Some(annotations) = annotations.and_then(Value::as_object_mut) {
-        annotations.insert(TRIGGER_TIME.into(), json!(now()));
-    }
+    stamp(&mut object, labels);
     match object.as_object_mut() {
         Some(map) if subsets.is_empty() => {
             map.remove("subsets");
@@ -408,13 +404,7 @@ pub fn slice(service: &Value, content: &SliceContent, current: Option<&Value>) -
                                 "controller": true, "blockOwnerDeletion": true}]},
                "addressType": "IPv4"})
     });
-    object["metadata"]["labels"] = Value::Object(labels);
-    let annotations = object["metadata"]
-        .as_object_mut()
-        .map(|m| m.entry("annotations").or_insert_with(|| json!({})));
-    if let Some(annotations) = annotations.and_then(Value::as_object_mut) {
-        annotations.insert(TRIGGER_TIME.into(), json!(now()));
-    }
+    stamp(&mut object, labels);
     if let Some(map) = object.as_object_mut() {
         match ports {
             Some(ports) => map.insert("ports".into(), ports),

@@ -244,7 +244,8 @@ pub fn pod_of(replica_set: &Value) -> Value {
            "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))})
 }
 
-fn is_ready(pod: &Value) -> bool {
+/// Whether a Pod's `Ready` condition is true.
+pub fn is_ready(pod: &Value) -> bool {
     pod.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|c| {
