@@ -1,8 +1,8 @@
 //! The columns kube-apiserver prints for its built-in kinds when a client asks for a Table
 //! (what `kubectl get` shows: `READY STATUS RESTARTS` for Pods, `TYPE CLUSTER-IP ...` for
 //! Services), and each object's cells. Priority-1 columns are those `-o wide` adds. A kind
-//! without columns here (a custom resource, or HorizontalPodAutoscaler, the one built-in kind
-//! served without them) gets Name and Age, as a CRD without printer columns does.
+//! without columns here (a custom resource) gets Name and Age, as a CRD without printer
+//! columns does.
 
 use std::collections::BTreeMap;
 
@@ -178,6 +178,15 @@ pub fn columns(group: &str, kind: &str) -> Vec<Column> {
             vec![col("Name"), col("Pod-Selector"), col("Age")]
         }
         ("coordination.k8s.io", "Lease") => vec![col("Name"), col("Holder"), col("Age")],
+        ("autoscaling", "HorizontalPodAutoscaler") => vec![
+            col("Name"),
+            col("Reference"),
+            col("Targets"),
+            col("MinPods"),
+            int("MaxPods"),
+            int("Replicas"),
+            col("Age"),
+        ],
         ("discovery.k8s.io", "EndpointSlice") => vec![
             col("Name"),
             col("AddressType"),
@@ -391,6 +400,22 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: time::OffsetDateTime) ->
             age,
         ],
         ("coordination.k8s.io", "Lease") => vec![name, json!(s("/spec/holderIdentity")), age],
+        ("autoscaling", "HorizontalPodAutoscaler") => vec![
+            name,
+            json!(format!(
+                "{}/{}",
+                s("/spec/scaleTargetRef/kind"),
+                s("/spec/scaleTargetRef/name")
+            )),
+            json!(hpa_targets(obj)),
+            json!(obj
+                .pointer("/spec/minReplicas")
+                .and_then(Value::as_i64)
+                .map_or("<unset>".to_string(), |n| n.to_string())),
+            json!(n("/spec/maxReplicas")),
+            json!(n("/status/currentReplicas")),
+            age,
+        ],
         ("discovery.k8s.io", "EndpointSlice") => vec![
             name,
             json!(s("/addressType")),
@@ -688,6 +713,98 @@ fn endpoints(obj: &Value) -> String {
         0 => "<none>".into(),
         1..=3 => all.join(","),
         n => format!("{} + {} more...", all[..3].join(","), n - 3),
+    }
+}
+
+/// An HPA's metrics as `current/target`, up to two, then how many more; `<none>` without any.
+/// A metric the status does not report yet is `<unknown>`.
+fn hpa_targets(obj: &Value) -> String {
+    let specs: Vec<&Value> = items(obj, "/spec/metrics").collect();
+    if specs.is_empty() {
+        return "<none>".into();
+    }
+    let statuses: Vec<&Value> = items(obj, "/status/currentMetrics").collect();
+    let quantity = |v: &Value, pointer: &str| match v.pointer(pointer) {
+        Some(Value::String(q)) => Some(q.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let percent = |v: &Value, pointer: &str| {
+        v.pointer(pointer)
+            .and_then(Value::as_i64)
+            .map(|p| format!("{p}%"))
+    };
+    let unknown = || "<unknown>".to_string();
+    let listed: Vec<String> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let status = statuses.get(i).copied().unwrap_or(&Value::Null);
+            let source = |kind: &str| (spec.get(kind), status.get(kind));
+            match text(spec, "/type") {
+                kind @ ("External" | "Object") => {
+                    let field = if kind == "External" {
+                        "external"
+                    } else {
+                        "object"
+                    };
+                    let (spec, status) = source(field);
+                    let spec = spec.unwrap_or(&Value::Null);
+                    let status = status.unwrap_or(&Value::Null);
+                    match quantity(spec, "/target/averageValue") {
+                        Some(target) => format!(
+                            "{}/{target} (avg)",
+                            quantity(status, "/current/averageValue").unwrap_or_else(unknown)
+                        ),
+                        None => format!(
+                            "{}/{}",
+                            quantity(status, "/current/value").unwrap_or_else(unknown),
+                            quantity(spec, "/target/value").unwrap_or_default()
+                        ),
+                    }
+                }
+                "Pods" => {
+                    let (spec, status) = source("pods");
+                    format!(
+                        "{}/{}",
+                        status
+                            .and_then(|s| quantity(s, "/current/averageValue"))
+                            .unwrap_or_else(unknown),
+                        spec.and_then(|s| quantity(s, "/target/averageValue"))
+                            .unwrap_or_default()
+                    )
+                }
+                kind @ ("Resource" | "ContainerResource") => {
+                    let field = if kind == "Resource" {
+                        "resource"
+                    } else {
+                        "containerResource"
+                    };
+                    let (spec, status) = source(field);
+                    let spec = spec.unwrap_or(&Value::Null);
+                    let status = status.unwrap_or(&Value::Null);
+                    let name = text(spec, "/name");
+                    match quantity(spec, "/target/averageValue") {
+                        Some(target) => format!(
+                            "{name}: {}/{target}",
+                            quantity(status, "/current/averageValue").unwrap_or_else(unknown)
+                        ),
+                        None => format!(
+                            "{name}: {}/{}",
+                            percent(status, "/current/averageUtilization").unwrap_or_else(unknown),
+                            percent(spec, "/target/averageUtilization")
+                                .unwrap_or_else(|| "<auto>".into())
+                        ),
+                    }
+                }
+                _ => "<unknown type>".into(),
+            }
+        })
+        .collect();
+    if listed.len() > 2 {
+        format!("{} + {} more...", listed[..2].join(", "), listed.len() - 2)
+    } else {
+        listed.join(", ")
     }
 }
 
@@ -1076,6 +1193,7 @@ mod tests {
             ("networking.k8s.io", "NetworkPolicy"),
             ("coordination.k8s.io", "Lease"),
             ("discovery.k8s.io", "EndpointSlice"),
+            ("autoscaling", "HorizontalPodAutoscaler"),
             ("rbac.authorization.k8s.io", "ClusterRole"),
             ("rbac.authorization.k8s.io", "RoleBinding"),
             ("apiextensions.k8s.io", "CustomResourceDefinition"),
@@ -1087,6 +1205,38 @@ mod tests {
                 "{group} {kind}"
             );
         }
+    }
+
+    #[test]
+    fn an_hpas_targets_are_current_over_target_up_to_two() {
+        let hpa = |metrics: Value, current: Value| json!({"spec": {"metrics": metrics}, "status": {"currentMetrics": current}});
+        assert_eq!(hpa_targets(&hpa(json!([]), json!([]))), "<none>");
+        let cpu = json!({"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 80}}});
+        assert_eq!(
+            hpa_targets(&hpa(json!([cpu]), json!(null))),
+            "cpu: <unknown>/80%"
+        );
+        let cpu_now = json!({"type": "Resource", "resource": {"name": "cpu",
+            "current": {"averageUtilization": 12, "averageValue": "3m"}}});
+        assert_eq!(
+            hpa_targets(&hpa(json!([cpu]), json!([cpu_now]))),
+            "cpu: 12%/80%"
+        );
+        let memory = json!({"type": "Resource", "resource": {"name": "memory",
+            "target": {"type": "AverageValue", "averageValue": "500Mi"}}});
+        let pods = json!({"type": "Pods", "pods": {"metric": {"name": "qps"},
+            "target": {"type": "AverageValue", "averageValue": "1k"}}});
+        assert_eq!(
+            hpa_targets(&hpa(json!([cpu, memory, pods]), json!([cpu_now]))),
+            "cpu: 12%/80%, memory: <unknown>/500Mi + 1 more..."
+        );
+        let external = json!({"type": "External", "external": {"metric": {"name": "queue"},
+            "target": {"type": "Value", "value": "30"}}});
+        assert_eq!(
+            hpa_targets(&hpa(json!([external]), json!([]))),
+            "<unknown>/30"
+        );
     }
 
     #[test]

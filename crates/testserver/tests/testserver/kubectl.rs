@@ -530,6 +530,37 @@ async fn kubectl_get_prints_each_kinds_columns() {
     let namespaces = rows(k.run(&["get", "namespace", "default"], None).await);
     assert_eq!(namespaces[0], ["NAME", "STATUS", "AGE"]);
     assert_eq!(namespaces[1][..2], ["default", "Active"]);
+    // No metrics pipeline runs here: the current utilization is unknown.
+    k.run(
+        &[
+            "autoscale",
+            "deployment",
+            "web",
+            "--min=1",
+            "--max=3",
+            "--cpu-percent=80",
+        ],
+        None,
+    )
+    .await;
+    let autoscalers = rows(k.run(&["get", "hpa", "web"], None).await);
+    assert_eq!(
+        autoscalers[0],
+        [
+            "NAME",
+            "REFERENCE",
+            "TARGETS",
+            "MINPODS",
+            "MAXPODS",
+            "REPLICAS",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        autoscalers[1][..6],
+        ["web", "Deployment/web", "cpu: <unknown>/80%", "1", "3", "0"],
+        "{autoscalers:?}"
+    );
 
     k.run(&["apply", "-f", "-"], Some(CATEGORIZED_CRD)).await;
     let widget = "apiVersion: example.org/v1\nkind: Widget\nmetadata: {name: w1}\n";
