@@ -40,6 +40,21 @@ impl Kubectl {
         out
     }
 
+    /// `kubectl create deployment web --image=nginx:1.27 --replicas=<replicas>`, with `extra`
+    /// flags: the workload the tests of the server's controllers run.
+    pub async fn create_web(&self, replicas: u32, extra: &[&str]) {
+        let replicas = format!("--replicas={replicas}");
+        let mut args = vec![
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            &replicas,
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args, None).await;
+    }
+
     /// `kubectl get <args> -o json`, parsed.
     pub async fn get(&self, args: &[&str]) -> Value {
         let mut all = vec!["get"];
@@ -410,17 +425,7 @@ async fn kubectl_get_all_and_a_crds_category_list_their_kinds() {
 async fn kubectl_get_prints_each_kinds_columns() {
     let server = server_with(Config::default()).await;
     let k = Kubectl::new(&server);
-    k.run(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx:1.27",
-            "--replicas=2",
-        ],
-        None,
-    )
-    .await;
+    k.create_web(2, &[]).await;
     k.run(
         &[
             "expose",

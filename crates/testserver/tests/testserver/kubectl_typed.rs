@@ -249,18 +249,7 @@ async fn kubectl_create_ingress_sends_protobuf_the_server_reads() {
 async fn kubectl_workload_generators_send_protobuf_the_server_reads() {
     let server = server_with(Config::default()).await;
     let k = Kubectl::new(&server);
-    k.run(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx:1.27",
-            "--port=80",
-            "--replicas=2",
-        ],
-        None,
-    )
-    .await;
+    k.create_web(2, &["--port=80"]).await;
     let web = get_json(&k, &["deployment", "web"]).await;
     assert_eq!(web["spec"]["replicas"], 2, "{web}");
     assert_eq!(

@@ -31,17 +31,7 @@ fn names(list: &Value) -> Vec<String> {
 async fn deployments_roll_out_scale_and_clean_up_as_kube_controller_manager_does() {
     let server = server(&["c"]).await;
     let k = Kubectl::new(&server);
-    k.run(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx:1.27",
-            "--replicas=3",
-        ],
-        None,
-    )
-    .await;
+    k.create_web(3, &[]).await;
     rolled_out(&k, "web").await;
     k.run(
         &[
@@ -274,18 +264,7 @@ fn slice_ips(slices: &Value) -> Vec<String> {
 async fn a_services_endpoints_and_slices_follow_the_pods_it_selects() {
     let server = server(&["c"]).await;
     let k = Kubectl::new(&server);
-    k.run(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx:1.27",
-            "--replicas=2",
-            "--port=8080",
-        ],
-        None,
-    )
-    .await;
+    k.create_web(2, &["--port=8080"]).await;
     rolled_out(&k, "web").await;
     // A Service selecting nothing has empty Endpoints and one placeholder slice.
     k.run(
