@@ -243,16 +243,18 @@ impl State {
         namespace: Option<&'a str>,
         after: Option<&'a ObjectKey>,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Value)> + 'a {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
         let map = self.objects.get(gr);
         map.into_iter().flat_map(move |m| {
-            let iter: Box<dyn Iterator<Item = (&ObjectKey, &Arc<Value>)>> = match after {
-                Some(k) => Box::new(m.range::<ObjectKey, _>((
-                    std::ops::Bound::Excluded(k),
-                    std::ops::Bound::Unbounded,
-                ))),
-                None => Box::new(m.iter()),
+            // Keys sort by namespace first: one namespace's objects are one range.
+            let start = match (after, namespace) {
+                (Some(k), _) => Excluded(k.clone()),
+                (None, Some(ns)) => Included((ns.to_string(), String::new())),
+                (None, None) => Unbounded,
             };
-            iter.filter(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns))
+            m.range::<ObjectKey, _>((start, Unbounded))
+                .skip_while(move |(k, _)| namespace.is_some_and(|ns| k.0.as_str() < ns))
+                .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns))
                 .map(|(k, v)| (k, v.as_ref()))
         })
     }
