@@ -303,6 +303,9 @@ impl Stack {
             ),
         ];
         env.extend(self.nats_credentials.env(identity));
+        // An error a service stops on is logged; a backtrace after it would push the log
+        // line out of the tail a failed test prints.
+        env.push(("RUST_LIB_BACKTRACE".into(), "0".into()));
         // Tuning the stack is run with (a load measurement's linger, say) reaches every service.
         for tuning in TUNING_ENV {
             if let Ok(value) = std::env::var(tuning) {

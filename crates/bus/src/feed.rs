@@ -140,12 +140,9 @@ impl Freshness {
 /// waits for it instead of exiting.
 pub const START_PATIENCE: Duration = Duration::from_secs(60);
 
-/// Runs `read` until it succeeds or fails for good. A failure is worth another try (after a
-/// pause growing from 250 ms to 4 s, while [`START_PATIENCE`] has not passed) when the
-/// connection dropped during the attempt or is down, JetStream had no responder yet (a
-/// server back on its store recovers its streams first), or, on a JetStream cluster, the
-/// request went unanswered (a leader being elected); any other failure (a refusal of this
-/// identity's permissions, a consumer of the wrong kind) is returned at once.
+/// Runs `read` until it succeeds or fails for good: a failure [`worth_another_read`] is tried
+/// again after a pause growing from 250 ms to 4 s, while [`START_PATIENCE`] has not passed;
+/// any other is returned at once.
 async fn patiently<T, F, Fut>(bus: &Bus, stream: &str, mut read: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -159,14 +156,9 @@ where
             Ok(value) => return Ok(value),
             Err(error) => error,
         };
+        let connection_dropped = disconnects.has_changed().unwrap_or(true) || !bus.is_connected();
         let reason = crate::runner::chain(&error);
-        // On a JetStream cluster a read also goes unanswered while the stream's or the
-        // consumer's leader is elected.
-        let clustered = bus.is_clustered();
-        let transient = disconnects.has_changed().unwrap_or(true)
-            || !bus.is_connected()
-            || reason.contains("no responders")
-            || (clustered && reason.contains("timed out"));
+        let transient = connection_dropped || worth_another_read(&reason, bus.is_clustered());
         if !transient || tokio::time::Instant::now() + pause >= deadline {
             return Err(error);
         }
@@ -174,6 +166,23 @@ where
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(4));
     }
+}
+
+/// Whether a read that failed with `reason` (its error chain), on a connection that stayed up,
+/// may succeed if tried again:
+/// - JetStream had no responder yet: a server back on its store recovers its streams first;
+/// - JetStream answered 503, "JetStream system temporarily unavailable" (error code 10008):
+///   the servers of a cluster that lost its quorum, or of one electing its meta leader,
+///   answer so until it is back;
+/// - on a JetStream cluster, the request went unanswered: the stream's or the consumer's
+///   leader is being elected.
+///
+/// Any other failure (a refusal of this identity's permissions, a consumer of the wrong kind)
+/// is for good.
+pub(crate) fn worth_another_read(reason: &str, clustered: bool) -> bool {
+    reason.contains("no responders")
+        || reason.contains("(code 503")
+        || (clustered && reason.contains("timed out"))
 }
 
 /// Reads what a new consumer's stream held when it was made: `pending` messages, or fewer if
@@ -652,6 +661,26 @@ mod tests {
             payload: Bytes::new(),
             traceparent: None,
         }
+    }
+
+    #[test]
+    fn a_read_is_tried_again_while_jetstream_is_away_and_not_when_it_refuses() {
+        let unavailable = "failed to read from SLUICE_MATCH: JetStream error: JetStream system \
+                           temporarily unavailable (code 503, error code 10008)";
+        assert!(worth_another_read(unavailable, true));
+        assert!(worth_another_read(unavailable, false));
+        assert!(worth_another_read("failed to read: no responders", false));
+        let timed_out = "failed to read from SLUICE_MATCH: timed out";
+        assert!(worth_another_read(timed_out, true));
+        assert!(
+            !worth_another_read(timed_out, false),
+            "a lone server that does not answer is not electing anyone"
+        );
+        let refused = "failed to read from SLUICE_MATCH: JetStream error: Permissions Violation \
+                       for Publish to \"$JS.API.CONSUMER.CREATE.SLUICE_MATCH\" (code 403, error code 0)";
+        assert!(!worth_another_read(refused, true));
+        let wrong_kind = "JetStream error: consumer is push based (code 400, error code 10071)";
+        assert!(!worth_another_read(wrong_kind, true));
     }
 
     #[test]

@@ -75,6 +75,14 @@ where
     spans::count_spans(&health);
     let server = serve_health(common.health_addr, health.clone(), token.clone()).await?;
     let outcome = app(common, health.clone(), token.clone()).await;
+    if let Err(error) = &outcome {
+        // In the log as well as on stderr: the log is where a collector keeps it.
+        tracing::error!(
+            service,
+            error = format!("{error:#}"),
+            "the service stopped on an error"
+        );
+    }
     health.set_ready(false);
     token.cancel();
     server.await?;

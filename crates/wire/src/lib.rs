@@ -30,7 +30,8 @@ pub const NO_KEY_AT_WATCHER: &str =
 /// Why a stage sees a Secret without its contents although it has a key.
 pub const WRONG_KEY: &str = "the Secret's contents do not open with the configured bus key";
 
-/// Why a message could not be read. Permanent: the message is dead-lettered.
+/// Why a message could not be read: a decode or an invalid field is permanent (the message is
+/// dead-lettered); a failure of the bus under a read is the bus's error, as it is.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("failed to decode {what} from {subject}")]
@@ -45,7 +46,7 @@ pub enum Error {
         subject: String,
         field: &'static str,
     },
-    #[error("failed to follow the configuration")]
+    #[error(transparent)]
     Bus(#[from] sluice_bus::Error),
 }
 
