@@ -483,8 +483,8 @@ impl Bus {
         Ok(self.durable_watched(spec, filter).await?.0)
     }
 
-    /// [`Bus::durable`], and what marks its deliveries ended because one never arrived: only a
-    /// covering consumer's end so ([`crate::transit`]), for the runner to bind it again.
+    /// [`Bus::durable`], and what marks its deliveries ended because one never arrived
+    /// ([`crate::transit`]), for the runner to bind it again.
     pub async fn durable_watched(
         &self,
         spec: ConsumerSpec,
@@ -557,10 +557,10 @@ impl Bus {
         } else {
             Arrivals::default()
         };
-        // Only a covering consumer's deliveries end at a missed one; an explicit one's come
-        // back by themselves after their ack wait, which is logged.
-        let ends = (spec.acks == Acks::Covering).then(|| missed.clone());
-        Ok((recovering(consumer, messages, arrivals, ends), missed))
+        Ok((
+            recovering(consumer, messages, arrivals, missed.clone()),
+            missed,
+        ))
     }
 }
 
@@ -583,18 +583,17 @@ async fn pull_messages(
 /// moved), and async-nats, which goes on counting that request's messages as pending, would
 /// never ask again. Nothing is buffered then (no heartbeat came for two of its periods), so
 /// nothing received is dropped with the old requests; the consumer keeps its place.
-/// Deliveries that never arrived ([`crate::transit`]) are logged; with `ends` (a covering
-/// consumer) the deliveries end at the first of them, marked [`Missed`], before anything after
-/// it is taken.
+/// The deliveries end at the first that never arrived ([`crate::transit`]), marked `missed`,
+/// before anything after it is taken.
 fn recovering(
     consumer: consumer::Consumer<pull::Config>,
     messages: pull::Stream,
     arrivals: Arrivals,
-    ends: Option<Missed>,
+    missed: Missed,
 ) -> crate::runner::Consumer {
     futures::stream::unfold(
-        (consumer, messages, arrivals, ends),
-        |(consumer, mut messages, mut arrivals, ends)| async move {
+        (consumer, messages, arrivals, missed),
+        |(consumer, mut messages, mut arrivals, missed)| async move {
             let item = messages.next().await?;
             match &item {
                 Err(error) if error.kind() == pull::MessagesErrorKind::MissingHeartbeat => {
@@ -605,31 +604,21 @@ fn recovering(
                         if let Arrival::Missed { first, last } =
                             arrivals.arrive(info.consumer_sequence)
                         {
-                            if let Some(missed) = &ends {
-                                tracing::warn!(
-                                    stream = info.stream,
-                                    consumer = info.consumer,
-                                    first,
-                                    last,
-                                    "deliveries never arrived (their consumer sequences were skipped): binding the consumer again from its ack floor"
-                                );
-                                missed.set();
-                                return None;
-                            }
                             tracing::warn!(
                                 stream = info.stream,
                                 consumer = info.consumer,
                                 first,
                                 last,
-                                "deliveries never arrived (their consumer sequences were skipped): they come again after their ack wait"
+                                "deliveries never arrived (their consumer sequences were skipped): binding the consumer again from its ack floor"
                             );
-                            arrivals.resume_at(info.consumer_sequence);
+                            missed.set();
+                            return None;
                         }
                     }
                 }
                 Err(_) => {}
             }
-            Some((item, (consumer, messages, arrivals, ends)))
+            Some((item, (consumer, messages, arrivals, missed)))
         },
     )
     .fuse()

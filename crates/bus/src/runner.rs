@@ -801,6 +801,9 @@ impl Runner {
                         }
                         match rebind.as_mut() {
                             Some(rebind) if rebind.missed.is_set() => {
+                                // The batches in flight end first (or are given back): the
+                                // reset below hands out again what is not acked by then.
+                                core.land(stage, &mut flights).await;
                                 source = core.bind_again(stage, source, rebind, &reader_token).await?;
                                 continue;
                             }

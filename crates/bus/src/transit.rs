@@ -1,14 +1,15 @@
-//! Deliveries lost on their way to a covering consumer.
+//! Deliveries lost on their way to a durable consumer.
 //!
 //! JetStream numbers every delivery of a consumer, redeliveries included (the consumer
 //! sequence), and numbers them from 1 again after a reset. So a number skipped is a delivery
 //! the server made and this process never received: sent into a connection that dropped (the
 //! node it was connected to lost), or to pull requests it gave up. The server counts it as
 //! delivered and waits for its ack. With covering acks (`AckPolicy::All`) the ack of any later
-//! input would settle it unread, and it would be lost until the stage restarts. So a covering
-//! consumer's deliveries end at the first skipped number ([`Arrivals`]), and the runner settles
-//! what came before, resets the consumer to its ack floor and binds it again: the lost delivery
-//! and everything after it come again (ADR 0047).
+//! input would settle it unread, and it would be lost until the stage restarts; with explicit
+//! acks it would come again only after the consumer's ack wait (30 s). So a consumer's
+//! deliveries end at the first skipped number ([`Arrivals`]), and the runner settles what
+//! came before, resets the consumer to its ack floor and binds it again: the lost delivery
+//! and everything after it come again at once (ADR 0047).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -52,14 +53,6 @@ impl Arrivals {
     }
 }
 
-impl Arrivals {
-    /// Follows the numbers from `sequence` on, past a [`Arrival::Missed`] that the consumer
-    /// waits out (its deliveries come again after their ack wait).
-    pub fn resume_at(&mut self, sequence: u64) {
-        self.last = Some(sequence);
-    }
-}
-
 /// Set when a consumer's deliveries ended because one of them never arrived; shared by the
 /// consumer's stream and the runner that binds it again.
 #[derive(Clone, Debug, Default)]
@@ -91,16 +84,6 @@ mod tests {
             "it keeps the last number that arrived in order"
         );
         assert_eq!(arrivals.arrive(9), Arrival::Next);
-    }
-
-    #[test]
-    fn a_consumer_that_waits_out_a_missed_delivery_follows_on_from_the_next() {
-        let mut arrivals = Arrivals::default();
-        assert_eq!(arrivals.arrive(3), Arrival::Next);
-        assert_eq!(arrivals.arrive(6), Arrival::Missed { first: 4, last: 5 });
-        arrivals.resume_at(6);
-        assert_eq!(arrivals.arrive(7), Arrival::Next);
-        assert_eq!(arrivals.arrive(9), Arrival::Missed { first: 8, last: 8 });
     }
 
     #[test]

@@ -1055,31 +1055,9 @@ async fn lost_in_transit<const AHEAD: bool>(stage: Counting<0, AHEAD>) -> anyhow
         (!stage.handled.lock().expect("lock").is_empty()).then_some(())
     })
     .await?;
-    // The stage's pull request waits first, so the server hands the next input to it and the
-    // one after to this request of one, in turn.
-    let thief = async_nats::connect(nats.url()).await?;
-    let inbox = thief.new_inbox();
-    let mut taken = thief.subscribe(inbox.clone()).await?;
-    thief
-        .publish_with_reply(
-            format!(
-                "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
-                COVERING.stream.name, COVERING.durable
-            ),
-            inbox,
-            Bytes::from_static(br#"{"batch":1,"expires":60000000000}"#),
-        )
-        .await?;
-    thief.flush().await?;
-    for n in 1..INPUTS {
-        send(&bus, &format!("in-{n}"), &format!("input {n}")).await?;
-    }
-    let stolen = tokio::time::timeout(DEADLINE, futures::StreamExt::next(&mut taken))
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("the other client's subscription ended"))?;
-    let stolen = String::from_utf8_lossy(&stolen.payload).to_string();
     let all: std::collections::HashSet<String> =
         (0..INPUTS).map(|n| format!("input {n}")).collect();
+    let stolen = steal_one_of_the_next(&nats, &bus, COVERING, 1..INPUTS).await?;
     let result = wait_for(
         "every input handled, the one taken included",
         Duration::from_secs(10),
@@ -1090,26 +1068,125 @@ async fn lost_in_transit<const AHEAD: bool>(stage: Counting<0, AHEAD>) -> anyhow
         let handled = stage.handled.lock().expect("lock").clone();
         anyhow::bail!("{error}: {stolen:?} was taken, handled {handled:?}");
     }
-    let rebinds = sluice_testkit::series(&health.render_metrics())
+    assert_eq!(
+        rebinds(&health, COVERING),
+        Some(1.0),
+        "{stolen:?} was taken"
+    );
+    settled_by(&bus, COVERING).await?;
+    stop(token, task).await
+}
+
+/// With explicit acks and batches in flight (the applier's way), a delivery that never arrived
+/// would come again only after the consumer's ack wait (30 s). It comes again at once: the
+/// batch in flight when the gap shows (a slow one, its gate opened a second later) ends first,
+/// then the consumer is bound again from its ack floor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_never_arrived_comes_again_at_once_to_an_explicit_consumer(
+) -> anyhow::Result<()> {
+    const INPUTS: usize = 10;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let health = sluice_runtime::Health::new();
+    let runner = Runner::bind(&bus, SPEC).await?.with_hooks(Hooks {
+        health: Some(health.clone()),
+        ..Hooks::default()
+    });
+    let (open, stage, token, task) = slow_in_flight(&bus, runner, "in-0", "slow 0").await?;
+    let stolen = steal_one_of_the_next(&nats, &bus, SPEC, 1..INPUTS).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    open.send(true)?;
+    let mut all: std::collections::HashSet<String> =
+        (1..INPUTS).map(|n| format!("input {n}")).collect();
+    all.insert("slow 0".to_string());
+    let started = || {
+        stage
+            .started()
+            .into_iter()
+            .collect::<std::collections::HashSet<_>>()
+    };
+    let result = wait_for(
+        "every input handled, the one taken included",
+        Duration::from_secs(10),
+        || async { (started() == all).then_some(()) },
+    )
+    .await;
+    if let Err(error) = result {
+        anyhow::bail!("{error}: {stolen:?} was taken, handled {:?}", started());
+    }
+    assert_eq!(rebinds(&health, SPEC), Some(1.0), "{stolen:?} was taken");
+    settled_by(&bus, SPEC).await?;
+    let slow = stage
+        .started()
+        .iter()
+        .filter(|body| *body == "slow 0")
+        .count();
+    assert_eq!(
+        slow, 1,
+        "the batch in flight ended before the consumer was reset, so its input did not come again"
+    );
+    for n in 1..INPUTS {
+        assert_eq!(
+            output(&bus, &format!("in-{n}")).await,
+            Some(format!("done input {n}"))
+        );
+    }
+    stop(token, task).await
+}
+
+/// Asks, as another client, for one delivery of `spec`'s durable, then sends `in-<n>` with the
+/// body `input <n>` for each of `inputs`: the stage's pull request waits first, so the server
+/// hands the first of them to it and the one after to this request of one. Returns the body
+/// taken, which the stage never sees (to the server it was delivered).
+async fn steal_one_of_the_next(
+    nats: &NatsServer,
+    bus: &Bus,
+    spec: ConsumerSpec,
+    inputs: std::ops::Range<usize>,
+) -> anyhow::Result<String> {
+    let thief = async_nats::connect(nats.url()).await?;
+    let inbox = thief.new_inbox();
+    let mut taken = thief.subscribe(inbox.clone()).await?;
+    thief
+        .publish_with_reply(
+            format!(
+                "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
+                spec.stream.name, spec.durable
+            ),
+            inbox,
+            Bytes::from_static(br#"{"batch":1,"expires":60000000000}"#),
+        )
+        .await?;
+    thief.flush().await?;
+    for n in inputs {
+        send(bus, &format!("in-{n}"), &format!("input {n}")).await?;
+    }
+    let stolen = tokio::time::timeout(DEADLINE, futures::StreamExt::next(&mut taken))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the other client's subscription ended"))?;
+    Ok(String::from_utf8_lossy(&stolen.payload).to_string())
+}
+
+/// How often the runner of `spec` bound its consumer again, by its counter.
+fn rebinds(health: &sluice_runtime::Health, spec: ConsumerSpec) -> Option<f64> {
+    sluice_testkit::series(&health.render_metrics())
         .get(&format!(
             "sluice_stage_rebinds_total{{consumer=\"{}\",stream=\"{}\"}}",
-            COVERING.durable, COVERING.stream.name
+            spec.durable, spec.stream.name
         ))
-        .copied();
-    assert_eq!(rebinds, Some(1.0), "{stolen:?} was taken");
+        .copied()
+}
+
+/// Waits until `spec`'s durable has nothing pending and nothing unacked.
+async fn settled_by(bus: &Bus, spec: ConsumerSpec) -> anyhow::Result<()> {
     wait_for("every input acked", DEADLINE, || async {
-        let stream = bus
-            .jetstream()
-            .get_stream(COVERING.stream.name)
-            .await
-            .ok()?;
+        let stream = bus.jetstream().get_stream(spec.stream.name).await.ok()?;
         let mut consumer: async_nats::jetstream::consumer::PullConsumer =
-            stream.get_consumer(COVERING.durable).await.ok()?;
+            stream.get_consumer(spec.durable).await.ok()?;
         let info = consumer.info().await.ok()?;
         (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
     })
-    .await?;
-    stop(token, task).await
+    .await
 }
 
 /// The runner's gauge of its stage's backlog: while a backlog is worked off, what waited behind
