@@ -7,7 +7,7 @@
 //!
 //! Deliberate simplifications: tokens are opaque random strings, not JWTs, and do not expire
 //! (a ServiceAccount token stops working when its ServiceAccount is deleted or recreated, as a
-//! bound token does); no client certificates, no impersonation, no ClusterRole aggregation.
+//! bound token does); no client certificates, no impersonation.
 
 mod bootstrap;
 mod rbac;
@@ -25,7 +25,7 @@ use crate::cluster::{Cluster, State};
 use crate::error::ApiError;
 
 pub use bootstrap::bootstrap_policy;
-pub use rbac::{Action, Policy, UserInfo};
+pub use rbac::{Action, Policy, PolicyRule, UserInfo};
 
 pub(crate) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 

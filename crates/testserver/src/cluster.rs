@@ -6,6 +6,7 @@
 //! workload controllers (`rollout`) before they return. Pure state behind one mutex; HTTP
 //! concerns live in `api`.
 
+mod aggregation;
 mod controllers;
 mod defaults;
 mod endpoints;
@@ -426,6 +427,7 @@ impl State {
         self.unsettled.extend(rollout::work_for(gr, &object));
         self.unsettled
             .extend(endpoints::work_for(gr, kind, &object));
+        self.unsettled.extend(aggregation::work_for(gr));
         let change = Arc::new(Change {
             rv: self.rv,
             gr: gr.clone(),

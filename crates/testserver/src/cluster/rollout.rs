@@ -573,6 +573,8 @@ pub enum Work {
     Endpoints(String, String),
     /// The Endpoints and slices of every Service that selects or lists a Pod (`endpoints`).
     PodEndpoints(String, String),
+    /// Every aggregated ClusterRole's rules (`aggregation`).
+    Aggregation,
 }
 
 /// What a change of `object` gives the controllers to look at: the object, and the one that
@@ -659,6 +661,7 @@ impl super::State {
                     Work::PodEndpoints(namespace, name) => {
                         self.reconcile_pod_endpoints(&namespace, &name)
                     }
+                    Work::Aggregation => self.reconcile_aggregation(),
                 }
             }
         }

@@ -36,7 +36,7 @@ fn array_at<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
 }
 
 /// Whether a label selector (`matchLabels` and `matchExpressions`) selects `labels`.
-fn selects(selector: &Value, labels: &serde_json::Map<String, Value>) -> bool {
+pub(super) fn selects(selector: &Value, labels: &serde_json::Map<String, Value>) -> bool {
     let match_labels = selector
         .get("matchLabels")
         .and_then(Value::as_object)

@@ -471,32 +471,33 @@ async fn kubectl_create_role_binding_and_token_send_protobuf_the_server_reads() 
         .expect("a token")
         .to_string();
 
-    // typed create of RBAC objects (protobuf bodies), then the robot may list configmaps in team
+    // typed create of RBAC objects (protobuf bodies): the robot may list secrets in team, and
+    // read what `view` (aggregated by the controller) grants everywhere
     assert_eq!(
         run(&[
             "create",
             "role",
-            "cm-reader",
+            "secret-lister",
             "-n",
             "team",
             "--verb=list",
-            "--resource=configmaps"
+            "--resource=secrets"
         ])
         .await,
-        "role.rbac.authorization.k8s.io/cm-reader created"
+        "role.rbac.authorization.k8s.io/secret-lister created"
     );
     assert_eq!(
         run(&[
             "create",
             "rolebinding",
-            "robot-cm",
+            "robot-secrets",
             "-n",
             "team",
-            "--role=cm-reader",
+            "--role=secret-lister",
             "--serviceaccount=team:robot"
         ])
         .await,
-        "rolebinding.rbac.authorization.k8s.io/robot-cm created"
+        "rolebinding.rbac.authorization.k8s.io/robot-secrets created"
     );
     assert_eq!(
         run(&[
@@ -510,35 +511,44 @@ async fn kubectl_create_role_binding_and_token_send_protobuf_the_server_reads() 
         "clusterrolebinding.rbac.authorization.k8s.io/robot-view created"
     );
     let binding: Value = serde_json::from_str(
-        &run(&["get", "rolebinding", "robot-cm", "-n", "team", "-o", "json"]).await,
+        &run(&[
+            "get",
+            "rolebinding",
+            "robot-secrets",
+            "-n",
+            "team",
+            "-o",
+            "json",
+        ])
+        .await,
     )
     .expect("json");
     assert_eq!(
         (&binding["roleRef"], &binding["subjects"]),
         (
-            &json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"}),
+            &json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secret-lister"}),
             &json!([{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}])
         )
     );
-    for (verb, answer) in [("list", "yes"), ("delete", "no")] {
+    for (verb, resource, namespace, answer) in [
+        ("list", "secrets", "team", "yes"),
+        ("list", "secrets", "default", "no"),
+        ("delete", "secrets", "team", "no"),
+        ("list", "configmaps", "default", "yes"),
+        ("watch", "deployments.apps", "default", "yes"),
+        ("delete", "configmaps", "team", "no"),
+    ] {
         let (ok, out, err) = kubectl(
             &kubeconfig,
             &[
-                "auth",
-                "can-i",
-                verb,
-                "configmaps",
-                "-n",
-                "team",
-                "--token",
-                &token,
+                "auth", "can-i", verb, resource, "-n", namespace, "--token", &token,
             ],
         )
         .await;
         assert_eq!(
             (ok, out.as_str()),
             (answer == "yes", answer),
-            "{verb}: {err}"
+            "{verb} {resource} in {namespace}: {err}"
         );
     }
     let (ok, out, err) = kubectl(
@@ -623,8 +633,8 @@ async fn kubectl_create_role_binding_and_token_send_protobuf_the_server_reads() 
     );
 
     // `auth can-i --list` (a SelfSubjectRulesReview): the Role bound in team is listed there
-    // and not in another namespace; what every authenticated user may, everywhere; URLs apart.
-    // (`view`, bound above, is not a role of this server: kube-controller-manager aggregates it.)
+    // and not in another namespace; `view`, bound cluster-wide, and what every authenticated
+    // user may, everywhere; URLs apart.
     let rules = |namespace: &'static str| {
         let kubeconfig = kubeconfig.clone();
         let token = token.clone();
@@ -648,18 +658,146 @@ async fn kubectl_create_role_binding_and_token_send_protobuf_the_server_reads() 
         for row in [
             "Resources Non-Resource URLs Resource Names Verbs",
             "selfsubjectreviews.authentication.k8s.io [] [] [create]",
+            "configmaps [] [] [get list watch]",
+            "endpointslices.discovery.k8s.io [] [] [get list watch]",
             "[/version] [] [get]",
         ] {
             assert!(rows.iter().any(|r| r == row), "{row:?} not in {rows:#?}");
         }
     }
     assert!(
-        in_team.iter().any(|r| r == "configmaps [] [] [list]"),
+        in_team.iter().any(|r| r == "secrets [] [] [list]"),
         "{in_team:#?}"
     );
     assert!(
-        !elsewhere.iter().any(|r| r == "configmaps [] [] [list]"),
+        !elsewhere.iter().any(|r| r.starts_with("secrets ")),
         "{elsewhere:#?}"
     );
+    server.shutdown().await;
+}
+
+/// kube-controller-manager's ClusterRole aggregation, as a CRD's installer uses it: a
+/// ClusterRole labelled `aggregate-to-view` extends `view`, and through it `edit` and `admin`
+/// (which aggregate `view` and `edit` in turn); deleting it takes its rules away again, and
+/// what is written into an aggregated role's rules is replaced.
+#[tokio::test]
+async fn labelled_cluster_roles_are_aggregated_into_view_edit_and_admin() {
+    let server = server(&["mgmt"]).await;
+    team_with_robot(&server).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("admin.yaml");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("write kubeconfig");
+    let run = |args: Vec<&'static str>| {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let (ok, out, err) = kubectl(&kubeconfig, &args).await;
+            assert!(ok, "kubectl {args:?}: {err}");
+            out
+        }
+    };
+    let rules_of = |role: &'static str| {
+        async move {
+            let role: Value =
+                serde_json::from_str(&run(vec!["get", "clusterrole", role, "-o", "json"]).await)
+                    .expect("json");
+            role["rules"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let lease_rule = json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]});
+    let (view, edit, admin) = (
+        rules_of("view").await,
+        rules_of("edit").await,
+        rules_of("admin").await,
+    );
+    let pods_read = json!({"apiGroups": [""], "resources": ["configmaps", "endpoints",
+        "persistentvolumeclaims", "persistentvolumeclaims/status", "pods", "replicationcontrollers",
+        "replicationcontrollers/scale", "serviceaccounts", "services", "services/status"],
+        "verbs": ["get", "list", "watch"]});
+    assert_eq!(view.first(), Some(&pods_read), "{view:#?}");
+    assert!(
+        view.iter().all(|rule| edit.contains(rule)),
+        "edit holds view"
+    );
+    assert!(
+        edit.iter().all(|rule| admin.contains(rule)),
+        "admin holds edit"
+    );
+    assert!(edit.len() > view.len() && admin.len() > edit.len());
+    assert!(!view.contains(&lease_rule));
+
+    run(vec![
+        "create",
+        "clusterrole",
+        "lease-reader",
+        "--verb=get,list,watch",
+        "--resource=leases.coordination.k8s.io",
+    ])
+    .await;
+    run(vec![
+        "label",
+        "clusterrole",
+        "lease-reader",
+        "rbac.authorization.k8s.io/aggregate-to-view=true",
+    ])
+    .await;
+    run(vec![
+        "create",
+        "rolebinding",
+        "robot-view",
+        "-n",
+        "team",
+        "--clusterrole=view",
+        "--serviceaccount=team:robot",
+    ])
+    .await;
+    let token = run(vec!["create", "token", "robot", "-n", "team"]).await;
+    let can_list_leases = || {
+        let kubeconfig = kubeconfig.clone();
+        let token = token.clone();
+        async move {
+            let (_, out, _) = kubectl(
+                &kubeconfig,
+                &[
+                    "auth",
+                    "can-i",
+                    "list",
+                    "leases.coordination.k8s.io",
+                    "-n",
+                    "team",
+                    "--token",
+                    &token,
+                ],
+            )
+            .await;
+            out
+        }
+    };
+    assert!(rules_of("view").await.contains(&lease_rule));
+    assert!(
+        rules_of("admin").await.contains(&lease_rule),
+        "through edit"
+    );
+    assert_eq!(can_list_leases().await, "yes");
+
+    // What is written into an aggregated role is the controller's to replace.
+    run(vec![
+        "patch",
+        "clusterrole",
+        "view",
+        "--type=merge",
+        "-p",
+        r#"{"rules":[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]}"#,
+    ])
+    .await;
+    let view = rules_of("view").await;
+    assert!(
+        view.contains(&lease_rule) && !view.iter().any(|rule| rule["verbs"] == json!(["*"])),
+        "{view:#?}"
+    );
+
+    run(vec!["delete", "clusterrole", "lease-reader"]).await;
+    assert!(!rules_of("view").await.contains(&lease_rule));
+    assert!(!rules_of("admin").await.contains(&lease_rule));
+    assert_eq!(can_list_leases().await, "no");
     server.shutdown().await;
 }

@@ -369,8 +369,8 @@ async fn clusters_are_isolated_and_can_be_added_and_removed() {
     assert_eq!(code(c2.get("x").await), 404);
     assert_eq!(
         server.object_count("mgmt"),
-        25,
-        "4 built-in namespaces with their default ServiceAccount and root CA ConfigMap, the kubernetes Service, Endpoints and EndpointSlice, the Node, the 8 bootstrap ClusterRoles and ClusterRoleBindings, one configmap"
+        31,
+        "4 built-in namespaces with their default ServiceAccount and root CA ConfigMap, the kubernetes Service, Endpoints and EndpointSlice, the Node, the 14 bootstrap ClusterRoles and ClusterRoleBindings (admin, edit, view and their three system:aggregate-to-* roles among them), one configmap"
     );
     server.shutdown().await;
 }
