@@ -50,6 +50,8 @@ pub(crate) struct Call {
     /// The path the cluster's API is under for this client: `/clusters/<name>`, or empty on the
     /// cluster's own port.
     pub base: String,
+    /// Who is asking, as the authenticator established it.
+    pub user: crate::auth::UserInfo,
 }
 
 /// Marks a request that arrived on a cluster's own port (`Config::port_per_cluster`).
@@ -258,9 +260,10 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         headers,
         body,
         base,
+        user,
     };
     let sub = sub.trim_end_matches('/').to_string();
-    if let Some(answer) = crate::auth::serve(&call, &sub, &user) {
+    if let Some(answer) = crate::auth::serve(&call, &sub, &call.user) {
         return answer.unwrap_or_else(|e| e.into_response());
     }
     match route(&call, &sub) {

@@ -7,9 +7,11 @@
 //!
 //! Deliberate simplifications: tokens are opaque random strings, not JWTs, and do not expire
 //! (a ServiceAccount token stops working when its ServiceAccount is deleted or recreated, as a
-//! bound token does); no client certificates, no impersonation.
+//! bound token does); no client certificates, no impersonation. RBAC objects are written only
+//! within what their writer holds (`escalation`).
 
 mod bootstrap;
+mod escalation;
 mod rbac;
 mod request;
 
@@ -233,6 +235,22 @@ fn authorize(policy: &Policy, user: &UserInfo, action: &Action) -> Result<(), Ap
         });
     }
     Err(error)
+}
+
+/// RBAC's escalation prevention (`escalation`) on a write of `object`, of the RBAC kind
+/// `kind` (`plural`) in `namespace`, by `user`; `previous` is what is stored now.
+pub(crate) fn confirm_rbac_write(
+    policy: &Policy,
+    user: &UserInfo,
+    kind: &str,
+    plural: &str,
+    namespace: &str,
+    object: &Value,
+    previous: Option<&Value>,
+) -> Result<(), ApiError> {
+    escalation::confirm(policy, user, kind, namespace, object, previous).map_err(|refusal| {
+        escalation::to_api_error(refusal, plural, crate::object::meta_str(object, "name"))
+    })
 }
 
 /// Every Role, ClusterRole, RoleBinding and ClusterRoleBinding stored in a cluster (what

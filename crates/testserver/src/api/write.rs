@@ -158,6 +158,24 @@ pub(super) fn commit(
     Ok(obj)
 }
 
+/// RBAC's escalation prevention on a write of an RBAC object: the writer must hold what it
+/// grants, or may escalate or bind (`auth::escalation`).
+fn confirm_rbac(call: &Call, state: &State, target: &Target, obj: &Value) -> Result<(), ApiError> {
+    if target.info.group != crate::auth::RBAC_GROUP {
+        return Ok(());
+    }
+    let previous = state.get(&target.info.gr(), target.ns(), meta_str(obj, "name"));
+    crate::auth::confirm_rbac_write(
+        &state.policy(),
+        &call.user,
+        &target.info.kind,
+        &target.info.plural,
+        target.ns(),
+        obj,
+        previous,
+    )
+}
+
 pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
     if target.info.namespaced && target.namespace.is_none() {
         return Err(ApiError::new(
@@ -171,7 +189,9 @@ pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
     check_type(target, &obj)?;
     let warnings = decode(call, target, &mut obj, Verb::Create)?;
     let obj = target.to_storage(obj)?;
-    let created = commit(&mut call.cluster.lock(), dry, None, |state| {
+    let mut state = call.cluster.lock();
+    confirm_rbac(call, &state, target, &obj)?;
+    let created = commit(&mut state, dry, None, |state| {
         state.create(
             &target.info,
             target.ns(),
@@ -179,6 +199,7 @@ pub fn create(call: &Call, target: &Target) -> Result<Response, ApiError> {
             &Owner::Update(call.manager()),
         )
     })?;
+    drop(state);
     Ok(with_warnings(
         respond_object(call, StatusCode::CREATED, target, created),
         &warnings,
@@ -199,6 +220,7 @@ pub fn replace(call: &Call, target: &Target) -> Result<Response, ApiError> {
     if live_rv.is_some() && meta_str(&obj, "resourceVersion").is_empty() {
         unconditional_update(&target.info, name)?;
     }
+    confirm_rbac(call, &state, target, &obj)?;
     let updated = commit(&mut state, dry, live_rv.as_deref(), |state| {
         state.update(
             &target.info,
@@ -309,6 +331,7 @@ pub fn patch(call: &Call, target: &Target) -> Result<Response, ApiError> {
     check_type(target, &doc)?;
     let warnings = decode(call, target, &mut doc, Verb::Patch)?;
     let doc = target.to_storage(doc)?;
+    confirm_rbac(call, &state, target, &doc)?;
     let updated = commit(&mut state, dry, Some(&live_rv), |state| {
         state.update(
             &target.info,
@@ -386,6 +409,7 @@ fn apply(call: &Call, target: &Target, name: &str, dry: bool) -> Result<Response
         Verb::Patch,
     )?;
     let merged = target.to_storage(merged)?;
+    confirm_rbac(call, &state, target, &merged)?;
     if live.is_none() {
         if sub == Subresource::Status {
             return Err(ApiError::not_found(&target.info, name));

@@ -695,13 +695,11 @@ async fn labelled_cluster_roles_are_aggregated_into_view_edit_and_admin() {
             out
         }
     };
-    let rules_of = |role: &'static str| {
-        async move {
-            let role: Value =
-                serde_json::from_str(&run(vec!["get", "clusterrole", role, "-o", "json"]).await)
-                    .expect("json");
-            role["rules"].as_array().cloned().unwrap_or_default()
-        }
+    let rules_of = |role: &'static str| async move {
+        let role: Value =
+            serde_json::from_str(&run(vec!["get", "clusterrole", role, "-o", "json"]).await)
+                .expect("json");
+        role["rules"].as_array().cloned().unwrap_or_default()
     };
     let lease_rule = json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]});
     let (view, edit, admin) = (
@@ -799,5 +797,135 @@ async fn labelled_cluster_roles_are_aggregated_into_view_edit_and_admin() {
     assert!(!rules_of("view").await.contains(&lease_rule));
     assert!(!rules_of("admin").await.contains(&lease_rule));
     assert_eq!(can_list_leases().await, "no");
+    server.shutdown().await;
+}
+
+/// RBAC's escalation prevention through kubectl: a ServiceAccount allowed to write Roles and
+/// RoleBindings in its namespace grants there only what it holds itself; kube-apiserver's
+/// message lists what it lacks.
+#[tokio::test]
+async fn a_user_grants_only_what_it_holds() {
+    let server = server(&["mgmt"]).await;
+    team_with_robot(&server).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("admin.yaml");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).expect("write kubeconfig");
+    for args in [
+        &[
+            "create",
+            "role",
+            "rbac-writer",
+            "-n",
+            "team",
+            "--verb=create,get",
+            "--resource=roles.rbac.authorization.k8s.io,rolebindings.rbac.authorization.k8s.io,configmaps",
+        ][..],
+        &[
+            "create",
+            "rolebinding",
+            "robot-rbac",
+            "-n",
+            "team",
+            "--role=rbac-writer",
+            "--serviceaccount=team:robot",
+        ],
+    ] {
+        let (ok, _, err) = kubectl(&kubeconfig, args).await;
+        assert!(ok, "{args:?}: {err}");
+    }
+    let (ok, token, err) = kubectl(&kubeconfig, &["create", "token", "robot", "-n", "team"]).await;
+    assert!(ok, "{err}");
+    let as_robot = |args: &[&str]| {
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        args.extend(["-n".into(), "team".into(), "--token".into(), token.clone()]);
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            kubectl(&kubeconfig, &args).await
+        }
+    };
+
+    let (ok, out, err) = as_robot(&[
+        "create",
+        "role",
+        "cm-reader",
+        "--verb=get",
+        "--resource=configmaps",
+    ])
+    .await;
+    assert!(ok, "held: {err}");
+    assert_eq!(out, "role.rbac.authorization.k8s.io/cm-reader created");
+    let (ok, _, err) = as_robot(&[
+        "create",
+        "role",
+        "secret-reader",
+        "--verb=get,list",
+        "--resource=secrets,configmaps",
+    ])
+    .await;
+    assert!(!ok);
+    assert!(
+        err.ends_with(
+            "roles.rbac.authorization.k8s.io \"secret-reader\" is forbidden: user \
+             \"system:serviceaccount:team:robot\" (groups=[\"system:serviceaccounts\" \
+             \"system:serviceaccounts:team\" \"system:authenticated\"]) is attempting to grant \
+             RBAC permissions not currently held:\n\
+             {APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"list\"]}\n\
+             {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\"]}"
+        ),
+        "{err}"
+    );
+    let (ok, _, err) = as_robot(&[
+        "create",
+        "rolebinding",
+        "bob-reads",
+        "--role=cm-reader",
+        "--user=bob",
+    ])
+    .await;
+    assert!(ok, "a role within what it holds: {err}");
+    let (ok, _, err) = as_robot(&[
+        "create",
+        "rolebinding",
+        "bob-admin",
+        "--clusterrole=admin",
+        "--user=bob",
+    ])
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains("rolebindings.rbac.authorization.k8s.io \"bob-admin\" is forbidden: user \"system:serviceaccount:team:robot\"")
+            && err.contains("is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"bindings\"], Verbs:[\"get\" \"list\" \"watch\"]}\n")
+            && err.contains("\n{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"delete\" \"deletecollection\" \"patch\" \"update\" \"list\" \"watch\"]}\n"),
+        "{err}"
+    );
+    let (ok, _, err) = as_robot(&[
+        "create",
+        "rolebinding",
+        "bob-nothing",
+        "--clusterrole=absent",
+        "--user=bob",
+    ])
+    .await;
+    assert!(!ok);
+    assert!(
+        err.ends_with("clusterroles.rbac.authorization.k8s.io \"absent\" not found"),
+        "{err}"
+    );
+    // The administrator (system:masters) grants anything, a role that does not exist too.
+    let (ok, _, err) = kubectl(
+        &kubeconfig,
+        &[
+            "create",
+            "rolebinding",
+            "bob-admin",
+            "-n",
+            "team",
+            "--clusterrole=admin",
+            "--user=bob",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
     server.shutdown().await;
 }
