@@ -278,7 +278,15 @@ pub(crate) fn serve(
 ) -> Option<Result<Response, ApiError>> {
     let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     if call.method != axum::http::Method::POST {
-        return None;
+        // Create-only resources: their paths answer any other method as kube-apiserver's
+        // router does.
+        return is_create_only(&parts).then(|| {
+            Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            ))
+        });
     }
     match parts.as_slice() {
         ["api", "v1", "namespaces", namespace, "serviceaccounts", name, "token"] => {
@@ -295,6 +303,21 @@ pub(crate) fn serve(
         }
         _ => None,
     }
+}
+
+/// Whether `parts` (a path's segments) name one of the identity endpoints, which only create.
+fn is_create_only(parts: &[&str]) -> bool {
+    matches!(
+        parts,
+        ["api", "v1", "namespaces", _, "serviceaccounts", _, "token"]
+            | [
+                "apis",
+                "authorization.k8s.io",
+                "v1",
+                "selfsubjectaccessreviews" | "selfsubjectrulesreviews"
+            ]
+            | ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
+    )
 }
 
 /// `POST serviceaccounts/<name>/token`: issues a token for an existing ServiceAccount.

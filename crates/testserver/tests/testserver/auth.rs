@@ -312,6 +312,24 @@ async fn kubectl_creates_a_token_and_is_forbidden_with_it() {
     }
     let (ok, out, err) = kubectl(&kubeconfig, &["auth", "can-i", "delete", "clusterroles"]).await;
     assert!(ok && out == "yes", "the administrator may: {err}");
+    // The identity endpoints only create: anything else is 405, as kube-apiserver's router says.
+    for args in [
+        &["get", "selfsubjectaccessreviews"][..],
+        // (`--raw` drops the server URL's path: the cluster's prefix goes into the path)
+        &[
+            "get",
+            "--raw",
+            "/clusters/mgmt/api/v1/namespaces/team/serviceaccounts/robot/token",
+        ],
+    ] {
+        let (ok, _, err) = kubectl(&kubeconfig, args).await;
+        assert!(!ok);
+        assert_eq!(
+            err,
+            "Error from server (MethodNotAllowed): the server does not allow this method on the requested resource",
+            "{args:?}"
+        );
+    }
     let (ok, _, err) = kubectl(&kubeconfig, &["create", "token", "nobody", "-n", "team"]).await;
     assert!(!ok);
     assert!(
