@@ -507,7 +507,8 @@ const DEPLOYMENTS: (&str, &str) = ("apps", "deployments");
 const REPLICA_SETS: (&str, &str) = ("apps", "replicasets");
 const PODS: (&str, &str) = ("", "pods");
 
-/// What a ReplicaSet does about a Pod of its namespace (`ClaimPods`).
+/// What a ReplicaSet does about a Pod of its namespace (`ClaimPods`), and a Deployment about a
+/// ReplicaSet (`ClaimReplicaSets`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
     /// It controls the Pod and selects it: the Pod counts as one of its replicas.
@@ -567,6 +568,8 @@ pub enum Work {
     /// Pods admission refused it.
     ReplicaSets(String),
     Deployment(String, String),
+    /// Every Deployment of a namespace: an orphan ReplicaSet changed, which one may adopt.
+    Deployments(String),
     /// A namespace's `kube-root-ca.crt`, which the root CA publisher keeps as it wrote it.
     RootCa(String),
     /// A Service's Endpoints and EndpointSlices (`endpoints`).
@@ -613,7 +616,12 @@ pub fn work_for(resource: &GroupResource, object: &Value) -> Vec<Work> {
         work
     } else if is(resource, REPLICA_SETS) {
         let mut work = vec![Work::ReplicaSet(namespace.clone(), name)];
-        work.extend(controller("Deployment").map(|d| Work::Deployment(namespace, d)));
+        if controller_uid(object).is_none() {
+            // An orphan: a Deployment of its namespace that selects it adopts it.
+            work.push(Work::Deployments(namespace));
+        } else {
+            work.extend(controller("Deployment").map(|d| Work::Deployment(namespace, d)));
+        }
         work
     } else if is(resource, DEPLOYMENTS) {
         vec![Work::Deployment(namespace, name)]
@@ -655,6 +663,15 @@ impl super::State {
                     }
                     Work::Deployment(namespace, name) => {
                         self.reconcile_deployment(&namespace, &name)
+                    }
+                    Work::Deployments(namespace) => {
+                        let names: Vec<String> = self
+                            .list(&gr(DEPLOYMENTS), Some(&namespace), None)
+                            .map(|(key, _)| key.1.clone())
+                            .collect();
+                        for name in names {
+                            self.reconcile_deployment(&namespace, &name);
+                        }
                     }
                     Work::RootCa(namespace) => self.reconcile_root_ca(&namespace),
                     Work::Endpoints(namespace, name) => self.reconcile_endpoints(&namespace, &name),
@@ -846,21 +863,33 @@ impl super::State {
     /// The ReplicaSet lets go of the Pods it controls and no longer selects, and adopts the
     /// orphans of its namespace it selects ([`claim`]).
     fn claim_pods(&mut self, rs: &Value, pod_info: &ResourceInfo, controller: &Owner) {
-        let Some(selector) = selector_of(rs) else {
+        self.claim_dependents(rs, PODS, pod_info, controller);
+    }
+
+    /// `owner` (a ReplicaSet, or a Deployment) releases the objects of kind `pair` it controls
+    /// and no longer selects, and adopts the orphans of its namespace it selects ([`claim`]).
+    fn claim_dependents(
+        &mut self,
+        owner: &Value,
+        pair: (&str, &str),
+        info: &ResourceInfo,
+        controller: &Owner,
+    ) {
+        let Some(selector) = selector_of(owner) else {
             return;
         };
-        let namespace = meta_str(rs, "namespace");
-        let uid = meta_str(rs, "uid").to_string();
+        let namespace = meta_str(owner, "namespace");
+        let uid = meta_str(owner, "uid").to_string();
         let claims: Vec<(Claim, Value)> = self
-            .list(&gr(PODS), Some(namespace), None)
-            .filter_map(|(_, pod)| match claim(rs, &selector, pod) {
+            .list(&gr(pair), Some(namespace), None)
+            .filter_map(|(_, child)| match claim(owner, &selector, child) {
                 Claim::Keep | Claim::Ignore => None,
-                claimed => Some((claimed, pod.clone())),
+                claimed => Some((claimed, child.clone())),
             })
             .collect();
-        for (claimed, mut pod) in claims {
-            let name = meta_str(&pod, "name").to_string();
-            let refs = pod["metadata"]
+        for (claimed, mut child) in claims {
+            let name = meta_str(&child, "name").to_string();
+            let refs = child["metadata"]
                 .as_object_mut()
                 .map(|m| m.entry("ownerReferences").or_insert_with(|| json!([])));
             let Some(refs) = refs.and_then(Value::as_array_mut) else {
@@ -868,21 +897,19 @@ impl super::State {
             };
             match claimed {
                 Claim::Release => refs.retain(|r| r.get("uid") != Some(&json!(uid))),
-                _ => refs.extend(controller_ref(rs).as_array().cloned().unwrap_or_default()),
+                _ => refs.extend(
+                    controller_ref(owner)
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                ),
             }
             if refs.is_empty() {
-                if let Some(meta) = pod["metadata"].as_object_mut() {
+                if let Some(meta) = child["metadata"].as_object_mut() {
                     meta.remove("ownerReferences");
                 }
             }
-            let _ = self.update(
-                pod_info,
-                namespace,
-                &name,
-                pod,
-                Subresource::Main,
-                controller,
-            );
+            let _ = self.update(info, namespace, &name, child, Subresource::Main, controller);
         }
     }
 
@@ -896,6 +923,7 @@ impl super::State {
             return;
         };
         let controller = Owner::Update(MANAGER.into());
+        self.claim_dependents(&deployment, REPLICA_SETS, &rs_info, &controller);
         let hash = template_hash(deployment.pointer("/spec/template").unwrap_or(&Value::Null));
         let is_current = |rs: &Value| {
             rs.pointer("/metadata/labels")

@@ -425,3 +425,53 @@ async fn a_services_endpoints_and_slices_follow_the_pods_it_selects() {
         .await;
     assert!(items(&gone).is_empty(), "{gone}");
 }
+
+/// A Deployment claims ReplicaSets as kube-controller-manager's controller-ref manager does:
+/// an orphan ReplicaSet it selects is adopted (and, not of its template, scaled to zero), and
+/// one relabelled out of its selector is released, keeping what it runs.
+#[tokio::test]
+async fn a_deployment_adopts_a_matching_orphan_replica_set_and_releases_a_relabelled_one() {
+    let server = server(&["c"]).await;
+    let k = Kubectl::new(&server);
+    k.create_web(2, &[]).await;
+    rolled_out(&k, "web").await;
+    let orphan = r#"{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-old", "labels": {"app": "web", "pod-template-hash": "old"}},
+        "spec": {"replicas": 1,
+                 "selector": {"matchLabels": {"app": "web", "pod-template-hash": "old"}},
+                 "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "old"}},
+                              "spec": {"containers": [{"name": "nginx", "image": "nginx:1.26"}]}}}}"#;
+    k.run(&["create", "-f", "-"], Some(orphan)).await;
+    let owner_of = |rs: Value| rs["metadata"]["ownerReferences"].clone();
+    let deployment = k.get(&["deployment", "web"]).await;
+    let adopted = k.get(&["rs", "web-old"]).await;
+    assert_eq!(
+        owner_of(adopted.clone())[0]["uid"],
+        deployment["metadata"]["uid"],
+        "adopted: {adopted}"
+    );
+    assert_eq!(owner_of(adopted.clone())[0]["controller"], true);
+    assert_eq!(
+        adopted["spec"]["replicas"], 0,
+        "not of the Deployment's template, it is scaled to zero: {adopted}"
+    );
+    let current: Vec<String> = names(&k.get(&["rs", "-l", "app=web"]).await);
+    assert_eq!(current.len(), 2, "{current:?}");
+
+    k.run(&["label", "rs", "web-old", "app=gone", "--overwrite"], None)
+        .await;
+    let released = k.get(&["rs", "web-old"]).await;
+    assert_eq!(
+        owner_of(released.clone()),
+        Value::Null,
+        "released: {released}"
+    );
+    // Its own now: the Deployment no longer scales it to zero.
+    k.run(&["scale", "rs", "web-old", "--replicas=1"], None)
+        .await;
+    let released_pods = items(&k.get(&["pods", "-l", "pod-template-hash=old"]).await);
+    assert_eq!(released_pods.len(), 1, "{released_pods:?}");
+    assert_eq!(k.get(&["rs", "web-old"]).await["spec"]["replicas"], 1);
+    let deployment = k.get(&["deployment", "web"]).await;
+    assert_eq!(deployment["status"]["replicas"], 2, "{deployment}");
+}
