@@ -7,6 +7,19 @@ use serde_json::{json, Value};
 
 use crate::schema::VersionSchema;
 
+/// Every verb of a resource served whole, in discovery's order: what discovery lists for one,
+/// and what the bootstrap `system:aggregate-to-*` roles grant as "read and write".
+pub const ALL_VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
 /// One served resource (a group, its served versions, a plural name).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResourceInfo {
@@ -64,16 +77,7 @@ impl ResourceInfo {
     }
 
     fn discovery_entry(&self) -> Vec<Value> {
-        let verbs = [
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ];
+        let verbs = ALL_VERBS;
         let mut out = vec![json!({
             "name": self.plural,
             "singularName": self.singular,

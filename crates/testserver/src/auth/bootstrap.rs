@@ -95,16 +95,7 @@ fn user_facing_roles() -> Vec<Value> {
     let rule = |group: &str, resources: &[&str], verbs: &[&str]| json!({"apiGroups": [group], "resources": resources, "verbs": verbs});
     let read = ["get", "list", "watch"];
     let write = ["create", "delete", "deletecollection", "patch", "update"];
-    let read_write = [
-        "create",
-        "delete",
-        "deletecollection",
-        "get",
-        "list",
-        "patch",
-        "update",
-        "watch",
-    ];
+    let read_write = crate::resources::ALL_VERBS;
     let admin_parts = vec![
         rule(
             "authorization.k8s.io",

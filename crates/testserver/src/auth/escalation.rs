@@ -107,28 +107,25 @@ pub fn confirm(
 
 /// The refusal as kube-apiserver answers it for the RBAC `resource` `name`.
 pub fn to_api_error(refusal: Refusal, resource: &str, name: &str) -> ApiError {
-    match refusal {
-        Refusal::Forbidden(why) => {
-            let mut error = ApiError::new(
-                403,
-                "Forbidden",
-                format!("{resource}.{RBAC_GROUP} {name:?} is forbidden: {why}"),
-            );
-            error.details =
-                Some(serde_json::json!({"name": name, "group": RBAC_GROUP, "kind": resource}));
-            error
-        }
-        Refusal::RoleNotFound(resource, name) => {
-            let mut error = ApiError::new(
-                404,
-                "NotFound",
-                format!("{resource}.{RBAC_GROUP} {name:?} not found"),
-            );
-            error.details =
-                Some(serde_json::json!({"name": name, "group": RBAC_GROUP, "kind": resource}));
-            error
-        }
-    }
+    let (code, reason, message, resource, name) = match refusal {
+        Refusal::Forbidden(why) => (
+            403,
+            "Forbidden",
+            format!("{resource}.{RBAC_GROUP} {name:?} is forbidden: {why}"),
+            resource.to_string(),
+            name.to_string(),
+        ),
+        Refusal::RoleNotFound(role_resource, role) => (
+            404,
+            "NotFound",
+            format!("{role_resource}.{RBAC_GROUP} {role:?} not found"),
+            role_resource.to_string(),
+            role,
+        ),
+    };
+    let mut error = ApiError::new(code, reason, message);
+    error.details = Some(serde_json::json!({"name": name, "group": RBAC_GROUP, "kind": resource}));
+    error
 }
 
 fn rbac_action(verb: &str, resource: &str, namespace: &str, name: &str) -> Action {

@@ -653,11 +653,7 @@ impl super::State {
                         self.reconcile_replica_set(&namespace, &name)
                     }
                     Work::ReplicaSets(namespace) => {
-                        let names: Vec<String> = self
-                            .list(&gr(REPLICA_SETS), Some(&namespace), None)
-                            .map(|(key, _)| key.1.clone())
-                            .collect();
-                        for name in names {
+                        for name in self.names_in(REPLICA_SETS, &namespace) {
                             self.reconcile_replica_set(&namespace, &name);
                         }
                     }
@@ -665,11 +661,7 @@ impl super::State {
                         self.reconcile_deployment(&namespace, &name)
                     }
                     Work::Deployments(namespace) => {
-                        let names: Vec<String> = self
-                            .list(&gr(DEPLOYMENTS), Some(&namespace), None)
-                            .map(|(key, _)| key.1.clone())
-                            .collect();
-                        for name in names {
+                        for name in self.names_in(DEPLOYMENTS, &namespace) {
                             self.reconcile_deployment(&namespace, &name);
                         }
                     }
@@ -683,6 +675,13 @@ impl super::State {
             }
         }
         self.settling = false;
+    }
+
+    /// The names of the objects of kind `pair` in `namespace`.
+    fn names_in(&self, pair: (&str, &str), namespace: &str) -> Vec<String> {
+        self.list(&gr(pair), Some(namespace), None)
+            .map(|(key, _)| key.1.clone())
+            .collect()
     }
 
     fn info(&self, pair: (&str, &str)) -> Option<ResourceInfo> {
