@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::rbac::{Action, Policy, PolicyRule, RoleRef, UserInfo, MASTERS};
+use super::rbac::{rules_of, Action, Policy, PolicyRule, RoleRef, UserInfo, MASTERS};
 use super::RBAC_GROUP;
 use crate::error::ApiError;
 use crate::field_error::go_quote;
@@ -138,13 +138,6 @@ fn rbac_action(verb: &str, resource: &str, namespace: &str, name: &str) -> Actio
         namespace: namespace.into(),
         name: name.into(),
     }
-}
-
-fn rules_of(object: &Value) -> Vec<PolicyRule> {
-    object
-        .get("rules")
-        .and_then(|r| Vec::<PolicyRule>::deserialize(r).ok())
-        .unwrap_or_default()
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], urls: &[&str]) -> PolicyRule {

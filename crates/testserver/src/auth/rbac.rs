@@ -181,12 +181,6 @@ impl Policy {
                 .unwrap_or("")
                 .to_string()
         };
-        let rules = || -> Vec<PolicyRule> {
-            object
-                .get("rules")
-                .and_then(|r| Vec::<PolicyRule>::deserialize(r).ok())
-                .unwrap_or_default()
-        };
         let binding = || -> Option<Binding> {
             let mut b = Binding::deserialize(object).ok()?;
             b.namespace = meta("namespace");
@@ -194,11 +188,11 @@ impl Policy {
         };
         match kind {
             "ClusterRole" => {
-                self.cluster_roles.insert(meta("name"), rules());
+                self.cluster_roles.insert(meta("name"), rules_of(object));
             }
             "Role" => {
                 self.roles
-                    .insert((meta("namespace"), meta("name")), rules());
+                    .insert((meta("namespace"), meta("name")), rules_of(object));
             }
             "ClusterRoleBinding" => self.cluster_role_bindings.extend(binding()),
             "RoleBinding" => self.role_bindings.extend(binding()),
@@ -242,6 +236,15 @@ impl Policy {
             });
         cluster_wide.chain(in_namespace).flatten()
     }
+}
+
+/// The `rules` of a Role or ClusterRole; none when they are absent or unreadable, as the real
+/// authorizer skips what it cannot use.
+pub fn rules_of(object: &Value) -> Vec<PolicyRule> {
+    object
+        .get("rules")
+        .and_then(|r| Vec::<PolicyRule>::deserialize(r).ok())
+        .unwrap_or_default()
 }
 
 /// Whether a binding names `user` among its subjects. A ServiceAccount subject without a
