@@ -29,7 +29,7 @@ use crate::faults::Faults;
 use crate::resources::{GroupResource, Registry};
 
 pub use controllers::ControlPlane;
-pub use gc::{delete_answer, delete_options};
+pub use gc::{delete_answer, delete_options, DeleteOptions};
 pub use validate::check_type;
 pub(crate) use write::{is_crd, no_resource_version_on_create};
 pub use write::{Owner, Subresource};

@@ -446,21 +446,13 @@ pub fn delete(call: &Call, target: &Target) -> Result<Response, ApiError> {
     // kubectl sends the dry run in the DeleteOptions body, other clients in the query
     let in_body: Vec<&str> = options.dry_run.iter().map(String::as_str).collect();
     let dry = dry_run(call, "DeleteOptions")? || dry_run_values(&in_body, "DeleteOptions")?;
-    let (rv, uid) = (options.resource_version.as_deref(), options.uid.as_deref());
     let name = target.name.as_deref().unwrap_or("");
     let mut state = call.cluster.lock();
     let live_rv = state
         .get(&target.info.gr(), target.ns(), name)
         .map(|live| meta_str(live, "resourceVersion").to_string());
     let obj = commit(&mut state, dry, live_rv.as_deref(), |state| {
-        state.delete(
-            &target.info,
-            target.ns(),
-            name,
-            rv,
-            uid,
-            options.propagation,
-        )
+        state.delete(&target.info, target.ns(), name, &options)
     })?;
     drop(state);
     let answer = crate::cluster::delete_answer(&target.info.group, &target.info.plural, obj);
@@ -487,9 +479,15 @@ pub fn delete_collection(call: &Call, target: &Target) -> Result<Response, ApiEr
         .filter(|(_, o)| filter.matches(o))
         .map(|(k, _)| k.clone())
         .collect();
+    // Each object is deleted as the options ask, but for preconditions, which name one object.
+    let each = crate::cluster::DeleteOptions {
+        resource_version: None,
+        uid: None,
+        ..options.clone()
+    };
     let delete_all = |state: &mut State| -> Result<Vec<Value>, ApiError> {
         keys.iter()
-            .map(|(ns, name)| state.delete(&target.info, ns, name, None, None, options.propagation))
+            .map(|(ns, name)| state.delete(&target.info, ns, name, &each))
             .collect()
     };
     let items = if dry {

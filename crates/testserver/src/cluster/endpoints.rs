@@ -451,7 +451,7 @@ impl super::State {
         let gr = |pair: (&str, &str)| (pair.0.to_string(), pair.1.to_string());
         let Some(service) = self.get(&gr(SERVICES), namespace, name).cloned() else {
             if self.get(&gr(ENDPOINTS), namespace, name).is_some() {
-                self.delete_object(&gr(ENDPOINTS), namespace, name, None);
+                self.delete_object(&gr(ENDPOINTS), namespace, name, None, None);
             }
             return;
         };
@@ -527,7 +527,13 @@ impl super::State {
             refused("EndpointSlice", namespace, name, written);
         }
         for surplus in current.iter().skip(contents.len()) {
-            self.delete_object(&gr(SLICES), namespace, meta_str(surplus, "name"), None);
+            self.delete_object(
+                &gr(SLICES),
+                namespace,
+                meta_str(surplus, "name"),
+                None,
+                None,
+            );
         }
     }
 

@@ -37,13 +37,15 @@ pub enum Propagation {
     Orphan,
 }
 
-/// What a DELETE's body asks for: its preconditions and its propagation (`None` when it names
-/// none, so the object's own finalizers decide).
+/// What a DELETE's body asks for: its preconditions, its propagation (`None` when it names
+/// none, so the object's own finalizers decide) and its grace period (`None` when it names none,
+/// so a Pod's own `terminationGracePeriodSeconds` decides).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeleteOptions {
     pub resource_version: Option<String>,
     pub uid: Option<String>,
     pub propagation: Option<Propagation>,
+    pub grace_period: Option<i64>,
     pub dry_run: Vec<String>,
 }
 
@@ -100,6 +102,16 @@ pub fn delete_options(body: &[u8]) -> Result<DeleteOptions, ApiError> {
             }
         }
     };
+    let grace_period = match options.get("gracePeriodSeconds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.is_i64() => n.as_i64(),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "failed to decode DeleteOptions: json: cannot unmarshal {} into Go struct field DeleteOptions.gracePeriodSeconds of type int64",
+                go_json_type(other)
+            )))
+        }
+    };
     if !errors.is_empty() {
         return Err(ApiError::invalid_fields(
             "meta.k8s.io",
@@ -112,6 +124,7 @@ pub fn delete_options(body: &[u8]) -> Result<DeleteOptions, ApiError> {
         resource_version: text("/preconditions/resourceVersion"),
         uid: text("/preconditions/uid"),
         propagation,
+        grace_period,
         dry_run: options
             .get("dryRun")
             .and_then(Value::as_array)
@@ -262,6 +275,39 @@ impl Dependents {
     }
 }
 
+/// How encoding/json names the JSON type of `value` when it cannot go into a Go integer.
+fn go_json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        _ => "object",
+    }
+}
+
+/// The grace period a Pod bound to a node is deleted with, as kube-apiserver's Pod strategy
+/// and its delete path decide it: the DeleteOptions' `gracePeriodSeconds` when given (a
+/// negative one counts as 1), else the Pod's `terminationGracePeriodSeconds` (30 by default);
+/// none for a Pod whose containers have ended (`Succeeded`, `Failed`).
+pub fn pod_grace_period(pod: &Value, asked: Option<i64>) -> i64 {
+    let ended = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    if ended {
+        return 0;
+    }
+    match asked {
+        Some(seconds) if seconds < 0 => 1,
+        Some(seconds) => seconds,
+        None => pod
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30),
+    }
+}
+
 /// A Pod bound to a node and not yet being deleted.
 fn is_running_pod(gr: &GroupResource, obj: &Value) -> bool {
     gr.0.is_empty()
@@ -310,13 +356,16 @@ impl super::State {
 
     /// Deletes an object with the propagation asked for (or its finalizers' own): at once
     /// without finalizers, otherwise marked with a deletionTimestamp; the collector then deals
-    /// with its dependents. Returns the object as the delete left it.
+    /// with its dependents. A Pod bound to a node is first marked for the grace period asked for
+    /// (`grace_period`, else its own; [`pod_grace_period`]). Returns the object as the delete
+    /// left it.
     pub(super) fn delete_object(
         &mut self,
         gr: &GroupResource,
         namespace: &str,
         name: &str,
         asked: Option<Propagation>,
+        grace_period: Option<i64>,
     ) -> Value {
         let Some(mut obj) = self.get(gr, namespace, name).cloned() else {
             return Value::Null;
@@ -341,10 +390,7 @@ impl super::State {
             // A Pod bound to a node is deleted gracefully: marked for its grace period, then
             // deleted again by the kubelet with none left, which here stops its containers at
             // once.
-            let grace = obj
-                .pointer("/spec/terminationGracePeriodSeconds")
-                .and_then(Value::as_i64)
-                .unwrap_or(30);
+            let grace = pod_grace_period(&obj, grace_period);
             let at = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
             set_meta(&mut obj, "deletionTimestamp", json!(format_time(at)));
             set_meta(&mut obj, "deletionGracePeriodSeconds", json!(grace));
@@ -417,7 +463,7 @@ impl super::State {
         let own_uid = meta_str(obj, "uid").to_string();
         let asked = (foreground && !self.dependents.of(&own_uid).is_empty())
             .then_some(Propagation::Foreground);
-        self.delete_object(gr, namespace, name, asked);
+        self.delete_object(gr, namespace, name, asked, None);
     }
 
     /// Removes an object's references to `uid`, as the collector orphans a dependent.
@@ -534,7 +580,7 @@ impl super::State {
             .iter()
             .all(|r| self.owner_exists(namespace, r) == Some(false));
         if gone {
-            self.delete_object(gr, namespace, name, None);
+            self.delete_object(gr, namespace, name, None, None);
         }
     }
 }
@@ -542,6 +588,28 @@ impl super::State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pods_grace_period_is_the_one_asked_for_else_its_own_and_none_once_it_has_ended() {
+        let pod = |grace: Option<i64>, phase: &str| {
+            let mut pod = json!({"spec": {"nodeName": "n"}, "status": {"phase": phase}});
+            if let Some(grace) = grace {
+                pod["spec"]["terminationGracePeriodSeconds"] = json!(grace);
+            }
+            pod
+        };
+        assert_eq!(pod_grace_period(&pod(None, "Running"), None), 30);
+        assert_eq!(pod_grace_period(&pod(Some(5), "Running"), None), 5);
+        assert_eq!(pod_grace_period(&pod(Some(5), "Running"), Some(12)), 12);
+        assert_eq!(pod_grace_period(&pod(Some(5), "Running"), Some(0)), 0);
+        // A negative grace period counts as one second.
+        assert_eq!(pod_grace_period(&pod(None, "Running"), Some(-3)), 1);
+        assert_eq!(pod_grace_period(&pod(None, "Pending"), Some(7)), 7);
+        for ended in ["Succeeded", "Failed"] {
+            assert_eq!(pod_grace_period(&pod(Some(5), ended), None), 0);
+            assert_eq!(pod_grace_period(&pod(None, ended), Some(9)), 0);
+        }
+    }
 
     #[test]
     fn delete_options_are_read_and_validated_as_apiserver_does() {
@@ -560,6 +628,20 @@ mod tests {
         assert_eq!(options.dry_run, vec!["All".to_string()]);
         let orphan = delete_options(br#"{"orphanDependents":true}"#).expect("valid");
         assert_eq!(orphan.propagation, Some(Propagation::Orphan));
+        assert_eq!(orphan.grace_period, None);
+        let graceful = delete_options(br#"{"gracePeriodSeconds":0}"#).expect("valid");
+        assert_eq!(graceful.grace_period, Some(0));
+        let wrong = delete_options(br#"{"gracePeriodSeconds":"5"}"#).expect_err("a string");
+        assert_eq!(wrong.code, 400);
+        assert!(
+            wrong.message.contains(
+                "cannot unmarshal string into Go struct field DeleteOptions.gracePeriodSeconds of type int64"
+            ),
+            "{}",
+            wrong.message
+        );
+        let fraction = delete_options(br#"{"gracePeriodSeconds":1.5}"#).expect_err("a fraction");
+        assert_eq!(fraction.code, 400);
 
         let bad = delete_options(b"{not json").expect_err("malformed");
         assert_eq!(bad.code, 400);

@@ -839,7 +839,7 @@ impl super::State {
                 )
             });
             for pod in &pods[..pods.len() - wanted] {
-                self.delete_object(&gr(PODS), namespace, meta_str(pod, "name"), None);
+                self.delete_object(&gr(PODS), namespace, meta_str(pod, "name"), None, None);
             }
         }
         let Some(rs) = self.live(REPLICA_SETS, namespace, name) else {
@@ -1002,7 +1002,13 @@ impl super::State {
             idle.sort_by_key(revision);
             let extra = idle.len().saturating_sub(limit);
             for rs in &idle[..extra] {
-                self.delete_object(&gr(REPLICA_SETS), namespace, meta_str(rs, "name"), None);
+                self.delete_object(
+                    &gr(REPLICA_SETS),
+                    namespace,
+                    meta_str(rs, "name"),
+                    None,
+                    None,
+                );
             }
         }
         let sets = self.controlled(&deployment, REPLICA_SETS);

@@ -519,30 +519,36 @@ impl State {
         Ok(stored)
     }
 
-    /// Deletes an object: at once without finalizers, otherwise it is marked with a deletionTimestamp.
+    /// Deletes an object as `options` ask (preconditions, propagation, grace period): at once
+    /// without finalizers, otherwise it is marked with a deletionTimestamp.
     pub fn delete(
         &mut self,
         info: &ResourceInfo,
         namespace: &str,
         name: &str,
-        precondition_rv: Option<&str>,
-        precondition_uid: Option<&str>,
-        propagation: Option<super::gc::Propagation>,
+        options: &super::DeleteOptions,
     ) -> Result<Value, ApiError> {
         let gr = info.gr();
         let current = self
             .get(&gr, namespace, name)
             .ok_or_else(|| ApiError::not_found(info, name))?;
-        let rv_mismatch =
-            precondition_rv.is_some_and(|rv| rv != meta_str(current, "resourceVersion"));
-        let uid_mismatch = precondition_uid.is_some_and(|uid| uid != meta_str(current, "uid"));
+        let rv_mismatch = (options.resource_version.as_deref())
+            .is_some_and(|rv| rv != meta_str(current, "resourceVersion"));
+        let uid_mismatch =
+            (options.uid.as_deref()).is_some_and(|uid| uid != meta_str(current, "uid"));
         if rv_mismatch || uid_mismatch {
             return Err(ApiError::conflict(info, name));
         }
         let deleted = if info.kind == "Namespace" && info.group.is_empty() {
             self.delete_namespace(name)
         } else {
-            self.delete_object(&gr, namespace, name, propagation)
+            self.delete_object(
+                &gr,
+                namespace,
+                name,
+                options.propagation,
+                options.grace_period,
+            )
         };
         self.settle();
         Ok(deleted)
@@ -621,7 +627,7 @@ impl State {
             })
             .collect();
         for (g, obj_name) in contents {
-            self.delete_object(&g, name, &obj_name, None);
+            self.delete_object(&g, name, &obj_name, None, None);
         }
         self.finish_namespace(name);
         self.get(&gr, "", name).cloned().unwrap_or_else(

@@ -96,7 +96,7 @@ impl Inside {
             return Ok(false);
         }
         state
-            .delete(&info, namespace, name, None, None, None)
+            .delete(&info, namespace, name, &Default::default())
             .map(|_| true)
             .map_err(|e| self.error(format!("{kind} {namespace}/{name}"), e.message))
     }

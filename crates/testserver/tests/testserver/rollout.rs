@@ -230,6 +230,40 @@ spec:
     assert_eq!(answer["kind"], "Pod", "{answer}");
     assert_eq!(answer["metadata"]["deletionGracePeriodSeconds"], 30);
     assert!(answer["metadata"]["deletionTimestamp"].is_string());
+
+    // The grace period of the DeleteOptions replaces the Pod's own; a negative one counts as
+    // one second; a string is not a DeleteOptions.
+    for (asked, marked) in [("4", 4), ("-3", 1), ("0", 0)] {
+        let running = items(&k.get(&["pods", "-l", "app=bot"]).await);
+        let name = running[0]["metadata"]["name"].as_str().expect("name");
+        let path = format!("/clusters/c/api/v1/namespaces/default/pods/{name}");
+        let (code, body) = http(
+            &server,
+            "DELETE",
+            &path,
+            &format!(
+                r#"{{"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":{asked}}}"#
+            ),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(
+            answer["metadata"]["deletionGracePeriodSeconds"], marked,
+            "gracePeriodSeconds {asked}: {answer}"
+        );
+    }
+    let running = items(&k.get(&["pods", "-l", "app=bot"]).await);
+    let name = running[0]["metadata"]["name"].as_str().expect("name");
+    let path = format!("/clusters/c/api/v1/namespaces/default/pods/{name}");
+    let (code, body) = http(&server, "DELETE", &path, r#"{"gracePeriodSeconds":"4"}"#).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("DeleteOptions.gracePeriodSeconds"), "{body}");
+    // kubectl sends its --grace-period in the DeleteOptions.
+    k.run(&["delete", "pod", name, "--grace-period=2"], None)
+        .await;
+    let (gone, _, err) = k.try_run(&["get", "pod", name], None).await;
+    assert!(!gone && err.contains("NotFound"), "{err}");
 }
 
 /// The addresses an Endpoints object lists ready, sorted.
