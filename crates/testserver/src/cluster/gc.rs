@@ -275,14 +275,15 @@ impl Dependents {
     }
 }
 
-/// How encoding/json names the JSON type of `value` when it cannot go into a Go integer.
-fn go_json_type(value: &Value) -> &'static str {
+/// How encoding/json names `value` when it cannot go into a Go integer: a number with its
+/// text, anything else by its JSON type.
+fn go_json_type(value: &Value) -> String {
     match value {
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Bool(_) => "bool",
-        Value::Array(_) => "array",
-        _ => "object",
+        Value::Number(n) => format!("number {n}"),
+        Value::String(_) => "string".into(),
+        Value::Bool(_) => "bool".into(),
+        Value::Array(_) => "array".into(),
+        _ => "object".into(),
     }
 }
 
@@ -642,6 +643,13 @@ mod tests {
         );
         let fraction = delete_options(br#"{"gracePeriodSeconds":1.5}"#).expect_err("a fraction");
         assert_eq!(fraction.code, 400);
+        assert!(
+            fraction
+                .message
+                .contains("cannot unmarshal number 1.5 into Go struct field"),
+            "{}",
+            fraction.message
+        );
 
         let bad = delete_options(b"{not json").expect_err("malformed");
         assert_eq!(bad.code, 400);
