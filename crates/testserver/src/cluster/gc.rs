@@ -287,16 +287,20 @@ fn go_json_type(value: &Value) -> String {
     }
 }
 
-/// The grace period a Pod bound to a node is deleted with, as kube-apiserver's Pod strategy
-/// and its delete path decide it: the DeleteOptions' `gracePeriodSeconds` when given (a
-/// negative one counts as 1), else the Pod's `terminationGracePeriodSeconds` (30 by default);
-/// none for a Pod whose containers have ended (`Succeeded`, `Failed`).
+/// The grace period a Pod is deleted with, as kube-apiserver's Pod strategy and its delete path
+/// decide it: the DeleteOptions' `gracePeriodSeconds` when given (a negative one counts as 1),
+/// else the Pod's `terminationGracePeriodSeconds` (30 by default); none for a Pod bound to no
+/// node or whose containers have ended (`Succeeded`, `Failed`).
 pub fn pod_grace_period(pod: &Value, asked: Option<i64>) -> i64 {
+    let unscheduled = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty);
     let ended = matches!(
         pod.pointer("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")
     );
-    if ended {
+    if unscheduled || ended {
         return 0;
     }
     match asked {
@@ -309,15 +313,9 @@ pub fn pod_grace_period(pod: &Value, asked: Option<i64>) -> i64 {
     }
 }
 
-/// A Pod bound to a node and not yet being deleted.
-fn is_running_pod(gr: &GroupResource, obj: &Value) -> bool {
-    gr.0.is_empty()
-        && gr.1 == "pods"
-        && !is_deleting(obj)
-        && obj
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty())
+/// A Pod not yet being deleted.
+fn is_live_pod(gr: &GroupResource, obj: &Value) -> bool {
+    gr.0.is_empty() && gr.1 == "pods" && !is_deleting(obj)
 }
 
 impl super::State {
@@ -387,10 +385,10 @@ impl super::State {
         }
         // What the DELETE answers when it is not the object as the delete leaves it.
         let mut answer = None;
-        if is_running_pod(gr, &obj) {
-            // A Pod bound to a node is deleted gracefully: marked for its grace period, then
-            // deleted again by the kubelet with none left, which here stops its containers at
-            // once.
+        if is_live_pod(gr, &obj) {
+            // A Pod is deleted gracefully: marked for its grace period, then deleted again with
+            // none left, at once when its grace period is none, else by the kubelet, which here
+            // stops its containers at once. Either way watchers see it marked before it goes.
             let grace = pod_grace_period(&obj, grace_period);
             let at = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
             set_meta(&mut obj, "deletionTimestamp", json!(format_time(at)));
@@ -606,6 +604,11 @@ mod tests {
         // A negative grace period counts as one second.
         assert_eq!(pod_grace_period(&pod(None, "Running"), Some(-3)), 1);
         assert_eq!(pod_grace_period(&pod(None, "Pending"), Some(7)), 7);
+        // A Pod bound to no node goes at once.
+        let unbound =
+            json!({"spec": {"terminationGracePeriodSeconds": 5}, "status": {"phase": "Pending"}});
+        assert_eq!(pod_grace_period(&unbound, None), 0);
+        assert_eq!(pod_grace_period(&unbound, Some(9)), 0);
         for ended in ["Succeeded", "Failed"] {
             assert_eq!(pod_grace_period(&pod(Some(5), ended), None), 0);
             assert_eq!(pod_grace_period(&pod(None, ended), Some(9)), 0);

@@ -214,6 +214,26 @@ spec:
     let picky = k.get(&["pod", "picky"]).await;
     assert_eq!(picky["status"]["phase"], "Pending", "{picky}");
     assert_eq!(picky["status"]["conditions"][0]["reason"], "Unschedulable");
+    // A Pod bound to no node is marked with no grace period whatever is asked, and goes.
+    let (code, body) = http(
+        &server,
+        "DELETE",
+        "/clusters/c/api/v1/namespaces/default/pods/picky",
+        r#"{"gracePeriodSeconds":20}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        answer["metadata"]["deletionGracePeriodSeconds"], 0,
+        "{answer}"
+    );
+    assert!(
+        answer["metadata"]["deletionTimestamp"].is_string(),
+        "{answer}"
+    );
+    let (found, _, err) = k.try_run(&["get", "pod", "picky"], None).await;
+    assert!(!found && err.contains("NotFound"), "{err}");
 
     // A running Pod is deleted gracefully: the answer is the Pod marked for its grace period.
     let running = items(&k.get(&["pods", "-l", "app=bot"]).await);
