@@ -7,7 +7,8 @@
 //! `edit`, and `edit` into `admin`).
 //!
 //! Any ClusterRole's change reconciles every aggregated ClusterRole (`Work::Aggregation`), as
-//! the upstream controller enqueues them all; the rules are the pure [`aggregated_rules`].
+//! the upstream controller enqueues them all; the rules are the pure [`aggregated_rules`],
+//! written as upstream writes them, by a forced server-side apply of `rules` alone.
 
 use serde_json::{json, Value};
 
@@ -105,18 +106,29 @@ impl super::State {
             if same_rules(role.get("rules"), &wanted) {
                 continue;
             }
-            let mut next = role.clone();
-            next["rules"] = json!(wanted);
             let name = meta_str(role, "name").to_string();
-            // The rules are the controller's to write; a conflict is retried on the next change.
-            let _ = self.update(
-                &info,
-                "",
-                &name,
-                next,
+            // The controller applies the rules alone, forcing ownership of them: its managed
+            // fields are an `Apply` of `rules`, as upstream's server-side apply writes them.
+            let config = json!({
+                "apiVersion": format!("{}/v1", CLUSTER_ROLES.0),
+                "kind": "ClusterRole",
+                "metadata": {"name": name},
+                "rules": wanted,
+            });
+            let schema = crate::fields::schema_of(&info, "v1");
+            let Ok(merged) = crate::fields::apply(
+                Some(role),
+                &config,
+                MANAGER,
+                true,
+                schema,
+                info.status,
                 Subresource::Main,
-                &Owner::Update(MANAGER.into()),
-            );
+            ) else {
+                continue;
+            };
+            // A write refused now is made again on the next ClusterRole change.
+            let _ = self.update(&info, "", &name, merged, Subresource::Main, &Owner::Applied);
         }
     }
 }

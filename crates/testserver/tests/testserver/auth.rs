@@ -810,6 +810,39 @@ async fn labelled_cluster_roles_are_aggregated_into_view_edit_and_admin() {
         view.contains(&lease_rule) && !view.iter().any(|rule| rule["verbs"] == json!(["*"])),
         "{view:#?}"
     );
+    // The controller applies the rules, forcing them from whoever wrote them.
+    let view: Value = serde_json::from_str(
+        &run(vec![
+            "get",
+            "clusterrole",
+            "view",
+            "--show-managed-fields",
+            "-o",
+            "json",
+        ])
+        .await,
+    )
+    .expect("json");
+    let managers = view["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let owns_rules = |entry: &&Value| entry["fieldsV1"].get("f:rules").is_some();
+    let owners: Vec<(&str, &str)> = managers
+        .iter()
+        .filter(owns_rules)
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap_or(""),
+                e["operation"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        vec![("clusterrole-aggregation-controller", "Apply")],
+        "{managers:#?}"
+    );
 
     run(vec!["delete", "clusterrole", "lease-reader"]).await;
     assert!(!rules_of("view").await.contains(&lease_rule));
