@@ -313,6 +313,24 @@ pub fn pod_grace_period(pod: &Value, asked: Option<i64>) -> i64 {
     }
 }
 
+/// Marks `object` as being deleted from `at`, with `grace` seconds: its `deletionTimestamp` and
+/// `deletionGracePeriodSeconds`, and, the first time, a `generation` one higher where it has one,
+/// as kube-apiserver's delete path does (`rest.BeforeDelete`, `markAsDeleting`): its
+/// controllers are told that it changed.
+pub fn mark_deleting(object: &mut Value, at: &str, grace: i64) {
+    if !is_deleting(object) {
+        let generation = object
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if generation > 0 {
+            set_meta(object, "generation", json!(generation + 1));
+        }
+    }
+    set_meta(object, "deletionTimestamp", json!(at));
+    set_meta(object, "deletionGracePeriodSeconds", json!(grace));
+}
+
 /// A Pod not yet being deleted.
 fn is_live_pod(gr: &GroupResource, obj: &Value) -> bool {
     gr.0.is_empty() && gr.1 == "pods" && !is_deleting(obj)
@@ -391,8 +409,7 @@ impl super::State {
             // stops its containers at once. Either way watchers see it marked before it goes.
             let grace = pod_grace_period(&obj, grace_period);
             let at = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
-            set_meta(&mut obj, "deletionTimestamp", json!(format_time(at)));
-            set_meta(&mut obj, "deletionGracePeriodSeconds", json!(grace));
+            mark_deleting(&mut obj, &format_time(at), grace);
             self.store_as_controller(gr, &key, obj.clone());
             answer = Some(obj.clone());
             set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
@@ -403,8 +420,7 @@ impl super::State {
         }
         let mut marked = obj.clone();
         if !is_deleting(&marked) {
-            set_meta(&mut marked, "deletionTimestamp", json!(now()));
-            set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
+            mark_deleting(&mut marked, &now(), 0);
         }
         set_meta(&mut marked, "finalizers", json!(finalizers));
         if marked != obj {
@@ -613,6 +629,25 @@ mod tests {
             assert_eq!(pod_grace_period(&pod(Some(5), ended), None), 0);
             assert_eq!(pod_grace_period(&pod(None, ended), Some(9)), 0);
         }
+    }
+
+    #[test]
+    fn the_first_mark_of_a_deletion_raises_the_generation_where_there_is_one() {
+        let mut tracked = json!({"metadata": {"name": "web", "generation": 3}});
+        mark_deleting(&mut tracked, "2026-11-29T01:00:00Z", 30);
+        assert_eq!(tracked["metadata"]["generation"], 4);
+        assert_eq!(tracked["metadata"]["deletionGracePeriodSeconds"], 30);
+        // Marked again (a shorter grace period, the kubelet's last delete): no further bump.
+        mark_deleting(&mut tracked, "2026-11-29T01:00:00Z", 0);
+        assert_eq!(tracked["metadata"]["generation"], 4);
+        assert_eq!(tracked["metadata"]["deletionGracePeriodSeconds"], 0);
+        let mut untracked = json!({"metadata": {"name": "cm"}});
+        mark_deleting(&mut untracked, "2026-11-29T01:00:00Z", 0);
+        assert_eq!(untracked["metadata"].get("generation"), None);
+        assert_eq!(
+            untracked["metadata"]["deletionTimestamp"],
+            "2026-11-29T01:00:00Z"
+        );
     }
 
     #[test]

@@ -202,4 +202,43 @@ async fn a_delete_answers_with_a_status_or_the_object_as_kube_apiserver_does() {
     // A Service's registry returns what it deleted.
     let answer = delete("services/web").await;
     assert_eq!(answer["kind"], "Service", "{answer}");
+    // An object with a generation held by a finalizer: marked, its generation one higher.
+    k.run(
+        &[
+            "create",
+            "deployment",
+            "api",
+            "--image=busybox",
+            "--replicas=0",
+        ],
+        None,
+    )
+    .await;
+    k.run(
+        &[
+            "patch",
+            "deployment",
+            "api",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+        ],
+        None,
+    )
+    .await;
+    let before = k.get(&["deployment", "api"]).await["metadata"]["generation"].clone();
+    assert_eq!(before, 1);
+    let path = "/clusters/mgmt/apis/apps/v1/namespaces/default/deployments/api";
+    let (code, body) = http(&server, "DELETE", path, "").await;
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("json");
+    assert!(
+        answer["metadata"]["deletionTimestamp"].is_string(),
+        "{answer}"
+    );
+    assert_eq!(answer["metadata"]["generation"], 2, "{answer}");
+    // Deleted again while it is held: no further bump.
+    let (_, body) = http(&server, "DELETE", path, "").await;
+    let again: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(again["metadata"]["generation"], 2, "{again}");
 }
