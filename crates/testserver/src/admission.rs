@@ -190,7 +190,7 @@ fn prune_builtin(info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
 }
 
 /// Go's name for a JSON value's type in `json: cannot unmarshal` errors.
-fn go_json_type(v: &Value) -> &'static str {
+pub(crate) fn go_json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "bool",

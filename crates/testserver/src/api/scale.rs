@@ -110,17 +110,8 @@ fn replicas(scale: &Value, name: &str) -> Result<i64, ApiError> {
         },
         Some(other) => Err(ApiError::bad_request(format!(
             "Scale in version \"v1\" cannot be handled as a Scale: json: cannot unmarshal {} into Go struct field ScaleSpec.spec.replicas of type int32",
-            go_type(other)
+            crate::admission::go_json_type(other)
         ))),
-    }
-}
-
-fn go_type(v: &Value) -> &'static str {
-    match v {
-        Value::String(_) => "string",
-        Value::Bool(_) => "bool",
-        Value::Array(_) => "array",
-        _ => "object",
     }
 }
 

@@ -106,10 +106,14 @@ pub fn delete_options(body: &[u8]) -> Result<DeleteOptions, ApiError> {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) if n.is_i64() => n.as_i64(),
         Some(other) => {
+            // encoding/json names a number that is no integer by its text.
+            let what = match other {
+                Value::Number(n) => format!("number {n}"),
+                _ => crate::admission::go_json_type(other).to_string(),
+            };
             return Err(ApiError::bad_request(format!(
-                "failed to decode DeleteOptions: json: cannot unmarshal {} into Go struct field DeleteOptions.gracePeriodSeconds of type int64",
-                go_json_type(other)
-            )))
+                "failed to decode DeleteOptions: json: cannot unmarshal {what} into Go struct field DeleteOptions.gracePeriodSeconds of type int64"
+            )));
         }
     };
     if !errors.is_empty() {
@@ -272,18 +276,6 @@ impl Dependents {
             .get(uid)
             .map(|set| set.iter().cloned().collect())
             .unwrap_or_default()
-    }
-}
-
-/// How encoding/json names `value` when it cannot go into a Go integer: a number with its
-/// text, anything else by its JSON type.
-fn go_json_type(value: &Value) -> String {
-    match value {
-        Value::Number(n) => format!("number {n}"),
-        Value::String(_) => "string".into(),
-        Value::Bool(_) => "bool".into(),
-        Value::Array(_) => "array".into(),
-        _ => "object".into(),
     }
 }
 
