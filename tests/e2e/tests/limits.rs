@@ -282,6 +282,10 @@ async fn ten_thousand_matches_converge_and_clean_up() -> anyhow::Result<()> {
     let deadline = Duration::from_secs(1800);
     let started = std::time::Instant::now();
     create_services(&stack, 0..TEN_THOUSAND).await?;
+    eprintln!(
+        "{TEN_THOUSAND} Services created after {:?}",
+        started.elapsed()
+    );
     provisioned_within(&stack, TEN_THOUSAND, deadline).await?;
     eprintln!(
         "{TEN_THOUSAND} Services provisioned after {:?}",
