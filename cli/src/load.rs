@@ -52,7 +52,7 @@ pub struct LoadOptions {
 }
 
 /// What one load run measured.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct LoadReport {
     pub preload: usize,
     pub preload_elapsed: Duration,
@@ -71,6 +71,9 @@ pub struct LoadReport {
     pub create_cpu: Vec<(String, f64)>,
     /// Peak resident memory per process (kB).
     pub peak_rss_kb: Vec<(String, u64)>,
+    /// Context switches per process over the create and delete phases together, of the threads
+    /// alive at the phases' end (`context_switches`).
+    pub switches: Vec<(String, u64)>,
     /// With `hops`: per hop, its durations for the created Services, then for the deleted ones
     /// (`hop_durations`).
     pub hops: Option<[HopDurations; 2]>,
@@ -203,6 +206,17 @@ impl LoadReport {
 
     fn per_event(&self, seconds: f64) -> Duration {
         Duration::from_secs_f64(seconds / (2 * self.count).max(1) as f64)
+    }
+
+    /// Context switches per event of the process named `name`, or of every process together.
+    pub fn switches_per_event(&self, name: Option<&str>) -> f64 {
+        let switches: u64 = self
+            .switches
+            .iter()
+            .filter(|(n, _)| name.is_none_or(|name| n == name))
+            .map(|(_, s)| s)
+            .sum();
+        switches as f64 / (2 * self.count).max(1) as f64
     }
 }
 
@@ -416,6 +430,7 @@ pub async fn measure(
     };
     let answered = listener.as_ref().map(|_| &*arrivals);
     let cpu_before = cpu_seconds(&stack);
+    let switches_before = context_switches(&stack);
     let api_server_before = threads_cpu_seconds(sluice_testserver::THREAD_NAME);
     let inside_before = stage_metrics(&stack, failover).await?;
     writeln!(out, "# creating {count} Services at {rate}/s")?;
@@ -487,11 +502,22 @@ pub async fn measure(
         ]
     });
     let cpu_after = cpu_seconds(&stack);
+    let switches_after = context_switches(&stack);
     let api_server_cpu = threads_cpu_seconds(sluice_testserver::THREAD_NAME) - api_server_before;
     clean_up(&stack, &services, &seen, preload, out).await?;
     observer.abort();
     let cpu = cpu_since(&cpu_after, &cpu_before);
     let create_cpu = cpu_since(&cpu_created, &cpu_before);
+    let switches = switches_after
+        .into_iter()
+        .map(|(name, after)| {
+            let before = switches_before
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(0, |(_, b)| *b);
+            (name, after.saturating_sub(before))
+        })
+        .collect();
     let peak_rss_kb = stack
         .processes()
         .into_iter()
@@ -508,6 +534,7 @@ pub async fn measure(
         api_server_cpu,
         create_cpu,
         peak_rss_kb,
+        switches,
         hops,
         repair_elapsed,
         restart_elapsed,
@@ -974,6 +1001,38 @@ fn stat_cpu_seconds(path: &str) -> Option<f64> {
     Some(ticks / ticks_per_second)
 }
 
+/// Per process of the stack, the voluntary and involuntary context switches so far of every
+/// thread it has now (a thread that ended took its count with it: the stack's processes keep
+/// their runtime threads).
+fn context_switches(stack: &Stack) -> Vec<(String, u64)> {
+    stack
+        .processes()
+        .into_iter()
+        .map(|(name, pid)| {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+                .filter_map(|status| status_switches(&status))
+                .sum();
+            (name, tasks)
+        })
+        .collect()
+}
+
+/// The context switches a `/proc/.../status` file counts: voluntary and involuntary together.
+fn status_switches(status: &str) -> Option<u64> {
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
+}
+
 fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -988,6 +1047,32 @@ fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_threads_context_switches_are_its_voluntary_and_involuntary_ones() {
+        let status = "Name:\tsluice-applier\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t1200\nnonvoluntary_ctxt_switches:\t34\n";
+        assert_eq!(status_switches(status), Some(1234));
+        assert_eq!(
+            status_switches("Name:\tx\nvoluntary_ctxt_switches:\t5\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn switches_per_event_count_creates_and_deletes_as_events() {
+        let report = LoadReport {
+            count: 100,
+            switches: vec![
+                ("sluice-applier".into(), 1_000),
+                ("nats-server".into(), 600),
+            ],
+            ..LoadReport::default()
+        };
+        assert_eq!(report.switches_per_event(Some("sluice-applier")), 5.0);
+        assert_eq!(report.switches_per_event(Some("nats-server")), 3.0);
+        assert_eq!(report.switches_per_event(None), 8.0);
+        assert_eq!(report.switches_per_event(Some("sluice-watcher")), 0.0);
+    }
 
     #[test]
     fn a_stages_histograms_over_a_phase_are_the_difference_of_two_readings() {

@@ -45,7 +45,8 @@ enum Command {
         cloudevents: Option<usize>,
         /// Instead of the demo, open-loop load on seed 000's NetworkPolicy trigger:
         /// `<Services per second>x<count>`, e.g. `1000x2000`, created then deleted at that rate
-        /// after `--preload` matching Services; prints latency percentiles and CPU per event.
+        /// after `--preload` matching Services; prints latency percentiles, and CPU and context
+        /// switches per event.
         #[arg(long, value_parser = parse_load)]
         load: Option<(f64, usize)>,
         /// With `--load`: matching Services created and converged first.
@@ -192,9 +193,10 @@ async fn main() -> anyhow::Result<()> {
                 let (p50, p99, max) = sluice_cli::demo::percentiles(&report.delete);
                 println!("  delete -> ClusterProfile gone p50 {p50:?}, p99 {p99:?}, max {max:?}");
                 println!(
-                    "  CPU per event, all processes: {:?} (of which the load generator and observer: {:?})",
+                    "  CPU per event, all processes: {:?} (of which the load generator and observer: {:?}); context switches per event: {:.1}",
                     report.cpu_per_event(),
-                    report.load_generator_cpu_per_event()
+                    report.load_generator_cpu_per_event(),
+                    report.switches_per_event(None)
                 );
                 for (((name, seconds), (_, rss)), (_, creates)) in report
                     .cpu
@@ -203,7 +205,8 @@ async fn main() -> anyhow::Result<()> {
                     .zip(&report.create_cpu)
                 {
                     println!(
-                        "    {name}: {seconds:.2} s CPU ({creates:.2} s until the creates were done), peak RSS {} MB",
+                        "    {name}: {seconds:.2} s CPU ({creates:.2} s until the creates were done), {:.1} context switches per event, peak RSS {} MB",
+                        report.switches_per_event(Some(name)),
                         rss / 1024
                     );
                 }
