@@ -1022,19 +1022,19 @@ fn context_switches(stack: &Stack) -> Vec<(String, u64)> {
 
 /// The context switches a `/proc/.../status` file counts: voluntary and involuntary together.
 fn status_switches(status: &str) -> Option<u64> {
-    let field = |name: &str| -> Option<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))?
-            .trim()
-            .parse()
-            .ok()
-    };
-    Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
+    Some(
+        status_number(status, "voluntary_ctxt_switches:")?
+            + status_number(status, "nonvoluntary_ctxt_switches:")?,
+    )
 }
 
 fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_number(&status, field)
+}
+
+/// The number a `/proc/.../status` line starting with `field` holds (its unit, if any, after it).
+fn status_number(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix(field))?
