@@ -73,7 +73,7 @@ pub struct LoadReport {
     pub peak_rss_kb: Vec<(String, u64)>,
     /// Context switches per process over the create and delete phases together, of the threads
     /// alive at the phases' end (`context_switches`).
-    pub switches: Vec<(String, u64)>,
+    pub switches: Vec<(String, f64)>,
     /// With `hops`: per hop, its durations for the created Services, then for the deleted ones
     /// (`hop_durations`).
     pub hops: Option<[HopDurations; 2]>,
@@ -210,13 +210,13 @@ impl LoadReport {
 
     /// Context switches per event of the process named `name`, or of every process together.
     pub fn switches_per_event(&self, name: Option<&str>) -> f64 {
-        let switches: u64 = self
+        let switches: f64 = self
             .switches
             .iter()
             .filter(|(n, _)| name.is_none_or(|name| n == name))
-            .map(|(_, s)| s)
+            .map(|(_, s)| s.max(0.0))
             .sum();
-        switches as f64 / (2 * self.count).max(1) as f64
+        switches / (2 * self.count).max(1) as f64
     }
 }
 
@@ -506,18 +506,9 @@ pub async fn measure(
     let api_server_cpu = threads_cpu_seconds(sluice_testserver::THREAD_NAME) - api_server_before;
     clean_up(&stack, &services, &seen, preload, out).await?;
     observer.abort();
-    let cpu = cpu_since(&cpu_after, &cpu_before);
-    let create_cpu = cpu_since(&cpu_created, &cpu_before);
-    let switches = switches_after
-        .into_iter()
-        .map(|(name, after)| {
-            let before = switches_before
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map_or(0, |(_, b)| *b);
-            (name, after.saturating_sub(before))
-        })
-        .collect();
+    let cpu = since(&cpu_after, &cpu_before);
+    let create_cpu = since(&cpu_created, &cpu_before);
+    let switches = since(&switches_after, &switches_before);
     let peak_rss_kb = stack
         .processes()
         .into_iter()
@@ -950,8 +941,8 @@ fn latencies(
         .collect()
 }
 
-/// Per process, the CPU seconds of `after` less those of `before`.
-fn cpu_since(after: &[(String, f64)], before: &[(String, f64)]) -> Vec<(String, f64)> {
+/// Per process, the reading of `after` (CPU seconds, context switches) less that of `before`.
+fn since(after: &[(String, f64)], before: &[(String, f64)]) -> Vec<(String, f64)> {
     after
         .iter()
         .map(|(name, a)| {
@@ -1004,7 +995,7 @@ fn stat_cpu_seconds(path: &str) -> Option<f64> {
 /// Per process of the stack, the voluntary and involuntary context switches so far of every
 /// thread it has now (a thread that ended took its count with it: the stack's processes keep
 /// their runtime threads).
-fn context_switches(stack: &Stack) -> Vec<(String, u64)> {
+fn context_switches(stack: &Stack) -> Vec<(String, f64)> {
     stack
         .processes()
         .into_iter()
@@ -1014,8 +1005,8 @@ fn context_switches(stack: &Stack) -> Vec<(String, u64)> {
                 .flatten()
                 .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
                 .filter_map(|status| status_switches(&status))
-                .sum();
-            (name, tasks)
+                .sum::<u64>();
+            (name, tasks as f64)
         })
         .collect()
 }
@@ -1063,8 +1054,8 @@ mod tests {
         let report = LoadReport {
             count: 100,
             switches: vec![
-                ("sluice-applier".into(), 1_000),
-                ("nats-server".into(), 600),
+                ("sluice-applier".into(), 1_000.0),
+                ("nats-server".into(), 600.0),
             ],
             ..LoadReport::default()
         };
