@@ -945,6 +945,8 @@ struct Diff {
     duplicate: Vec<String>,
     stale: Vec<String>,
     status: Vec<String>,
+    /// The resource units stale or missing: what `bus_trail` shows on a failure.
+    wrong: BTreeSet<(String, String, String)>,
 }
 
 impl Diff {
@@ -1036,6 +1038,7 @@ async fn compare(stack: &Stack, truth: &Truth) -> anyhow::Result<Diff> {
         }
         let Some(expected) = truth.get(key) else {
             diff.stale.push(format!("{what} should not exist"));
+            diff.wrong.extend(resource_unit(key));
             // Its ConfigMaps are counted with it, not again as unreferenced.
             referenced.extend(profiles.iter().flat_map(|p| {
                 p["spec"]["policyRefs"]
@@ -1094,6 +1097,7 @@ async fn compare(stack: &Stack, truth: &Truth) -> anyhow::Result<Diff> {
     }
     for key in truth.keys() {
         if !found.contains_key(key) {
+            diff.wrong.extend(resource_unit(key));
             let (trigger, cluster, unit) = key;
             diff.missing
                 .push(format!("{trigger} in {cluster}: {unit:?}"));
@@ -1110,6 +1114,142 @@ async fn compare(stack: &Stack, truth: &Truth) -> anyhow::Result<Diff> {
             .extend(status_errors(stack, trigger, clusters).await?);
     }
     Ok(diff)
+}
+
+/// `(trigger, cluster, resource name)` of a resource unit (a `oneForEvent` trigger's).
+fn resource_unit(
+    (trigger, cluster, unit): &(String, String, Unit),
+) -> Option<(String, String, String)> {
+    match unit {
+        Unit::Resource(name) => Some((trigger.clone(), cluster.clone(), name.clone())),
+        Unit::Main | Unit::Subject(_) => None,
+    }
+}
+
+/// What the bus holds along the way of each resource unit in `units`: the object's last change,
+/// its match member and its set's head, the unit's desired state and its apply result, each with
+/// its stream sequence. Shown when the run does not converge, to tell which stage stopped.
+async fn bus_trail(stack: &Stack, units: &BTreeSet<(String, String, String)>) -> String {
+    let bus = match sluice_bus::Bus::connect(stack.bus_options()).await {
+        Ok(bus) => bus,
+        Err(error) => return format!("  (the bus cannot be read: {error})"),
+    };
+    let t = sluice_bus::topology::encode_token;
+    let mut out = Vec::new();
+    for (trigger, cluster, name) in units.iter().take(10) {
+        let (event_source, kind) = match trigger.as_str() {
+            "chaos-lua" => ("chaos-lua", "ConfigMap"),
+            _ => ("chaos-svc", "Service"),
+        };
+        let (c, n) = (t(cluster), t(name));
+        let filters = [
+            (
+                sluice_bus::topology::CHANGES,
+                format!("sluice.v1.change.*.*.{c}.core.{kind}.{NS}.{n}"),
+            ),
+            (
+                sluice_bus::topology::MATCH,
+                format!("sluice.v1.match.*.*.{c}.{event_source}.m.core.{kind}.{NS}.{n}"),
+            ),
+            (
+                sluice_bus::topology::MATCH,
+                format!("sluice.v1.match.*.*.{c}.{event_source}"),
+            ),
+            (
+                sluice_bus::topology::DESIRED,
+                format!("sluice.v1.desired.{trigger}.*.*.{c}.r.{NS}.{n}"),
+            ),
+            (
+                sluice_bus::topology::APPLIED,
+                format!("sluice.v1.applied.{trigger}.*.*.{c}.r.{NS}.{n}"),
+            ),
+        ];
+        out.push(format!("  {trigger} in {cluster}: {kind} {name}"));
+        for (stream, filter) in filters {
+            let found = match bus.replay_state(stream, &filter).await {
+                Ok(found) => found,
+                Err(error) => {
+                    out.push(format!("    {filter}: {error}"));
+                    continue;
+                }
+            };
+            if found.is_empty() {
+                out.push(format!("    {filter}: nothing"));
+            }
+            for delivered in found {
+                out.push(format!(
+                    "    {} #{}: {}",
+                    delivered.subject,
+                    delivered.sequence,
+                    describe(stream, &delivered)
+                ));
+            }
+        }
+    }
+    bus.close().await;
+    out.join("\n")
+}
+
+/// What one message of the trail says.
+fn describe(stream: sluice_bus::topology::StreamSpec, delivered: &sluice_bus::Delivered) -> String {
+    use sluice_wire::match_units::Unit as MatchUnit;
+    let name = stream.name;
+    if name == sluice_bus::topology::CHANGES.name {
+        return match sluice_wire::decode_change(delivered, None) {
+            Ok(change) if change.deleted => "deleted".to_string(),
+            Ok(change) => {
+                let object: Value = serde_json::from_slice(&change.object_json).unwrap_or_default();
+                format!(
+                    "data {}, resourceVersion {}",
+                    object["data"], object["metadata"]["resourceVersion"]
+                )
+            }
+            Err(error) => format!("undecodable: {error}"),
+        };
+    }
+    if name == sluice_bus::topology::MATCH.name {
+        return match sluice_wire::match_units::decode(delivered, None) {
+            Ok(MatchUnit::Member(m)) => format!(
+                "member present {} from change #{}{}",
+                m.present,
+                m.source_sequence,
+                if m.failure_message.is_empty() {
+                    String::new()
+                } else {
+                    format!(", failure {}", m.failure_message)
+                }
+            ),
+            Ok(MatchUnit::Head(h)) => format!(
+                "head of {} members from change #{}, removed {}, failure {:?}",
+                h.members, h.source_sequence, h.removed, h.failure_message
+            ),
+            Err(error) => format!("undecodable: {error}"),
+        };
+    }
+    if name == sluice_bus::topology::DESIRED.name {
+        return match sluice_wire::decode_desired(delivered, None) {
+            Ok(d) => format!(
+                "desired: removed {}, {} objects, from match #{}, failure {:?}",
+                d.removed,
+                d.objects.len(),
+                d.source_sequence,
+                d.failure_message
+            ),
+            Err(error) => format!("undecodable: {error}"),
+        };
+    }
+    match sluice_wire::decode::<sluice_proto::v1::ApplyResult>("ApplyResult", delivered) {
+        Ok(r) => format!(
+            "applied: removed {}, {} applied, {} deleted, from desired #{}, error {:?}, failure {:?}",
+            r.removed,
+            r.applied.len(),
+            r.deleted.len(),
+            r.source_sequence,
+            r.error,
+            r.failure_message
+        ),
+        Err(error) => format!("undecodable: {error}"),
+    }
 }
 
 /// What is wrong with a trigger's status: every selected cluster listed, Provisioned.
@@ -1360,12 +1500,18 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
                 .filter(|(user, _)| text.contains(&format!("Subject({user:?})")))
                 .map(|(user, events)| format!("  {user}: {}", events.join(", ")))
                 .collect();
+            let trail = match compare(&stack, &truth).await {
+                Ok(diff) => bus_trail(&stack, &diff.wrong).await,
+                Err(error) => format!("  (not compared again: {error:#})"),
+            };
             anyhow::bail!(
                 "after {:?} of load and {:?} since the last fault: {text}\nCloudEvents sent \
-                 for the subjects above, in order:\n{}\n{}",
+                 for the subjects above, in order:\n{}\nWhat the bus holds for the resource \
+                 units above:\n{trail}\nThe faults:\n{}\n{}",
                 load_time,
                 last_fault.elapsed(),
                 events.join("\n"),
+                fault_log.lines().join("\n"),
                 stack.logs()
             )
         }
