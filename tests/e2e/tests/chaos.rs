@@ -1134,35 +1134,29 @@ async fn bus_trail(stack: &Stack, units: &BTreeSet<(String, String, String)>) ->
         Ok(bus) => bus,
         Err(error) => return format!("  (the bus cannot be read: {error})"),
     };
-    let t = sluice_bus::topology::encode_token;
+    use sluice_bus::topology;
     let mut out = Vec::new();
     for (trigger, cluster, name) in units.iter().take(10) {
         let (event_source, kind) = match trigger.as_str() {
             "chaos-lua" => ("chaos-lua", "ConfigMap"),
             _ => ("chaos-svc", "Service"),
         };
-        let (c, n) = (t(cluster), t(name));
+        // Registered as the SveltosCluster default/<name> (`Stack::register_cluster`).
+        let c = topology::cluster_tokens("sveltos", "default", cluster);
+        let desired = topology::desired_resource_subject(trigger, &c, NS, name);
+        let applied = topology::applied_subject_for(&desired).unwrap_or_default();
         let filters = [
             (
-                sluice_bus::topology::CHANGES,
-                format!("sluice.v1.change.*.*.{c}.core.{kind}.{NS}.{n}"),
+                topology::CHANGES,
+                topology::change_subject(&c, "", kind, NS, name),
             ),
             (
-                sluice_bus::topology::MATCH,
-                format!("sluice.v1.match.*.*.{c}.{event_source}.m.core.{kind}.{NS}.{n}"),
+                topology::MATCH,
+                topology::match_member_subject(&c, event_source, "", kind, NS, name),
             ),
-            (
-                sluice_bus::topology::MATCH,
-                format!("sluice.v1.match.*.*.{c}.{event_source}"),
-            ),
-            (
-                sluice_bus::topology::DESIRED,
-                format!("sluice.v1.desired.{trigger}.*.*.{c}.r.{NS}.{n}"),
-            ),
-            (
-                sluice_bus::topology::APPLIED,
-                format!("sluice.v1.applied.{trigger}.*.*.{c}.r.{NS}.{n}"),
-            ),
+            (topology::MATCH, topology::match_subject(&c, event_source)),
+            (topology::DESIRED, desired),
+            (topology::APPLIED, applied),
         ];
         out.push(format!("  {trigger} in {cluster}: {kind} {name}"));
         for (stream, filter) in filters {
