@@ -36,6 +36,8 @@ pub struct Bus {
     fence: sluice_runtime::Fence,
     /// Replays reading at once ([`topology::REPLAYS_AT_ONCE`]).
     replays: std::sync::Arc<tokio::sync::Semaphore>,
+    /// The newest output in flight per subject of a last-value stream ([`crate::turns`]).
+    turns: std::sync::Arc<crate::turns::Turns>,
 }
 
 /// One message a stage wants published.
@@ -80,6 +82,7 @@ impl Bus {
             lease: Default::default(),
             fence: sluice_runtime::Fence::open(),
             replays: std::sync::Arc::new(tokio::sync::Semaphore::new(topology::REPLAYS_AT_ONCE)),
+            turns: Default::default(),
         };
         let streams = options
             .identity
@@ -250,6 +253,13 @@ impl Bus {
                 stream: spec.name.to_string(),
                 source: Box::new(source),
             })
+    }
+
+    /// The turn of an output about to be published on `subject` for the first time: it
+    /// supersedes every output in flight on the subject (of a last-value stream), which is then
+    /// never published again ([`crate::turns`]). Held until the output is settled.
+    pub fn turn(&self, subject: &str) -> crate::turns::Turn {
+        self.turns.take(subject)
     }
 
     /// Sends one message and returns the future of its ack, so that callers keep many in flight.

@@ -14,6 +14,7 @@ pub mod permissions;
 pub mod runner;
 pub mod topology;
 pub mod transit;
+pub mod turns;
 pub mod window;
 
 mod bus;

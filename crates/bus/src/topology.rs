@@ -484,6 +484,18 @@ pub fn desired_resource_subject(
     )
 }
 
+/// Whether `subject` belongs to a stream that keeps the last message per subject (a state
+/// stream, `max_per_subject: Some(1)`), where a newer message replaces an older one.
+pub fn is_last_value_subject(subject: &str) -> bool {
+    ALL_STREAMS.iter().any(|spec| {
+        spec.max_per_subject == Some(1)
+            && spec
+                .subjects
+                .strip_suffix('>')
+                .is_some_and(|prefix| subject.starts_with(prefix))
+    })
+}
+
 /// Whether `subject` is the subject of one desired-state unit, as the three functions above
 /// make it: a trigger's main unit, a CloudEvent's or a resource's; each token as
 /// [`encode_token`] writes them (so no wildcard).

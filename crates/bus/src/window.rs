@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::bus::{Bus, Outgoing};
 use crate::error::{Error, Result};
 use crate::topology::{self, Acks};
+use crate::turns::Turn;
 
 /// What became of one input once its outputs were published.
 #[derive(Debug)]
@@ -128,20 +129,21 @@ impl AckWindow {
                     }
                 } else {
                     let acks = std::mem::take(&mut pending);
-                    if let Some((_, error)) =
+                    if let Some(unstored) =
                         await_stored(bus.clone(), lost.clone(), acks).await.pop()
                     {
-                        failure = Some(error);
+                        failure = Some(unstored.error);
                     }
                 }
             }
+            let turn = bus.turn(&output.subject);
             let ack = bus.publish(output.clone()).await?;
-            pending.push((output, ack));
+            pending.push(Sent { output, ack, turn });
             published += 1;
         }
         let held = pending.len();
         let stored = await_stored(bus.clone(), lost, pending)
-            .map(|mut failed| failed.pop().map(|(_, error)| error));
+            .map(|mut failed| failed.pop().map(|unstored| unstored.error));
         self.push_entry(held, stored.boxed(), inputs, failure);
         Ok(published)
     }
@@ -277,10 +279,26 @@ fn error_code(error: &PublishError) -> Option<ErrorCode> {
         .map(async_nats::jetstream::Error::error_code)
 }
 
+/// An output published, with the future of its ack and its turn on its subject.
+pub(crate) struct Sent {
+    pub(crate) output: Outgoing,
+    pub(crate) ack: PublishAckFuture,
+    pub(crate) turn: Turn,
+}
+
+/// An output that was not (known to be) stored, with its turn (to publish it again only while
+/// nothing newer on its subject was published) and why.
+pub(crate) struct Unstored {
+    pub(crate) output: Outgoing,
+    pub(crate) turn: Turn,
+    pub(crate) error: Error,
+}
+
 /// One output waiting for its ack: when it was first published and how often so far.
 struct Waiting {
     output: Outgoing,
     ack: PublishAckFuture,
+    turn: Turn,
     since: Instant,
     attempt: u32,
 }
@@ -290,19 +308,22 @@ struct Waiting {
 /// JetStream drops the copy of one that did land) when the connection drops while its ack is
 /// pending, when its ack is late ([`ACK_PATIENCE`]) and when the stream cannot take it for now
 /// ([`may_store_later`]), until [`PUBLISH_RETRY_DEADLINE`]: so a stage rides through a stream
-/// leader's election on a JetStream cluster instead of failing its inputs.
+/// leader's election on a JetStream cluster instead of failing its inputs. An output that a
+/// newer one on its subject superseded ([`Turn::superseded`]) is not published again: it counts
+/// as stored, the newer one's fate deciding the subject.
 pub(crate) async fn await_stored(
     bus: Bus,
     mut lost: tokio::sync::watch::Receiver<u64>,
-    pending: Vec<(Outgoing, PublishAckFuture)>,
-) -> Vec<(Outgoing, Error)> {
+    pending: Vec<Sent>,
+) -> Vec<Unstored> {
     let now = Instant::now();
     let mut failed = Vec::new();
     let mut queue: std::collections::VecDeque<Waiting> = pending
         .into_iter()
-        .map(|(output, ack)| Waiting {
+        .map(|Sent { output, ack, turn }| Waiting {
             output,
             ack,
+            turn,
             since: now,
             attempt: 0,
         })
@@ -311,6 +332,7 @@ pub(crate) async fn await_stored(
         let Waiting {
             output,
             ack,
+            turn,
             since,
             attempt,
         } = waiting;
@@ -325,7 +347,11 @@ pub(crate) async fn await_stored(
                 };
                 // A publish the server refused this identity is never stored.
                 if let Some(refused) = bus.refused(&output.subject) {
-                    failed.push((output, refused));
+                    failed.push(Unstored { output, turn, error: refused });
+                    continue;
+                }
+                if turn.superseded() {
+                    tracing::debug!(subject = %output.subject, "output without its ack superseded by a newer one, not published again");
                     continue;
                 }
                 let clustered = bus.is_clustered();
@@ -339,7 +365,7 @@ pub(crate) async fn await_stored(
                         Some(source) => Box::new(source),
                         None => format!("no ack within {PUBLISH_RETRY_DEADLINE:?}").into(),
                     };
-                    failed.push((output, Error::Publish { subject, source }));
+                    failed.push(Unstored { output, turn, error: Error::Publish { subject, source } });
                     continue;
                 }
                 if let Some(source) = &source {
@@ -351,19 +377,22 @@ pub(crate) async fn await_stored(
                     tracing::debug!(subject = %output.subject, ?patience, "no ack in time, publishing again");
                 }
                 match bus.publish(output.clone()).await {
-                    Ok(ack) => queue.push_back(Waiting { output, ack, since, attempt: attempt + 1 }),
-                    Err(error) => failed.push((output, error)),
+                    Ok(ack) => queue.push_back(Waiting { output, ack, turn, since, attempt: attempt + 1 }),
+                    Err(error) => failed.push(Unstored { output, turn, error }),
                 }
             }
             () = connection_lost(&mut lost) => {
-                let again: Vec<(Outgoing, Instant, u32)> = std::iter::once((output, since, attempt))
-                    .chain(queue.drain(..).map(|w| (w.output, w.since, w.attempt)))
+                let again: Vec<(Outgoing, Turn, Instant, u32)> = std::iter::once((output, turn, since, attempt))
+                    .chain(queue.drain(..).map(|w| (w.output, w.turn, w.since, w.attempt)))
                     .collect();
                 tracing::debug!(outputs = again.len(), "connection dropped before the acks came, publishing again");
-                for (output, since, attempt) in again {
+                for (output, turn, since, attempt) in again {
+                    if turn.superseded() {
+                        continue;
+                    }
                     match bus.publish(output.clone()).await {
-                        Ok(ack) => queue.push_back(Waiting { output, ack, since, attempt }),
-                        Err(error) => failed.push((output, error)),
+                        Ok(ack) => queue.push_back(Waiting { output, ack, turn, since, attempt }),
+                        Err(error) => failed.push(Unstored { output, turn, error }),
                     }
                 }
             }

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::bus::{Bus, Outgoing};
 use crate::error::Error;
 use crate::topology;
-use crate::window::await_stored;
+use crate::turns::Turn;
+use crate::window::{await_stored, Sent, Unstored};
 
 /// What became of a call's outputs.
 #[derive(Debug, Default)]
@@ -42,13 +43,15 @@ pub async fn publish_stored(
     token: &CancellationToken,
 ) -> Result<Stored, Cancelled> {
     let mut report = Stored::default();
-    let mut todo = outputs;
+    let mut todo: Vec<(Outgoing, Option<Turn>)> =
+        outputs.into_iter().map(|output| (output, None)).collect();
     let mut pause = FIRST_PAUSE;
     while !todo.is_empty() {
         let mut failed = Vec::new();
         let mut rest = todo.into_iter();
         loop {
-            let chunk: Vec<Outgoing> = rest.by_ref().take(topology::ACKS_IN_FLIGHT).collect();
+            let chunk: Vec<(Outgoing, Option<Turn>)> =
+                rest.by_ref().take(topology::ACKS_IN_FLIGHT).collect();
             if chunk.is_empty() {
                 break;
             }
@@ -79,27 +82,47 @@ pub async fn publish_stored(
     Ok(report)
 }
 
-/// One attempt at a chunk: the outputs that are not (known to be) stored.
-async fn publish_chunk(bus: &Bus, chunk: Vec<Outgoing>, report: &mut Stored) -> Vec<Outgoing> {
+/// One attempt at a chunk: the outputs that are not (known to be) stored, each with its turn.
+/// An output first published here takes its turn on its subject; one published again keeps its
+/// own, and is not published again once a newer output on its subject superseded it (it
+/// counts as stored: [`crate::turns`]).
+async fn publish_chunk(
+    bus: &Bus,
+    chunk: Vec<(Outgoing, Option<Turn>)>,
+    report: &mut Stored,
+) -> Vec<(Outgoing, Option<Turn>)> {
     let lost = bus.disconnects();
     let mut pending = Vec::with_capacity(chunk.len());
     let mut failed = Vec::new();
-    for output in chunk {
+    for (output, turn) in chunk {
+        let turn = match turn {
+            Some(turn) if turn.superseded() => {
+                report.stored += 1;
+                continue;
+            }
+            Some(turn) => turn,
+            None => bus.turn(&output.subject),
+        };
         match bus.publish(output.clone()).await {
-            Ok(ack) => pending.push((output, ack)),
+            Ok(ack) => pending.push(Sent { output, ack, turn }),
             Err(error) if error.is_too_large() => report.refused.push((output, error)),
             Err(error) => {
                 tracing::debug!(error = %error, "publish not sent");
-                failed.push(output);
+                failed.push((output, Some(turn)));
             }
         }
     }
     let sent = pending.len();
     let lost_acks = await_stored(bus.clone(), lost, pending).await;
     report.stored += sent - lost_acks.len();
-    for (output, error) in lost_acks {
+    for Unstored {
+        output,
+        turn,
+        error,
+    } in lost_acks
+    {
         tracing::debug!(subject = %output.subject, error = %error, "output not stored");
-        failed.push(output);
+        failed.push((output, Some(turn)));
     }
     failed
 }
