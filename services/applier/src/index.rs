@@ -262,7 +262,8 @@ impl Pairs {
     /// it is forgotten, and listed again on next need, so that a pair whose last unit went
     /// (its trigger or cluster gone, or a unit removed after its main unit's removal) leaves
     /// nothing behind. A unit that merely holds nothing yet (a main unit whose outputs are all
-    /// per resource, recorded before the first resource unit) keeps the pair indexed.
+    /// per resource, recorded before the first resource unit) keeps the pair indexed. A unit
+    /// that records on a pair forgotten while it ran has the pair listed on next need.
     pub(crate) fn record(
         &mut self,
         pair: &str,
@@ -279,7 +280,12 @@ impl Pairs {
                 }
             }
             Some(Slot::Listing { journal, .. }) => journal.push((unit, known)),
-            None => {}
+            // Forgotten while this unit ran (another unit's removal left it empty, or an
+            // error): what this unit wrote is in no index, so the pair is listed on next need
+            // instead of being known to hold nothing by the seed.
+            None => {
+                self.unknown.insert(pair.to_string());
+            }
         }
         false
     }
@@ -395,6 +401,41 @@ mod tests {
         // its removal leaves it holding nothing, known without a LIST
         assert!(pairs.record("s", web.clone(), Known::new(), true));
         assert!(pairs.is_empty_by_seed("s"));
+    }
+
+    #[test]
+    fn a_unit_that_records_after_its_pair_was_forgotten_has_the_pair_listed_again() {
+        let (one, two) = (
+            naming::resource_labels("default", "one"),
+            naming::resource_labels("default", "two"),
+        );
+        let mut pairs = Pairs::default();
+        let listed = [object("ClusterProfile", "p1", &one)];
+        pairs.seed([(
+            "s".to_string(),
+            PairIndex::of(listed.iter().map(|o| ("ClusterProfile", o))),
+        )]);
+        // two's first state runs while the pair holds only one: two holds nothing yet
+        assert_eq!(pairs.known("s", &two, false), Some(Known::new()));
+        // one is removed meanwhile: by its index the pair holds nothing, and it is forgotten
+        assert!(pairs.record("s", one.clone(), Known::new(), true));
+        // two's objects are written: they must not be lost with the forgotten index
+        let mut wrote = Known::new();
+        wrote.insert(id("ClusterProfile", "p2"), "hash".to_string());
+        assert!(!pairs.record("s", two.clone(), wrote, false));
+        assert!(
+            !pairs.is_empty_by_seed("s"),
+            "what two wrote is in no index: the pair is listed, not known empty"
+        );
+        assert_eq!(pairs.known("s", &two, false), None);
+        let generation = pairs.begin_listing("s");
+        let listed = [object("ClusterProfile", "p2", &two)];
+        let index = PairIndex::of(listed.iter().map(|o| ("ClusterProfile", o)));
+        let known = pairs.install("s", generation, index, &two, false);
+        assert_eq!(
+            known.into_keys().collect::<Vec<_>>(),
+            [id("ClusterProfile", "p2")]
+        );
     }
 
     #[test]
