@@ -553,6 +553,27 @@ impl<S: Stage + 'static> Flights<S> {
     }
 
     /// Stops the work of every batch in flight and gives their inputs back at once.
+    /// Awaits `hook` (the stage's [`Stage::on_side`] or [`Stage::on_tick`]) while the batches
+    /// in flight go on, and returns the batches that ended meanwhile, to be settled once it
+    /// returned. A batch's work runs only while it is polled, and a hook may wait for what a
+    /// batch in flight holds: the applier's repair of a unit waits for its pair's listing, which
+    /// a unit in flight holds while its LIST runs; not polled meanwhile, that batch would never
+    /// give it back.
+    async fn beside<T>(
+        &mut self,
+        hook: impl std::future::Future<Output = T>,
+    ) -> (T, Vec<(u64, Ending<S>)>) {
+        let mut hook = std::pin::pin!(hook);
+        let mut ended = Vec::new();
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut hook => return (out, ended),
+                Some(done) = self.running.next(), if !self.running.is_empty() => ended.push(done),
+            }
+        }
+    }
+
     async fn abandon(&mut self) {
         self.running.clear();
         self.holds = Holds::default();
@@ -772,12 +793,7 @@ impl Runner {
                     }
                 }
                 ended = flights.running.next(), if !flights.running.is_empty() => {
-                    if let Some((id, ending)) = ended {
-                        if let Err(error) = core.end(stage, &mut flights, id, ending).await {
-                            flights.abandon().await;
-                            return Err(error);
-                        }
-                    }
+                    core.end_all(stage, &mut flights, ended).await?;
                 }
                 item = side.next() => {
                     let Some(item) = item else {
@@ -785,12 +801,14 @@ impl Runner {
                     };
                     // What is held goes out first, acked with its own outputs.
                     core.flush(stage).await?;
-                    let outputs = stage.on_side(item).await;
+                    let (outputs, ended) = flights.beside(stage.on_side(item)).await;
                     core.unprompted(outputs).await?;
+                    core.end_all(stage, &mut flights, ended).await?;
                 }
                 () = sleep_until(tick), if tick.is_some() => {
-                    let outputs = stage.on_tick().await;
+                    let (outputs, ended) = flights.beside(stage.on_tick()).await;
                     core.unprompted(outputs).await?;
+                    core.end_all(stage, &mut flights, ended).await?;
                 }
                 () = sleep_until(flush_at), if flush_at.is_some() => core.flush(stage).await?,
                 next = source.next(), if !core.window.is_full() && flights.len() < S::IN_FLIGHT => {
@@ -1264,6 +1282,23 @@ impl Core {
                     .await
             }
         }
+    }
+
+    /// Settles the batches whose work ended, in turn; on an error the batches still in flight
+    /// are given back and the runner ends with it.
+    async fn end_all<S: Stage + 'static>(
+        &mut self,
+        stage: &mut S,
+        flights: &mut Flights<S>,
+        ended: impl IntoIterator<Item = (u64, Ending<S>)>,
+    ) -> Result<()> {
+        for (id, ending) in ended {
+            if let Err(error) = self.end(stage, flights, id, ending).await {
+                flights.abandon().await;
+                return Err(error);
+            }
+        }
+        Ok(())
     }
 
     /// Settles a batch whose work ended ([`Stage::begin`]).

@@ -6,7 +6,8 @@
 //! across batches and acked only once its flush's outputs are stored; an output's time to live
 //! and a purge are carried out in order; a holding stage is flushed whenever it holds its
 //! limit, once its first held input is `max_age` old, and before a side message; a decoder runs ahead of the stage, and drops what a replay already saw newer. Inputs that come densely wait
-//! one linger for each other, and a runner drained mid-linger gives back what it gathered.
+//! one linger for each other, and a runner drained mid-linger gives back what it gathered. An
+//! overlapping stage's batches go on while a tick that waits for one of them is handled.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1652,4 +1653,81 @@ async fn a_drain_ends_the_batches_in_flight_or_gives_their_inputs_back() -> anyh
     tokio::time::timeout(DEADLINE, task).await???;
     assert_eq!(output(&second, "a").await.as_deref(), Some("done slow"));
     every_input_acked(&second).await
+}
+
+/// An overlapping stage whose batches' work holds `lock` for a while, as the applier's units
+/// hold a pair's listing gate while their LIST runs, and whose tick, due meanwhile, takes the
+/// same lock, as the applier's repair of a unit of that pair does.
+#[derive(Clone, Default)]
+struct Locking {
+    lock: Arc<tokio::sync::Mutex<()>>,
+    tick_at: Option<tokio::time::Instant>,
+}
+
+impl Stage for Locking {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    const IN_FLIGHT: usize = 2;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    fn begin(&mut self, inputs: Arc<[Input<String>]>) -> Option<Work<Self>> {
+        self.tick_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
+        let lock = self.lock.clone();
+        Some(Box::pin(async move {
+            let held = lock.lock().await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(held);
+            let outcomes: Vec<Outcome<ProbeError>> = inputs
+                .iter()
+                .map(|input| Ok(vec![applied_output_of(input)]))
+                .collect();
+            ending(move |_: &mut Locking| async move { outcomes }.boxed())
+        }))
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        inputs
+            .iter()
+            .map(|input| Ok(vec![applied_output_of(input)]))
+            .collect()
+    }
+
+    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+        match side {}
+    }
+
+    fn next_tick(&self) -> Option<tokio::time::Instant> {
+        self.tick_at
+    }
+
+    async fn on_tick(&mut self) -> Vec<Output> {
+        self.tick_at = None;
+        let _held = self.lock.lock().await;
+        vec![applied_output("tick", "ticked".to_string())]
+    }
+}
+
+/// A tick that waits for what a batch in flight holds does not stop that batch: the batches in
+/// flight go on while the stage's tick (or side message) is handled, so both end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_that_waits_for_a_batch_in_flight_lets_that_batch_end() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let (token, task) = spawn(Runner::bind(&bus, SPEC).await?, Locking::default());
+    send(&bus, "a", "locking").await?;
+    assert_eq!(
+        wait_for("the tick's output", DEADLINE, || output(&bus, "tick")).await?,
+        "ticked"
+    );
+    assert_eq!(
+        wait_for("the batch's output", DEADLINE, || output(&bus, "a")).await?,
+        "done locking"
+    );
+    every_input_acked(&bus).await?;
+    stop(token, task).await
 }
