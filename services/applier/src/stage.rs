@@ -289,7 +289,16 @@ impl ApplierStage {
     /// state wants nothing (removed, or failed: what exists is kept), is left as it is. A
     /// repair that fails is due again later.
     async fn repair_due(&mut self, now: tokio::time::Instant) -> Vec<Output> {
-        let due = self.repairs.take_due(now, crate::repair::MOST_AT_ONCE);
+        // A unit is written by one at a time: one that a batch in flight writes is repaired
+        // after it (which may have written it whole again).
+        let (busy, due): (Vec<Due>, Vec<Due>) = self
+            .repairs
+            .take_due(now, crate::repair::MOST_AT_ONCE)
+            .into_iter()
+            .partition(|due| self.in_flight.writes(&due.subject));
+        for due in busy {
+            self.repairs.retry(due, now);
+        }
         if due.is_empty() {
             return Vec::new();
         }
@@ -457,11 +466,12 @@ impl ApplierStage {
     }
 }
 
-/// The triggers with units in flight (batches overlap, ADR 0043), and the configuration of
-/// those being deleted whose release waits for them.
+/// The triggers and the units (by desired-state subject) in flight (batches overlap, ADR
+/// 0043), and the configuration of those being deleted whose release waits for them.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     units: BTreeMap<String, usize>,
+    subjects: BTreeMap<String, usize>,
     deferred: BTreeMap<String, Delivered>,
 }
 
@@ -472,11 +482,20 @@ impl InFlight {
                 .units
                 .entry(input.value.state.event_trigger.clone())
                 .or_default() += 1;
+            *self
+                .subjects
+                .entry(input.delivered.subject.clone())
+                .or_default() += 1;
         }
     }
 
     fn has(&self, trigger: &str) -> bool {
         self.units.contains_key(trigger)
+    }
+
+    /// Whether a batch in flight writes the unit of `subject`.
+    fn writes(&self, subject: &str) -> bool {
+        self.subjects.contains_key(subject)
     }
 
     fn defer(&mut self, trigger: String, config: Delivered) {
@@ -488,6 +507,13 @@ impl InFlight {
     fn settled(&mut self, inputs: &[Input<Desired>]) -> Vec<Delivered> {
         let mut done = Vec::new();
         for input in inputs {
+            let subject = &input.delivered.subject;
+            if let Some(count) = self.subjects.get_mut(subject) {
+                *count -= 1;
+                if *count == 0 {
+                    self.subjects.remove(subject);
+                }
+            }
             let trigger = &input.value.state.event_trigger;
             if let Some(count) = self.units.get_mut(trigger) {
                 *count -= 1;
@@ -734,7 +760,7 @@ mod tests {
     /// A trigger being deleted is released only once none of its units is in flight: what one
     /// wrote is recorded when it settles.
     #[test]
-    fn a_release_waits_for_the_triggers_units_in_flight() {
+    fn a_release_waits_for_the_triggers_units_in_flight_and_a_repair_for_the_units() {
         let input = |trigger: &str| Input {
             span: None,
             delivered: delivered(&subject(), &state(false)),
@@ -757,6 +783,7 @@ mod tests {
         in_flight.add(&first);
         in_flight.add(&second);
         assert!(in_flight.has("t") && in_flight.has("u") && !in_flight.has("v"));
+        assert!(in_flight.writes(&subject()) && !in_flight.writes("other"));
         in_flight.defer("t".into(), config("old"));
         in_flight.defer("t".into(), config("new"));
         assert!(
@@ -764,6 +791,10 @@ mod tests {
             "one unit of t still in flight"
         );
         assert!(!in_flight.has("u"));
+        assert!(
+            in_flight.writes(&subject()),
+            "the second batch still writes it"
+        );
         let released = in_flight.settled(&second);
         assert_eq!(released.len(), 1);
         assert!(
@@ -771,6 +802,7 @@ mod tests {
             "the newest configuration"
         );
         assert!(!in_flight.has("t"));
+        assert!(!in_flight.writes(&subject()), "no batch writes it any more");
         assert!(in_flight.settled(&second).is_empty());
     }
 
