@@ -1499,7 +1499,8 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
                 Err(error) => format!("  (not compared again: {error:#})"),
             };
             anyhow::bail!(
-                "after {:?} of load and {:?} since the last fault: {text}\nCloudEvents sent \
+                "seed {seed} (SLUICE_CHAOS_SEED), after {:?} of load and {:?} since the last \
+                 fault: {text}\nCloudEvents sent \
                  for the subjects above, in order:\n{}\nWhat the bus holds for the resource \
                  units above:\n{trail}\nThe faults:\n{}\n{}",
                 load_time,
