@@ -115,6 +115,11 @@ impl Applier {
         }
     }
 
+    /// Whether a unit would wait for the seed now ([`crate::seed::Seed::keeps_waiting`]).
+    pub(crate) fn seed_keeps_waiting(&self) -> bool {
+        self.seed.get().is_some_and(|seed| seed.keeps_waiting())
+    }
+
     /// Waits for the seed (if any) and installs it once.
     async fn seeded(&self) {
         let Some(seed) = self.seed.get() else {

@@ -19,7 +19,8 @@ use sluice_kube::watch::{FirstList, FirstListObserver};
 use crate::adopt::{Adoptable, Owned};
 use crate::index::Listing;
 
-/// How long units wait at start for the seed before each pair is listed as without one.
+/// How long after the applier starts units wait for the seed before each pair is listed as
+/// without one.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// What one pair's listed objects say: its index and its adoption snapshot, built a listed
@@ -48,6 +49,8 @@ impl PairSeed {
 pub(crate) struct Seed {
     state: Mutex<State>,
     settled: tokio::sync::watch::Sender<bool>,
+    /// When units stop waiting for it ([`PATIENCE`] after it was made).
+    deadline: tokio::time::Instant,
 }
 
 #[derive(Default)]
@@ -70,6 +73,7 @@ impl Seed {
                 ..State::default()
             }),
             settled: tokio::sync::watch::Sender::new(kinds == 0),
+            deadline: tokio::time::Instant::now() + PATIENCE,
         }
     }
 
@@ -123,12 +127,21 @@ impl Seed {
         self.settled.send_replace(true);
     }
 
-    /// Waits until the seed is complete or abandoned, at most [`PATIENCE`] (then it is
-    /// abandoned); the first caller after that gives it to `install`, under the seed's lock, so
-    /// that every other caller returns only once it is installed. True when it was installed.
+    /// Whether a unit would wait for the seed now: it is neither complete nor abandoned, and
+    /// its patience has not run out. A step the runner takes between batches (a repair) waits
+    /// for it without waiting: the watches whose first lists complete it are read between
+    /// batches too.
+    pub(crate) fn keeps_waiting(&self) -> bool {
+        !*self.settled.borrow() && tokio::time::Instant::now() < self.deadline
+    }
+
+    /// Waits until the seed is complete or abandoned, at most until [`PATIENCE`] after it was
+    /// made (then it is abandoned); the first caller after that gives it to `install`, under
+    /// the seed's lock, so that every other caller returns only once it is installed. True when
+    /// it was installed.
     pub(crate) async fn settle(&self, install: impl FnOnce(HashMap<String, PairSeed>)) -> bool {
         let mut settled = self.settled.subscribe();
-        let waited = tokio::time::timeout(PATIENCE, settled.wait_for(|done| *done)).await;
+        let waited = tokio::time::timeout_at(self.deadline, settled.wait_for(|done| *done)).await;
         if waited.is_err() {
             tracing::warn!(
                 patience = ?PATIENCE,
@@ -196,6 +209,7 @@ mod tests {
         let seed = std::sync::Arc::new(Seed::new(2));
         let mut profiles = seed.observer("ClusterProfile");
         let mut maps = seed.observer("ConfigMap");
+        assert!(seed.keeps_waiting(), "nothing listed yet");
         profiles(FirstList::Restarted);
         profiles(FirstList::Object(&object("ClusterProfile", "stale", "a")));
         // the list restarts: what it showed before is void
@@ -213,12 +227,28 @@ mod tests {
         maps(FirstList::Done);
         assert!(*seed.settled.borrow());
 
+        assert!(!seed.keeps_waiting(), "complete");
         let mut installed = None;
         assert!(seed.settle(|pairs| installed = Some(held(pairs))).await);
         let installed = installed.expect("installed");
         assert_eq!(installed.values().copied().collect::<Vec<_>>(), [2, 1]);
         // once only
         assert!(seed.settle(|_| panic!("installed twice")).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_seed_is_waited_for_until_its_patience_after_it_was_made() {
+        let seed = Seed::new(1);
+        tokio::time::advance(PATIENCE - Duration::from_secs(1)).await;
+        assert!(seed.keeps_waiting());
+        let began = tokio::time::Instant::now();
+        assert!(!seed.settle(|_| panic!("nothing to install")).await);
+        assert_eq!(
+            began.elapsed(),
+            Duration::from_secs(1),
+            "its patience ran from its making"
+        );
+        assert!(!seed.keeps_waiting(), "abandoned");
     }
 
     #[tokio::test]

@@ -290,12 +290,14 @@ impl ApplierStage {
     /// repair that fails is due again later.
     async fn repair_due(&mut self, now: tokio::time::Instant) -> Vec<Output> {
         // A unit is written by one at a time: one that a batch in flight writes is repaired
-        // after it (which may have written it whole again).
+        // after it (which may have written it whole again). Nothing is repaired while units
+        // wait for the seed at start: the watches that complete it are not read meanwhile.
+        let seeding = self.applier.seed_keeps_waiting();
         let (busy, due): (Vec<Due>, Vec<Due>) = self
             .repairs
             .take_due(now, crate::repair::MOST_AT_ONCE)
             .into_iter()
-            .partition(|due| self.in_flight.writes(&due.subject));
+            .partition(|due| seeding || self.in_flight.writes(&due.subject));
         for due in busy {
             self.repairs.retry(due, now);
         }
