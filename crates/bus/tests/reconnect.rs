@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sluice_bus::runner::publish::publish_stored;
+use sluice_bus::runner::publish::{publish_stored, Cancelled, Stored};
 use sluice_bus::window::Settled;
 use sluice_bus::{topology, AckWindow, Bus, Outgoing};
 use sluice_testkit::NatsServer;
@@ -56,16 +56,20 @@ async fn a_window_publishes_again_what_a_crash_lost_and_settles_its_inputs_as_st
     Ok(())
 }
 
+/// `publish_stored` of `outputs` on a task of its own (the server is killed meanwhile).
+fn publishing_stored(
+    bus: &Bus,
+    outputs: Vec<Outgoing>,
+) -> tokio::task::JoinHandle<Result<Stored, Cancelled>> {
+    let bus = bus.clone();
+    tokio::spawn(async move { publish_stored(&bus, outputs, &CancellationToken::new()).await })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_stored_returns_once_every_output_survived_a_crash() -> anyhow::Result<()> {
     let mut nats = NatsServer::start().await?;
     let bus = Bus::connect(&nats.url()).await?;
-    let token = CancellationToken::new();
-    let publishing = tokio::spawn({
-        let bus = bus.clone();
-        let token = token.clone();
-        async move { publish_stored(&bus, outputs("p"), &token).await }
-    });
+    let publishing = publishing_stored(&bus, outputs("p"));
     nats.restart().await?;
     let restarted = Instant::now();
     let report = tokio::time::timeout(BACK_WITHIN, publishing).await???;
@@ -98,8 +102,8 @@ fn versions() -> Vec<Outgoing> {
         .collect()
 }
 
-/// The units whose last stored state is not their last version.
-async fn older_than_last(nats: &NatsServer) -> anyhow::Result<Vec<String>> {
+/// Fails, naming them, when units' last stored state is not their last version.
+async fn every_unit_at_its_last_version(nats: &NatsServer, round: usize) -> anyhow::Result<()> {
     let bus = Bus::connect(&nats.url()).await?;
     let last = format!("v{}", VERSIONS - 1);
     let mut wrong = Vec::new();
@@ -116,7 +120,12 @@ async fn older_than_last(nats: &NatsServer) -> anyhow::Result<Vec<String>> {
         }
     }
     bus.close().await;
-    Ok(wrong)
+    anyhow::ensure!(
+        wrong.is_empty(),
+        "round {round}: {} units went back: {wrong:?}",
+        wrong.len()
+    );
+    Ok(())
 }
 
 /// A server that restarts on its store remembers the message ids of the messages it still
@@ -152,12 +161,7 @@ async fn an_older_state_is_not_published_again_over_a_newer_one_after_a_crash() 
                 "round {round}: {settled:?}"
             );
         }
-        let wrong = older_than_last(&nats).await?;
-        assert!(
-            wrong.is_empty(),
-            "round {round}: {} units went back: {wrong:?}",
-            wrong.len()
-        );
+        every_unit_at_its_last_version(&nats, round).await?;
     }
     Ok(())
 }
@@ -169,21 +173,11 @@ async fn publish_stored_never_stores_an_older_state_over_a_newer_one_after_a_cra
     for round in 0..3 {
         let mut nats = NatsServer::start().await?;
         let bus = Bus::connect(&nats.url()).await?;
-        let token = CancellationToken::new();
-        let publishing = tokio::spawn({
-            let bus = bus.clone();
-            let token = token.clone();
-            async move { publish_stored(&bus, versions(), &token).await }
-        });
+        let publishing = publishing_stored(&bus, versions());
         nats.restart().await?;
         let report = tokio::time::timeout(BACK_WITHIN, publishing).await???;
         assert!(report.refused.is_empty());
-        let wrong = older_than_last(&nats).await?;
-        assert!(
-            wrong.is_empty(),
-            "round {round}: {} units went back: {wrong:?}",
-            wrong.len()
-        );
+        every_unit_at_its_last_version(&nats, round).await?;
     }
     Ok(())
 }
