@@ -552,7 +552,6 @@ impl<S: Stage + 'static> Flights<S> {
         Some(flight)
     }
 
-    /// Stops the work of every batch in flight and gives their inputs back at once.
     /// Awaits `hook` (the stage's [`Stage::on_side`] or [`Stage::on_tick`]) while the batches
     /// in flight go on, and returns the batches that ended meanwhile, to be settled once it
     /// returned. A batch's work runs only while it is polled, and a hook may wait for what a
@@ -574,6 +573,7 @@ impl<S: Stage + 'static> Flights<S> {
         }
     }
 
+    /// Stops the work of every batch in flight and gives their inputs back at once.
     async fn abandon(&mut self) {
         self.running.clear();
         self.holds = Holds::default();

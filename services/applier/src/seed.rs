@@ -128,9 +128,9 @@ impl Seed {
     }
 
     /// Whether a unit would wait for the seed now: it is neither complete nor abandoned, and
-    /// its patience has not run out. A step the runner takes between batches (a repair) waits
-    /// for it without waiting: the watches whose first lists complete it are read between
-    /// batches too.
+    /// its patience has not run out. A repair, which the runner runs between its steps, is put
+    /// off instead of waiting: the watches whose first lists complete the seed are not read
+    /// while it runs.
     pub(crate) fn keeps_waiting(&self) -> bool {
         !*self.settled.borrow() && tokio::time::Instant::now() < self.deadline
     }
