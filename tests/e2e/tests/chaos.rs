@@ -945,8 +945,8 @@ struct Diff {
     duplicate: Vec<String>,
     stale: Vec<String>,
     status: Vec<String>,
-    /// The resource units stale or missing: what `bus_trail` shows on a failure.
-    wrong: BTreeSet<(String, String, String)>,
+    /// The resource and CloudEvent units stale or missing: what `bus_trail` shows on a failure.
+    wrong: BTreeSet<(String, String, Unit)>,
 }
 
 impl Diff {
@@ -1038,7 +1038,7 @@ async fn compare(stack: &Stack, truth: &Truth) -> anyhow::Result<Diff> {
         }
         let Some(expected) = truth.get(key) else {
             diff.stale.push(format!("{what} should not exist"));
-            diff.wrong.extend(resource_unit(key));
+            diff.wrong.extend(unit_on_the_bus(key));
             // Its ConfigMaps are counted with it, not again as unreferenced.
             referenced.extend(profiles.iter().flat_map(|p| {
                 p["spec"]["policyRefs"]
@@ -1097,7 +1097,7 @@ async fn compare(stack: &Stack, truth: &Truth) -> anyhow::Result<Diff> {
     }
     for key in truth.keys() {
         if !found.contains_key(key) {
-            diff.wrong.extend(resource_unit(key));
+            diff.wrong.extend(unit_on_the_bus(key));
             let (trigger, cluster, unit) = key;
             diff.missing
                 .push(format!("{trigger} in {cluster}: {unit:?}"));
@@ -1116,49 +1116,59 @@ async fn compare(stack: &Stack, truth: &Truth) -> anyhow::Result<Diff> {
     Ok(diff)
 }
 
-/// `(trigger, cluster, resource name)` of a resource unit (a `oneForEvent` trigger's).
-fn resource_unit(
-    (trigger, cluster, unit): &(String, String, Unit),
-) -> Option<(String, String, String)> {
-    match unit {
-        Unit::Resource(name) => Some((trigger.clone(), cluster.clone(), name.clone())),
-        Unit::Main | Unit::Subject(_) => None,
+/// `(trigger, cluster, unit)` of a resource unit (a `oneForEvent` trigger's) or a CloudEvent's.
+fn unit_on_the_bus(key: &(String, String, Unit)) -> Option<(String, String, Unit)> {
+    match key.2 {
+        Unit::Resource(_) | Unit::Subject(_) => Some(key.clone()),
+        Unit::Main => None,
     }
 }
 
-/// What the bus holds along the way of each resource unit in `units`: the object's last change,
-/// its match member and its set's head, the unit's desired state and its apply result, each with
-/// its stream sequence. Shown when the run does not converge, to tell which stage stopped.
-async fn bus_trail(stack: &Stack, units: &BTreeSet<(String, String, String)>) -> String {
+/// What the bus holds along the way of each unit in `units`: for a resource unit the object's
+/// last change, its match member and its set's head; for either unit its desired state and its
+/// apply result; each with its stream sequence. Shown when the run does not converge, to tell
+/// which stage stopped.
+async fn bus_trail(stack: &Stack, units: &BTreeSet<(String, String, Unit)>) -> String {
     let bus = match sluice_bus::Bus::connect(stack.bus_options()).await {
         Ok(bus) => bus,
         Err(error) => return format!("  (the bus cannot be read: {error})"),
     };
     use sluice_bus::topology;
     let mut out = Vec::new();
-    for (trigger, cluster, name) in units.iter().take(10) {
-        let (event_source, kind) = match trigger.as_str() {
-            "chaos-lua" => ("chaos-lua", "ConfigMap"),
-            _ => ("chaos-svc", "Service"),
-        };
+    for (trigger, cluster, unit) in units.iter().take(10) {
         // Registered as the SveltosCluster default/<name> (`Stack::register_cluster`).
         let c = topology::cluster_tokens("sveltos", "default", cluster);
-        let desired = topology::desired_resource_subject(trigger, &c, NS, name);
+        let mut filters = Vec::new();
+        let (what, desired) = match unit {
+            Unit::Resource(name) => {
+                let (event_source, kind) = match trigger.as_str() {
+                    "chaos-lua" => ("chaos-lua", "ConfigMap"),
+                    _ => ("chaos-svc", "Service"),
+                };
+                filters.push((
+                    topology::CHANGES,
+                    topology::change_subject(&c, "", kind, NS, name),
+                ));
+                filters.push((
+                    topology::MATCH,
+                    topology::match_member_subject(&c, event_source, "", kind, NS, name),
+                ));
+                filters.push((topology::MATCH, topology::match_subject(&c, event_source)));
+                (
+                    format!("{kind} {name}"),
+                    topology::desired_resource_subject(trigger, &c, NS, name),
+                )
+            }
+            Unit::Subject(subject) => (
+                format!("CloudEvent subject {subject}"),
+                topology::desired_cloudevent_subject(trigger, &c, CE_SOURCE, subject),
+            ),
+            Unit::Main => continue,
+        };
         let applied = topology::applied_subject_for(&desired).unwrap_or_default();
-        let filters = [
-            (
-                topology::CHANGES,
-                topology::change_subject(&c, "", kind, NS, name),
-            ),
-            (
-                topology::MATCH,
-                topology::match_member_subject(&c, event_source, "", kind, NS, name),
-            ),
-            (topology::MATCH, topology::match_subject(&c, event_source)),
-            (topology::DESIRED, desired),
-            (topology::APPLIED, applied),
-        ];
-        out.push(format!("  {trigger} in {cluster}: {kind} {name}"));
+        filters.push((topology::DESIRED, desired));
+        filters.push((topology::APPLIED, applied));
+        out.push(format!("  {trigger} in {cluster}: {what}"));
         for (stream, filter) in filters {
             let found = match bus.replay_state(stream, &filter).await {
                 Ok(found) => found,
@@ -1501,8 +1511,8 @@ async fn chaos(size: Size) -> anyhow::Result<()> {
             anyhow::bail!(
                 "seed {seed} (SLUICE_CHAOS_SEED), after {:?} of load and {:?} since the last \
                  fault: {text}\nCloudEvents sent \
-                 for the subjects above, in order:\n{}\nWhat the bus holds for the resource \
-                 units above:\n{trail}\nThe faults:\n{}\n{}",
+                 for the subjects above, in order:\n{}\nWhat the bus holds for the units \
+                 above:\n{trail}\nThe faults:\n{}\n{}",
                 load_time,
                 last_fault.elapsed(),
                 events.join("\n"),
