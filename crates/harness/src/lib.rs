@@ -56,6 +56,8 @@ pub struct Pipeline {
     desired: Vec<pb::DesiredState>,
     /// Every CloudEvent match the renderer rendered, with its sequence, in order.
     cloud_event_matches: Vec<(pb::CloudEventMatch, u64)>,
+    /// Every CloudEvent received, in order (`forward_cloud_event_again`).
+    cloud_events_received: Vec<pb::CloudEventReceived>,
     sequence: u64,
 }
 
@@ -75,6 +77,7 @@ impl Pipeline {
             cluster: BTreeMap::new(),
             desired: Vec::new(),
             cloud_event_matches: Vec::new(),
+            cloud_events_received: Vec::new(),
             sequence: 0,
         }
     }
@@ -159,7 +162,7 @@ impl Pipeline {
         self.deliver(matches)
     }
 
-    /// A CloudEvent (structured JSON) received from managed cluster `cluster` on NATS
+    /// A CloudEvent (structured JSON) received from managed cluster `cluster` on core NATS
     /// subject `subject`.
     pub fn cloud_event(
         &mut self,
@@ -167,11 +170,54 @@ impl Pipeline {
         subject: &str,
         event: &Value,
     ) -> Result<(), Error> {
+        self.cloud_event_stored(cluster, subject, event, "", 0)
+    }
+
+    /// A CloudEvent (structured JSON) read from managed cluster `cluster`'s JetStream, stored
+    /// on `subject` at `position` of `origin` (the watcher's `jetstream:<stream>:<created>`);
+    /// no origin (`""`) for core NATS.
+    pub fn cloud_event_stored(
+        &mut self,
+        cluster: &ClusterId,
+        subject: &str,
+        event: &Value,
+        origin: &str,
+        position: u64,
+    ) -> Result<(), Error> {
         let received = pb::CloudEventReceived {
             cluster: Some(sluice_wire::cluster_ref(cluster)),
             subject: subject.to_string(),
             event_json: serde_json::to_vec(event).unwrap_or_default(),
+            origin: origin.to_string(),
+            origin_position: position,
         };
+        self.cloud_events_received.push(received.clone());
+        self.receive(received)
+    }
+
+    /// Forwards the `index`th CloudEvent received (0 for the first) again, after later ones,
+    /// as the watcher does when its first publish was not stored (a crash of the bus): a new
+    /// message of `SLUICE_CLOUDEVENTS`, matched and rendered again.
+    pub fn forward_cloud_event_again(&mut self, index: usize) -> Result<(), Error> {
+        match self.cloud_events_received.get(index).cloned() {
+            Some(received) => self.receive(received),
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes the `index`th CloudEvent match (0 for the first) again, after later ones, as
+    /// the evaluator does when its first publish was not stored: a new message of
+    /// `SLUICE_CEMATCH`, at a later sequence.
+    pub fn publish_cloud_event_match_again(&mut self, index: usize) -> Result<(), Error> {
+        let Some((matched, _)) = self.cloud_event_matches.get(index).cloned() else {
+            return Ok(());
+        };
+        let sequence = self.next_sequence();
+        let states = self.renderer.cloud_event(&matched, sequence);
+        self.apply_all(states)
+    }
+
+    fn receive(&mut self, received: pb::CloudEventReceived) -> Result<(), Error> {
         let sequence = self.next_sequence();
         let matches = self
             .selector

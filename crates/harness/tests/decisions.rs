@@ -546,4 +546,58 @@ fn an_older_cloud_event_delivered_again_does_not_overwrite_a_newer_one() {
         "the older login came back: {:?}",
         pipeline.summary()
     );
+    pipeline
+        .publish_cloud_event_match_again(0)
+        .expect("the login's match published again");
+    assert!(
+        pipeline.summary().is_empty(),
+        "the older login's match, published again after the logout's, came back: {:?}",
+        pipeline.summary()
+    );
+}
+
+/// ADR 0049: a CloudEvent keeps its place in the managed stream it was stored in, however its
+/// publishes are retried on the way.
+#[test]
+fn an_older_cloud_event_forwarded_again_after_a_newer_one_does_not_overwrite_it() {
+    let mut pipeline = Pipeline::new();
+    for object in [
+        cluster("a", "prod"),
+        json!({"apiVersion": V1BETA1, "kind": "EventSource", "metadata": {"name": "user-operation"},
+            "spec": {"messagingMatchCriteria": [{"subject": "user-operation"}]}}),
+        {
+            let mut t = trigger("ns", "user-operation", true, "namespace");
+            t["spec"]["cloudEventAction"] = json!(
+                "{{if eq .CloudEvent.type \"auth.example.com.logout\"}}Delete{{else}}Create{{end}}"
+            );
+            t
+        },
+        template("namespace", "{{ .CloudEvent.subject }}"),
+    ] {
+        pipeline.configure(&object).expect("configures");
+    }
+    let a = cluster_id("a");
+    let stream = "jetstream:USERS:1";
+    for (position, event) in [(79, login("user-20")), (92, logout("user-20"))] {
+        pipeline
+            .cloud_event_stored(&a, "user-operation", &event, stream, position)
+            .expect("stored in the managed stream");
+    }
+    assert!(pipeline.summary().is_empty(), "{:?}", pipeline.summary());
+    pipeline
+        .forward_cloud_event_again(0)
+        .expect("the login forwarded again");
+    assert!(
+        pipeline.summary().is_empty(),
+        "the login forwarded again after the logout came back: {:?}",
+        pipeline.summary()
+    );
+    pipeline
+        .publish_cloud_event_match_again(0)
+        .expect("its match published again");
+    assert!(pipeline.summary().is_empty(), "{:?}", pipeline.summary());
+    pipeline
+        .cloud_event_stored(&a, "user-operation", &login("user-20"), stream, 93)
+        .expect("a later login");
+    assert_eq!(pipeline.summary().len(), 2, "{:?}", pipeline.summary());
 }

@@ -40,6 +40,9 @@ pub async fn run(
             health: Some(health.clone()),
             ..Hooks::default()
         });
+    // The stream is made by now: its events without an origin of their own are placed in it.
+    let created = bus.stream_created(topology::CLOUDEVENTS).await?;
+    stage.selector.set_stream_created(created);
     // The evaluator may have stopped waiting (it is shutting down): nothing to tell then.
     let _ = bound.send(());
     let updates = futures::stream::unfold(config_feed, |mut feed| async move {
@@ -143,6 +146,7 @@ mod tests {
             nats_subject: "user-operation".into(),
             event_json: br#"{"id":"10001"}"#.to_vec(),
             source_sequence: 7,
+            ..Default::default()
         }
     }
 

@@ -88,6 +88,7 @@ async fn receive(
         cluster: Some(sluice_wire::cluster_ref(&id)),
         subject: subject.into(),
         event_json: serde_json::to_vec(event)?,
+        ..Default::default()
     };
     let tokens = sluice_wire::cluster_tokens(&id);
     publish(

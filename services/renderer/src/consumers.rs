@@ -27,6 +27,39 @@ pub struct Rendering {
 
 impl Rendering {
     /// The messages of `states` rendered for `cause`, counted as published.
+    /// Reads from `SLUICE_DESIRED` the state of each CloudEvent unit of `states` that it
+    /// forgot ([`CloudEventOrder::unknown`](crate::order::CloudEventOrder::unknown)), so that a
+    /// later event's state stored there still outranks an older event arriving now.
+    async fn learn_unknown_units(
+        &mut self,
+        states: &[pb::DesiredState],
+    ) -> Result<(), RenderError> {
+        for state in states {
+            let Ok(unit) = sluice_wire::unit::UnitKey::of(state) else {
+                continue;
+            };
+            let subject = unit.desired_subject();
+            if !self.stage.cloud_event_order().unknown(&subject) {
+                continue;
+            }
+            let stored = self
+                .bus
+                .last_state(topology::DESIRED, &subject)
+                .await
+                .map_err(|source| RenderError::Unread(subject.clone(), source))?;
+            let (origin, position) = stored
+                .and_then(|delivered| {
+                    sluice_wire::decode_desired(&delivered, self.key.as_ref()).ok()
+                })
+                .map(|stored| (stored.cloud_event_origin, stored.cloud_event_position))
+                .unwrap_or_default();
+            self.stage
+                .cloud_event_order()
+                .remember(&subject, &origin, position);
+        }
+        Ok(())
+    }
+
     pub(crate) fn outputs(
         &self,
         states: Vec<pb::DesiredState>,
@@ -52,6 +85,9 @@ pub enum RenderError {
     Reread(String, #[source] sluice_wire::Error),
     #[error("not rendered: an earlier input of its batch stopped the stage")]
     Abandoned,
+    /// The CloudEvent unit's subject, and why.
+    #[error("failed to read the stored state of cloudevent unit {0}")]
+    Unread(String, #[source] sluice_bus::Error),
 }
 
 impl Failure for RenderError {
@@ -62,6 +98,8 @@ impl Failure for RenderError {
             }
             // The set is half re-read: the process restarts and rebuilds it from the stream.
             RenderError::Reread(..) | RenderError::Abandoned => Action::Stop,
+            // The bus is away for the moment: the match comes again.
+            RenderError::Unread(..) => Action::Retry,
         }
     }
 }
@@ -193,24 +231,36 @@ impl runner::Stage for CloudEventStage {
     async fn handle(&mut self, inputs: &[Input<pb::CloudEventMatch>]) -> Vec<Outcome<RenderError>> {
         let mut rendering = self.rendering.lock().await;
         let Rendering { stage, bus, .. } = &mut *rendering;
-        let forgotten = stage
-            .cloud_event_sequences()
-            .prune_at_ack_floor(bus, &topology::RENDERER_CEMATCH)
-            .await;
-        self.forgotten.add(forgotten as u64);
-        inputs
-            .iter()
-            .map(|input| {
-                let states = tokio::task::block_in_place(|| {
-                    rendering
-                        .stage
-                        .cloud_event(&input.value, input.delivered.sequence)
-                });
+        let order = stage.cloud_event_order();
+        if order.wants_pruning() {
+            let floor = match bus.ack_floor(&topology::RENDERER_CEMATCH).await {
+                Ok(floor) => Some(floor),
+                Err(error) => {
+                    tracing::debug!(error = %sluice_runtime::error_chain(&error), "ack floor not read, cloudevent units pruned later");
+                    None
+                }
+            };
+            self.forgotten.add(order.prune(floor) as u64);
+        }
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let states = tokio::task::block_in_place(|| {
+                rendering
+                    .stage
+                    .render_cloud_event(&input.value, input.delivered.sequence)
+            });
+            if let Err(error) = rendering.learn_unknown_units(&states).await {
+                outcomes.push(Err(error));
+                continue;
+            }
+            let states = rendering.stage.newer_cloud_events(states);
+            outcomes.push(
                 rendering
                     .outputs(states, "cloudevent")
-                    .map_err(RenderError::Outputs)
-            })
-            .collect()
+                    .map_err(RenderError::Outputs),
+            );
+        }
+        outcomes
     }
 
     async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {

@@ -7,6 +7,7 @@
 
 pub mod consumers;
 pub mod group;
+pub mod order;
 pub mod plan;
 pub mod stage;
 

@@ -15,7 +15,11 @@ use sluice_proto::v1 as pb;
 use sluice_template::{Doc, TemplateCache};
 use sluice_wire::match_units::{Applied, MatchSets, MemberId, SetKey, SetView, Unit};
 
+use crate::order::CloudEventOrder;
 use crate::plan;
+
+/// The origin of a CloudEvent match that carries none: the order of `SLUICE_CEMATCH`.
+pub const CEMATCH_ORIGIN: &str = "sluice:cematch";
 
 /// A desired-state unit: (EventTrigger name, cluster, the resource's (namespace, name) for a
 /// resource unit, `None` for the pair's main unit).
@@ -74,11 +78,11 @@ pub struct Stage {
     pub sets: MatchSets,
     /// Content hash and trigger kind of each unit last published.
     published: BTreeMap<UnitKey, (String, String)>,
-    /// The newest CloudEvent match rendered (or found published) per CloudEvent unit, by its
-    /// desired-state subject: a match of an older sequence, delivered again after a newer one
-    /// (a redelivery), would overwrite the newer state and is not rendered. Forgotten at the
-    /// CloudEvent consumer's ack floor ([`Stage::cloud_event_sequences`]).
-    cloud_event_sequences: sluice_bus::Freshness,
+    /// The newest CloudEvent rendered (or found published) per CloudEvent unit, by its place
+    /// in its origin's order: a match of an older event, delivered or published again after a
+    /// newer one, would overwrite the newer state and is not rendered (ADR 0049). Forgotten at
+    /// the CloudEvent consumer's ack floor ([`Stage::cloud_event_order`]).
+    cloud_event_order: CloudEventOrder,
     templates: TemplateCache,
     sveltos_namespace: String,
 }
@@ -89,7 +93,7 @@ impl Stage {
             config,
             sets: MatchSets::default(),
             published: BTreeMap::new(),
-            cloud_event_sequences: sluice_bus::Freshness::default(),
+            cloud_event_order: CloudEventOrder::default(),
             templates: TemplateCache::new(4096),
             sveltos_namespace: sveltos_namespace.to_string(),
         }
@@ -100,7 +104,13 @@ impl Stage {
         if !state.cloud_event_source.is_empty() || !state.cloud_event_subject.is_empty() {
             // CloudEvent units are not re-rendered: they keep what their event created, and
             // only a newer match replaces it.
-            self.newer_cloud_event(state);
+            if let Ok(unit) = sluice_wire::unit::UnitKey::of(state) {
+                self.cloud_event_order.remember(
+                    &unit.desired_subject(),
+                    &state.cloud_event_origin,
+                    state.cloud_event_position,
+                );
+            }
             return;
         }
         if let Ok(cluster) = sluice_wire::cluster_id(state.cluster.as_ref(), "desired stream") {
@@ -284,27 +294,53 @@ impl Stage {
             .filter_map(|((_, _, member), _)| member.as_ref())
     }
 
-    /// What one matched CloudEvent does for every trigger deploying its EventSource to its
-    /// cluster: a desired state for that CloudEvent's unit (objects for `Create`, `removed` for
-    /// `Delete`, or the rendering failure). An event that is not JSON is the failure of every
-    /// such unit.
-    /// Records `state` of a CloudEvent unit as the newest of its unit; false when a newer
-    /// match of the unit was rendered already.
+    /// Records `state` of a CloudEvent unit as the newest of its unit; false when a later event
+    /// of the unit was rendered already.
     fn newer_cloud_event(&mut self, state: &pb::DesiredState) -> bool {
         let Ok(unit) = sluice_wire::unit::UnitKey::of(state) else {
             return true;
         };
-        self.cloud_event_sequences
-            .advance(&unit.desired_subject(), state.source_sequence)
+        self.cloud_event_order.advance(
+            &unit.desired_subject(),
+            &state.cloud_event_origin,
+            state.cloud_event_position,
+            state.source_sequence,
+        )
     }
 
-    /// The newest CloudEvent match per CloudEvent unit, to prune at the CloudEvent consumer's
-    /// ack floor (every match still to come is newer than what it forgets).
-    pub fn cloud_event_sequences(&mut self) -> &mut sluice_bus::Freshness {
-        &mut self.cloud_event_sequences
+    /// The newest CloudEvent per CloudEvent unit: pruned at the CloudEvent consumer's ack
+    /// floor, and told what the bus holds for a unit it no longer knows.
+    pub fn cloud_event_order(&mut self) -> &mut CloudEventOrder {
+        &mut self.cloud_event_order
     }
 
+    /// What one matched CloudEvent does for every trigger deploying its EventSource to its
+    /// cluster ([`Stage::render_cloud_event`]), less what a later event of the unit already
+    /// did ([`Stage::newer_cloud_events`]).
     pub fn cloud_event(
+        &mut self,
+        matched: &pb::CloudEventMatch,
+        sequence: u64,
+    ) -> Vec<pb::DesiredState> {
+        let states = self.render_cloud_event(matched, sequence);
+        self.newer_cloud_events(states)
+    }
+
+    /// The desired states of CloudEvent units that no later event of their unit overtook,
+    /// each recorded as its unit's newest.
+    pub fn newer_cloud_events(
+        &mut self,
+        mut states: Vec<pb::DesiredState>,
+    ) -> Vec<pb::DesiredState> {
+        states.retain(|state| self.newer_cloud_event(state));
+        states
+    }
+
+    /// What one matched CloudEvent does for every trigger deploying its EventSource to its
+    /// cluster: a desired state for that CloudEvent's unit (objects for `Create`, `removed` for
+    /// `Delete`, or the rendering failure), placed where the event is in its origin's order.
+    /// An event that is not JSON is the failure of every such unit.
+    pub fn render_cloud_event(
         &mut self,
         matched: &pb::CloudEventMatch,
         sequence: u64,
@@ -331,6 +367,12 @@ impl Stage {
             templates: &self.templates,
             sveltos_namespace: &self.sveltos_namespace,
         };
+        // A match from an evaluator that does not place events is ordered as it came.
+        let (origin, position) = if matched.origin.is_empty() {
+            (CEMATCH_ORIGIN, sequence)
+        } else {
+            (matched.origin.as_str(), matched.origin_position)
+        };
         let mut out = Vec::new();
         for trigger in self.config.valid_event_triggers() {
             if sluice_wire::names::event_source_name(trigger, cluster, &self.templates).as_ref()
@@ -347,6 +389,8 @@ impl Stage {
                 cloud_event_source: attribute("source"),
                 cloud_event_subject: attribute("subject"),
                 event_trigger_kind: trigger.kind.as_str().to_string(),
+                cloud_event_origin: origin.to_string(),
+                cloud_event_position: position,
                 ..Default::default()
             };
             let event = match &event {
@@ -369,7 +413,6 @@ impl Stage {
             }
             out.push(state);
         }
-        out.retain(|state| self.newer_cloud_event(state));
         out
     }
 }

@@ -253,6 +253,23 @@ async fn jetstream_watcher_killed_midway_loses_nothing_and_publishes_nothing_twi
     });
     assert_eq!(got, expected, "no event lost");
     assert_eq!(received.len(), EVENTS);
+    // Each keeps its place in the managed stream (ADR 0049), whatever order the kill and the
+    // bus's absence left on the bus: event-i was stored at sequence i + 1.
+    let created = js.get_stream("USERS").await?.cached_info().created;
+    let origin = format!("jetstream:USERS:{}", created.unix_timestamp_nanos());
+    let misplaced: Vec<_> = received
+        .iter()
+        .zip(messages(&received))
+        .filter(|(r, message)| {
+            let i: u64 = message.trim_start_matches("event-").parse().unwrap_or(0);
+            r.origin != origin || r.origin_position != i + 1
+        })
+        .map(|(r, message)| (message, r.origin.clone(), r.origin_position))
+        .collect();
+    assert!(
+        misplaced.is_empty(),
+        "not at their place in {origin}: {misplaced:?}"
+    );
     Ok(())
 }
 
@@ -443,6 +460,7 @@ async fn a_redelivered_jetstream_message_is_stored_once() -> anyhow::Result<()> 
     for (event, sequence) in deliveries {
         let delivery = Delivery::Stream {
             stream: "USERS",
+            created: 1,
             sequence,
         };
         let out = outgoing(&cluster, "user-operation", &[], event.as_bytes(), delivery)?;

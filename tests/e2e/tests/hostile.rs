@@ -84,11 +84,13 @@ fn cases(cluster: &str) -> Vec<Case> {
         cluster: Some(cluster_ref.clone()),
         subject: "user-operation".into(),
         event_json: b"{not json".to_vec(),
+        ..Default::default()
     };
     let not_a_cloud_event = pb::CloudEventReceived {
         cluster: Some(cluster_ref),
         subject: "user-operation".into(),
         event_json: br#"{"hello": "world"}"#.to_vec(),
+        ..Default::default()
     };
     let not_json_config = pb::ConfigObject {
         kind: "EventSource".into(),

@@ -23,11 +23,24 @@ pub enum SelectError {
     },
 }
 
+/// The origin of an event without one of its own (core NATS): `SLUICE_CLOUDEVENTS`, followed
+/// by `:<created>` once the selector knows when that stream was made
+/// ([`CloudEventSelector::set_stream_created`]).
+pub const CLOUDEVENTS_ORIGIN: &str = "sluice:cloudevents";
+
 /// The configuration, and per cluster the EventSources with messaging criteria deployed there.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CloudEventSelector {
     config: ConfigState,
     deployed: BTreeMap<ClusterId, Vec<String>>,
+    /// The origin of the events that carry none ([`CLOUDEVENTS_ORIGIN`]).
+    stream_origin: String,
+}
+
+impl Default for CloudEventSelector {
+    fn default() -> CloudEventSelector {
+        CloudEventSelector::new(ConfigState::default())
+    }
 }
 
 impl CloudEventSelector {
@@ -35,9 +48,27 @@ impl CloudEventSelector {
         let mut selector = CloudEventSelector {
             config,
             deployed: BTreeMap::new(),
+            stream_origin: CLOUDEVENTS_ORIGIN.to_string(),
         };
         selector.reindex();
         selector
+    }
+
+    /// Names `SLUICE_CLOUDEVENTS`, the origin of events without one, with when it was made
+    /// (Unix nanoseconds), so that the order of a stream made again is another.
+    pub fn set_stream_created(&mut self, created: u64) {
+        self.stream_origin = format!("{CLOUDEVENTS_ORIGIN}:{created}");
+    }
+
+    /// Where a received event's order is defined, and its place there (ADR 0049): what the
+    /// watcher read from a managed JetStream stream keeps that stream's order; an event
+    /// without one (core NATS) is ordered as `SLUICE_CLOUDEVENTS` holds it, by `sequence`.
+    fn origin(&self, received: &pb::CloudEventReceived, sequence: u64) -> (String, u64) {
+        if received.origin.is_empty() {
+            (self.stream_origin.clone(), sequence)
+        } else {
+            (received.origin.clone(), received.origin_position)
+        }
     }
 
     /// Applies one configuration update.
@@ -67,6 +98,7 @@ impl CloudEventSelector {
                 source,
             }
         })?;
+        let (origin, origin_position) = self.origin(received, sequence);
         Ok(self
             .deployed_to(&cluster)
             .iter()
@@ -77,6 +109,8 @@ impl CloudEventSelector {
                 nats_subject: received.subject.clone(),
                 event_json: received.event_json.clone(),
                 source_sequence: sequence,
+                origin: origin.clone(),
+                origin_position,
             })
             .collect())
     }
@@ -198,6 +232,7 @@ mod tests {
             cluster: Some(sluice_wire::cluster_ref(&cluster(cluster_name))),
             subject: subject.into(),
             event_json: serde_json::to_vec(&event).expect("json"),
+            ..Default::default()
         }
     }
 
@@ -239,6 +274,29 @@ mod tests {
             "the event passes through unchanged"
         );
         assert_eq!(m.source_sequence, 42);
+        assert_eq!(
+            (m.origin.as_str(), m.origin_position),
+            (CLOUDEVENTS_ORIGIN, 42),
+            "an event without an origin (core NATS) is ordered as the bus holds it"
+        );
+        let mut named = selector();
+        named.set_stream_created(1_700_000_000_000_000_000);
+        assert_eq!(
+            named.select(&login, 42).expect("valid")[1].origin,
+            "sluice:cloudevents:1700000000000000000",
+            "with when that stream was made"
+        );
+        let from_stream = pb::CloudEventReceived {
+            origin: "jetstream:USERS:1".into(),
+            origin_position: 7,
+            ..login.clone()
+        };
+        let m = &s.select(&from_stream, 44).expect("valid")[1];
+        assert_eq!(
+            (m.origin.as_str(), m.origin_position, m.source_sequence),
+            ("jetstream:USERS:1", 7, 44),
+            "one from a managed stream keeps its place there"
+        );
 
         let logout = received(
             "prod",

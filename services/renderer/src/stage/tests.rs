@@ -402,14 +402,14 @@ fn an_older_cloud_event_match_is_not_rendered_and_the_ack_floor_forgets_only_old
         stage.cloud_event(&user_event("u0", false), 10).is_empty(),
         "the login delivered again after the logout is stale"
     );
-    assert!(stage.cloud_event_sequences().wants_pruning());
+    assert!(stage.cloud_event_order().wants_pruning());
 
     // Every match still to come is above the floor: what is forgotten could supersede none.
     assert_eq!(
-        stage.cloud_event_sequences().prune(Some(4200)),
+        stage.cloud_event_order().prune(Some(4200)),
         users as usize - 1
     );
-    assert!(!stage.cloud_event_sequences().wants_pruning());
+    assert!(!stage.cloud_event_order().wants_pruning());
     assert!(
         stage.cloud_event(&user_event("u0", false), 4300).is_empty(),
         "the logout above the floor is remembered"
@@ -418,5 +418,44 @@ fn an_older_cloud_event_match_is_not_rendered_and_the_ack_floor_forgets_only_old
     assert_eq!(stage.cloud_event(&user_event("u1", true), 6001).len(), 1);
 
     // A floor that could not be read forgets nothing.
-    assert_eq!(stage.cloud_event_sequences().prune(None), 0);
+    assert_eq!(stage.cloud_event_order().prune(None), 0);
+}
+
+/// The seed's login (or logout) of `user`, stored at `position` of the managed cluster's stream.
+fn placed(user: &str, logout: bool, position: u64) -> pb::CloudEventMatch {
+    pb::CloudEventMatch {
+        origin: "jetstream:USERS:1".into(),
+        origin_position: position,
+        ..user_event(user, logout)
+    }
+}
+
+#[test]
+fn a_cloud_event_published_again_after_a_later_one_does_not_overwrite_it() {
+    let mut stage = cloud_event_stage();
+    // Stored at 79 and 92 in the managed stream; the login's publish was retried on the way
+    // and reached the renderer after the logout, at a later sequence.
+    let logout = stage.cloud_event(&placed("u20", true, 92), 10);
+    assert!(logout.len() == 1 && logout[0].removed, "{logout:?}");
+    assert_eq!(
+        (
+            logout[0].cloud_event_origin.as_str(),
+            logout[0].cloud_event_position
+        ),
+        ("jetstream:USERS:1", 92),
+        "the state says where its event stands"
+    );
+    assert!(
+        stage.cloud_event(&placed("u20", false, 79), 11).is_empty(),
+        "the older login is not rendered over the logout"
+    );
+    assert_eq!(stage.cloud_event(&placed("u20", false, 93), 12).len(), 1);
+
+    // A renderer started on what the bus holds knows the logout's place.
+    let mut restarted = cloud_event_stage();
+    restarted.remember_published(&logout[0]);
+    assert!(restarted
+        .cloud_event(&placed("u20", false, 79), 1)
+        .is_empty());
+    assert_eq!(restarted.cloud_event(&placed("u20", false, 93), 2).len(), 1);
 }

@@ -198,6 +198,7 @@ async fn serve_jetstream(
                     .get_stream(&source.stream)
                     .await
                     .map_err(|e| stream_error(Box::new(e)))?;
+                let created = stream_created(stream.cached_info());
                 // Created on first use to start at the first stored message; later runs resume
                 // where the acks left it. Updating keeps the filter in step with the Secret.
                 let consumer = stream
@@ -223,7 +224,7 @@ async fn serve_jetstream(
                 let read = messages.map(|message| message.map(as_the_bus_carries));
                 let runner = Runner::over(bus, read.boxed(), Some(client.clone()), MANAGED_STREAM)
                     .with_hooks(counters.hooks());
-                runners.push((source.stream.clone(), runner));
+                runners.push((source.stream.clone(), created, runner));
             }
             let streams: Vec<&str> = js.streams.iter().map(|s| s.stream.as_str()).collect();
             tracing::info!(cluster = %cluster, url = %js.url, ?streams, consumer = %durable, "consuming jetstream");
@@ -236,12 +237,14 @@ async fn serve_jetstream(
         match result {
             Ok((_files, runners)) => {
                 backoff.reset();
-                let runs = runners.into_iter().map(|(stream, runner)| async move {
-                    let mut stage = Forwarder::new(cluster.clone(), stream);
-                    runner
-                        .run(&mut stage, stream::pending(), token.clone())
-                        .await
-                });
+                let runs = runners
+                    .into_iter()
+                    .map(|(stream, created, runner)| async move {
+                        let mut stage = Forwarder::new(cluster.clone(), stream, created);
+                        runner
+                            .run(&mut stage, stream::pending(), token.clone())
+                            .await
+                    });
                 // Each runner drains on cancellation; one that ends otherwise (the connection
                 // is gone) ends them all, to connect again.
                 match futures::future::try_join_all(runs).await {
@@ -260,6 +263,12 @@ async fn serve_jetstream(
             return;
         }
     }
+}
+
+/// When a managed stream was made, in Unix nanoseconds: part of the origin of its events' order,
+/// so that a stream deleted and made again, whose sequences start over, is another origin.
+fn stream_created(info: &jetstream::stream::Info) -> u64 {
+    u64::try_from(info.created.unix_timestamp_nanos()).unwrap_or(0)
 }
 
 /// A message of a managed stream as the forwarder reads it: a CloudEvent in structured JSON,

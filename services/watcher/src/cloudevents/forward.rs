@@ -14,8 +14,29 @@ pub enum Delivery<'a> {
     /// Core NATS: delivered at most once, never redelivered; `unique` is fresh per message.
     Core { unique: &'a str },
     /// JetStream: the same stored message may come again until acked; identified by where it
-    /// is stored.
-    Stream { stream: &'a str, sequence: u64 },
+    /// is stored. `created` is when the stream was made (Unix nanoseconds), so that a stream
+    /// made again, whose sequences start over, is another origin.
+    Stream {
+        stream: &'a str,
+        created: u64,
+        sequence: u64,
+    },
+}
+
+impl Delivery<'_> {
+    /// Where the event's order is defined, and its place there (ADR 0049): a JetStream
+    /// stream's sequence, which no redelivery or retry on the way changes; none for core NATS
+    /// (`("", 0)`), whose order is the order the watcher stores them in.
+    pub fn origin(&self) -> (String, u64) {
+        match *self {
+            Delivery::Core { .. } => (String::new(), 0),
+            Delivery::Stream {
+                stream,
+                created,
+                sequence,
+            } => (format!("jetstream:{stream}:{created}"), sequence),
+        }
+    }
 }
 
 /// The headers of a NATS message as (name, first value) pairs.
@@ -39,7 +60,9 @@ pub fn header_pairs(headers: Option<&HeaderMap>) -> Vec<(String, String)> {
 pub fn cloudevent_message_id(cluster_tokens: &str, delivery: Delivery<'_>) -> String {
     match delivery {
         Delivery::Core { unique } => message_id(&["cloudevent", cluster_tokens, "core", unique]),
-        Delivery::Stream { stream, sequence } => message_id(&[
+        Delivery::Stream {
+            stream, sequence, ..
+        } => message_id(&[
             "cloudevent",
             cluster_tokens,
             "jetstream",
@@ -60,10 +83,13 @@ pub fn outgoing(
     let pairs = headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
     let event = cloudevent::parse_message(pairs, payload)?;
     let tokens = sluice_wire::cluster_tokens(cluster);
+    let (origin, origin_position) = delivery.origin();
     let message = pb::CloudEventReceived {
         cluster: Some(sluice_wire::cluster_ref(cluster)),
         subject: nats_subject.to_string(),
         event_json: event.to_bytes(),
+        origin,
+        origin_position,
     };
     // A CloudEvent carrying W3C trace context (the distributed tracing extension) continues
     // that trace through the pipeline.
@@ -180,7 +206,14 @@ mod tests {
     #[test]
     fn ids_identify_the_stored_message_not_the_event() {
         let t = "sveltos.default.production";
-        let at = |stream, sequence| cloudevent_message_id(t, Delivery::Stream { stream, sequence });
+        let at = |stream, sequence| {
+            let delivery = Delivery::Stream {
+                stream,
+                created: 1,
+                sequence,
+            };
+            cloudevent_message_id(t, delivery)
+        };
         assert_eq!(
             at("EVENTS", 5),
             at("EVENTS", 5),
@@ -198,12 +231,36 @@ mod tests {
                 "sveltos.default.other",
                 Delivery::Stream {
                     stream: "EVENTS",
+                    created: 1,
                     sequence: 5
                 }
             )
         );
         let core = |unique| cloudevent_message_id(t, Delivery::Core { unique });
         assert_ne!(core("a"), core("b"));
+    }
+
+    #[test]
+    fn a_stream_message_carries_its_place_in_the_stream_and_a_core_one_none() {
+        let at = |created, sequence| Delivery::Stream {
+            stream: "EVENTS",
+            created,
+            sequence,
+        };
+        let received = |delivery| {
+            let out = outgoing(&cluster(), "s", &[], LOGIN.as_bytes(), delivery).expect("valid");
+            pb::CloudEventReceived::decode(out.payload).expect("decodes")
+        };
+        let first = received(at(1_700_000_000_000_000_000, 7));
+        assert_eq!(first.origin, "jetstream:EVENTS:1700000000000000000");
+        assert_eq!(first.origin_position, 7);
+        assert_ne!(
+            received(at(1_800_000_000_000_000_000, 7)).origin,
+            first.origin,
+            "a stream made again starts another order"
+        );
+        let core = received(Delivery::Core { unique: "u" });
+        assert_eq!((core.origin.as_str(), core.origin_position), ("", 0));
     }
 
     #[test]

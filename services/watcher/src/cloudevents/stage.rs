@@ -39,6 +39,9 @@ pub const CLUSTER_HEADER: &str = "Sluice-Cluster";
 pub struct Forwarder {
     cluster: ClusterId,
     stream: String,
+    /// When the stream was made (Unix nanoseconds): with its name, the origin of its events'
+    /// order (`Delivery::origin`).
+    created: u64,
 }
 
 /// A message of a managed cluster's stream that is not a CloudEvent. Permanent: rejected.
@@ -63,8 +66,12 @@ impl Failure for NotACloudEvent {
 }
 
 impl Forwarder {
-    pub fn new(cluster: ClusterId, stream: String) -> Forwarder {
-        Forwarder { cluster, stream }
+    pub fn new(cluster: ClusterId, stream: String, created: u64) -> Forwarder {
+        Forwarder {
+            cluster,
+            stream,
+            created,
+        }
     }
 }
 
@@ -78,6 +85,7 @@ impl Stage for Forwarder {
     fn decode(&self, delivered: &Delivered) -> Result<Output, NotACloudEvent> {
         let delivery = Delivery::Stream {
             stream: &self.stream,
+            created: self.created,
             sequence: delivered.sequence,
         };
         let out = forward::outgoing(
@@ -126,7 +134,7 @@ mod tests {
             namespace: "default".into(),
             name: "production".into(),
         };
-        Forwarder::new(cluster, "USERS".into())
+        Forwarder::new(cluster, "USERS".into(), 1_700_000_000_000_000_000)
     }
 
     fn delivered(sequence: u64, payload: &str) -> Delivered {
@@ -151,6 +159,7 @@ mod tests {
                     "sveltos.default.production",
                     Delivery::Stream {
                         stream: "USERS",
+                        created: 1_700_000_000_000_000_000,
                         sequence: 5
                     }
                 )
@@ -161,6 +170,11 @@ mod tests {
         assert_eq!(out, again, "a redelivery is the same output");
         let received = pb::CloudEventReceived::decode(out.payload).expect("decodes");
         assert_eq!(received.subject, "user-operation");
+        assert_eq!(
+            (received.origin.as_str(), received.origin_position),
+            ("jetstream:USERS:1700000000000000000", 5),
+            "its place in the stream travels with it"
+        );
     }
 
     #[test]
