@@ -116,6 +116,24 @@ async fn seed_004_core_nats_events_reach_the_bus_and_a_changed_secret_reconnects
     assert!(all
         .iter()
         .all(|r| serde_json::from_slice::<Value>(&r.event_json).is_ok()));
+    // Each keeps its place in the order its subscription received them (ADR 0049), the
+    // rejected message's place left out.
+    let places: Vec<u64> = all.iter().map(|r| r.origin_position).collect();
+    let gaps: Vec<u64> = places.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    assert_eq!(
+        (
+            places.first(),
+            gaps.iter().filter(|g| **g != 1).collect::<Vec<_>>()
+        ),
+        (Some(&1), vec![&2]),
+        "{places:?}"
+    );
+    assert!(
+        all.iter()
+            .all(|r| r.origin == all[0].origin && r.origin.starts_with("core:")),
+        "one subscription, one origin: {:?}",
+        all.iter().map(|r| r.origin.clone()).collect::<Vec<_>>()
+    );
     let letter = last_dead_letter(&fx).await?;
     assert_eq!(letter.payload, bytes::Bytes::from("not a cloudevent"));
     assert_eq!(
@@ -143,6 +161,10 @@ async fn seed_004_core_nats_events_reach_the_bus_and_a_changed_secret_reconnects
     fx.wait_event("event on the new subject", |e| e["id"] == "new-subject")
         .await?;
     let after = fx.received().await?;
+    assert_ne!(
+        after[before].origin, all[0].origin,
+        "a new subscription starts another order"
+    );
     assert!(
         after[before..]
             .iter()

@@ -23,7 +23,8 @@ pub enum SelectError {
     },
 }
 
-/// The origin of an event without one of its own (core NATS): `SLUICE_CLOUDEVENTS`, followed
+/// The origin of a received event without one (from a watcher that does not place events):
+/// `SLUICE_CLOUDEVENTS`, followed
 /// by `:<created>` once the selector knows when that stream was made
 /// ([`CloudEventSelector::set_stream_created`]).
 pub const CLOUDEVENTS_ORIGIN: &str = "sluice:cloudevents";
@@ -60,9 +61,9 @@ impl CloudEventSelector {
         self.stream_origin = format!("{CLOUDEVENTS_ORIGIN}:{created}");
     }
 
-    /// Where a received event's order is defined, and its place there (ADR 0049): what the
-    /// watcher read from a managed JetStream stream keeps that stream's order; an event
-    /// without one (core NATS) is ordered as `SLUICE_CLOUDEVENTS` holds it, by `sequence`.
+    /// Where a received event's order is defined, and its place there (ADR 0049): the place
+    /// the watcher gave it (a managed stream's sequence, a core subscription's order); one
+    /// without is ordered as `SLUICE_CLOUDEVENTS` holds it, by `sequence`.
     fn origin(&self, received: &pb::CloudEventReceived, sequence: u64) -> (String, u64) {
         if received.origin.is_empty() {
             (self.stream_origin.clone(), sequence)
@@ -277,7 +278,7 @@ mod tests {
         assert_eq!(
             (m.origin.as_str(), m.origin_position),
             (CLOUDEVENTS_ORIGIN, 42),
-            "an event without an origin (core NATS) is ordered as the bus holds it"
+            "an event without an origin is ordered as the bus holds it"
         );
         let mut named = selector();
         named.set_stream_created(1_700_000_000_000_000_000);

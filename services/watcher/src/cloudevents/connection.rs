@@ -153,7 +153,8 @@ async fn serve_core(
         match result {
             Ok((_client, _files, incoming)) => {
                 backoff.reset();
-                forward_core(bus, counters, cluster, incoming.boxed(), token).await;
+                let subscribed = unix_nanos();
+                forward_core(bus, counters, cluster, incoming.boxed(), subscribed, token).await;
                 if token.is_cancelled() {
                     return;
                 }
@@ -265,6 +266,16 @@ async fn serve_jetstream(
     }
 }
 
+/// Now, in Unix nanoseconds: when a core NATS subscription began, which names the order of what
+/// it receives.
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        })
+}
+
 /// When a managed stream was made, in Unix nanoseconds: part of the origin of its events' order,
 /// so that a stream deleted and made again, whose sequences start over, is another origin.
 fn stream_created(info: &jetstream::stream::Info) -> u64 {
@@ -350,8 +361,10 @@ async fn forward_core(
     counters: &Counters,
     cluster: &ClusterId,
     incoming: BoxStream<'static, async_nats::Message>,
+    subscribed: u64,
     token: &CancellationToken,
 ) {
+    let mut received = 0;
     let mut chunks = incoming.ready_chunks(topology::PUBLISH_WINDOW);
     // Stops nothing: a chunk read is stored, however long the bus takes, or the process ends.
     let finish = CancellationToken::new();
@@ -365,7 +378,12 @@ async fn forward_core(
         for message in chunk {
             let unique = uuid::Uuid::new_v4().to_string();
             let headers = forward::header_pairs(message.headers.as_ref());
-            let delivery = Delivery::Core { unique: &unique };
+            received += 1;
+            let delivery = Delivery::Core {
+                unique: &unique,
+                subscribed,
+                received,
+            };
             match forward::outgoing(
                 cluster,
                 &message.subject,

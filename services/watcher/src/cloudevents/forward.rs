@@ -12,7 +12,13 @@ use sluice_proto::v1 as pb;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivery<'a> {
     /// Core NATS: delivered at most once, never redelivered; `unique` is fresh per message.
-    Core { unique: &'a str },
+    /// `subscribed` is when its subscription began (Unix nanoseconds) and `received` the
+    /// message's number in it (from 1): the order the watcher received them in.
+    Core {
+        unique: &'a str,
+        subscribed: u64,
+        received: u64,
+    },
     /// JetStream: the same stored message may come again until acked; identified by where it
     /// is stored. `created` is when the stream was made (Unix nanoseconds), so that a stream
     /// made again, whose sequences start over, is another origin.
@@ -24,12 +30,16 @@ pub enum Delivery<'a> {
 }
 
 impl Delivery<'_> {
-    /// Where the event's order is defined, and its place there (ADR 0049): a JetStream
-    /// stream's sequence, which no redelivery or retry on the way changes; none for core NATS
-    /// (`("", 0)`), whose order is the order the watcher stores them in.
+    /// Where the event's order is defined, and its place there (ADR 0049), which no retry on
+    /// the way changes: a JetStream stream's sequence; for core NATS, the order the watcher
+    /// received them in on one subscription.
     pub fn origin(&self) -> (String, u64) {
         match *self {
-            Delivery::Core { .. } => (String::new(), 0),
+            Delivery::Core {
+                subscribed,
+                received,
+                ..
+            } => (format!("core:{subscribed}"), received),
             Delivery::Stream {
                 stream,
                 created,
@@ -59,7 +69,9 @@ pub fn header_pairs(headers: Option<&HeaderMap>) -> Vec<(String, String)> {
 /// Never the CloudEvent's `source` + `id`: seed 004 sends login and logout with the same ones.
 pub fn cloudevent_message_id(cluster_tokens: &str, delivery: Delivery<'_>) -> String {
     match delivery {
-        Delivery::Core { unique } => message_id(&["cloudevent", cluster_tokens, "core", unique]),
+        Delivery::Core { unique, .. } => {
+            message_id(&["cloudevent", cluster_tokens, "core", unique])
+        }
         Delivery::Stream {
             stream, sequence, ..
         } => message_id(&[
@@ -133,6 +145,14 @@ mod tests {
 
     const LOGIN: &str = r#"{"specversion":"1.0","type":"auth.example.com.login","source":"auth.example.com","id":"10001","subject":"mgianluc","datacontenttype":"application/json","data":{"message":"User mgianluc login"}}"#;
 
+    fn core_delivery(unique: &str) -> Delivery<'_> {
+        Delivery::Core {
+            unique,
+            subscribed: 1,
+            received: 1,
+        }
+    }
+
     #[test]
     fn structured_event_becomes_cloudevent_received_unchanged() {
         let out = outgoing(
@@ -140,7 +160,7 @@ mod tests {
             "user-operation",
             &[],
             LOGIN.as_bytes(),
-            Delivery::Core { unique: "u1" },
+            core_delivery("u1"),
         )
         .expect("valid event");
         assert_eq!(
@@ -178,7 +198,7 @@ mod tests {
             "user-operation",
             &headers,
             br#"{"a":1}"#,
-            Delivery::Core { unique: "u" },
+            core_delivery("u"),
         )
         .expect("valid binary event");
         let message = pb::CloudEventReceived::decode(out.payload).expect("decodes");
@@ -194,7 +214,7 @@ mod tests {
             "s",
             &[],
             br#"{"specversion":"1.0","id":"1"}"#,
-            Delivery::Core { unique: "u" },
+            core_delivery("u"),
         )
         .expect_err("no source");
         assert_eq!(
@@ -236,12 +256,12 @@ mod tests {
                 }
             )
         );
-        let core = |unique| cloudevent_message_id(t, Delivery::Core { unique });
+        let core = |unique| cloudevent_message_id(t, core_delivery(unique));
         assert_ne!(core("a"), core("b"));
     }
 
     #[test]
-    fn a_stream_message_carries_its_place_in_the_stream_and_a_core_one_none() {
+    fn a_message_carries_its_place_in_its_stream_or_subscription() {
         let at = |created, sequence| Delivery::Stream {
             stream: "EVENTS",
             created,
@@ -259,8 +279,16 @@ mod tests {
             first.origin,
             "a stream made again starts another order"
         );
-        let core = received(Delivery::Core { unique: "u" });
-        assert_eq!((core.origin.as_str(), core.origin_position), ("", 0));
+        let core = received(Delivery::Core {
+            unique: "u",
+            subscribed: 1_700_000_000_000_000_000,
+            received: 3,
+        });
+        assert_eq!(
+            (core.origin.as_str(), core.origin_position),
+            ("core:1700000000000000000", 3),
+            "a core message's place is where its subscription received it"
+        );
     }
 
     #[test]
@@ -269,14 +297,8 @@ mod tests {
             r#""id":"10001""#,
             r#""id":"1","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01""#,
         );
-        let out = outgoing(
-            &cluster(),
-            "s",
-            &[],
-            event.as_bytes(),
-            Delivery::Core { unique: "u" },
-        )
-        .expect("valid");
+        let out =
+            outgoing(&cluster(), "s", &[], event.as_bytes(), core_delivery("u")).expect("valid");
         let traceparent = out.traceparent.expect("traceparent");
         assert!(
             traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
