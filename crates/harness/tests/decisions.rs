@@ -511,8 +511,8 @@ fn a_message_that_is_not_a_cloud_event_is_rejected_and_changes_nothing() {
 
 /// A CloudEvent match delivered again after a newer one of the same unit (its input redelivered
 /// after a crash or a lost publish) changes nothing: the logout stays the last word.
-#[test]
-fn an_older_cloud_event_delivered_again_does_not_overwrite_a_newer_one() {
+/// Seed 004's shape on cluster `a`: a login creates the user's Namespace, a logout removes it.
+fn user_operation_pipeline() -> Pipeline {
     let mut pipeline = Pipeline::new();
     for object in [
         cluster("a", "prod"),
@@ -529,6 +529,12 @@ fn an_older_cloud_event_delivered_again_does_not_overwrite_a_newer_one() {
     ] {
         pipeline.configure(&object).expect("configures");
     }
+    pipeline
+}
+
+#[test]
+fn an_older_cloud_event_delivered_again_does_not_overwrite_a_newer_one() {
+    let mut pipeline = user_operation_pipeline();
     let a = cluster_id("a");
     pipeline
         .cloud_event(&a, "user-operation", &login("alice"))
@@ -560,22 +566,7 @@ fn an_older_cloud_event_delivered_again_does_not_overwrite_a_newer_one() {
 /// publishes are retried on the way.
 #[test]
 fn an_older_cloud_event_forwarded_again_after_a_newer_one_does_not_overwrite_it() {
-    let mut pipeline = Pipeline::new();
-    for object in [
-        cluster("a", "prod"),
-        json!({"apiVersion": V1BETA1, "kind": "EventSource", "metadata": {"name": "user-operation"},
-            "spec": {"messagingMatchCriteria": [{"subject": "user-operation"}]}}),
-        {
-            let mut t = trigger("ns", "user-operation", true, "namespace");
-            t["spec"]["cloudEventAction"] = json!(
-                "{{if eq .CloudEvent.type \"auth.example.com.logout\"}}Delete{{else}}Create{{end}}"
-            );
-            t
-        },
-        template("namespace", "{{ .CloudEvent.subject }}"),
-    ] {
-        pipeline.configure(&object).expect("configures");
-    }
+    let mut pipeline = user_operation_pipeline();
     let a = cluster_id("a");
     let stream = "jetstream:USERS:1";
     for (position, event) in [(79, login("user-20")), (92, logout("user-20"))] {

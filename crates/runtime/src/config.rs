@@ -218,6 +218,28 @@ pub enum LogFormat {
 }
 
 impl CommonArgs {
+    /// Every flag at its default, but NATS at `nats_url` and the health endpoint on a free local
+    /// port: a service run in-process beside others (tests, tools).
+    pub fn local(nats_url: &str) -> CommonArgs {
+        CommonArgs {
+            nats_url: nats_url.to_string(),
+            kubeconfig: None,
+            kube_context: None,
+            health_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            log_format: LogFormat::Text,
+            sveltos_namespace: "projectsveltos".into(),
+            bus_key_file: None,
+            nats_auth: NatsAuth::default(),
+            stream_replicas: 1,
+            linger_us: DEFAULT_LINGER_US,
+            worker_threads: DEFAULT_WORKER_THREADS,
+            leader_elect: false,
+            leader_elect_lease_duration: LeaseTiming::DEFAULT.duration,
+            leader_elect_renew_deadline: LeaseTiming::DEFAULT.renew_deadline,
+            leader_elect_retry_period: LeaseTiming::DEFAULT.retry_period,
+        }
+    }
+
     /// Checks what clap's types cannot: URL scheme, kubeconfig presence, namespace syntax.
     pub fn validate(&self) -> Result<()> {
         for url in self.nats_url.split(',').map(str::trim) {

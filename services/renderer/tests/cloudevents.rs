@@ -8,8 +8,9 @@ use prost::Message as _;
 use serde_json::json;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::cluster::{ClusterId, ClusterType};
+use sluice_domain::configdata::BusForm;
 use sluice_proto::v1 as pb;
-use sluice_runtime::{CancellationToken, CommonArgs, Health, LogFormat};
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use sluice_testkit::{wait_for, NatsServer};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -50,15 +51,8 @@ async fn seed_config(bus: &Bus) -> anyhow::Result<()> {
         let field = |f: &str| object["metadata"][f].as_str().unwrap_or("").to_string();
         let kind = object["kind"].as_str().unwrap_or("").to_string();
         let (namespace, name) = (field("namespace"), field("name"));
-        let message = pb::ConfigObject {
-            kind: kind.clone(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-            deleted: false,
-            resource_version: "1".into(),
-            object_json: serde_json::to_vec(&object)?,
-            sealed_object_json: Vec::new(),
-        };
+        let form = BusForm::Plain(object.clone());
+        let message = sluice_wire::config_message(&kind, &namespace, &name, "1", Some(&form), None);
         publish(
             bus,
             topology::config_subject(&kind, &namespace, &name),
@@ -137,23 +131,7 @@ async fn an_older_cloud_event_published_again_is_not_rendered_over_a_newer_one_e
     let bus = Bus::connect(&nats.url()).await?;
     seed_config(&bus).await?;
     let health = Health::new();
-    let common = CommonArgs {
-        nats_url: nats.url(),
-        kubeconfig: None,
-        kube_context: None,
-        health_addr: "127.0.0.1:0".parse()?,
-        log_format: LogFormat::Text,
-        sveltos_namespace: "projectsveltos".into(),
-        bus_key_file: None,
-        nats_auth: Default::default(),
-        stream_replicas: 1,
-        linger_us: sluice_runtime::DEFAULT_LINGER_US,
-        worker_threads: sluice_runtime::DEFAULT_WORKER_THREADS,
-        leader_elect: false,
-        leader_elect_lease_duration: sluice_runtime::LeaseTiming::DEFAULT.duration,
-        leader_elect_renew_deadline: sluice_runtime::LeaseTiming::DEFAULT.renew_deadline,
-        leader_elect_retry_period: sluice_runtime::LeaseTiming::DEFAULT.retry_period,
-    };
+    let common = CommonArgs::local(&nats.url());
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_renderer::run(common, health.clone(), token.clone()));
 

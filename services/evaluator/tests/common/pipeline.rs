@@ -5,8 +5,8 @@ use prost::Message as _;
 use serde_json::Value;
 use sluice_bus::{message_id, topology, Bus, Outgoing};
 use sluice_domain::cluster::{ClusterId, ClusterType};
-use sluice_proto::v1 as pb;
-use sluice_runtime::{CancellationToken, CommonArgs, Health, LogFormat};
+use sluice_domain::configdata::BusForm;
+use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use tokio::task::JoinHandle;
 
 pub fn cluster(name: &str) -> ClusterId {
@@ -37,15 +37,8 @@ pub async fn config(
     name: &str,
     object: Value,
 ) -> anyhow::Result<()> {
-    let message = pb::ConfigObject {
-        kind: kind.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        deleted: false,
-        resource_version: "1".into(),
-        object_json: serde_json::to_vec(&object)?,
-        sealed_object_json: Vec::new(),
-    };
+    let form = BusForm::Plain(object.clone());
+    let message = sluice_wire::config_message(kind, namespace, name, "1", Some(&form), None);
     // A new id per content: a changed object is a new message, not a duplicate.
     let id = format!("{kind}/{namespace}/{name}/{object}");
     publish(
@@ -58,23 +51,7 @@ pub async fn config(
 }
 
 pub fn start_evaluator(url: &str) -> (CancellationToken, JoinHandle<anyhow::Result<()>>) {
-    let common = CommonArgs {
-        nats_url: url.to_string(),
-        kubeconfig: None,
-        kube_context: None,
-        health_addr: "127.0.0.1:0".parse().expect("address"),
-        log_format: LogFormat::Text,
-        sveltos_namespace: "projectsveltos".into(),
-        bus_key_file: None,
-        nats_auth: Default::default(),
-        stream_replicas: 1,
-        linger_us: sluice_runtime::DEFAULT_LINGER_US,
-        worker_threads: sluice_runtime::DEFAULT_WORKER_THREADS,
-        leader_elect: false,
-        leader_elect_lease_duration: sluice_runtime::LeaseTiming::DEFAULT.duration,
-        leader_elect_renew_deadline: sluice_runtime::LeaseTiming::DEFAULT.renew_deadline,
-        leader_elect_retry_period: sluice_runtime::LeaseTiming::DEFAULT.retry_period,
-    };
+    let common = CommonArgs::local(url);
     let token = CancellationToken::new();
     let task = tokio::spawn(sluice_evaluator::run(common, Health::new(), token.clone()));
     (token, task)
