@@ -8,6 +8,7 @@
 
 mod aggregation;
 mod controllers;
+mod crd_cleanup;
 mod defaults;
 mod endpoints;
 mod gc;

@@ -813,6 +813,14 @@ async fn a_trigger_the_applier_finds_gone_is_forgotten() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The CustomResourceDefinition `name` of the management cluster, if it exists.
+async fn crd(stack: &Stack, name: &str) -> anyhow::Result<Option<Value>> {
+    let kind = "CustomResourceDefinition";
+    stack
+        .get(MANAGEMENT, "apiextensions.k8s.io/v1", kind, "", name)
+        .await
+}
+
 /// A merge patch that empties an EventReport's list of what matches.
 const EMPTY_REPORT: &str = r#"{"spec":{"matchingResources":[]}}"#;
 
@@ -1184,5 +1192,39 @@ async fn a_watcher_away_while_a_cluster_is_deleted_forgets_its_changes() -> anyh
     stack.start_service("sluice-watcher")?;
     cleaned(&stack).await?;
     purged(&stack, &changes, &service).await?;
+    Ok(())
+}
+
+/// The trigger's CRD deleted (as uninstalling event-manager's chart does, `docs/operating.md`)
+/// while the applier is away: the CRD waits, terminating, while sluice's finalizer holds the
+/// trigger; the applier back sees the trigger deleted, withdraws what it created and releases
+/// it, and the CRD goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_trigger_crd_goes_once_the_applier_has_withdrawn_its_triggers(
+) -> anyhow::Result<()> {
+    const CRD: &str = "eventbasedaddons.lib.projectsveltos.io";
+    let mut stack = running_seed().await?;
+    stack.stop_service("sluice-applier")?;
+    stack
+        .kubectl(MANAGEMENT, &["delete", "crd", CRD, "--wait=false"])
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let terminating = crd(&stack, CRD)
+        .await?
+        .expect("the CRD waits for its objects");
+    assert!(terminating["metadata"]["deletionTimestamp"].is_string());
+    let held = trigger_object(&stack)
+        .await?
+        .expect("the finalizer holds the trigger");
+    assert!(held["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(owned_by(&stack, TRIGGER, "cluster-a").await?.len(), 2);
+
+    stack.start_service("sluice-applier")?;
+    cleaned(&stack).await?;
+    wait_for("the CRD gone after its last trigger", DEADLINE, || async {
+        matches!(crd(&stack, CRD).await, Ok(None)).then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
     Ok(())
 }

@@ -181,6 +181,9 @@ impl State {
             set_meta(&mut obj, "name", json!(name));
         }
         let name = meta_str(&obj, "name").to_string();
+        if self.crd_terminating(info) {
+            return Err(super::crd_cleanup::terminating_create(info));
+        }
         if info.namespaced {
             match self.get(&namespaces_gr(), "", namespace) {
                 None => {
@@ -541,6 +544,8 @@ impl State {
         }
         let deleted = if info.kind == "Namespace" && info.group.is_empty() {
             self.delete_namespace(name)
+        } else if is_crd(info) {
+            self.delete_crd(name)
         } else {
             self.delete_object(
                 &gr,
@@ -554,15 +559,17 @@ impl State {
         Ok(deleted)
     }
 
-    /// Follow-ups once an object is gone: the garbage collector deals with its dependents; a
-    /// deleted CRD takes its kind and objects with it; the last object of a terminating namespace
-    /// lets the namespace go.
+    /// Follow-ups once an object is gone: the garbage collector deals with its dependents; the
+    /// last object of a terminating CRD's kind lets the CRD go, and a CRD gone takes its kind
+    /// (and whatever of it is left, had its finalizer been removed by hand) with it; the last
+    /// object of a terminating namespace lets the namespace go.
     pub(super) fn after_removal(&mut self, gr: &GroupResource, removed: &Value) {
         let namespace = meta_str(removed, "namespace").to_string();
         let namespace = namespace.as_str();
         let name = meta_str(removed, "name").to_string();
         let name = name.as_str();
         self.collect_dependents_of(removed);
+        self.crd_object_removed(gr);
         if gr.0 == "apiextensions.k8s.io" && gr.1 == "customresourcedefinitions" {
             if let Some(res) = self.registry.uninstall(name) {
                 let rgr = res.gr();

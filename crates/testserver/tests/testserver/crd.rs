@@ -1,7 +1,9 @@
 //! CRD gating: a kind is served only while its CustomResourceDefinition exists, in every served version.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::discovery::Discovery;
 use serde_json::json;
 use sluice_testserver::{sveltos_crds, Config};
@@ -98,6 +100,102 @@ async fn crd_kinds_are_served_only_while_the_crd_exists() {
         404,
         "objects went away with the CRD"
     );
+    server.shutdown().await;
+}
+
+/// As apiextensions-apiserver: a deleted CRD stays, terminating, until every object of its kind
+/// is gone, and an object's finalizer holds it; nothing new of its kind is created meanwhile.
+#[tokio::test]
+async fn a_deleted_crd_waits_for_its_objects_and_their_finalizers() {
+    let server = server(&["mgmt"]).await;
+    let c = client(&server, "mgmt").await;
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    let mut def = sveltos_crds()
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "eventsources.lib.projectsveltos.io")
+        .expect("eventsource crd");
+    def["spec"]["conversion"] = json!({"strategy": "None"});
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(def).expect("crd"),
+    )
+    .await
+    .expect("create crd");
+    let (ar, free) = event_source("v1beta1");
+    let es: Api<DynamicObject> = Api::all_with(c.clone(), &ar);
+    es.create(&PostParams::default(), &free)
+        .await
+        .expect("create");
+    let mut held = free.clone();
+    held.metadata.name = Some("held".into());
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    es.create(&PostParams::default(), &held)
+        .await
+        .expect("create held");
+
+    let name = "eventsources.lib.projectsveltos.io";
+    let answered = crds
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete crd")
+        .left()
+        .expect("the DELETE answers with the CRD, marked");
+    assert!(answered.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        answered.metadata.finalizers.as_deref(),
+        Some(&["customresourcecleanup.apiextensions.k8s.io".to_string()][..])
+    );
+
+    let terminating = |crd: &CustomResourceDefinition| {
+        crd.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Terminating"))
+            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+    };
+    let crd = crds.get(name).await.expect("the CRD stays");
+    assert_eq!(
+        terminating(&crd),
+        Some(("True".into(), "InstanceDeletionInProgress".into()))
+    );
+    assert_eq!(
+        code(es.get("es").await),
+        404,
+        "an object without finalizers went"
+    );
+    let held_now = es.get("held").await.expect("a finalizer holds its object");
+    assert!(held_now.metadata.deletion_timestamp.is_some());
+
+    let mut another = free.clone();
+    another.metadata.name = Some("another".into());
+    match es.create(&PostParams::default(), &another).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(
+                (status.code, status.reason.as_str(), status.message.as_str()),
+                (
+                    405,
+                    "MethodNotAllowed",
+                    "create not allowed while custom resource definition is terminating"
+                )
+            );
+        }
+        other => panic!("a create while the CRD terminates: {other:?}"),
+    }
+
+    // Its finalizer removed, the last object goes, and the CRD with it.
+    es.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("remove the finalizer");
+    assert_eq!(
+        code(crds.get(name).await),
+        404,
+        "the CRD went after its last object"
+    );
+    assert_eq!(code(es.get("held").await), 404);
     server.shutdown().await;
 }
 
