@@ -68,12 +68,14 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
         }
         "cloudevent" => {
             let m = pb::CloudEventReceived::decode(payload)?;
-            json!({"cluster": cluster(&m.cluster), "subject": m.subject, "event": embedded(&m.event_json)})
+            json!({"cluster": cluster(&m.cluster), "subject": m.subject, "event": embedded(&m.event_json),
+                   "origin": m.origin, "originPosition": m.origin_position})
         }
         "cematch" => {
             let m = pb::CloudEventMatch::decode(payload)?;
             json!({"cluster": cluster(&m.cluster), "eventSource": m.event_source,
                    "natsSubject": m.nats_subject, "event": embedded(&m.event_json),
+                   "origin": m.origin, "originPosition": m.origin_position,
                    "sourceSequence": m.source_sequence})
         }
         "match" => match pb::MatchUnit::decode(payload)?.unit {
@@ -93,10 +95,16 @@ pub fn decode(subject: &str, payload: &[u8]) -> Result<Value, prost::DecodeError
         },
         "desired" => {
             let m = pb::DesiredState::decode(payload)?;
-            json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster), "eventSource": m.event_source,
+            let mut v = json!({"eventTrigger": m.event_trigger, "cluster": cluster(&m.cluster), "eventSource": m.event_source,
                    "objects": m.objects.iter().map(|o| maybe_sealed(&o.object_json, &o.sealed_object_json)).collect::<Vec<_>>(),
                    "failureMessage": m.failure_message, "removed": m.removed,
-                   "sourceSequence": m.source_sequence})
+                   "sourceSequence": m.source_sequence});
+            // A CloudEvent unit: which event's, and where that event stands in its origin.
+            if !m.cloud_event_source.is_empty() || !m.cloud_event_subject.is_empty() {
+                v["cloudEvent"] = json!({"source": m.cloud_event_source, "subject": m.cloud_event_subject,
+                                         "origin": m.cloud_event_origin, "position": m.cloud_event_position});
+            }
+            v
         }
         "applied" => {
             let m = pb::ApplyResult::decode(payload)?;
@@ -216,6 +224,25 @@ mod tests {
         assert_eq!(v["head"]["members"], 1);
         assert_eq!(v["head"]["digest"], "ab01");
         assert!(decode("sluice.v1.desired.t.x", b"\xff\xff").is_err());
+        let unit = pb::DesiredState {
+            event_trigger: "t".into(),
+            cloud_event_source: "auth.example.com".into(),
+            cloud_event_subject: "user-20".into(),
+            cloud_event_origin: "jetstream:USERS:1".into(),
+            cloud_event_position: 92,
+            removed: true,
+            ..Default::default()
+        };
+        let v = decode(
+            "sluice.v1.desired.t.sveltos.default.a.ce.auth_example_com.user-20",
+            &unit.encode_to_vec(),
+        )
+        .expect("decode");
+        assert_eq!(
+            v["cloudEvent"],
+            json!({"source": "auth.example.com", "subject": "user-20",
+                   "origin": "jetstream:USERS:1", "position": 92})
+        );
         let lease = pb::Lease {
             holder: "renderer-7d9f_1a2b".into(),
             lease_duration_ms: 15_000,
