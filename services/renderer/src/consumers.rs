@@ -5,7 +5,10 @@
 //! own durable consumer, ack window and dead letters; the runner acks an input once the desired
 //! states it rendered are stored.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+use futures::StreamExt as _;
 
 use sluice_bus::runner::{self, Action, Failure, Input, Outcome, Output, Owned};
 use sluice_bus::{topology, Bus, Delivered};
@@ -16,6 +19,9 @@ use tokio::sync::Mutex;
 
 use crate::group::Group;
 use crate::{desired_messages, Stage};
+
+/// How many stored states of forgotten CloudEvent units it reads at once.
+const UNIT_READS_AT_ONCE: usize = 64;
 
 /// The rendering state both stages work on, and what publishing needs.
 pub struct Rendering {
@@ -29,35 +35,46 @@ impl Rendering {
     /// The messages of `states` rendered for `cause`, counted as published.
     /// Reads from `SLUICE_DESIRED` the state of each CloudEvent unit of `states` that it
     /// forgot ([`CloudEventOrder::unknown`](crate::order::CloudEventOrder::unknown)), so that a
-    /// later event's state stored there still outranks an older event arriving now.
+    /// later event's state stored there still outranks an older event arriving now. The reads
+    /// run concurrently; returns the units whose state could not be read, with why.
     async fn learn_unknown_units(
         &mut self,
-        states: &[pb::DesiredState],
-    ) -> Result<(), RenderError> {
-        for state in states {
-            let Ok(unit) = sluice_wire::unit::UnitKey::of(state) else {
-                continue;
-            };
-            let subject = unit.desired_subject();
-            if !self.stage.cloud_event_order().unknown(&subject) {
-                continue;
+        states: &[&pb::DesiredState],
+    ) -> BTreeMap<String, String> {
+        let order = self.stage.cloud_event_order();
+        let unknown: BTreeSet<String> = states
+            .iter()
+            .filter_map(|state| sluice_wire::unit::UnitKey::of(state).ok())
+            .map(|unit| unit.desired_subject())
+            .filter(|subject| order.unknown(subject))
+            .collect();
+        let (bus, key) = (&self.bus, self.key.as_ref());
+        let read: Vec<_> = futures::stream::iter(unknown)
+            .map(|subject| async move {
+                let stored = bus.last_state(topology::DESIRED, &subject).await;
+                (subject, stored)
+            })
+            .buffer_unordered(UNIT_READS_AT_ONCE)
+            .collect()
+            .await;
+        let mut unread = BTreeMap::new();
+        for (subject, stored) in read {
+            match stored {
+                Ok(stored) => {
+                    let (origin, position) = stored
+                        .and_then(|delivered| sluice_wire::decode_desired(&delivered, key).ok())
+                        .map(|stored| (stored.cloud_event_origin, stored.cloud_event_position))
+                        .unwrap_or_default();
+                    self.stage
+                        .cloud_event_order()
+                        .remember(&subject, &origin, position);
+                }
+                Err(error) => {
+                    unread.insert(subject, sluice_runtime::error_chain(&error));
+                }
             }
-            let stored = self
-                .bus
-                .last_state(topology::DESIRED, &subject)
-                .await
-                .map_err(|source| RenderError::Unread(subject.clone(), source))?;
-            let (origin, position) = stored
-                .and_then(|delivered| {
-                    sluice_wire::decode_desired(&delivered, self.key.as_ref()).ok()
-                })
-                .map(|stored| (stored.cloud_event_origin, stored.cloud_event_position))
-                .unwrap_or_default();
-            self.stage
-                .cloud_event_order()
-                .remember(&subject, &origin, position);
         }
-        Ok(())
+        unread
     }
 
     pub(crate) fn outputs(
@@ -85,9 +102,9 @@ pub enum RenderError {
     Reread(String, #[source] sluice_wire::Error),
     #[error("not rendered: an earlier input of its batch stopped the stage")]
     Abandoned,
-    /// The CloudEvent unit's subject, and why.
-    #[error("failed to read the stored state of cloudevent unit {0}")]
-    Unread(String, #[source] sluice_bus::Error),
+    /// A CloudEvent unit it forgot whose stored state could not be read (its subject, and why).
+    #[error("failed to read the stored state of cloudevent unit {subject}: {reason}")]
+    Unread { subject: String, reason: String },
 }
 
 impl Failure for RenderError {
@@ -99,7 +116,7 @@ impl Failure for RenderError {
             // The set is half re-read: the process restarts and rebuilds it from the stream.
             RenderError::Reread(..) | RenderError::Abandoned => Action::Stop,
             // The bus is away for the moment: the match comes again.
-            RenderError::Unread(..) => Action::Retry,
+            RenderError::Unread { .. } => Action::Retry,
         }
     }
 }
@@ -242,14 +259,29 @@ impl runner::Stage for CloudEventStage {
             };
             self.forgotten.add(order.prune(floor) as u64);
         }
+        let rendered: Vec<Vec<pb::DesiredState>> = inputs
+            .iter()
+            .map(|input| {
+                tokio::task::block_in_place(|| {
+                    rendering
+                        .stage
+                        .render_cloud_event(&input.value, input.delivered.sequence)
+                })
+            })
+            .collect();
+        let unread = rendering
+            .learn_unknown_units(&rendered.iter().flatten().collect::<Vec<_>>())
+            .await;
         let mut outcomes = Vec::with_capacity(inputs.len());
-        for input in inputs {
-            let states = tokio::task::block_in_place(|| {
-                rendering
-                    .stage
-                    .render_cloud_event(&input.value, input.delivered.sequence)
+        for states in rendered {
+            let failed = states.iter().find_map(|state| {
+                let subject = sluice_wire::unit::UnitKey::of(state)
+                    .ok()?
+                    .desired_subject();
+                let reason = unread.get(&subject)?.clone();
+                Some(RenderError::Unread { subject, reason })
             });
-            if let Err(error) = rendering.learn_unknown_units(&states).await {
+            if let Some(error) = failed {
                 outcomes.push(Err(error));
                 continue;
             }
