@@ -245,14 +245,6 @@ impl Bus {
             })
     }
 
-    /// When `spec`'s stream was made, in Unix nanoseconds: a stream made again starts its
-    /// sequences over, so what orders by them names the stream with this.
-    pub async fn stream_created(&self, spec: StreamSpec) -> Result<u64> {
-        let stream = self.stream(spec).await?;
-        let created = stream.cached_info().created.unix_timestamp_nanos();
-        Ok(u64::try_from(created).unwrap_or(0))
-    }
-
     pub(crate) async fn stream(&self, spec: StreamSpec) -> Result<stream::Stream> {
         self.js
             .get_stream(spec.name)

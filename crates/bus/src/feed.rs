@@ -257,6 +257,18 @@ impl Bus {
         patiently(self, spec.name, || self.replay_state_once(spec, filter)).await
     }
 
+    /// When `spec`'s stream was made, in Unix nanoseconds: a stream made again starts its
+    /// sequences over, so what orders by them names the stream with this. A start-up read: it
+    /// waits for a server that is away, up to [`START_PATIENCE`].
+    pub async fn stream_created(&self, spec: StreamSpec) -> Result<u64> {
+        patiently(self, spec.name, || async {
+            let stream = self.stream(spec).await?;
+            let created = stream.cached_info().created.unix_timestamp_nanos();
+            Ok(u64::try_from(created).unwrap_or(0))
+        })
+        .await
+    }
+
     /// The last message on one `subject` (no wildcards) of a state stream as stored now,
     /// `None` when it holds none: one request to the stream's leader (`STREAM.MSG.GET`), so
     /// the answer is never older than a message whose publish was acknowledged. Read once (a

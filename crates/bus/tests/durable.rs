@@ -277,3 +277,23 @@ async fn a_stream_of_an_older_install_is_updated_to_allow_tombstones_that_expire
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stream_made_again_has_another_creation_time() -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let created = bus.stream_created(topology::CLOUDEVENTS).await?;
+    let mut stream = bus
+        .jetstream()
+        .get_stream(topology::CLOUDEVENTS.name)
+        .await?;
+    let info = stream.info().await?.created.unix_timestamp_nanos();
+    assert_eq!(i128::from(created), info);
+    bus.jetstream()
+        .delete_stream(topology::CLOUDEVENTS.name)
+        .await?;
+    let again = Bus::connect(&nats.url()).await?;
+    let recreated = again.stream_created(topology::CLOUDEVENTS).await?;
+    assert!(recreated > created, "{recreated} after {created}");
+    Ok(())
+}
