@@ -16,6 +16,8 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::{Counter, Health};
 use sluice_wire::BusKey;
 
+use crate::sent::Sent;
+
 /// (kind, namespace, name) of a ConfigMap or Secret.
 type Key = (DataKind, String, String);
 
@@ -214,11 +216,7 @@ impl ConfigData {
                     let Some(held) = held_of(&message, None).map(|(_, held)| held) else {
                         continue;
                     };
-                    match self
-                        .bus
-                        .publish_durably(self.outgoing(&key, &message))
-                        .await
-                    {
+                    match self.send(&key, &message, None).await {
                         Ok(()) => {
                             tracing::debug!(kind = key.0.as_str(), namespace = %key.1, name = %key.2, "published referenced config data");
                             self.held.insert(key, held);
@@ -229,12 +227,8 @@ impl ConfigData {
                 Step::Withdraw { key } => {
                     let message =
                         sluice_wire::config_message(key.0.as_str(), &key.1, &key.2, "", None, None);
-                    let out = self.outgoing(&key, &message);
-                    match self
-                        .bus
-                        .publish_expiring_durably(out, topology::CONFIG_TOMBSTONE_TTL)
-                        .await
-                    {
+                    let ttl = Some(topology::CONFIG_TOMBSTONE_TTL);
+                    match self.send(&key, &message, ttl).await {
                         Ok(()) => {
                             tracing::debug!(kind = key.0.as_str(), namespace = %key.1, name = %key.2, "withdrew config data");
                             self.held.remove(&key);
@@ -244,6 +238,32 @@ impl ConfigData {
                 }
             }
         }
+    }
+
+    /// Publishes one step and waits for it to be stored (a tombstone with `ttl`); a stored
+    /// step's span is exported ([`Sent`]).
+    async fn send(
+        &self,
+        key: &Key,
+        message: &pb::ConfigObject,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<(), sluice_bus::Error> {
+        let seen = std::time::SystemTime::now();
+        let out = self.outgoing(key, message);
+        let (subject, traceparent) = (out.subject.clone(), out.traceparent.clone());
+        match ttl {
+            Some(ttl) => self.bus.publish_expiring_durably(out, ttl).await?,
+            None => self.bus.publish_durably(out).await?,
+        }
+        let sent = Sent::new(
+            topology::CONFIG,
+            subject,
+            seen,
+            std::time::SystemTime::now(),
+        );
+        let attributes = crate::management::config_attributes(key.0.as_str(), &key.1, &key.2);
+        sent.record(traceparent.as_deref(), attributes);
+        Ok(())
     }
 
     fn outgoing(&self, key: &Key, message: &pb::ConfigObject) -> Outgoing {

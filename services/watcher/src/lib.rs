@@ -10,6 +10,7 @@ pub mod cloudevents;
 mod configdata;
 mod managed;
 mod management;
+mod sent;
 pub mod webhook;
 
 use std::time::Duration;

@@ -17,9 +17,12 @@ use sluice_domain::cluster::{kubeconfig_from_secret, ClusterId};
 use sluice_domain::config::ConfigState;
 use sluice_kube::watch::{watch_kind_listing, Change, ObjectKey};
 use sluice_proto::v1 as pb;
+use sluice_runtime::spans::Attribute;
 use sluice_runtime::{CancellationToken, Health, TaskTracker};
 use sluice_wire::BusKey;
 use tokio::task::JoinHandle;
+
+use crate::sent::Sent;
 
 /// group, version, kind.
 pub type Gvk = (String, String, String);
@@ -361,7 +364,9 @@ async fn watch_managed(
             }
             for (trace, subject) in traces.iter().zip(subjects) {
                 if !report.refused.iter().any(|(out, _)| out.subject == subject) {
-                    record_change_span(trace.as_deref(), subject, &cluster, seen, now);
+                    let cluster = Attribute::new("sluice.cluster", cluster.to_string());
+                    let sent = Sent::new(topology::CHANGES, subject, seen, now);
+                    sent.record(trace.as_deref(), vec![cluster]);
                 }
             }
             published.add(report.stored as u64);
@@ -435,37 +440,6 @@ fn resource_change(
         payload: sluice_wire::encode(&sluice_wire::seal_change(message, key)),
         traceparent: Some(sluice_runtime::new_traceparent()),
     }
-}
-
-/// Exports the root span of a change's trace (ADR 0045): from the watch's delivery of it to
-/// its storing on `SLUICE_CHANGES`, with the ids its message carries.
-fn record_change_span(
-    traceparent: Option<&str>,
-    subject: String,
-    cluster: &ClusterId,
-    seen: std::time::SystemTime,
-    stored: std::time::SystemTime,
-) {
-    use sluice_runtime::spans::{Attribute, Kind, Span};
-    let Some(context) = traceparent.and_then(sluice_runtime::parse_traceparent) else {
-        return;
-    };
-    sluice_runtime::spans::record(Span {
-        context,
-        parent: None,
-        name: format!("send {}", topology::CHANGES.name).into(),
-        kind: Kind::Producer,
-        start: seen,
-        end: stored,
-        attributes: vec![
-            Attribute::new("messaging.system", "nats"),
-            Attribute::new("messaging.operation.type", "send"),
-            Attribute::new("messaging.destination.name", subject),
-            Attribute::new("sluice.stream", topology::CHANGES.name),
-            Attribute::new("sluice.cluster", cluster.to_string()),
-        ],
-        error: None,
-    });
 }
 
 async fn seed(

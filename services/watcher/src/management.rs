@@ -18,6 +18,8 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, Health};
 use tokio::sync::mpsc;
 
+use crate::sent::Sent;
+
 /// A configuration kind and the API versions it may be served at, preferred first.
 #[derive(Clone, Copy, Debug)]
 pub struct WatchedKind {
@@ -263,6 +265,20 @@ async fn seed(bus: &Bus, kind: &str) -> sluice_bus::Result<HashMap<ObjectKey, St
     Ok(known)
 }
 
+/// What a configuration object's span says of it.
+pub(crate) fn config_attributes(
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Vec<sluice_runtime::spans::Attribute> {
+    use sluice_runtime::spans::Attribute;
+    vec![
+        Attribute::new("sluice.kind", kind.to_string()),
+        Attribute::new("sluice.namespace", namespace.to_string()),
+        Attribute::new("sluice.name", name.to_string()),
+    ]
+}
+
 /// Publishes one object's state, retried until it is stored (the watch already counts it as
 /// known); an error only for a state the bus can never take, or when cancelled.
 async fn publish(
@@ -271,6 +287,7 @@ async fn publish(
     change: Change,
     token: &CancellationToken,
 ) -> Result<Update, String> {
+    let seen = std::time::SystemTime::now();
     let (namespace, name, resource_version, object) = change.into_parts();
     let deleted = object.is_none();
     let form = object
@@ -300,12 +317,23 @@ async fn publish(
         payload: sluice_wire::encode(&message),
         traceparent: Some(sluice_runtime::new_traceparent()),
     };
+    let (subject, traceparent) = (out.subject.clone(), out.traceparent.clone());
     let report = publish_stored(bus, vec![out], token)
         .await
         .map_err(|cancelled| cancelled.to_string())?;
     if let Some((_, error)) = report.refused.into_iter().next() {
         return Err(sluice_runtime::error_chain(&error));
     }
+    let sent = Sent::new(
+        topology::CONFIG,
+        subject,
+        seen,
+        std::time::SystemTime::now(),
+    );
+    sent.record(
+        traceparent.as_deref(),
+        config_attributes(kind, &namespace, &name),
+    );
     Ok(Update::Object {
         kind: kind.to_string(),
         namespace,

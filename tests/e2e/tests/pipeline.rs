@@ -656,6 +656,31 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
         "{list:?}"
     );
     assert!(list.start_unix_nanos <= list.end_unix_nanos);
+
+    // A change of the management cluster's configuration is the root of a trace of its own:
+    // the watcher's send of it to SLUICE_CONFIG, naming the object.
+    let label = ["label", "eventsource", "sveltos-service", "traced=yes"];
+    stack.kubectl(MANAGEMENT, &label).await?;
+    let sent = wait_for("the EventSource change's span", DEADLINE, || async {
+        receiver.spans().into_iter().find(|span| {
+            span.service == "sluice-watcher"
+                && span.name == "send SLUICE_CONFIG"
+                && span.attributes.get("sluice.name").map(String::as_str) == Some("sveltos-service")
+        })
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:#?}", receiver.spans()))?;
+    assert_eq!(
+        (sent.kind, sent.parent_span_id.as_str()),
+        (4, ""),
+        "{sent:?}"
+    );
+    assert_eq!(sent.attributes["sluice.kind"], "EventSource");
+    assert_eq!(
+        sent.attributes["messaging.destination.name"],
+        topology::config_subject("EventSource", "", "sveltos-service")
+    );
+    assert!(sent.start_unix_nanos <= sent.end_unix_nanos);
     Ok(())
 }
 
