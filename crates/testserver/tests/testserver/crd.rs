@@ -22,6 +22,22 @@ fn event_source(version: &str) -> (ApiResource, DynamicObject) {
     (ar, obj)
 }
 
+/// Creates the shipped EventSource CRD. It converts through the watcher's webhook
+/// (tests/conversion.rs); here with strategy None, so an object is stored as written.
+async fn create_event_source_crd(crds: &Api<CustomResourceDefinition>) -> CustomResourceDefinition {
+    let mut def = sveltos_crds()
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "eventsources.lib.projectsveltos.io")
+        .expect("eventsource crd");
+    def["spec"]["conversion"] = json!({"strategy": "None"});
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(def).expect("crd"),
+    )
+    .await
+    .expect("create crd")
+}
+
 #[tokio::test]
 async fn crd_kinds_are_served_only_while_the_crd_exists() {
     let server = server(&["mgmt"]).await;
@@ -35,20 +51,7 @@ async fn crd_kinds_are_served_only_while_the_crd_exists() {
     );
 
     let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    let mut def = sveltos_crds()
-        .into_iter()
-        .find(|c| c["metadata"]["name"] == "eventsources.lib.projectsveltos.io")
-        .expect("eventsource crd");
-    // The shipped CRD converts through the watcher's webhook (tests/conversion.rs); with
-    // strategy None an object is stored as written.
-    def["spec"]["conversion"] = json!({"strategy": "None"});
-    let created = crds
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(def).expect("crd"),
-        )
-        .await
-        .expect("create crd");
+    let created = create_event_source_crd(&crds).await;
     let established = created
         .status
         .and_then(|s| s.conditions)
@@ -110,17 +113,7 @@ async fn a_deleted_crd_waits_for_its_objects_and_their_finalizers() {
     let server = server(&["mgmt"]).await;
     let c = client(&server, "mgmt").await;
     let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    let mut def = sveltos_crds()
-        .into_iter()
-        .find(|c| c["metadata"]["name"] == "eventsources.lib.projectsveltos.io")
-        .expect("eventsource crd");
-    def["spec"]["conversion"] = json!({"strategy": "None"});
-    crds.create(
-        &PostParams::default(),
-        &serde_json::from_value(def).expect("crd"),
-    )
-    .await
-    .expect("create crd");
+    create_event_source_crd(&crds).await;
     let (ar, free) = event_source("v1beta1");
     let es: Api<DynamicObject> = Api::all_with(c.clone(), &ar);
     es.create(&PostParams::default(), &free)
