@@ -32,7 +32,6 @@ pub struct Rendering {
 }
 
 impl Rendering {
-    /// The messages of `states` rendered for `cause`, counted as published.
     /// Reads from `SLUICE_DESIRED` the state of each CloudEvent unit of `states` that it
     /// forgot ([`CloudEventOrder::unknown`](crate::order::CloudEventOrder::unknown)), so that a
     /// later event's state stored there still outranks an older event arriving now. The reads
@@ -77,6 +76,7 @@ impl Rendering {
         unread
     }
 
+    /// The messages of `states` rendered for `cause`, counted as published.
     pub(crate) fn outputs(
         &self,
         states: Vec<pb::DesiredState>,
