@@ -106,7 +106,6 @@ impl Freshness {
 
     /// Once it [`Freshness::wants_pruning`], reads the ack floor of `spec` (one
     /// `CONSUMER.INFO`) and prunes at it ([`Freshness::prune`]); how many subjects it forgot.
-    /// The runner's freshness and a stage's own (the renderer's CloudEvent units) alike.
     pub async fn prune_at_ack_floor(&mut self, bus: &Bus, spec: &ConsumerSpec) -> usize {
         if !self.wants_pruning() {
             return 0;
