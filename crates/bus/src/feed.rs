@@ -13,6 +13,12 @@ use crate::error::{Error, Result};
 use crate::topology::{Acks, ConsumerSpec, StreamSpec, TRACEPARENT};
 use crate::transit::{Arrival, Arrivals, Missed};
 
+/// When a stream was made, in Unix nanoseconds, from its info: with its name, what tells a
+/// stream made again (whose sequences start over) from the one before, on any server.
+pub fn created_nanos(info: &async_nats::jetstream::stream::Info) -> u64 {
+    u64::try_from(info.created.unix_timestamp_nanos()).unwrap_or(0)
+}
+
 /// Subjects a [`Freshness`] keeps before it asks to be pruned the first time.
 const PRUNE_FROM: usize = 4096;
 
@@ -261,9 +267,7 @@ impl Bus {
     /// waits for a server that is away, up to [`START_PATIENCE`].
     pub async fn stream_created(&self, spec: StreamSpec) -> Result<u64> {
         patiently(self, spec.name, || async {
-            let stream = self.stream(spec).await?;
-            let created = stream.cached_info().created.unix_timestamp_nanos();
-            Ok(u64::try_from(created).unwrap_or(0))
+            Ok(created_nanos(self.stream(spec).await?.cached_info()))
         })
         .await
     }

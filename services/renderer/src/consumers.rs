@@ -41,6 +41,9 @@ impl Rendering {
         states: &[&pb::DesiredState],
     ) -> BTreeMap<String, String> {
         let order = self.stage.cloud_event_order();
+        if !order.forgot_any() {
+            return BTreeMap::new();
+        }
         let unknown: BTreeSet<String> = states
             .iter()
             .filter_map(|state| sluice_wire::unit::UnitKey::of(state).ok())
@@ -274,14 +277,16 @@ impl runner::Stage for CloudEventStage {
             .await;
         let mut outcomes = Vec::with_capacity(inputs.len());
         for states in rendered {
-            let failed = states.iter().find_map(|state| {
-                let subject = sluice_wire::unit::UnitKey::of(state)
-                    .ok()?
-                    .desired_subject();
-                let reason = unread.get(&subject)?.clone();
-                Some(RenderError::Unread { subject, reason })
+            let failed = (!unread.is_empty()).then(|| {
+                states.iter().find_map(|state| {
+                    let subject = sluice_wire::unit::UnitKey::of(state)
+                        .ok()?
+                        .desired_subject();
+                    let reason = unread.get(&subject)?.clone();
+                    Some(RenderError::Unread { subject, reason })
+                })
             });
-            if let Some(error) = failed {
+            if let Some(error) = failed.flatten() {
                 outcomes.push(Err(error));
                 continue;
             }

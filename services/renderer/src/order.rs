@@ -74,6 +74,11 @@ impl CloudEventOrder {
         self.forgot && !self.newest.contains_key(subject)
     }
 
+    /// Whether any unit was forgotten: until then no unit is [`CloudEventOrder::unknown`].
+    pub fn forgot_any(&self) -> bool {
+        self.forgot
+    }
+
     pub fn len(&self) -> usize {
         self.newest.len()
     }

@@ -16,7 +16,7 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::{Counter, Health};
 use sluice_wire::BusKey;
 
-use crate::sent::Sent;
+use crate::sent::{self, Sent};
 
 /// (kind, namespace, name) of a ConfigMap or Secret.
 type Key = (DataKind, String, String);
@@ -255,14 +255,14 @@ impl ConfigData {
             Some(ttl) => self.bus.publish_expiring_durably(out, ttl).await?,
             None => self.bus.publish_durably(out).await?,
         }
-        let sent = Sent::new(
+        let span = Sent::new(
             topology::CONFIG,
             subject,
             seen,
             std::time::SystemTime::now(),
         );
-        let attributes = crate::management::config_attributes(key.0.as_str(), &key.1, &key.2);
-        sent.record(traceparent.as_deref(), attributes);
+        let attributes = sent::config_object(key.0.as_str(), &key.1, &key.2);
+        span.record(traceparent.as_deref(), attributes);
         Ok(())
     }
 

@@ -18,7 +18,7 @@ use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, Health};
 use tokio::sync::mpsc;
 
-use crate::sent::Sent;
+use crate::sent::{self, Sent};
 
 /// A configuration kind and the API versions it may be served at, preferred first.
 #[derive(Clone, Copy, Debug)]
@@ -265,20 +265,6 @@ async fn seed(bus: &Bus, kind: &str) -> sluice_bus::Result<HashMap<ObjectKey, St
     Ok(known)
 }
 
-/// What a configuration object's span says of it.
-pub(crate) fn config_attributes(
-    kind: &str,
-    namespace: &str,
-    name: &str,
-) -> Vec<sluice_runtime::spans::Attribute> {
-    use sluice_runtime::spans::Attribute;
-    vec![
-        Attribute::new("sluice.kind", kind.to_string()),
-        Attribute::new("sluice.namespace", namespace.to_string()),
-        Attribute::new("sluice.name", name.to_string()),
-    ]
-}
-
 /// Publishes one object's state, retried until it is stored (the watch already counts it as
 /// known); an error only for a state the bus can never take, or when cancelled.
 async fn publish(
@@ -324,15 +310,15 @@ async fn publish(
     if let Some((_, error)) = report.refused.into_iter().next() {
         return Err(sluice_runtime::error_chain(&error));
     }
-    let sent = Sent::new(
+    let span = Sent::new(
         topology::CONFIG,
         subject,
         seen,
         std::time::SystemTime::now(),
     );
-    sent.record(
+    span.record(
         traceparent.as_deref(),
-        config_attributes(kind, &namespace, &name),
+        sent::config_object(kind, &namespace, &name),
     );
     Ok(Update::Object {
         kind: kind.to_string(),

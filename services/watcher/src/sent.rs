@@ -26,8 +26,11 @@ impl Sent {
     }
 
     /// Exports the span under the trace context its message carries (`traceparent`), with
-    /// `attributes` beside the messaging ones; nothing without a context.
+    /// `attributes` beside the messaging ones; nothing without a context or with export off.
     pub fn record(self, traceparent: Option<&str>, attributes: Vec<Attribute>) {
+        if !sluice_runtime::spans::spans_enabled() {
+            return;
+        }
         let Some(context) = traceparent.and_then(sluice_runtime::parse_traceparent) else {
             return;
         };
@@ -49,4 +52,13 @@ impl Sent {
             error: None,
         });
     }
+}
+
+/// What the span of a configuration object says of it.
+pub fn config_object(kind: &str, namespace: &str, name: &str) -> Vec<Attribute> {
+    vec![
+        Attribute::new("sluice.kind", kind.to_string()),
+        Attribute::new("sluice.namespace", namespace.to_string()),
+        Attribute::new("sluice.name", name.to_string()),
+    ]
 }

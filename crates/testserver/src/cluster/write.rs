@@ -570,7 +570,7 @@ impl State {
         let name = name.as_str();
         self.collect_dependents_of(removed);
         self.crd_object_removed(gr);
-        if gr.0 == "apiextensions.k8s.io" && gr.1 == "customresourcedefinitions" {
+        if *gr == super::crd_cleanup::crds_gr() {
             if let Some(res) = self.registry.uninstall(name) {
                 let rgr = res.gr();
                 let keys: Vec<_> = self

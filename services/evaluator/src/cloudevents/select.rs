@@ -24,9 +24,8 @@ pub enum SelectError {
 }
 
 /// The origin of a received event without one (from a watcher that does not place events):
-/// `SLUICE_CLOUDEVENTS`, followed
-/// by `:<created>` once the selector knows when that stream was made
-/// ([`CloudEventSelector::set_stream_created`]).
+/// `SLUICE_CLOUDEVENTS`, followed by `:<created>` once the selector knows when that stream was
+/// made ([`CloudEventSelector::set_stream_created`]).
 pub const CLOUDEVENTS_ORIGIN: &str = "sluice:cloudevents";
 
 /// The configuration, and per cluster the EventSources with messaging criteria deployed there.

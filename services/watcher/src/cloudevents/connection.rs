@@ -199,7 +199,8 @@ async fn serve_jetstream(
                     .get_stream(&source.stream)
                     .await
                     .map_err(|e| stream_error(Box::new(e)))?;
-                let created = stream_created(stream.cached_info());
+                // With the stream's name, the origin of its events' order (ADR 0049).
+                let created = sluice_bus::feed::created_nanos(stream.cached_info());
                 // Created on first use to start at the first stored message; later runs resume
                 // where the acks left it. Updating keeps the filter in step with the Secret.
                 let consumer = stream
@@ -274,12 +275,6 @@ fn unix_nanos() -> u64 {
         .map_or(0, |since| {
             u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
         })
-}
-
-/// When a managed stream was made, in Unix nanoseconds: part of the origin of its events' order,
-/// so that a stream deleted and made again, whose sequences start over, is another origin.
-fn stream_created(info: &jetstream::stream::Info) -> u64 {
-    u64::try_from(info.created.unix_timestamp_nanos()).unwrap_or(0)
 }
 
 /// A message of a managed stream as the forwarder reads it: a CloudEvent in structured JSON,
