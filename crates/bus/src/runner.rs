@@ -105,6 +105,19 @@ pub struct Input<T> {
     pub span: Option<TraceContext>,
 }
 
+/// The message of the side feed that a side item is of (a configuration change, say): the
+/// runner records the stage's span of it, and the outputs of the item continue its trace (ADR
+/// 0045).
+#[derive(Clone, Debug)]
+pub struct SideMessage {
+    /// The stream the side feed follows.
+    pub stream: &'static str,
+    pub subject: String,
+    pub sequence: u64,
+    /// The trace context the message carries; `None` begins a trace at the stage.
+    pub traceparent: Option<String>,
+}
+
 /// A decoded value that `handle` takes by value out of its batch, which the runner lends it by
 /// reference (`Stage::Input = Owned<T>` for a stage that moves its inputs into its state).
 #[derive(Debug)]
@@ -141,7 +154,9 @@ pub struct Output {
     /// filter), carried out once every earlier output is stored; later outputs follow it.
     pub purge: Option<StreamSpec>,
     /// For an output of held inputs ([`Stage::flush`]): the stream sequence of the held input
-    /// whose trace context it continues; `None` (or an input not held) starts a new trace.
+    /// whose trace context it continues; `None` (or an input not held) starts a new trace. For
+    /// an output of a side item: the sequence of its message ([`Stage::side_messages`]) whose
+    /// trace it continues; `None`, the item's last message's.
     pub source: Option<u64>,
     /// For an output of no input: the trace context it carries, when the stage began a trace
     /// of its own for it (the span of an applier's repair, say); `None`: the runner's.
@@ -286,6 +301,13 @@ pub trait Stage: Send {
     /// is acked for these).
     fn on_side(&mut self, side: Self::Side) -> impl Future<Output = Vec<Output>> + Send;
 
+    /// The messages of the side feed that `side` is of, in their order, for the stage's span
+    /// of each and the trace its outputs continue; none (the default) has its outputs begin a
+    /// trace of their own.
+    fn side_messages(&self, _side: &Self::Side) -> Vec<SideMessage> {
+        Vec::new()
+    }
+
     /// When the stage next wants [`Stage::on_tick`] (a schedule's next due time); `None` for
     /// no tick.
     fn next_tick(&self) -> Option<tokio::time::Instant> {
@@ -422,8 +444,17 @@ struct Decoded<T> {
 struct Held {
     messages: Vec<Message>,
     outs: Vec<Out>,
-    parents: HashMap<u64, String>,
+    parents: Parents,
     since: Option<tokio::time::Instant>,
+}
+
+/// The trace contexts that outputs of no input continue: of held inputs or of a side item's
+/// messages, by stream sequence ([`Output::source`]), and the one an output naming none
+/// continues (a side item's last message's); a new trace's without.
+#[derive(Default)]
+struct Parents {
+    by_sequence: HashMap<u64, String>,
+    last: Option<String>,
 }
 
 /// What the batches in flight of an overlapping stage hold ([`Stage::IN_FLIGHT`]): subjects
@@ -801,8 +832,10 @@ impl Runner {
                     };
                     // What is held goes out first, acked with its own outputs.
                     core.flush(stage).await?;
+                    let (began, messages) = (SystemTime::now(), stage.side_messages(&item));
                     let (outputs, ended) = flights.beside(stage.on_side(item)).await;
-                    core.unprompted(outputs).await?;
+                    let parents = core.side_spans(&messages, began);
+                    core.unprompted_of(outputs, &parents).await?;
                     core.end_all(stage, &mut flights, ended).await?;
                 }
                 () = sleep_until(tick), if tick.is_some() => {
@@ -1545,11 +1578,16 @@ impl Core {
     /// the input's by [`Hooks::trace`]); for a stage that passes its inputs' context on as is,
     /// a child of the input's, so that it still has a span of its own.
     fn span_context(&self, input: &Delivered) -> TraceContext {
-        let parent = input.traceparent.as_deref().and_then(parse_traceparent);
+        self.context_under(input.traceparent.as_deref())
+    }
+
+    /// The context of the stage's span of a message that carries `traceparent`.
+    fn context_under(&self, traceparent: Option<&str>) -> TraceContext {
+        let parent = traceparent.and_then(parse_traceparent);
         let derived = self
             .hooks
             .trace
-            .and_then(|trace| parse_traceparent(&trace(input.traceparent.as_deref())));
+            .and_then(|trace| parse_traceparent(&trace(traceparent)));
         derived
             .unwrap_or_else(|| parent.map_or_else(TraceContext::new_root, |parent| parent.child()))
     }
@@ -1590,6 +1628,44 @@ impl Core {
         });
     }
 
+    /// The trace contexts a side item's outputs continue: for each of its `messages`, the
+    /// context of the stage's span of it, a child of the message's own; each span is exported
+    /// (from `began`, when the item was taken, to now) when spans are.
+    fn side_spans(&self, messages: &[SideMessage], began: SystemTime) -> Parents {
+        let mut parents = Parents::default();
+        let spans = sluice_runtime::spans::spans_enabled();
+        for message in messages {
+            let context = self.context_under(message.traceparent.as_deref());
+            if spans {
+                let parent = message.traceparent.as_deref().and_then(parse_traceparent);
+                sluice_runtime::spans::record(Span {
+                    context,
+                    parent: parent.map(|parent| parent.span_id),
+                    name: format!("process {}", message.stream).into(),
+                    kind: Kind::Consumer,
+                    start: began,
+                    end: SystemTime::now(),
+                    attributes: vec![
+                        Attribute::new("messaging.system", "nats"),
+                        Attribute::new("messaging.operation.type", "process"),
+                        Attribute::new("messaging.destination.name", message.subject.clone()),
+                        Attribute::new("messaging.batch.message_count", messages.len() as i64),
+                        Attribute::new("sluice.stream", message.stream),
+                        Attribute::new("sluice.stream.sequence", message.sequence as i64),
+                        Attribute::new("sluice.stage", self.spec.durable),
+                    ],
+                    error: None,
+                });
+            }
+            let traceparent = context.to_string();
+            parents
+                .by_sequence
+                .insert(message.sequence, traceparent.clone());
+            parents.last = Some(traceparent);
+        }
+        parents
+    }
+
     /// The messages of `outputs`, with ids derived from the input and the trace context
     /// `traceparent`.
     fn outgoing(
@@ -1624,15 +1700,20 @@ impl Core {
     /// named by subject and payload unless the stage named them, each carrying the trace
     /// context of the held input it names (`parents`, by stream sequence: the context its own
     /// outputs carry) or a new trace's.
-    fn unprompted_outs(&self, outputs: Vec<Output>, parents: &HashMap<u64, String>) -> Vec<Out> {
-        let fresh = self.hooks.trace.map(|trace| trace(None));
+    fn unprompted_outs(&self, outputs: Vec<Output>, parents: &Parents) -> Vec<Out> {
+        let fresh = parents
+            .last
+            .clone()
+            .or_else(|| self.hooks.trace.map(|trace| trace(None)));
         let derived = |subject: &str, payload: &Bytes| {
             message_id(&[self.spec.durable, subject, &content_id(payload)])
         };
         outputs
             .into_iter()
             .map(|output| {
-                let parent = output.source.and_then(|sequence| parents.get(&sequence));
+                let parent = output
+                    .source
+                    .and_then(|sequence| parents.by_sequence.get(&sequence));
                 let traceparent = output
                     .trace
                     .map(|trace| trace.to_string())
@@ -1646,10 +1727,16 @@ impl Core {
     /// Publishes outputs of no input (of the side feed, a tick or the start); the window keeps
     /// their acks in its budget.
     async fn unprompted(&mut self, outputs: Vec<Output>) -> Result<()> {
+        self.unprompted_of(outputs, &Parents::default()).await
+    }
+
+    /// Publishes outputs of no input that continue the traces of `parents` (a side item's
+    /// messages).
+    async fn unprompted_of(&mut self, outputs: Vec<Output>, parents: &Parents) -> Result<()> {
         if outputs.is_empty() {
             return Ok(());
         }
-        let outs = self.unprompted_outs(outputs, &HashMap::new());
+        let outs = self.unprompted_outs(outputs, parents);
         self.publish(outs, Vec::new()).await?;
         Ok(())
     }
@@ -1691,7 +1778,9 @@ impl Held {
         self.messages.push(message);
         self.outs.extend(outs);
         if let Some(traceparent) = traceparent {
-            self.parents.insert(delivered.sequence, traceparent);
+            self.parents
+                .by_sequence
+                .insert(delivered.sequence, traceparent);
         }
     }
 }

@@ -1,12 +1,15 @@
 //! The stage runner's spans against a real nats-server and an OTLP receiver (ADR 0045): each
 //! input a stage handles is one span whose ids are the ones its outputs carry, whose parent is
-//! the input's span, and a failed input's span is an error naming what became of it. One test
-//! in a binary of its own: span export is set once per process.
+//! the input's span, and a failed input's span is an error naming what became of it; a message
+//! of the side feed is a span too, which the side item's outputs continue. One test in a binary
+//! of its own: span export is set once per process.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice_bus::runner::{Action, Failure, Hooks, Input, Outcome, Output, Runner, Stage};
+use sluice_bus::runner::{
+    Action, Failure, Hooks, Input, Outcome, Output, Runner, SideMessage, Stage,
+};
 use sluice_bus::topology::{self, Acks, ConsumerSpec};
 use sluice_bus::{Bus, Delivered, Outgoing};
 use sluice_runtime::{parse_traceparent, TraceContext};
@@ -31,12 +34,13 @@ impl Failure for Broken {
     }
 }
 
-/// Echoes a body to the applied subject of its input; `reject` is rejected.
+/// Echoes a body to the applied subject of its input; `reject` is rejected. A side message
+/// (a configuration change, say) is echoed likewise, as `side`.
 struct Echo;
 
 impl Stage for Echo {
     type Input = String;
-    type Side = std::convert::Infallible;
+    type Side = SideMessage;
     type Error = Broken;
 
     fn decode(&self, delivered: &Delivered) -> Result<String, Broken> {
@@ -58,8 +62,15 @@ impl Stage for Echo {
             .collect()
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
-        match side {}
+    fn side_messages(&self, side: &SideMessage) -> Vec<SideMessage> {
+        vec![side.clone()]
+    }
+
+    async fn on_side(&mut self, side: SideMessage) -> Vec<Output> {
+        vec![Output::message(
+            topology::applied_subject_for(&side.subject).expect("a desired subject"),
+            Bytes::from("side"),
+        )]
     }
 }
 
@@ -80,13 +91,10 @@ async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Re
         ..Hooks::default()
     });
     let token = CancellationToken::new();
+    let (side, side_feed) = futures::channel::mpsc::unbounded();
     let task = tokio::spawn({
         let token = token.clone();
-        async move {
-            runner
-                .run(&mut Echo, futures::stream::pending(), token)
-                .await
-        }
+        async move { runner.run(&mut Echo, side_feed, token).await }
     });
     let sent_at = std::time::SystemTime::now();
     let mut parents = Vec::new();
@@ -123,17 +131,41 @@ async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Re
         bus.last_dead_letter(SPEC.durable)
     })
     .await?;
+    // A side message whose trace the watcher began.
+    let side_parent = TraceContext::new_root();
+    side.unbounded_send(SideMessage {
+        stream: topology::CONFIG.name,
+        subject: subject("side"),
+        sequence: 7,
+        traceparent: Some(side_parent.to_string()),
+    })?;
+    let side_applied = topology::applied_subject_for(&subject("side")).expect("applied subject");
+    let side_output = wait_for("the side message's output", DEADLINE, || async {
+        bus.jetstream()
+            .get_stream(topology::APPLIED.name)
+            .await
+            .ok()?
+            .get_last_raw_message_by_subject(&side_applied)
+            .await
+            .ok()
+    })
+    .await?;
+    let side_carried = side_output
+        .headers
+        .get(sluice_runtime::TRACEPARENT_HEADER)
+        .and_then(|value| parse_traceparent(value.as_str()))
+        .expect("the side output carries a traceparent");
     token.cancel();
     task.await??;
     tokio::task::spawn_blocking(sluice_runtime::spans::flush_spans).await?;
 
     let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
-    let spans = wait_for("two spans received", DEADLINE, || async {
+    let spans = wait_for("three spans received", DEADLINE, || async {
         let spans = receiver.spans();
-        (spans.len() >= 2).then_some(spans)
+        (spans.len() >= 3).then_some(spans)
     })
     .await?;
-    assert_eq!(spans.len(), 2, "{spans:#?}");
+    assert_eq!(spans.len(), 3, "{spans:#?}");
     let good = spans
         .iter()
         .find(|span| span.trace_id == hex(&parents[0].trace_id))
@@ -165,5 +197,23 @@ async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Re
     assert_eq!(bad.parent_span_id, hex(&parents[1].span_id));
     assert_eq!(bad.error.as_deref(), Some("cannot be handled: no template"));
     assert_eq!(bad.attributes["error.type"], "reject");
+    // The side message's span, under the message's own, is the one its output continues.
+    assert_eq!(side_carried.trace_id, side_parent.trace_id);
+    let from_side = spans
+        .iter()
+        .find(|span| span.trace_id == hex(&side_parent.trace_id))
+        .expect("the side message's span");
+    assert_eq!(from_side.span_id, hex(&side_carried.span_id));
+    assert_eq!(from_side.parent_span_id, hex(&side_parent.span_id));
+    assert_eq!(from_side.name, "process SLUICE_CONFIG");
+    assert_eq!(from_side.kind, 5, "a consumer span");
+    assert_eq!(
+        from_side.attributes["messaging.destination.name"],
+        subject("side")
+    );
+    assert_eq!(from_side.attributes["sluice.stream.sequence"], "7");
+    assert_eq!(from_side.attributes["sluice.stage"], SPEC.durable);
+    assert_eq!(from_side.error, None);
+    assert!(from_side.start_unix_nanos <= from_side.end_unix_nanos);
     Ok(())
 }

@@ -97,6 +97,7 @@ impl Pipeline {
             name: field("name"),
             object: Some(object.clone()),
             sequence: self.next_sequence(),
+            ..ConfigUpdate::default()
         };
         self.config(update)
     }
@@ -109,6 +110,7 @@ impl Pipeline {
             name: name.to_string(),
             object: None,
             sequence: self.next_sequence(),
+            ..ConfigUpdate::default()
         };
         self.config(update)
     }

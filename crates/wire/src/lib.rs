@@ -129,13 +129,16 @@ pub fn object_ref(object: &Value) -> pb::ObjectRef {
 }
 
 /// One configuration object's new state.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ConfigUpdate {
     pub kind: String,
     pub namespace: String,
     pub name: String,
     pub object: Option<Value>,
+    /// The message's sequence in `SLUICE_CONFIG`.
     pub sequence: u64,
+    /// The trace context the message carries: the watcher's span of the change (ADR 0045).
+    pub traceparent: Option<String>,
 }
 
 impl ConfigUpdate {
@@ -167,7 +170,19 @@ impl ConfigUpdate {
             name: message.name,
             object,
             sequence: delivered.sequence,
+            traceparent: delivered.traceparent.clone(),
         })
+    }
+
+    /// The message this update came in, as a stage's side feed names it to the runner (its
+    /// span, the trace its outputs continue).
+    pub fn side_message(&self) -> sluice_bus::runner::SideMessage {
+        sluice_bus::runner::SideMessage {
+            stream: topology::CONFIG.name,
+            subject: topology::config_subject(&self.kind, &self.namespace, &self.name),
+            sequence: self.sequence,
+            traceparent: self.traceparent.clone(),
+        }
     }
 
     pub fn apply_to(&self, state: &mut ConfigState) -> bool {

@@ -15,7 +15,9 @@ pub mod stage;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use sluice_bus::runner::{Action, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner};
+use sluice_bus::runner::{
+    Action, Decoder, Failure, Hold, Hooks, Input, Outcome, Output, Runner, SideMessage,
+};
 use sluice_bus::{message_id, topology, Delivered};
 use sluice_runtime::{CancellationToken, CommonArgs, Counter, Health};
 use sluice_wire::match_units::{self, Unit};
@@ -191,6 +193,13 @@ impl sluice_bus::runner::Stage for ChangeStage {
     async fn flush(&mut self) -> Vec<Output> {
         let units = tokio::task::block_in_place(|| self.evaluator.flush());
         self.outputs(units, "change")
+    }
+
+    fn side_messages(
+        &self,
+        update: &sluice_wire::Result<sluice_wire::ConfigUpdate>,
+    ) -> Vec<SideMessage> {
+        update.iter().map(|update| update.side_message()).collect()
     }
 
     async fn on_side(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 
-use sluice_bus::runner::{self, Action, Failure, Input, Outcome, Output, Owned};
+use sluice_bus::runner::{self, Action, Failure, Input, Outcome, Output, Owned, SideMessage};
 use sluice_bus::{topology, Bus, Delivered};
 use sluice_proto::v1 as pb;
 use sluice_runtime::Counter;
@@ -188,6 +188,17 @@ impl runner::Stage for MatchStage {
         outcomes
     }
 
+    fn side_messages(
+        &self,
+        updates: &Vec<sluice_wire::Result<sluice_wire::ConfigUpdate>>,
+    ) -> Vec<SideMessage> {
+        updates
+            .iter()
+            .flatten()
+            .map(|update| update.side_message())
+            .collect()
+    }
+
     async fn on_side(
         &mut self,
         updates: Vec<sluice_wire::Result<sluice_wire::ConfigUpdate>>,
@@ -209,10 +220,15 @@ impl runner::Stage for MatchStage {
             return Vec::new();
         };
         let states = tokio::task::block_in_place(|| rendering.stage.recompute(None, sequence));
-        rendering.outputs(states, "config").unwrap_or_else(|error| {
+        let mut outputs = rendering.outputs(states, "config").unwrap_or_else(|error| {
             tracing::error!(error = %error, "desired states of a configuration change cannot be published");
             Vec::new()
-        })
+        });
+        // What the burst changed continues the trace of its last change.
+        for output in &mut outputs {
+            output.source = Some(sequence);
+        }
+        outputs
     }
 }
 

@@ -681,6 +681,89 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
         topology::config_subject("EventSource", "", "sveltos-service")
     );
     assert!(sent.start_unix_nanos <= sent.end_unix_nanos);
+    // The evaluator's handling of it is a span under it.
+    let evaluated = wait_for("the evaluator's span of the change", DEADLINE, || async {
+        receiver
+            .spans()
+            .into_iter()
+            .find(|span| span.service == "sluice-evaluator" && span.parent_span_id == sent.span_id)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:#?}", receiver.spans()))?;
+    assert_eq!(evaluated.name, "process SLUICE_CONFIG", "{evaluated:?}");
+    assert_eq!(evaluated.kind, 5, "{evaluated:?}");
+    assert_eq!(evaluated.trace_id, sent.trace_id);
+    assert_eq!(
+        evaluated.attributes["messaging.destination.name"],
+        sent.attributes["messaging.destination.name"]
+    );
+
+    // A change of a template the trigger references renders the profile's ConfigMap again:
+    // the watcher's send, the renderer's handling, the applier's unit and its write are one
+    // trace.
+    let template = serde_json::json!({"data": {"marker.yaml":
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: marker-{{ .Resource.metadata.name }}\n  namespace: default\n"}});
+    let patch = [
+        "patch",
+        "configmap",
+        "network-policy",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        &template.to_string(),
+    ];
+    stack.kubectl(MANAGEMENT, &patch).await?;
+    let chain = wait_for("the template change's trace", DEADLINE, || async {
+        let spans = receiver.spans();
+        let sent = spans.iter().find(|span| {
+            span.service == "sluice-watcher"
+                && span.name == "send SLUICE_CONFIG"
+                && span.attributes.get("sluice.name").map(String::as_str) == Some("network-policy")
+        })?;
+        let under = |parent: &sluice_testkit::ReceivedSpan, service: &str, name: &str| {
+            spans
+                .iter()
+                .find(|span| {
+                    span.service == service
+                        && span.name == name
+                        && span.parent_span_id == parent.span_id
+                })
+                .cloned()
+        };
+        let rendered = under(sent, "sluice-renderer", "process SLUICE_CONFIG")?;
+        let applied = under(&rendered, "sluice-applier", "process SLUICE_DESIRED")?;
+        let write = under(&applied, "sluice-applier", "PATCH ConfigMap")?;
+        Some((sent.clone(), rendered, applied, write))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:#?}", receiver.spans()))?;
+    let (sent, rendered, applied, write) = chain;
+    assert_eq!(sent.attributes["sluice.kind"], "ConfigMap");
+    assert_eq!(sent.parent_span_id, "", "{sent:?}");
+    for span in [&rendered, &applied, &write] {
+        assert_eq!(span.trace_id, sent.trace_id, "{span:?}");
+        assert_eq!(span.error, None, "{span:?}");
+    }
+    assert_eq!(
+        rendered.attributes["messaging.destination.name"],
+        topology::config_subject("ConfigMap", "default", "network-policy")
+    );
+    assert_eq!(applied.attributes["messaging.destination.name"], desired);
+    assert_eq!(
+        write.attributes["k8s.object.name"],
+        profiles[0]["spec"]["policyRefs"][0]["name"]
+            .as_str()
+            .expect("the profile's ConfigMap")
+    );
+    let rendered_again = referenced_config_map(&stack, &profiles[0]).await?;
+    assert!(
+        rendered_again["data"]
+            .as_object()
+            .is_some_and(|data| data.keys().any(|key| key.contains("marker"))),
+        "the ConfigMap rendered from the changed template: {rendered_again}"
+    );
     Ok(())
 }
 

@@ -155,6 +155,7 @@ mod tests {
             name: name.into(),
             object: Some(object),
             sequence: 1,
+            ..ConfigUpdate::default()
         }
     }
 
@@ -339,6 +340,7 @@ mod tests {
             name: "manage-namespace".into(),
             object: None,
             sequence: 9,
+            ..ConfigUpdate::default()
         });
         let login = received(
             "prod",

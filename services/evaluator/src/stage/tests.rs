@@ -401,6 +401,7 @@ fn an_eventsource_change_reevaluates_cached_objects_and_a_removed_trigger_withdr
         name: "web".into(),
         object: Some(event_source("web", db, false)),
         sequence: 4,
+        ..ConfigUpdate::default()
     };
     assert_eq!(
         r.read(&ev.on_config(&update)),
@@ -412,6 +413,7 @@ fn an_eventsource_change_reevaluates_cached_objects_and_a_removed_trigger_withdr
         name: "t-web".into(),
         object: None,
         sequence: 5,
+        ..ConfigUpdate::default()
     };
     let units = ev.on_config(&removal);
     assert_eq!(heads(&units).len(), 1);
@@ -435,6 +437,7 @@ fn a_cluster_registered_again_starts_from_what_it_holds_then() {
         name: "c1".into(),
         object,
         sequence,
+        ..ConfigUpdate::default()
     };
     let gone = ev.on_config(&cluster(None, 3));
     assert!(heads(&gone).iter().all(|h| h.removed), "{gone:?}");
