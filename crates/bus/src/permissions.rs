@@ -104,8 +104,10 @@ pub fn permissions(identity: &Identity) -> Permissions {
         publish.push(format!("{JS_API}.STREAM.MSG.GET.{name}"));
     }
     if identity.leads {
-        // Its own lease only: no service can take another's (ADR 0046).
+        // Its own leases only, the service's and its shards' (ADR 0050): no service can take
+        // another's (ADR 0046).
         publish.push(topology::lease_subject(identity.name));
+        publish.push(format!("{}.*", topology::lease_subject(identity.name)));
         publish.push(format!("{JS_API}.STREAM.MSG.GET.{}", topology::LEASES.name));
     }
     let mut deny_publish = others_durables(identity);
@@ -310,13 +312,24 @@ mod tests {
         for identity in IDENTITIES {
             let allowed = permissions(&identity).publish;
             for other in IDENTITIES {
+                let own = identity.leads && other.name == identity.name;
                 let lease = topology::lease_subject(other.name);
                 assert_eq!(
                     allowed.contains(&lease),
-                    identity.leads && other.name == identity.name,
+                    own,
                     "{} writing {lease}",
                     identity.name
                 );
+                // And its shards' leases (ADR 0050), as a wildcard of one token.
+                let shards = format!("{lease}.*");
+                assert_eq!(
+                    allowed.contains(&shards),
+                    own,
+                    "{} writing {shards}",
+                    identity.name
+                );
+                let shard = topology::lease_subject(&topology::lease_name(other.name, "eu"));
+                assert_eq!(shard, format!("{lease}.eu"));
             }
             assert!(!allowed.iter().any(|s| s == "sluice.v1.lease.>"));
         }

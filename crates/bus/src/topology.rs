@@ -546,9 +546,28 @@ pub fn desired_subject_for(applied_subject: &str) -> Option<String> {
     Some(format!("{PREFIX}.desired.{rest}"))
 }
 
-/// The subject of `service`'s lease (ADR 0046).
-pub fn lease_subject(service: &str) -> String {
-    format!("{PREFIX}.lease.{}", encode_token(service))
+/// The subject of a lease (ADR 0046): `sluice.v1.lease.<service>` for a service's, and
+/// `sluice.v1.lease.<service>.<shard>` for the lease of its processes in one shard (a
+/// [`lease_name`] `<service>/<shard>`, ADR 0050).
+pub fn lease_subject(lease: &str) -> String {
+    match lease.split_once('/') {
+        Some((service, shard)) => format!(
+            "{PREFIX}.lease.{}.{}",
+            encode_token(service),
+            encode_token(shard)
+        ),
+        None => format!("{PREFIX}.lease.{}", encode_token(lease)),
+    }
+}
+
+/// The name of the lease that `service`'s processes of `shard` share: the service's own for the
+/// default shard (`""`), `<service>/<shard>` for another.
+pub fn lease_name(service: &str, shard: &str) -> String {
+    if shard.is_empty() {
+        service.to_string()
+    } else {
+        format!("{service}/{shard}")
+    }
 }
 
 pub fn dead_subject(stage: &str) -> String {

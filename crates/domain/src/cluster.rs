@@ -79,6 +79,11 @@ impl std::fmt::Display for ClusterId {
     }
 }
 
+/// The annotation that puts a cluster in a shard (Sveltos's `sharding.projectsveltos.io/key`):
+/// of the watchers, the one started with that shard key watches it; a cluster without it is
+/// in the default shard, the empty key.
+pub const SHARD_ANNOTATION: &str = "sharding.projectsveltos.io/key";
+
 /// A registered cluster with what sluice needs to decide about it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cluster {
@@ -95,6 +100,15 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The shard the cluster is in ([`SHARD_ANNOTATION`]); `""`, the default shard, without one.
+    pub fn shard_key(&self) -> &str {
+        self.object
+            .pointer("/metadata/annotations")
+            .and_then(|annotations| annotations.get(SHARD_ANNOTATION))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
     /// Reads a SveltosCluster or CAPI Cluster object. `None` for other kinds.
     pub fn from_object(object: &Value) -> Option<Cluster> {
         let kind = object.get("kind")?.as_str()?;
@@ -277,6 +291,21 @@ mod tests {
         assert_eq!(c.kubeconfig_secret, "w-kubeconfig");
         assert_eq!(c.kubeconfig_key.as_deref(), Some("value"));
         assert!(c.ready);
+    }
+
+    #[test]
+    fn a_clusters_shard_is_its_sharding_annotation_or_the_default() {
+        let cluster = |annotations: Value| {
+            Cluster::from_object(&json!({
+                "kind": "SveltosCluster",
+                "metadata": {"name": "a", "namespace": "ns", "annotations": annotations},
+            }))
+            .expect("cluster")
+        };
+        let sharded = cluster(json!({"sharding.projectsveltos.io/key": "eu", "other": "x"}));
+        assert_eq!(sharded.shard_key(), "eu");
+        assert_eq!(cluster(json!({"other": "x"})).shard_key(), "");
+        assert_eq!(cluster(Value::Null).shard_key(), "");
     }
 
     #[test]

@@ -32,16 +32,35 @@ pub async fn connect(
     health: &Health,
     token: &CancellationToken,
 ) -> Result<Option<(Bus, Option<BusKey>)>, StartError> {
+    connect_in(common, identity, "", health, token).await
+}
+
+/// [`connect`] for a process of `shard` (ADR 0050): with `--leader-elect` it takes the lease its
+/// service's processes of that shard share (`topology::lease_name`); the default shard (`""`)
+/// is the service's own lease.
+pub async fn connect_in(
+    common: &CommonArgs,
+    identity: Identity,
+    shard: &str,
+    health: &Health,
+    token: &CancellationToken,
+) -> Result<Option<(Bus, Option<BusKey>)>, StartError> {
     let key = BusKey::load(common.bus_key_file.as_deref()).map_err(StartError::Key)?;
     let bus = Bus::connect(BusOptions::service(common, identity))
         .await
         .map_err(StartError::Connect)?;
     health.require("nats", bus.connection_probe());
     if common.leader_elect {
+        // A shard's processes share a lease of their own, told apart by a `shard` label.
+        let mut labels = vec![("service", identity.name)];
+        if !shard.is_empty() {
+            // Once per process, for as long as it runs: labels are static.
+            labels.push(("shard", &*shard.to_string().leak()));
+        }
         let leader = health.gauge_with(
             "sluice_leader",
             "Whether this process holds its service's lease and does its work (1) or stands by (0)",
-            &[("service", identity.name)],
+            &labels,
         );
         leader.set(0);
         // A standby is ready: it serves what needs no lease (the watcher's conversion webhook),
@@ -49,10 +68,8 @@ pub async fn connect(
         health.set_ready(true);
         let holder = lease::holder_name();
         let timing = common.lease_timing();
-        let Some(leadership) = bus
-            .acquire_lease(identity.name, &holder, timing, token)
-            .await
-        else {
+        let lease = sluice_bus::topology::lease_name(identity.name, shard);
+        let Some(leadership) = bus.acquire_lease(&lease, &holder, timing, token).await else {
             return Ok(None);
         };
         health.set_ready(false);

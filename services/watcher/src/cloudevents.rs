@@ -27,9 +27,12 @@ use tokio::task::JoinHandle;
 
 use connection::Counters;
 
-/// Clusters to listen to, each with its kubeconfig (or why it is unusable): those where some
-/// EventTrigger deploys an EventSource that has messaging criteria.
-pub fn desired_listeners(state: &ConfigState) -> BTreeMap<ClusterId, Result<String, String>> {
+/// Clusters of `shard` to listen to, each with its kubeconfig (or why it is unusable): those
+/// where some EventTrigger deploys an EventSource that has messaging criteria.
+pub fn desired_listeners(
+    state: &ConfigState,
+    shard: &str,
+) -> BTreeMap<ClusterId, Result<String, String>> {
     let listening: BTreeSet<ClusterId> = sluice_wire::names::deployments(state)
         .into_keys()
         .filter(|(_, name)| {
@@ -40,7 +43,7 @@ pub fn desired_listeners(state: &ConfigState) -> BTreeMap<ClusterId, Result<Stri
         })
         .map(|(cluster, _)| cluster)
         .collect();
-    crate::managed::desired_watches(state)
+    crate::managed::desired_watches(state, shard)
         .into_iter()
         .filter(|(cluster, _)| listening.contains(cluster))
         .map(|(cluster, watch)| (cluster, watch.kubeconfig))
@@ -114,9 +117,9 @@ impl Listeners {
 
     /// Starts and stops listeners so that exactly the desired clusters are listened to; a
     /// rotated kubeconfig restarts the cluster's listener.
-    pub fn reconcile(&mut self, state: &ConfigState) {
+    pub fn reconcile(&mut self, state: &ConfigState, shard: &str) {
         let mut wanted: HashMap<ClusterId, (String, String)> = HashMap::new();
-        for (cluster, kubeconfig) in desired_listeners(state) {
+        for (cluster, kubeconfig) in desired_listeners(state, shard) {
             match kubeconfig {
                 Ok(text) => {
                     let hash = format!("{:x}", Sha256::digest(text.as_bytes()));

@@ -24,14 +24,28 @@ use tokio::sync::mpsc;
 pub use cloudevents::desired_listeners;
 pub use managed::desired_watches;
 
-/// Runs the watcher, and the conversion webhook when `webhook` names an address, until `token`
+/// The watcher's flags besides the common ones.
+#[derive(Clone, Debug, clap::Args)]
+pub struct WatcherArgs {
+    #[command(flatten)]
+    pub webhook: webhook::WebhookArgs,
+    /// Watch only the managed clusters of this shard: those whose
+    /// `sharding.projectsveltos.io/key` annotation is this key (ADR 0050). The watcher of the
+    /// default shard (no key) watches the clusters without the annotation and is the one that
+    /// publishes the management cluster's configuration; run it always.
+    #[arg(long, env = "SLUICE_SHARD_KEY", default_value = "")]
+    pub shard_key: String,
+}
+
+/// Runs the watcher, and the conversion webhook when `args` names an address, until `token`
 /// is cancelled. The webhook is up before the watcher connects to anything.
 pub async fn run_with_webhook(
     common: CommonArgs,
-    webhook: webhook::WebhookArgs,
+    args: WatcherArgs,
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    let WatcherArgs { webhook, shard_key } = args;
     let served = match (
         webhook.webhook_addr,
         &webhook.webhook_tls_cert,
@@ -44,7 +58,7 @@ pub async fn run_with_webhook(
         ),
         _ => None,
     };
-    let outcome = run(common, health, token.clone()).await;
+    let outcome = run_shard(common, &shard_key, health, token.clone()).await;
     if let Some((_, task)) = served {
         token.cancel();
         // The task logs its own failure; a join error only means it panicked.
@@ -62,6 +76,14 @@ const UPDATE_BATCH: usize = 1024;
 /// managed JetStream redelivers what was not acked.
 pub const DRAIN_DEADLINE: Duration = sluice_bus::runner::DRAIN_DEADLINE;
 
+/// Waits until `at`; never without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Waits `duration`; `true` if `token` was cancelled meanwhile.
 pub(crate) async fn pause(duration: Duration, token: &CancellationToken) -> bool {
     tokio::select! {
@@ -70,19 +92,38 @@ pub(crate) async fn pause(duration: Duration, token: &CancellationToken) -> bool
     }
 }
 
-/// Runs the watcher until `token` is cancelled, then drains within [`DRAIN_DEADLINE`]: every
-/// watch and listener stops reading and stores what it holds.
+/// Runs the watcher of the default shard until `token` is cancelled, then drains within
+/// [`DRAIN_DEADLINE`]: every watch and listener stops reading and stores what it holds.
 pub async fn run(
     common: CommonArgs,
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    run_shard(common, "", health, token).await
+}
+
+/// Runs the watcher of `shard` (ADR 0050): it watches and listens to the managed clusters of
+/// that shard only, and only the default shard's (`""`) publishes the configuration.
+pub async fn run_shard(
+    common: CommonArgs,
+    shard: &str,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
     let Some((bus, key)) =
-        sluice_wire::service::connect(&common, topology::WATCHER, &health, &token).await?
+        sluice_wire::service::connect_in(&common, topology::WATCHER, shard, &health, &token)
+            .await?
     else {
         // Stopped while standing by: another process holds the lease.
         return Ok(());
     };
+    // The default shard's watcher mirrors the configuration; another only reads it.
+    let publishes = shard.is_empty();
+    tracing::info!(
+        shard,
+        publishes_config = publishes,
+        "watching the clusters of this shard"
+    );
     if key.is_none() {
         tracing::warn!(
             "no bus key (--bus-key-file): referenced Secrets and managed clusters' Secrets go on the bus without their contents"
@@ -99,6 +140,7 @@ pub async fn run(
             mgmt.clone(),
             bus.clone(),
             kind,
+            publishes,
             tx.clone(),
             health.clone(),
             token.clone(),
@@ -131,14 +173,17 @@ pub async fn run(
         key,
         tasks.clone(),
         token.clone(),
+        shard,
         &state,
     );
     let mut listeners =
         cloudevents::Listeners::new(bus.clone(), health.clone(), tasks.clone(), token.clone());
     health.set_ready(true);
     loop {
+        let due = watches.next_due();
         tokio::select! {
             _ = token.cancelled() => break,
+            () = sleep_until(due), if due.is_some() => watches.reconcile(&state).await,
             update = rx.recv() => {
                 let Some(update) = update else { break };
                 // Everything already waiting is applied before the state is acted on once.
@@ -160,9 +205,11 @@ pub async fn run(
                 // Until every Secret is listed a cluster's kubeconfig may be missing: nothing
                 // starts, stops or is withdrawn from a partial view.
                 if data.is_listed() {
-                    data.reconcile(&state).await;
+                    if publishes {
+                        data.reconcile(&state).await;
+                    }
                     watches.reconcile(&state).await;
-                    listeners.reconcile(&state);
+                    listeners.reconcile(&state, shard);
                 }
             }
         }

@@ -4,6 +4,6 @@
 sluice_runtime::service_main!(
     "watcher",
     "Watches the management and managed clusters and publishes what changes",
-    sluice_watcher::webhook::WebhookArgs,
+    sluice_watcher::WatcherArgs,
     sluice_watcher::run_with_webhook
 );

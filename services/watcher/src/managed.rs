@@ -34,9 +34,9 @@ pub struct ClusterWatch {
     pub kinds: BTreeSet<Gvk>,
 }
 
-/// The (cluster, kinds) the configuration asks for: every kind listed by an EventSource that
-/// some EventTrigger deploys to the cluster.
-pub fn desired_watches(state: &ConfigState) -> BTreeMap<ClusterId, ClusterWatch> {
+/// The (cluster, kinds) the configuration asks of the watcher of `shard` (ADR 0050): every
+/// kind listed by an EventSource that some EventTrigger deploys to a cluster of that shard.
+pub fn desired_watches(state: &ConfigState, shard: &str) -> BTreeMap<ClusterId, ClusterWatch> {
     let mut out: BTreeMap<ClusterId, ClusterWatch> = BTreeMap::new();
     let deployments = sluice_wire::names::deployments(state);
     for (cluster_id, es_name) in deployments.keys() {
@@ -46,6 +46,9 @@ pub fn desired_watches(state: &ConfigState) -> BTreeMap<ClusterId, ClusterWatch>
         let Some(cluster) = state.clusters.get(cluster_id) else {
             continue;
         };
+        if cluster.shard_key() != shard {
+            continue;
+        }
         let entry = out
             .entry(cluster_id.clone())
             .or_insert_with(|| ClusterWatch {
@@ -118,9 +121,14 @@ pub struct Watches {
     running: HashMap<(ClusterId, Gvk), Running>,
     /// Per cluster, the client its running watches share.
     clients: HashMap<ClusterId, std::sync::Arc<ClusterClient>>,
-    /// The registered clusters as last reconciled: one that leaves them has what was published
-    /// of it purged.
-    clusters: BTreeSet<ClusterId>,
+    /// The shard this watcher watches the clusters of (ADR 0050).
+    shard: String,
+    /// The registered clusters as last reconciled, each with its shard: one of this shard that
+    /// leaves them has what was published of it purged.
+    clusters: BTreeMap<ClusterId, String>,
+    /// Clusters that came to this shard from another, and when their watches may start
+    /// ([`MOVE_GRACE`]).
+    arriving: BTreeMap<ClusterId, tokio::time::Instant>,
     /// Seals the Secrets the watches publish.
     key: Option<BusKey>,
     /// Where the watches run, so that shutdown waits for their drain.
@@ -132,12 +140,14 @@ pub struct Watches {
 impl Watches {
     /// `registered`: the clusters an earlier run knew (what `SLUICE_CONFIG` holds at start), so
     /// that one deleted while no watcher ran has what was published of it purged too.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         bus: Bus,
         health: Health,
         key: Option<BusKey>,
         tasks: TaskTracker,
         token: CancellationToken,
+        shard: &str,
         registered: &ConfigState,
     ) -> Watches {
         Watches {
@@ -146,15 +156,33 @@ impl Watches {
             key,
             running: HashMap::new(),
             clients: HashMap::new(),
-            clusters: registered.clusters.keys().cloned().collect(),
+            shard: shard.to_string(),
+            clusters: shards_of(registered),
+            arriving: BTreeMap::new(),
             tasks,
             token,
         }
     }
 
+    /// When a cluster that came to this shard may have its watches started; `None` when none
+    /// waits.
+    pub fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.arriving.values().min().copied()
+    }
+
     /// Starts and stops tasks so that exactly the desired watches run.
     pub async fn reconcile(&mut self, state: &ConfigState) {
-        let desired = desired_watches(state);
+        let present = shards_of(state);
+        let moves = cluster_moves(&self.clusters, &present, &self.shard);
+        let now = tokio::time::Instant::now();
+        for cluster in moves.arrived {
+            tracing::info!(cluster = %cluster, shard = %self.shard, "cluster came to this shard: watching it after the grace period");
+            self.arriving.insert(cluster, now + MOVE_GRACE);
+        }
+        self.arriving
+            .retain(|cluster, due| *due > now && present.get(cluster) == Some(&self.shard));
+        let mut desired = desired_watches(state, &self.shard);
+        desired.retain(|cluster, _| !self.arriving.contains_key(cluster));
         let mut wanted: HashMap<(ClusterId, Gvk), (String, String)> = HashMap::new();
         for (cluster, watch) in &desired {
             match &watch.kubeconfig {
@@ -219,9 +247,9 @@ impl Watches {
                 },
             );
         }
-        // A cluster deleted from the management cluster: forget what was published for it.
-        let present: BTreeSet<ClusterId> = state.clusters.keys().cloned().collect();
-        for gone in self.clusters.difference(&present) {
+        // A cluster of this shard deleted from the management cluster: forget what was
+        // published for it. One that went to another shard is that shard's watcher's now.
+        for gone in &moves.gone {
             let filter = topology::change_cluster_filter(&sluice_wire::cluster_tokens(gone));
             match self.bus.purge(topology::CHANGES, &filter).await {
                 Ok(purged) => {
@@ -235,6 +263,53 @@ impl Watches {
         self.clusters = present;
     }
 }
+
+/// Each registered cluster's shard ([`Cluster::shard_key`](sluice_domain::cluster::Cluster)).
+fn shards_of(state: &ConfigState) -> BTreeMap<ClusterId, String> {
+    state
+        .clusters
+        .iter()
+        .map(|(id, cluster)| (id.clone(), cluster.shard_key().to_string()))
+        .collect()
+}
+
+/// What changed of the registered clusters for the watcher of one shard.
+#[derive(Debug, Default, PartialEq)]
+pub struct Moves {
+    /// Clusters of this shard that are no longer registered: what was published of them goes.
+    pub gone: Vec<ClusterId>,
+    /// Registered clusters that were in another shard and are in this one now.
+    pub arrived: Vec<ClusterId>,
+}
+
+/// Compares the registered clusters with their shards `before` and `now`, for the watcher of
+/// `shard`. A cluster that leaves this shard for another is neither: its published state is
+/// the other shard's watcher's to keep or change.
+pub fn cluster_moves(
+    before: &BTreeMap<ClusterId, String>,
+    now: &BTreeMap<ClusterId, String>,
+    shard: &str,
+) -> Moves {
+    let gone = before
+        .iter()
+        .filter(|(cluster, was)| *was == shard && !now.contains_key(*cluster))
+        .map(|(cluster, _)| cluster.clone())
+        .collect();
+    let arrived = now
+        .iter()
+        .filter(|(cluster, is)| {
+            *is == shard && before.get(*cluster).is_some_and(|was| was != shard)
+        })
+        .map(|(cluster, _)| cluster.clone())
+        .collect();
+    Moves { gone, arrived }
+}
+
+/// How long a cluster that came to this shard from another waits before its watches start:
+/// the other shard's watcher stops its own on the same change of the management cluster, and
+/// what it was storing lands first, so that no older state of an object is stored after the
+/// newer one this watcher lists. Nothing is missed meanwhile: the watches begin with a list.
+pub const MOVE_GRACE: Duration = Duration::from_secs(2);
 
 const RETRY: Duration = Duration::from_secs(2);
 /// How many of a watch's batches (one per watch event, a whole list for a listing) are
@@ -458,4 +533,114 @@ async fn seed(
         }
     }
     Ok(known)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn cluster(name: &str, shard: Option<&str>) -> Value {
+        let mut object = json!({"kind": "SveltosCluster",
+            "metadata": {"name": name, "namespace": "default", "labels": {"env": "prod"}},
+            "status": {"ready": true}});
+        if let Some(shard) = shard {
+            object["metadata"]["annotations"] =
+                json!({ sluice_domain::cluster::SHARD_ANNOTATION: shard });
+        }
+        object
+    }
+
+    /// An EventSource of Services deployed by a trigger to every `env: prod` cluster: `a` in
+    /// the default shard, `b` and `c` in shard `eu`, each with its kubeconfig.
+    fn state() -> ConfigState {
+        let mut s = ConfigState::default();
+        for (name, shard) in [("a", None), ("b", Some("eu")), ("c", Some("eu"))] {
+            s.apply(
+                "SveltosCluster",
+                "default",
+                name,
+                Some(&cluster(name, shard)),
+            );
+            let secret = format!("{name}-sveltos-kubeconfig");
+            s.apply(
+                "Secret",
+                "default",
+                &secret,
+                Some(&json!({"kind": "Secret",
+                    "metadata": {"namespace": "default", "name": secret},
+                    "data": {"kubeconfig": "a3ViZWNvbmZpZw=="}})),
+            );
+        }
+        s.apply(
+            "EventSource",
+            "",
+            "es",
+            Some(&json!({"kind": "EventSource", "metadata": {"name": "es"},
+                "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Service"}]}})),
+        );
+        s.apply(
+            "EventTrigger",
+            "",
+            "t",
+            Some(&json!({"kind": "EventTrigger", "metadata": {"name": "t"},
+                "spec": {"sourceClusterSelector": {"matchLabels": {"env": "prod"}},
+                         "eventSourceName": "es"}})),
+        );
+        s
+    }
+
+    fn names(watches: &BTreeMap<ClusterId, ClusterWatch>) -> Vec<&str> {
+        watches.keys().map(|id| id.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_watcher_watches_the_clusters_of_its_shard_only() {
+        let state = state();
+        assert_eq!(names(&desired_watches(&state, "")), ["a"]);
+        assert_eq!(names(&desired_watches(&state, "eu")), ["b", "c"]);
+        assert!(desired_watches(&state, "us").is_empty());
+        let service = (String::new(), "v1".to_string(), "Service".to_string());
+        for watch in desired_watches(&state, "eu").values() {
+            assert_eq!(watch.kubeconfig.as_deref(), Ok("kubeconfig"));
+            assert_eq!(watch.kinds, BTreeSet::from([service.clone()]));
+        }
+    }
+
+    #[test]
+    fn a_cluster_that_moves_is_the_new_shards_and_only_a_deleted_one_is_purged() {
+        let before = shards_of(&state());
+        let mut moved = state();
+        // `a` goes to shard eu, `b` to the default shard; `c` is deleted.
+        moved.apply(
+            "SveltosCluster",
+            "default",
+            "a",
+            Some(&cluster("a", Some("eu"))),
+        );
+        moved.apply("SveltosCluster", "default", "b", Some(&cluster("b", None)));
+        moved.apply("SveltosCluster", "default", "c", None);
+        let now = shards_of(&moved);
+        let id = |name: &str| ClusterId::sveltos("default", name);
+        assert_eq!(
+            cluster_moves(&before, &now, ""),
+            Moves {
+                gone: vec![],
+                arrived: vec![id("b")],
+            }
+        );
+        assert_eq!(
+            cluster_moves(&before, &now, "eu"),
+            Moves {
+                gone: vec![id("c")],
+                arrived: vec![id("a")],
+            }
+        );
+        // Another shard's watcher sees neither.
+        assert_eq!(cluster_moves(&before, &now, "us"), Moves::default());
+        // A cluster registered for the first time is no move: it starts at once.
+        let fresh = cluster_moves(&BTreeMap::new(), &now, "eu");
+        assert_eq!(fresh, Moves::default());
+        assert_eq!(names(&desired_watches(&moved, "eu")), ["a"]);
+    }
 }

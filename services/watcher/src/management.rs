@@ -88,11 +88,14 @@ pub enum Update {
 const RETRY: Duration = Duration::from_secs(2);
 
 /// Watches one kind until `token` is cancelled: resolves it, seeds what was published before,
-/// publishes changes (a change read is stored before the watch stops).
+/// publishes changes (a change read is stored before the watch stops); with `publishes` false
+/// (a watcher of another shard than the default, ADR 0050) it only hands them over, as it
+/// does ConfigMaps and Secrets.
 pub async fn watch(
     client: Client,
     bus: Bus,
     watched: WatchedKind,
+    publishes: bool,
     tx: mpsc::Sender<Update>,
     health: Health,
     token: CancellationToken,
@@ -149,8 +152,8 @@ pub async fn watch(
                             continue;
                         };
                         let update = match data_kind {
-                            Some(_) => Ok(local(watched.kind, change)),
-                            None => publish(&bus, watched.kind, change, &finish).await,
+                            None if publishes => publish(&bus, watched.kind, change, &finish).await,
+                            _ => Ok(local(watched.kind, change)),
                         };
                         match update {
                             Ok(update) => {

@@ -313,3 +313,138 @@ data:
     );
     Ok(())
 }
+
+/// Leases short enough for a test, in the defaults' proportions (ADR 0046).
+const LEASE: [(&str, &str); 4] = [
+    ("SLUICE_LEADER_ELECT", "true"),
+    ("SLUICE_LEADER_ELECT_LEASE_DURATION", "2s"),
+    ("SLUICE_LEADER_ELECT_RENEW_DEADLINE", "1400ms"),
+    ("SLUICE_LEADER_ELECT_RETRY_PERIOD", "200ms"),
+];
+
+/// Whether the watcher process `process` holds its shard's lease (`sluice_leader` 1, its
+/// `shard` label the shard's key; none for the default shard).
+async fn leads(stack: &Stack, process: &str, shard: &str) -> bool {
+    let series = match shard {
+        "" => "sluice_leader{service=\"watcher\"}".to_string(),
+        shard => format!("sluice_leader{{service=\"watcher\",shard=\"{shard}\"}}"),
+    };
+    demo::metrics(stack, process)
+        .await
+        .ok()
+        .and_then(|metrics| metrics.get(&series).copied())
+        == Some(1.0)
+}
+
+/// Puts the SveltosCluster `cluster` in `shard` (its sharding annotation).
+async fn annotate(stack: &Stack, cluster: &str, shard: &str) -> anyhow::Result<String> {
+    let annotation = format!("{}={shard}", sluice_domain::cluster::SHARD_ANNOTATION);
+    let args = [
+        "annotate",
+        "sveltoscluster",
+        cluster,
+        "-n",
+        "default",
+        "--overwrite",
+    ];
+    let mut args = args.to_vec();
+    args.push(&annotation);
+    stack.kubectl(MANAGEMENT, &args).await
+}
+
+/// Sveltos's sharding (ADR 0050): a cluster annotated `sharding.projectsveltos.io/key: eu` is
+/// watched by the watcher started with that shard key, each shard's watcher under a lease of
+/// its own; one annotated into another shard is taken over by that shard's watcher with what
+/// was deployed for it untouched, and the default shard's watcher does not purge it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_are_watched_by_the_watcher_of_their_shard() -> anyhow::Result<()> {
+    let mut stack = Stack::start(&["cluster-a", "cluster-b"], None).await?;
+    for cluster in ["cluster-a", "cluster-b"] {
+        stack.register_cluster(cluster, &[("env", "fv")]).await?;
+    }
+    annotate(&stack, "cluster-b", "eu").await?;
+    // Both shards' watchers lead at once: each holds the lease of its own shard.
+    stack.restart_service_with("sluice-watcher", &LEASE)?;
+    let mut eu = LEASE.to_vec();
+    eu.push(("SLUICE_SHARD_KEY", "eu"));
+    stack.start_replica("sluice-watcher", "sluice-watcher-eu", &eu)?;
+    wait_for("both shards' watchers to lead", DEADLINE, || async {
+        (leads(&stack, "sluice-watcher", "").await
+            && leads(&stack, "sluice-watcher-eu", "eu").await)
+            .then_some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    stack.apply_yaml(MANAGEMENT, demo::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, demo::EVENT_BASED_ADDON)
+        .await?;
+    for cluster in ["cluster-a", "cluster-b"] {
+        stack.apply_yaml(cluster, demo::SERVICE).await?;
+    }
+    let mut uids = Vec::new();
+    for cluster in ["cluster-a", "cluster-b"] {
+        let profile = wait_profile(&stack, TRIGGER, cluster, "my-service", DEADLINE)
+            .await
+            .map_err(|e| fail(&stack, e))?;
+        uids.push(profile["metadata"]["uid"].clone());
+    }
+
+    // With the default shard's watcher stopped, cluster-b's changes still flow (the eu watcher
+    // watches it) and cluster-a's do not (nobody else does).
+    stack.stop_service("sluice-watcher")?;
+    let other = demo::SERVICE.replace("my-service", "other-service");
+    for cluster in ["cluster-a", "cluster-b"] {
+        stack.apply_yaml(cluster, &other).await?;
+    }
+    wait_profile(&stack, TRIGGER, "cluster-b", "other-service", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        demo::profiles_for(&stack, TRIGGER, "cluster-a", "other-service")
+            .await?
+            .is_empty(),
+        "cluster-a's Service became a profile with its shard's watcher stopped"
+    );
+
+    // cluster-a annotated into shard eu: the eu watcher takes it over (after its grace period)
+    // and what was deployed for it stays as it was.
+    annotate(&stack, "cluster-a", "eu").await?;
+    wait_profile(&stack, TRIGGER, "cluster-a", "other-service", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    // The default shard's watcher back: cluster-a is in another shard, so nothing of it is
+    // purged, and a change there still flows through the eu watcher.
+    stack.restart_service_with("sluice-watcher", &LEASE)?;
+    wait_for(
+        "the default shard's watcher to lead again",
+        DEADLINE,
+        || async { leads(&stack, "sluice-watcher", "").await.then_some(()) },
+    )
+    .await
+    .map_err(|e| fail(&stack, e))?;
+    stack
+        .apply_yaml(
+            "cluster-a",
+            &demo::SERVICE.replace("my-service", "third-service"),
+        )
+        .await?;
+    wait_profile(&stack, TRIGGER, "cluster-a", "third-service", DEADLINE)
+        .await
+        .map_err(|e| fail(&stack, e))?;
+    for (cluster, uid) in ["cluster-a", "cluster-b"].iter().zip(&uids) {
+        let profiles = demo::profiles_for(&stack, TRIGGER, cluster, "my-service").await?;
+        assert_eq!(profiles.len(), 1, "{cluster}: {profiles:?}");
+        assert_eq!(
+            &profiles[0]["metadata"]["uid"], uid,
+            "{cluster}'s profile was written anew"
+        );
+    }
+    let log = stack.service_log("sluice-watcher");
+    assert!(
+        !log.contains("purged state of deleted cluster"),
+        "the default shard's watcher purged a cluster of another shard:\n{log}"
+    );
+    Ok(())
+}
