@@ -1,7 +1,9 @@
 //! Fleet reconcile measurement (issue 7): one EventTrigger (seed 000's NetworkPolicy example)
 //! over `clusters` managed clusters holding `resources` matching Services each. Measures the
 //! time from applying the trigger to every ClusterProfile and instantiated ConfigMap existing,
-//! and from deleting the trigger to all of them gone and the trigger released.
+//! and from deleting the trigger to all of them gone and the trigger released. With several
+//! shards, the clusters are spread round-robin over them (`sharding.projectsveltos.io/key`) and a
+//! watcher runs for each (ADR 0050).
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,49 @@ pub struct FleetReport {
 
 fn cluster_name(i: usize) -> String {
     format!("fleet-{i:03}")
+}
+
+/// The shard key of cluster `i` of a fleet in `shards` shards: the default shard (`""`) and
+/// `shard-1`, `shard-2`, ...
+fn shard_of(i: usize, shards: usize) -> String {
+    match i % shards {
+        0 => String::new(),
+        k => format!("shard-{k}"),
+    }
+}
+
+/// Annotates the registered clusters into their shards (32 merge patches at a time) and starts
+/// a watcher for every shard but the default one (the stack's own watcher).
+async fn shard(stack: &mut Stack, names: &[String], shards: usize) -> anyhow::Result<()> {
+    let client = stack.client(MANAGEMENT)?.clone();
+    let kind = apply::resolve(&client, "lib.projectsveltos.io/v1beta1", "SveltosCluster").await?;
+    let clusters: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(client, "default", &kind.resource);
+    let sharded = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name, shard_of(i, shards)))
+        .filter(|(_, key)| !key.is_empty());
+    stream::iter(sharded.map(Ok::<_, anyhow::Error>))
+        .try_for_each_concurrent(32, |(name, key)| {
+            let clusters = &clusters;
+            async move {
+                let patch = json!({"metadata": {"annotations": {
+                    sluice_domain::cluster::SHARD_ANNOTATION: key}}});
+                let params = kube::api::PatchParams::default();
+                clusters
+                    .patch(name, &params, &kube::api::Patch::Merge(&patch))
+                    .await?;
+                Ok(())
+            }
+        })
+        .await?;
+    for k in 1..shards {
+        let key = shard_of(k, shards);
+        let process: &'static str = format!("sluice-watcher-{key}").leak();
+        stack.start_replica("sluice-watcher", process, &[("SLUICE_SHARD_KEY", &key)])?;
+    }
+    Ok(())
 }
 
 /// Counts the trigger's ClusterProfiles and ConfigMaps in the management cluster from two
@@ -120,18 +165,23 @@ impl Drop for Owned {
 pub async fn measure(
     clusters: usize,
     resources: usize,
+    shards: usize,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<FleetReport> {
     let names: Vec<String> = (0..clusters).map(cluster_name).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let stack = Stack::start(&refs, None).await?;
+    let mut stack = Stack::start(&refs, None).await?;
     writeln!(
         out,
-        "# registering {clusters} clusters, {resources} Services each"
+        "# registering {clusters} clusters, {resources} Services each, in {shards} shard(s)"
     )?;
     for name in &names {
         stack.register_cluster(name, &[("env", "fv")]).await?;
     }
+    if shards > 1 {
+        shard(&mut stack, &names, shards).await?;
+    }
+    let stack = stack;
     let services: Vec<(String, usize)> = names
         .iter()
         .flat_map(|c| (0..resources).map(move |i| (c.clone(), i)))

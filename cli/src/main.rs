@@ -39,6 +39,10 @@ enum Command {
         /// `<clusters>x<Services per cluster>`, e.g. `100x100`.
         #[arg(long, value_parser = parse_fleet)]
         fleet: Option<(usize, usize)>,
+        /// With `--fleet`: spread the clusters round-robin over this many shards
+        /// (`sharding.projectsveltos.io/key`), each watched by a watcher of its own (ADR 0050).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        shards: u16,
         /// Instead of the demo, measure seed 004's CloudEvent path: this many logins one at a
         /// time (publish -> ClusterProfile latency), then as many back to back (throughput).
         #[arg(long)]
@@ -165,6 +169,7 @@ async fn main() -> anyhow::Result<()> {
             dir,
             bench,
             fleet,
+            shards,
             cloudevents,
             load,
             preload,
@@ -285,11 +290,13 @@ async fn main() -> anyhow::Result<()> {
                 return Ok(());
             }
             if let Some((clusters, resources)) = fleet {
+                let shards = usize::from(shards);
                 let report =
-                    sluice_cli::fleet::measure(clusters, resources, &mut std::io::stdout()).await?;
+                    sluice_cli::fleet::measure(clusters, resources, shards, &mut std::io::stdout())
+                        .await?;
                 println!(
-                    "fleet {}x{}: trigger applied -> all ClusterProfiles in {:?}; trigger deleted -> all gone in {:?}",
-                    report.clusters, report.resources, report.reconcile, report.teardown
+                    "fleet {}x{} in {} shard(s): trigger applied -> all ClusterProfiles in {:?}; trigger deleted -> all gone in {:?}",
+                    report.clusters, report.resources, shards, report.reconcile, report.teardown
                 );
                 return Ok(());
             }

@@ -2,7 +2,8 @@
 //! cluster already holds its Services when the trigger arrives (the watcher lists them, the
 //! evaluator publishes growing match sets, the later stages coalesce them, ADR 0010); exactly one
 //! ClusterProfile and one ConfigMap per Service appear, and deleting the trigger removes all of
-//! them and releases its finalizer.
+//! them and releases its finalizer. The clusters are in two shards, each watched by a watcher of
+//! its own (ADR 0050): half of the profiles come through each.
 
 use std::time::Duration;
 
@@ -12,13 +13,14 @@ async fn one_trigger_over_ten_clusters_reconciles_and_tears_down_completely() ->
     let mut progress = Vec::new();
     let measured = tokio::time::timeout(
         Duration::from_secs(240),
-        sluice_cli::fleet::measure(10, 30, &mut progress),
+        sluice_cli::fleet::measure(10, 30, 2, &mut progress),
     )
     .await;
     let progress = String::from_utf8_lossy(&progress).to_string();
     let report = measured
         .map_err(|_| anyhow::anyhow!("fleet 10x30 not done after 240 s:\n{progress}"))??;
     assert_eq!((report.clusters, report.resources), (10, 30));
+    assert!(progress.contains("in 2 shard(s)"), "{progress}");
     assert!(
         progress.contains("# all 300 ClusterProfiles and ConfigMaps exist after"),
         "{progress}"
