@@ -218,6 +218,11 @@ impl Credentials {
         server_config(&self.users, Some(&self.tls))
     }
 
+    /// The authorization alone (the include file `auth.conf` of a deployment).
+    pub fn authorization(&self) -> String {
+        server_config(&self.users, None)
+    }
+
     /// The files `name` (an identity or `admin`) connects with.
     pub fn auth(&self, name: &str) -> NatsAuth {
         NatsAuth {

@@ -235,6 +235,13 @@ impl NatsCluster {
         Ok(cluster)
     }
 
+    /// A cluster of nodes started with configurations of their own (routes included), each with
+    /// the monitoring port `monitors` names at its index; [`NatsCluster::wait_healthy`] then
+    /// waits for it to form.
+    pub fn of_nodes(nodes: Vec<NatsServer>, monitors: Vec<u16>) -> NatsCluster {
+        NatsCluster { nodes, monitors }
+    }
+
     /// Every node's client URL, comma-separated, as NATS clients take a cluster's servers.
     pub fn urls(&self) -> String {
         urls(&self.nodes)

@@ -49,6 +49,40 @@ impl TestCa {
         self.sign(name, false)
     }
 
+    /// A certificate for `127.0.0.1` and `localhost` with the extended key usages cert-manager's
+    /// `usages` name (`server auth`, `client auth`; the others are key usages, which every
+    /// certificate here has): a NATS server's, which it also presents when it dials a route.
+    pub fn with_usages(&self, name: &str, usages: &[&str]) -> anyhow::Result<Issued> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.subject_alt_names = vec![
+            SanType::IpAddress([127, 0, 0, 1].into()),
+            SanType::DnsName("localhost".try_into()?),
+        ];
+        for usage in usages {
+            match *usage {
+                "server auth" => params
+                    .extended_key_usages
+                    .push(ExtendedKeyUsagePurpose::ServerAuth),
+                "client auth" => params
+                    .extended_key_usages
+                    .push(ExtendedKeyUsagePurpose::ClientAuth),
+                "digital signature" | "key encipherment" => {}
+                other => anyhow::bail!("usage {other:?} is not one a test certificate takes"),
+            }
+        }
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(Issued {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
+    }
+
     fn sign(&self, name: &str, server: bool) -> anyhow::Result<Issued> {
         let mut params = CertificateParams::default();
         params.distinguished_name.push(DnType::CommonName, name);

@@ -1406,6 +1406,126 @@ async fn prod_nats_config_is_accepted_by_nats_server() {
     );
 }
 
+/// The prod overlay's NATS runs as three servers with TLS on its routes, each verifying the
+/// others' certificates: its own `nats.conf`, as rendered, runs here as a real three-node
+/// cluster (only its addresses, paths and `$POD_NAME` made local) with a certificate of the
+/// usages `nats-tls.yaml` asks cert-manager for; the cluster forms over those routes, and an
+/// administrator over TLS writes to a stream of three replicas, every replica current. A
+/// certificate without `client auth` would not join: a server presents it when it dials a route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prod_nats_config_forms_a_cluster_over_tls_routes() {
+    let objects = kustomize("k8s/overlays/prod");
+    let config = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .find_map(|c| c["data"]["nats.conf"].as_str())
+        .unwrap()
+        .to_owned();
+    let certificate = find(&objects, "Certificate", "nats-server");
+    let usages: Vec<&str> = certificate["spec"]["usages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|usage| usage.as_str().unwrap())
+        .collect();
+    let work = tempfile::tempdir().unwrap();
+    let ca = sluice_testkit::TestCa::new("sluice-nats-ca").unwrap();
+    let issued = ca.with_usages("nats-server", &usages).unwrap();
+    let tls = work.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    std::fs::write(tls.join("tls.crt"), &issued.cert).unwrap();
+    std::fs::write(tls.join("tls.key"), &issued.key).unwrap();
+    std::fs::write(tls.join("ca.crt"), ca.pem()).unwrap();
+    let credentials = sluice_cli::natsauth::Credentials::issue(work.path()).unwrap();
+    let routes: Vec<u16> = (0..3).map(|_| sluice_testkit::free_port()).collect();
+    let monitors: Vec<u16> = (0..3).map(|_| sluice_testkit::free_port()).collect();
+    let mut nodes = Vec::new();
+    for node in 0..3 {
+        let dir = work.path().join(format!("nats-{node}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("auth.conf"), credentials.authorization()).unwrap();
+        let mut text = config.replace("/etc/nats-tls", tls.to_str().unwrap());
+        let mut local = |from: String, to: String| {
+            assert!(
+                text.contains(&from),
+                "the prod nats.conf has no {from:?}:\n{text}"
+            );
+            text = text.replace(&from, &to);
+        };
+        local("$POD_NAME".into(), format!("nats-{node}"));
+        // The test's server has a store of its own (`-sd`), which may not be named twice.
+        local("store_dir: /data".into(), String::new());
+        local(
+            "http: 0.0.0.0:8222".into(),
+            format!("http: 127.0.0.1:{}", monitors[node]),
+        );
+        local(
+            "listen: 0.0.0.0:6222".into(),
+            format!("listen: 127.0.0.1:{}", routes[node]),
+        );
+        for (peer, port) in routes.iter().enumerate() {
+            // `localhost`, which the certificate names, as the pods' routes name theirs.
+            local(
+                format!("nats://nats-{peer}.nats-cluster.sluice-system.svc:6222"),
+                format!("nats://localhost:{port}"),
+            );
+        }
+        std::fs::write(dir.join("nats.conf"), text).unwrap();
+        let path = dir.join("nats.conf").display().to_string();
+        let server = sluice_testkit::NatsServer::start_with_args(&["-c", &path])
+            .await
+            .unwrap();
+        nodes.push(server);
+    }
+    let cluster = sluice_testkit::NatsCluster::of_nodes(nodes, monitors);
+    cluster.wait_healthy().await.unwrap();
+    let mut auth = credentials.auth("admin");
+    auth.nats_ca_file = Some(tls.join("ca.crt"));
+    (auth.nats_cert_file, auth.nats_key_file) = (None, None);
+    let client = sluice_bus::BusOptions::new(cluster.urls())
+        .with_auth(auth)
+        .connect_client()
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "PROD_TLS_ROUTES".into(),
+        subjects: vec!["prod.tls.>".into()],
+        num_replicas: 3,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.publish("prod.tls.one", "stored".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let replicas = sluice_testkit::wait_for(
+        "every replica current",
+        std::time::Duration::from_secs(30),
+        || {
+            let js = js.clone();
+            async move {
+                let info = js
+                    .get_stream("PROD_TLS_ROUTES")
+                    .await
+                    .ok()?
+                    .info()
+                    .await
+                    .ok()?
+                    .clone();
+                let cluster = info.cluster.clone()?;
+                let current = cluster.replicas.iter().filter(|r| r.current).count();
+                (info.state.messages == 1 && cluster.leader.is_some() && current == 2)
+                    .then_some(cluster)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(replicas.replicas.len(), 2, "{replicas:?}");
+}
+
 /// Whether a NetworkPolicy peer's `podSelector` (matchLabels, `In` expressions) selects `labels`.
 fn peer_selects(selector: &Value, labels: &Value) -> bool {
     let by_labels = selector["matchLabels"]
