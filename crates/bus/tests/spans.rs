@@ -78,6 +78,26 @@ fn subject(name: &str) -> String {
     topology::desired_subject(name, &topology::cluster_tokens("sveltos", "default", "a"))
 }
 
+/// The trace context of the output the stage published for the unit `name`, once stored.
+async fn carried_by_output(bus: &Bus, name: &str) -> anyhow::Result<TraceContext> {
+    let applied = topology::applied_subject_for(&subject(name)).expect("applied subject");
+    let output = wait_for(&format!("the output of {name}"), DEADLINE, || async {
+        bus.jetstream()
+            .get_stream(topology::APPLIED.name)
+            .await
+            .ok()?
+            .get_last_raw_message_by_subject(&applied)
+            .await
+            .ok()
+    })
+    .await?;
+    output
+        .headers
+        .get(sluice_runtime::TRACEPARENT_HEADER)
+        .and_then(|value| parse_traceparent(value.as_str()))
+        .ok_or_else(|| anyhow::anyhow!("the output of {name} carries no traceparent"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Result<()> {
     let receiver = OtlpReceiver::start().await?;
@@ -111,22 +131,7 @@ async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Re
         .await?;
     }
     // The output's trace context.
-    let applied = topology::applied_subject_for(&subject("ok")).expect("applied subject");
-    let output = wait_for("the good input's output", DEADLINE, || async {
-        bus.jetstream()
-            .get_stream(topology::APPLIED.name)
-            .await
-            .ok()?
-            .get_last_raw_message_by_subject(&applied)
-            .await
-            .ok()
-    })
-    .await?;
-    let carried = output
-        .headers
-        .get(sluice_runtime::TRACEPARENT_HEADER)
-        .and_then(|value| parse_traceparent(value.as_str()))
-        .expect("the output carries a traceparent");
+    let carried = carried_by_output(&bus, "ok").await?;
     wait_for("the rejected input's dead letter", DEADLINE, || {
         bus.last_dead_letter(SPEC.durable)
     })
@@ -139,22 +144,7 @@ async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Re
         sequence: 7,
         traceparent: Some(side_parent.to_string()),
     })?;
-    let side_applied = topology::applied_subject_for(&subject("side")).expect("applied subject");
-    let side_output = wait_for("the side message's output", DEADLINE, || async {
-        bus.jetstream()
-            .get_stream(topology::APPLIED.name)
-            .await
-            .ok()?
-            .get_last_raw_message_by_subject(&side_applied)
-            .await
-            .ok()
-    })
-    .await?;
-    let side_carried = side_output
-        .headers
-        .get(sluice_runtime::TRACEPARENT_HEADER)
-        .and_then(|value| parse_traceparent(value.as_str()))
-        .expect("the side output carries a traceparent");
+    let side_carried = carried_by_output(&bus, "side").await?;
     token.cancel();
     task.await??;
     tokio::task::spawn_blocking(sluice_runtime::spans::flush_spans).await?;

@@ -1360,17 +1360,22 @@ fn prod_overlay_runs_a_tls_nats_cluster_and_per_service_identities() {
     check_deployments(&objects);
 }
 
+/// The `nats.conf` the prod overlay's NATS servers run, as rendered.
+fn prod_nats_conf(objects: &[Value]) -> String {
+    of_kind(objects, "ConfigMap")
+        .into_iter()
+        .find_map(|c| c["data"]["nats.conf"].as_str())
+        .unwrap()
+        .to_owned()
+}
+
 /// The prod overlay's nats.conf is a valid configuration of the nats-server version the tests
 /// run (`nats-server -t`), with the mounted files in a temporary directory and an authorization
 /// block in the place of the generated one.
 #[tokio::test]
 async fn prod_nats_config_is_accepted_by_nats_server() {
     let objects = kustomize("k8s/overlays/prod");
-    let config = of_kind(&objects, "ConfigMap")
-        .into_iter()
-        .find_map(|c| c["data"]["nats.conf"].as_str())
-        .unwrap()
-        .to_owned();
+    let config = prod_nats_conf(&objects);
     let work = tempfile::tempdir().unwrap();
     let certs = sluice_cli::webhook::StackWebhook::issue(work.path()).unwrap();
     let tls = work.path().join("tls");
@@ -1415,11 +1420,7 @@ async fn prod_nats_config_is_accepted_by_nats_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prod_nats_config_forms_a_cluster_over_tls_routes() {
     let objects = kustomize("k8s/overlays/prod");
-    let config = of_kind(&objects, "ConfigMap")
-        .into_iter()
-        .find_map(|c| c["data"]["nats.conf"].as_str())
-        .unwrap()
-        .to_owned();
+    let config = prod_nats_conf(&objects);
     let certificate = find(&objects, "Certificate", "nats-server");
     let usages: Vec<&str> = certificate["spec"]["usages"]
         .as_array()
