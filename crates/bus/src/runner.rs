@@ -1698,8 +1698,8 @@ impl Core {
 
     /// The messages of outputs of no single input (of the side feed, a tick or a flush):
     /// named by subject and payload unless the stage named them, each carrying the trace
-    /// context of the held input it names (`parents`, by stream sequence: the context its own
-    /// outputs carry) or a new trace's.
+    /// context of the held input or side message it names (`parents`, by stream sequence: the
+    /// context its own outputs carry), else a side item's last message's, else a new trace's.
     fn unprompted_outs(&self, outputs: Vec<Output>, parents: &Parents) -> Vec<Out> {
         let fresh = parents
             .last
