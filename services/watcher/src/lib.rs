@@ -133,14 +133,25 @@ pub async fn run_shard(
         .await
         .context("failed to build the management cluster client")?;
 
+    // Start from what earlier runs published: the management watches only report differences
+    // from it, so unchanged objects would otherwise never reach this state. ConfigMaps and
+    // Secrets are listed afresh instead; what of them the stream holds is only remembered.
+    let replayed = bus
+        .replay_state(topology::CONFIG, topology::CONFIG.subjects)
+        .await?;
+    // A watcher that does not publish compares its watches with this same snapshot.
+    let mut snapshot = (!publishes).then(|| management::known_of(&replayed));
     let (tx, mut rx) = mpsc::channel(1024);
     let tasks = TaskTracker::new();
     for kind in management::WATCHED {
+        let known = snapshot
+            .as_mut()
+            .map(|snapshot| snapshot.remove(kind.kind).unwrap_or_default());
         tasks.spawn(management::watch(
             mgmt.clone(),
             bus.clone(),
             kind,
-            publishes,
+            known,
             tx.clone(),
             health.clone(),
             token.clone(),
@@ -148,15 +159,9 @@ pub async fn run_shard(
     }
     drop(tx);
 
-    // Start from what earlier runs published: the management watches only report differences
-    // from it, so unchanged objects would otherwise never reach this state. ConfigMaps and
-    // Secrets are listed afresh instead; what of them the stream holds is only remembered.
     let mut state = ConfigState::default();
     let mut data = configdata::ConfigData::new(bus.clone(), key.clone(), &health);
-    for delivered in bus
-        .replay_state(topology::CONFIG, topology::CONFIG.subjects)
-        .await?
-    {
+    for delivered in replayed {
         if data.seed(&delivered) {
             continue;
         }

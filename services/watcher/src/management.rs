@@ -88,14 +88,16 @@ pub enum Update {
 const RETRY: Duration = Duration::from_secs(2);
 
 /// Watches one kind until `token` is cancelled: resolves it, seeds what was published before,
-/// publishes changes (a change read is stored before the watch stops); with `publishes` false
-/// (a watcher of another shard than the default, ADR 0050) it only hands them over, as it
-/// does ConfigMaps and Secrets.
+/// publishes changes (a change read is stored before the watch stops). A watcher that does not
+/// publish the configuration (another shard's than the default, ADR 0050) passes `snapshot`,
+/// what it started its state from, as what it knows: the default shard's watcher may publish
+/// meanwhile, and a later read of the stream would hide those changes from this one's state.
+/// It only hands the changes over, as it does ConfigMaps and Secrets.
 pub async fn watch(
     client: Client,
     bus: Bus,
     watched: WatchedKind,
-    publishes: bool,
+    snapshot: Option<HashMap<ObjectKey, String>>,
     tx: mpsc::Sender<Update>,
     health: Health,
     token: CancellationToken,
@@ -113,9 +115,11 @@ pub async fn watch(
         // ConfigMaps and Secrets start from nothing known: every one that exists is listed
         // into the watcher's state, and `configdata` decides what of them the bus holds.
         let data_kind = DataKind::of_config_kind(watched.kind);
-        let known = match data_kind {
-            Some(_) => HashMap::new(),
-            None => match seed(&bus, watched.kind).await {
+        let publishes = snapshot.is_none();
+        let known = match (data_kind, &snapshot) {
+            (Some(_), _) => HashMap::new(),
+            (None, Some(snapshot)) => snapshot.clone(),
+            (None, None) => match seed(&bus, watched.kind).await {
                 Ok(known) => known,
                 Err(error) => {
                     errors.inc();
@@ -257,15 +261,25 @@ async fn resolve_any(client: &Client, watched: WatchedKind) -> Option<sluice_kub
 /// What an earlier run published for this kind, so deletions while nobody watched are found.
 async fn seed(bus: &Bus, kind: &str) -> sluice_bus::Result<HashMap<ObjectKey, String>> {
     let filter = topology::config_kind_filter(kind);
-    let mut known = HashMap::new();
-    for delivered in bus.replay_state(topology::CONFIG, &filter).await? {
-        if let Ok(message) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", &delivered) {
+    let replayed = bus.replay_state(topology::CONFIG, &filter).await?;
+    Ok(known_of(&replayed).remove(kind).unwrap_or_default())
+}
+
+/// What `replayed` (messages of `SLUICE_CONFIG`) holds of each kind: every object not deleted,
+/// with its resourceVersion.
+pub fn known_of(replayed: &[sluice_bus::Delivered]) -> HashMap<String, HashMap<ObjectKey, String>> {
+    let mut known: HashMap<String, HashMap<ObjectKey, String>> = HashMap::new();
+    for delivered in replayed {
+        if let Ok(message) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered) {
             if !message.deleted {
-                known.insert((message.namespace, message.name), message.resource_version);
+                known
+                    .entry(message.kind)
+                    .or_default()
+                    .insert((message.namespace, message.name), message.resource_version);
             }
         }
     }
-    Ok(known)
+    known
 }
 
 /// Publishes one object's state, retried until it is stored (the watch already counts it as
