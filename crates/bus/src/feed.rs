@@ -452,35 +452,23 @@ impl Bus {
     /// the stage, or the holder of its lease (ADR 0046). Whether it was reset (its deliveries
     /// are numbered from 1 again).
     async fn reset_delivery(&self, spec: ConsumerSpec) -> Result<bool> {
-        let subject = format!(
-            "$JS.API.CONSUMER.RESET.{}.{}",
-            spec.stream.name, spec.durable
-        );
-        let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Consumer {
-            stream: spec.stream.name.to_string(),
-            consumer: spec.durable.to_string(),
-            source,
-        };
-        let reply = match self.client().request(subject, bytes::Bytes::new()).await {
-            Ok(reply) => reply,
-            Err(error) if error.kind() == async_nats::RequestErrorKind::NoResponders => {
+        let reset = reset_to_ack_floor(self.client(), spec.stream.name, spec.durable).await;
+        match reset {
+            Err(source) => Err(Error::Consumer {
+                stream: spec.stream.name.to_string(),
+                consumer: spec.durable.to_string(),
+                source,
+            }),
+            Ok(false) => {
                 tracing::warn!(
                     stream = spec.stream.name,
                     consumer = spec.durable,
                     "nats-server older than 2.14 (no CONSUMER.RESET): what an earlier process left unsettled comes back after the ack wait"
                 );
-                return Ok(false);
+                Ok(false)
             }
-            Err(error) => return Err(consumer_err(Box::new(error))),
-        };
-        let answer: serde_json::Value =
-            serde_json::from_slice(&reply.payload).map_err(|e| consumer_err(Box::new(e)))?;
-        if let Some(error) = answer.get("error") {
-            return Err(consumer_err(
-                format!("resetting its delivery state failed: {error}").into(),
-            ));
+            Ok(true) => Ok(true),
         }
-        Ok(true)
     }
 
     /// The durable consumer of a stage. Created on first use to start from the last message of
@@ -576,6 +564,30 @@ impl Bus {
             recovering(consumer, messages, arrivals, missed.clone()),
             missed,
         ))
+    }
+}
+
+/// Resets the delivery state of the durable `consumer` of `stream` to its ack floor
+/// (`$JS.API.CONSUMER.RESET`, nats-server 2.14): what was delivered and not acked is delivered
+/// again at once, to whoever reads the consumer next, instead of after the ack wait. `false`
+/// when the server does not have it (no responders: older than 2.14).
+pub async fn reset_to_ack_floor(
+    client: &async_nats::Client,
+    stream: &str,
+    consumer: &str,
+) -> std::result::Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+    let subject = format!("$JS.API.CONSUMER.RESET.{stream}.{consumer}");
+    let reply = match client.request(subject, bytes::Bytes::new()).await {
+        Ok(reply) => reply,
+        Err(error) if error.kind() == async_nats::RequestErrorKind::NoResponders => {
+            return Ok(false)
+        }
+        Err(error) => return Err(Box::new(error)),
+    };
+    let answer: serde_json::Value = serde_json::from_slice(&reply.payload)?;
+    match answer.get("error") {
+        Some(error) => Err(format!("resetting its delivery state failed: {error}").into()),
+        None => Ok(true),
     }
 }
 

@@ -5,7 +5,9 @@
 //! On shutdown every listener drains its connection (its runners settle what they hold) and
 //! ends; the watcher waits for them within its drain deadline. A listener stopped because its
 //! cluster's kubeconfig changed or it is no longer listened to, and a connection replaced
-//! because the Secret changed, drain the same way, in the background, within the same deadline.
+//! because the Secret changed, drain the same way, in the background, within the same deadline;
+//! the connection that replaces it binds the cluster's managed consumer once it has drained
+//! (`connection::ConsumerTurn`).
 
 pub mod connection;
 pub mod forward;
@@ -25,7 +27,7 @@ use sluice_domain::natsconfig::{
 use sluice_runtime::{CancellationToken, Health, TaskTracker};
 use tokio::task::JoinHandle;
 
-use connection::Counters;
+use connection::{ConsumerTurn, Counters};
 
 /// Clusters of `shard` to listen to, each with its kubeconfig (or why it is unusable): those
 /// where some EventTrigger deploys an EventSource that has messaging criteria.
@@ -86,6 +88,9 @@ pub struct Listeners {
     bus: Bus,
     counters: Counters,
     running: HashMap<ClusterId, Running>,
+    /// Each cluster's turn on its managed consumer, shared by its listener that drains and the
+    /// one started for a rotated kubeconfig.
+    turns: HashMap<ClusterId, ConsumerTurn>,
     /// Where the listeners run, so that shutdown waits for their drain.
     tasks: TaskTracker,
     /// Shutdown: every listener stops reading and drains.
@@ -112,6 +117,7 @@ impl Listeners {
                 health: health.clone(),
             },
             running: HashMap::new(),
+            turns: HashMap::new(),
         }
     }
 
@@ -149,6 +155,11 @@ impl Listeners {
                     .stop(&self.tasks, &cluster, "cloudevent listener");
             }
         }
+        // A turn no listener holds or waits for any more.
+        let running = &self.running;
+        self.turns.retain(|cluster, turn| {
+            running.contains_key(cluster) || std::sync::Arc::strong_count(turn) > 1
+        });
         for (cluster, (hash, kubeconfig)) in wanted {
             if self.running.contains_key(&cluster) {
                 continue;
@@ -162,6 +173,7 @@ impl Listeners {
                 cluster: cluster.clone(),
                 current: None,
                 token: token.clone(),
+                turn: self.turns.entry(cluster.clone()).or_default().clone(),
                 tasks: self.tasks.clone(),
             };
             let task = self.tasks.spawn(listener.follow(kubeconfig));
@@ -182,6 +194,8 @@ struct ClusterListener {
     counters: Counters,
     cluster: ClusterId,
     current: Option<(NatsSettings, Draining)>,
+    /// The cluster's turn on its managed consumer, taken by each connection in turn.
+    turn: ConsumerTurn,
     /// Stops the listener and, through child tokens, its connection.
     token: CancellationToken,
     /// Where a replaced connection drains.
@@ -310,6 +324,7 @@ impl ClusterListener {
             self.counters.clone(),
             cluster.clone(),
             settings.clone(),
+            self.turn.clone(),
             token.clone(),
         ));
         self.current = Some((settings, Draining { token, task }));

@@ -232,6 +232,7 @@ async fn jetstream_watcher_killed_midway_loses_nothing_and_publishes_nothing_twi
     publish(2 * EVENTS / 3..EVENTS).await?;
     fx.bus_nats.start_again().await?;
     fx.start_watcher()?;
+    let restarted = std::time::Instant::now();
 
     let messages = |r: &[pb::CloudEventReceived]| -> Vec<String> {
         r.iter()
@@ -252,6 +253,14 @@ async fn jetstream_watcher_killed_midway_loses_nothing_and_publishes_nothing_twi
     })
     .await;
     all_there.map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
+    // What the killed watcher held unacked comes at once: the new one resets the managed
+    // consumer to its ack floor as it binds (otherwise after the 10 s ack wait).
+    let took = restarted.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "every event came {took:?} after the restart (the ack wait is 10 s)\nwatcher log:\n{}",
+        fx.log()
+    );
     // Once the managed consumer has nothing pending or unacked, nothing more can be published.
     wait_for("managed consumer settled", DEADLINE, || async {
         consumer_state()
@@ -456,6 +465,101 @@ async fn jetstream_older_subjects_form_with_token_auth() -> anyhow::Result<()> {
         .await?;
     assert_eq!(event, serde_json::from_str::<Value>(SEED_LOGIN)?);
     assert_eq!(received.subject, "user-operation");
+    Ok(())
+}
+
+/// The permissions a managed cluster's NATS user needs to be consumed (`docs/operating.md`,
+/// "CloudEvents from a managed cluster's JetStream"), as a real server enforces them: with
+/// exactly those the events are forwarded and the consumer is reset as the watcher binds; a
+/// user that may not reset it is consumed all the same, after a warning that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_managed_user_with_the_documented_permissions_is_consumed_and_reset_is_optional(
+) -> anyhow::Result<()> {
+    let mut fx = Fixture::start().await?;
+    let durable = format!(
+        "sluice-{}",
+        topology::encode_token("sveltos.default.production")
+    );
+    let user = |name: &str, reset: bool| {
+        let mut publish = vec![
+            "$JS.API.STREAM.INFO.USERS".to_string(),
+            format!("$JS.API.CONSUMER.CREATE.USERS.{durable}"),
+            format!("$JS.API.CONSUMER.MSG.NEXT.USERS.{durable}"),
+            format!("$JS.ACK.USERS.{durable}.>"),
+        ];
+        if reset {
+            publish.push(format!("$JS.API.CONSUMER.RESET.USERS.{durable}"));
+        }
+        let publish: Vec<String> = publish.iter().map(|s| format!("{s:?}")).collect();
+        format!(
+            "{{user: {name}, password: pw, permissions: {{publish: {{allow: [{}]}}, subscribe: {{allow: [\"_INBOX.>\"]}}}}}}",
+            publish.join(", ")
+        )
+    };
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("managed.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "authorization {{ users: [ {{user: owner, password: pw}}, {}, {} ] }}\n",
+            user("consumer", true),
+            user("noreset", false)
+        ),
+    )?;
+    let managed = NatsServer::start_with_args(&["-c", &config.display().to_string()]).await?;
+    let owner = async_nats::ConnectOptions::with_user_and_password("owner".into(), "pw".into())
+        .connect(managed.url())
+        .await?;
+    let js = async_nats::jetstream::new(owner);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "USERS".into(),
+        subjects: vec!["user-operation".into()],
+        ..Default::default()
+    })
+    .await?;
+    let secret = |user: &str| {
+        json!({"jetstream": {"configuration": {
+            "url": managed.url(),
+            "streams": [{"name": "USERS", "subjects": ["user-operation"]}],
+            "authorization": {"user": {"user": user, "password": "pw"}}}}})
+    };
+    let event = |i: usize| SEED_LOGIN.replace("User mgianluc login", &format!("event-{i}"));
+    js.publish("user-operation", event(0).into()).await?.await?;
+    fx.nats_secret(&secret("consumer")).await?;
+    fx.start_watcher()?;
+    fx.wait_event("an event read with the documented permissions", |e| {
+        e["data"]["message"] == "event-0"
+    })
+    .await?;
+    let log = fx.log();
+    assert!(log.contains("consuming jetstream"), "{log}");
+    for refused in ["Permissions Violation", "not reset"] {
+        assert!(!log.contains(refused), "{refused}:\n{log}");
+    }
+
+    // The same stream read by a user that may not reset the consumer.
+    fx.nats_secret(&secret("noreset")).await?;
+    wait_for(
+        "the warning that the consumer was not reset",
+        DEADLINE,
+        || async {
+            fx.log()
+                .contains("managed consumer not reset")
+                .then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nwatcher log:\n{}", fx.log()))?;
+    js.publish("user-operation", event(1).into()).await?.await?;
+    fx.wait_event("an event read without the reset", |e| {
+        e["data"]["message"] == "event-1"
+    })
+    .await?;
+    assert!(
+        fx.log().contains("is CONSUMER.RESET permitted?"),
+        "{}",
+        fx.log()
+    );
     Ok(())
 }
 

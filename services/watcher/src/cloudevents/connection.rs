@@ -28,6 +28,15 @@ use super::stage::{Forwarder, CLUSTER_HEADER, MANAGED_STREAM};
 /// back soon.
 pub const ACK_WAIT: Duration = Duration::from_secs(10);
 
+/// How long binding waits for the managed server to reset the consumer before going on without
+/// it (a user whose permissions lack `CONSUMER.RESET` gets no reply at all).
+const RESET_WITHIN: Duration = Duration::from_secs(2);
+
+/// A cluster's turn on its managed durable consumer: one connection of this process reads it at
+/// a time, the next once the one before has drained, so that the reset at its bind gives it
+/// everything the one before left unsettled, what was still on its way to it included.
+pub type ConsumerTurn = std::sync::Arc<tokio::sync::Mutex<()>>;
+
 /// Pause after the first failure; doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -95,6 +104,7 @@ pub async fn run(
     counters: Counters,
     cluster: ClusterId,
     settings: NatsSettings,
+    turn: ConsumerTurn,
     token: CancellationToken,
 ) {
     let core = async {
@@ -104,7 +114,7 @@ pub async fn run(
     };
     let jetstream = async {
         if let Some(js) = &settings.jetstream {
-            serve_jetstream(&bus, &counters, &cluster, js, &token).await;
+            serve_jetstream(&bus, &counters, &cluster, js, &turn, &token).await;
         }
     };
     tokio::join!(core, jetstream);
@@ -176,12 +186,18 @@ async fn serve_jetstream(
     counters: &Counters,
     cluster: &ClusterId,
     js: &JetStreamConnection,
+    turn: &ConsumerTurn,
     token: &CancellationToken,
 ) {
     if js.streams.is_empty() {
         tracing::info!(cluster = %cluster, url = %js.url, "no jetstream streams configured");
         return;
     }
+    // Held until this connection's runners have drained (or it is aborted).
+    let _turn = tokio::select! {
+        turn = turn.clone().lock_owned() => turn,
+        () = token.cancelled() => return,
+    };
     let durable = consumer_name(cluster);
     let mut backoff = Backoff::default();
     loop {
@@ -215,6 +231,7 @@ async fn serve_jetstream(
                     })
                     .await
                     .map_err(|e| stream_error(Box::new(e)))?;
+                reset(&client, cluster, &source.stream, &durable).await;
                 let messages = consumer
                     .stream()
                     .max_messages_per_batch(256)
@@ -265,6 +282,27 @@ async fn serve_jetstream(
             return;
         }
     }
+}
+
+/// Hands out again at once what an earlier reader of the managed consumer (a listener drained
+/// for a rotated kubeconfig, a watcher killed) received and never settled, before this one
+/// pulls. A managed server that cannot reset it (older than 2.14, or the user not permitted)
+/// delivers those after the ack wait instead. A reader still on the consumer elsewhere (a
+/// cluster's listener moving between shards) gets nothing twice on the bus: a redelivery
+/// carries its stored message's id (ADR 0008).
+async fn reset(client: &async_nats::Client, cluster: &ClusterId, stream: &str, durable: &str) {
+    let reset = tokio::time::timeout(
+        RESET_WITHIN,
+        sluice_bus::feed::reset_to_ack_floor(client, stream, durable),
+    )
+    .await;
+    let why = match reset {
+        Ok(Ok(true)) => return,
+        Ok(Ok(false)) => "the server has no CONSUMER.RESET (older than 2.14)".to_string(),
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => format!("no answer within {RESET_WITHIN:?} (is CONSUMER.RESET permitted?)"),
+    };
+    tracing::warn!(cluster = %cluster, stream, consumer = durable, reason = %why, "managed consumer not reset: what an earlier reader left unacked comes after the ack wait");
 }
 
 /// Now, in Unix nanoseconds: when a core NATS subscription began, which names the order of what
