@@ -838,12 +838,12 @@ impl Runner {
                     core.unprompted_of(outputs, &parents).await?;
                     core.end_all(stage, &mut flights, ended).await?;
                 }
-                () = sleep_until(tick), if tick.is_some() => {
+                () = sluice_runtime::schedule::sleep_until(tick), if tick.is_some() => {
                     let (outputs, ended) = flights.beside(stage.on_tick()).await;
                     core.unprompted(outputs).await?;
                     core.end_all(stage, &mut flights, ended).await?;
                 }
-                () = sleep_until(flush_at), if flush_at.is_some() => core.flush(stage).await?,
+                () = sluice_runtime::schedule::sleep_until(flush_at), if flush_at.is_some() => core.flush(stage).await?,
                 next = source.next(), if !core.window.is_full() && flights.len() < S::IN_FLIGHT => {
                     let Some(next) = next else {
                         // A reader also ends when cancelled.
@@ -1822,13 +1822,6 @@ fn off_executor<R>(work: impl FnOnce() -> R) -> R {
         tokio::task::block_in_place(work)
     } else {
         work()
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

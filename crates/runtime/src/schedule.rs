@@ -1,13 +1,21 @@
 //! When a view for users (an EventReport, an EventTrigger's status) is written: as soon as it
 //! changes, but at most once per [`INTERVAL`] per key while changes keep coming, so a burst of
 //! changes costs one write (a view is not a pipeline step). Pure: the time comes in as an
-//! argument.
+//! argument. Beside it, [`sleep_until`], the timer of a `select!` that may have nothing due.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// Waits until `at`; never without one (a timer in a `select!` that may have nothing due).
+pub async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// The least time between two writes of one key.
 pub const INTERVAL: Duration = Duration::from_secs(1);

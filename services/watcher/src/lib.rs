@@ -76,14 +76,6 @@ const UPDATE_BATCH: usize = 1024;
 /// managed JetStream redelivers what was not acked.
 pub const DRAIN_DEADLINE: Duration = sluice_bus::runner::DRAIN_DEADLINE;
 
-/// Waits until `at`; never without one.
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Waits `duration`; `true` if `token` was cancelled meanwhile.
 pub(crate) async fn pause(duration: Duration, token: &CancellationToken) -> bool {
     tokio::select! {
@@ -188,7 +180,7 @@ pub async fn run_shard(
         let due = watches.next_due();
         tokio::select! {
             _ = token.cancelled() => break,
-            () = sleep_until(due), if due.is_some() => watches.reconcile(&state).await,
+            () = sluice_runtime::schedule::sleep_until(due), if due.is_some() => watches.reconcile(&state).await,
             update = rx.recv() => {
                 let Some(update) = update else { break };
                 // Everything already waiting is applied before the state is acted on once.
