@@ -235,6 +235,17 @@ pub struct Delivered {
 }
 
 impl Delivered {
+    /// This message as a stage's side feed of `stream` names it to the runner (its span, the
+    /// trace its outputs continue).
+    pub fn side_message(&self, stream: &'static str) -> crate::runner::SideMessage {
+        crate::runner::SideMessage {
+            stream,
+            subject: self.subject.clone(),
+            sequence: self.sequence,
+            traceparent: self.traceparent.clone(),
+        }
+    }
+
     pub fn from_message(stream: &str, message: &Message) -> Result<Delivered> {
         let info = message.info().map_err(|source| Error::Read {
             stream: stream.to_string(),

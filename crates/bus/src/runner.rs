@@ -298,8 +298,15 @@ pub trait Stage: Send {
     ) -> impl Future<Output = Vec<Outcome<Self::Error>>> + Send;
 
     /// Takes one message of the side feed; returns what it makes the stage publish (no input
-    /// is acked for these).
-    fn on_side(&mut self, side: Self::Side) -> impl Future<Output = Vec<Output>> + Send;
+    /// is acked for these). `span`: the trace context of the stage's span of the item's last
+    /// message ([`Stage::side_messages`]), the parent of any span the stage records while
+    /// handling it (the applier's API requests); `None` when it names none or spans are not
+    /// exported.
+    fn on_side(
+        &mut self,
+        side: Self::Side,
+        span: Option<TraceContext>,
+    ) -> impl Future<Output = Vec<Output>> + Send;
 
     /// The messages of the side feed that `side` is of, in their order, for the stage's span
     /// of each and the trace its outputs continue; none (the default) has its outputs begin a
@@ -833,8 +840,13 @@ impl Runner {
                     // What is held goes out first, acked with its own outputs.
                     core.flush(stage).await?;
                     let (began, messages) = (SystemTime::now(), stage.side_messages(&item));
-                    let (outputs, ended) = flights.beside(stage.on_side(item)).await;
-                    let parents = core.side_spans(&messages, began);
+                    let contexts = core.side_contexts(&messages);
+                    let span = contexts
+                        .last()
+                        .copied()
+                        .filter(|_| sluice_runtime::spans::spans_enabled());
+                    let (outputs, ended) = flights.beside(stage.on_side(item, span)).await;
+                    let parents = core.side_spans(&messages, &contexts, began);
                     core.unprompted_of(outputs, &parents).await?;
                     core.end_all(stage, &mut flights, ended).await?;
                 }
@@ -1628,14 +1640,28 @@ impl Core {
         });
     }
 
-    /// The trace contexts a side item's outputs continue: for each of its `messages`, the
-    /// context of the stage's span of it, a child of the message's own; each span is exported
-    /// (from `began`, when the item was taken, to now) when spans are.
-    fn side_spans(&self, messages: &[SideMessage], began: SystemTime) -> Parents {
+    /// The contexts of the stage's spans of a side item's `messages`, each a child of the
+    /// message's own.
+    fn side_contexts(&self, messages: &[SideMessage]) -> Vec<TraceContext> {
+        messages
+            .iter()
+            .map(|message| self.context_under(message.traceparent.as_deref()))
+            .collect()
+    }
+
+    /// The trace contexts a side item's outputs continue: for each of its `messages`, its span's
+    /// context (`contexts`, [`Core::side_contexts`]); each span is exported (from `began`, when
+    /// the item was taken, to now) when spans are.
+    fn side_spans(
+        &self,
+        messages: &[SideMessage],
+        contexts: &[TraceContext],
+        began: SystemTime,
+    ) -> Parents {
         let mut parents = Parents::default();
         let spans = sluice_runtime::spans::spans_enabled();
-        for message in messages {
-            let context = self.context_under(message.traceparent.as_deref());
+        for (message, context) in messages.iter().zip(contexts) {
+            let context = *context;
             if spans {
                 let parent = message.traceparent.as_deref().and_then(parse_traceparent);
                 sluice_runtime::spans::record(Span {

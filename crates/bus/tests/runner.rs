@@ -115,7 +115,11 @@ impl Stage for Probe {
         out
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
@@ -431,7 +435,11 @@ impl Stage for Timed {
             .collect()
     }
 
-    async fn on_side(&mut self, name: String) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        name: String,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         self.tick_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
         vec![applied_output(&name, format!("side {name}"))]
     }
@@ -533,7 +541,11 @@ impl<const MAX: usize> Stage for Holding<MAX> {
         )]
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
@@ -657,7 +669,11 @@ impl Stage for Purging {
             .collect()
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
@@ -746,7 +762,11 @@ impl Stage for Ahead {
         outcomes
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
@@ -841,7 +861,11 @@ impl<const AGE_MS: u64> Stage for Aging<AGE_MS> {
         vec![applied_output("flush", format!("flushed {held}"))]
     }
 
-    async fn on_side(&mut self, name: String) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        name: String,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         let flushes = self.flushes.lock().expect("lock").len();
         vec![applied_output(
             &name,
@@ -956,7 +980,11 @@ impl<const DELAY_MS: u64, const AHEAD: bool> Stage for Counting<DELAY_MS, AHEAD>
         inputs.iter().map(|_| Ok(Vec::new())).collect()
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
@@ -1262,7 +1290,11 @@ impl Stage for Sizes {
         inputs.iter().map(|_| Ok(Vec::new())).collect()
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
@@ -1487,7 +1519,11 @@ impl Stage for Overlapping {
         Overlapping::work(self.gate.clone(), self.started.clone(), inputs).await
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
@@ -1697,7 +1733,11 @@ impl Stage for Locking {
             .collect()
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 

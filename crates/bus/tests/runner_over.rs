@@ -94,7 +94,11 @@ impl Stage for Echo {
         out
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }

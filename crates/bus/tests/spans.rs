@@ -35,8 +35,12 @@ impl Failure for Broken {
 }
 
 /// Echoes a body to the applied subject of its input; `reject` is rejected. A side message
-/// (a configuration change, say) is echoed likewise, as `side`.
-struct Echo;
+/// (a configuration change, say) is echoed likewise, as `side`, and the span the runner gave
+/// its handling is kept in `side_spans`.
+#[derive(Default)]
+struct Echo {
+    side_spans: std::sync::Arc<std::sync::Mutex<Vec<Option<TraceContext>>>>,
+}
 
 impl Stage for Echo {
     type Input = String;
@@ -66,7 +70,8 @@ impl Stage for Echo {
         vec![side.clone()]
     }
 
-    async fn on_side(&mut self, side: SideMessage) -> Vec<Output> {
+    async fn on_side(&mut self, side: SideMessage, span: Option<TraceContext>) -> Vec<Output> {
+        self.side_spans.lock().expect("not poisoned").push(span);
         vec![Output::message(
             topology::applied_subject_for(&side.subject).expect("a desired subject"),
             Bytes::from("side"),
@@ -112,9 +117,11 @@ async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Re
     });
     let token = CancellationToken::new();
     let (side, side_feed) = futures::channel::mpsc::unbounded();
+    let mut echo = Echo::default();
+    let side_spans = echo.side_spans.clone();
     let task = tokio::spawn({
         let token = token.clone();
-        async move { runner.run(&mut Echo, side_feed, token).await }
+        async move { runner.run(&mut echo, side_feed, token).await }
     });
     let sent_at = std::time::SystemTime::now();
     let mut parents = Vec::new();
@@ -205,5 +212,13 @@ async fn every_handled_input_is_a_span_that_its_outputs_continue() -> anyhow::Re
     assert_eq!(from_side.attributes["sluice.stage"], SPEC.durable);
     assert_eq!(from_side.error, None);
     assert!(from_side.start_unix_nanos <= from_side.end_unix_nanos);
+    // The stage handled the side message knowing that span, to record its requests under it.
+    let given = side_spans.lock().expect("not poisoned").clone();
+    assert_eq!(given.len(), 1, "{given:?}");
+    let given = given[0].expect("the side message's span given to the stage");
+    assert_eq!(
+        (hex(&given.trace_id), hex(&given.span_id)),
+        (from_side.trace_id.clone(), from_side.span_id.clone())
+    );
     Ok(())
 }

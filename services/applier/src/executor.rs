@@ -434,10 +434,13 @@ impl Applier {
 
     /// Removes the finalizer from a trigger that is being deleted and for which sluice owns
     /// nothing (any more).
+    /// `span`: the span of the configuration message it is of, under which the write is a
+    /// client span (ADR 0045).
     pub(crate) async fn release_if_done(
         &self,
         statuses: &status::Statuses,
         delivered: &sluice_bus::Delivered,
+        span: Option<TraceContext>,
     ) {
         let Ok(config) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered) else {
             return;
@@ -453,10 +456,10 @@ impl Applier {
         if config.deleted || !held || !deleting || statuses.owns_anything(&config.name) {
             return;
         }
+        let start = SystemTime::now();
+        let api_version = status::api_version(&config.kind);
         let released = async {
-            let kind = self
-                .kind(status::api_version(&config.kind), &config.kind)
-                .await?;
+            let kind = self.kind(api_version, &config.kind).await?;
             apply::set_finalizer(
                 &self.client,
                 &kind,
@@ -468,6 +471,14 @@ impl Applier {
             .await
         }
         .await;
+        trigger_request("PATCH", api_version, &config.kind, &config.name).record(
+            span.as_ref(),
+            start,
+            released
+                .as_ref()
+                .err()
+                .map(|e| sluice_runtime::error_chain(e)),
+        );
         if let Err(error) = released {
             tracing::warn!(event_trigger = %config.name, error = %error, "failed to release the finalizer");
         }
@@ -476,10 +487,12 @@ impl Applier {
     /// Tells, with a Warning Event on the trigger, why a trigger in the configuration feed cannot
     /// be used (`problems`); each problem once per trigger (`reported`). Failures are logged:
     /// the trigger's next change reports again.
+    /// `span`: as [`Applier::release_if_done`]'s.
     pub(crate) async fn report_invalid(
         &self,
         delivered: &sluice_bus::Delivered,
         reported: &mut BTreeMap<String, String>,
+        span: Option<TraceContext>,
     ) {
         let Ok(config) = sluice_wire::decode::<pb::ConfigObject>("ConfigObject", delivered) else {
             return;
@@ -493,7 +506,7 @@ impl Applier {
         }
         tracing::warn!(event_trigger = %name, problem = %message, "EventTrigger cannot be used");
         let written = self
-            .write_event(&kind, &name, &uid, crate::problems::REASON, &message)
+            .write_event(&kind, &name, &uid, crate::problems::REASON, &message, span)
             .await;
         match written {
             Ok(()) => {
@@ -538,6 +551,7 @@ impl Applier {
                 uid,
                 crate::problems::WAITING_FOR_DELETION,
                 &message,
+                None,
             )
             .await
         }
@@ -555,7 +569,8 @@ impl Applier {
         }
     }
 
-    /// Writes the Warning Event `reason` about a trigger (`problems::event`), dated now.
+    /// Writes the Warning Event `reason` about a trigger (`problems::event`), dated now; a
+    /// client span under `span`.
     async fn write_event(
         &self,
         trigger_kind: &str,
@@ -563,14 +578,36 @@ impl Applier {
         uid: &str,
         reason: &str,
         message: &str,
+        span: Option<TraceContext>,
     ) -> sluice_kube::Result<()> {
         let now = time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
         let event = crate::problems::event(trigger_kind, trigger, uid, reason, message, &now);
-        let kind = self.kind("v1", "Event").await?;
-        apply::apply(&self.client, &kind, &event, FIELD_MANAGER).await?;
-        Ok(())
+        let start = SystemTime::now();
+        let written = async {
+            let kind = self.kind("v1", "Event").await?;
+            apply::apply(&self.client, &kind, &event, FIELD_MANAGER).await
+        }
+        .await;
+        let name = event.pointer("/metadata/name").and_then(Value::as_str);
+        sluice_runtime::spans::Request {
+            method: "PATCH",
+            api_version: "v1",
+            kind: "Event",
+            namespace: crate::problems::EVENT_NAMESPACE,
+            name: name.unwrap_or_default(),
+            subresource: "",
+        }
+        .record(
+            span.as_ref(),
+            start,
+            written
+                .as_ref()
+                .err()
+                .map(|e| sluice_runtime::error_chain(e)),
+        );
+        written.map(|_| ())
     }
 
     /// The desired objects under the names of what event-manager generated for the same
@@ -730,6 +767,23 @@ fn record_request(
         start,
         error.map(|e| sluice_runtime::error_chain(e)),
     );
+}
+
+/// A request about a trigger (cluster-scoped), for its client span.
+fn trigger_request<'a>(
+    method: &'static str,
+    api_version: &'a str,
+    kind: &'a str,
+    name: &'a str,
+) -> sluice_runtime::spans::Request<'a> {
+    sluice_runtime::spans::Request {
+        method,
+        api_version,
+        kind,
+        namespace: "",
+        name,
+        subresource: "",
+    }
 }
 
 /// A (trigger, cluster) pair's owner labels as one map key.

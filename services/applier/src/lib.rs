@@ -133,7 +133,9 @@ pub async fn run(
             .await?;
         for delivered in replayed {
             use sluice_bus::runner::Stage as _;
-            stage.on_side(stage::Side::Config(Ok(delivered))).await;
+            stage
+                .on_side(stage::Side::Config(Ok(delivered)), None)
+                .await;
         }
         feeds.push(live.map(stage::Side::Config).boxed());
     }

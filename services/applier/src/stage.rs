@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use sluice_bus::runner::{ending, Action, Claim, Failure, Input, Outcome, Output, Stage, Work};
+use sluice_bus::runner::{
+    ending, Action, Claim, Failure, Input, Outcome, Output, SideMessage, Stage, Work,
+};
 use sluice_bus::topology::{self, StreamSpec};
 use sluice_bus::{Bus, Delivered};
 use sluice_domain::cluster::ClusterId;
@@ -168,9 +170,9 @@ impl ApplierStage {
         for trigger in touched {
             self.status_writes.mark(&self.statuses, &trigger, now);
         }
-        for deferred in self.in_flight.settled(inputs) {
+        for (deferred, span) in self.in_flight.settled(inputs) {
             self.applier
-                .release_if_done(&self.statuses, &deferred)
+                .release_if_done(&self.statuses, &deferred, span)
                 .await;
         }
         self.write_due_statuses(now).await;
@@ -469,12 +471,13 @@ impl ApplierStage {
 }
 
 /// The triggers and the units (by desired-state subject) in flight (batches overlap, ADR
-/// 0043), and the configuration of those being deleted whose release waits for them.
+/// 0043), and the configuration of those being deleted whose release waits for them (with the
+/// span of the message, under which the release is recorded).
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     units: BTreeMap<String, usize>,
     subjects: BTreeMap<String, usize>,
-    deferred: BTreeMap<String, Delivered>,
+    deferred: BTreeMap<String, (Delivered, Option<TraceContext>)>,
 }
 
 impl InFlight {
@@ -500,13 +503,13 @@ impl InFlight {
         self.subjects.contains_key(subject)
     }
 
-    fn defer(&mut self, trigger: String, config: Delivered) {
-        self.deferred.insert(trigger, config);
+    fn defer(&mut self, trigger: String, config: Delivered, span: Option<TraceContext>) {
+        self.deferred.insert(trigger, (config, span));
     }
 
     /// Counts `inputs` settled; returns the deferred configuration of each trigger that has
     /// no unit in flight any more.
-    fn settled(&mut self, inputs: &[Input<Desired>]) -> Vec<Delivered> {
+    fn settled(&mut self, inputs: &[Input<Desired>]) -> Vec<(Delivered, Option<TraceContext>)> {
         let mut done = Vec::new();
         for input in inputs {
             let subject = &input.delivered.subject;
@@ -625,7 +628,16 @@ impl Stage for ApplierStage {
         outputs
     }
 
-    async fn on_side(&mut self, side: Side) -> Vec<Output> {
+    /// A trigger's configuration message: its span, the parent of the release of its finalizer
+    /// and of the Event that says why it cannot be used.
+    fn side_messages(&self, side: &Side) -> Vec<SideMessage> {
+        match side {
+            Side::Config(Ok(delivered)) => vec![delivered.side_message(topology::CONFIG.name)],
+            _ => Vec::new(),
+        }
+    }
+
+    async fn on_side(&mut self, side: Side, span: Option<TraceContext>) -> Vec<Output> {
         match side {
             Side::Config(Ok(delivered)) => {
                 let trigger = trigger_of(&delivered);
@@ -633,16 +645,16 @@ impl Stage for ApplierStage {
                     // What a unit in flight wrote is not recorded yet: whether the trigger is
                     // done is asked again once its units have settled.
                     Some((name, _)) if self.in_flight.has(name) => {
-                        self.in_flight.defer(name.clone(), delivered.clone());
+                        self.in_flight.defer(name.clone(), delivered.clone(), span);
                     }
                     _ => {
                         self.applier
-                            .release_if_done(&self.statuses, &delivered)
+                            .release_if_done(&self.statuses, &delivered, span)
                             .await
                     }
                 }
                 self.applier
-                    .report_invalid(&delivered, &mut self.reported)
+                    .report_invalid(&delivered, &mut self.reported, span)
                     .await;
                 if let Some((name, true)) = trigger {
                     self.forget_trigger(&name);
@@ -786,8 +798,8 @@ mod tests {
         in_flight.add(&second);
         assert!(in_flight.has("t") && in_flight.has("u") && !in_flight.has("v"));
         assert!(in_flight.writes(&subject()) && !in_flight.writes("other"));
-        in_flight.defer("t".into(), config("old"));
-        in_flight.defer("t".into(), config("new"));
+        in_flight.defer("t".into(), config("old"), None);
+        in_flight.defer("t".into(), config("new"), None);
         assert!(
             in_flight.settled(&first).is_empty(),
             "one unit of t still in flight"
@@ -800,7 +812,7 @@ mod tests {
         let released = in_flight.settled(&second);
         assert_eq!(released.len(), 1);
         assert!(
-            released[0].subject.ends_with("new"),
+            released[0].0.subject.ends_with("new"),
             "the newest configuration"
         );
         assert!(!in_flight.has("t"));

@@ -106,6 +106,7 @@ impl Stage for CloudEventStage {
     async fn on_side(
         &mut self,
         update: sluice_wire::Result<sluice_wire::ConfigUpdate>,
+        _span: Option<sluice_runtime::TraceContext>,
     ) -> Vec<Output> {
         match update {
             Ok(update) => self.selector.on_config(&update),

@@ -205,6 +205,7 @@ impl sluice_bus::runner::Stage for ChangeStage {
     async fn on_side(
         &mut self,
         update: sluice_wire::Result<sluice_wire::ConfigUpdate>,
+        _span: Option<sluice_runtime::TraceContext>,
     ) -> Vec<Output> {
         match update {
             Ok(update) => {

@@ -202,6 +202,7 @@ impl runner::Stage for MatchStage {
     async fn on_side(
         &mut self,
         updates: Vec<sluice_wire::Result<sluice_wire::ConfigUpdate>>,
+        _span: Option<sluice_runtime::TraceContext>,
     ) -> Vec<Output> {
         let mut rendering = self.rendering.lock().await;
         // A burst of configuration changes is applied whole and rendered once.
@@ -316,7 +317,11 @@ impl runner::Stage for CloudEventStage {
         outcomes
     }
 
-    async fn on_side(&mut self, side: std::convert::Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }

@@ -128,7 +128,11 @@ impl Stage for ReporterStage {
         outcomes
     }
 
-    async fn on_side(&mut self, side: Side) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: Side,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         let delivered = match side {
             Side::Applied(Ok(delivered)) => delivered,
             Side::Applied(Err(_)) => return Vec::new(),

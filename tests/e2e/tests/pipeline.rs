@@ -764,6 +764,72 @@ async fn an_events_spans_form_one_trace_across_the_services() -> anyhow::Result<
             .is_some_and(|data| data.keys().any(|key| key.contains("marker"))),
         "the ConfigMap rendered from the changed template: {rendered_again}"
     );
+
+    // The trigger (seed 000's EventBasedAddOn) deleted: the release of sluice's finalizer, once
+    // its objects are withdrawn, is a request under the applier's span of the trigger's
+    // configuration message, in the trace of the watcher's send of it.
+    let delete = ["delete", "eventbasedaddon", TRIGGER, "--wait=false"];
+    stack.kubectl(MANAGEMENT, &delete).await?;
+    let released = wait_for(
+        "the finalizer's release in the deletion's trace",
+        DEADLINE,
+        || async {
+            let spans = receiver.spans();
+            let by_id = |id: &str| spans.iter().find(|span| span.span_id == id).cloned();
+            let write = spans.iter().find(|span| {
+                span.service == "sluice-applier" && span.name == "PATCH EventBasedAddOn"
+            })?;
+            let handled = by_id(&write.parent_span_id)?;
+            let sent = by_id(&handled.parent_span_id)?;
+            Some((sent, handled, write.clone()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:#?}\n{}", receiver.spans(), stack.logs()))?;
+    let (sent, handled, write) = released;
+    assert_eq!(
+        (
+            handled.service.as_str(),
+            handled.name.as_str(),
+            handled.kind
+        ),
+        ("sluice-applier", "process SLUICE_CONFIG", 5),
+        "{handled:?}"
+    );
+    assert_eq!(
+        (
+            sent.service.as_str(),
+            sent.name.as_str(),
+            sent.parent_span_id.as_str()
+        ),
+        ("sluice-watcher", "send SLUICE_CONFIG", ""),
+        "{sent:?}"
+    );
+    assert_eq!(sent.attributes["sluice.kind"], "EventBasedAddOn");
+    assert_eq!(sent.attributes["sluice.name"], TRIGGER);
+    assert_eq!(
+        handled.attributes["messaging.destination.name"],
+        topology::config_subject("EventBasedAddOn", "", TRIGGER)
+    );
+    assert_eq!((write.kind, write.error.as_deref()), (3, None), "{write:?}");
+    assert_eq!(write.attributes["k8s.object.name"], TRIGGER);
+    for span in [&handled, &write] {
+        assert_eq!(span.trace_id, sent.trace_id, "{span:?}");
+    }
+    let gone = wait_for("the trigger gone", DEADLINE, || async {
+        let get = [
+            "get",
+            "eventtrigger",
+            TRIGGER,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ];
+        let out = stack.kubectl(MANAGEMENT, &get).await.ok()?;
+        out.trim().is_empty().then_some(())
+    })
+    .await;
+    gone.map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
     Ok(())
 }
 

@@ -116,7 +116,11 @@ impl Stage for Forwarder {
             .collect()
     }
 
-    async fn on_side(&mut self, side: Infallible) -> Vec<Output> {
+    async fn on_side(
+        &mut self,
+        side: Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
         match side {}
     }
 }
