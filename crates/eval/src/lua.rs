@@ -377,23 +377,9 @@ fn root_message_with_traceback(e: &mlua::Error) -> String {
 /// `json.Unmarshal` into `struct {Matching bool; Message string}` (keys match case-insensitively,
 /// a later key wins, `null` leaves the field alone).
 fn decode_verdict(result: &LuaValue) -> Result<(bool, String), String> {
-    let LuaValue::Table(_) = result else {
-        return Err("expected a lua table as return value".into());
-    };
-    let fields = match convert::to_json(result)? {
-        Value::Object(m) => m,
-        other => {
-            return Err(format!(
-                "json: cannot unmarshal {} into Go value of type eventMatchStatus",
-                convert::json_type_name(&other)
-            ))
-        }
-    };
-    let mut keys: Vec<&String> = fields.keys().collect();
-    keys.sort();
+    let fields = go_struct_fields(result, "eventMatchStatus")?;
     let (mut matching, mut message) = (false, String::new());
-    for key in keys {
-        let value = &fields[key];
+    for (key, value) in &fields {
         if key.eq_ignore_ascii_case("matching") {
             match value {
                 Value::Bool(b) => matching = *b,
@@ -414,23 +400,9 @@ fn decode_verdict(result: &LuaValue) -> Result<(bool, String), String> {
 /// `{resources, message}` as sveltos-agent reads it into `[]*unstructured.Unstructured`: an empty
 /// table is a JSON object (an error), every object needs a non-empty string `kind`.
 fn decode_aggregated(result: &LuaValue) -> Result<(Vec<Value>, String), String> {
-    let LuaValue::Table(_) = result else {
-        return Err("expected a lua table as return value".into());
-    };
-    let fields = match convert::to_json(result)? {
-        Value::Object(m) => m,
-        other => {
-            return Err(format!(
-                "json: cannot unmarshal {} into Go value of type aggregatedStatus",
-                convert::json_type_name(&other)
-            ))
-        }
-    };
-    let mut keys: Vec<&String> = fields.keys().collect();
-    keys.sort();
+    let fields = go_struct_fields(result, "aggregatedStatus")?;
     let (mut resources, mut message) = (Vec::new(), String::new());
-    for key in keys {
-        let value = &fields[key];
+    for (key, value) in &fields {
         if key.eq_ignore_ascii_case("resources") {
             match value {
                 Value::Array(items) => resources = items.clone(),
@@ -463,6 +435,26 @@ fn decode_aggregated(result: &LuaValue) -> Result<(Vec<Value>, String), String> 
         }
     }
     Ok((resources, message))
+}
+
+/// The fields of a script's returned table as `json.Unmarshal` into the Go struct `go_type` meets
+/// them: a table that is not a JSON object is an error; the keys in JSON order (sorted), so
+/// that of two keys one struct field matches case-insensitively, the later one wins.
+fn go_struct_fields(result: &LuaValue, go_type: &str) -> Result<Vec<(String, Value)>, String> {
+    let LuaValue::Table(_) = result else {
+        return Err("expected a lua table as return value".into());
+    };
+    match convert::to_json(result)? {
+        Value::Object(fields) => {
+            let mut fields: Vec<(String, Value)> = fields.into_iter().collect();
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(fields)
+        }
+        other => Err(format!(
+            "json: cannot unmarshal {} into Go value of type {go_type}",
+            convert::json_type_name(&other)
+        )),
+    }
 }
 
 fn unmarshal_error(value: &Value, field: &str, go_type: &str) -> String {
