@@ -306,7 +306,38 @@ pub fn record_list(
     });
 }
 
-impl Request<'_> {
+impl<'a> Request<'a> {
+    /// A request about the object `namespace`/`name` itself (`namespace` empty for a
+    /// cluster-scoped one).
+    pub fn new(
+        method: &'static str,
+        api_version: &'a str,
+        kind: &'a str,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> Request<'a> {
+        Request {
+            method,
+            api_version,
+            kind,
+            namespace,
+            name,
+            subresource: "",
+        }
+    }
+
+    /// [`Request::record`] with what came of the request: a failure's error chain is the
+    /// span's error.
+    pub fn record_outcome<T, E: std::error::Error>(
+        &self,
+        step: Option<&TraceContext>,
+        start: SystemTime,
+        outcome: &Result<T, E>,
+    ) {
+        let error = outcome.as_ref().err().map(|e| crate::error_chain(e));
+        self.record(step, start, error);
+    }
+
     /// Records the request, made from `start` until now, under `step`'s span; `error` when it
     /// failed. Nothing without a step span (spans not exported).
     pub fn record(&self, step: Option<&TraceContext>, start: SystemTime, error: Option<String>) {

@@ -12,6 +12,7 @@ use sha2::{Digest as _, Sha256};
 use sluice_domain::naming;
 use sluice_kube::apply::{self, Kind};
 use sluice_proto::v1 as pb;
+use sluice_runtime::spans::Request;
 use sluice_runtime::TraceContext;
 
 use crate::index::{Pairs, UnitLabels};
@@ -471,13 +472,10 @@ impl Applier {
             .await
         }
         .await;
-        trigger_request("PATCH", api_version, &config.kind, &config.name).record(
+        Request::new("PATCH", api_version, &config.kind, "", &config.name).record_outcome(
             span.as_ref(),
             start,
-            released
-                .as_ref()
-                .err()
-                .map(|e| sluice_runtime::error_chain(e)),
+            &released,
         );
         if let Err(error) = released {
             tracing::warn!(event_trigger = %config.name, error = %error, "failed to release the finalizer");
@@ -591,21 +589,11 @@ impl Applier {
         }
         .await;
         let name = event.pointer("/metadata/name").and_then(Value::as_str);
-        sluice_runtime::spans::Request {
-            method: "PATCH",
-            api_version: "v1",
-            kind: "Event",
-            namespace: crate::problems::EVENT_NAMESPACE,
-            name: name.unwrap_or_default(),
-            subresource: "",
-        }
-        .record(
+        let namespace = crate::problems::EVENT_NAMESPACE;
+        Request::new("PATCH", "v1", "Event", namespace, name.unwrap_or_default()).record_outcome(
             span.as_ref(),
             start,
-            written
-                .as_ref()
-                .err()
-                .map(|e| sluice_runtime::error_chain(e)),
+            &written,
         );
         written.map(|_| ())
     }
@@ -754,36 +742,11 @@ fn record_request(
     start: SystemTime,
     error: Option<&sluice_kube::Error>,
 ) {
-    sluice_runtime::spans::Request {
-        method,
-        api_version: &r.api_version,
-        kind: &r.kind,
-        namespace: &r.namespace,
-        name: &r.name,
-        subresource: "",
-    }
-    .record(
+    Request::new(method, &r.api_version, &r.kind, &r.namespace, &r.name).record(
         unit.as_ref(),
         start,
         error.map(|e| sluice_runtime::error_chain(e)),
     );
-}
-
-/// A request about a trigger (cluster-scoped), for its client span.
-fn trigger_request<'a>(
-    method: &'static str,
-    api_version: &'a str,
-    kind: &'a str,
-    name: &'a str,
-) -> sluice_runtime::spans::Request<'a> {
-    sluice_runtime::spans::Request {
-        method,
-        api_version,
-        kind,
-        namespace: "",
-        name,
-        subresource: "",
-    }
 }
 
 /// A (trigger, cluster) pair's owner labels as one map key.

@@ -273,12 +273,14 @@ fn report_request<'a>(
     subresource: &'a str,
 ) -> sluice_runtime::spans::Request<'a> {
     sluice_runtime::spans::Request {
-        method,
-        api_version: "lib.projectsveltos.io/v1beta1",
-        kind: "EventReport",
-        namespace,
-        name,
         subresource,
+        ..sluice_runtime::spans::Request::new(
+            method,
+            "lib.projectsveltos.io/v1beta1",
+            "EventReport",
+            namespace,
+            name,
+        )
     }
 }
 
@@ -289,14 +291,7 @@ fn traced<T>(
     start: SystemTime,
     outcome: sluice_kube::Result<T>,
 ) -> sluice_kube::Result<T> {
-    request.record(
-        span,
-        start,
-        outcome
-            .as_ref()
-            .err()
-            .map(|error| sluice_runtime::error_chain(error)),
-    );
+    request.record_outcome(span, start, &outcome);
     outcome
 }
 
