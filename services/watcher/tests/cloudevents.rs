@@ -603,9 +603,10 @@ async fn a_redelivered_jetstream_message_is_stored_once() -> anyhow::Result<()> 
 }
 
 /// A rotated kubeconfig restarts the cluster's listener: the stopped one drains (its runner
-/// settles what it handled and gives back what it had received) instead of being aborted, so
-/// the events it held reach the bus from the new listener at once, not after the managed
-/// consumer's 10 s ack wait, and each once.
+/// settles what it handled and gives back what it had received) instead of being aborted, and
+/// the new one binds the managed consumer, resetting it, only once the stopped one has drained,
+/// so the events it held (even those still on their way to it) reach the bus from the new
+/// listener at once, not after the managed consumer's 10 s ack wait, and each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetstream_events_held_by_a_listener_stopped_for_a_rotated_kubeconfig_come_at_once(
 ) -> anyhow::Result<()> {
@@ -662,6 +663,15 @@ async fn jetstream_events_held_by_a_listener_stopped_for_a_rotated_kubeconfig_co
         took < std::time::Duration::from_secs(8),
         "the events came {took:?} after the rotation (the ack wait is 10 s)\nwatcher log:\n{}",
         fx.log()
+    );
+    // The new listener bound the managed consumer (and reset it) only once the stopped one had
+    // drained: what was still on its way to the stopped one came back with the reset.
+    let log = fx.log();
+    let drained = log.find("jetstream consumers drained");
+    let bound_again = log.rfind("consuming jetstream");
+    assert!(
+        drained.is_some() && drained < bound_again,
+        "the new listener bound before the stopped one drained:\n{log}"
     );
     let received = fx.received().await?;
     let distinct: std::collections::BTreeSet<String> = received

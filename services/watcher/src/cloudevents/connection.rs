@@ -267,7 +267,11 @@ async fn serve_jetstream(
                 // Each runner drains on cancellation; one that ends otherwise (the connection
                 // is gone) ends them all, to connect again.
                 match futures::future::try_join_all(runs).await {
-                    Ok(_) => return,
+                    Ok(_) => {
+                        // The next connection of the cluster binds its consumer after this.
+                        tracing::info!(cluster = %cluster, url = %js.url, consumer = %durable, "jetstream consumers drained");
+                        return;
+                    }
                     Err(error) => {
                         tracing::warn!(cluster = %cluster, url = %js.url, error = &error as &dyn std::error::Error, "jetstream consumers ended, reconnecting");
                     }
