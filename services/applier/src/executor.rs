@@ -435,6 +435,7 @@ impl Applier {
 
     /// Removes the finalizer from a trigger that is being deleted and for which sluice owns
     /// nothing (any more).
+    ///
     /// `span`: the span of the configuration message it is of, under which the write is a
     /// client span (ADR 0045).
     pub(crate) async fn release_if_done(
@@ -485,6 +486,7 @@ impl Applier {
     /// Tells, with a Warning Event on the trigger, why a trigger in the configuration feed cannot
     /// be used (`problems`); each problem once per trigger (`reported`). Failures are logged:
     /// the trigger's next change reports again.
+    ///
     /// `span`: as [`Applier::release_if_done`]'s.
     pub(crate) async fn report_invalid(
         &self,
