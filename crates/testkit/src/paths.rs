@@ -62,6 +62,10 @@ pub fn bin_path(name: &str) -> PathBuf {
 /// 0, as the API test server does, or an outgoing connection) can take it: only another explicit
 /// bind of the same port could. A service started on it, killed and started again finds it free
 /// again for the same reason.
+///
+/// Test processes running side by side (nextest runs each test in its own) never hand out the
+/// same port either: each port handed out is claimed with a lock on a file named after it in
+/// [`claims_dir`], held until this process exits.
 pub fn free_port() -> u16 {
     static NEXT: OnceLock<Mutex<PortPicker>> = OnceLock::new();
     let picker = NEXT.get_or_init(|| Mutex::new(PortPicker::new(ephemeral_start())));
@@ -78,9 +82,46 @@ pub fn free_port() -> u16 {
                     .port()
             }
         };
-        if picker.handed_out.insert(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if picker.handed_out.insert(port)
+            && claim(port)
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
             return port;
         }
+    }
+}
+
+/// Where the ports handed out are claimed, one lock file per port, shared by every process of
+/// the user that runs tests.
+fn claims_dir() -> PathBuf {
+    std::env::temp_dir().join("sluice-test-ports")
+}
+
+/// Claims `port` for this process: true when no other process holds it. The claim lasts until
+/// this process exits (the kernel releases the lock then, however it ends). Where the claim
+/// cannot be made at all (no writable temporary directory), the port is taken unclaimed.
+fn claim(port: u16) -> bool {
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = claims_dir();
+    let file = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+    });
+    let Ok(file) = file else {
+        return true;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            HELD.lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .push(file);
+            true
+        }
+        Err(std::fs::TryLockError::WouldBlock) => false,
+        Err(std::fs::TryLockError::Error(_)) => true,
     }
 }
 
@@ -170,6 +211,40 @@ mod tests {
         assert_eq!(PortPicker::seeded(Some(LOWEST_PICKED), 0).next(), None);
         assert_eq!(PortPicker::seeded(Some(1024), 0).next(), None);
         assert_eq!(PortPicker::seeded(None, 0).next(), None);
+    }
+
+    #[test]
+    fn a_port_claimed_by_another_process_is_not_handed_out() {
+        let port = free_port();
+        // Another process holding a port's claim is what a second open file's lock sees: flock
+        // locks belong to the open file, so this process's own second open is refused too.
+        let other = std::fs::OpenOptions::new()
+            .write(true)
+            .open(claims_dir().join(port.to_string()))
+            .expect("the handed-out port's claim file exists");
+        assert!(
+            matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+            "port {port} was handed out without holding its claim"
+        );
+        // And a port another holds the claim of is not claimed again.
+        let open = |port: u16| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(claims_dir().join(port.to_string()))
+        };
+        let (unclaimed, _held) = (LOWEST_PICKED..u16::MAX)
+            .find_map(|candidate| {
+                let file = open(candidate).ok()?;
+                file.try_lock().ok()?;
+                Some((candidate, file))
+            })
+            .expect("some port is unclaimed");
+        assert!(
+            !claim(unclaimed),
+            "a port claimed elsewhere was claimed again"
+        );
     }
 
     #[test]
