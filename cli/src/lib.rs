@@ -7,6 +7,7 @@
 
 pub mod cloudevents;
 pub mod demo;
+pub mod dryrun;
 pub mod fleet;
 pub mod load;
 pub mod natsauth;

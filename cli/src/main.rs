@@ -128,6 +128,12 @@ enum Command {
         #[arg(long, conflicts_with_all = ["nkeys", "generate", "tls_cert"])]
         issue: Option<PathBuf>,
     },
+    /// What sluice would write for EventSources, EventTriggers and a managed cluster's
+    /// resources, computed offline by the services' own stages: the ClusterProfiles and
+    /// ConfigMaps/Secrets on stdout (YAML, or a JSON `List`), every failure on stderr with
+    /// where it is; exits 1 when something fails. E.g.
+    /// `sluice dry-run -f examples/seed-000-networkpolicy --cluster-label env=fv`.
+    DryRun(sluice_cli::dryrun::DryRunArgs),
     /// Evaluate an EventSource offline: the oracle's `eventsource` request JSON on stdin
     /// (one object or an array), the response JSON on stdout.
     Eval,
@@ -381,6 +387,17 @@ async fn main() -> anyhow::Result<()> {
                 tls.as_ref(),
                 &mut std::io::stdout(),
             )
+        }
+        Command::DryRun(args) => {
+            let clean = sluice_cli::dryrun::run(
+                &args,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr().lock(),
+            )?;
+            if !clean {
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Command::Eval => {
             let mut input = String::new();
