@@ -131,19 +131,18 @@ pub async fn run_shard(
     let replayed = bus
         .replay_state(topology::CONFIG, topology::CONFIG.subjects)
         .await?;
-    // A watcher that does not publish compares its watches with this same snapshot.
-    let mut snapshot = (!publishes).then(|| management::known_of(&replayed));
+    // Each kind's watch starts from this same snapshot (and a watcher that does not publish
+    // compares every later watch with it too).
+    let mut snapshot = management::known_of(&replayed);
     let (tx, mut rx) = mpsc::channel(1024);
     let tasks = TaskTracker::new();
     for kind in management::WATCHED {
-        let known = snapshot
-            .as_mut()
-            .map(|snapshot| snapshot.remove(kind.kind).unwrap_or_default());
+        let known = snapshot.remove(kind.kind).unwrap_or_default();
         tasks.spawn(management::watch(
             mgmt.clone(),
             bus.clone(),
             kind,
-            known,
+            (known, publishes),
             tx.clone(),
             health.clone(),
             token.clone(),

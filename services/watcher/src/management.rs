@@ -87,21 +87,26 @@ pub enum Update {
 
 const RETRY: Duration = Duration::from_secs(2);
 
-/// Watches one kind until `token` is cancelled: resolves it, seeds what was published before,
-/// publishes changes (a change read is stored before the watch stops). A watcher that does not
-/// publish the configuration (another shard's than the default, ADR 0050) passes `snapshot`,
-/// what it started its state from, as what it knows: the default shard's watcher may publish
-/// meanwhile, and a later read of the stream would hide those changes from this one's state.
-/// It only hands the changes over, as it does ConfigMaps and Secrets.
+/// Watches one kind until `token` is cancelled: resolves it, starts from what was published
+/// before, publishes changes (a change read is stored before the watch stops). `snapshot` is
+/// what the stream held of the kind when the process read it at start, which its state was
+/// built from.
+/// - A watcher that publishes the configuration starts its first watch from it; a watch
+///   started again reads the stream afresh, since it has published since.
+/// - A watcher that does not (another shard's than the default, ADR 0050) starts every watch
+///   from it: the default shard's watcher may publish meanwhile, and a later read of the stream
+///   would hide those changes from this one's state. It only hands the changes over, as it
+///   does ConfigMaps and Secrets.
 pub async fn watch(
     client: Client,
     bus: Bus,
     watched: WatchedKind,
-    snapshot: Option<HashMap<ObjectKey, String>>,
+    (snapshot, publishes): (HashMap<ObjectKey, String>, bool),
     tx: mpsc::Sender<Update>,
     health: Health,
     token: CancellationToken,
 ) {
+    let mut first = Some(snapshot.clone());
     let errors = health.counter("sluice_watcher_management_errors_total");
     // Stops nothing: a change read is stored before the watch stops, or the process ends.
     let finish = CancellationToken::new();
@@ -115,11 +120,11 @@ pub async fn watch(
         // ConfigMaps and Secrets start from nothing known: every one that exists is listed
         // into the watcher's state, and `configdata` decides what of them the bus holds.
         let data_kind = DataKind::of_config_kind(watched.kind);
-        let publishes = snapshot.is_none();
-        let known = match (data_kind, &snapshot) {
-            (Some(_), _) => HashMap::new(),
-            (None, Some(snapshot)) => snapshot.clone(),
-            (None, None) => match seed(&bus, watched.kind).await {
+        let known = match (data_kind, publishes, first.take()) {
+            (Some(_), _, _) => HashMap::new(),
+            (None, false, _) => snapshot.clone(),
+            (None, true, Some(known)) => known,
+            (None, true, None) => match seed(&bus, watched.kind).await {
                 Ok(known) => known,
                 Err(error) => {
                     errors.inc();
