@@ -74,7 +74,9 @@ pub enum LoadError {
 /// an exceeded budget or a wrong result shape); it fails this EventSource only.
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
-    #[error("eventsource {name}: {field}: {reason}")]
+    /// `reason` is Lua's message, which names the field and the line itself when the script
+    /// raised it (`<field>:<line>: <message>`): the field is then not said twice.
+    #[error("eventsource {name}: {}", field_and_reason(field, reason))]
     Script {
         name: String,
         field: String,
@@ -86,6 +88,19 @@ pub enum EvalError {
         #[source]
         source: TapeError,
     },
+}
+
+fn field_and_reason(field: &str, reason: &str) -> String {
+    let placed = reason
+        .strip_prefix(field)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(line, _)| !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()));
+    if placed {
+        reason.to_string()
+    } else {
+        format!("{field}: {reason}")
+    }
 }
 
 /// One selector, compiled.

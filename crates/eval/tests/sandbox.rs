@@ -564,3 +564,25 @@ end
         "HÉLLO ß Ǆ STRAßE|été σασ i|MIXED ÜNÏCODE|abc"
     );
 }
+
+#[test]
+fn a_scripts_error_says_its_field_and_line_once() {
+    let es = compile(
+        "function evaluate()\n  local hs = {}\n  hs.matching = obj.status.phase\n  return hs\nend",
+    );
+    let err = es
+        .evaluate_value(&config_map())
+        .expect_err("no status to index");
+    assert_eq!(
+        err.to_string(),
+        "eventsource probe: spec.resourceSelectors[0].evaluate:3: attempt to index nil with 'phase'"
+    );
+    // A reason that does not place itself is said under its field.
+    let es = compile("function evaluate() while true do end end");
+    let err = es.evaluate_value(&config_map()).expect_err("budget");
+    assert!(
+        err.to_string()
+            .starts_with("eventsource probe: spec.resourceSelectors[0].evaluate: "),
+        "{err}"
+    );
+}
