@@ -239,6 +239,18 @@ pub fn dry_run(documents: &[Document], options: &Options) -> anyhow::Result<Outc
     let mut config = ConfigState::default();
     let mut clusters: Vec<(String, Value)> = Vec::new();
     for (origin, object) in management {
+        // What the API server refuses never reaches sluice.
+        let refused = sluice_domain::crds::check(&object);
+        if !refused.is_empty() {
+            for problem in refused {
+                outcome.problems.push(format!(
+                    "{origin}: {} {}: the API server refuses it: {problem}",
+                    text(&object, "/kind"),
+                    text(&object, "/metadata/name")
+                ));
+            }
+            continue;
+        }
         let object = match text(&object, "/kind") {
             // What the watcher reads: the storage version, converted as the webhook converts.
             "EventSource" | "EventTrigger" => conversion::convert(&object, conversion::V1BETA1)

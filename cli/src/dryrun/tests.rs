@@ -210,7 +210,11 @@ status: {ready: true}
 
 #[test]
 fn a_missing_policy_source_is_the_triggers_problem_and_names_the_reference() {
-    let without_config_map = SEED_000.replace("kind: ConfigMap", "kind: Ignored");
+    let without_config_map = SEED_000.replace(
+        "  name: network-policy\n  namespace: default\ndata:",
+        "  name: another\n  namespace: default\ndata:",
+    );
+    assert_ne!(without_config_map, SEED_000);
     let outcome = dry_run(
         &documents(&[&without_config_map]),
         &labelled(&[("env", "fv")]),
@@ -370,5 +374,20 @@ fn seed_004_a_login_creates_the_namespace_profile_and_a_logout_after_it_deletes_
             .any(|p| p.starts_with("event (subject user-operation)")),
         "{:#?}",
         outcome.problems
+    );
+}
+
+#[test]
+fn a_trigger_the_api_server_would_refuse_is_said_with_its_field_and_not_used() {
+    let typo = SEED_000.replace("oneForEvent: true", "oneForEvnet: true");
+    let outcome = dry_run(&documents(&[&typo]), &labelled(&[("env", "fv")])).expect("runs");
+    assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
+    assert_eq!(
+        outcome.problems,
+        vec![
+            "file0, document 2: EventBasedAddOn service-network-policy: the API server refuses \
+              it: spec.oneForEvnet: unknown field"
+                .to_string()
+        ]
     );
 }

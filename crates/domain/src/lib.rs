@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod config;
 pub mod configdata;
 pub mod conversion;
+pub mod crds;
 pub mod eventsource;
 pub mod eventtrigger;
 pub mod gocase;
