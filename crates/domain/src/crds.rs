@@ -79,7 +79,10 @@ pub fn schema_of(api_version: &str, kind: &str) -> Option<&'static Value> {
                 .into_iter()
                 .flatten()
         })
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
+        .find(|v| {
+            v.get("name").and_then(Value::as_str) == Some(version)
+                && v.get("served").and_then(Value::as_bool) == Some(true)
+        })
         .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
 }
 
@@ -89,9 +92,14 @@ pub fn schema_of(api_version: &str, kind: &str) -> Option<&'static Value> {
 /// are not checked.
 pub fn check(object: &Value) -> Vec<String> {
     let text = |field: &str| object.get(field).and_then(Value::as_str).unwrap_or("");
-    let Some(schema) = schema_of(text("apiVersion"), text("kind")) else {
-        return Vec::new();
-    };
+    match schema_of(text("apiVersion"), text("kind")) {
+        Some(schema) => check_against(schema, object),
+        None => Vec::new(),
+    }
+}
+
+/// [`check`] against a given `openAPIV3Schema`.
+pub fn check_against(schema: &Value, object: &Value) -> Vec<String> {
     let mut problems = Vec::new();
     let Some(fields) = object.as_object() else {
         problems.push(". : Invalid value: the object must be a JSON object".to_string());
@@ -133,6 +141,7 @@ fn check_value(schema: &Value, value: &Value, path: &str, problems: &mut Vec<Str
             return;
         }
     }
+    bounds(schema, value, path, problems);
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         if !allowed.contains(value) {
             let supported: Vec<String> = allowed.iter().map(Value::to_string).collect();
@@ -189,6 +198,55 @@ fn check_object(
             check_value(additional, value, &join(name), problems);
         } else if !preserves && additional != Some(&Value::Bool(true)) {
             problems.push(format!("{}: unknown field", join(name)));
+        }
+    }
+}
+
+/// Lengths, bounds and formats of a value of the right type.
+fn bounds(schema: &Value, value: &Value, path: &str, problems: &mut Vec<String>) {
+    let limit = |name: &str| schema.get(name).and_then(Value::as_f64);
+    if let Some(text) = value.as_str() {
+        let chars = text.chars().count() as f64;
+        if let Some(min) = limit("minLength").filter(|min| chars < *min) {
+            problems.push(format!(
+                "{path}: Invalid value: {value}: {path} in body should be at least {min} chars long"
+            ));
+        }
+        if let Some(max) = limit("maxLength").filter(|max| chars > *max) {
+            problems.push(format!(
+                "{path}: Invalid value: {value}: {path} in body should be at most {max} chars long"
+            ));
+        }
+        let format = schema.get("format").and_then(Value::as_str);
+        let fits = match format {
+            Some("byte") => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .is_ok()
+            }
+            Some("date-time") => {
+                time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                    .is_ok()
+            }
+            _ => true,
+        };
+        if let (false, Some(format)) = (fits, format) {
+            problems.push(format!(
+                "{path}: Invalid value: {value}: {path} in body must be of type {format}: {value}"
+            ));
+        }
+    }
+    if let Some(number) = value.as_f64() {
+        if let Some(min) = limit("minimum").filter(|min| number < *min) {
+            problems.push(format!(
+                "{path}: Invalid value: {value}: {path} in body should be greater than or equal to {min}"
+            ));
+        }
+        if let Some(max) = limit("maximum").filter(|max| number > *max) {
+            problems.push(format!(
+                "{path}: Invalid value: {value}: {path} in body should be less than or equal to {max}"
+            ));
         }
     }
 }
@@ -287,6 +345,13 @@ mod tests {
         );
         assert!(
             check(&json!({"apiVersion": "v1", "kind": "Service", "spec": {"x": 1}})).is_empty()
+        );
+        assert_eq!(
+            check(&trigger(json!({"sourceClusterSelector": {}, "eventSourceName": ""}))),
+            vec![
+                "spec.eventSourceName: Invalid value: \"\": spec.eventSourceName in body should be at least 1 chars long"
+                    .to_string()
+            ]
         );
     }
 }
