@@ -13,11 +13,7 @@ use sluice_testkit::{wait_for, NatsServer};
 use crate::demo::CLUSTER_PROFILE;
 use crate::stack::{Stack, MANAGEMENT};
 
-pub const CONFIG: &str = include_str!("../../examples/seed-004-cloudevents/eventtrigger.yaml");
-pub const NATS_SECRET: &str =
-    include_str!("../../examples/seed-004-cloudevents/sveltos-nats-secret.yaml");
-pub const LOGIN: &str = include_str!("../../examples/seed-004-cloudevents/login.json");
-pub const LOGOUT: &str = include_str!("../../examples/seed-004-cloudevents/logout.json");
+pub use crate::examples::seed_004::{CONFIG, LOGIN, LOGOUT, NATS_SECRET};
 pub const TRIGGER: &str = "manage-namespace";
 pub const CLUSTER: &str = "production";
 pub const SUBJECT: &str = "user-operation";

@@ -12,11 +12,7 @@ use sluice_testkit::wait_for;
 
 use crate::stack::{Stack, MANAGEMENT};
 
-pub const EVENT_SOURCE: &str =
-    include_str!("../../examples/seed-000-networkpolicy/eventsource.yaml");
-pub const EVENT_BASED_ADDON: &str =
-    include_str!("../../examples/seed-000-networkpolicy/eventbasedaddon.yaml");
-pub const SERVICE: &str = include_str!("../../examples/seed-000-networkpolicy/service.yaml");
+pub use crate::examples::seed_000_networkpolicy::{EVENT_BASED_ADDON, EVENT_SOURCE, SERVICE};
 
 pub const CLUSTER_PROFILE: (&str, &str) = ("config.projectsveltos.io/v1beta1", "ClusterProfile");
 

@@ -8,6 +8,7 @@
 pub mod cloudevents;
 pub mod demo;
 pub mod dryrun;
+pub mod examples;
 pub mod fleet;
 pub mod load;
 pub mod natsauth;

@@ -3,20 +3,22 @@
 
 use super::*;
 
-const SEED_000: &str = concat!(
-    include_str!("../../../examples/seed-000-networkpolicy/eventsource.yaml"),
-    "\n---\n",
-    include_str!("../../../examples/seed-000-networkpolicy/eventbasedaddon.yaml"),
-    "\n---\n",
-    include_str!("../../../examples/seed-000-networkpolicy/service.yaml"),
-);
-const SEED_003: &str = concat!(
-    include_str!("../../../examples/seed-003-cross-cluster/eventsource.yaml"),
-    "\n---\n",
-    include_str!("../../../examples/seed-003-cross-cluster/eventtrigger.yaml"),
-);
-const SEED_003_WORKLOAD: &str =
-    include_str!("../../../examples/seed-003-cross-cluster/workload.yaml");
+use crate::examples::{seed_000_networkpolicy as seed_000, seed_003, seed_004};
+
+/// Seed 000's first example: its EventSource, EventBasedAddOn and ConfigMap, and its Service.
+fn seed_000() -> String {
+    [
+        seed_000::EVENT_SOURCE,
+        seed_000::EVENT_BASED_ADDON,
+        seed_000::SERVICE,
+    ]
+    .join("\n---\n")
+}
+
+/// Seed 003's EventSource and EventTrigger (with its ConfigMap).
+fn seed_003() -> String {
+    [seed_003::EVENT_SOURCE, seed_003::EVENT_TRIGGER].join("\n---\n")
+}
 
 fn documents(texts: &[&str]) -> Vec<Document> {
     let mut out = Vec::new();
@@ -36,6 +38,18 @@ fn labelled(labels: &[(&str, &str)]) -> Options {
     }
 }
 
+/// Some problem of the outcome says every one of `needles`.
+fn assert_problem(outcome: &Outcome, needles: &[&str]) {
+    assert!(
+        outcome
+            .problems
+            .iter()
+            .any(|p| needles.iter().all(|n| p.contains(n))),
+        "no problem says {needles:?}: {:#?}",
+        outcome.problems
+    );
+}
+
 fn kinds(outcome: &Outcome) -> Vec<(&str, &str)> {
     outcome
         .objects
@@ -46,7 +60,7 @@ fn kinds(outcome: &Outcome) -> Vec<(&str, &str)> {
 
 #[test]
 fn seed_000_becomes_a_cluster_profile_and_its_network_policy_for_the_service() {
-    let outcome = dry_run(&documents(&[SEED_000]), &labelled(&[("env", "fv")])).expect("runs");
+    let outcome = dry_run(&documents(&[&seed_000()]), &labelled(&[("env", "fv")])).expect("runs");
     assert_eq!(outcome.problems, Vec::<String>::new());
     assert_eq!(outcome.cluster, "sveltos:default/dry-run");
     assert_eq!(
@@ -88,7 +102,7 @@ fn seed_000_becomes_a_cluster_profile_and_its_network_policy_for_the_service() {
 
 #[test]
 fn a_trigger_that_selects_no_cluster_writes_nothing_and_says_why() {
-    let outcome = dry_run(&documents(&[SEED_000]), &Options::default()).expect("runs");
+    let outcome = dry_run(&documents(&[&seed_000()]), &Options::default()).expect("runs");
     assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
     assert!(outcome.problems.is_empty(), "{:#?}", outcome.problems);
     let note = outcome
@@ -105,7 +119,7 @@ fn a_trigger_that_selects_no_cluster_writes_nothing_and_says_why() {
 
 #[test]
 fn an_unmatched_resource_renders_nothing_and_a_deleted_label_is_no_event() {
-    let other = SEED_000.replace("sveltos: fv", "sveltos: other");
+    let other = seed_000().replace("sveltos: fv", "sveltos: other");
     let outcome = dry_run(&documents(&[&other]), &labelled(&[("env", "fv")])).expect("runs");
     assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
     assert!(outcome.problems.is_empty(), "{:#?}", outcome.problems);
@@ -119,21 +133,19 @@ fn an_unmatched_resource_renders_nothing_and_a_deleted_label_is_no_event() {
 
 #[test]
 fn a_script_that_does_not_compile_is_its_eventsources_problem_and_names_the_field() {
-    let broken = SEED_003.replace("hs.matching = false", "hs.matching = = false");
+    let broken = seed_003().replace("hs.matching = false", "hs.matching = = false");
     let outcome = dry_run(
-        &documents(&[&broken, SEED_003_WORKLOAD]),
+        &documents(&[&broken, seed_003::WORKLOAD]),
         &labelled(&[("env", "production")]),
     )
     .expect("runs");
     assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
-    assert!(
-        outcome
-            .problems
-            .iter()
-            .any(|p| p.contains("load-balancer-service")
-                && p.contains("spec.resourceSelectors[0].evaluate")),
-        "{:#?}",
-        outcome.problems
+    assert_problem(
+        &outcome,
+        &[
+            "load-balancer-service",
+            "spec.resourceSelectors[0].evaluate",
+        ],
     );
 }
 
@@ -157,7 +169,7 @@ status: {ready: true}
     // As written, the Service has no status: the script fails on it, as the note warns (the
     // API server would have given it `status.loadBalancer: {}`).
     let outcome = dry_run(
-        &documents(&[SEED_003, SEED_003_WORKLOAD, destination]),
+        &documents(&[&seed_003(), seed_003::WORKLOAD, destination]),
         &options,
     )
     .expect("runs");
@@ -178,17 +190,21 @@ status: {ready: true}
     );
 
     // With the status a cluster gives it but no ingress address, the script does not match.
-    let no_address = format!("{SEED_003_WORKLOAD}\nstatus:\n  loadBalancer: {{}}\n");
-    let outcome =
-        dry_run(&documents(&[SEED_003, &no_address, destination]), &options).expect("runs");
+    let no_address = format!("{}\nstatus:\n  loadBalancer: {{}}\n", seed_003::WORKLOAD);
+    let outcome = dry_run(
+        &documents(&[&seed_003(), &no_address, destination]),
+        &options,
+    )
+    .expect("runs");
     assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
     assert!(outcome.problems.is_empty(), "{:#?}", outcome.problems);
 
     let with_address = format!(
-        "{SEED_003_WORKLOAD}\nstatus:\n  loadBalancer:\n    ingress:\n    - ip: 192.0.2.7\n"
+        "{}\nstatus:\n  loadBalancer:\n    ingress:\n    - ip: 192.0.2.7\n",
+        seed_003::WORKLOAD
     );
     let outcome = dry_run(
-        &documents(&[SEED_003, &with_address, destination]),
+        &documents(&[&seed_003(), &with_address, destination]),
         &options,
     )
     .expect("runs");
@@ -210,25 +226,20 @@ status: {ready: true}
 
 #[test]
 fn a_missing_policy_source_is_the_triggers_problem_and_names_the_reference() {
-    let without_config_map = SEED_000.replace(
+    let without_config_map = seed_000().replace(
         "  name: network-policy\n  namespace: default\ndata:",
         "  name: another\n  namespace: default\ndata:",
     );
-    assert_ne!(without_config_map, SEED_000);
+    assert_ne!(without_config_map, seed_000());
     let outcome = dry_run(
         &documents(&[&without_config_map]),
         &labelled(&[("env", "fv")]),
     )
     .expect("runs");
     assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
-    assert!(
-        outcome
-            .problems
-            .iter()
-            .any(|p| p.contains("eventtrigger service-network-policy")
-                && p.contains("network-policy")),
-        "{:#?}",
-        outcome.problems
+    assert_problem(
+        &outcome,
+        &["eventtrigger service-network-policy", "network-policy"],
     );
 }
 
@@ -243,14 +254,14 @@ apiVersion: lib.projectsveltos.io/v1beta1
 kind: SveltosCluster
 metadata: {name: b, namespace: default}
 "#;
-    let error = dry_run(&documents(&[SEED_000, two]), &Options::default())
+    let error = dry_run(&documents(&[&seed_000(), two]), &Options::default())
         .expect_err("which cluster?")
         .to_string();
     assert!(error.contains("SveltosCluster default/a"), "{error}");
     assert!(error.contains("--cluster"), "{error}");
 
     let outcome = dry_run(
-        &documents(&[SEED_000, two]),
+        &documents(&[&seed_000(), two]),
         &Options {
             cluster: Some("b".into()),
             cluster_labels: vec![("env".into(), "fv".into())],
@@ -267,7 +278,7 @@ metadata: {name: b, namespace: default}
     );
 
     let unnamed = "apiVersion: v1\nkind: Service\nmetadata: {generateName: x-}\n";
-    let error = dry_run(&documents(&[SEED_000, unnamed]), &Options::default())
+    let error = dry_run(&documents(&[&seed_000(), unnamed]), &Options::default())
         .expect_err("a name is required")
         .to_string();
     assert!(error.contains("file1, document 1"), "{error:#}");
@@ -300,9 +311,7 @@ fn a_list_stands_for_its_items() {
 
 #[test]
 fn seed_004_a_login_creates_the_namespace_profile_and_a_logout_after_it_deletes_it() {
-    const SEED_004: &str = include_str!("../../../examples/seed-004-cloudevents/eventtrigger.yaml");
-    let login = include_str!("../../../examples/seed-004-cloudevents/login.json");
-    let logout = include_str!("../../../examples/seed-004-cloudevents/logout.json");
+    let (login, logout) = (seed_004::LOGIN, seed_004::LOGOUT);
     let event = |subject: &str, json: &str| CloudEventInput {
         origin: "event".into(),
         subject: subject.into(),
@@ -314,7 +323,7 @@ fn seed_004_a_login_creates_the_namespace_profile_and_a_logout_after_it_deletes_
     };
 
     let outcome = dry_run(
-        &documents(&[SEED_004]),
+        &documents(&[seed_004::CONFIG]),
         &options(vec![event("user-operation", login)]),
     )
     .expect("runs");
@@ -331,7 +340,7 @@ fn seed_004_a_login_creates_the_namespace_profile_and_a_logout_after_it_deletes_
     );
 
     let outcome = dry_run(
-        &documents(&[SEED_004]),
+        &documents(&[seed_004::CONFIG]),
         &options(vec![
             event("user-operation", login),
             event("user-operation", logout),
@@ -350,7 +359,7 @@ fn seed_004_a_login_creates_the_namespace_profile_and_a_logout_after_it_deletes_
 
     // On a subject no criteria name, nothing matches, and the note says so.
     let outcome = dry_run(
-        &documents(&[SEED_004]),
+        &documents(&[seed_004::CONFIG]),
         &options(vec![event("other", login)]),
     )
     .expect("runs");
@@ -363,23 +372,16 @@ fn seed_004_a_login_creates_the_namespace_profile_and_a_logout_after_it_deletes_
 
     // An event that is not a CloudEvent is a problem naming where it came from.
     let outcome = dry_run(
-        &documents(&[SEED_004]),
+        &documents(&[seed_004::CONFIG]),
         &options(vec![event("user-operation", "{\"type\": 1}")]),
     )
     .expect("runs");
-    assert!(
-        outcome
-            .problems
-            .iter()
-            .any(|p| p.starts_with("event (subject user-operation)")),
-        "{:#?}",
-        outcome.problems
-    );
+    assert_problem(&outcome, &["event (subject user-operation): "]);
 }
 
 #[test]
 fn a_trigger_the_api_server_would_refuse_is_said_with_its_field_and_not_used() {
-    let typo = SEED_000.replace("oneForEvent: true", "oneForEvnet: true");
+    let typo = seed_000().replace("oneForEvent: true", "oneForEvnet: true");
     let outcome = dry_run(&documents(&[&typo]), &labelled(&[("env", "fv")])).expect("runs");
     assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
     assert_eq!(

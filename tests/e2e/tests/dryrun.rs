@@ -15,24 +15,9 @@ use sluice_testkit::wait_for;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-const POLICY_SOURCE: &str =
-    include_str!("../../../examples/seed-000-networkpolicy/eventsource.yaml");
-const POLICY_ADDON: &str =
-    include_str!("../../../examples/seed-000-networkpolicy/eventbasedaddon.yaml");
-const POLICY_SERVICE: &str = include_str!("../../../examples/seed-000-networkpolicy/service.yaml");
-const INGRESS_SOURCE: &str = include_str!("../../../examples/seed-000-ingress/eventsource.yaml");
-const INGRESS_ADDON: &str = include_str!("../../../examples/seed-000-ingress/eventbasedaddon.yaml");
-const CREDENTIALS_SOURCE: &str =
-    include_str!("../../../examples/seed-001-credentials/eventsource.yaml");
-const CREDENTIALS_TRIGGER: &str =
-    include_str!("../../../examples/seed-001-credentials/eventtrigger.yaml");
-const CREDENTIALS_CONFIGMAPS: &str =
-    include_str!("../../../examples/seed-001-credentials/configmaps.yaml");
-const CROSS_SOURCE: &str =
-    include_str!("../../../examples/seed-003-cross-cluster/eventsource.yaml");
-const CROSS_TRIGGER: &str =
-    include_str!("../../../examples/seed-003-cross-cluster/eventtrigger.yaml");
-const CROSS_WORKLOAD: &str = include_str!("../../../examples/seed-003-cross-cluster/workload.yaml");
+use sluice_cli::examples::seed_000_ingress as ingress;
+use sluice_cli::examples::seed_000_networkpolicy as policy;
+use sluice_cli::examples::{seed_001, seed_003};
 
 fn https_service(name: &str, port: i64) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
@@ -190,11 +175,16 @@ async fn a_dry_run_writes_what_the_pipeline_writes() -> anyhow::Result<()> {
     stack
         .register_cluster("cluster-a", &[("env", "fv")])
         .await?;
-    let management = [POLICY_SOURCE, POLICY_ADDON, INGRESS_SOURCE, INGRESS_ADDON];
+    let management = [
+        policy::EVENT_SOURCE,
+        policy::EVENT_BASED_ADDON,
+        ingress::EVENT_SOURCE,
+        ingress::EVENT_BASED_ADDON,
+    ];
     for text in management {
         stack.apply_yaml(MANAGEMENT, text).await?;
     }
-    stack.apply_yaml("cluster-a", POLICY_SERVICE).await?;
+    stack.apply_yaml("cluster-a", policy::SERVICE).await?;
     stack
         .apply(
             "cluster-a",
@@ -241,11 +231,11 @@ async fn a_dry_run_writes_what_the_pipeline_writes_for_generators_secrets_and_de
         .await?;
     stack.register_cluster("eng", &[("dep", "eng")]).await?;
     let management = [
-        CREDENTIALS_SOURCE,
-        CREDENTIALS_TRIGGER,
-        CREDENTIALS_CONFIGMAPS,
-        CROSS_SOURCE,
-        CROSS_TRIGGER,
+        seed_001::EVENT_SOURCE,
+        seed_001::EVENT_TRIGGER,
+        seed_001::CONFIG_MAPS,
+        seed_003::EVENT_SOURCE,
+        seed_003::EVENT_TRIGGER,
     ];
     for text in management {
         stack.apply_yaml(MANAGEMENT, text).await?;
@@ -269,7 +259,7 @@ async fn a_dry_run_writes_what_the_pipeline_writes_for_generators_secrets_and_de
             .await?;
     }
     let mut workload = Vec::new();
-    dryrun::parse_documents("workload", CROSS_WORKLOAD, false, &mut workload)?;
+    dryrun::parse_documents("workload", seed_003::WORKLOAD, false, &mut workload)?;
     for document in workload {
         let mut object = document.object;
         object["metadata"]["namespace"] = json!("test");

@@ -16,17 +16,11 @@ use prost::Message as _;
 use serde_json::{json, Value};
 use sluice_bus::{topology, Bus};
 use sluice_cli::demo::owned_by;
+use sluice_cli::examples::seed_001;
 use sluice_cli::stack::{Stack, MANAGEMENT};
 use sluice_testkit::wait_for;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-const CREDENTIALS_SOURCE: &str =
-    include_str!("../../../examples/seed-001-credentials/eventsource.yaml");
-const CREDENTIALS_TRIGGER: &str =
-    include_str!("../../../examples/seed-001-credentials/eventtrigger.yaml");
-const CREDENTIALS_CONFIGMAPS: &str =
-    include_str!("../../../examples/seed-001-credentials/configmaps.yaml");
 
 const CLUSTER_PROFILE: &str = "addons.projectsveltos.io/cluster-profile";
 /// Contents no stream and no log may show, in clear or as base64.
@@ -239,9 +233,11 @@ async fn only_referenced_config_travels_secrets_sealed_and_withdrawn_when_unrefe
         .contains(&kubeconfig_token));
     // Seed 001: the credentials Secret is read by addon-controller (templateResourceRefs), never
     // by sluice, so it must not travel; the policy ConfigMap and generator source must.
-    stack.apply_yaml(MANAGEMENT, CREDENTIALS_SOURCE).await?;
-    stack.apply_yaml(MANAGEMENT, CREDENTIALS_TRIGGER).await?;
-    stack.apply_yaml(MANAGEMENT, CREDENTIALS_CONFIGMAPS).await?;
+    stack.apply_yaml(MANAGEMENT, seed_001::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, seed_001::EVENT_TRIGGER)
+        .await?;
+    stack.apply_yaml(MANAGEMENT, seed_001::CONFIG_MAPS).await?;
     for object in [
         secret("login-credentials", "Opaque", "password", LOGIN_PASSWORD),
         instantiated_secret(),
@@ -480,7 +476,7 @@ async fn without_a_bus_key_secret_contents_stay_off_the_bus_and_the_trigger_says
     stack
         .register_cluster("workload", &[("env", "production")])
         .await?;
-    stack.apply_yaml(MANAGEMENT, CREDENTIALS_SOURCE).await?;
+    stack.apply_yaml(MANAGEMENT, seed_001::EVENT_SOURCE).await?;
     for object in [
         instantiated_secret(),
         config_map("workload-policy", REFERENCED_CONFIG),

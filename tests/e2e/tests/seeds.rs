@@ -13,21 +13,9 @@ use sluice_testkit::wait_for;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-const INGRESS_SOURCE: &str = include_str!("../../../examples/seed-000-ingress/eventsource.yaml");
-const INGRESS_ADDON: &str = include_str!("../../../examples/seed-000-ingress/eventbasedaddon.yaml");
-const ROUTE_SOURCE: &str = include_str!("../../../examples/seed-000-httproute/eventsource.yaml");
-const ROUTE_ADDON: &str = include_str!("../../../examples/seed-000-httproute/eventbasedaddon.yaml");
-const CREDENTIALS_SOURCE: &str =
-    include_str!("../../../examples/seed-001-credentials/eventsource.yaml");
-const CREDENTIALS_TRIGGER: &str =
-    include_str!("../../../examples/seed-001-credentials/eventtrigger.yaml");
-const CREDENTIALS_CONFIGMAPS: &str =
-    include_str!("../../../examples/seed-001-credentials/configmaps.yaml");
-const CROSS_SOURCE: &str =
-    include_str!("../../../examples/seed-003-cross-cluster/eventsource.yaml");
-const CROSS_TRIGGER: &str =
-    include_str!("../../../examples/seed-003-cross-cluster/eventtrigger.yaml");
-const CROSS_WORKLOAD: &str = include_str!("../../../examples/seed-003-cross-cluster/workload.yaml");
+use sluice_cli::examples::seed_000_httproute as route;
+use sluice_cli::examples::seed_000_ingress as ingress;
+use sluice_cli::examples::{seed_001, seed_003};
 
 fn namespace(name: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
@@ -107,7 +95,7 @@ async fn eng_stack(event_source: &str, addon: &str) -> anyhow::Result<Stack> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_000_one_ingress_for_all_https_services_in_eng() -> anyhow::Result<()> {
-    let stack = eng_stack(INGRESS_SOURCE, INGRESS_ADDON).await?;
+    let stack = eng_stack(ingress::EVENT_SOURCE, ingress::EVENT_BASED_ADDON).await?;
     // The seed's two Services, plus two that must not count: http only, and https elsewhere.
     for svc in [
         service("eng", "my-service", &[80, 443], json!({"app": "a"})),
@@ -185,7 +173,7 @@ async fn seed_000_one_ingress_for_all_https_services_in_eng() -> anyhow::Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_000_one_http_route_per_service() -> anyhow::Result<()> {
-    let stack = eng_stack(ROUTE_SOURCE, ROUTE_ADDON).await?;
+    let stack = eng_stack(route::EVENT_SOURCE, route::EVENT_BASED_ADDON).await?;
     let trigger = "service-network-policy";
     stack
         .apply(
@@ -276,9 +264,11 @@ async fn seed_001_generator_replicates_credentials_for_labelled_namespaces() -> 
     stack
         .register_cluster("staging", &[("env", "staging")])
         .await?;
-    stack.apply_yaml(MANAGEMENT, CREDENTIALS_SOURCE).await?;
-    stack.apply_yaml(MANAGEMENT, CREDENTIALS_TRIGGER).await?;
-    stack.apply_yaml(MANAGEMENT, CREDENTIALS_CONFIGMAPS).await?;
+    stack.apply_yaml(MANAGEMENT, seed_001::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, seed_001::EVENT_TRIGGER)
+        .await?;
+    stack.apply_yaml(MANAGEMENT, seed_001::CONFIG_MAPS).await?;
     stack
         .apply(
             MANAGEMENT,
@@ -374,10 +364,12 @@ async fn seed_003_load_balancer_service_becomes_service_and_endpoints_for_eng_cl
     stack
         .register_cluster("kind-eng", &[("dep", "eng")])
         .await?;
-    stack.apply_yaml(MANAGEMENT, CROSS_SOURCE).await?;
-    stack.apply_yaml(MANAGEMENT, CROSS_TRIGGER).await?;
+    stack.apply_yaml(MANAGEMENT, seed_003::EVENT_SOURCE).await?;
+    stack
+        .apply_yaml(MANAGEMENT, seed_003::EVENT_TRIGGER)
+        .await?;
     stack.apply("gke", &namespace("test", json!({}))).await?;
-    for mut document in sluice_kube_documents(CROSS_WORKLOAD)? {
+    for mut document in sluice_kube_documents(seed_003::WORKLOAD)? {
         document["metadata"]["namespace"] = json!("test");
         stack.apply("gke", &document).await?;
     }
