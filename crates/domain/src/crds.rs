@@ -255,8 +255,10 @@ fn flag(schema: &Value, name: &str) -> bool {
     schema.get(name).and_then(Value::as_bool) == Some(true)
 }
 
-fn type_problem(path: &str, value: &Value, declared: &str) -> String {
-    let actual = match value {
+/// The JSON type name kube-openapi infers for a decoded value (what the API server's type
+/// errors say the value is).
+pub fn type_name(value: &Value) -> &'static str {
+    match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
         Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
@@ -264,7 +266,11 @@ fn type_problem(path: &str, value: &Value, declared: &str) -> String {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
-    };
+    }
+}
+
+fn type_problem(path: &str, value: &Value, declared: &str) -> String {
+    let actual = type_name(value);
     format!("{path}: Invalid value: \"{actual}\": {path} in body must be of type {declared}: \"{actual}\"")
 }
 

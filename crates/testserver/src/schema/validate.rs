@@ -3,6 +3,7 @@
 //! checks, then `x-kubernetes-list-type` uniqueness. Every error is collected, not just the first.
 
 use serde_json::{Map, Value};
+use sluice_domain::crds::type_name;
 
 use super::{additional, child, embedded, format, index, items, nullable, properties};
 use crate::field_error::{ErrorType, FieldError};
@@ -52,19 +53,6 @@ fn at(path: &str) -> String {
         "<nil>".to_string()
     } else {
         path.to_string()
-    }
-}
-
-/// The JSON type name kube-openapi infers for a decoded value.
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
     }
 }
 
