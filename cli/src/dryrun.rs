@@ -177,7 +177,8 @@ impl Default for Options {
 pub struct Written {
     pub event_trigger: String,
     pub cluster: String,
-    /// `resource <namespace>/<name>` for a resource's unit, empty for the trigger's main unit.
+    /// `resource <namespace>/<name>` for a resource's unit, `CloudEvent source <source> subject
+    /// <subject>` for a CloudEvent's, empty for the trigger's main unit.
     pub unit: String,
     pub object: Value,
 }
@@ -193,8 +194,8 @@ pub struct Outcome {
     /// What fails, each saying which object and where: what the trigger's status, an
     /// EventReport or the service's log would show.
     pub problems: Vec<String>,
-    /// What may explain an empty result (a trigger that selects no cluster, a document taken
-    /// as something it may not be).
+    /// What may explain an empty or unexpected result: a trigger that selects no cluster,
+    /// resources not read from a cluster, a CloudEvent nothing selects, a unit deleted.
     pub notes: Vec<String>,
 }
 
@@ -253,14 +254,19 @@ pub fn dry_run(documents: &[Document], options: &Options) -> anyhow::Result<Outc
         }
         let object = match text(&object, "/kind") {
             // What the watcher reads: the storage version, converted as the webhook converts.
-            "EventSource" | "EventTrigger" => conversion::convert(&object, conversion::V1BETA1)
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "{origin}: {} {}: {e}",
-                        text(&object, "/kind"),
-                        text(&object, "/metadata/name")
-                    )
-                })?,
+            "EventSource" | "EventTrigger" => {
+                match conversion::convert(&object, conversion::V1BETA1) {
+                    Ok(converted) => converted,
+                    Err(error) => {
+                        outcome.problems.push(format!(
+                            "{origin}: {} {}: the conversion webhook refuses it: {error}",
+                            text(&object, "/kind"),
+                            text(&object, "/metadata/name")
+                        ));
+                        continue;
+                    }
+                }
+            }
             "SveltosCluster" | "Cluster" => {
                 clusters.push((origin, object));
                 continue;
@@ -369,7 +375,8 @@ pub fn dry_run(documents: &[Document], options: &Options) -> anyhow::Result<Outc
         }
         outcome.reports.push(report);
     }
-    let mut states = renderer.recompute(None, sequence + 1);
+    sequence += 1;
+    let mut states = renderer.recompute(None, sequence);
 
     // CloudEvents, in the order given, as received on the cluster's NATS: what each matches and
     // renders; a later event of a unit replaces what an earlier one did.

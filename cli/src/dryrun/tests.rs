@@ -393,3 +393,24 @@ fn a_trigger_the_api_server_would_refuse_is_said_with_its_field_and_not_used() {
         ]
     );
 }
+
+#[test]
+fn an_object_the_webhook_cannot_convert_is_its_own_problem() {
+    // v1alpha1 takes a string selector; one the conversion cannot parse is that trigger's
+    // problem, and the dry run goes on.
+    let broken = seed_003().replace(
+        "sourceClusterSelector: env=production",
+        "sourceClusterSelector: \"env in (production\"",
+    );
+    assert_ne!(broken, seed_003());
+    let outcome = dry_run(
+        &documents(&[&broken, seed_003::WORKLOAD]),
+        &labelled(&[("env", "production")]),
+    )
+    .expect("runs");
+    assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
+    assert_problem(
+        &outcome,
+        &["EventTrigger service-policy", "sourceClusterSelector"],
+    );
+}
