@@ -206,7 +206,14 @@ pub fn dry_run(documents: &[Document], options: &Options) -> anyhow::Result<Outc
     let mut managed = Vec::new();
     for document in documents {
         let mut object = document.object.clone();
-        check_shape(&object).with_context(|| document.origin.clone())?;
+        // What no API server takes is that document's problem alone, as `kubectl apply` says it
+        // and goes on with the others.
+        if let Err(error) = check_shape(&object) {
+            outcome
+                .problems
+                .push(format!("{}: {error}", document.origin));
+            continue;
+        }
         let kind = text(&object, "/kind").to_string();
         let is_management = !document.managed_only && is_management_kind(&object);
         if !is_namespaced(&kind, is_management) {

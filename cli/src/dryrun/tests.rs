@@ -278,10 +278,16 @@ metadata: {name: b, namespace: default}
     );
 
     let unnamed = "apiVersion: v1\nkind: Service\nmetadata: {generateName: x-}\n";
-    let error = dry_run(&documents(&[&seed_000(), unnamed]), &Options::default())
-        .expect_err("a name is required")
-        .to_string();
-    assert!(error.contains("file1, document 1"), "{error:#}");
+    let outcome = dry_run(
+        &documents(&[&seed_000(), unnamed]),
+        &labelled(&[("env", "fv")]),
+    )
+    .expect("runs");
+    assert_problem(
+        &outcome,
+        &["file1, document 1", "metadata.name: Required value"],
+    );
+    assert_eq!(outcome.objects.len(), 2, "the rest is written");
 }
 
 #[test]
