@@ -96,6 +96,12 @@ pub struct DryRunArgs {
     /// `--cloud-event user-operation=login.json --cloud-event user-operation=logout.json`.
     #[arg(long = "cloud-event", value_name = "SUBJECT=FILE", value_parser = parse_cloud_event)]
     pub cloud_events: Vec<(String, PathBuf)>,
+    /// Files or directories of the objects sluice wrote in the management cluster (e.g.
+    /// `kubectl get clusterprofiles,configmaps,secrets -A -l
+    /// eventtrigger.lib.projectsveltos.io/eventtriggername -o yaml`): stderr then also says
+    /// which of them the result would create, change or delete, for the triggers of the run.
+    #[arg(long)]
+    pub against: Vec<PathBuf>,
     /// Also print the EventReports the reporter would write.
     #[arg(long)]
     pub reports: bool,
@@ -197,6 +203,126 @@ pub struct Outcome {
     /// What may explain an empty or unexpected result: a trigger that selects no cluster,
     /// resources not read from a cluster, a CloudEvent nothing selects, a unit deleted.
     pub notes: Vec<String>,
+    /// The owner labels of every (trigger, cluster) the run evaluated: what of the existing
+    /// objects [`compare`] holds the run's result against.
+    pub pairs: Vec<BTreeMap<String, String>>,
+}
+
+/// What applying a dry run's result would do to one existing object, or make anew.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    Create,
+    Change,
+    Delete,
+}
+
+/// One object [`compare`] finds created, changed or deleted.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Difference {
+    pub action: Action,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// The trigger (or, for a deletion, its owner label) and unit it belongs to.
+    pub owner: String,
+}
+
+/// What writing `outcome` would do to `existing` (the management cluster's objects sluice
+/// wrote, e.g. `kubectl get clusterprofiles,configmaps,secrets -A -l
+/// eventtrigger.lib.projectsveltos.io/eventtriggername -o yaml`), for the (trigger, cluster)
+/// pairs the run evaluated, by kind, namespace and name: an object the run writes and none
+/// exists is created; one whose fields the run sets differ from the existing object's (labels,
+/// annotations, everything outside metadata and status; the fields the API server or others
+/// added are not compared) is changed; an existing object of an evaluated pair the run does not
+/// write is deleted. Also the number of objects left as they are.
+pub fn compare(outcome: &Outcome, existing: &[Value]) -> (Vec<Difference>, usize) {
+    let id = |o: &Value| {
+        (
+            text(o, "/kind").to_string(),
+            text(o, "/metadata/namespace").to_string(),
+            text(o, "/metadata/name").to_string(),
+        )
+    };
+    let in_scope = |o: &Value| {
+        let labels = o.pointer("/metadata/labels");
+        outcome.pairs.iter().any(|pair| {
+            pair.iter().all(|(key, value)| {
+                labels.and_then(|l| l.get(key)).and_then(Value::as_str) == Some(value.as_str())
+            })
+        })
+    };
+    let existing: BTreeMap<_, &Value> = existing
+        .iter()
+        .filter(|o| in_scope(o))
+        .map(|o| (id(o), o))
+        .collect();
+    let mut differences = Vec::new();
+    let mut unchanged = 0;
+    let mut written = std::collections::BTreeSet::new();
+    for w in &outcome.objects {
+        let key = id(&w.object);
+        let owner = if w.unit.is_empty() {
+            format!("eventtrigger {}", w.event_trigger)
+        } else {
+            format!("eventtrigger {}, {}", w.event_trigger, w.unit)
+        };
+        let action = match existing.get(&key) {
+            None => Some(Action::Create),
+            Some(old) if !sets_the_same(&w.object, old) => Some(Action::Change),
+            Some(_) => None,
+        };
+        match action {
+            Some(action) => differences.push(Difference {
+                action,
+                kind: key.0.clone(),
+                namespace: key.1.clone(),
+                name: key.2.clone(),
+                owner,
+            }),
+            None => unchanged += 1,
+        }
+        written.insert(key);
+    }
+    for (key, old) in &existing {
+        if !written.contains(key) {
+            let trigger = old
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(sluice_domain::naming::LABEL_EVENT_TRIGGER))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            differences.push(Difference {
+                action: Action::Delete,
+                kind: key.0.clone(),
+                namespace: key.1.clone(),
+                name: key.2.clone(),
+                owner: format!("eventtrigger {trigger}"),
+            });
+        }
+    }
+    differences.sort();
+    (differences, unchanged)
+}
+
+/// Whether `existing` holds every field `desired` sets, with the same value (a server-side
+/// apply of `desired` would change nothing it owns).
+fn sets_the_same(desired: &Value, existing: &Value) -> bool {
+    let mut desired = desired.clone();
+    if let Some(metadata) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.retain(|key, _| key == "labels" || key == "annotations");
+    }
+    contains(&desired, existing)
+}
+
+fn contains(desired: &Value, existing: &Value) -> bool {
+    match (desired, existing) {
+        (Value::Object(want), Value::Object(have)) => want
+            .iter()
+            .all(|(key, value)| have.get(key).is_some_and(|held| contains(value, held))),
+        (Value::Array(want), Value::Array(have)) => {
+            want.len() == have.len() && want.iter().zip(have).all(|(w, h)| contains(w, h))
+        }
+        _ => desired == existing,
+    }
 }
 
 /// Evaluates, renders and lays out what sluice would write for `documents`.
@@ -312,6 +438,10 @@ pub fn dry_run(documents: &[Document], options: &Options) -> anyhow::Result<Outc
         }
     }
     for trigger in config.valid_event_triggers() {
+        outcome.pairs.push(sluice_domain::naming::owner_labels(
+            &trigger.name,
+            &cluster_id,
+        ));
         if !config.is_source_cluster(trigger, &cluster_id) {
             outcome.notes.push(format!(
                 "eventtrigger {}: its sourceClusterSelector and clusterSetRefs do not select \
@@ -756,6 +886,34 @@ pub fn run(args: &DryRunArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyho
     };
     let outcome = dry_run(&documents, &options)?;
     print(&outcome, args.output, args.reports, out)?;
+    if !args.against.is_empty() {
+        let mut existing = Vec::new();
+        for path in &args.against {
+            existing.extend(read_documents(path, false)?.into_iter().map(|d| d.object));
+        }
+        let (differences, unchanged) = compare(&outcome, &existing);
+        for d in &differences {
+            let action = match d.action {
+                Action::Create => "create",
+                Action::Change => "change",
+                Action::Delete => "delete",
+            };
+            let place = if d.namespace.is_empty() {
+                d.name.clone()
+            } else {
+                format!("{}/{}", d.namespace, d.name)
+            };
+            writeln!(err, "{action} {} {place} ({})", d.kind, d.owner)?;
+        }
+        let count = |action: Action| differences.iter().filter(|d| d.action == action).count();
+        writeln!(
+            err,
+            "against the existing objects: {} to create, {} to change, {} to delete, {unchanged} unchanged",
+            count(Action::Create),
+            count(Action::Change),
+            count(Action::Delete)
+        )?;
+    }
     for note in &outcome.notes {
         writeln!(err, "note: {note}")?;
     }

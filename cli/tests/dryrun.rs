@@ -108,3 +108,47 @@ fn a_failure_goes_to_stderr_with_where_and_exits_1_and_bad_input_exits_2() {
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("expected KEY=VALUE"));
 }
+
+#[test]
+fn against_its_own_output_nothing_changes_and_against_nothing_all_is_created() {
+    let args = [
+        "-f",
+        "examples/seed-000-networkpolicy",
+        "--cluster-label",
+        "env=fv",
+    ];
+    let first = dry_run(&args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let written = dir.path().join("written.yaml");
+    std::fs::write(&written, &first.stdout).expect("written");
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "").expect("written");
+
+    let again = dry_run(&[&args[..], &["--against", written.to_str().expect("utf-8")]].concat());
+    let stderr = text(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "against the existing objects: 0 to create, 0 to change, 0 to delete, 2 unchanged"
+        ),
+        "{stderr}"
+    );
+    let fresh = dry_run(&[&args[..], &["--against", empty.to_str().expect("utf-8")]].concat());
+    let stderr = text(&fresh.stderr);
+    assert!(
+        stderr.contains(
+            "against the existing objects: 2 to create, 0 to change, 0 to delete, 0 unchanged"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("create ClusterProfile sveltos-")
+                && l.ends_with(
+                    "(eventtrigger service-network-policy, resource default/my-service)"
+                )),
+        "{stderr}"
+    );
+}

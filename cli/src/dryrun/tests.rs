@@ -2,6 +2,7 @@
 //! written, and failures that say where they are.
 
 use super::*;
+use serde_json::Value;
 
 use crate::examples::{seed_000_networkpolicy as seed_000, seed_003, seed_004};
 
@@ -419,4 +420,58 @@ fn an_object_the_webhook_cannot_convert_is_its_own_problem() {
         &outcome,
         &["EventTrigger service-policy", "sourceClusterSelector"],
     );
+}
+
+#[test]
+fn against_what_exists_the_run_says_what_it_would_create_change_and_delete() {
+    let options = labelled(&[("env", "fv")]);
+    let outcome = dry_run(&documents(&[&seed_000()]), &options).expect("runs");
+    assert_eq!(outcome.objects.len(), 2);
+    // What the API server stores: the run's objects with defaults and fields of its own added.
+    let mut existing: Vec<Value> = outcome.objects.iter().map(|w| w.object.clone()).collect();
+    existing[1]["spec"]["policyRefs"][0]["tier"] = json!(100);
+    existing[1]["metadata"]["uid"] = json!("u1");
+    existing[1]["status"] = json!({"matchingClusters": []});
+    // A profile of the same trigger and cluster for a Service that no longer matches, and one
+    // of another trigger, which the run says nothing about.
+    let mut stale = existing[1].clone();
+    stale["metadata"]["name"] = json!("sveltos-stale");
+    let mut other = existing[1].clone();
+    other["metadata"]["name"] = json!("sveltos-other");
+    other["metadata"]["labels"][sluice_domain::naming::LABEL_EVENT_TRIGGER] = json!("another");
+    existing.extend([stale, other]);
+
+    let (differences, unchanged) = compare(&outcome, &existing);
+    assert_eq!(unchanged, 2, "{differences:#?}");
+    assert_eq!(
+        differences,
+        vec![Difference {
+            action: Action::Delete,
+            kind: "ClusterProfile".into(),
+            namespace: String::new(),
+            name: "sveltos-stale".into(),
+            owner: "eventtrigger service-network-policy".into(),
+        }]
+    );
+
+    // The Service's port changed: its NetworkPolicy's ConfigMap changes, its profile does not.
+    let changed = seed_000().replace("port: 80", "port: 8080");
+    let outcome = dry_run(&documents(&[&changed]), &options).expect("runs");
+    let (differences, unchanged) = compare(&outcome, &existing[..2]);
+    assert_eq!(unchanged, 1);
+    let actions: Vec<(&Action, &str)> = differences
+        .iter()
+        .map(|d| (&d.action, d.kind.as_str()))
+        .collect();
+    assert_eq!(actions, vec![(&Action::Change, "ConfigMap")]);
+    assert_eq!(
+        differences[0].owner,
+        "eventtrigger service-network-policy, resource default/my-service"
+    );
+
+    // Nothing exists yet: both are created.
+    let (differences, unchanged) = compare(&outcome, &[]);
+    assert_eq!(unchanged, 0);
+    assert!(differences.iter().all(|d| d.action == Action::Create));
+    assert_eq!(differences.len(), 2);
 }
