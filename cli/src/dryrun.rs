@@ -3,10 +3,12 @@
 //! the services' own stages: the evaluator's (`sluice_evaluator::Evaluator`), the renderer's
 //! (`sluice_renderer::Stage`), the reporter's EventReport and the applier's objects as it
 //! writes them (`sluice_applier::plan::desired_objects`). Nothing is read from or written to a
-//! cluster or the bus; every failure says which object and where.
+//! cluster or the bus; every failure says which object and where, and affects only its object.
+//! An object of Sveltos's kinds the API server would refuse (`sluice_domain::crds::check`) is
+//! reported and left out.
 //!
-//! [`dry_run`] is the pure part (documents in, [`Outcome`] out); [`run`] reads the files and
-//! prints.
+//! [`dry_run`] is the pure part (documents in, [`Outcome`] out), [`compare`] holds an outcome
+//! against the objects sluice already wrote; [`run`] reads the files and prints.
 
 use std::collections::BTreeMap;
 use std::io::Write;
