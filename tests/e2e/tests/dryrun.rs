@@ -311,3 +311,158 @@ async fn a_dry_run_writes_what_the_pipeline_writes_for_generators_and_destinatio
     assert_eq!(outcome.reports.len(), 2);
     Ok(())
 }
+
+/// `kubectl get <args> -o yaml` in `cluster`, written to `dir/name`.
+async fn export(
+    stack: &Stack,
+    dir: &std::path::Path,
+    name: &str,
+    cluster: &str,
+    args: &[&str],
+) -> anyhow::Result<std::path::PathBuf> {
+    let mut all = vec!["get"];
+    all.extend(args);
+    all.extend(["-o", "yaml"]);
+    let path = dir.join(name);
+    std::fs::write(&path, stack.kubectl(cluster, &all).await?)?;
+    Ok(path)
+}
+
+/// `docs/operating.md`'s recipe with `kubectl`'s own exports: over them the dry run finds
+/// nothing to change; with the trigger's selector changed it says both objects would be
+/// deleted, and the pipeline, given that change, deletes exactly those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exports_predict_what_a_trigger_change_deletes() -> anyhow::Result<()> {
+    const TRIGGER: &str = "service-network-policy";
+    let stack = Stack::start(&["cluster-a"], None).await?;
+    stack
+        .register_cluster("cluster-a", &[("env", "fv")])
+        .await?;
+    for text in [policy::EVENT_SOURCE, policy::EVENT_BASED_ADDON] {
+        stack.apply_yaml(MANAGEMENT, text).await?;
+    }
+    stack.apply_yaml("cluster-a", policy::SERVICE).await?;
+    let live = wait_live(&stack, &[TRIGGER], "cluster-a", |all| all.len() == 2).await?;
+
+    let dir = tempfile::tempdir()?;
+    let triggers = export(
+        &stack,
+        dir.path(),
+        "triggers.yaml",
+        MANAGEMENT,
+        &["eventsources,eventbasedaddons"],
+    )
+    .await?;
+    let cluster = export(
+        &stack,
+        dir.path(),
+        "cluster.yaml",
+        MANAGEMENT,
+        &["sveltoscluster", "-n", "default", "cluster-a"],
+    )
+    .await?;
+    let referenced = export(
+        &stack,
+        dir.path(),
+        "referenced.yaml",
+        MANAGEMENT,
+        &["configmap", "-n", "default", "network-policy"],
+    )
+    .await?;
+    let services = export(
+        &stack,
+        dir.path(),
+        "services.yaml",
+        "cluster-a",
+        &["services", "-A"],
+    )
+    .await?;
+    let written = export(
+        &stack,
+        dir.path(),
+        "written.yaml",
+        MANAGEMENT,
+        &[
+            "clusterprofiles,configmaps,secrets",
+            "-A",
+            "-l",
+            sluice_domain::naming::LABEL_EVENT_TRIGGER,
+        ],
+    )
+    .await?;
+    let existing: Vec<Value> = dryrun::read_documents(&written, false)?
+        .into_iter()
+        .map(|d| d.object)
+        .collect();
+    assert_eq!(
+        existing.len(),
+        2,
+        "the export holds what the pipeline wrote"
+    );
+    let run = |triggers: &std::path::Path| -> anyhow::Result<dryrun::Outcome> {
+        let mut documents = Vec::new();
+        for path in [triggers, &cluster, &referenced] {
+            documents.extend(dryrun::read_documents(path, false)?);
+        }
+        documents.extend(dryrun::read_documents(&services, true)?);
+        dryrun::dry_run(
+            &documents,
+            &Options {
+                cluster: Some("default/cluster-a".into()),
+                ..Options::default()
+            },
+        )
+    };
+
+    let outcome = run(&triggers)?;
+    assert_eq!(outcome.problems, Vec::<String>::new());
+    assert_eq!(dryrun::compare(&outcome, &existing), (Vec::new(), 2));
+
+    // The trigger's selector changed so that it no longer selects the cluster.
+    let changed = dir.path().join("changed.yaml");
+    let text = std::fs::read_to_string(&triggers)?;
+    assert!(text.contains("clusterSelector: env=fv"), "{text}");
+    std::fs::write(&changed, text.replace("env=fv", "env=other"))?;
+    let (differences, unchanged) = dryrun::compare(&run(&changed)?, &existing);
+    assert_eq!(unchanged, 0);
+    let mut predicted: Vec<(String, String)> = differences
+        .iter()
+        .map(|d| {
+            assert_eq!(d.action, dryrun::Action::Delete, "{d:?}");
+            (d.kind.clone(), d.name.clone())
+        })
+        .collect();
+    let mut wrote: Vec<(String, String)> = live
+        .iter()
+        .map(|o| {
+            let text = |p: &str| {
+                o.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (text("/kind"), text("/metadata/name"))
+        })
+        .collect();
+    predicted.sort();
+    wrote.sort();
+    assert_eq!(predicted, wrote);
+
+    stack
+        .kubectl(
+            MANAGEMENT,
+            &[
+                "patch",
+                "eventbasedaddon",
+                TRIGGER,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"clusterSelector":"env=other"}}"#,
+            ],
+        )
+        .await?;
+    demo::wait_cleaned(&stack, TRIGGER, "cluster-a", DEADLINE)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", stack.logs()))?;
+    Ok(())
+}
