@@ -39,6 +39,20 @@ fn labelled(labels: &[(&str, &str)]) -> Options {
     }
 }
 
+/// Seed 003 with `from` replaced by `to` in its EventSource or EventTrigger, over its workload
+/// in a production cluster: it writes nothing.
+fn seed_003_with(from: &str, to: &str) -> Outcome {
+    let broken = seed_003().replace(from, to);
+    assert_ne!(broken, seed_003(), "{from:?} is in seed 003");
+    let outcome = dry_run(
+        &documents(&[&broken, seed_003::WORKLOAD]),
+        &labelled(&[("env", "production")]),
+    )
+    .expect("runs");
+    assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
+    outcome
+}
+
 /// Some problem of the outcome says every one of `needles`.
 fn assert_problem(outcome: &Outcome, needles: &[&str]) {
     assert!(
@@ -134,13 +148,7 @@ fn an_unmatched_resource_renders_nothing_and_a_deleted_label_is_no_event() {
 
 #[test]
 fn a_script_that_does_not_compile_is_its_eventsources_problem_and_names_the_field() {
-    let broken = seed_003().replace("hs.matching = false", "hs.matching = = false");
-    let outcome = dry_run(
-        &documents(&[&broken, seed_003::WORKLOAD]),
-        &labelled(&[("env", "production")]),
-    )
-    .expect("runs");
-    assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
+    let outcome = seed_003_with("hs.matching = false", "hs.matching = = false");
     assert_problem(
         &outcome,
         &[
@@ -405,20 +413,17 @@ fn a_trigger_the_api_server_would_refuse_is_said_with_its_field_and_not_used() {
 fn an_object_the_webhook_cannot_convert_is_its_own_problem() {
     // v1alpha1 takes a string selector; one the conversion cannot parse is that trigger's
     // problem, and the dry run goes on.
-    let broken = seed_003().replace(
+    let outcome = seed_003_with(
         "sourceClusterSelector: env=production",
         "sourceClusterSelector: \"env in (production\"",
     );
-    assert_ne!(broken, seed_003());
-    let outcome = dry_run(
-        &documents(&[&broken, seed_003::WORKLOAD]),
-        &labelled(&[("env", "production")]),
-    )
-    .expect("runs");
-    assert!(outcome.objects.is_empty(), "{:#?}", outcome.objects);
     assert_problem(
         &outcome,
-        &["EventTrigger service-policy", "sourceClusterSelector"],
+        &[
+            "EventTrigger service-policy",
+            "the conversion webhook refuses it",
+            "sourceClusterSelector",
+        ],
     );
 }
 
