@@ -308,11 +308,22 @@ pub fn compare(outcome: &Outcome, existing: &[Value]) -> (Vec<Difference>, usize
 /// Whether `existing` holds every field `desired` sets, with the same value (a server-side
 /// apply of `desired` would change nothing it owns).
 fn sets_the_same(desired: &Value, existing: &Value) -> bool {
-    let mut desired = desired.clone();
-    if let Some(metadata) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.retain(|key, _| key == "labels" || key == "annotations");
-    }
-    contains(&desired, existing)
+    let Some(fields) = desired.as_object() else {
+        return desired == existing;
+    };
+    fields.iter().all(|(key, value)| {
+        let held = existing.get(key);
+        if key != "metadata" {
+            return held.is_some_and(|held| contains(value, held));
+        }
+        // Of the metadata, sluice sets only the labels and annotations besides the name.
+        ["labels", "annotations"].iter().all(|part| {
+            value.get(part).is_none_or(|want| {
+                held.and_then(|h| h.get(part))
+                    .is_some_and(|have| contains(want, have))
+            })
+        })
+    })
 }
 
 fn contains(desired: &Value, existing: &Value) -> bool {
@@ -516,6 +527,12 @@ pub fn dry_run(documents: &[Document], options: &Options) -> anyhow::Result<Outc
     }
     sequence += 1;
     let mut states = renderer.recompute(None, sequence);
+    // Where each unit's state is in `states`, so that a CloudEvent's replaces its unit's.
+    let mut placed: std::collections::HashMap<Option<String>, usize> = states
+        .iter()
+        .enumerate()
+        .map(|(i, state)| (unit_subject(state), i))
+        .collect();
 
     // CloudEvents, in the order given, as received on the cluster's NATS: what each matches and
     // renders; a later event of a unit replaces what an earlier one did.
@@ -547,10 +564,12 @@ pub fn dry_run(documents: &[Document], options: &Options) -> anyhow::Result<Outc
         }
         for matched in matches {
             for state in renderer.cloud_event(&matched, sequence) {
-                let subject = unit_subject(&state);
-                match states.iter_mut().find(|s| unit_subject(s) == subject) {
-                    Some(earlier) => *earlier = state,
-                    None => states.push(state),
+                match placed.get(&unit_subject(&state)) {
+                    Some(&earlier) => states[earlier] = state,
+                    None => {
+                        placed.insert(unit_subject(&state), states.len());
+                        states.push(state);
+                    }
                 }
             }
         }
