@@ -10,6 +10,7 @@ pub mod coalesce;
 pub mod feed;
 pub mod gather;
 pub mod lease;
+pub mod partition;
 pub mod permissions;
 pub mod runner;
 pub mod topology;
@@ -25,6 +26,7 @@ pub use bus::{content_id, hex16, message_id, Bus, Outgoing};
 pub use error::{Error, Result};
 pub use feed::{Delivered, Freshness, LiveFeed};
 pub use options::{server_addrs, BusOptions};
+pub use partition::Partition;
 pub use window::AckWindow;
 
 /// The ack of one publish; keep many in flight and await them later.

@@ -6,7 +6,8 @@
 
 use std::fmt::Write as _;
 
-use crate::topology::{self, Acks, Identity};
+use crate::partition;
+use crate::topology::{self, Acks, ConsumerSpec, Identity};
 
 /// JetStream's API prefix.
 const JS_API: &str = "$JS.API";
@@ -78,8 +79,8 @@ pub fn permissions(identity: &Identity) -> Permissions {
     for stream in identity.purges {
         publish.push(format!("{JS_API}.STREAM.PURGE.{}", stream.name));
     }
-    for consumer in identity.consumes {
-        let target = format!("{}.{}", consumer.stream.name, consumer.durable);
+    for (consumer, durable) in identity.consumes.iter().flat_map(durables) {
+        let target = format!("{}.{durable}", consumer.stream.name);
         publish.push(format!("{JS_API}.CONSUMER.CREATE.{target}"));
         publish.push(format!("{JS_API}.CONSUMER.CREATE.{target}.>"));
         publish.push(format!("{JS_API}.CONSUMER.INFO.{target}"));
@@ -128,18 +129,33 @@ pub fn permissions(identity: &Identity) -> Permissions {
 fn others_durables(identity: &Identity) -> Vec<String> {
     let mut deny = Vec::new();
     let durables = topology::IDENTITIES.iter().flat_map(|other| other.consumes);
-    for consumer in durables {
+    for (consumer, durable) in durables.flat_map(self::durables) {
         let followed = identity.follows.contains(&consumer.stream);
         if !followed || identity.consumes.contains(consumer) {
             continue;
         }
-        let target = format!("{}.{}", consumer.stream.name, consumer.durable);
+        let target = format!("{}.{durable}", consumer.stream.name);
         for action in ["CREATE", "INFO", "MSG.NEXT", "DELETE", "RESET"] {
             deny.push(format!("{JS_API}.CONSUMER.{action}.{target}"));
         }
         deny.push(format!("{JS_API}.CONSUMER.CREATE.{target}.>"));
     }
     deny
+}
+
+/// The durables of `consumer`: its own, and for a stage that may be partitioned (ADR 0051) each
+/// partition's.
+fn durables(consumer: &ConsumerSpec) -> Vec<(&ConsumerSpec, String)> {
+    let mut names = vec![(consumer, consumer.durable.to_string())];
+    if partition::PARTITIONED.contains(consumer) {
+        names.extend((0..partition::MAX_PARTITIONS).map(|index| {
+            (
+                consumer,
+                partition::partition_durable(consumer.durable, index),
+            )
+        }));
+    }
+    names
 }
 
 /// The `authorization { users = [...] }` block of a nats-server configuration for `users`, one
@@ -254,6 +270,27 @@ mod tests {
     }
 
     #[test]
+    fn a_partitioned_stage_may_use_its_partitions_durables_and_no_one_elses() {
+        let evaluator = permissions(&EVALUATOR).publish;
+        for subject in [
+            "$JS.API.CONSUMER.CREATE.SLUICE_CHANGES.evaluator-p0.>",
+            "$JS.API.CONSUMER.MSG.NEXT.SLUICE_CHANGES.evaluator-p15",
+            "$JS.ACK.SLUICE_CHANGES.evaluator-p3.>",
+            "$JS.API.CONSUMER.INFO.SLUICE_CLOUDEVENTS.evaluator-p1",
+        ] {
+            assert!(evaluator.contains(&subject.to_string()), "{subject}");
+        }
+        assert!(!evaluator.iter().any(|s| s.contains("evaluator-p16")));
+        // The stages that are not partitioned have one durable each.
+        let applier = permissions(&APPLIER).publish;
+        assert!(applier.contains(&"$JS.ACK.SLUICE_DESIRED.applier.>".to_string()));
+        assert!(
+            !applier.iter().any(|s| s.contains("applier-p")),
+            "{applier:?}"
+        );
+    }
+
+    #[test]
     fn followers_are_denied_the_durables_of_others_on_what_they_follow() {
         let denied = |identity: &Identity| permissions(identity).deny_publish;
         let evaluator = denied(&EVALUATOR);
@@ -263,6 +300,9 @@ mod tests {
             "$JS.API.CONSUMER.CREATE.SLUICE_MATCH.renderer.>",
             "$JS.API.CONSUMER.MSG.NEXT.SLUICE_MATCH.reporter",
             "$JS.API.CONSUMER.INFO.SLUICE_MATCH.reporter",
+            // the durables of the renderer's partitions too (ADR 0051)
+            "$JS.API.CONSUMER.CREATE.SLUICE_MATCH.renderer-p0.>",
+            "$JS.API.CONSUMER.MSG.NEXT.SLUICE_MATCH.renderer-p15",
         ] {
             assert!(evaluator.contains(&subject.to_string()), "{subject}");
         }

@@ -56,6 +56,7 @@ use crate::coalesce;
 use crate::error::{Error, Result};
 use crate::feed::{Delivered, Freshness};
 use crate::gather::Gather;
+use crate::partition::Partition;
 use crate::topology::{self, Acks, ConsumerSpec, StreamSpec};
 use crate::transit::Missed;
 use crate::window::{AckWindow, Settled};
@@ -420,6 +421,11 @@ struct Core {
     held: Held,
     /// Whether handled inputs are recorded in `freshness` here (not once a reader keeps it).
     keeps_freshness: bool,
+    /// The stage's partition: the inputs and outputs of other partitions' clusters are not its
+    /// own ([`Runner::with_partition`]).
+    partition: Partition,
+    /// Where the inputs of other partitions are counted, from [`Hooks::health`].
+    others: Option<sluice_runtime::Counter>,
 }
 
 /// How a batch went.
@@ -749,6 +755,8 @@ impl Runner {
                 window: AckWindow::new(topology::PUBLISH_WINDOW).acking(spec.acks),
                 held: Held::default(),
                 keeps_freshness: true,
+                partition: Partition::WHOLE,
+                others: None,
             },
             first: Vec::new(),
         }
@@ -761,11 +769,22 @@ impl Runner {
         self
     }
 
+    /// Runs the stage as one partition of it (ADR 0051): an input of another partition's
+    /// cluster is acked without work (it is that partition's, on a durable of its own), and an
+    /// output or purge of another partition's cluster is not published (a stage may derive one
+    /// from the configuration, which every partition reads whole). The runner must be bound to
+    /// the partition's durable, [`Partition::consumer`].
+    pub fn with_partition(mut self, partition: Partition) -> Runner {
+        self.core.partition = partition;
+        self
+    }
+
     pub fn with_hooks(mut self, hooks: Hooks) -> Runner {
         self.core.timings = hooks
             .health
             .as_ref()
             .map(|health| Timings::new(health, &self.core.spec));
+        self.core.others = self.core.timings.as_ref().map(Timings::others);
         self.core.hooks = hooks;
         self
     }
@@ -956,6 +975,8 @@ impl Core {
             window: AckWindow::new(topology::PUBLISH_WINDOW).acking(self.spec.acks),
             held: Held::default(),
             keeps_freshness: true,
+            partition: self.partition,
+            others: self.others.clone(),
         };
         self.keeps_freshness = false;
         let consumer = gather(consumer, &self.bus);
@@ -1421,7 +1442,12 @@ impl Core {
     /// them are stored. A purge waits until every earlier output is stored: one that was not
     /// is an error (the runner ends; the stage rebuilds on restart) and nothing is purged.
     /// Returns how many messages were published.
-    async fn publish(&mut self, outs: Vec<Out>, inputs: Vec<Message>) -> Result<usize> {
+    async fn publish(&mut self, mut outs: Vec<Out>, inputs: Vec<Message>) -> Result<usize> {
+        let partition = self.partition;
+        outs.retain(|out| match out {
+            Out::Message(message) => partition.owns(&message.subject),
+            Out::Purge(_, filter) => partition.owns(filter),
+        });
         let mut messages = Vec::new();
         let mut published = 0;
         for out in outs {
@@ -1448,8 +1474,21 @@ impl Core {
     /// subject supersedes (the others go to the window, to be acked in order without work);
     /// every message of a log. A redelivery of the state last handled is handled again: it
     /// comes back because its outputs or its dead letter were not stored.
-    fn fresh(&mut self, batch: Vec<Message>) -> Vec<(Delivered, Message)> {
+    fn fresh(&mut self, mut batch: Vec<Message>) -> Vec<(Delivered, Message)> {
         let stream = self.spec.stream.name;
+        if !self.partition.is_whole() {
+            let partition = self.partition;
+            let (ours, others): (Vec<Message>, Vec<Message>) = batch
+                .into_iter()
+                .partition(|message| partition.owns(&message.subject));
+            if let Some(count) = &self.others {
+                count.add(others.len() as u64);
+            }
+            for message in others {
+                self.window.push(Vec::new(), Some(message));
+            }
+            batch = ours;
+        }
         if self.spec.stream.max_per_subject.is_none() {
             let mut out = Vec::with_capacity(batch.len());
             for message in batch {

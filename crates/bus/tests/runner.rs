@@ -7,7 +7,8 @@
 //! and a purge are carried out in order; a holding stage is flushed whenever it holds its
 //! limit, once its first held input is `max_age` old, and before a side message; a decoder runs ahead of the stage, and drops what a replay already saw newer. Inputs that come densely wait
 //! one linger for each other, and a runner drained mid-linger gives back what it gathered. An
-//! overlapping stage's batches go on while a tick that waits for one of them is handled.
+//! overlapping stage's batches go on while a tick that waits for one of them is handled. Two
+//! partitions of one stage each handle and publish only their own clusters'.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1770,4 +1771,153 @@ async fn a_tick_that_waits_for_a_batch_in_flight_lets_that_batch_end() -> anyhow
     );
     every_input_acked(&bus).await?;
     stop(token, task).await
+}
+
+/// Echoes each input to the applied subject of every cluster of `clusters`, its body the
+/// runner's name; records the subjects it handled.
+struct Everywhere {
+    name: &'static str,
+    clusters: Vec<String>,
+    handled: Arc<Mutex<Vec<String>>>,
+}
+
+impl Stage for Everywhere {
+    type Input = String;
+    type Side = std::convert::Infallible;
+    type Error = ProbeError;
+
+    fn decode(&self, delivered: &Delivered) -> Result<String, ProbeError> {
+        text(delivered)
+    }
+
+    async fn handle(&mut self, inputs: &[Input<String>]) -> Vec<Outcome<ProbeError>> {
+        let mut handled = self.handled.lock().expect("lock");
+        inputs
+            .iter()
+            .map(|input| {
+                handled.push(input.delivered.subject.clone());
+                Ok(self
+                    .clusters
+                    .iter()
+                    .map(|cluster| Output {
+                        subject: format!("sluice.v1.applied.t.{cluster}"),
+                        payload: Bytes::from(self.name),
+                        ..Output::default()
+                    })
+                    .collect())
+            })
+            .collect()
+    }
+
+    async fn on_side(
+        &mut self,
+        side: std::convert::Infallible,
+        _span: Option<sluice_runtime::TraceContext>,
+    ) -> Vec<Output> {
+        match side {}
+    }
+}
+
+/// Two partitions of one stage over the inputs of eight clusters (ADR 0051): each input is
+/// handled by the partition of its cluster only and acked by both consumers, and of the
+/// outputs each partition makes for every cluster only those of its own clusters are
+/// published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_handle_their_clusters_inputs_and_publish_their_clusters_outputs(
+) -> anyhow::Result<()> {
+    use sluice_bus::Partition;
+    let nats = NatsServer::start().await?;
+    let bus = Bus::connect(&nats.url()).await?;
+    let clusters: Vec<String> = (0..8)
+        .map(|n| topology::cluster_tokens("sveltos", "default", &format!("c{n}")))
+        .collect();
+    for (n, cluster) in clusters.iter().enumerate() {
+        bus.publish_durably(Outgoing {
+            ttl: None,
+            subject: topology::desired_subject("t", cluster),
+            msg_id: format!("input-{n}"),
+            payload: Bytes::from("x"),
+            traceparent: None,
+        })
+        .await?;
+    }
+    let partitions = [Partition::new(0, 2)?, Partition::new(1, 2)?];
+    for partition in &partitions {
+        let owned = clusters
+            .iter()
+            .filter(|c| partition.owns(&topology::desired_subject("t", c)))
+            .count();
+        assert!((1..8).contains(&owned), "{partition}: {owned} of 8");
+    }
+    let mut runs = Vec::new();
+    for (partition, name) in partitions.iter().zip(["p0", "p1"]) {
+        let handled = Arc::new(Mutex::new(Vec::new()));
+        let runner = Runner::bind(&bus, partition.consumer(SPEC))
+            .await?
+            .with_partition(*partition);
+        let stage = Everywhere {
+            name,
+            clusters: clusters.clone(),
+            handled: handled.clone(),
+        };
+        let (token, task) = spawn(runner, stage);
+        runs.push((*partition, name, handled, token, task));
+    }
+    let stream = bus.jetstream().get_stream(topology::APPLIED.name).await?;
+    for cluster in &clusters {
+        let applied = format!("sluice.v1.applied.t.{cluster}");
+        let body = wait_for("the cluster's output", DEADLINE, || async {
+            let message = stream
+                .get_last_raw_message_by_subject(&applied)
+                .await
+                .ok()?;
+            Some(String::from_utf8_lossy(&message.payload).to_string())
+        })
+        .await?;
+        let owner = runs
+            .iter()
+            .find(|run| run.0.owns(&applied))
+            .map(|run| run.1);
+        assert_eq!(Some(body.as_str()), owner, "{applied}");
+    }
+    for (partition, _, _, _, _) in &runs {
+        let durable = partition.consumer(SPEC).durable;
+        wait_for("every input acked", DEADLINE, || async {
+            let stream = bus.jetstream().get_stream(SPEC.stream.name).await.ok()?;
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+                stream.get_consumer(durable).await.ok()?;
+            let info = consumer.info().await.ok()?;
+            (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+        })
+        .await?;
+    }
+    // Each partition published, for each of its inputs, the outputs of its own clusters and
+    // no other: its clusters' count squared.
+    let owned = |partition: &Partition| {
+        clusters
+            .iter()
+            .filter(|c| partition.owns(&topology::desired_subject("t", c)))
+            .count() as u64
+    };
+    let expected: u64 = partitions.iter().map(|p| owned(p) * owned(p)).sum();
+    let mut applied = bus.jetstream().get_stream(topology::APPLIED.name).await?;
+    assert_eq!(applied.info().await?.state.last_sequence, expected);
+    let mut all_handled = Vec::new();
+    for (partition, name, handled, token, task) in runs {
+        stop(token, task).await?;
+        let handled = handled.lock().expect("lock").clone();
+        assert!(
+            handled.iter().all(|subject| partition.owns(subject)),
+            "{name} handled another partition's input: {handled:?}"
+        );
+        all_handled.extend(handled);
+    }
+    all_handled.sort();
+    let mut sent: Vec<String> = clusters
+        .iter()
+        .map(|c| topology::desired_subject("t", c))
+        .collect();
+    sent.sort();
+    assert_eq!(all_handled, sent, "each input handled once");
+    Ok(())
 }

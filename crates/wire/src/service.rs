@@ -7,6 +7,17 @@ use sluice_runtime::{CancellationToken, CommonArgs, Health};
 
 use crate::seal::{BusKey, SealError};
 
+/// The flags of a stage that may run as partitions (ADR 0051): the evaluator and the renderer.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct PartitionArgs {
+    /// Run as one partition of the stage, `INDEX/COUNT` (e.g. `1/4`): handle only the managed
+    /// clusters whose name hashes to INDEX, on a durable consumer and (with `--leader-elect`) a
+    /// lease of the partition's own. Run one process (or one set of replicas) per index, all
+    /// with the same COUNT. The default `0/1` is the whole stage.
+    #[arg(long, env = "SLUICE_PARTITION", default_value = "0/1")]
+    pub partition: sluice_bus::Partition,
+}
+
 /// The exit code of a service that lost its lease (`EX_TEMPFAIL` from sysexits.h): it stops at
 /// once, without draining, since another process may already be taking over.
 pub const EXIT_LEASE_LOST: i32 = 75;
@@ -33,6 +44,18 @@ pub async fn connect(
     token: &CancellationToken,
 ) -> Result<Option<(Bus, Option<BusKey>)>, StartError> {
     connect_in(common, identity, "", health, token).await
+}
+
+/// [`connect`] for a process of one partition of its stage (ADR 0051): with `--leader-elect`
+/// it takes the partition's lease (`<service>/p<index>`); the whole stage's is the service's.
+pub async fn connect_partition(
+    common: &CommonArgs,
+    identity: Identity,
+    partition: sluice_bus::Partition,
+    health: &Health,
+    token: &CancellationToken,
+) -> Result<Option<(Bus, Option<BusKey>)>, StartError> {
+    connect_in(common, identity, &partition.lease_shard(), health, token).await
 }
 
 /// [`connect`] for a process of `shard` (ADR 0050): with `--leader-elect` it takes the lease its

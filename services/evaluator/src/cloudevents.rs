@@ -20,6 +20,7 @@ pub use select::{CloudEventSelector, SelectError};
 /// ready only then (a bus lost before that fails the start, not a ready service).
 pub async fn run(
     bus: Bus,
+    partition: sluice_bus::Partition,
     health: Health,
     token: CancellationToken,
     bound: tokio::sync::oneshot::Sender<()>,
@@ -32,8 +33,9 @@ pub async fn run(
         published: health.counter("sluice_evaluator_cloudevent_matches_published_total"),
     };
     let rejected = health.counter("sluice_evaluator_cloudevents_rejected_total");
-    let runner = Runner::bind(&bus, topology::EVALUATOR_CLOUDEVENTS)
+    let runner = Runner::bind(&bus, partition.consumer(topology::EVALUATOR_CLOUDEVENTS))
         .await?
+        .with_partition(partition)
         .with_hooks(Hooks {
             rejected: Arc::new(move |n| rejected.add(n)),
             trace: Some(sluice_runtime::child_traceparent),

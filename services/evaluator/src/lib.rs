@@ -21,20 +21,38 @@ use sluice_bus::runner::{
 use sluice_bus::{message_id, topology, Delivered};
 use sluice_runtime::{CancellationToken, CommonArgs, Counter, Health};
 use sluice_wire::match_units::{self, Unit};
+use sluice_wire::service::PartitionArgs;
 use sluice_wire::BusKey;
 
 pub use stage::{Evaluator, MatchOutput};
 
-/// Runs the evaluator until `token` is cancelled.
+/// Runs the whole evaluator until `token` is cancelled.
 pub async fn run(
     common: CommonArgs,
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    run_partition(common, PartitionArgs::default(), health, token).await
+}
+
+/// Runs the evaluator, or one partition of it (ADR 0051), until `token` is cancelled.
+pub async fn run_partition(
+    common: CommonArgs,
+    args: PartitionArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let partition = args.partition;
     // The key opens the managed clusters' Secrets an EventSource selects and seals the ones it
     // collects; the evaluator reads no configuration Secret: it follows that without the key.
-    let Some((bus, key)) =
-        sluice_wire::service::connect(&common, topology::EVALUATOR, &health, &token).await?
+    let Some((bus, key)) = sluice_wire::service::connect_partition(
+        &common,
+        topology::EVALUATOR,
+        partition,
+        &health,
+        &token,
+    )
+    .await?
     else {
         // Stopped while standing by: another process holds the lease.
         return Ok(());
@@ -46,9 +64,13 @@ pub async fn run(
     }
     let (config, config_feed) = sluice_wire::follow_config(&bus, None).await?;
     let mut evaluator = Evaluator::new(config).with_payload_limit(bus.payload_limit());
+    // A partition rebuilds the state of its own clusters only.
+    let ours = |delivered: &Delivered| partition.owns(&delivered.subject);
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
+        .into_iter()
+        .filter(ours)
     {
         if let Ok(unit) = match_units::decode(&delivered, key.as_ref()) {
             evaluator.remember_published(&unit);
@@ -59,6 +81,8 @@ pub async fn run(
     for delivered in bus
         .replay_state(topology::CHANGES, topology::CHANGES.subjects)
         .await?
+        .into_iter()
+        .filter(ours)
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
         last_seen.record(&delivered);
@@ -80,8 +104,9 @@ pub async fn run(
     };
     // What differs from the MATCH stream goes out before the first change is taken.
     let boot = stage.outputs(boot, "boot");
-    let runner = Runner::bind(&bus, topology::EVALUATOR_CHANGES)
+    let runner = Runner::bind(&bus, partition.consumer(topology::EVALUATOR_CHANGES))
         .await?
+        .with_partition(partition)
         .with_freshness(last_seen)
         .with_hooks(Hooks {
             rejected: Arc::new(move |n| rejected.add(n)),
@@ -103,7 +128,7 @@ pub async fn run(
     let cloudevents = tokio::spawn({
         let (bus, health, token) = (bus.clone(), health.clone(), token.clone());
         async move {
-            let result = cloudevents::run(bus, health, token.clone(), bound).await;
+            let result = cloudevents::run(bus, partition, health, token.clone(), bound).await;
             token.cancel();
             result
         }

@@ -22,29 +22,52 @@ use sluice_bus::{message_id, topology, Outgoing};
 use sluice_proto::v1 as pb;
 use sluice_runtime::{CancellationToken, CommonArgs, Health};
 use sluice_wire::match_units;
+use sluice_wire::service::PartitionArgs;
 use tokio::sync::Mutex;
 
 use consumers::{CloudEventStage, MatchStage, Rendering};
 
 use stage::content_hash;
 
-/// Runs the renderer until `token` is cancelled.
+/// Runs the whole renderer until `token` is cancelled.
 pub async fn run(
     common: CommonArgs,
     health: Health,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let Some((bus, bus_key)) =
-        sluice_wire::service::connect(&common, topology::RENDERER, &health, &token).await?
+    run_partition(common, PartitionArgs::default(), health, token).await
+}
+
+/// Runs the renderer, or one partition of it (ADR 0051), until `token` is cancelled. A
+/// partition renders every trigger for its own clusters: it reads their match units only,
+/// and publishes their desired states only.
+pub async fn run_partition(
+    common: CommonArgs,
+    args: PartitionArgs,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let partition = args.partition;
+    let Some((bus, bus_key)) = sluice_wire::service::connect_partition(
+        &common,
+        topology::RENDERER,
+        partition,
+        &health,
+        &token,
+    )
+    .await?
     else {
         // Stopped while standing by: another process holds the lease.
         return Ok(());
     };
     let (config, config_feed) = sluice_wire::follow_config(&bus, bus_key.as_ref()).await?;
     let mut stage = Stage::new(config, &common.sveltos_namespace);
+    let ours = |delivered: &sluice_bus::Delivered| partition.owns(&delivered.subject);
     for delivered in bus
         .replay_state(topology::DESIRED, topology::DESIRED.subjects)
         .await?
+        .into_iter()
+        .filter(ours)
     {
         // Remembered as rendered: what it published sealed is compared opened.
         if let Ok(state) = sluice_wire::decode_desired(&delivered, bus_key.as_ref()) {
@@ -56,6 +79,8 @@ pub async fn run(
     for delivered in bus
         .replay_state(topology::MATCH, topology::MATCH.subjects)
         .await?
+        .into_iter()
+        .filter(ours)
     {
         boot_sequence = boot_sequence.max(delivered.sequence);
         // An unreadable unit is not recorded: its delivery is dead-lettered by the runner.
@@ -76,7 +101,11 @@ pub async fn run(
         rendering.outputs(states, "boot")?
     };
     let traceparent = sluice_runtime::child_traceparent(None);
-    let boot = boot.into_iter().map(|output| Outgoing {
+    // The configuration names every cluster: what it makes of another partition's is not ours.
+    let boot = boot
+        .into_iter()
+        .filter(|output| partition.owns(&output.subject));
+    let boot = boot.map(|output| Outgoing {
         ttl: output.ttl,
         msg_id: output.id.unwrap_or_default(),
         subject: output.subject,
@@ -94,8 +123,9 @@ pub async fn run(
         ..Hooks::default()
     };
     let forgotten = health.counter("sluice_renderer_subjects_forgotten_total");
-    let matches = Runner::bind(&bus, topology::RENDERER_MATCH)
+    let matches = Runner::bind(&bus, partition.consumer(topology::RENDERER_MATCH))
         .await?
+        .with_partition(partition)
         .with_freshness(last_seen)
         .with_hooks(Hooks {
             forgotten: {
@@ -104,8 +134,9 @@ pub async fn run(
             },
             ..hooks.clone()
         });
-    let cloud_events = Runner::bind(&bus, topology::RENDERER_CEMATCH)
+    let cloud_events = Runner::bind(&bus, partition.consumer(topology::RENDERER_CEMATCH))
         .await?
+        .with_partition(partition)
         .with_hooks(hooks);
     health.set_ready(true);
     let updates = futures::stream::unfold(config_feed, |mut feed| async move {

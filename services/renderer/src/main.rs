@@ -1,7 +1,8 @@
-//! Entry point of the renderer: the shared service lifecycle around `sluice_renderer::run`.
+//! Entry point of the renderer: the shared service lifecycle around `sluice_renderer::run_partition`.
 
 sluice_runtime::service_main!(
     "renderer",
     "Renders what each EventTrigger wants for each cluster",
-    sluice_renderer::run
+    sluice_wire::service::PartitionArgs,
+    sluice_renderer::run_partition
 );

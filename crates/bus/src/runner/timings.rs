@@ -23,6 +23,7 @@ pub struct Timings {
     handling: Histogram,
     age: Histogram,
     rebound: Counter,
+    others: Counter,
 }
 
 /// Inputs per batch.
@@ -35,6 +36,8 @@ pub const INPUT_WAIT: &str = "sluice_stage_input_wait_seconds";
 pub const BATCH_SECONDS: &str = "sluice_stage_batch_seconds";
 /// Times the consumer was bound again because a delivery never arrived ([`crate::transit`]).
 pub const REBOUND: &str = "sluice_stage_rebinds_total";
+/// Inputs of another partition's clusters acked without work ([`crate::partition`]).
+pub const OTHER_PARTITIONS: &str = "sluice_stage_other_partitions_inputs_total";
 /// Seconds from the beginning of an event's trace to its handling by the stage.
 pub const EVENT_AGE: &str = "sluice_event_age_seconds";
 const EVENT_AGE_HELP: &str = "Seconds from the beginning of an event's trace (the watcher's message of a change) to the stage's handling of it, or to the producer's storing of it";
@@ -68,6 +71,7 @@ impl Timings {
             ),
             age: health.histogram_with(EVENT_AGE, EVENT_AGE_HELP, &labels, Buckets::Seconds),
             rebound: health.counter_with(REBOUND, &labels),
+            others: health.counter_with(OTHER_PARTITIONS, &labels),
         }
     }
 
@@ -112,6 +116,11 @@ impl Timings {
     }
 
     /// The consumer was bound again after a delivery never arrived.
+    /// The count of inputs of other partitions, shared with a reader task.
+    pub(crate) fn others(&self) -> Counter {
+        self.others.clone()
+    }
+
     pub(crate) fn rebound(&self) {
         self.rebound.add(1);
     }
