@@ -3,7 +3,8 @@
 //! time from applying the trigger to every ClusterProfile and instantiated ConfigMap existing,
 //! and from deleting the trigger to all of them gone and the trigger released. With several
 //! shards, the clusters are spread round-robin over them (`sharding.projectsveltos.io/key`) and a
-//! watcher runs for each (ADR 0050).
+//! watcher runs for each (ADR 0050); with several partitions, the evaluator and the renderer
+//! run as that many processes each, every one owning the clusters of its partition (ADR 0051).
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,14 @@ const TRIGGER_KIND: (&str, &str) = ("lib.projectsveltos.io/v1alpha1", "EventBase
 const POLL: Duration = Duration::from_millis(10);
 /// How long either phase may take before the measurement fails.
 const LIMIT: Duration = Duration::from_secs(1800);
+
+/// How the fleet's stack spreads the work: over `shards` watchers, and `partitions` evaluators
+/// and renderers.
+#[derive(Clone, Copy, Debug)]
+pub struct Spread {
+    pub shards: usize,
+    pub partitions: u16,
+}
 
 /// What one fleet run measured.
 #[derive(Clone, Debug)]
@@ -78,6 +87,43 @@ async fn shard(stack: &mut Stack, names: &[String], shards: usize) -> anyhow::Re
         let key = shard_of(k, shards);
         let process: &'static str = format!("sluice-watcher-{key}").leak();
         stack.start_replica("sluice-watcher", process, &[("SLUICE_SHARD_KEY", &key)])?;
+    }
+    Ok(())
+}
+
+/// Each process's CPU seconds from `before` to `after`, by name: `name 1.23 s, ...`.
+fn cpu_spent(before: &[(String, f64)], after: &[(String, f64)]) -> String {
+    let mut spent: Vec<(String, f64)> = after
+        .iter()
+        .map(|(name, now)| {
+            let then = before
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0.0, |(_, s)| *s);
+            (name.clone(), now - then)
+        })
+        .collect();
+    spent.sort_by(|a, b| a.0.cmp(&b.0));
+    spent
+        .iter()
+        .map(|(name, seconds)| format!("{name} {seconds:.2} s"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs the evaluator and the renderer as `count` partitions each: the stack's own processes
+/// become partition 0, and one more process of each runs every other partition.
+fn partition(stack: &mut Stack, count: u16) -> anyhow::Result<()> {
+    for service in ["sluice-evaluator", "sluice-renderer"] {
+        stack.restart_service_with(service, &[("SLUICE_PARTITION", &format!("0/{count}"))])?;
+        for index in 1..count {
+            let process: &'static str = format!("{service}-p{index}").leak();
+            stack.start_replica(
+                service,
+                process,
+                &[("SLUICE_PARTITION", &format!("{index}/{count}"))],
+            )?;
+        }
     }
     Ok(())
 }
@@ -165,21 +211,25 @@ impl Drop for Owned {
 pub async fn measure(
     clusters: usize,
     resources: usize,
-    shards: usize,
+    spread: Spread,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<FleetReport> {
+    let Spread { shards, partitions } = spread;
     let names: Vec<String> = (0..clusters).map(cluster_name).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut stack = Stack::start(&refs, None).await?;
     writeln!(
         out,
-        "# registering {clusters} clusters, {resources} Services each, in {shards} shard(s)"
+        "# registering {clusters} clusters, {resources} Services each, in {shards} shard(s) and {partitions} partition(s)"
     )?;
     for name in &names {
         stack.register_cluster(name, &[("env", "fv")]).await?;
     }
     if shards > 1 {
         shard(&mut stack, &names, shards).await?;
+    }
+    if partitions > 1 {
+        partition(&mut stack, partitions)?;
     }
     let stack = stack;
     let services: Vec<(String, usize)> = names
@@ -203,6 +253,7 @@ pub async fn measure(
     writeln!(out, "# applying the EventSource and the EventBasedAddOn; waiting for {expected} ClusterProfiles")?;
     let mut owned = Owned::watch(&stack).await?;
     stack.apply_yaml(MANAGEMENT, EVENT_SOURCE).await?;
+    let cpu_before = crate::load::cpu_seconds(&stack);
     let started = Instant::now();
     stack.apply_yaml(MANAGEMENT, EVENT_BASED_ADDON).await?;
     let all = owned
@@ -215,6 +266,11 @@ pub async fn measure(
     writeln!(
         out,
         "# all {expected} ClusterProfiles and ConfigMaps exist after {reconcile:?}"
+    )?;
+    writeln!(
+        out,
+        "# CPU over the reconcile: {}",
+        cpu_spent(&cpu_before, &crate::load::cpu_seconds(&stack))
     )?;
     let started = Instant::now();
     let (api_version, kind) = TRIGGER_KIND;

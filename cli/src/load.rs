@@ -957,7 +957,7 @@ fn since(after: &[(String, f64)], before: &[(String, f64)]) -> Vec<(String, f64)
 
 /// CPU seconds (user + system) each process of the stack has used so far. The `sluice`
 /// process itself holds the API test server and the load generator.
-fn cpu_seconds(stack: &Stack) -> Vec<(String, f64)> {
+pub(crate) fn cpu_seconds(stack: &Stack) -> Vec<(String, f64)> {
     stack
         .processes()
         .into_iter()

@@ -43,6 +43,10 @@ enum Command {
         /// (`sharding.projectsveltos.io/key`), each watched by a watcher of its own (ADR 0050).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
         shards: u16,
+        /// With `--fleet`: run the evaluator and the renderer as this many partitions each,
+        /// every one owning the clusters whose name hashes to it (ADR 0051).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+        partitions: u16,
         /// Instead of the demo, measure seed 004's CloudEvent path: this many logins one at a
         /// time (publish -> ClusterProfile latency), then as many back to back (throughput).
         #[arg(long)]
@@ -176,6 +180,7 @@ async fn main() -> anyhow::Result<()> {
             bench,
             fleet,
             shards,
+            partitions,
             cloudevents,
             load,
             preload,
@@ -297,12 +302,13 @@ async fn main() -> anyhow::Result<()> {
             }
             if let Some((clusters, resources)) = fleet {
                 let shards = usize::from(shards);
+                let spread = sluice_cli::fleet::Spread { shards, partitions };
                 let report =
-                    sluice_cli::fleet::measure(clusters, resources, shards, &mut std::io::stdout())
+                    sluice_cli::fleet::measure(clusters, resources, spread, &mut std::io::stdout())
                         .await?;
                 println!(
-                    "fleet {}x{} in {} shard(s): trigger applied -> all ClusterProfiles in {:?}; trigger deleted -> all gone in {:?}",
-                    report.clusters, report.resources, shards, report.reconcile, report.teardown
+                    "fleet {}x{} in {} shard(s) and {} partition(s): trigger applied -> all ClusterProfiles in {:?}; trigger deleted -> all gone in {:?}",
+                    report.clusters, report.resources, shards, partitions, report.reconcile, report.teardown
                 );
                 return Ok(());
             }

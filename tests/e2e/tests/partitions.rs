@@ -1,7 +1,8 @@
 //! The evaluator and the renderer run as partitions (ADR 0051), on seed 000's NetworkPolicy
 //! example over two clusters in different partitions: each partition handles its own
-//! clusters' events and nothing of the others', a partition stopped holds up only its own
-//! clusters, and partitions that take over from the whole stage keep what it deployed.
+//! clusters' events and nothing of the others', each under a lease of its own; a partition
+//! stopped holds up only its own clusters, and partitions that take over from the whole stage
+//! keep what it deployed.
 
 use std::time::Duration;
 
@@ -22,6 +23,35 @@ fn fail(stack: &Stack, error: anyhow::Error) -> anyhow::Error {
 
 fn partition(text: &str) -> Partition {
     text.parse().expect("a partition")
+}
+
+/// Leader election on, with short periods: each partition's process must take its own lease.
+const LEASE: [(&str, &str); 4] = [
+    ("SLUICE_LEADER_ELECT", "true"),
+    ("SLUICE_LEADER_ELECT_LEASE_DURATION", "2s"),
+    ("SLUICE_LEADER_ELECT_RENEW_DEADLINE", "1400ms"),
+    ("SLUICE_LEADER_ELECT_RETRY_PERIOD", "200ms"),
+];
+
+/// The process of partition `index` of 2 of `service`: the stack's own for 0, `<service>-p1`.
+fn process(service: &'static str, index: u16) -> &'static str {
+    match (service, index) {
+        (service, 0) => service,
+        ("sluice-evaluator", _) => "sluice-evaluator-p1",
+        _ => "sluice-renderer-p1",
+    }
+}
+
+/// (Re)starts partition `index` of 2 of `service` (`sluice-evaluator` or `sluice-renderer`),
+/// with leader election.
+fn start_partition(stack: &mut Stack, service: &'static str, index: u16) -> anyhow::Result<()> {
+    let value = format!("{index}/2");
+    let mut env = LEASE.to_vec();
+    env.push(("SLUICE_PARTITION", &value));
+    match process(service, index) {
+        own if own == service => stack.restart_service_with(service, &env),
+        replica => stack.start_replica(service, replica, &env),
+    }
 }
 
 /// Seed 000's Service, named `name`.
@@ -73,19 +103,26 @@ async fn each_partition_handles_its_own_clusters_and_no_others() -> anyhow::Resu
         uids.push(profile["metadata"]["uid"].clone());
     }
 
-    // Two partitions of each take over.
-    stack.restart_service_with("sluice-evaluator", &[("SLUICE_PARTITION", "0/2")])?;
-    stack.start_replica(
-        "sluice-evaluator",
-        "sluice-evaluator-p1",
-        &[("SLUICE_PARTITION", "1/2")],
-    )?;
-    stack.restart_service_with("sluice-renderer", &[("SLUICE_PARTITION", "0/2")])?;
-    stack.start_replica(
-        "sluice-renderer",
-        "sluice-renderer-p1",
-        &[("SLUICE_PARTITION", "1/2")],
-    )?;
+    // Two partitions of each take over, each partition's process leading on a lease of its
+    // own.
+    for service in ["sluice-evaluator", "sluice-renderer"] {
+        for index in 0..2 {
+            start_partition(&mut stack, service, index)?;
+        }
+    }
+    sluice_testkit::wait_for("every partition to lead", DEADLINE, || async {
+        for service in ["sluice-evaluator", "sluice-renderer"] {
+            for index in 0..2 {
+                let name = service.trim_start_matches("sluice-");
+                let series = format!("sluice_leader{{service=\"{name}\",shard=\"p{index}\"}}");
+                let metrics = demo::metrics(&stack, process(service, index)).await.ok()?;
+                (metrics.get(&series).copied() == Some(1.0)).then_some(())?;
+            }
+        }
+        Some(())
+    })
+    .await
+    .map_err(|e| fail(&stack, e))?;
     for cluster in CLUSTERS {
         stack.apply_yaml(cluster, &service("other-service")).await?;
     }
@@ -99,11 +136,7 @@ async fn each_partition_handles_its_own_clusters_and_no_others() -> anyhow::Resu
     // cluster-a's come once it is back.
     stack.stop_service("sluice-renderer-p1")?;
     only_one_flows(&stack, "third-service", "cluster-b", "cluster-a").await?;
-    stack.start_replica(
-        "sluice-renderer",
-        "sluice-renderer-p1",
-        &[("SLUICE_PARTITION", "1/2")],
-    )?;
+    start_partition(&mut stack, "sluice-renderer", 1)?;
     wait_profile(&stack, TRIGGER, "cluster-a", "third-service", DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
@@ -111,7 +144,7 @@ async fn each_partition_handles_its_own_clusters_and_no_others() -> anyhow::Resu
     // cluster-b's evaluator partition stopped: likewise the other way round.
     stack.stop_service("sluice-evaluator")?;
     only_one_flows(&stack, "fourth-service", "cluster-a", "cluster-b").await?;
-    stack.restart_service_with("sluice-evaluator", &[("SLUICE_PARTITION", "0/2")])?;
+    start_partition(&mut stack, "sluice-evaluator", 0)?;
     wait_profile(&stack, TRIGGER, "cluster-b", "fourth-service", DEADLINE)
         .await
         .map_err(|e| fail(&stack, e))?;
