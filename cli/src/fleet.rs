@@ -93,16 +93,7 @@ async fn shard(stack: &mut Stack, names: &[String], shards: usize) -> anyhow::Re
 
 /// Each process's CPU seconds from `before` to `after`, by name: `name 1.23 s, ...`.
 fn cpu_spent(before: &[(String, f64)], after: &[(String, f64)]) -> String {
-    let mut spent: Vec<(String, f64)> = after
-        .iter()
-        .map(|(name, now)| {
-            let then = before
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(0.0, |(_, s)| *s);
-            (name.clone(), now - then)
-        })
-        .collect();
+    let mut spent = crate::load::since(after, before);
     spent.sort_by(|a, b| a.0.cmp(&b.0));
     spent
         .iter()

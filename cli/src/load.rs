@@ -942,7 +942,7 @@ fn latencies(
 }
 
 /// Per process, the reading of `after` (CPU seconds, context switches) less that of `before`.
-fn since(after: &[(String, f64)], before: &[(String, f64)]) -> Vec<(String, f64)> {
+pub(crate) fn since(after: &[(String, f64)], before: &[(String, f64)]) -> Vec<(String, f64)> {
     after
         .iter()
         .map(|(name, a)| {
